@@ -1,0 +1,168 @@
+"""``kvsim plan``: the analytic capacity planner (F1, F4, F5, F34-F37).
+
+Invariant: the command only parses flags and prints; all arithmetic is in
+``sim.sizing.plan``. ``--json`` prints exactly one object.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sim.cli._common import gb_or_gib, int_list, parse_sets, print_json
+from sim.profiles import load_accelerator, load_model
+from sim.sizing.plan import PlanInputs, PlanResult, plan_capacity
+from sim.units import GB, GiB
+
+HELP = """Capacity plan: KV bytes per token, the KV pool of a node and how many trajectories of
+each context length fit, with and without a shared prefix.
+
+Capacity is computed per GPU (its pool over its own KV bytes per token) and multiplied by
+the data-parallel replicas (num_gpus / (tp x pp)), each holding its own weights. GB means
+10^9 bytes and GiB 2^30 bytes. Example (SPEC E1):
+
+  kvsim plan --model llama-3-70b --params 70.6e9 --gpu h100-sxm-80gb --gpu-mem-gib 80
+  --num-gpus 8 --reserve-gb-per-gpu 2.5 --context 8192,32768,131072
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plan`` to the app."""
+    app.command("plan", help=HELP)(plan)
+
+
+def plan(
+    model: Annotated[str, typer.Option(help="Model profile name (kvsim profiles list).")],
+    gpu: Annotated[str, typer.Option(help="Accelerator profile name.")],
+    num_gpus: Annotated[int, typer.Option(help="GPUs in the node; a multiple of tp x pp.")],
+    context: Annotated[
+        list[str], typer.Option(help="Context lengths in tokens, comma-separated or repeated.")
+    ],
+    tp: Annotated[
+        int | None, typer.Option(help="Tensor parallelism [default: num_gpus / pp].")
+    ] = None,
+    pp: Annotated[
+        int, typer.Option(help="Pipeline parallelism; extra layers go to the first stages.")
+    ] = 1,
+    output_tokens: Annotated[
+        int, typer.Option(help="Generated tokens K_avg added to each trajectory (F35-F37).")
+    ] = 0,
+    kv_dtype: Annotated[
+        str | None, typer.Option(help="KV element type: bf16, fp16 or fp8 [default: model's].")
+    ] = None,
+    weight_dtype: Annotated[
+        str | None, typer.Option(help="Weight element type: bf16, fp8 or int4 [default: model's].")
+    ] = None,
+    params: Annotated[
+        float | None, typer.Option(help="Parameter count override, e.g. 70e9.")
+    ] = None,
+    gpu_mem_gib: Annotated[
+        float | None, typer.Option(help="Memory per GPU in GiB (2^30 B), overriding the profile.")
+    ] = None,
+    gpu_mem_gb: Annotated[
+        float | None, typer.Option(help="Memory per GPU in GB (10^9 B), overriding the profile.")
+    ] = None,
+    reserve_gb_per_gpu: Annotated[
+        float | None, typer.Option(help="Runtime/activation reserve per GPU in GB.")
+    ] = None,
+    reserve_gib_per_gpu: Annotated[
+        float | None, typer.Option(help="Runtime/activation reserve per GPU in GiB.")
+    ] = None,
+    headroom: Annotated[
+        float, typer.Option(help="Fraction of the KV pool kept free (F37 uses 0.10).")
+    ] = 0.0,
+    shared_prefix_tokens: Annotated[
+        int | None,
+        typer.Option(help="Tokens of each context shared by all trajectories, stored once."),
+    ] = None,
+    profiles: Annotated[
+        list[str] | None,
+        typer.Option(help="Extra profile folder(s), searched before the shipped ones."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a profile field: model.FIELD=V or gpu.FIELD=V."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Parse the flags, plan, print."""
+    from sim.errors import KvsimError
+
+    sets = parse_sets(set_, ("model", "gpu"))
+    contexts = int_list(context, "--context")
+    if not contexts:
+        raise KvsimError("--context: give at least one context length")
+    inputs = PlanInputs(
+        model=load_model(model, profiles, sets["model"]),
+        accelerator=load_accelerator(gpu, profiles, sets["gpu"]),
+        num_gpus=num_gpus,
+        contexts=contexts,
+        tp=tp,
+        pp=pp,
+        output_tokens=output_tokens,
+        kv_dtype=kv_dtype,
+        weight_dtype=weight_dtype,
+        params=params,
+        gpu_mem_bytes=gb_or_gib(gpu_mem_gb, gpu_mem_gib, "--gpu-mem"),
+        reserve_bytes_per_gpu=gb_or_gib(reserve_gb_per_gpu, reserve_gib_per_gpu, "--reserve")
+        or 0.0,
+        headroom=headroom,
+        shared_prefix_tokens=shared_prefix_tokens,
+    )
+    for name, value in (("--kv-dtype", kv_dtype), ("--weight-dtype", weight_dtype)):
+        if value is not None:
+            from sim.units import dtype_bytes
+
+            try:
+                dtype_bytes(value)
+            except ValueError as exc:
+                raise KvsimError(f"{name}: {exc}") from None
+    result = plan_capacity(inputs)
+    if json_out:
+        print_json(result.to_dict())
+    else:
+        _print_table(result)
+
+
+def _both(n: float) -> str:
+    return f"{n / GB:,.3f} GB ({n / GiB:,.3f} GiB)"
+
+
+def _print_table(r: PlanResult) -> None:
+    console = Console()
+    head = Table(
+        title=f"{r.model} on {r.num_gpus} x {r.gpu} (TP {r.tp}, PP {r.pp}, {r.replicas} replica(s))",
+        show_header=False,
+    )
+    head.add_row("KV bytes per token (all layers)", f"{r.kv_bytes_per_token:,.0f} B ({r.kv_dtype})")
+    head.add_row("KV bytes per token per GPU", f"{r.kv_bytes_per_token_per_gpu:,.0f} B")
+    head.add_row(
+        "weights per GPU / node", f"{_both(r.weights_bytes_per_gpu)} / {_both(r.weights_bytes)}"
+    )
+    head.add_row("memory per GPU", _both(r.gpu_mem_bytes))
+    head.add_row("reserve per GPU", _both(r.reserve_bytes_per_gpu))
+    head.add_row(
+        "KV pool per GPU / node", f"{_both(r.kv_pool_bytes_per_gpu)} / {_both(r.kv_pool_bytes)}"
+    )
+    head.add_row(f"usable KV pool (headroom {r.headroom:.0%})", _both(r.usable_kv_pool_bytes))
+    console.print(head)
+    table = Table(title="Concurrent trajectories per node")
+    for col in ("context", "+output", "KV per trajectory", "max concurrent"):
+        table.add_column(col, justify="right")
+    shared = r.shared_prefix_tokens is not None
+    if shared:
+        table.add_column(f"with {r.shared_prefix_tokens:,} shared", justify="right")
+    for c in r.contexts:
+        row = [
+            f"{c.context_tokens:,}",
+            f"{r.output_tokens:,}",
+            _both(c.kv_bytes_per_trajectory),
+            f"{c.max_concurrent:,}",
+        ]
+        if shared:
+            row.append(f"{c.max_concurrent_shared:,}")
+        table.add_row(*row)
+    console.print(table)

@@ -1,0 +1,9 @@
+"""Cost: how long work takes. Roofline iteration time with a breakdown, copy times, calibration.
+
+Invariant: every function returns seconds (with the terms that made them); the cost
+model never looks at simulation time or state, only at the work it is handed.
+"""
+
+from sim.cost.roofline import CostConfig, CostModel, StepCost, StepWork
+
+__all__ = ["CostConfig", "CostModel", "StepCost", "StepWork"]

@@ -1,0 +1,241 @@
+"""Roofline iteration time (F21, F23, F24) with a per-term breakdown.
+
+Invariant: ``iteration_time(work)`` is a pure function of the step's work and the
+configuration; every term can be switched off, and with weights + GEMM only and the
+chapter's efficiencies it is exactly F24 (SPEC E20: 46.7 ms decode, 1,194.7 ms monolithic
+4,096-token prefill, 158.7 ms for a 512-token chunk with 32 decodes). Per-GPU quantities
+are for one tensor-parallel rank; pipeline stages run one after another (no micro-batch
+overlap is modelled), so PP does not shorten a step.
+
+Terms (per TP rank):
+- memory time  = (weight bytes / TP + KV bytes read) / (HBM bandwidth x bw_efficiency)
+- compute time = (2 x active params x tokens + attention FLOPs) / TP / (MFU x peak), where
+  a step with any prefill uses ``mfu_prefill``, a pure decode step ``mfu_decode``;
+  attention FLOPs for a chunk of c new tokens over h cached ones are 4 L d (h + c) c
+  (so a monolithic prefill of S tokens gives F23's 4 L d S^2);
+- step = overhead + allocator calls + max(memory, compute) + TP all-reduce + HBM copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.profiles.schema import AcceleratorProfile, ModelProfile
+from sim.sizing.kv import kv_bytes_per_token_per_gpu
+from sim.units import dtype_bytes
+
+
+class CostConfig(BaseModel):
+    """Efficiencies, switches and overheads of the cost model (scenario key ``cost``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mfu_prefill: float = Field(0.6, gt=0, le=1)  # any step containing prefill tokens
+    mfu_decode: float = Field(0.5, gt=0, le=1)  # pure decode steps
+    bw_efficiency: float = Field(1.0, gt=0, le=1)  # achieved / datasheet HBM bandwidth
+    weights: bool = True  # stream the weights every step
+    kv_read: bool = True  # attention reads the batch's KV
+    gemm_flops: bool = True
+    attention_flops: bool = True
+    allreduce: bool = True  # two all-reduces per layer under TP
+    copies: bool = True  # allocator-caused HBM copies (growth, deep-copy forks, CoW)
+    step_overhead_s: float = Field(0.0, ge=0)  # CPU scheduling + launch per step
+    alloc_latency_s: float = Field(0.0, ge=0)  # per cudaMalloc/cudaFree call (contiguous kinds)
+    allreduce_bw_bytes_per_s: float = Field(450e9, gt=0)  # NVLink, one direction per GPU
+    allreduce_latency_s: float = Field(5e-6, ge=0)  # per all-reduce call
+    activation_dtype: str = "bf16"
+    weights_bytes: float | None = Field(None, gt=0)  # whole-model override (E20: 140e9)
+    params: float | None = Field(None, gt=0)  # active parameter override
+    calibration: str | None = None  # a file in hardware_profiles/calibration (opt-in)
+    block_size: int = Field(16, ge=1)  # for calibrated attention bandwidth
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """The work of one engine step, as the scheduler planned it.
+
+    Decode sequences are given in aggregate (their count and the sum of the tokens each
+    had in KV before the step): every cost term is linear in them.
+    """
+
+    n_decode: int = 0
+    decode_history_tokens: int = 0
+    prefill_chunks: tuple[tuple[int, int], ...] = ()  # (new tokens, cached tokens before)
+    copy_bytes: float = 0.0  # HBM-to-HBM bytes copied by the allocator this step
+    alloc_calls: int = 0  # cudaMalloc/cudaFree calls the allocator made this step
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(c for c, _ in self.prefill_chunks)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.n_decode + self.prefill_tokens
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Seconds of one step and the terms behind them."""
+
+    total_s: float
+    mem_s: float
+    comp_s: float
+    weights_s: float
+    kv_read_s: float
+    gemm_s: float
+    attention_s: float
+    allreduce_s: float
+    copy_s: float
+    alloc_s: float
+    overhead_s: float
+    bound: str  # 'memory' or 'compute'
+    mfu: float
+    n_tokens: int
+    flops_per_gpu: float
+    hbm_bytes_per_gpu: float
+    extra: dict = field(default_factory=dict)
+
+
+class CostModel:
+    """Prices steps for one model on one kind of accelerator with a TP x PP layout."""
+
+    def __init__(
+        self,
+        model: ModelProfile,
+        accelerator: AcceleratorProfile,
+        tp: int = 1,
+        pp: int = 1,
+        config: CostConfig | None = None,
+    ):
+        self.model, self.accelerator, self.tp, self.pp = model, accelerator, tp, pp
+        self.config = config or CostConfig()
+        c = self.config
+        params = c.params or model.active_params
+        w_total = c.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
+        # PP stages run in turn, so a step streams every stage's share: whole model / TP
+        self.weight_bytes_per_gpu = w_total / tp
+        self.kv_bytes_per_token_per_gpu = kv_bytes_per_token_per_gpu(model, tp, 1)
+        self.gemm_flops_per_token_per_gpu = 2 * params / tp
+        d_attn = model.num_q_heads * model.head_dim
+        self.attn_flops_per_pair_per_gpu = 4 * model.num_layers * d_attn / tp
+        self.hbm_bw = accelerator.hbm_bw_bytes_per_s
+        self.peak = accelerator.peak_flops_per_s("bf16")
+        self.calibration = _load_calibration(c.calibration)
+        self._act_bytes = dtype_bytes(c.activation_dtype)
+
+    # -- public -------------------------------------------------------------------------
+
+    def iteration_time(self, work: StepWork) -> StepCost:
+        """Price one step (F24 extended); returns the breakdown."""
+        c = self.config
+        n_tok = work.n_tokens
+        pairs = work.decode_history_tokens + work.n_decode  # each decode attends h + 1
+        kv_tokens = pairs
+        for new, hist in work.prefill_chunks:
+            pairs += new * (hist + new)
+            kv_tokens += hist + new
+        weights_s, kv_s = self._mem_terms(work, kv_tokens)
+        mfu = self._mfu(work)
+        gemm_f = self.gemm_flops_per_token_per_gpu * n_tok if c.gemm_flops else 0.0
+        attn_f = self.attn_flops_per_pair_per_gpu * pairs if c.attention_flops else 0.0
+        rate = mfu * self.peak
+        mem_s, comp_s = weights_s + kv_s, (gemm_f + attn_f) / rate
+        allreduce_s = self._allreduce_s(n_tok)
+        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0  # read + write
+        alloc_s = work.alloc_calls * c.alloc_latency_s
+        overhead_s = self._overhead_s()
+        total = overhead_s + alloc_s + max(mem_s, comp_s) + allreduce_s + copy_s
+        return StepCost(
+            total_s=total,
+            mem_s=mem_s,
+            comp_s=comp_s,
+            weights_s=weights_s,
+            kv_read_s=kv_s,
+            gemm_s=gemm_f / rate,
+            attention_s=attn_f / rate,
+            allreduce_s=allreduce_s,
+            copy_s=copy_s,
+            alloc_s=alloc_s,
+            overhead_s=overhead_s,
+            bound="memory" if mem_s >= comp_s else "compute",
+            mfu=mfu,
+            n_tokens=n_tok,
+            flops_per_gpu=gemm_f + attn_f,
+            hbm_bytes_per_gpu=(self.weight_bytes_per_gpu if c.weights else 0.0)
+            + (kv_tokens * self.kv_bytes_per_token_per_gpu if c.kv_read else 0.0),
+        )
+
+    def decode_run_times(self, n_decode: int, history_tokens: int, n_steps: int) -> np.ndarray:
+        """Durations of ``n_steps`` pure-decode steps of the same ``n_decode`` sequences.
+
+        Step i sees ``history_tokens + i * n_decode`` cached tokens; the result equals
+        calling ``iteration_time`` step by step (the fast engine path relies on it).
+        """
+        c = self.config
+        i = np.arange(n_steps, dtype=np.float64)
+        hist = history_tokens + i * n_decode
+        kv_tokens = hist + n_decode
+        if self.calibration is not None:
+            return np.array([self.iteration_time(StepWork(n_decode, int(h))).total_s for h in hist])
+        bw = self.hbm_bw * c.bw_efficiency
+        weights_s = self.weight_bytes_per_gpu / bw if c.weights else 0.0
+        kv_s = kv_tokens * self.kv_bytes_per_token_per_gpu / bw if c.kv_read else 0.0 * i
+        rate = c.mfu_decode * self.peak
+        gemm_f = self.gemm_flops_per_token_per_gpu * n_decode if c.gemm_flops else 0.0
+        attn_f = self.attn_flops_per_pair_per_gpu * kv_tokens if c.attention_flops else 0.0 * i
+        mem_s = weights_s + kv_s
+        comp_s = (gemm_f + attn_f) / rate
+        fixed = self._overhead_s() + self._allreduce_s(n_decode)
+        return fixed + np.maximum(mem_s, comp_s)
+
+    def prefill_time_s(self, tokens: int, history_tokens: int = 0) -> float:
+        """One monolithic prefill step of ``tokens`` new tokens (recompute estimates)."""
+        return self.iteration_time(StepWork(prefill_chunks=((tokens, history_tokens),))).total_s
+
+    # -- terms --------------------------------------------------------------------------
+
+    def _mem_terms(self, work: StepWork, kv_tokens: float) -> tuple[float, float]:
+        c, cal = self.config, self.calibration
+        w_eff = kv_eff = c.bw_efficiency
+        if cal is not None:
+            batch = max(1, work.n_tokens)
+            w_eff = cal.decode_bw_efficiency(batch)
+            n_seq = work.n_decode + len(work.prefill_chunks)
+            mean_ctx = int(kv_tokens / n_seq) if n_seq else 1
+            kv_eff = cal.attention_bw_efficiency(c.block_size, max(1, mean_ctx))
+        weights_s = self.weight_bytes_per_gpu / (self.hbm_bw * w_eff) if c.weights else 0.0
+        kv_bytes = kv_tokens * self.kv_bytes_per_token_per_gpu
+        kv_s = kv_bytes / (self.hbm_bw * kv_eff) if c.kv_read else 0.0
+        return weights_s, kv_s
+
+    def _mfu(self, work: StepWork) -> float:
+        c = self.config
+        if work.prefill_chunks:
+            if self.calibration is not None:
+                return self.calibration.gemm_efficiency(max(1, work.n_tokens))
+            return c.mfu_prefill
+        return c.mfu_decode
+
+    def _allreduce_s(self, n_tokens: int) -> float:
+        c, t = self.config, self.tp
+        if not c.allreduce or t == 1 or n_tokens == 0:
+            return 0.0
+        msg = n_tokens * self.model.d_model * self._act_bytes
+        ring = 2 * (t - 1) / t * msg / c.allreduce_bw_bytes_per_s
+        return 2 * self.model.num_layers * (ring + c.allreduce_latency_s)
+
+    def _overhead_s(self) -> float:
+        if self.calibration is not None:
+            return self.calibration.step_overhead_s
+        return self.config.step_overhead_s
+
+
+def _load_calibration(name: str | None):
+    if name is None:
+        return None
+    from sim.cost.calibration import load_calibration  # opt-in: only when a scenario names one
+
+    return load_calibration(name)

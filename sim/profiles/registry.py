@@ -1,0 +1,115 @@
+"""Finding and loading profiles by name.
+
+Invariant: a name resolves to exactly one file: user folders (``--profiles DIR`` or the
+``KVSIM_PROFILES`` path list) are searched before the shipped ``hardware_profiles/``, so
+a user profile of the same name shadows the shipped one. Every load validates; a bad file
+is a one-line ``ConfigError`` naming file, line and field, an unknown name an
+``UnknownNameError`` listing what exists.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sim.errors import ConfigError, KvsimError, UnknownNameError
+from sim.profiles.schema import PROFILE_CLASSES
+from sim.yamlio import format_validation_error, load_yaml
+
+#: kind -> sub-folder of a profiles directory
+KIND_DIRS = {"accelerator": "accelerators", "model": "models", "node": "nodes"}
+ENV_VAR = "KVSIM_PROFILES"
+
+
+def builtin_profiles_dir() -> Path:
+    """The shipped ``hardware_profiles/`` folder of this checkout."""
+    return Path(__file__).resolve().parents[2] / "hardware_profiles"
+
+
+def search_dirs(extra: list[str | Path] | None = None) -> list[Path]:
+    """User folders first (explicit, then the env var), the shipped folder last."""
+    dirs = [Path(d) for d in (extra or [])]
+    env = os.environ.get(ENV_VAR, "")
+    dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs.append(builtin_profiles_dir())
+    for d in dirs[:-1]:
+        if not d.is_dir():
+            raise KvsimError(f"profiles folder {str(d)!r} does not exist")
+    return dirs
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KIND_DIRS:
+        raise UnknownNameError("profile kind", kind, list(KIND_DIRS))
+    return kind
+
+
+def available(kind: str, extra_dirs: list[str | Path] | None = None) -> dict[str, Path]:
+    """name -> file for every profile of a kind (earlier folders shadow later ones)."""
+    _check_kind(kind)
+    found: dict[str, Path] = {}
+    for d in search_dirs(extra_dirs):
+        sub = d / KIND_DIRS[kind]
+        if not sub.is_dir():
+            continue
+        for f in sorted(sub.glob("*.yaml")):
+            found.setdefault(f.stem, f)
+    return found
+
+
+def load_file(path: Path, kind: str, overrides: dict[str, Any] | None = None):
+    """Validate one profile file; ``overrides`` replace top-level fields (dotted keys ok)."""
+    data, lines = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError("a profile must be a mapping of fields", location=f"{path}:1")
+    data.setdefault("name", path.stem)
+    if data["name"] != path.stem:
+        raise ConfigError(
+            f"name {data['name']!r} must match the file name {path.stem!r}",
+            location=f"{path}:{lines.get(('name',), 1)}",
+            field="name",
+        )
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    try:
+        return PROFILE_CLASSES[kind].model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(path), lines).splitlines()[0]) from None
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    for p in parts[:-1]:
+        data = data.setdefault(p, {})
+    data[parts[-1]] = value
+
+
+def load_profile(
+    kind: str,
+    name: str,
+    extra_dirs: list[str | Path] | None = None,
+    overrides: dict[str, Any] | None = None,
+):
+    """Load the profile ``name`` of ``kind`` ('accelerator', 'model' or 'node')."""
+    found = available(kind, extra_dirs)
+    if name not in found:
+        raise UnknownNameError(kind, name, list(found))
+    return load_file(found[name], kind, overrides)
+
+
+def load_model(name: str, extra_dirs=None, overrides=None):
+    """A ``ModelProfile`` by name."""
+    return load_profile("model", name, extra_dirs, overrides)
+
+
+def load_accelerator(name: str, extra_dirs=None, overrides=None):
+    """An ``AcceleratorProfile`` by name."""
+    return load_profile("accelerator", name, extra_dirs, overrides)
+
+
+def load_node(name: str, extra_dirs=None, overrides=None):
+    """A ``NodeProfile`` by name."""
+    return load_profile("node", name, extra_dirs, overrides)

@@ -1,0 +1,141 @@
+"""Profile schemas: accelerators, models and nodes as frozen, validated specs.
+
+Invariant: a profile object is immutable and internally consistent once built (every
+size in bytes, every rate in bytes/s or FLOP/s, head counts that divide as attention
+requires); nothing else in kvsim re-validates profile fields.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+from sim.units import DTYPE_BYTES
+
+DType = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+assert set(DType.__args__) == set(DTYPE_BYTES)  # one list of dtypes
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostLink(_Spec):
+    """The accelerator's link to host memory (one direction's bandwidth)."""
+
+    kind: Literal["pcie", "nvlink-c2c", "infinity-fabric"]
+    gen: int | None = None  # PCIe generation
+    lanes: int | None = None
+    bw_bytes_per_s_per_direction: PositiveFloat  # theoretical, one direction
+    effective_bw_bytes_per_s_per_direction: PositiveFloat | None = None  # sustained DMA, if known
+
+    @property
+    def usable_bw_bytes_per_s(self) -> float:
+        """Effective bandwidth when known, else the theoretical figure."""
+        return self.effective_bw_bytes_per_s_per_direction or self.bw_bytes_per_s_per_direction
+
+
+class AcceleratorProfile(_Spec):
+    """One accelerator (GPU) as its datasheet states it."""
+
+    name: str
+    kind: Literal["accelerator"] = "accelerator"
+    vendor: str
+    memory_bytes: PositiveInt
+    memory_vendor_figure: str  # the label as the vendor prints it, e.g. "80GB HBM3"
+    memory_vendor_unit: Literal["GB", "GiB"]  # what the vendor's figure really counts
+    hbm_bw_bytes_per_s: PositiveFloat
+    peak_bf16_flops_per_s: PositiveFloat  # dense (no sparsity)
+    peak_fp8_flops_per_s: PositiveFloat | None = None  # dense; None when unsupported
+    host_link: HostLink
+    notes: str = ""
+
+    def peak_flops_per_s(self, dtype: str = "bf16") -> float:
+        """Dense peak for a compute dtype; fp8 falls back to bf16 where unsupported."""
+        if dtype == "fp8" and self.peak_fp8_flops_per_s:
+            return self.peak_fp8_flops_per_s
+        return self.peak_bf16_flops_per_s
+
+
+class MLASpec(_Spec):
+    """Multi-head latent attention: one latent of kv_lora_rank + qk_rope_head_dim per layer."""
+
+    kv_lora_rank: PositiveInt
+    qk_rope_head_dim: PositiveInt
+
+
+class SlidingWindowSpec(_Spec):
+    """Sliding-window layers: ``pattern`` repeats over the layers from layer 0."""
+
+    window_tokens: PositiveInt
+    pattern: list[Literal["sliding", "full"]] = Field(min_length=1)
+
+
+class ModelProfile(_Spec):
+    """A transformer's geometry, as far as KV memory and compute cost need it."""
+
+    name: str
+    kind: Literal["model"] = "model"
+    family: str = ""
+    attention: Literal["mha", "gqa", "mla"]
+    num_layers: PositiveInt
+    num_q_heads: PositiveInt
+    num_kv_heads: PositiveInt  # for MLA: 1 (the latent is shared by all heads)
+    head_dim: PositiveInt
+    d_model: PositiveInt
+    params_total: PositiveFloat
+    params_active: PositiveFloat | None = None  # MoE: parameters used per token
+    mla: MLASpec | None = None
+    sliding_window: SlidingWindowSpec | None = None
+    kv_dtype: DType = "bf16"
+    weight_dtype: DType = "bf16"
+    max_context_tokens: PositiveInt | None = None
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelProfile:
+        if (self.attention == "mla") != (self.mla is not None):
+            raise ValueError("attention 'mla' requires an 'mla' block, and only it may have one")
+        if self.attention == "mha" and self.num_kv_heads != self.num_q_heads:
+            raise ValueError("attention 'mha' needs num_kv_heads == num_q_heads")
+        if self.attention != "mla" and self.num_q_heads % self.num_kv_heads:
+            raise ValueError("num_q_heads must be a multiple of num_kv_heads")
+        if self.params_active is not None and self.params_active > self.params_total:
+            raise ValueError("params_active cannot exceed params_total")
+        return self
+
+    @property
+    def active_params(self) -> float:
+        """Parameters multiplied per token (MoE: the active experts only)."""
+        return self.params_active or self.params_total
+
+    def layer_kinds(self) -> list[str]:
+        """'full' or 'sliding' for every layer, in order."""
+        if self.sliding_window is None:
+            return ["full"] * self.num_layers
+        pat = self.sliding_window.pattern
+        return [pat[i % len(pat)] for i in range(self.num_layers)]
+
+
+class NodeProfile(_Spec):
+    """A server: accelerators plus the host tiers KV can be moved to."""
+
+    name: str
+    kind: Literal["node"] = "node"
+    accelerator: str  # an accelerator profile name
+    num_gpus: PositiveInt
+    host_dram_bytes: PositiveInt
+    pinned_host_fraction: float = Field(0.5, gt=0, le=1)  # share of DRAM usable as pinned KV pool
+    nvme_drives: int = Field(0, ge=0)
+    nvme_bw_bytes_per_s_per_drive: PositiveFloat | None = None
+    nvme_capacity_bytes_per_drive: PositiveInt | None = None
+    gpu_interconnect: str = ""
+    notes: str = ""
+
+
+PROFILE_CLASSES: dict[str, type[_Spec]] = {
+    "accelerator": AcceleratorProfile,
+    "model": ModelProfile,
+    "node": NodeProfile,
+}

@@ -1,0 +1,91 @@
+"""Sizing: the chapter's closed-form formulas (F1-F6, F12-F16, F21, F23, F29-F37).
+
+Invariant: pure functions of numbers and frozen profiles; bytes, seconds and FLOPs in and
+out; nothing here simulates or keeps state. ``plan`` composes them for ``kvsim plan``.
+"""
+
+from sim.sizing.capacity import (
+    capacity_shared,
+    capacity_unshared,
+    kv_demand_bytes,
+    kv_demand_shared_bytes,
+    kv_pool_bytes,
+    max_concurrent,
+    weights_bytes_per_gpu,
+)
+from sim.sizing.compute import (
+    break_even_wait_s,
+    hbm_free_window_s,
+    hold_cost_byte_s,
+    offload_feasible,
+    offload_round_trip_s,
+    prefill_flops,
+    prefill_time_s,
+    recompute_time_s,
+    reload_over_recompute,
+    reload_time_s,
+    ridge_point,
+)
+from sim.sizing.kv import (
+    block_bytes,
+    kv_bytes_for_context,
+    kv_bytes_per_token,
+    kv_bytes_per_token_f1,
+    kv_bytes_per_token_per_gpu,
+    kv_elems_per_token_per_layer,
+    kv_heads_per_rank,
+    layers_per_stage,
+    trajectory_kv_bytes,
+)
+from sim.sizing.paging import (
+    blocks_for_tokens,
+    deep_copy_bytes,
+    expected_tail_waste_tokens,
+    geometric_slack_tokens,
+    logical_block,
+    node_tail_waste_bytes,
+    pool_blocks,
+    static_efficiency,
+    static_efficiency_from_pmf,
+    tail_waste_tokens,
+)
+
+__all__ = [
+    "block_bytes",
+    "blocks_for_tokens",
+    "break_even_wait_s",
+    "capacity_shared",
+    "capacity_unshared",
+    "deep_copy_bytes",
+    "expected_tail_waste_tokens",
+    "geometric_slack_tokens",
+    "hbm_free_window_s",
+    "hold_cost_byte_s",
+    "kv_bytes_for_context",
+    "kv_bytes_per_token",
+    "kv_bytes_per_token_f1",
+    "kv_bytes_per_token_per_gpu",
+    "kv_demand_bytes",
+    "kv_demand_shared_bytes",
+    "kv_elems_per_token_per_layer",
+    "kv_heads_per_rank",
+    "kv_pool_bytes",
+    "layers_per_stage",
+    "logical_block",
+    "max_concurrent",
+    "node_tail_waste_bytes",
+    "offload_feasible",
+    "offload_round_trip_s",
+    "pool_blocks",
+    "prefill_flops",
+    "prefill_time_s",
+    "recompute_time_s",
+    "reload_over_recompute",
+    "reload_time_s",
+    "ridge_point",
+    "static_efficiency",
+    "static_efficiency_from_pmf",
+    "tail_waste_tokens",
+    "trajectory_kv_bytes",
+    "weights_bytes_per_gpu",
+]

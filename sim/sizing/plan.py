@@ -1,0 +1,169 @@
+"""The analytic capacity plan behind ``kvsim plan``.
+
+Invariant: capacity is computed per GPU (its pool over its own KV bytes per token, on the
+most loaded pipeline stage), then multiplied by the data-parallel replicas; so it stays
+right when heads are replicated (TP > H_kv), for MLA latents held whole on every rank, and
+when layers do not divide evenly by PP. ``num_gpus = tp * pp * replicas`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from sim.errors import KvsimError
+from sim.profiles.schema import AcceleratorProfile, ModelProfile
+from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
+from sim.sizing.kv import kv_bytes_for_context, kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from sim.units import dtype_bytes
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything ``kvsim plan`` needs; None means 'from the profile' or the default."""
+
+    model: ModelProfile
+    accelerator: AcceleratorProfile
+    num_gpus: int
+    contexts: list[int]
+    tp: int | None = None  # default num_gpus / pp
+    pp: int = 1
+    output_tokens: int = 0
+    kv_dtype: str | None = None
+    weight_dtype: str | None = None
+    params: float | None = None
+    gpu_mem_bytes: float | None = None
+    reserve_bytes_per_gpu: float = 0.0
+    headroom: float = 0.0
+    shared_prefix_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ContextPlan:
+    """Capacity for one context length."""
+
+    context_tokens: int
+    trajectory_tokens: int  # context + output tokens
+    kv_bytes_per_trajectory: float  # whole model, one copy
+    kv_bytes_per_trajectory_per_gpu: float
+    max_concurrent: int
+    max_concurrent_shared: int | None = None
+    shared_prefix_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The plan: sizes in bytes, concurrency per context (node totals unless stated)."""
+
+    model: str
+    gpu: str
+    num_gpus: int
+    tp: int
+    pp: int
+    replicas: int
+    kv_dtype: str
+    weight_dtype: str
+    params: float
+    gpu_mem_bytes: float
+    kv_bytes_per_token: float
+    kv_bytes_per_token_per_gpu: float
+    weights_bytes_per_gpu: float
+    weights_bytes: float
+    reserve_bytes_per_gpu: float
+    kv_pool_bytes_per_gpu: float
+    kv_pool_bytes: float
+    headroom: float
+    usable_kv_pool_bytes: float
+    output_tokens: int
+    shared_prefix_tokens: int | None
+    contexts: list[ContextPlan] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (the ``--json`` contract)."""
+        return asdict(self)
+
+
+def _parallelism(inputs: PlanInputs) -> tuple[int, int, int]:
+    pp = inputs.pp
+    if pp < 1:
+        raise KvsimError(f"--pp must be >= 1, got {pp}")
+    tp = inputs.tp if inputs.tp is not None else inputs.num_gpus // pp
+    if tp < 1 or inputs.num_gpus % (tp * pp):
+        raise KvsimError(
+            f"--num-gpus {inputs.num_gpus} must be a multiple of tp x pp = {tp} x {pp}"
+        )
+    return tp, pp, inputs.num_gpus // (tp * pp)
+
+
+def plan_capacity(inputs: PlanInputs) -> PlanResult:
+    """Compute the capacity plan (F1, F4, F5, F34-F37) for each context length."""
+    model, gpu = inputs.model, inputs.accelerator
+    tp, pp, replicas = _parallelism(inputs)
+    if not 0 <= inputs.headroom < 1:
+        raise KvsimError(f"--headroom must be in [0, 1), got {inputs.headroom}")
+    kv_dtype = inputs.kv_dtype or model.kv_dtype
+    w_dtype = inputs.weight_dtype or model.weight_dtype
+    params = inputs.params or model.params_total
+    mem = inputs.gpu_mem_bytes or gpu.memory_bytes
+    w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
+    pool_gpu = kv_pool_bytes(mem, w_gpu, inputs.reserve_bytes_per_gpu)
+    usable_gpu = pool_gpu * (1 - inputs.headroom)
+    contexts = [
+        _context_plan(model, s, inputs, tp, pp, kv_dtype, usable_gpu, replicas)
+        for s in inputs.contexts
+    ]
+    return PlanResult(
+        model=model.name,
+        gpu=gpu.name,
+        num_gpus=inputs.num_gpus,
+        tp=tp,
+        pp=pp,
+        replicas=replicas,
+        kv_dtype=kv_dtype,
+        weight_dtype=w_dtype,
+        params=params,
+        gpu_mem_bytes=mem,
+        kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
+        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype),
+        weights_bytes_per_gpu=w_gpu,
+        weights_bytes=w_gpu * inputs.num_gpus,
+        reserve_bytes_per_gpu=inputs.reserve_bytes_per_gpu,
+        kv_pool_bytes_per_gpu=pool_gpu,
+        kv_pool_bytes=pool_gpu * inputs.num_gpus,
+        headroom=inputs.headroom,
+        usable_kv_pool_bytes=usable_gpu * inputs.num_gpus,
+        output_tokens=inputs.output_tokens,
+        shared_prefix_tokens=inputs.shared_prefix_tokens,
+        contexts=contexts,
+    )
+
+
+def _context_plan(model, context, inputs, tp, pp, kv_dtype, usable_gpu, replicas) -> ContextPlan:
+    if context < 1:
+        raise KvsimError(f"--context values must be positive, got {context}")
+    total = context + inputs.output_tokens
+
+    def per_gpu(tokens: int) -> float:
+        return kv_bytes_for_context(model, tokens, tp, pp, kv_dtype, per_gpu=True)
+
+    traj_gpu = per_gpu(total)
+    result = dict(
+        context_tokens=context,
+        trajectory_tokens=total,
+        kv_bytes_per_trajectory=kv_bytes_for_context(model, total, kv_dtype=kv_dtype),
+        kv_bytes_per_trajectory_per_gpu=traj_gpu,
+        max_concurrent=replicas * math.floor(usable_gpu / traj_gpu),
+    )
+    shared = inputs.shared_prefix_tokens
+    if shared is not None:
+        if not 0 <= shared <= context:
+            raise KvsimError(
+                f"--shared-prefix-tokens {shared} must be between 0 and the context {context}"
+            )
+        shared_gpu = per_gpu(shared)
+        # the prefix is stored once per replica; each trajectory adds what it holds beyond it
+        private_gpu = traj_gpu - shared_gpu
+        fit = 0 if usable_gpu < shared_gpu else math.floor((usable_gpu - shared_gpu) / private_gpu)
+        result["max_concurrent_shared"] = replicas * fit
+        result["shared_prefix_bytes"] = kv_bytes_for_context(model, shared, kv_dtype=kv_dtype)
+    return ContextPlan(**result)
