@@ -18,6 +18,7 @@ from sim.errors import KvsimError
 COMMAND_MODULES: list[str] = [
     "plan",
     "profiles",
+    "breakeven",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,100 @@
+"""Pause economics for one trajectory (F29-F33): reload vs recompute vs hold.
+
+Invariant: arithmetic about one trajectory's state only (it does not check that weights
+fit). Every tensor-parallel rank moves its own share of the KV over its own link at the
+same time, so a transfer takes (KV bytes per GPU) / (per-GPU one-way link bandwidth); an
+MLA latent is whole on every rank, so every rank moves all of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from sim.errors import KvsimError
+from sim.profiles.schema import ModelProfile
+from sim.sizing.compute import (
+    break_even_wait_s,
+    hold_cost_byte_s,
+    offload_round_trip_s,
+    prefill_flops,
+    reload_time_s,
+)
+from sim.sizing.kv import kv_bytes_for_context
+from sim.units import GB
+
+
+@dataclass(frozen=True)
+class BreakEvenInputs:
+    """One trajectory's pause: its context, the links, the prefill rate, the wait."""
+
+    model: ModelProfile
+    context_tokens: int
+    link_bw_bytes_per_s: float  # per GPU, one direction
+    prefill_flops_per_s: float  # sustained, the whole replica
+    tp: int = 1
+    pp: int = 1
+    params: float | None = None
+    kv_dtype: str | None = None
+    attention: bool = False  # add F23's attention term to the recompute
+    wait_s: float | None = None
+    mu_ratio: float = math.inf  # mu_HBM / mu_DRAM
+    stall_s: float = 0.0  # Delta_T_stall the scheduler accepts
+
+
+@dataclass(frozen=True)
+class BreakEvenResult:
+    """Times in seconds, bytes in bytes, hold cost in GB*s (decimal)."""
+
+    context_tokens: int
+    kv_bytes: float
+    kv_bytes_per_gpu: float
+    link_bw_bytes_per_s: float
+    prefill_flops_per_s: float
+    reload_s: float
+    round_trip_s: float
+    recompute_flops: float
+    recompute_s: float
+    reload_over_recompute: float
+    recompute_over_reload: float
+    break_even_wait_s: float
+    wait_s: float | None
+    hold_gb_s: float | None
+    decision: str | None  # at the given wait: 'hold' or 'offload'
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
+    """Reload, round trip, recompute, their ratio, hold cost and F33's break-even wait."""
+    if inp.link_bw_bytes_per_s <= 0 or inp.prefill_flops_per_s <= 0:
+        raise KvsimError("link bandwidth and prefill rate must be positive")
+    m, s = inp.model, inp.context_tokens
+    if s < 1:
+        raise KvsimError(f"--context must be positive, got {s}")
+    kv = kv_bytes_for_context(m, s, kv_dtype=inp.kv_dtype)
+    kv_gpu = kv_bytes_for_context(m, s, inp.tp, inp.pp, inp.kv_dtype, per_gpu=True)
+    params = inp.params or m.active_params
+    flops = prefill_flops(params, m.num_layers, m.d_model, s, attention=inp.attention)
+    reload = reload_time_s(kv_gpu, inp.link_bw_bytes_per_s)
+    recompute = flops / inp.prefill_flops_per_s
+    t_star = break_even_wait_s(kv_gpu, inp.link_bw_bytes_per_s, inp.mu_ratio, inp.stall_s)
+    wait = inp.wait_s
+    return BreakEvenResult(
+        context_tokens=s,
+        kv_bytes=kv,
+        kv_bytes_per_gpu=kv_gpu,
+        link_bw_bytes_per_s=inp.link_bw_bytes_per_s,
+        prefill_flops_per_s=inp.prefill_flops_per_s,
+        reload_s=reload,
+        round_trip_s=offload_round_trip_s(kv_gpu, inp.link_bw_bytes_per_s),
+        recompute_flops=flops,
+        recompute_s=recompute,
+        reload_over_recompute=reload / recompute,
+        recompute_over_reload=recompute / reload,
+        break_even_wait_s=t_star,
+        wait_s=wait,
+        hold_gb_s=None if wait is None else hold_cost_byte_s(kv, wait) / GB,
+        decision=None if wait is None else ("offload" if wait > t_star else "hold"),
+    )

@@ -1,0 +1,84 @@
+"""`kvsim breakeven`: SPEC E22 and E24 as the documented command lines, and bad input."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "pause_economics.md"
+BLOCK = re.compile(r'<!-- doc-command expect="([^"]+)" -->\s*```console\s*\n\$ (.+?)\n```', re.S)
+
+
+def _doc_commands():
+    found = BLOCK.findall(DOC.read_text())
+    assert len(found) == 2
+    return found
+
+
+@pytest.mark.parametrize("expect,command", _doc_commands())
+def test_documented_breakeven(run_cli, expect, command):
+    code, out, err = run_cli(command)
+    assert code == 0, err
+    data = json.loads(out)
+    for pair in expect.split(","):
+        key, value = pair.split("=")
+        decimals = len(value.split(".")[1])
+        assert round(data[key], decimals) == pytest.approx(float(value)), key
+
+
+def test_e24_decides_offload_and_e22_break_even_is_round_trip(run_cli):
+    _, out, _ = run_cli(_doc_commands()[1][1])
+    data = json.loads(out)
+    assert data["decision"] == "offload" and data["break_even_wait_s"] == data["round_trip_s"]
+    code, out, _ = run_cli(
+        "kvsim breakeven --model llama-3-70b --params 70e9 --num-gpus 1 "
+        "--context 16384 --link-gb-per-s 50 --prefill-tflops 400 --wait 0.1 "
+        "--json"
+    )
+    assert json.loads(out)["decision"] == "hold"
+
+
+def test_mla_moves_whole_latent_per_gpu(run_cli):
+    code, out, _ = run_cli(
+        "kvsim breakeven --model deepseek-v3 --num-gpus 8 --context 1000 "
+        "--link-gb-per-s 50 --prefill-tflops 1000 --json"
+    )
+    data = json.loads(out)
+    assert data["kv_bytes_per_gpu"] == data["kv_bytes"] == 1000 * 70272
+    assert data["recompute_flops"] == pytest.approx(2 * 37e9 * 1000)
+
+
+def test_attention_term_and_shadow_prices(run_cli):
+    base = (
+        "kvsim breakeven --model llama-3-70b --params 70e9 --num-gpus 1 --context 4096 "
+        "--link-gb-per-s 50 --prefill-tflops 400 --json"
+    )
+    plain = json.loads(run_cli(base)[1])
+    att = json.loads(run_cli(base + " --attention")[1])
+    assert att["recompute_flops"] - plain["recompute_flops"] == pytest.approx(
+        4 * 80 * 8192 * 4096**2
+    )
+    priced = json.loads(run_cli(base + " --mu-ratio 2 --stall-s 0.5")[1])
+    assert priced["break_even_wait_s"] == pytest.approx(2 * plain["round_trip_s"] + 0.5)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ("--model llama-3-70b --context 100 --prefill-tflops 400", "give --link-gb-per-s"),
+        ("--model llama-3-70b --context 100 --link-gb-per-s 50", "give --prefill-tflops"),
+        (
+            "--model llama-3-70b --gpu h100-sxm-80gb --context 100 --prefill-mfu 0.5 --prefill-tflops 9",
+            "not both",
+        ),
+        (
+            "--model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 --tp 4 --context 100",
+            "must equal tp x pp",
+        ),
+        ("--model llama-3-70b --gpu h100-sxm-80gb --context 100 --mu-ratio 0.5", "mu_ratio"),
+    ],
+)
+def test_bad_input_one_line(run_cli, args, needle):
+    code, _, err = run_cli("kvsim breakeven " + args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
