@@ -19,6 +19,7 @@ COMMAND_MODULES: list[str] = [
     "plan",
     "profiles",
     "breakeven",
+    "trace_replay",
 ]
 
 app = typer.Typer(
