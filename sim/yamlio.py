@@ -65,11 +65,20 @@ def line_for(lines: LineMap, loc: tuple) -> int | None:
     return None
 
 
-def format_validation_error(exc: Any, source: str, lines: LineMap, prefix: tuple = ()) -> str:
-    """Turn a pydantic ValidationError into ``file:line: field: message`` lines."""
+def format_validation_error(
+    exc: Any, source: str, lines: LineMap, prefix: tuple = (), data: Any = None
+) -> str:
+    """Turn a pydantic ValidationError into ``file:line: field: message`` lines.
+
+    Pydantic puts union tags into error locations (``allocator.paged.block_size`` for the
+    ``block_size`` of an allocator whose ``kind`` is ``paged``); they are dropped so the
+    field and its line are the ones the user wrote. ``data`` (the validated input) makes
+    that exact; without it, a part is dropped when the file has the next part directly
+    under the current path but not the part itself.
+    """
     out = []
     for err in exc.errors():
-        loc = tuple(prefix) + tuple(p for p in err["loc"] if not _is_tag(p))
+        loc = tuple(prefix) + clean_loc(err["loc"], data, lines, tuple(prefix))
         line = line_for(lines, loc)
         where = f"{source}:{line}" if line else source
         field = ".".join(str(p) for p in loc) or "(top level)"
@@ -78,6 +87,53 @@ def format_validation_error(exc: Any, source: str, lines: LineMap, prefix: tuple
             msg = "unknown field"
         out.append(f"{where}: {field}: {msg}")
     return "\n".join(out)
+
+
+def clean_loc(loc: tuple, data: Any = None, lines: LineMap | None = None,
+              prefix: tuple = ()) -> tuple:
+    """An error location without the tags pydantic inserts for unions."""
+    parts = [p for p in loc if not _is_tag(p)]
+    if data is not None:
+        return _clean_by_data(parts, data)
+    if not lines:
+        return tuple(parts)
+    out: list = []
+    for i, part in enumerate(parts):
+        here = prefix + tuple(out)
+        if (
+            i < len(parts) - 1
+            and isinstance(part, str)
+            and here + (part,) not in lines
+            and here + (parts[i + 1],) in lines
+        ):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _clean_by_data(parts: list, data: Any) -> tuple:
+    out: list = []
+    node = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, dict):
+            if part in node:
+                out.append(part)
+                node = node[part]
+                continue
+            if not last and isinstance(part, str):
+                continue  # a union tag: the discriminator value or a member's name
+            out.append(part)  # a missing field
+            node = None
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif node is not None and isinstance(part, str):
+            continue  # a member name of a union of scalar types
+        else:
+            out.append(part)
+            node = None
+    return tuple(out)
 
 
 def _is_tag(part: Any) -> bool:

@@ -20,6 +20,11 @@ COMMAND_MODULES: list[str] = [
     "profiles",
     "breakeven",
     "trace_replay",
+    "alloc_replay",
+    "regress",
+    "run",
+    "validate",
+    "schema",
 ]
 
 app = typer.Typer(
@@ -42,7 +47,10 @@ _register_all()
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning user errors into one line."""
     try:
-        app(args=argv, standalone_mode=False)
+        # without standalone mode click returns a command's typer.Exit code instead of exiting
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code
     except KvsimError as exc:
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# kernels_validation/run_all.sh [--quick]
+#
+# Runs every kernels_validation check and benchmark, one after another, in at most about
+# 4 minutes on one H200, writing flat files under $OUT as it goes (a killed run still
+# leaves what finished):
+#   env.json  correctness.csv  paged_attention.csv  copies.csv  gemm.csv  layer.csv  run_all.log
+# Each piece has a soft budget (the script stops starting new cases) and a hard limit
+# (timeout kills it); the hard limits are also cut so the whole run stays under
+# TOTAL_S seconds. Without CUDA (or with --quick) every piece runs its tiny CPU mode.
+# Needs only python3 with torch (and Triton on a GPU). PYTHON overrides the interpreter.
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+: "${OUT:?set OUT to the folder to write into}"
+PY="${PYTHON:-python3}"
+TOTAL_S="${TOTAL_S:-240}"
+MIN_PIECE_S="${MIN_PIECE_S:-15}"  # do not start a piece with less time than this left
+mkdir -p "$OUT"
+log="$OUT/run_all.log"
+export PYTHONUNBUFFERED=1
+
+quick=""
+[ "${1:-}" = "--quick" ] && quick="--quick"
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>>"$log"; then
+  quick="--quick"
+  echo "no CUDA device visible to torch: running the CPU quick mode" | tee -a "$log"
+fi
+mode=full
+[ -n "$quick" ] && mode=quick
+start=$SECONDS
+
+# run NAME SOFT_S HARD_S ARGS...: one piece, its output appended to the log
+run() {
+  local name=$1 soft=$2 hard=$3
+  shift 3
+  local left=$((TOTAL_S - (SECONDS - start)))
+  if [ "$left" -lt "$MIN_PIECE_S" ]; then
+    echo "=== $name: not started, ${left}s of the ${TOTAL_S}s total left" | tee -a "$log"
+    return
+  fi
+  [ "$hard" -gt "$left" ] && hard=$left
+  [ "$soft" -gt 0 ] && [ "$soft" -gt $((hard - 10)) ] && soft=$((hard - 10))
+  echo "=== $name: start $(date -u +%H:%M:%S), soft ${soft}s, hard ${hard}s" | tee -a "$log"
+  local budget=()
+  [ "$soft" -gt 0 ] && budget=(--budget-s "$soft")
+  timeout -k 5 "$hard" "$PY" "$here/$name.py" "$@" ${budget[@]+"${budget[@]}"} >>"$log" 2>&1
+  local rc=$?
+  [ "$rc" -eq 124 ] && echo "=== $name: killed at its hard limit" | tee -a "$log"
+  echo "=== $name: rc=$rc after $((SECONDS - start))s in all" | tee -a "$log"
+}
+
+run env_info 0 30 --out "$OUT/env.json" --mode "$mode"
+run check_correctness 25 45 $quick --out "$OUT/correctness.csv"
+run bench_paged_attention 50 75 $quick --out "$OUT/paged_attention.csv"
+run bench_copies 35 55 $quick --out "$OUT/copies.csv"
+run bench_layer 35 60 $quick --out "$OUT/layer.csv"
+run bench_gemm 25 40 $quick --out "$OUT/gemm.csv"
+
+echo "=== summary ($mode mode, $((SECONDS - start))s)" | tee -a "$log"
+"$PY" "$here/summarize.py" "$OUT" 2>&1 | tee -a "$log"

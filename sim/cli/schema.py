@@ -1,0 +1,30 @@
+"""``kvsim schema [--out FILE]``: the scenario JSON Schema (for editor completion).
+
+Invariant: prints (or writes) exactly one JSON document, generated from the same pydantic
+models that validate scenarios, so it never drifts from them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``schema`` to the app."""
+    app.command("schema", help="Print the JSON Schema of scenario files.")(schema)
+
+
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead.")] = None,
+) -> None:
+    from sim.scenario import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")

@@ -1,0 +1,360 @@
+"""The allocator protocol: one interface for every way of placing KV bytes in a pool.
+
+Responsibility: the public methods (``allocate``, ``append``, ``fork``, ``free``,
+``metrics``, ``check_invariants`` and the engine's queries) live here once; they check for
+misuse, keep the token counts, the fork lineage (useful bytes) and the copy counters, and
+delegate the placement decision to a kind's ``_allocate``/``_append``/``_fork``/``_free``.
+
+Invariants (checked by ``check_invariants`` after any operation):
+  * free + allocated + cached + remainder = pool, in bytes;
+  * useful <= allocated and useful <= logical;
+  * a miss (falsy return) changes nothing; misuse raises ``AllocatorError`` and changes
+    nothing; a freed id may be allocated again.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sim.errors import ConfigError
+from sim.memory.errors import (
+    AllocatorError,
+    InvariantError,
+    LiveSequenceError,
+    UnknownSequenceError,
+)
+from sim.memory.fragmentation import eta_alloc, eta_effective, phi_ext
+from sim.memory.lineage import TokenLineage
+from sim.memory.metrics import Activity, AllocResult, MemoryMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class Books:
+    """A kind's own part of the metrics: where the pool's bytes are."""
+
+    allocated_bytes: float
+    free_bytes: float
+    cached_bytes: float
+    remainder_bytes: float
+    free_extents: tuple[float, ...]  # contiguous holes in address order (bytes)
+
+
+class _Counters:
+    """Cumulative activity; ``Activity`` snapshots are differences of two of these."""
+
+    __slots__ = tuple(Activity.__slots__)
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def minus(self, other: _Counters) -> Activity:
+        return Activity(*(getattr(self, n) - getattr(other, n) for n in self.__slots__))
+
+    def copy(self) -> _Counters:
+        new = _Counters()
+        for name in self.__slots__:
+            setattr(new, name, getattr(self, name))
+        return new
+
+
+def positive_number(value: Any, field: str) -> float:
+    """A positive finite byte figure; integral floats become ints so books stay exact."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"must be a number of bytes, got {value!r}", field=field)
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"must be positive, got {value!r}", field=field)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def positive_int(value: Any, field: str) -> int:
+    """A positive whole number option (block sizes, token counts)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"must be a positive whole number, got {value!r}", field=field)
+    return value
+
+
+def flag(value: Any, field: str) -> bool:
+    """A true/false option (YAML booleans only, not 0/1 or strings)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", field=field)
+    return value
+
+
+def choice(value: Any, field: str, valid: tuple[str, ...]) -> str:
+    """One of a closed set of names."""
+    if value not in valid:
+        raise ConfigError(f"must be one of {', '.join(valid)}; got {value!r}", field=field)
+    return value
+
+
+class Allocator(ABC):
+    """Base of every allocator kind; subclasses implement the placement hooks."""
+
+    kind: ClassVar[str] = "?"
+    #: tokens per block for block kinds; None for contiguous kinds
+    block_size: int | None = None
+
+    def __init__(self, *, pool_bytes: float, kv_bytes_per_token: float) -> None:
+        self.pool_bytes = positive_number(pool_bytes, "pool_bytes")
+        self.kv_bytes_per_token = positive_number(kv_bytes_per_token, "kv_bytes_per_token")
+        self._tokens: dict[Hashable, int] = {}  # live sequence -> tokens written
+        self._lineage = TokenLineage()
+        self._count = _Counters()
+        self._mark = _Counters()  # counters at the last take_activity()
+        self._copied_mark = 0  # bytes_copied at the last take_copied_bytes()
+        self._peak_allocated_bytes = 0
+
+    # ----------------------------------------------------------------- public operations
+    def allocate(self, seq_id: Hashable, n_tokens: int, *, content: Any = None) -> AllocResult:
+        """Admit ``seq_id`` with an ``n_tokens`` prompt; falsy result = does not fit."""
+        n = _count(n_tokens, "allocate", minimum=1)
+        if seq_id in self._tokens:
+            raise LiveSequenceError(f"{self.kind}: allocate: sequence {seq_id!r} is already live")
+        result = self._allocate(seq_id, n, content)
+        if result:
+            self._tokens[seq_id] = n
+            self._lineage.add(seq_id, n)
+            self._note_peak(self._allocated_bytes())
+        return result
+
+    def append(self, seq_id: Hashable, n_tokens: int = 1, *, content: Any = None) -> bool:
+        """Write ``n_tokens`` more tokens; False = does not fit (nothing changed)."""
+        tokens = self._tokens.get(seq_id)
+        if tokens is None:
+            raise self._unknown("append", seq_id)
+        if n_tokens.__class__ is int and n_tokens > 0:  # the hot path: skip the full check
+            n = n_tokens
+        else:
+            n = _count(n_tokens, "append", minimum=0)
+            if n == 0:
+                return True
+        if not self._append(seq_id, tokens, n, content):
+            return False
+        self._tokens[seq_id] = tokens + n
+        self._lineage.extend(seq_id, n)
+        allocated = self._allocated_bytes()
+        if allocated > self._peak_allocated_bytes:
+            self._peak_allocated_bytes = allocated
+        return True
+
+    def fork(self, parent_id: Hashable, child_id: Hashable) -> bool:
+        """``child_id`` starts with all of ``parent_id``'s tokens; False = does not fit."""
+        tokens = self._tokens.get(parent_id)
+        if tokens is None:
+            raise self._unknown("fork", parent_id)
+        if child_id in self._tokens:
+            raise LiveSequenceError(f"{self.kind}: fork: child {child_id!r} is already live")
+        if not self._fork(parent_id, child_id, tokens):
+            return False
+        self._tokens[child_id] = tokens
+        self._lineage.fork(parent_id, child_id, tokens)
+        self._note_peak(self._allocated_bytes())
+        return True
+
+    def free(self, seq_id: Hashable) -> None:
+        """Release ``seq_id``; its id may be allocated again afterwards."""
+        tokens = self._tokens.get(seq_id)
+        if tokens is None:
+            raise self._unknown("free", seq_id)
+        self._free(seq_id, tokens)
+        del self._tokens[seq_id]
+        self._lineage.remove(seq_id, tokens)
+
+    # ------------------------------------------------------------------------ queries
+    def seq_tokens(self, seq_id: Hashable) -> int:
+        """Tokens written by a live sequence."""
+        tokens = self._tokens.get(seq_id)
+        if tokens is None:
+            raise self._unknown("seq_tokens", seq_id)
+        return tokens
+
+    def sequences(self) -> Iterator[Hashable]:
+        """Live sequence ids, in admission order."""
+        return iter(self._tokens)
+
+    def is_live(self, seq_id: Hashable) -> bool:
+        return seq_id in self._tokens
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self._tokens)
+
+    def useful_tokens(self) -> int:
+        """Distinct token states of live sequences (see ``lineage``)."""
+        return self._lineage.distinct_tokens
+
+    def logical_tokens(self) -> int:
+        return self._lineage.logical_tokens
+
+    def take_copied_bytes(self) -> float:
+        """Bytes copied since the previous call (for the step that caused them)."""
+        now = self._count.bytes_copied
+        copied, self._copied_mark = now - self._copied_mark, now
+        return copied
+
+    def take_activity(self) -> Activity:
+        """Everything done since the previous call (copies, buffers, blocks)."""
+        activity = self._count.minus(self._mark)
+        self._mark = self._count.copy()
+        return activity
+
+    @abstractmethod
+    def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
+        """Whether ``allocate`` of ``n_tokens`` (with ``content``) would succeed now."""
+
+    @abstractmethod
+    def can_append(self, seq_id: Hashable, n_tokens: int = 1) -> bool:
+        """Whether ``append(seq_id, n_tokens)`` would succeed now."""
+
+    @abstractmethod
+    def can_fork(self, parent_id: Hashable) -> bool:
+        """Whether ``fork(parent_id, new_id)`` would succeed now."""
+
+    @abstractmethod
+    def blocks_needed(self, seq_id: Hashable, n_tokens: int = 1) -> int:
+        """Pool units an append would take: blocks (CoW included), or 0/1 new buffer."""
+
+    @abstractmethod
+    def seq_capacity_tokens(self, seq_id: Hashable) -> int:
+        """Token slots reserved for a live sequence (buffer size or blocks * block_size)."""
+
+    @property
+    @abstractmethod
+    def max_sequence_tokens(self) -> int:
+        """The longest prompt an empty pool of this kind admits."""
+
+    # ------------------------------------------------------------------------ metrics
+    def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
+        """Snapshot of F7-F10; ``phi_ext`` is F9 for a request of ``request_bytes``."""
+        books = self._books()
+        m = self.kv_bytes_per_token
+        useful = self.useful_tokens() * m
+        return MemoryMetrics(
+            pool_bytes=self.pool_bytes,
+            useful_bytes=useful,
+            logical_bytes=self.logical_tokens() * m,
+            allocated_bytes=books.allocated_bytes,
+            free_bytes=books.free_bytes,
+            cached_bytes=books.cached_bytes,
+            remainder_bytes=books.remainder_bytes,
+            free_extents=books.free_extents,
+            largest_free_bytes=max(books.free_extents, default=0),
+            eta_alloc=eta_alloc(useful, books.allocated_bytes),
+            eta_effective=eta_effective(useful, self.pool_bytes),
+            phi_ext=phi_ext(books.free_extents, request_bytes),
+            peak_allocated_bytes=self._peak_allocated_bytes,
+            bytes_copied=self._count.bytes_copied,
+            cow_copies=self._count.cow_copies,
+            num_sequences=len(self._tokens),
+        )
+
+    def check_invariants(self) -> None:
+        """Raise InvariantError naming the first broken invariant."""
+        self._lineage.check(self._tokens)
+        self._check_kind()
+        b = self._books()
+        total = b.free_bytes + b.allocated_bytes + b.cached_bytes + b.remainder_bytes
+        if not _same(total, self.pool_bytes):
+            raise InvariantError(
+                f"{self.kind}: free {b.free_bytes} + allocated {b.allocated_bytes} + cached "
+                f"{b.cached_bytes} + remainder {b.remainder_bytes} = {total} != pool "
+                f"{self.pool_bytes}"
+            )
+        if not _same(sum(b.free_extents), b.free_bytes):
+            raise InvariantError(f"{self.kind}: free extents do not sum to free bytes")
+        if min(b.free_bytes, b.allocated_bytes, b.cached_bytes, b.remainder_bytes) < 0:
+            raise InvariantError(f"{self.kind}: a negative figure in the books: {b}")
+        useful = self.useful_tokens() * self.kv_bytes_per_token
+        if useful > b.allocated_bytes + 1e-9 * self.pool_bytes:
+            raise InvariantError(f"{self.kind}: useful {useful} > allocated {b.allocated_bytes}")
+        if self.useful_tokens() > self.logical_tokens():
+            raise InvariantError(f"{self.kind}: useful tokens exceed logical tokens")
+        if b.allocated_bytes > self._peak_allocated_bytes:
+            raise InvariantError(f"{self.kind}: allocated bytes above the recorded peak")
+
+    # ------------------------------------------------------------- hooks for the kinds
+    @abstractmethod
+    def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
+        """Place a new sequence; return a falsy result (changing nothing) on a miss."""
+
+    @abstractmethod
+    def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
+        """Make room for ``n_tokens`` after ``tokens``; False (changing nothing) on a miss."""
+
+    @abstractmethod
+    def _fork(self, parent_id: Hashable, child_id: Hashable, tokens: int) -> bool:
+        """Give ``child_id`` the parent's state; False (changing nothing) on a miss."""
+
+    @abstractmethod
+    def _free(self, seq_id: Hashable, tokens: int) -> None:
+        """Release a live sequence's memory."""
+
+    @abstractmethod
+    def _allocated_bytes(self) -> float:
+        """Bytes reserved by live sequences now (cheap: called after every operation)."""
+
+    @abstractmethod
+    def _books(self) -> Books:
+        """Where the pool's bytes are now."""
+
+    @abstractmethod
+    def _check_kind(self) -> None:
+        """Kind-specific invariants; raise InvariantError."""
+
+    # ---------------------------------------------------------------------- helpers
+    def _note_peak(self, allocated_bytes: float) -> None:
+        if allocated_bytes > self._peak_allocated_bytes:
+            self._peak_allocated_bytes = allocated_bytes
+
+    def _add_copy(self, n_bytes: float) -> None:
+        self._count.bytes_copied += n_bytes
+
+    def _unknown(self, op: str, seq_id: Hashable) -> UnknownSequenceError:
+        return UnknownSequenceError(
+            f"{self.kind}: {op}: sequence {seq_id!r} is not live "
+            "(never allocated, or already freed)"
+        )
+
+    def _live_tokens(self, seq_id: Hashable, op: str) -> int:
+        tokens = self._tokens.get(seq_id)
+        if tokens is None:
+            raise self._unknown(op, seq_id)
+        return tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} pool_bytes={self.pool_bytes} "
+            f"kv_bytes_per_token={self.kv_bytes_per_token} sequences={len(self._tokens)}>"
+        )
+
+
+def _count(value: Any, op: str, *, minimum: int) -> int:
+    """A whole token count >= minimum (numpy integers accepted, floats and bools refused)."""
+    if isinstance(value, bool):
+        raise AllocatorError(f"{op}: token count must be a whole number, got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise AllocatorError(f"{op}: token count must be a whole number, got {value!r}") from None
+    if n < minimum:
+        raise AllocatorError(f"{op}: token count must be >= {minimum}, got {n}")
+    return n
+
+
+def checked_count(value: Any, op: str, *, minimum: int = 0) -> int:
+    """Public form of the token-count check, for the kinds' query methods."""
+    return _count(value, op, minimum=minimum)
+
+
+def _same(a: float, b: float) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-6)

@@ -1,0 +1,151 @@
+"""The physical blocks of a paged pool: ids, refcounts, the FIFO free queue, cached blocks.
+
+Responsibility: which block is where. Every block is in exactly one of three states:
+  * free      refcount 0, in the free queue, holds nothing worth keeping;
+  * allocated refcount >= 1: mapped by that many block tables;
+  * cached    refcount 0, not in the queue, *retained*: a prefix cache keeps its content
+              for reuse (always 0 blocks without a prefix cache).
+
+Free-queue order (a documented, tested property): the queue is FIFO. It starts in block-id
+order 0, 1, ..., N-1; ``take`` pops from the head; a block whose refcount drops to zero is
+appended to the tail (unless retained). So a freed block is reused only after every block
+that was free before it, which is vLLM V1's order and makes the queue an LRU list when a
+prefix cache leaves content in free blocks. ``unretain(..., to_front=True)`` puts evicted
+blocks at the head instead (vLLM 2026 main does that for blocks without a hash).
+
+Invariant: num_free + num_allocated + num_cached = num_blocks; the queue holds each free
+block exactly once; ``num_cached`` = blocks with refcount 0 that are retained.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from sim.memory.errors import InvariantError
+
+
+class BlockPool:
+    """``num_blocks`` blocks with refcounts and a FIFO free queue; O(1) per block touched."""
+
+    __slots__ = ("num_blocks", "refcount", "_free", "_retained", "num_cached")
+
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks < 0:
+            raise ValueError(f"num_blocks must be >= 0, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.refcount: list[int] = [0] * num_blocks  # tables mapping each block
+        self._free: deque[int] = deque(range(num_blocks))
+        self._retained = bytearray(num_blocks)  # 1 = a cache keeps this block's content
+        self.num_cached = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_allocated(self) -> int:
+        return self.num_blocks - len(self._free) - self.num_cached
+
+    def free_queue(self) -> list[int]:
+        """Free block ids in the order ``take`` will hand them out."""
+        return list(self._free)
+
+    def take(self, n: int) -> list[int]:
+        """Pop ``n`` blocks from the head of the queue; each gets refcount 1."""
+        if n > len(self._free):
+            raise InvariantError(f"block pool: take({n}) with {len(self._free)} free blocks")
+        popleft = self._free.popleft
+        ids = [popleft() for _ in range(n)]
+        rc = self.refcount
+        for b in ids:
+            rc[b] = 1
+        return ids
+
+    def incref(self, ids: Iterable[int]) -> None:
+        """One more table maps each block; a cached block becomes allocated again."""
+        rc = self.refcount
+        for b in ids:
+            r = rc[b]
+            if r == 0:
+                if not self._retained[b]:
+                    raise InvariantError(f"block pool: incref of free block {b}")
+                self.num_cached -= 1
+            rc[b] = r + 1
+
+    def decref(self, ids: Iterable[int]) -> int:
+        """One table fewer maps each block; return how many reached zero.
+
+        A block reaching zero goes to the tail of the free queue, or becomes cached if a
+        prefix cache retains it. Blocks are processed in the order given.
+        """
+        rc = self.refcount
+        retained = self._retained
+        push = self._free.append
+        released = 0
+        for b in ids:
+            r = rc[b] - 1
+            if r < 0:
+                raise InvariantError(f"block pool: decref of free block {b}")
+            rc[b] = r
+            if r == 0:
+                released += 1
+                if retained[b]:
+                    self.num_cached += 1
+                else:
+                    push(b)
+        return released
+
+    def retain(self, ids: Iterable[int]) -> None:
+        """A prefix cache keeps these allocated blocks' content when they are released."""
+        for b in ids:
+            if self.refcount[b] == 0 and not self._retained[b]:
+                raise InvariantError(f"block pool: retain of free block {b}")
+            self._retained[b] = 1
+
+    def is_retained(self, block: int) -> bool:
+        return bool(self._retained[block])
+
+    def unretain(self, ids: Iterable[int], *, to_front: bool = False) -> int:
+        """The cache lets go of these blocks (eviction); cached ones become free.
+
+        Return how many became free. Allocated blocks stay allocated and will be freed
+        normally. ``to_front`` puts freed blocks at the head of the queue.
+        """
+        freed = []
+        for b in ids:
+            if not self._retained[b]:
+                raise InvariantError(f"block pool: unretain of block {b}, which is not retained")
+            self._retained[b] = 0
+            if self.refcount[b] == 0:
+                self.num_cached -= 1
+                freed.append(b)
+        if to_front:
+            self._free.extendleft(reversed(freed))
+        else:
+            self._free.extend(freed)
+        return len(freed)
+
+    def check(self) -> None:
+        """Every block in exactly one state; counts agree."""
+        free = self._free
+        if len(set(free)) != len(free):
+            raise InvariantError("block pool: a block is twice in the free queue")
+        in_queue = bytearray(self.num_blocks)
+        for b in free:
+            if not 0 <= b < self.num_blocks:
+                raise InvariantError(f"block pool: bad block id {b} in the free queue")
+            if self.refcount[b] or self._retained[b]:
+                raise InvariantError(f"block pool: block {b} is free but mapped or retained")
+            in_queue[b] = 1
+        cached = 0
+        for b in range(self.num_blocks):
+            r = self.refcount[b]
+            if r < 0:
+                raise InvariantError(f"block pool: block {b} has refcount {r}")
+            if r == 0 and not in_queue[b]:
+                if not self._retained[b]:
+                    raise InvariantError(f"block pool: block {b} leaked (refcount 0, not free)")
+                cached += 1
+        if cached != self.num_cached:
+            raise InvariantError(f"block pool: {cached} cached blocks, counter {self.num_cached}")

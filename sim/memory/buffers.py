@@ -1,0 +1,191 @@
+"""Contiguous kinds: one buffer per sequence in an address space with holes.
+
+Responsibility: the behaviour static, contiguous and buddy allocators share. A sequence
+owns one contiguous buffer (``start``, ``size`` in token slots; capacity = size). An append
+past capacity grows the buffer once to the smallest doubling that fits; growth follows the
+chapter's three steps (SPEC 3.2): reserve the new buffer while the old one still exists
+(the transient N + 2N peak is recorded), copy the written tokens (``bytes_copied``), release
+the old buffer as a hole. With ``grow_in_place`` a buffer first tries to extend into the
+hole right after it (no copy). A fork is a deep copy: the child gets a buffer of the
+parent's capacity and the parent's tokens are copied.
+
+Invariant: each live sequence has exactly one buffer with tokens <= size; the buffers and
+the space's free extents tile the addressable slots; ``_allocated_tokens`` = sum of sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Any, Protocol
+
+from sim.memory.base import Allocator, Books, checked_count
+from sim.memory.errors import InvariantError
+from sim.memory.metrics import ADMITTED, MISSED, AllocResult
+
+GROWTH = ("double",)
+
+
+class AddressSpace(Protocol):
+    """What a buffer allocator needs from its space (``ExtentSpace``, ``BuddySpace``)."""
+
+    total_tokens: int
+    free_tokens: int
+
+    def reserved_size(self, n_tokens: int) -> int: ...
+    def largest_reservable(self) -> int: ...
+    def can_reserve(self, n_tokens: int) -> bool: ...
+    def reserve(self, n_tokens: int) -> tuple[int, int] | None: ...
+    def release(self, start: int, size: int) -> None: ...
+    def can_grow_in_place(self, start: int, size: int, new_size: int) -> bool: ...
+    def grow_in_place(self, start: int, size: int, new_size: int) -> bool: ...
+    def extents(self) -> list[int]: ...
+    def check(self, reserved: Any) -> None: ...
+
+
+def pool_slots(pool_bytes: float, kv_bytes_per_token: float) -> int:
+    """Whole token slots in the pool; the rest is the remainder."""
+    return math.floor(pool_bytes / kv_bytes_per_token)
+
+
+class BufferAllocator(Allocator):
+    """Base of the contiguous kinds; subclasses set ``_space`` and the capacity policy."""
+
+    _space: AddressSpace
+    grow_in_place: bool = False
+
+    def __init__(self, *, pool_bytes: float, kv_bytes_per_token: float) -> None:
+        super().__init__(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token)
+        self._buffers: dict[Hashable, tuple[int, int]] = {}  # seq -> (start, size) in slots
+        self._allocated_tokens = 0
+
+    # --------------------------------------------------------- capacity policy hooks
+    def _initial_tokens(self, n_tokens: int) -> int | None:
+        """Slots to request for a prompt of ``n_tokens``; None = can never fit."""
+        return n_tokens
+
+    def _grown_tokens(self, capacity: int, needed: int) -> int | None:
+        """Capacity after growth: the smallest doubling of ``capacity`` >= ``needed``."""
+        new = capacity
+        while new < needed:
+            new *= 2
+        return new
+
+    # ------------------------------------------------------------------- operations
+    def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
+        want = self._initial_tokens(n_tokens)
+        placed = None if want is None else self._space.reserve(want)
+        if placed is None:
+            return MISSED
+        self._buffers[seq_id] = placed
+        self._allocated_tokens += placed[1]
+        self._count.buffer_allocs += 1
+        return ADMITTED
+
+    def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
+        start, size = self._buffers[seq_id]
+        needed = tokens + n_tokens
+        if needed <= size:
+            return True
+        new = self._grown_tokens(size, needed)
+        if new is None:
+            return False
+        new_size = self._space.reserved_size(new)
+        if self.grow_in_place and self._space.grow_in_place(start, size, new_size):
+            self._buffers[seq_id] = (start, new_size)
+            self._allocated_tokens += new_size - size
+            return True
+        placed = self._space.reserve(new)  # step 1: the old buffer still exists
+        if placed is None:
+            return False
+        m = self.kv_bytes_per_token
+        self._note_peak((self._allocated_tokens + placed[1]) * m)  # transient N + 2N
+        self._add_copy(tokens * m)  # step 2: copy the written tokens
+        self._space.release(start, size)  # step 3: the old buffer becomes a hole
+        self._buffers[seq_id] = placed
+        self._allocated_tokens += placed[1] - size
+        self._count.buffer_allocs += 1
+        self._count.buffer_frees += 1
+        return True
+
+    def _fork(self, parent_id: Hashable, child_id: Hashable, tokens: int) -> bool:
+        placed = self._space.reserve(self._buffers[parent_id][1])
+        if placed is None:
+            return False
+        self._buffers[child_id] = placed
+        self._allocated_tokens += placed[1]
+        self._add_copy(tokens * self.kv_bytes_per_token)  # deep copy of the parent's tokens
+        self._count.buffer_allocs += 1
+        return True
+
+    def _free(self, seq_id: Hashable, tokens: int) -> None:
+        start, size = self._buffers.pop(seq_id)
+        self._space.release(start, size)
+        self._allocated_tokens -= size
+        self._count.buffer_frees += 1
+
+    # ---------------------------------------------------------------------- queries
+    def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
+        want = self._initial_tokens(checked_count(n_tokens, "can_allocate", minimum=1))
+        return want is not None and self._space.can_reserve(want)
+
+    def can_append(self, seq_id: Hashable, n_tokens: int = 1) -> bool:
+        tokens = self._live_tokens(seq_id, "can_append")
+        start, size = self._buffers[seq_id]
+        needed = tokens + checked_count(n_tokens, "can_append")
+        if needed <= size:
+            return True
+        new = self._grown_tokens(size, needed)
+        if new is None:
+            return False
+        new_size = self._space.reserved_size(new)
+        if self.grow_in_place and self._space.can_grow_in_place(start, size, new_size):
+            return True
+        return self._space.can_reserve(new)
+
+    def can_fork(self, parent_id: Hashable) -> bool:
+        self._live_tokens(parent_id, "can_fork")
+        return self._space.can_reserve(self._buffers[parent_id][1])
+
+    def blocks_needed(self, seq_id: Hashable, n_tokens: int = 1) -> int:
+        """1 when the append needs a new (larger) buffer, else 0."""
+        tokens = self._live_tokens(seq_id, "blocks_needed")
+        return int(tokens + checked_count(n_tokens, "blocks_needed") > self._buffers[seq_id][1])
+
+    def seq_capacity_tokens(self, seq_id: Hashable) -> int:
+        """Slots reserved for a live sequence (its buffer size)."""
+        self._live_tokens(seq_id, "seq_capacity_tokens")
+        return self._buffers[seq_id][1]
+
+    def seq_buffer(self, seq_id: Hashable) -> tuple[int, int]:
+        """(start slot, size in slots) of a live sequence's buffer."""
+        self._live_tokens(seq_id, "seq_buffer")
+        return self._buffers[seq_id]
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        return self._space.largest_reservable()
+
+    # ---------------------------------------------------------------------- books
+    def _allocated_bytes(self) -> float:
+        return self._allocated_tokens * self.kv_bytes_per_token
+
+    def _books(self) -> Books:
+        m = self.kv_bytes_per_token
+        return Books(
+            allocated_bytes=self._allocated_tokens * m,
+            free_bytes=self._space.free_tokens * m,
+            cached_bytes=0,
+            remainder_bytes=self.pool_bytes - self._space.total_tokens * m,
+            free_extents=tuple(h * m for h in self._space.extents()),
+        )
+
+    def _check_kind(self) -> None:
+        self._space.check(self._buffers.values())
+        if sum(size for _, size in self._buffers.values()) != self._allocated_tokens:
+            raise InvariantError(f"{self.kind}: allocated slots != sum of buffer sizes")
+        if set(self._buffers) != set(self._tokens):
+            raise InvariantError(f"{self.kind}: buffers and live sequences differ")
+        for seq_id, (_, size) in self._buffers.items():
+            if self._tokens[seq_id] > size:
+                raise InvariantError(f"{self.kind}: sequence {seq_id!r} overflows its buffer")

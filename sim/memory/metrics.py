@@ -1,0 +1,66 @@
+"""Result objects of the allocator layer: allocation results, metrics, per-step activity.
+
+Invariant: every byte figure is in bytes (``tokens * kv_bytes_per_token``), every ratio is
+a plain fraction in [0, 1] or ``None`` when undefined; these objects are immutable
+snapshots, so a caller can keep them in a time series without copying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AllocResult:
+    """Outcome of ``allocate``: truthy when the sequence was admitted, falsy on a miss."""
+
+    ok: bool  # admitted; False = does not fit, nothing changed
+    matched_tokens: int = 0  # prompt tokens served from a prefix cache (0 without one)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+#: shared results of kinds without a prefix cache (no allocation per call)
+ADMITTED = AllocResult(True)
+MISSED = AllocResult(False)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryMetrics:
+    """State of one allocator at one instant (SPEC F7-F10)."""
+
+    pool_bytes: float  # the pool the allocator was given (M_pool)
+    useful_bytes: float  # distinct token states resident (a CoW-shared prefix counts once)
+    logical_bytes: float  # F7: sum of every live sequence's tokens (logical/useful = sharing gain)
+    allocated_bytes: float  # reserved: whole buffers or whole blocks of live sequences
+    free_bytes: float  # reusable now (free extents or free blocks)
+    cached_bytes: float  # dormant blocks a prefix cache keeps for reuse (0 without one)
+    remainder_bytes: float  # what does not make a whole slot or block; never usable
+    free_extents: tuple[float, ...]  # sizes of contiguous free holes, address order
+    largest_free_bytes: float  # largest free hole (paged: all free bytes)
+    eta_alloc: float | None  # F8 useful/allocated; None when nothing is allocated
+    eta_effective: float  # F10 useful/pool
+    phi_ext: float | None  # F9 for request_bytes; None without a request or with nothing free
+    peak_allocated_bytes: float  # max allocated so far, transient growth peaks included
+    bytes_copied: float  # cumulative: growth copies, deep-copy forks, CoW blocks
+    cow_copies: int  # cumulative copy-on-write block copies
+    num_sequences: int  # live sequences
+
+    def as_dict(self) -> dict:
+        """Plain dict (free_extents as a list) for JSON and DataFrames."""
+        d = asdict(self)
+        d["free_extents"] = list(self.free_extents)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What the allocator did since the previous ``take_activity()``: for the cost model."""
+
+    bytes_copied: float = 0  # device-to-device bytes copied (growth, deep fork, CoW)
+    cow_copies: int = 0  # copy-on-write block copies
+    buffer_allocs: int = 0  # contiguous buffers reserved (a cudaMalloc each)
+    buffer_frees: int = 0  # contiguous buffers released (a cudaFree each)
+    blocks_taken: int = 0  # blocks taken from the free queue
+    blocks_returned: int = 0  # blocks whose refcount reached zero

@@ -1,0 +1,30 @@
+"""What happened: append-only records -> DataFrames -> ``summary.json``.
+
+Invariant: recording never changes the simulation; every figure is in simulation time
+except ``wall_time_s``, which the run layer measures and fills in.
+"""
+
+from sim.metrics.recorder import (
+    MEMORY_COLUMNS,
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    TRAJECTORY_COLUMNS,
+    Recorder,
+)
+from sim.metrics.stats import TimeWeighted, describe, describe_weighted, weighted_percentile
+from sim.metrics.summary import WALL_CLOCK_KEYS, package_versions, summarize
+
+__all__ = [
+    "MEMORY_COLUMNS",
+    "REQUEST_COLUMNS",
+    "STEP_COLUMNS",
+    "TRAJECTORY_COLUMNS",
+    "WALL_CLOCK_KEYS",
+    "Recorder",
+    "TimeWeighted",
+    "describe",
+    "describe_weighted",
+    "package_versions",
+    "summarize",
+    "weighted_percentile",
+]

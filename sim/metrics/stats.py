@@ -1,0 +1,96 @@
+"""Small statistics helpers: percentiles of plain and weighted samples, time-weighted means.
+
+Invariant: ``weighted_percentile(values, weights, q)`` equals ``numpy.percentile`` (linear
+interpolation) of the sample in which each value is repeated ``weight`` times, without
+building that sample; empty samples give ``None``, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
+
+
+def describe(values: np.ndarray) -> dict[str, float | None]:
+    """``{mean, p50, p90, p99}`` of a plain sample (None when empty)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return {"mean": None, **{k: None for k, _ in PERCENTILES}}
+    out = {"mean": float(v.mean())}
+    for key, q in PERCENTILES:
+        out[key] = float(np.percentile(v, q))
+    return out
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """Percentile ``q`` (0-100) of ``values`` repeated ``weights`` times (integer weights)."""
+    order = np.argsort(values, kind="stable")
+    v = np.asarray(values, dtype=np.float64)[order]
+    w = np.asarray(weights, dtype=np.int64)[order]
+    keep = w > 0
+    v, w = v[keep], w[keep]
+    n = int(w.sum())
+    if n == 0:
+        return None
+    pos = q / 100.0 * (n - 1)  # position in the expanded sorted sample
+    lo, hi = math.floor(pos), math.ceil(pos)
+    cum = np.cumsum(w)  # expanded index i lies in the first value with cum > i
+    v_lo = v[np.searchsorted(cum, lo, side="right")]
+    v_hi = v[np.searchsorted(cum, hi, side="right")]
+    return float(v_lo + (v_hi - v_lo) * (pos - lo))
+
+
+def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict[str, float | None]:
+    """``{mean, p50, p90, p99}`` of a weighted sample (None when empty)."""
+    w = np.asarray(weights, dtype=np.float64)
+    total = w.sum()
+    if total <= 0:
+        return {"mean": None, **{k: None for k, _ in PERCENTILES}}
+    out = {"mean": float(np.dot(np.asarray(values, dtype=np.float64), w) / total)}
+    for key, q in PERCENTILES:
+        out[key] = weighted_percentile(values, weights, q)
+    return out
+
+
+class TimeWeighted:
+    """Integral over time of a piecewise-constant quantity, sampled when it changes."""
+
+    __slots__ = ("last_t", "last_v", "area", "span")
+
+    def __init__(self, t0: float = 0.0, v0: float | None = None) -> None:
+        self.last_t = t0
+        self.last_v = v0  # None = undefined (that time is excluded from the mean)
+        self.area = 0.0
+        self.span = 0.0
+
+    def observe(self, t: float, value: float | None) -> None:
+        """The quantity is ``value`` from ``t`` on."""
+        self._close(t)
+        self.last_t, self.last_v = t, value
+
+    def observe_steps(self, starts: np.ndarray, values: np.ndarray) -> None:
+        """Value ``values[i]`` from ``starts[i]`` on (NaN = undefined), for a run of steps."""
+        self._close(float(starts[0]))
+        if len(starts) > 1:
+            d = np.diff(starts)
+            v = values[:-1]
+            ok = ~np.isnan(v)
+            self.area += float(np.dot(d[ok], v[ok]))
+            self.span += float(d[ok].sum())
+        last = float(values[-1])
+        self.last_t, self.last_v = float(starts[-1]), None if math.isnan(last) else last
+
+    def _close(self, t: float) -> None:
+        if self.last_v is not None and t > self.last_t:
+            self.area += self.last_v * (t - self.last_t)
+            self.span += t - self.last_t
+
+    def mean(self, t_end: float) -> float | None:
+        """Time-weighted mean over the defined time up to ``t_end``."""
+        self._close(t_end)
+        self.last_t = max(self.last_t, t_end)
+        return self.area / self.span if self.span > 0 else None

@@ -1,0 +1,124 @@
+"""The run's ``summary.json``: latency percentiles, throughput, memory efficiency, events.
+
+Responsibility: reduce the recorder's tables to the summary fields the issue lists
+(``requests_completed``, ``trajectories_completed``, ``sim_time_s``, ``wall_time_s``,
+``ttft_s``/``itl_s``/``e2e_s`` with mean/p50/p90/p99, ``output_tokens_per_s``,
+``prefix_hit_rate``, ``eta_alloc_mean``, ``eta_effective_mean``, ``peak_allocated_bytes``,
+``preemptions``, ``rejected``, ``max_itl_s``) plus more, with the seed and package versions.
+
+Invariants: ITL percentiles pool every inter-token gap of every request (a gap of k steps
+counts once, with its whole length); ``*_mean`` memory figures are time-weighted over the
+simulated time (``eta_alloc_mean`` over the time anything is allocated); every value is a
+JSON number, string or null (never NaN); ``wall_time_s`` is the only wall-clock figure and
+is filled in by the run layer.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from importlib import metadata
+
+import numpy as np
+
+from sim.metrics.recorder import Recorder
+from sim.metrics.stats import describe, describe_weighted
+from sim.units import GB
+
+#: summary keys that are wall-clock measurements (excluded from determinism checks)
+WALL_CLOCK_KEYS = ("wall_time_s",)
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("kvcache-sim", "simpy", "numpy", "pandas", "pydantic", "pyarrow"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def _num(x):
+    if x is None:
+        return None
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict) -> dict:
+    """The summary dict (see the module docstring); ``meta`` adds scenario facts."""
+    req = frames["requests"]
+    traj = frames["trajectories"]
+    done = req[req.status == "finished"]
+    itl_values, itl_weights = rec.itl_samples()
+    m = kv.alloc.metrics()
+    hold_byte_s = sum(
+        r.tokens * kv.kv_bytes_per_token * ((r.end_s if r.end_s is not None else sim_time_s)
+                                            - r.start_s)
+        for r in kv.pause_log
+    )
+    lookup = float(req.lookup_tokens.sum())
+    prompt = float(req.prompt_tokens[req.admitted_s.notna()].sum())
+    reused = float((req.hit_tokens + req.held_tokens)[req.admitted_s.notna()].sum())
+    out = {
+        **meta,
+        "requests_completed": int(len(done)),
+        "requests_submitted": int(len(req)),
+        "trajectories_completed": int((traj.status == "completed").sum()),
+        "trajectories_ended": int(len(traj)),
+        "sim_time_s": float(sim_time_s),
+        "wall_time_s": None,
+        "ttft_s": describe(req.ttft_s.to_numpy()),
+        "itl_s": describe_weighted(itl_values, itl_weights),
+        "e2e_s": describe(done.e2e_s.to_numpy()),
+        "queue_s": describe(req.queue_s.to_numpy()),
+        "max_itl_s": float(rec.max_itl_s) if int(itl_weights.sum()) else None,
+        "output_tokens": int(rec.output_tokens),
+        "output_tokens_per_s": rec.output_tokens / sim_time_s if sim_time_s > 0 else None,
+        "prefix_hit_rate": float(req.hit_tokens.sum()) / lookup if lookup else None,
+        "kv_reuse_rate": reused / prompt if prompt else None,
+        "eta_alloc_mean": _num(rec.eta_alloc.mean(sim_time_s)),
+        "eta_effective_mean": _num(rec.eta_effective.mean(sim_time_s)),
+        "peak_allocated_bytes": float(m.peak_allocated_bytes),
+        "bytes_copied": float(m.bytes_copied),
+        "cow_copies": int(m.cow_copies),
+        "preemptions": int(rec.preemptions),
+        "rejected": int((req.status == "rejected").sum()),
+        "cancelled": int((req.status == "cancelled").sum()),
+        "unfinished": int(req.status.isin(["waiting", "running"]).sum()),
+        "held_kv_drops": int(rec.held_drops),
+        "paused_kv_bytes_mean": _num(rec.paused_bytes.mean(sim_time_s)),
+        "paused_kv_bytes_peak": float(frames["memory"].paused_kv_bytes.max())
+        if len(frames["memory"]) else 0.0,
+        "hold_gb_s": hold_byte_s / GB,
+        "steps": int(rec.n_steps),
+        "engine_decisions": int(rec.decisions),
+        "versions": package_versions(),
+    }
+    prefix = getattr(kv.alloc, "prefix_metrics", None)
+    if callable(prefix):  # the prefix cache's own view: raw match before cap/truncation
+        pm = prefix()
+        out["prefix_match_rate"] = _num(pm.match_rate)
+        out["prefix_evicted_blocks"] = int(pm.evicted_blocks)
+    return out
+
+
+def hold_byte_s_by_trajectory(kv, sim_time_s: float) -> dict[int, float]:
+    """F29 per trajectory: bytes held while paused x seconds."""
+    out: dict[int, float] = {}
+    m = kv.kv_bytes_per_token
+    for r in kv.pause_log:
+        end = r.end_s if r.end_s is not None else sim_time_s
+        out[r.owner] = out.get(r.owner, 0.0) + r.tokens * m * (end - r.start_s)
+    return out
+
+
+def fill_hold(traj_frame, kv, sim_time_s: float):
+    """Put each trajectory's hold byte-seconds into its row."""
+    held = hold_byte_s_by_trajectory(kv, sim_time_s)
+    if len(traj_frame):
+        traj_frame["hold_byte_s"] = np.array(
+            [held.get(int(t), 0.0) for t in traj_frame.traj_id], dtype=np.float64
+        )
+    return traj_frame

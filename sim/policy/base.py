@@ -1,0 +1,128 @@
+"""The pause-policy protocol, its options, and the registry of policies by name.
+
+Responsibility: one place where a policy name becomes an object (``make_policy``), where
+options are validated (pydantic, ``extra="forbid"``; errors become one-line
+``ConfigError``s naming ``pause_policy.<field>``), and where the behaviour shared by every
+policy lives: attaching a prefetch plan to an offload, and the preemption answer.
+
+Invariant: a policy is a pure function of ``PauseFacts`` (plus its options): no SimPy, no
+clock, no state between calls, so it is unit-tested on hand-built facts and two calls with
+equal facts give equal decisions.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.errors import ConfigError, UnknownNameError
+from sim.policy.facts import Decision, PauseFacts
+from sim.policy.resume import plan_prefetch
+
+
+class PredictorOptions(BaseModel):
+    """How the engine predicts a tool's wait (scenario key ``pause_policy.predictor``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["mean", "quantile", "min", "oracle"] = "mean"
+    quantile: float = Field(0.5, ge=0, le=1)  # for mode 'quantile'
+    window: int = Field(256, ge=1)  # recent waits kept per tool for quantiles
+    prior_wait_s: float | None = Field(None, ge=0)  # a tool never seen; None = unknown
+
+
+class PolicyOptions(BaseModel):
+    """Options every policy accepts (scenario key ``pause_policy``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    resume: Literal["naive", "speculative", "pipelined"] = "naive"  # SPEC 3.13
+    prefetch_margin_s: float = Field(0.2, ge=0)  # speculative timer lead (E25: 0.2 s)
+    preempt_swap: bool = False  # preemption swaps to host DRAM (when it fits) instead of dropping
+    predictor: PredictorOptions = PredictorOptions()
+
+
+class PausePolicy(ABC):
+    """Decides, at each tool call, what happens to the trajectory's KV."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[PolicyOptions]] = PolicyOptions
+
+    def __init__(self, options: PolicyOptions | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    @abstractmethod
+    def decide(self, facts: PauseFacts) -> Decision:
+        """The action for one pause."""
+
+    def decide_many(self, facts: Sequence[PauseFacts]) -> list[Decision]:
+        """Pauses starting in the same step; policies with a shared budget override this."""
+        return [self.decide(f) for f in facts]
+
+    def on_preempt(self, facts: PauseFacts) -> Decision:
+        """A running request is preempted for memory: drop it, or swap it when enabled."""
+        if self.options.preempt_swap and facts.host_fits():
+            return self.offload("offload_host", facts, "preempted: swap to host")
+        return Decision("recompute", "preempted: drop and recompute")
+
+    def offload(self, action: str, facts: PauseFacts, reason: str) -> Decision:
+        """An offload decision with this policy's resume plan attached."""
+        plan = plan_prefetch(self.options.resume, facts, action, self.options.prefetch_margin_s)
+        return Decision(action, reason, prefetch=plan)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options!r})"
+
+
+_REGISTRY: dict[str, type[PausePolicy]] = {}
+
+
+def register(cls: type[PausePolicy]) -> type[PausePolicy]:
+    """Class decorator: make ``cls`` reachable by ``cls.name``."""
+    if cls.name in _REGISTRY:
+        raise ValueError(f"pause policy {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def policy_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def policy_class(kind: str) -> type[PausePolicy]:
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise UnknownNameError("pause policy", str(kind), list(_REGISTRY)) from None
+
+
+def make_policy(kind: str | PolicyOptions, **options: Any) -> PausePolicy:
+    """``make_policy('break_even', horizon_s=30)`` or from a validated options object."""
+    if isinstance(kind, PolicyOptions):
+        return policy_class(kind.kind)(kind)
+    cls = policy_class(kind)
+    return cls(parse_options(cls, {"kind": kind, **options}))
+
+
+def parse_options(cls: type[PausePolicy], data: dict[str, Any]) -> PolicyOptions:
+    """Validate a policy's options; the first problem becomes a one-line ConfigError."""
+    try:
+        return cls.Options.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(["pause_policy", *(str(p) for p in err["loc"])])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            valid = ", ".join(sorted(cls.Options.model_fields))
+            msg = f"unknown option for pause policy {cls.name!r}; valid: {valid}"
+        raise ConfigError(msg, field=field) from None
+
+
+def options_union() -> Any:
+    """The pydantic type of a ``pause_policy`` section: every policy's options by ``kind``."""
+    classes = tuple(cls.Options for cls in _REGISTRY.values())
+    return Annotated[Union[classes], Field(discriminator="kind")]  # noqa: UP007

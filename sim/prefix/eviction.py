@@ -1,0 +1,121 @@
+"""Eviction strategies for the radix tree, registered by name, and the watermark trigger.
+
+Responsibility: rank dormant leaves. A strategy is a small object with one method,
+``key(node, tree) -> tuple``; the leaf with the smallest key is evicted first, and the tree
+breaks ties the same way for every strategy: deepest first (largest end position), then
+oldest node. Strategies never mutate the tree.
+
+Invariant: every name in ``EVICTION_STRATEGIES`` maps to one stateless strategy object, and
+an unknown name raises ``UnknownNameError`` listing the valid ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sim.errors import ConfigError, UnknownNameError
+
+
+class EvictionStrategy(Protocol):
+    """Orders dormant leaves: smaller key = evicted sooner."""
+
+    name: str
+
+    def key(self, node, tree) -> tuple: ...
+
+
+@dataclass(frozen=True)
+class LRU:
+    """Least recently used first (SPEC 3.7; SGLang's default)."""
+
+    name: str = "lru"
+
+    def key(self, node, tree) -> tuple:
+        return (node.last_access,)
+
+
+@dataclass(frozen=True)
+class LFU:
+    """Fewest prefix hits first; ties by least recently used."""
+
+    name: str = "lfu"
+
+    def key(self, node, tree) -> tuple:
+        return (node.hit_count, node.last_access)
+
+
+@dataclass(frozen=True)
+class FIFO:
+    """Oldest inserted first, whatever its use since."""
+
+    name: str = "fifo"
+
+    def key(self, node, tree) -> tuple:
+        return (node.created_at,)
+
+
+@dataclass(frozen=True)
+class Priority:
+    """Lowest zone priority first (e.g. history before the system prompt); ties by LRU.
+
+    A leaf is ranked by the priority of the content its last (deepest) block holds, since
+    eviction trims a leaf from its end; the tree maps content ids to priorities.
+    """
+
+    name: str = "priority"
+
+    def key(self, node, tree) -> tuple:
+        return (tree.priority_of(node), node.last_access)
+
+
+EVICTION_STRATEGIES: dict[str, EvictionStrategy] = {}
+
+
+def register_strategy(strategy: EvictionStrategy) -> EvictionStrategy:
+    """Add a strategy under its ``name`` (a later registration replaces an earlier one)."""
+    EVICTION_STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+for _s in (LRU(), LFU(), FIFO(), Priority()):
+    register_strategy(_s)
+
+
+def get_strategy(name_or_strategy: str | EvictionStrategy) -> EvictionStrategy:
+    """A registered strategy by name (objects with a ``key`` method pass through)."""
+    if not isinstance(name_or_strategy, str):
+        return name_or_strategy
+    try:
+        return EVICTION_STRATEGIES[name_or_strategy]
+    except KeyError:
+        raise UnknownNameError(
+            "eviction strategy", name_or_strategy, list(EVICTION_STRATEGIES)
+        ) from None
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """SPEC 3.7.3: when free blocks drop below ``tau_low_blocks``, evict up to ``target_free``.
+
+    Both zero (the default) means eviction happens only on an allocation shortfall.
+    """
+
+    tau_low_blocks: int = 0  # evict when free blocks < this
+    target_free_blocks: int = 0  # ... until this many are free (or nothing is evictable)
+
+    def __post_init__(self) -> None:
+        if self.tau_low_blocks < 0 or self.target_free_blocks < 0:
+            raise ConfigError("tau_low and target_free must be >= 0", field="eviction")
+        if self.target_free_blocks < self.tau_low_blocks:
+            raise ConfigError(
+                f"target_free ({self.target_free_blocks}) must be >= tau_low "
+                f"({self.tau_low_blocks})",
+                field="eviction",
+            )
+
+    def blocks_to_evict(self, free_blocks: int) -> int:
+        """How many blocks to evict now, given the free count (0 above the watermark)."""
+        if free_blocks >= self.tau_low_blocks:
+            return 0
+        return self.target_free_blocks - free_blocks

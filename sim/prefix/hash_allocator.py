@@ -1,0 +1,180 @@
+"""``paged_hash``: the paged allocator with vLLM V1's hashed full-block prefix cache.
+
+Responsibility: the request-level half of vLLM V1 prefix caching (``hashcache`` holds the
+block pool): hash each full block of a sequence's content (chained, SPEC F19), look up
+the longest run of leading cached hashes at admission, cap it so at least one prompt token
+is computed (``(n - 1) // B`` blocks: a fully cached prompt recomputes its last block),
+touch the hits, take new blocks from the head of the free queue (evicting their hashes),
+cache blocks as they fill (the prompt's at admission, generated ones on ``append`` with
+``content=``), and free a finished sequence tail first to the tail of the queue. Sharing is
+whole blocks only (vLLM has no partial-tail copy). It is the ``paged`` design with
+``prefix_caching: hash``; registered in the memory factory by name.
+
+Defaults follow the V1 design document's rules (vLLM 0.8, early 2025; see ``hashcache``):
+``null_block=False``, ``unhashed_to_head=False``.
+
+Books: free (queue blocks without a hash) + allocated (refcount > 0) + cached (queue blocks
+with a hash) + remainder (bytes making no block, and the null block) = pool. Note that a
+cached block is also *takeable*: ``available_blocks`` = free + cached, as in vLLM.
+
+Invariant: the paged invariants; the pool's (``HashBlockPool.check``); each sequence's
+hashes are those of its full blocks while its content is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from sim.memory.base import Books, checked_count, flag
+from sim.memory.errors import InvariantError
+from sim.memory.metrics import MISSED, AllocResult
+from sim.memory.paged import PagedAllocator
+from sim.prefix.hashcache import HashBlockPool
+from sim.prefix.radix_allocator import _checked_content
+from sim.prefix.sharing import FamilyLedger
+from sim.prefix.spans import ROOT_HASH, block_hashes, extend_segments, segments
+from sim.prefix.stats import PrefixMetrics, PrefixStats
+
+
+class HashPagedAllocator(PagedAllocator):
+    """Paged blocks whose free queue is vLLM V1's LRU prefix cache (see module docstring)."""
+
+    kind = "paged_hash"
+
+    def __init__(
+        self,
+        *,
+        pool_bytes: float,
+        kv_bytes_per_token: float,
+        block_size: int = 16,
+        null_block: bool = False,
+        unhashed_to_head: bool = False,
+    ) -> None:
+        super().__init__(
+            pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, block_size=block_size
+        )
+        n = self.pool.num_blocks
+        if n < 1 + null_block:
+            raise InvariantError(f"paged_hash: the pool holds {n} blocks")
+        self.pool = HashBlockPool(n, flag(null_block, "null_block"),
+                                  flag(unhashed_to_head, "unhashed_to_head"))
+        self.stats = PrefixStats()
+        self.ledger = FamilyLedger(self.block_size)
+        self._content: dict[Hashable, list | None] = {}  # None = unknown content
+        self._hashes: dict[Hashable, list[int]] = {}  # hashes of its full blocks
+        self._pending = None
+
+    # ------------------------------------------------------------------ operations
+    def _lookup(self, n_tokens: int, content: Any, op: str):
+        segs = None if content is None else _checked_content(content, n_tokens, op)
+        hashes = [] if segs is None else block_hashes(segs, self.block_size)
+        found = self.pool.lookup(hashes)
+        hit = found[: (n_tokens - 1) // self.block_size]
+        need = -(-n_tokens // self.block_size) - len(hit)
+        reclaim = sum(1 for b in hit if self.pool.refcount[b] == 0)  # touched out of the queue
+        return segs, hashes, found, hit, need <= self.pool.num_free - reclaim
+
+    def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
+        segs, hashes, found, hit, fits = self._lookup(n_tokens, content, "allocate")
+        if not fits:
+            return MISSED  # checked before touching, as vLLM does: nothing moved
+        self._pending = (segs, hashes, found, hit)
+        try:
+            result = super()._allocate(seq_id, n_tokens, content)
+        finally:
+            self._pending = None
+        return AllocResult(True, len(hit) * self.block_size) if hit else result
+
+    def _match_prefix(self, seq_id, n_tokens, content) -> tuple[list[int], int]:
+        hit = self._pending[3]
+        return list(hit), len(hit) * self.block_size
+
+    def _after_allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> None:
+        segs, hashes, found, hit = self._pending
+        table = self._tables[seq_id]
+        self.pool.cache(table[len(hit):len(hashes)], hashes[len(hit):])
+        self.ledger.new(seq_id)
+        self.ledger.map(seq_id, table[: len(hashes)])
+        self._content[seq_id] = None if segs is None else list(segs)
+        self._hashes[seq_id] = hashes
+        bs = self.block_size
+        self.stats.record(seq_id, n_tokens, len(found) * bs, len(hit) * bs)
+
+    def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
+        if content is not None:
+            _checked_content(content, n_tokens, "append")
+        return super()._append(seq_id, tokens, n_tokens, content)
+
+    def _after_append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> None:
+        cur = self._content[seq_id]
+        if cur is None:
+            return
+        if content is None:
+            self._content[seq_id] = None  # tokens of unknown content: nothing more to cache
+            return
+        extend_segments(cur, content)
+        have = self._hashes[seq_id]
+        if (tokens + n_tokens) // self.block_size <= len(have):
+            return
+        parent = have[-1] if have else ROOT_HASH
+        new = block_hashes(tuple(cur), self.block_size, parent, start_block=len(have))
+        blocks = self._tables[seq_id][len(have):len(have) + len(new)]
+        self.pool.cache(blocks, new)
+        self.ledger.map(seq_id, blocks)
+        have.extend(new)
+
+    def _after_fork(self, parent_id: Hashable, child_id: Hashable) -> None:
+        cur = self._content[parent_id]
+        self._content[child_id] = None if cur is None else list(cur)
+        self._hashes[child_id] = list(self._hashes[parent_id])
+        self.ledger.fork(parent_id, child_id, self._tables[child_id])
+
+    def _release(self, seq_id: Hashable, table: list[int], tokens: int) -> None:
+        del self._content[seq_id], self._hashes[seq_id]
+        self.ledger.release(seq_id, table)
+        super()._release(seq_id, table, tokens)  # tail first, to the tail of the queue
+
+    # ------------------------------------------------------------------ queries
+    def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
+        n = checked_count(n_tokens, "can_allocate", minimum=1)
+        return self._lookup(n, content, "can_allocate")[4]
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        return self.pool.usable_blocks * self.block_size
+
+    def useful_tokens(self) -> int:
+        return self._lineage.distinct_tokens - self.ledger.excess_tokens
+
+    def prefix_metrics(self) -> PrefixMetrics:
+        """F17 as leading cached blocks and as tokens served; cached vs active; evictions."""
+        bb = self.block_bytes
+        return self.stats.metrics(
+            cached_bytes=self.pool.num_cached * bb,
+            active_bytes=self.pool.num_allocated * bb,
+            evicted_blocks=self.pool.evictions,
+        )
+
+    def _books(self) -> Books:
+        bb, pool = self.block_bytes, self.pool
+        free = pool.num_empty * bb
+        return Books(
+            allocated_bytes=pool.num_allocated * bb,
+            free_bytes=free,
+            cached_bytes=pool.num_cached * bb,
+            remainder_bytes=self.pool_bytes - pool.usable_blocks * bb,
+            free_extents=(free,) if free else (),
+        )
+
+    def _check_kind(self) -> None:
+        super()._check_kind()
+        try:
+            self.ledger.check(self._tables)
+        except AssertionError as exc:
+            raise InvariantError(f"paged_hash: {exc}") from None
+        bs = self.block_size
+        for seq_id, hashes in self._hashes.items():
+            cur = self._content[seq_id]
+            if cur is not None and hashes != block_hashes(segments(cur), bs):
+                raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale")

@@ -1,0 +1,189 @@
+"""vLLM V1's hashed full-block prefix cache: the free queue is the LRU eviction order.
+
+Responsibility: model ``vllm/v1/core/block_pool.py`` and the prefix-caching part of the KV
+cache manager (REFERENCES.md, vLLM items 1-4), beside the radix tree, so both designs can
+be compared on one workload:
+- full blocks get a chained hash (SPEC F19) and enter a hash -> block map; equal hashes
+  are not deduplicated (two physical copies may coexist, vLLM's append-only block tables);
+- a new request takes the longest run of leading cached hashes, capped so that at least
+  one prompt token is computed (``(n_tokens - 1) // B`` blocks at most): when the whole
+  prompt hits, the last block is recomputed;
+- hit blocks are *touched*: a block with refcount 0 leaves the free queue;
+- new blocks pop the head of the free queue; a popped block that still has a hash is
+  evicted from the map (that is the LRU eviction);
+- a finished request's blocks are freed tail first and appended to the tail, so its last
+  blocks (which hash the most tokens, least likely to be reused) are evicted first.
+
+Defaults follow the rules of the V1 design document (``docs/design/v1/prefix_caching.md``
+as published with vLLM 0.8, early 2025), for which its 10-block example was written: no null
+block, every freed block appended to the tail. Options model later code: ``null_block``
+(block 0 reserved, never allocated; usage = 1 - free/(num_blocks - 1)) and
+``unhashed_to_head`` (2026 main: freed blocks without a hash go to the head, so they are
+reused before any cached block is evicted).
+
+The request-level part (hashing content, the hit cap, caching blocks as they fill) is the
+``paged_hash`` allocator in ``hash_allocator``.
+
+Invariant: every block is in exactly one state: free-empty (in the queue, no hash),
+free-cached (in the queue, with a hash: dormant, evictable), allocated (refcount > 0), or
+the reserved null block; the queue holds exactly the refcount-0 blocks; the map holds
+exactly the blocks with a hash.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from sim.memory.errors import InvariantError
+
+
+class HashBlockPool:
+    """vLLM V1 ``BlockPool``: refcounts, a doubly linked free queue, a hash -> block map.
+
+    It offers the interface ``PagedAllocator`` uses of ``sim.memory.BlockPool`` (``take``,
+    ``incref``, ``decref``, ``refcount``, ``num_free``, ``free_queue``, ``check``), with
+    vLLM's meaning: ``num_free`` counts every block in the queue, cached ones included
+    (taking one evicts its hash), and ``incref`` of a free block is vLLM's *touch*.
+    """
+
+    def __init__(self, num_blocks: int, null_block: bool = False, unhashed_to_head: bool = False):
+        if num_blocks < 1 + null_block:
+            raise ValueError(f"num_blocks must be >= {1 + null_block}, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.null_block = 0 if null_block else None  # block id of the null block
+        self.unhashed_to_head = unhashed_to_head
+        self.refcount = [0] * num_blocks  # tables mapping each block
+        self.block_hash: list[int | None] = [None] * num_blocks
+        # OrderedDict = the doubly linked list: O(1) pop head, append tail, remove middle
+        self._queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(int(null_block), num_blocks))
+        self._map: dict[int, dict[int, None]] = {}  # hash -> {block id: None}, oldest first
+        self.num_cached = 0  # blocks in the queue that still have a hash (dormant)
+        self.evictions = 0  # cached blocks whose hash was dropped when popped (cumulative)
+
+    # -------------------------------------------------------------- queries
+    @property
+    def num_free(self) -> int:
+        """Blocks in the free queue (empty or cached): what a request may take."""
+        return len(self._queue)
+
+    @property
+    def num_empty(self) -> int:
+        """Free blocks holding nothing reusable."""
+        return len(self._queue) - self.num_cached
+
+    @property
+    def num_allocated(self) -> int:
+        """Blocks mapped by at least one table."""
+        return self.usable_blocks - len(self._queue)
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - (self.null_block is not None)
+
+    def usage(self) -> float:
+        """vLLM's KV usage: 1 - free / usable blocks."""
+        return 1.0 - self.num_free / self.usable_blocks
+
+    def free_queue(self) -> list[int]:
+        """The free queue head to tail (the eviction order)."""
+        return list(self._queue)
+
+    def lookup(self, hashes: list[int]) -> list[int]:
+        """Blocks of the longest run of leading hashes that are cached."""
+        out = []
+        for h in hashes:
+            blocks = self._map.get(h)
+            if not blocks:
+                break
+            out.append(next(iter(blocks)))
+        return out
+
+    # -------------------------------------------------------------- mutation
+    def incref(self, block_ids) -> None:
+        """vLLM's *touch*: one more table maps each block; a free one leaves the queue."""
+        for b in block_ids:
+            if self.refcount[b] == 0:
+                if b == self.null_block or b not in self._queue:
+                    raise InvariantError(f"hash pool: incref of block {b}, not in the queue")
+                del self._queue[b]
+                self.num_cached -= self.block_hash[b] is not None
+            self.refcount[b] += 1
+
+    def take(self, n: int) -> list[int]:
+        """Pop ``n`` blocks from the head of the queue, evicting their hashes (refcount 1)."""
+        if n > len(self._queue):
+            raise InvariantError(f"hash pool: take({n}) with {len(self._queue)} free blocks")
+        out = []
+        for _ in range(n):
+            b, _ = self._queue.popitem(last=False)
+            h = self.block_hash[b]
+            if h is not None:
+                self._uncache(b, h)
+                self.num_cached -= 1
+                self.evictions += 1
+            self.refcount[b] = 1
+            out.append(b)
+        return out
+
+    def _uncache(self, b: int, h: int) -> None:
+        blocks = self._map[h]
+        del blocks[b]
+        if not blocks:
+            del self._map[h]
+        self.block_hash[b] = None
+
+    def cache(self, block_ids: list[int], hashes: list[int]) -> None:
+        """Record full blocks under their hashes (a block already hashed keeps its hash)."""
+        for b, h in zip(block_ids, hashes, strict=True):
+            if self.block_hash[b] is None:
+                self.block_hash[b] = h
+                self._map.setdefault(h, {})[b] = None
+
+    def decref(self, ordered_block_ids) -> int:
+        """One table fewer maps each block, in the order given; return how many reached 0.
+
+        vLLM frees a finished request's blocks *tail first* (the caller passes the table
+        reversed); blocks reaching refcount 0 join the tail of the queue in that order (with
+        ``unhashed_to_head``, those without a hash join the head instead, the first freed
+        first).
+        """
+        head = []
+        released = 0
+        for b in ordered_block_ids:
+            if self.refcount[b] <= 0:
+                raise InvariantError(f"hash pool: decref of free block {b}")
+            self.refcount[b] -= 1
+            if self.refcount[b]:
+                continue
+            released += 1
+            if self.block_hash[b] is None and self.unhashed_to_head:
+                head.append(b)
+                continue
+            self._queue[b] = None
+            self.num_cached += self.block_hash[b] is not None
+        for b in reversed(head):
+            self._queue[b] = None
+            self._queue.move_to_end(b, last=False)
+        return released
+
+    def check(self) -> None:
+        """Raise InvariantError naming the first broken invariant (module docstring)."""
+        queued = set(self._queue)
+        if len(queued) != len(self._queue):
+            raise InvariantError("hash pool: a block is twice in the queue")
+        for b in range(self.num_blocks):
+            if b == self.null_block:
+                if b in queued or self.block_hash[b] is not None or self.refcount[b]:
+                    raise InvariantError("hash pool: the null block was used")
+            elif (self.refcount[b] == 0) != (b in queued):
+                raise InvariantError(f"hash pool: block {b} refcount {self.refcount[b]} "
+                                     f"but in queue={b in queued}")
+        hashed = {b for b, h in enumerate(self.block_hash) if h is not None}
+        if hashed != {b for blocks in self._map.values() for b in blocks}:
+            raise InvariantError("hash pool: hash map out of sync with block hashes")
+        for h, blocks in self._map.items():
+            if any(self.block_hash[b] != h for b in blocks):
+                raise InvariantError(f"hash pool: hash {h:x} maps a wrong block")
+        if self.num_cached != len(hashed & queued):
+            raise InvariantError(f"hash pool: num_cached {self.num_cached} != "
+                                 f"{len(hashed & queued)}")

@@ -1,0 +1,479 @@
+"""Radix tree over paged KV blocks: longest-prefix match, insert, lock, leaf eviction.
+
+Responsibility: remember which whole blocks hold which token content (SPEC 3.6) and give
+dormant blocks back under pressure (SPEC 3.7). Nodes hold a span label (a normal segment
+tuple, see ``spans``), the ids of the blocks holding those tokens, a lock refcount, the
+last access time (simulation time given by the caller, never the wall clock) and a hit
+count. Children are keyed by the content of their first block. The tree never allocates:
+block ids come from the caller's block pool, and evicted ids go back through the pool's
+``release_cached(block_ids)``, so the same tree serves the paged allocator and a counting
+pool for trace replay.
+
+Invariants (``check_invariants``):
+- every label is a whole number of blocks (``n_tokens == len(block_ids) * block_size``);
+  a partial tail block is never in the tree (SPEC 3.6.3);
+- every block id is owned by exactly one node; ``total_blocks`` counts them;
+- ``lock_ref`` of a node >= the sum over its children (locks walk the path to the root;
+  the root is always locked); ``evictable_blocks`` = blocks of nodes with ``lock_ref == 0``;
+- only unlocked leaves are evicted; a leaf loses blocks from its end (deepest first), and a
+  parent left childless and unlocked becomes a candidate (the cascade of SPEC 3.7.4).
+
+Eviction is block-granular: ``evict(n)`` frees exactly ``min(n, evictable)`` blocks, trimming
+the last victim leaf rather than removing more than asked (SGLang removes whole nodes).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sim.prefix.eviction import EvictionStrategy, get_strategy
+from sim.prefix.spans import (
+    ContentId,
+    Segments,
+    advance,
+    match_at,
+    n_tokens,
+    segments,
+    slice_tokens,
+    take,
+)
+
+
+class CachePool(Protocol):
+    """What the tree needs from a block pool: take back dormant blocks it evicted."""
+
+    def release_cached(self, block_ids: list[int]) -> None: ...
+
+
+class Node:
+    """One radix node (SPEC 3.6.1). ``lock_ref`` is the node ref_count of the SPEC."""
+
+    __slots__ = (
+        "parent",  # Node | None (None only for the root)
+        "label",  # normal segment tuple: the tokens this edge adds
+        "block_ids",  # physical blocks holding those tokens, in order
+        "children",  # {first-block content: Node}
+        "by_first",  # {(content_id, start) of the first token: [Node]}, for partial matches
+        "lock_ref",  # running requests whose path passes here; 0 = dormant
+        "last_access",  # simulation time of the last match or insert through this node
+        "created_at",  # simulation time this content entered the tree (FIFO)
+        "hit_count",  # prefix matches through this node (LFU)
+        "end_tokens",  # tokens from the root to the end of this node
+        "serial",  # creation order, for deterministic ties
+        "heap_version",  # bumped on each push; older heap entries are stale
+        "alive",  # False once removed from the tree
+    )
+
+    def __init__(self, parent, label, block_ids, now, serial):
+        self.parent = parent
+        self.label = label
+        self.block_ids = block_ids
+        self.children: dict[Segments, Node] = {}
+        self.by_first: dict[tuple, list[Node]] = {}
+        self.lock_ref = 0
+        self.last_access = now
+        self.created_at = now
+        self.hit_count = 0
+        self.end_tokens = (parent.end_tokens if parent is not None else 0) + n_tokens(label)
+        self.serial = serial
+        self.heap_version = 0
+        self.alive = True
+
+    @property
+    def n_tokens(self) -> int:
+        return self.end_tokens - (self.parent.end_tokens if self.parent is not None else 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"Node(#{self.serial}, tokens={self.n_tokens}, blocks={self.block_ids}, "
+            f"lock={self.lock_ref}, t={self.last_access})"
+        )
+
+
+@dataclass
+class MatchResult:
+    """Longest-prefix match from token 0 (SPEC 3.6.2)."""
+
+    matched_tokens: int  # raw match, token-granular, before any cap or truncation
+    block_ids: list[int]  # whole blocks usable for ``min(matched, limit)`` tokens
+    node: Node  # deepest node of the usable path (the root when nothing is usable)
+    tail_tokens: int = 0  # tokens of the capped match past the last whole block (< B)
+    tail_block_id: int | None = None  # tree block holding those tail tokens (CoW source)
+
+    @property
+    def hit_tokens(self) -> int:
+        """Tokens served by whole blocks (block-aligned truncation, SPEC F18)."""
+        return self.node.end_tokens
+
+
+@dataclass
+class InsertResult:
+    """Where an insert ended and which of the caller's blocks the tree did not adopt."""
+
+    node: Node  # deepest node of the inserted path (lock it to pin the path)
+    adopted_block_ids: list[int] = field(default_factory=list)  # now owned by the tree
+    duplicate_block_ids: list[int] = field(default_factory=list)  # same content already held
+
+
+class RadixTree:
+    """Radix tree of whole KV blocks with pinned paths and strategy-ordered leaf eviction."""
+
+    def __init__(
+        self,
+        block_size: int,
+        pool: CachePool | None = None,
+        eviction: str | EvictionStrategy = "lru",
+        content_priority: dict[ContentId, float] | None = None,
+    ):
+        if not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
+        self.block_size = block_size
+        self.pool = pool
+        self.strategy = get_strategy(eviction)
+        self.content_priority: dict[ContentId, float] = dict(content_priority or {})
+        self._serial = 0
+        self.root = Node(None, (), [], 0.0, self._next_serial())
+        self.root.lock_ref = 1  # the root is never evicted
+        self._heap: list = []
+        self._blocks: set[int] = set()
+        self.n_nodes = 0  # excluding the root
+        self.total_blocks = 0
+        self.evictable_blocks = 0
+        self.evicted_blocks = 0  # cumulative
+        self.evicted_nodes = 0  # cumulative (nodes removed entirely)
+
+    # ------------------------------------------------------------------ queries
+    def _next_serial(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    def owns(self, block_id: int) -> bool:
+        """Whether a block id is held by some node."""
+        return block_id in self._blocks
+
+    @property
+    def protected_blocks(self) -> int:
+        """Blocks on locked paths (cannot be evicted now)."""
+        return self.total_blocks - self.evictable_blocks
+
+    def priority_of(self, node: Node) -> float:
+        """Zone priority of the content in a node's last block (default 0)."""
+        return self.content_priority.get(node.label[-1][0], 0) if node.label else 0
+
+    def set_priorities(self, priorities: dict[ContentId, float]) -> None:
+        """Add/replace content priorities (for the ``priority`` strategy) and re-rank."""
+        self.content_priority.update(priorities)
+        self._rebuild_heap()
+
+    def iter_nodes(self):
+        """All nodes except the root, parents before children."""
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    # ------------------------------------------------------------------ walking
+    def _walk(self, segs: Segments):
+        """Follow ``segs`` from the root: (fully matched nodes, partial node, its matched)."""
+        bs = self.block_size
+        node, path = self.root, []
+        qi = qoff = 0
+        while qi < len(segs):
+            key, _, _ = take(segs, qi, qoff, bs)
+            child = node.children.get(key)
+            if child is None:
+                return path, *self._best_partial(node, segs, qi, qoff)
+            m, qi2, qoff2 = match_at(segs, qi, qoff, child.label)
+            if m < child.n_tokens:
+                return path, child, m
+            path.append(child)
+            node, qi, qoff = child, qi2, qoff2
+        return path, None, 0
+
+    def _best_partial(self, node: Node, segs: Segments, qi: int, qoff: int):
+        """Token-granular match inside a first block that no child holds whole."""
+        cid, start, _ = segs[qi]
+        best, best_m = None, 0
+        for child in node.by_first.get((cid, start + qoff), ()):
+            m = match_at(segs, qi, qoff, child.label, limit=self.block_size)[0]
+            if m > best_m:
+                best, best_m = child, m
+        return best, best_m
+
+    def match(
+        self, content, now: float | None = None, limit_tokens: int | None = None
+    ) -> MatchResult:
+        """Longest prefix of ``content`` held by the tree (SPEC 3.6.2).
+
+        ``matched_tokens`` is the raw, token-granular match. The usable part is capped at
+        ``limit_tokens`` (the caller's "at least one token computed" rule) and then cut to
+        whole blocks; the node where it ends is split if needed so the caller can lock it.
+        With ``now`` the usable path is touched (last access, hit count).
+        """
+        segs = segments(content)
+        path, partial, partial_m = self._walk(segs)
+        raw = (path[-1].end_tokens if path else 0) + partial_m
+        capped = raw if limit_tokens is None else max(0, min(raw, limit_tokens))
+        want = capped // self.block_size
+        chain = path + ([partial] if partial is not None else [])
+        ids: list[int] = []
+        end = self.root
+        tail_block = None
+        for nd in chain:
+            nb = len(nd.block_ids)
+            need = want - len(ids)
+            if need >= nb:
+                ids.extend(nd.block_ids)
+                end = nd
+                continue
+            if capped % self.block_size:
+                tail_block = nd.block_ids[need]
+            if need > 0:
+                end = self._split(nd, need * self.block_size)
+                ids.extend(end.block_ids)
+            break
+        if now is not None:
+            self._touch(end, now, hit=True)
+        return MatchResult(raw, ids, end, capped - want * self.block_size, tail_block)
+
+    # ------------------------------------------------------------------ mutation
+    def _attach(self, parent: Node, child: Node) -> None:
+        first = child.label[0]
+        parent.children[slice_tokens(child.label, 0, self.block_size)] = child
+        parent.by_first.setdefault((first[0], first[1]), []).append(child)
+
+    def _detach(self, child: Node) -> None:
+        parent = child.parent
+        del parent.children[slice_tokens(child.label, 0, self.block_size)]
+        first = child.label[0]
+        lst = parent.by_first[(first[0], first[1])]
+        lst.remove(child)
+        if not lst:
+            del parent.by_first[(first[0], first[1])]
+
+    def _split(self, node: Node, at_tokens: int) -> Node:
+        """Cut ``node`` after ``at_tokens`` (a block multiple); return the new upper node.
+
+        The original object keeps the lower part, so callers holding it (a lock) stay valid.
+        """
+        nb = at_tokens // self.block_size
+        parent = node.parent
+        self._detach(node)
+        upper = Node(parent, slice_tokens(node.label, 0, at_tokens), node.block_ids[:nb],
+                     node.created_at, self._next_serial())
+        upper.last_access, upper.hit_count, upper.lock_ref = (
+            node.last_access, node.hit_count, node.lock_ref)
+        node.label = slice_tokens(node.label, at_tokens, node.n_tokens)
+        node.block_ids = node.block_ids[nb:]
+        node.parent = upper
+        self._attach(parent, upper)
+        self._attach(upper, node)
+        self.n_nodes += 1
+        return upper
+
+    def touch(self, node: Node, now: float, hit: bool = True) -> None:
+        """Mark the path to ``node`` used at ``now`` (a hit also counts for LFU)."""
+        self._touch(node, now, hit)
+
+    def unlocked_blocks_on_path(self, node: Node) -> int:
+        """Blocks on the path to ``node`` that locking it would make unevictable."""
+        total = 0
+        while node is not None and node.lock_ref == 0:
+            total += len(node.block_ids)
+            node = node.parent
+        return total
+
+    def _touch(self, node: Node, now: float, hit: bool) -> None:
+        leaf = node
+        while node is not self.root:
+            node.last_access = now
+            if hit:
+                node.hit_count += 1
+            node = node.parent
+        if leaf is not self.root and leaf.lock_ref == 0 and not leaf.children:
+            self._push(leaf)  # its rank changed
+
+    def insert(
+        self, content, block_ids: list[int], now: float, start: Node | None = None
+    ) -> InsertResult:
+        """Insert whole blocks ``content`` held in ``block_ids`` (one id per block).
+
+        Content already in the tree keeps the tree's blocks: the caller's ids at those
+        positions are reported as duplicates (if they differ) and not adopted. The rest
+        becomes a new leaf owning the caller's ids. Every node on the path is touched.
+        With ``start`` (a live node), ``content`` continues the path that ends there.
+        """
+        segs = segments(content)
+        bs = self.block_size
+        total = n_tokens(segs)
+        if total != len(block_ids) * bs:
+            raise ValueError(
+                f"insert: {total} tokens is not {len(block_ids)} whole blocks of {bs}")
+        if start is not None and not start.alive:
+            raise ValueError(f"insert: start {start!r} is no longer in the tree")
+        node, pos, qi, qoff = start or self.root, 0, 0, 0
+        dup: list[int] = []
+        while pos < total:
+            key, _, _ = take(segs, qi, qoff, bs)
+            child = node.children.get(key)
+            if child is None:
+                break
+            m = match_at(segs, qi, qoff, child.label)[0]
+            if m < child.n_tokens:
+                child = self._split(child, (m // bs) * bs)
+            b0 = pos // bs
+            dup.extend(b for b, t in zip(block_ids[b0:], child.block_ids, strict=False) if b != t)
+            pos += child.n_tokens
+            qi, qoff = advance(segs, qi, qoff, child.n_tokens)
+            node = child
+        adopted = list(block_ids[pos // bs:])
+        if adopted:
+            clash = self._blocks.intersection(adopted)
+            if clash:
+                raise ValueError(f"insert: blocks {sorted(clash)} are already in the tree")
+            new = Node(node, slice_tokens(segs, pos, total), adopted, now, self._next_serial())
+            self._attach(node, new)
+            self._blocks.update(adopted)
+            self.n_nodes += 1
+            self.total_blocks += len(adopted)
+            self.evictable_blocks += len(adopted)
+            node = new
+        self._touch(node, now, hit=False)
+        return InsertResult(node, adopted, dup)
+
+    def lock(self, node: Node) -> None:
+        """Pin ``node`` and its ancestors (a running request's path, SPEC 3.6.6)."""
+        if not node.alive:
+            raise ValueError(f"lock: {node!r} is no longer in the tree")
+        while node is not None:
+            if node.lock_ref == 0:
+                self.evictable_blocks -= len(node.block_ids)
+            node.lock_ref += 1
+            node = node.parent
+
+    def unlock(self, node: Node) -> None:
+        """Release one pin on ``node``'s path; leaves that become dormant are candidates."""
+        while node is not None:
+            if node.lock_ref <= 0 or (node is self.root and node.lock_ref <= 1):
+                raise ValueError(f"unlock: {node!r} is not locked")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.evictable_blocks += len(node.block_ids)
+                if not node.children:
+                    self._push(node)
+            node = node.parent
+
+    # ------------------------------------------------------------------ eviction
+    def _push(self, node: Node) -> None:
+        node.heap_version += 1
+        key = (*self.strategy.key(node, self), -node.end_tokens, node.serial)
+        heapq.heappush(self._heap, (key, node.heap_version, node))
+        if len(self._heap) > 4 * self.n_nodes + 256:
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        self._heap = []
+        for node in self.iter_nodes():
+            if node.lock_ref == 0 and not node.children:
+                node.heap_version += 1
+                key = (*self.strategy.key(node, self), -node.end_tokens, node.serial)
+                self._heap.append((key, node.heap_version, node))
+        heapq.heapify(self._heap)
+
+    def _pop_victim(self) -> Node | None:
+        heap = self._heap
+        while heap:
+            _, version, node = heapq.heappop(heap)
+            if (node.alive and version == node.heap_version and node.lock_ref == 0
+                    and not node.children):
+                return node
+        return None
+
+    def _trim(self, node: Node, n_blocks: int) -> list[int]:
+        """Drop the last ``n_blocks`` blocks of a dormant leaf; remove it when empty."""
+        ids = node.block_ids[len(node.block_ids) - n_blocks:]
+        self._blocks.difference_update(ids)
+        self.total_blocks -= n_blocks
+        self.evictable_blocks -= n_blocks
+        self.evicted_blocks += n_blocks
+        if n_blocks == len(node.block_ids):
+            parent = node.parent
+            self._detach(node)
+            node.alive = False
+            node.block_ids = []
+            self.n_nodes -= 1
+            self.evicted_nodes += 1
+            if parent is not self.root and parent.lock_ref == 0 and not parent.children:
+                self._push(parent)  # the cascade: the parent is a leaf now
+        else:
+            node.block_ids = node.block_ids[: len(node.block_ids) - n_blocks]
+            node.label = slice_tokens(node.label, 0, len(node.block_ids) * self.block_size)
+            node.end_tokens -= n_blocks * self.block_size
+            self._push(node)
+        ids.reverse()  # deepest first
+        return ids
+
+    def evict(self, n_blocks: int) -> list[int]:
+        """Free up to ``n_blocks`` dormant blocks, leaves first in strategy order.
+
+        Returns the freed ids (in eviction order) after handing them to the pool.
+        """
+        freed: list[int] = []
+        while len(freed) < n_blocks:
+            node = self._pop_victim()
+            if node is None:
+                break
+            freed.extend(self._trim(node, min(n_blocks - len(freed), len(node.block_ids))))
+        if freed and self.pool is not None:
+            self.pool.release_cached(freed)
+        return freed
+
+    # ------------------------------------------------------------------ checking
+    def block_owner(self) -> dict[int, Node]:
+        """{block id: owning node}; raises if a block is owned twice."""
+        owner: dict[int, Node] = {}
+        for node in self.iter_nodes():
+            for b in node.block_ids:
+                if b in owner:
+                    raise AssertionError(f"block {b} owned by {owner[b]!r} and {node!r}")
+                owner[b] = node
+        return owner
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError naming the first broken invariant (see module docstring)."""
+        bs = self.block_size
+        owner = self.block_owner()
+        assert set(owner) == self._blocks, "block set out of sync with the nodes"
+        assert len(owner) == self.total_blocks, (
+            f"total_blocks {self.total_blocks} != {len(owner)} owned")
+        evictable = count = 0
+        live_heap = {id(n) for _, v, n in self._heap if v == n.heap_version}
+        for node in [self.root, *self.iter_nodes()]:
+            self._check_node(node, bs, live_heap)
+            count += node is not self.root
+            if node.lock_ref == 0:
+                evictable += len(node.block_ids)
+        assert count == self.n_nodes, f"n_nodes {self.n_nodes} != {count}"
+        assert evictable == self.evictable_blocks, (
+            f"evictable_blocks {self.evictable_blocks} != {evictable}")
+
+    def _check_node(self, node: Node, bs: int, live_heap: set[int]) -> None:
+        assert node.alive, f"{node!r} is dead but reachable"
+        assert segments(node.label) == node.label, f"{node!r} label not normal"
+        assert n_tokens(node.label) == len(node.block_ids) * bs == node.n_tokens, (
+            f"{node!r}: label is not its blocks")
+        if node is not self.root:
+            assert node.block_ids, f"{node!r} is empty"
+        assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), (
+            f"{node!r}: lock_ref below its children's")
+        for key, child in node.children.items():
+            assert child.parent is node, f"{child!r}: wrong parent"
+            assert key == slice_tokens(child.label, 0, bs), f"{child!r}: wrong key"
+            first = child.label[0]
+            assert child in node.by_first.get((first[0], first[1]), []), "first-token index"
+        assert sum(map(len, node.by_first.values())) == len(node.children), "stale index"
+        if node is not self.root and node.lock_ref == 0 and not node.children:
+            assert id(node) in live_heap, f"dormant leaf {node!r} missing from the heap"

@@ -1,0 +1,248 @@
+"""Token content as ordered spans: block descriptors, chained block hashes, edge labels.
+
+Responsibility: say which tokens two sequences share without materialising one Python
+int per token. A user-facing span is ``(content_id, n_tokens)``: the first ``n_tokens``
+tokens of the content named ``content_id`` (an ``int`` or a ``str``). Equal ids are equal
+tokens, so ``("sys", 100)`` is the first 100 tokens of ``("sys", 2000)``. Inside, a span is
+a *segment* ``(content_id, start, n_tokens)``: tokens ``start .. start + n_tokens - 1`` of
+that content (labels cut from the middle of a content need the offset).
+
+Invariant: every segment tuple returned here is *normal*: no empty segment and no two
+neighbours that continue the same content (``(a, 0, 5), (a, 5, 3)`` becomes ``(a, 0, 8)``).
+The normal form of a token sequence is unique, so two sequences are equal exactly when their
+normal tuples are equal, and a block's normal tuple is its content descriptor. All work is
+O(segments) or O(blocks), never O(tokens). Block hashes are deterministic across processes
+(BLAKE2b over a canonical byte encoding; never Python's salted ``hash``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from hashlib import blake2b
+
+ContentId = int | str
+#: ``(content_id, start, n_tokens)``
+Segment = tuple[ContentId, int, int]
+Segments = tuple[Segment, ...]
+
+#: bytes in a block hash (128 bits: collisions are not a modelling concern)
+HASH_BYTES = 16
+#: h_0 of the chain (SPEC F19 sim decision: a fixed seed)
+ROOT_HASH: int = int.from_bytes(blake2b(b"kvsim/prefix/root", digest_size=HASH_BYTES).digest())
+
+
+def _check_id(cid: object) -> None:
+    if isinstance(cid, bool) or not isinstance(cid, (int, str)):
+        raise TypeError(f"content id must be an int or a str, got {cid!r}")
+
+
+def segments(spans: Iterable[Sequence]) -> Segments:
+    """Normalise spans ``(content_id, n_tokens)`` and/or segments ``(content_id, start, n)``.
+
+    Zero-length spans are dropped; neighbours that continue the same content are merged.
+    """
+    out: list[Segment] = []
+    for sp in spans:
+        if len(sp) == 2:
+            cid, n = sp
+            start = 0
+        elif len(sp) == 3:
+            cid, start, n = sp
+        else:
+            raise ValueError(f"a span is (content_id, n_tokens), got {sp!r}")
+        _check_id(cid)
+        if not isinstance(n, int) or not isinstance(start, int) or n < 0 or start < 0:
+            raise ValueError(f"span {sp!r}: start and n_tokens must be whole numbers >= 0")
+        if n == 0:
+            continue
+        if out and out[-1][0] == cid and out[-1][1] + out[-1][2] == start:
+            out[-1] = (cid, out[-1][1], out[-1][2] + n)
+        else:
+            out.append((cid, start, n))
+    return tuple(out)
+
+
+def n_tokens(segs: Segments) -> int:
+    """Total tokens of a segment tuple."""
+    return sum(s[2] for s in segs)
+
+
+def concat(*parts: Segments) -> Segments:
+    """Concatenation of normal tuples, normalised at the joins."""
+    return segments(s for part in parts for s in part)
+
+
+def slice_tokens(segs: Segments, start: int, stop: int) -> Segments:
+    """Tokens ``[start, stop)`` of ``segs`` as a normal tuple (an edge label, a block)."""
+    out: list[Segment] = []
+    pos = 0
+    for cid, s, n in segs:
+        if pos >= stop:
+            break
+        a = start if start > pos else pos
+        b = stop if stop < pos + n else pos + n
+        if a < b:
+            out.append((cid, s + a - pos, b - a))
+        pos += n
+    return tuple(out)
+
+
+def common_prefix(a: Segments, b: Segments) -> int:
+    """Length in tokens of the longest common prefix, compared span by span."""
+    return match_at(a, 0, 0, b)[0]
+
+
+def match_at(query: Segments, qi: int, qoff: int, label: Segments, limit: int | None = None):
+    """Compare ``label`` (from its start) with ``query`` from cursor ``(qi, qoff)``.
+
+    The cursor names segment ``qi`` of the query, ``qoff`` tokens into it. Returns
+    ``(matched_tokens, qi, qoff)`` with the cursor advanced past the matched tokens; stops
+    at the first differing token, at the end of either, or after ``limit`` tokens.
+    """
+    total = 0
+    li = loff = 0
+    nq, nl = len(query), len(label)
+    while qi < nq and li < nl:
+        qc, qs, qn = query[qi]
+        lc, ls, ln = label[li]
+        if qc != lc or qs + qoff != ls + loff:
+            break
+        run = min(qn - qoff, ln - loff)
+        if limit is not None and total + run >= limit:
+            run = limit - total
+            total += run
+            qoff += run
+            if qoff == qn:
+                qi, qoff = qi + 1, 0
+            break
+        total += run
+        qoff += run
+        loff += run
+        if qoff == qn:
+            qi, qoff = qi + 1, 0
+        if loff == ln:
+            li, loff = li + 1, 0
+    return total, qi, qoff
+
+
+def take(query: Segments, qi: int, qoff: int, n: int):
+    """The next ``n`` tokens (fewer at the end) from a cursor: ``(segs, qi, qoff)``."""
+    out: list[Segment] = []
+    got = 0
+    nq = len(query)
+    while got < n and qi < nq:
+        cid, s, sn = query[qi]
+        run = min(sn - qoff, n - got)
+        out.append((cid, s + qoff, run))
+        got += run
+        qoff += run
+        if qoff == sn:
+            qi, qoff = qi + 1, 0
+    return tuple(out), qi, qoff
+
+
+def advance(query: Segments, qi: int, qoff: int, n: int) -> tuple[int, int]:
+    """The cursor ``n`` tokens further on."""
+    nq = len(query)
+    while n > 0 and qi < nq:
+        run = min(query[qi][2] - qoff, n)
+        n -= run
+        qoff += run
+        if qoff == query[qi][2]:
+            qi, qoff = qi + 1, 0
+    return qi, qoff
+
+
+def blocks(segs: Segments, block_size: int, full_only: bool = True) -> list[Segments]:
+    """Per-block content descriptors (normal tuples of ``block_size`` tokens).
+
+    The partial last block is included only when ``full_only`` is false.
+    """
+    out: list[Segments] = []
+    qi = qoff = 0
+    while qi < len(segs):
+        blk, qi, qoff = take(segs, qi, qoff, block_size)
+        if full_only and n_tokens(blk) < block_size:
+            break
+        out.append(blk)
+    return out
+
+
+def encode(segs: Segments) -> bytes:
+    """Canonical, unambiguous bytes of a normal tuple (length-prefixed strings)."""
+    parts = []
+    for cid, s, n in segs:
+        if isinstance(cid, str):
+            raw = cid.encode("utf-8")
+            parts.append(b"s%d:%s,%d,%d;" % (len(raw), raw, s, n))
+        else:
+            parts.append(b"i%d,%d,%d;" % (cid, s, n))
+    return b"".join(parts)
+
+
+def chain_hash(parent: int, block: Segments, extra: bytes = b"") -> int:
+    """SPEC F19: ``h_k = H(h_{k-1} || c_k)`` (plus optional extra keys, as vLLM's)."""
+    h = blake2b(parent.to_bytes(HASH_BYTES, "big"), digest_size=HASH_BYTES)
+    h.update(encode(block))
+    if extra:
+        h.update(b"|" + extra)
+    return int.from_bytes(h.digest(), "big")
+
+
+def block_hashes(
+    segs: Segments, block_size: int, parent: int = ROOT_HASH, start_block: int = 0
+) -> list[int]:
+    """Chained hashes of the full blocks of ``segs`` (the partial tail is not hashed).
+
+    ``parent``/``start_block`` continue a chain: hash blocks ``start_block..`` given the
+    hash of block ``start_block - 1`` (so a growing sequence hashes each block once).
+    """
+    out: list[int] = []
+    qi, qoff = advance(segs, 0, 0, start_block * block_size)
+    while True:
+        blk, qi, qoff = take(segs, qi, qoff, block_size)
+        if n_tokens(blk) < block_size:
+            return out
+        parent = chain_hash(parent, blk)
+        out.append(parent)
+
+
+def describe(segs: Segments) -> str:
+    """Human form: ``sys[0:2000] tool:a[0:300]``."""
+    return " ".join(f"{cid}[{s}:{s + n}]" for cid, s, n in segs)
+
+
+def prefix_hashes(segs: Segments, positions: Sequence[int]) -> list[int]:
+    """Hash of the prefix ``[0, p)`` for each ``p`` in ascending ``positions``.
+
+    The hash depends only on the prefix's tokens (the encoding of its normal form), not
+    on how spans were cut; it is not the block chain of F19 (prefixes need not end on a
+    block boundary). Work: O(segments + positions).
+    """
+    out: list[int] = []
+    h = blake2b(b"kvsim/prefix/prefix", digest_size=HASH_BYTES)
+    i = pos = 0
+    for p in positions:
+        if p < pos:
+            raise ValueError("positions must be ascending")
+        while i < len(segs) and pos + segs[i][2] <= p:
+            h.update(encode(segs[i : i + 1]))
+            pos += segs[i][2]
+            i += 1
+        tail = h.copy()
+        if p > pos:
+            cid, s, _ = segs[i]
+            tail.update(encode(((cid, s, p - pos),)))
+        out.append(int.from_bytes(tail.digest(), "big"))
+    return out
+
+
+def extend_segments(cur: list[Segment], more: Iterable[Sequence]) -> None:
+    """Append spans to a list of normal segments in place, keeping it normal."""
+    for seg in segments(more):
+        if cur:
+            last = cur[-1]
+            if last[0] == seg[0] and last[1] + last[2] == seg[1]:
+                cur[-1] = (last[0], last[1], last[2] + seg[2])
+                continue
+        cur.append(seg)

@@ -1,0 +1,176 @@
+"""Trace replay without timing: prefix hit rates of a request trace through the radix tree.
+
+Responsibility: read a block-hash trace (Mooncake format) and count, request by request,
+how many prompt tokens a prefix cache of a given capacity would serve.
+
+Semantics (the CLI ``--help`` states the same):
+- requests are processed in file order, each finished before the next one starts;
+- a request hits the longest run of its leading blocks that are cached;
+  ``hit tokens = min(matched blocks x B, input_length)``; no recompute cap is applied (the
+  engine applies "at least one prompt token is computed", this mode does not);
+- then all its blocks are cached as the most recently used (time = request index);
+- while the cache holds more than ``cache_tokens`` (counted in whole blocks of B tokens),
+  dormant leaves are evicted oldest first by the chosen strategy, ties deepest first;
+- a trace block is 512 tokens; with ``block_size`` B (B divides 512) each trace block,
+  the partial last one included, becomes 512/B blocks.
+
+Invariant: replay is deterministic and does work per trace block, never per token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sim.errors import ConfigError, KvsimError, UnknownNameError
+from sim.prefix.pool import CountingPool
+from sim.prefix.radix import RadixTree
+
+#: tokens per hash id in the Mooncake format
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a block-hash trace."""
+
+    timestamp_ms: float  # arrival, ms from trace start (unused by replay; kept for users)
+    input_length: int  # prompt tokens
+    output_length: int  # generated tokens
+    hash_ids: tuple[int, ...]  # one id per 512-token block; equal ids = equal prefix
+
+
+# ---------------------------------------------------------------------- loading
+def _field(obj: dict, name: str, where: str, kind: str, minimum: float):
+    if name not in obj:
+        raise ConfigError("missing field", location=where, field=name)
+    v = obj[name]
+    ok = isinstance(v, int) if kind == "int" else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or v < minimum or (kind == "num" and not math.isfinite(v)):
+        what = "a whole number" if kind == "int" else "a number"
+        raise ConfigError(f"must be {what} >= {minimum}, got {v!r}", location=where, field=name)
+    return v
+
+
+def parse_mooncake_line(line: str, where: str) -> TraceRequest:
+    """One Mooncake JSON line -> request; errors name ``where`` (``file:line``) and field."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON ({exc.msg}, column {exc.colno})", location=where) from None
+    if not isinstance(obj, dict):
+        raise ConfigError("expected a JSON object", location=where)
+    ts = _field(obj, "timestamp", where, "num", 0)
+    n_in = _field(obj, "input_length", where, "int", 1)
+    n_out = _field(obj, "output_length", where, "int", 0)
+    ids = obj.get("hash_ids")
+    if not isinstance(ids, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) for h in ids
+    ):
+        raise ConfigError("must be a list of whole numbers", location=where, field="hash_ids")
+    want = -(-n_in // MOONCAKE_BLOCK_TOKENS)
+    if len(ids) != want:
+        raise ConfigError(
+            f"has {len(ids)} ids but input_length {n_in} needs {want} blocks of "
+            f"{MOONCAKE_BLOCK_TOKENS}", location=where, field="hash_ids")
+    return TraceRequest(float(ts), n_in, n_out, tuple(ids))
+
+
+def load_mooncake(path: str | Path) -> list[TraceRequest]:
+    """Read a Mooncake trace (one JSON object per line; blank lines skipped)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvsimError(f"{path}: cannot read trace: {getattr(exc, 'strerror', exc)}") from None
+    out = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            out.append(parse_mooncake_line(line, f"{path}:{i}"))
+    if not out:
+        raise KvsimError(f"{path}: the trace has no requests")
+    return out
+
+
+TRACE_FORMATS = {"mooncake": load_mooncake}
+
+
+def load_trace(path: str | Path, fmt: str) -> list[TraceRequest]:
+    """Load a trace by format name."""
+    try:
+        loader = TRACE_FORMATS[fmt]
+    except KeyError:
+        raise UnknownNameError("trace format", fmt, list(TRACE_FORMATS)) from None
+    return loader(path)
+
+
+# ---------------------------------------------------------------------- replay
+@dataclass
+class ReplayResult:
+    """Hit counts of one replay (F17 over the trace and over its second half)."""
+
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_rate: float
+    hit_rate_last_half: float  # requests with index >= requests // 2 (after warm-up)
+    block_size: int
+    cache_tokens: int | None  # None = unbounded
+    eviction: str
+    evicted_blocks: int
+    peak_cached_tokens: int  # whole blocks x B, after each request's eviction
+    hits: list[int] = field(default_factory=list, repr=False)  # per request
+
+    def to_dict(self, per_request: bool = False) -> dict:
+        d = asdict(self)
+        if not per_request:
+            d.pop("hits")
+        return d
+
+
+def replay(
+    requests: list[TraceRequest],
+    block_size: int = MOONCAKE_BLOCK_TOKENS,
+    cache_tokens: int | None = None,
+    eviction: str = "lru",
+) -> ReplayResult:
+    """Replay ``requests`` through a radix tree (see the module docstring for the rules)."""
+    if not isinstance(block_size, int) or block_size < 1 or MOONCAKE_BLOCK_TOKENS % block_size:
+        raise KvsimError(f"block size must divide {MOONCAKE_BLOCK_TOKENS}, got {block_size}")
+    if cache_tokens is not None and cache_tokens < 0:
+        raise KvsimError(f"cache tokens must be >= 0 or inf, got {cache_tokens}")
+    pool = CountingPool()
+    tree = RadixTree(block_size, pool, eviction=eviction)
+    cap = None if cache_tokens is None else cache_tokens // block_size
+    per_trace_block = MOONCAKE_BLOCK_TOKENS // block_size
+    hits: list[int] = []
+    peak = 0
+    for i, req in enumerate(requests):
+        content = tuple((h, 0, MOONCAKE_BLOCK_TOKENS) for h in req.hash_ids)
+        m = tree.match(content, now=i)
+        matched = len(m.block_ids)
+        hits.append(min(matched * block_size, req.input_length))
+        new = pool.take(len(req.hash_ids) * per_trace_block - matched)
+        tree.insert(content, m.block_ids + new, now=i)
+        if cap is not None and tree.total_blocks > cap:
+            tree.evict(tree.total_blocks - cap)
+        peak = max(peak, tree.total_blocks)
+    prompt = sum(r.input_length for r in requests)
+    half = len(requests) // 2
+    prompt_late = sum(r.input_length for r in requests[half:])
+    hit_late = sum(hits[half:])
+    return ReplayResult(
+        requests=len(requests),
+        prompt_tokens=prompt,
+        hit_tokens=sum(hits),
+        hit_rate=sum(hits) / prompt if prompt else 0.0,
+        hit_rate_last_half=hit_late / prompt_late if prompt_late else 0.0,
+        block_size=block_size,
+        cache_tokens=cache_tokens,
+        eviction=tree.strategy.name,
+        evicted_blocks=tree.evicted_blocks,
+        peak_cached_tokens=peak * block_size,
+        hits=hits,
+    )

@@ -1,0 +1,64 @@
+"""Where the default suite and baselines are: ``tests/golden/`` of the source checkout.
+
+Responsibility: resolve ``--suite`` and ``--baseline`` to a suite file and a baseline
+folder. Without ``--suite`` the checkout is found from the ``sim`` package's own path (an
+editable install or a run from the repository); an installed wheel has no checkout and
+the user is told to pass ``--suite``.
+
+Invariant: the default baseline folder is ``<suite folder>/baselines``, so a suite and its
+baselines move together.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.errors import KvsimError
+from sim.regress.suite import SUITE_FILE_NAME
+
+#: the default suite folder, relative to the checkout root
+DEFAULT_SUITE_DIR = Path("tests") / "golden"
+#: the default baseline folder, relative to the suite's folder
+BASELINE_SUBDIR = "baselines"
+
+
+def checkout_root() -> Path | None:
+    """The source checkout holding the imported ``sim`` package, if there is one."""
+    import sim
+
+    root = Path(sim.__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and (root / DEFAULT_SUITE_DIR).is_dir():
+        return root
+    return None
+
+
+def resolve_suite(suite: Path | None) -> Path:
+    """The suite file: ``suite`` itself, ``suite/suite.yaml``, or the checkout's default."""
+    if suite is not None:
+        path = Path(suite)
+        if path.is_dir():
+            path = path / SUITE_FILE_NAME
+        if not path.is_file():
+            raise KvsimError(f"--suite: {path}: no such suite file")
+        return path
+    root = checkout_root()
+    if root is None or not (root / DEFAULT_SUITE_DIR / SUITE_FILE_NAME).is_file():
+        import sim
+
+        where = Path(sim.__file__).resolve().parent
+        raise KvsimError(
+            f"no --suite given and kvsim (imported from {where}) is not in a source checkout "
+            f"with {DEFAULT_SUITE_DIR / SUITE_FILE_NAME}; pass --suite DIR (a folder with "
+            f"{SUITE_FILE_NAME}) or --suite FILE"
+        )
+    return root / DEFAULT_SUITE_DIR / SUITE_FILE_NAME
+
+
+def resolve_baseline_dir(baseline: Path | None, suite_file: Path) -> Path:
+    """``--baseline`` or ``<suite folder>/baselines``."""
+    if baseline is not None:
+        path = Path(baseline)
+        if path.exists() and not path.is_dir():
+            raise KvsimError(f"--baseline: {path}: not a folder")
+        return path
+    return suite_file.parent / BASELINE_SUBDIR

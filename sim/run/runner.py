@@ -1,0 +1,146 @@
+"""One run's lifecycle: build -> run -> collect (desmod's shape).
+
+Responsibility: from a scenario (a YAML path, a dict, or an already loaded scenario) and
+dotted overrides, build the allocator, KV manager, scheduler, cost model, recorder, node
+and workload; run the SimPy environment until the node stops; collect the DataFrames and
+the summary into a ``RunResult``. This is the only place that reads the wall clock, to
+report ``wall_time_s`` (the simulation loop alone: no imports, loading or writing).
+
+Invariant: the same scenario and seed give the same ``RunResult`` (``wall_time_s``
+aside); nothing here writes files (``RunResult.write`` does, under one folder).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import simpy
+
+from sim.cost import CostModel
+from sim.engine import Node
+from sim.memory.kv_manager import KVManager
+from sim.metrics import Recorder, summarize
+from sim.metrics.summary import fill_hold
+from sim.scenario import LoadedScenario, Resolved, load_scenario, make_allocator_for, resolve
+from sim.sched import make_scheduler
+from sim.workload import Streams, WorkloadContext, workload_kind
+
+
+@dataclass
+class RunResult:
+    """What a run produced: the summary and the record tables."""
+
+    summary: dict
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    memory: pd.DataFrame
+    trajectories: pd.DataFrame
+    config: dict  # the resolved scenario (every default filled in)
+    resolved: Resolved | None = field(default=None, repr=False)
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write the run folder (see ``sim.run.output``)."""
+        from sim.run.output import write_run
+
+        return write_run(self, out_dir)
+
+
+@dataclass
+class Simulation:
+    """A built, not yet run, simulation (exposed for tests and notebooks)."""
+
+    resolved: Resolved
+    env: simpy.Environment
+    node: Node
+    kv: KVManager
+    scheduler: Any
+    cost: CostModel
+    recorder: Recorder
+    ctx: WorkloadContext
+    driver: Any  # the workload's generator
+
+    def run(self, progress=None) -> RunResult:
+        """Run to the end; ``progress(sim_time_s, trajectories_completed, total)`` is
+        called now and then (from the engine loop) when given."""
+        if progress is not None:
+            ctx = self.ctx
+            self.node.progress = lambda now: progress(now, ctx.completed, ctx.total)
+        self.env.process(self.driver)
+        t0 = time.perf_counter()
+        self.env.run(until=self.node.process)
+        wall = time.perf_counter() - t0
+        return collect(self, wall)
+
+
+def _loaded(source: Any, overrides: dict[str, Any]) -> LoadedScenario:
+    if isinstance(source, LoadedScenario):
+        if overrides:
+            data = source.scenario.model_dump(mode="json")
+            loaded = load_scenario(data, overrides)
+            loaded.source, loaded.base_dir = source.source, source.base_dir
+            return loaded
+        return source
+    if hasattr(source, "model_dump") and not isinstance(source, dict):
+        source = source.model_dump(mode="json")
+    return load_scenario(source, overrides)
+
+
+def build(source: Any, **overrides: Any) -> Simulation:
+    """Build a simulation from a scenario and dotted overrides (``seed=3``,
+    ``**{"allocator.kind": "static"}``)."""
+    resolved = resolve(_loaded(source, overrides))
+    sc = resolved.scenario
+    kv = KVManager(make_allocator_for(resolved), pause=sc.pause_policy.kind)
+    scheduler = make_scheduler(sc.scheduler, kv)
+    cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp,
+                     sc.cost)
+    recorder = Recorder(pool_bytes=resolved.pool_bytes)
+    env = simpy.Environment()
+    node = Node(env, scheduler, kv, cost, recorder, exact=sc.engine.exact,
+                check_invariants=sc.engine.check_invariants, horizon_s=sc.duration_s)
+    kind = workload_kind(sc.workload.kind)
+    ctx = WorkloadContext(env, node, Streams(sc.seed), recorder, resolved.loaded.base_dir,
+                          kind.count(sc.workload))
+    driver = kind.driver(sc.workload, ctx)
+    return Simulation(resolved, env, node, kv, scheduler, cost, recorder, ctx, driver)
+
+
+def run_scenario(source: Any, *, progress=None, **overrides: Any) -> RunResult:
+    """Build and run a scenario; see ``build`` for the arguments."""
+    return build(source, **overrides).run(progress)
+
+
+def collect(sim: Simulation, wall_time_s: float) -> RunResult:
+    """Gather the record tables and the summary after a run."""
+    rec = sim.recorder
+    sim.kv.flush_all()
+    for req in (*sim.scheduler.running, *sim.scheduler.waiting):
+        rec.request_ended(req)  # unfinished at the horizon
+    frames = rec.frames()
+    sim_time = sim.node.end_s
+    fill_hold(frames["trajectories"], sim.kv, sim_time)
+    r = sim.resolved
+    sc = r.scenario
+    meta = {
+        "scenario": sc.name,
+        "schema_version": sc.schema_version,
+        "seed": sc.seed,
+        "model": r.model.name,
+        "accelerator": r.accelerator.name,
+        "num_gpus": r.num_gpus,
+        "allocator": r.allocator_kind,
+        "scheduler": sc.scheduler.kind,
+        "pause_policy": sc.pause_policy.kind,
+        "exact": sc.engine.exact,
+        "kv_pool_bytes": float(r.pool_bytes),
+        "kv_bytes_per_token": float(r.kv_bytes_per_token),
+        "trajectories_total": sim.ctx.total,
+    }
+    summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
+    summary["wall_time_s"] = wall_time_s
+    return RunResult(summary, frames["requests"], frames["steps"], frames["memory"],
+                     frames["trajectories"], sc.model_dump(mode="json"), r)

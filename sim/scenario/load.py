@@ -1,0 +1,186 @@
+"""Loading a scenario: safe YAML, dotted overrides, validation with ``file:line`` errors.
+
+Responsibility: turn a YAML file (or a dict) plus overrides such as
+``allocator.kind=static`` or ``seed=3`` into a validated scenario, or into one
+``ConfigError`` line ``file:line: field: message`` that names the valid choices (kinds,
+fields). Changing a ``kind`` through an override keeps only the options the new kind
+accepts, so ``--set allocator.kind=static`` works on a paged scenario.
+
+Invariant: YAML is parsed only with the safe loader (override values too); the error
+location is the line the user wrote (or the ``--set`` that introduced the value); the
+first problem is reported with a count of the others.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sim.errors import ConfigError
+from sim.scenario.schema import scenario_model
+from sim.yamlio import LineMap, clean_loc, line_for, load_yaml
+
+
+@dataclass
+class LoadedScenario:
+    """A validated scenario and where it came from."""
+
+    scenario: Any  # an instance of scenario_model()
+    source: str  # file path, or '<scenario>'
+    base_dir: Path  # relative paths (traces) resolve here
+    lines: LineMap = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def where(self, *loc) -> str:
+        """``file:line`` of a field (its nearest written ancestor), or the ``--set`` behind it."""
+        dotted = ".".join(str(p) for p in loc)
+        for key in self.overrides:
+            if dotted == key or dotted.startswith(key + ".") or key.startswith(dotted + "."):
+                return f"--set {key}"
+        line = line_for(self.lines, tuple(loc))
+        return f"{self.source}:{line}" if line else self.source
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """``['a.b=3', 'seed=1']`` -> ``{'a.b': 3, 'seed': 1}`` (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not p for p in key.split(".")):
+            raise ConfigError(f"expected KEY=VALUE with a dotted KEY, got {item!r}", field="--set")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(f"value {raw!r} is not valid YAML", field=f"--set {key}") from None
+    return out
+
+
+def load_scenario(
+    source: str | Path | dict, overrides: dict[str, Any] | None = None
+) -> LoadedScenario:
+    """Read, override and validate a scenario (a YAML path, or a dict already parsed)."""
+    if isinstance(source, dict):
+        data, lines, name, base = copy.deepcopy(source), {}, "<scenario>", Path.cwd()
+    else:
+        path = Path(source)
+        data, lines = load_yaml(path)
+        name, base = str(path), path.resolve().parent
+    if not isinstance(data, dict):
+        raise ConfigError("a scenario must be a mapping of sections", location=f"{name}:1")
+    overrides = dict(overrides or {})
+    for key, value in overrides.items():
+        _apply_override(data, key, value)
+    loaded = LoadedScenario(None, name, base, lines, overrides)
+    try:
+        loaded.scenario = scenario_model().model_validate(data)
+    except ValidationError as exc:
+        raise _one_line(exc, data, loaded) from None
+    return loaded
+
+
+# ------------------------------------------------------------------------- overrides
+def _apply_override(data: dict, key: str, value: Any) -> None:
+    parts: list = [int(p) if p.isdigit() else p for p in key.split(".")]
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            if not isinstance(part, int) or not 0 <= part < len(node):
+                raise ConfigError(f"cannot set {key}: no item {part} in "
+                                  f"{'.'.join(map(str, parts[:i]))}", field="--set")
+            nxt = node[part]
+        else:
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif isinstance(nxt, str) and part == "model" and i == 0:
+                nxt = node[part] = {"profile": nxt}  # the shorthand `model: NAME`
+        if not isinstance(nxt, dict | list):
+            raise ConfigError(f"cannot set {key}: {'.'.join(map(str, parts[: i + 1]))} is not "
+                              "a section", field="--set")
+        node = nxt
+    last = parts[-1]
+    if isinstance(node, list):
+        if not isinstance(last, int) or not 0 <= last < len(node):
+            raise ConfigError(f"cannot set {key}: no such item", field="--set")
+        node[last] = value
+        return
+    if last == "kind" and isinstance(node, dict) and node.get("kind") != value:
+        cls = model_at(tuple(parts[:-1]), data, kind=value)
+        if cls is not None:
+            for k in [k for k in node if k not in cls.model_fields]:
+                del node[k]
+    node[last] = value
+
+
+# ------------------------------------------------------------------ model lookup
+def _members(annotation: Any) -> tuple[list[type[BaseModel]], bool]:
+    """(BaseModel classes an annotation may hold, whether it is a list of them)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _members(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        found = [m for a in get_args(annotation) for m in _members(a)[0]]
+        return found, False
+    if origin is list:
+        return _members(get_args(annotation)[0])[0], True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation], False
+    return [], False
+
+
+def _pick(members: list[type[BaseModel]], value: Any, kind: Any = None):
+    if len(members) == 1:
+        return members[0]
+    want = kind if kind is not None else (value.get("kind") if isinstance(value, dict) else None)
+    for m in members:
+        f = m.model_fields.get("kind")
+        if f is not None and f.default == want:
+            return m
+    return None
+
+
+def model_at(path: tuple, data: Any, kind: Any = None) -> type[BaseModel] | None:
+    """The model class that validates ``path`` in ``data`` (``kind`` forces the last union)."""
+    cls: type[BaseModel] | None = scenario_model()
+    node = data
+    i = 0
+    while i < len(path):
+        key = path[i]
+        if cls is None or key not in cls.model_fields:
+            return None
+        members, is_list = _members(cls.model_fields[key].annotation)
+        node = node.get(key) if isinstance(node, dict) else None
+        if is_list and i + 1 < len(path) and isinstance(path[i + 1], int):
+            i += 1
+            node = node[path[i]] if isinstance(node, list) and path[i] < len(node) else None
+        last = i == len(path) - 1
+        cls = _pick(members, node, kind if last else None)
+        i += 1
+    return cls
+
+
+# --------------------------------------------------------------------------- errors
+def _one_line(exc: ValidationError, data: dict, loaded: LoadedScenario) -> ConfigError:
+    errors = exc.errors()
+    err = errors[0]
+    loc = clean_loc(err["loc"], data)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        cls = model_at(loc[:-1], data)
+        valid = ", ".join(sorted(cls.model_fields)) if cls is not None else "?"
+        msg = f"unknown field; valid: {valid}"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        loc = (*loc, "kind")
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    field_name = ".".join(str(p) for p in loc) or "(top level)"
+    return ConfigError(msg + (more if len(errors) > 1 else ""), location=loaded.where(*loc),
+                       field=field_name)

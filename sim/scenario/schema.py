@@ -1,0 +1,174 @@
+"""The scenario file's schema (pydantic v2): one YAML describes a whole simulation.
+
+Responsibility: every section and its defaults, with ``kind:`` discriminators for the
+allocator, scheduler, pause policy, workload and arrival process. The allocator section
+is derived from the memory layer's registry (each kind's constructor options), so a kind
+that registers there is accepted here with exactly its options; schedulers come from the
+scheduler registry, workloads from ``sim.workload.config``.
+
+Invariant: every model forbids unknown fields (``extra="forbid"``) and is frozen;
+``schema_version`` is 1; byte figures are bytes, times seconds; the model is built once per
+process (``scenario_model()``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Annotated, Any, Literal, Union, get_type_hints
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    create_model,
+    model_validator,
+)
+
+from sim.cost import CostConfig
+from sim.workload.config import Workload
+
+SCHEMA_VERSION = 1
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _name_is_profile(value: Any) -> Any:
+    return {"profile": value} if isinstance(value, str) else value
+
+
+class ModelSection(_Cfg):
+    """The model: a profile name (``kvsim profiles list``), optionally with field overrides."""
+
+    profile: str
+    overrides: dict[str, Any] = Field(default_factory=dict)  # e.g. {params_total: 70e9}
+
+
+class HardwareSection(_Cfg):
+    """One engine instance: ``tp x pp`` accelerators of one kind, and its KV pool (F34)."""
+
+    accelerator: str  # an accelerator profile name
+    accelerator_overrides: dict[str, Any] = Field(default_factory=dict)
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vLLM's share of HBM it may use
+    reserve_bytes_per_gpu: float = Field(0.0, ge=0)  # activations, runtime (F34 M_act)
+    kv_pool_bytes_per_gpu: float | None = Field(None, gt=0)  # explicit pool: skips F34
+
+
+class EngineConfig(_Cfg):
+    """How the node process runs."""
+
+    exact: bool = False  # step every iteration (no fast decode runs)
+    check_invariants: bool = False  # check memory and queues after every decision (slow)
+
+
+class HoldPolicy(_Cfg):
+    """Keep a paused trajectory's KV resident (the default)."""
+
+    kind: Literal["hold"] = "hold"
+
+
+class RecomputePolicy(_Cfg):
+    """Free a paused trajectory's KV; its next turn prefills again (prefix caches may hit)."""
+
+    kind: Literal["recompute"] = "recompute"
+
+
+PausePolicy = Annotated[
+    Union[HoldPolicy, RecomputePolicy],  # noqa: UP007
+    Field(discriminator="kind"),
+]
+
+#: allocator options whose default depends on the scenario (filled when the run is built)
+DERIVED_ALLOCATOR_DEFAULTS = {("static", "max_tokens")}
+
+
+def _json_safe(tp: Any) -> Any:
+    try:
+        TypeAdapter(tp).json_schema()
+        return tp
+    except Exception:  # a type pydantic cannot describe (a protocol object): accept any value
+        return Any
+
+
+@functools.cache
+def allocator_models() -> tuple[type[BaseModel], ...]:
+    """One config model per registered allocator kind, from its constructor's options."""
+    from sim.memory import allocator_class, allocator_kinds, allocator_options
+
+    models = []
+    for kind in allocator_kinds():
+        try:
+            cls = allocator_class(kind)
+            options = allocator_options(kind)
+        except Exception:  # a kind whose module is not available in this installation
+            continue
+        hints = get_type_hints(cls.__init__)
+        fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
+        for name, default in options.items():
+            tp = _json_safe(hints.get(name, Any))
+            if (kind, name) in DERIVED_ALLOCATOR_DEFAULTS:
+                fields[name] = (tp | None, None)
+            elif default is inspect.Parameter.empty:
+                fields[name] = (tp, ...)
+            else:
+                fields[name] = (tp, default)
+        title = "".join(p.capitalize() for p in kind.split("_")) + "Allocator"
+        models.append(create_model(title, __base__=_Cfg, **fields))
+    return tuple(models)
+
+
+def _union(models: tuple[type[BaseModel], ...]) -> Any:
+    if len(models) == 1:
+        return models[0]
+    return Annotated[Union[models], Field(discriminator="kind")]  # noqa: UP007
+
+
+class ScenarioBase(_Cfg):
+    """Sections whose shape does not depend on registries."""
+
+    schema_version: Literal[1] = 1
+    name: str = "scenario"
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    duration_s: float | None = Field(None, gt=0)  # stop the engine here (None: run to the end)
+    model: Annotated[ModelSection, BeforeValidator(_name_is_profile)]
+    hardware: HardwareSection
+    cost: CostConfig = CostConfig()
+    pause_policy: PausePolicy = HoldPolicy()
+    workload: Workload
+    engine: EngineConfig = EngineConfig()
+
+    @model_validator(mode="after")
+    def _tp_pp(self):
+        if self.hardware.tp * self.hardware.pp < 1:
+            raise ValueError("tp x pp must be >= 1")
+        return self
+
+
+@functools.cache
+def scenario_model() -> type[BaseModel]:
+    """The full scenario model (allocator and scheduler unions from the registries)."""
+    from sim.sched import VllmV1Config, scheduler_configs
+
+    allocs = allocator_models()
+    paged = next((m for m in allocs if m.model_fields["kind"].default == "paged"), allocs[0])
+    return create_model(
+        "Scenario",
+        __base__=ScenarioBase,
+        allocator=(_union(allocs), paged()),
+        scheduler=(_union(scheduler_configs()), VllmV1Config()),
+    )
+
+
+def json_schema() -> dict:
+    """JSON Schema of a scenario file (for editor completion)."""
+    schema = scenario_model().model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "kvsim scenario"
+    return schema

@@ -1,0 +1,70 @@
+"""What one engine step runs: the scheduler's answer, and what committing it produced.
+
+Invariant: a ``BatchPlan`` lists each scheduled request once with ``n_new >= 1`` tokens;
+the decode entries are exactly those with ``is_decode`` true when scheduled, the rest are
+prefill chunks; ``decode_history_tokens`` is the sum of the decode requests' computed
+tokens before the step (the KV they attend to, besides the new token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.cost import StepWork
+from sim.sched.request import Request
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """The batch of one step plus the scheduling events that produced it."""
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, new tokens)
+    n_decode: int = 0
+    decode_history_tokens: int = 0
+    prefill_chunks: list[tuple[int, int]] = field(default_factory=list)  # (new, cached before)
+    admitted: list[Request] = field(default_factory=list)  # waiting -> running this step
+    preempted: list[Request] = field(default_factory=list)  # running -> waiting (recompute)
+    rejected: list[Request] = field(default_factory=list)  # can never run
+    held_drops: int = 0  # idle held sequences dropped to make room
+    waiting_blocked: bool = False  # a waiting request could not be admitted this step
+    copy_bytes: float = 0.0  # allocator copies caused while scheduling (priced in this step)
+    alloc_calls: int = 0  # cudaMalloc/cudaFree calls caused while scheduling
+
+    @property
+    def empty(self) -> bool:
+        return not self.scheduled
+
+    @property
+    def n_tokens(self) -> int:
+        return self.n_decode + sum(c for c, _ in self.prefill_chunks)
+
+    @property
+    def is_pure_decode(self) -> bool:
+        """Only decode tokens, no memory event: the shape a fast run can repeat."""
+        return (
+            not self.prefill_chunks
+            and not self.admitted
+            and not self.preempted
+            and not self.rejected
+            and not self.held_drops
+            and self.copy_bytes == 0
+            and self.alloc_calls == 0
+        )
+
+    def work(self) -> StepWork:
+        """The step's work for the cost model."""
+        return StepWork(
+            n_decode=self.n_decode,
+            decode_history_tokens=self.decode_history_tokens,
+            prefill_chunks=tuple(self.prefill_chunks),
+            copy_bytes=self.copy_bytes,
+            alloc_calls=self.alloc_calls,
+        )
+
+
+@dataclass(slots=True)
+class CommitResult:
+    """Requests that produced a token in a step (or run of steps), and those that finished."""
+
+    emitted: list[Request] = field(default_factory=list)  # sampled >= 1 token
+    finished: list[Request] = field(default_factory=list)

@@ -1,0 +1,136 @@
+"""One LLM call (a turn of a trajectory) as the scheduler and the KV manager see it.
+
+Responsibility: the state of a request (vLLM V1 style: ``num_tokens`` known tokens,
+``num_computed`` of them with KV; a request needs no separate prefill/decode phase, its
+computed tokens simply catch up with its tokens) and the token content behind it, as
+spans, so a prefix cache can match it without one Python int per token.
+
+Invariants: ``0 <= num_computed <= num_tokens = prompt_tokens + num_output``;
+``num_output <= max_output_tokens``; ``num_computed`` only decreases on preemption (to 0)
+and ``num_output`` never decreases. Times are set by the engine (the scheduler never sees
+a clock); ``None`` means "not yet".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.prefix.spans import Segments, concat, segments, slice_tokens
+
+WAITING, RUNNING, FINISHED, REJECTED, CANCELLED = range(5)
+STATUS_NAMES = ("waiting", "running", "finished", "rejected", "cancelled")
+
+
+class Request:
+    """A prompt of ``prompt_tokens`` (the whole context) and ``max_output_tokens`` to generate."""
+
+    __slots__ = (
+        "req_id",  # run-wide id, in submission order
+        "seq_id",  # the KV sequence it reads and extends (a trajectory branch's context)
+        "traj_id",  # owning trajectory (-1 for none)
+        "turn",  # turn index within the trajectory branch
+        "branch",  # 0 for the main line, i > 0 for the i-th forked branch of a trajectory
+        "prompt_tokens",  # context length at submission: every token before the first output
+        "max_output_tokens",  # tokens to generate (>= 1)
+        "content",  # prompt content as normal segments, or None when content is not tracked
+        "output_id",  # content id of the generated tokens (a fresh id per request)
+        "last_turn",  # True: the sequence is released when this request finishes
+        "arrival_s",  # submission time
+        "status",
+        "num_computed",  # tokens whose KV is resident (vLLM num_computed_tokens)
+        "num_output",  # tokens generated so far
+        "preemptions",  # times this request was preempted (recompute)
+        "lookup_tokens",  # tokens looked up in a prefix cache at admissions (F17 denominator)
+        "hit_tokens",  # of those, tokens served from the cache (F17 numerator)
+        "held_tokens",  # tokens already resident in its own sequence at first admission
+        "admitted_s",  # first admission
+        "first_token_s",
+        "finish_s",
+        "last_emit_step",  # engine step index of the latest token (-1 before the first)
+        "itl_max_s",  # largest inter-token gap so far
+        "on_done",  # callback(request) when it finishes, is rejected or cancelled
+        "tag",  # free slot for the workload (its trajectory object)
+    )
+
+    def __init__(
+        self,
+        req_id: int,
+        seq_id: Any,
+        prompt_tokens: int,
+        max_output_tokens: int,
+        arrival_s: float = 0.0,
+        *,
+        content: Segments | None = None,
+        output_id: Any = None,
+        traj_id: int = -1,
+        turn: int = 0,
+        branch: int = 0,
+        last_turn: bool = True,
+        on_done=None,
+        tag: Any = None,
+    ) -> None:
+        if prompt_tokens < 1 or max_output_tokens < 1:
+            raise ValueError(
+                f"request {req_id}: prompt and output must be >= 1 token, got "
+                f"{prompt_tokens} and {max_output_tokens}"
+            )
+        self.req_id = req_id
+        self.seq_id = seq_id
+        self.traj_id = traj_id
+        self.turn = turn
+        self.branch = branch
+        self.prompt_tokens = prompt_tokens
+        self.max_output_tokens = max_output_tokens
+        self.content = content
+        self.output_id = output_id if output_id is not None else f"o:{req_id}"
+        self.last_turn = last_turn
+        self.arrival_s = arrival_s
+        self.status = WAITING
+        self.num_computed = 0
+        self.num_output = 0
+        self.preemptions = 0
+        self.lookup_tokens = 0
+        self.hit_tokens = 0
+        self.held_tokens = 0
+        self.admitted_s: float | None = None
+        self.first_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.last_emit_step = -1
+        self.itl_max_s = 0.0
+        self.on_done = on_done
+        self.tag = tag
+
+    # ------------------------------------------------------------------ state
+    @property
+    def num_tokens(self) -> int:
+        """Known tokens: the prompt and every token sampled so far."""
+        return self.prompt_tokens + self.num_output
+
+    @property
+    def remaining_output(self) -> int:
+        return self.max_output_tokens - self.num_output
+
+    @property
+    def is_decode(self) -> bool:
+        """One token to compute, and it is a sampled one (not the end of a prompt)."""
+        return self.num_output > 0 and self.num_computed + 1 == self.num_tokens
+
+    # ------------------------------------------------------------------ content
+    def content_slice(self, start: int, stop: int) -> Segments | None:
+        """Content of tokens ``[start, stop)`` (prompt, then generated tokens)."""
+        if self.content is None:
+            return None
+        p = self.prompt_tokens
+        if stop <= p:
+            return slice_tokens(self.content, start, stop)
+        out = segments([(self.output_id, max(0, start - p), stop - max(start, p))])
+        if start >= p:
+            return out
+        return concat(slice_tokens(self.content, start, p), out)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(#{self.req_id} seq={self.seq_id!r} {STATUS_NAMES[self.status]} "
+            f"computed={self.num_computed}/{self.num_tokens} out={self.num_output}/"
+            f"{self.max_output_tokens})"
+        )

@@ -1,0 +1,246 @@
+"""vLLM V1's scheduling loop (``vllm/v1/core/sched/scheduler.py``, 2025-2026), as a pure object.
+
+Per step, with a token budget of ``max_num_batched_tokens``:
+1. RUNNING requests in admission order: each gets ``num_tokens - num_computed`` new
+   tokens, capped by ``long_prefill_token_threshold`` (0 = no cap) and by the budget left.
+   If its KV cannot grow, preempt ``running.pop()`` (the most recently admitted): free its
+   blocks (a prefix cache keeps them cached), reset its computed tokens to 0 and put it at
+   the head of WAITING; repeat until the request fits or is itself the victim.
+2. If nothing was preempted this step: WAITING requests in FCFS order while the budget
+   lasts and ``len(running) < max_num_seqs``; admission looks up the prefix cache (or
+   extends the trajectory's held sequence) and allocates the whole prompt (SPEC 3.4.2;
+   vLLM V1 allocates per chunk). The first request that does not fit stops admission.
+``chunked_prefill: false`` is the monolithic mode: a prefill is never split; it must fit
+the budget left, except that the first prefill of a step may exceed it (otherwise a
+prompt longer than the budget could never run; vLLM instead requires the budget to be at
+least ``max_model_len``). Running decodes still ride in that step.
+
+Additions for held agent state (sim decisions): when nothing runs and the head of
+WAITING does not fit, the KV held by paused trajectories is dropped, most recently paused
+first, then the held KV of other waiting requests, then the head's own; a request that
+does not fit an otherwise empty pool is rejected (it can never run), and so is one whose
+prompt + output exceeds ``max_model_len`` or the pool.
+
+Invariant: see ``sched.base``; plus: a step has at most ``max_num_batched_tokens`` tokens
+except for a monolithic prefill alone in its step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.sched.base import register_scheduler
+from sim.sched.plan import BatchPlan, CommitResult
+from sim.sched.request import CANCELLED, FINISHED, REJECTED, RUNNING, WAITING, Request
+
+
+class VllmV1Config(BaseModel):
+    """Scenario key ``scheduler`` for ``kind: vllm_v1``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["vllm_v1"] = "vllm_v1"
+    max_num_batched_tokens: int = Field(8192, ge=1)  # token budget per step (C_budget, F27)
+    max_num_seqs: int = Field(1024, ge=1)  # running requests at most
+    chunked_prefill: bool = True  # false: monolithic prefill (the chapter's ITL spike)
+    long_prefill_token_threshold: int = Field(0, ge=0)  # chunk cap C_chunk; 0 = budget only
+    max_model_len: int | None = Field(None, ge=2)  # prompt + output cap; None = pool only
+
+
+@register_scheduler
+class VllmV1Scheduler:
+    """Token budget, running first then waiting FCFS, chunked prefill, recompute preemption."""
+
+    name = "vllm_v1"
+    Config = VllmV1Config
+
+    def __init__(self, config: VllmV1Config, kv: Any) -> None:
+        self.config = config
+        self.kv = kv
+        self.running: list[Request] = []
+        self.waiting: deque[Request] = deque()
+
+    # ------------------------------------------------------------------ queues
+    def add(self, req: Request) -> bool:
+        """Queue a new request; False (and status REJECTED) if it can never run."""
+        total = req.prompt_tokens + req.max_output_tokens
+        cap = self.config.max_model_len
+        if (cap is not None and total > cap) or not self.kv.can_ever_fit(total - 1):
+            req.status = REJECTED
+            return False
+        req.status = WAITING
+        self.waiting.append(req)
+        return True
+
+    def cancel(self, req: Request) -> bool:
+        """Remove a queued or running request (a pruned branch); True if it was there."""
+        if req.status == RUNNING:
+            self.running.remove(req)
+        elif req.status == WAITING and req in self.waiting:
+            self.waiting.remove(req)
+        else:
+            return False
+        req.status = CANCELLED
+        return True
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # ---------------------------------------------------------------- schedule
+    def schedule(self) -> BatchPlan:
+        """Build one step's batch (see the module docstring)."""
+        plan = BatchPlan()
+        budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
+        if not plan.preempted:
+            self._schedule_waiting(plan, budget)
+        plan.copy_bytes, plan.alloc_calls = self.kv.take_step_activity()
+        return plan
+
+    def _new_tokens(self, req: Request, budget: int, has_prefill: bool) -> int:
+        """Tokens to schedule for ``req`` now; 0 = it does not fit this step."""
+        n = req.num_tokens - req.num_computed
+        cfg = self.config
+        if cfg.chunked_prefill:
+            if 0 < cfg.long_prefill_token_threshold < n:
+                n = cfg.long_prefill_token_threshold
+            return min(n, budget)
+        if n > budget and (has_prefill or n == 1):
+            return 0
+        return n
+
+    def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+            if n == 0:
+                break
+            if not self._grow_or_preempt(req, n, plan):
+                break
+            _add(plan, req, n)
+            budget -= n
+            i += 1
+        return budget
+
+    def _grow_or_preempt(self, req: Request, n: int, plan: BatchPlan) -> bool:
+        """Make room for ``req``'s tokens by preempting from the back; False if it was the victim."""
+        kv = self.kv
+        while not kv.grow(req, n):
+            victim = self.running.pop()
+            kv.preempt(victim)
+            victim.status = WAITING
+            victim.preemptions += 1
+            self.waiting.appendleft(victim)
+            plan.preempted.append(victim)
+            if victim is req:
+                if kv.alloc.num_sequences == 0:  # alone in an empty pool and still no room
+                    self.waiting.popleft()
+                    victim.status = REJECTED
+                    plan.rejected.append(victim)
+                return False
+        return True
+
+    def _schedule_waiting(self, plan: BatchPlan, budget: int) -> None:
+        cfg, kv, waiting = self.config, self.kv, self.waiting
+        while waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            req = waiting[0]
+            if not cfg.chunked_prefill and plan.prefill_chunks:
+                upper = req.num_tokens - _held(kv, req)  # prefix hits are unknown before
+                if upper > budget:
+                    plan.waiting_blocked = True
+                    break
+            if not kv.admit(req):
+                if self.running or not self._relieve(plan, req):
+                    plan.waiting_blocked = True
+                    break
+                continue
+            n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+            waiting.popleft()
+            self.running.append(req)
+            req.status = RUNNING
+            plan.admitted.append(req)
+            _add(plan, req, n)
+            budget -= n
+
+    def _relieve(self, plan: BatchPlan, head: Request) -> bool:
+        """Nothing runs and ``head`` does not fit: free idle held KV, or reject ``head``.
+
+        Returns True when something changed (so admission is tried again).
+        """
+        kv = self.kv
+        if kv.drop_paused() is not None:
+            plan.held_drops += 1
+            return True
+        for req in reversed(self.waiting):
+            if req is not head and kv.drop_idle(req.seq_id):
+                plan.held_drops += 1
+                return True
+        if kv.drop_idle(head.seq_id):
+            plan.held_drops += 1
+            return True
+        if kv.alloc.num_sequences == 0:
+            self.waiting.popleft()
+            head.status = REJECTED
+            plan.rejected.append(head)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, plan: BatchPlan, steps: int = 1) -> CommitResult:
+        """Apply a step (or ``steps`` identical decode steps) once it has run."""
+        out = CommitResult()
+        for req, n in plan.scheduled:
+            if req.status != RUNNING:
+                continue  # cancelled while the step ran
+            if steps > 1:
+                req.num_computed += steps
+                req.num_output += steps
+            else:
+                req.num_computed += n
+                if req.num_computed < req.num_tokens:
+                    continue  # a chunk of a longer prefill: nothing sampled
+                req.num_output += 1
+            out.emitted.append(req)
+            if req.num_output >= req.max_output_tokens:
+                req.status = FINISHED
+                out.finished.append(req)
+        if out.finished:
+            self.running = [r for r in self.running if r.status == RUNNING]
+        return out
+
+    def check_invariants(self) -> None:
+        """No request both running and waiting; counts within bounds."""
+        run_ids = {id(r) for r in self.running}
+        if len(run_ids) != len(self.running):
+            raise AssertionError("a request is twice in running")
+        for r in self.waiting:
+            if id(r) in run_ids:
+                raise AssertionError(f"{r!r} is both running and waiting")
+            if r.status != WAITING:
+                raise AssertionError(f"{r!r} is in waiting with another status")
+        for r in self.running:
+            if r.status != RUNNING:
+                raise AssertionError(f"{r!r} is in running with another status")
+            if not 0 <= r.num_computed <= r.num_tokens:
+                raise AssertionError(f"{r!r}: computed tokens out of range")
+        if len(self.running) > self.config.max_num_seqs:
+            raise AssertionError("more running requests than max_num_seqs")
+
+
+def _held(kv: Any, req: Request) -> int:
+    seq = req.seq_id
+    return kv.alloc.seq_tokens(seq) if kv.alloc.is_live(seq) else 0
+
+
+def _add(plan: BatchPlan, req: Request, n: int) -> None:
+    if n == 1 and req.is_decode:
+        plan.n_decode += 1
+        plan.decode_history_tokens += req.num_computed
+    else:
+        plan.prefill_chunks.append((n, req.num_computed))
+    plan.scheduled.append((req, n))

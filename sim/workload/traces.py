@@ -1,0 +1,77 @@
+"""Reading request traces (CSV) for lengths and arrival times.
+
+Responsibility: load the columns a scenario names from a CSV trace (the Azure LLM
+inference traces of 2023: ``TIMESTAMP, ContextTokens, GeneratedTokens``) with one-line
+errors naming the file and the column, and cache the parsed columns per run.
+
+Invariant: traces are read with pandas' CSV parser only (no code execution); token
+columns come back as int64 arrays >= 1, time columns as float seconds from the first row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import ConfigError
+
+
+def read_columns(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
+    """The named columns of a CSV file as numpy arrays (raises ConfigError)."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise ConfigError("trace file not found", location=str(path))
+    try:
+        frame = pd.read_csv(path, usecols=lambda c: c in columns)
+    except (ValueError, OSError, pd.errors.ParserError) as exc:
+        raise ConfigError(f"cannot read trace: {str(exc).splitlines()[0]}", location=str(path))
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"trace has no column {missing[0]!r}", location=str(path))
+    if frame.empty:
+        raise ConfigError("trace has no rows", location=str(path))
+    return {c: frame[c].to_numpy() for c in columns}
+
+
+def token_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
+    """A token-count column as int64 >= 1."""
+    try:
+        tokens = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"column {column!r} is not numeric", location=str(path)) from None
+    if np.isnan(tokens).any():
+        raise ConfigError(f"column {column!r} has empty cells", location=str(path))
+    return np.maximum(1, np.rint(tokens)).astype(np.int64)
+
+
+def time_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
+    """A timestamp column (numbers in seconds, or date-times) as seconds from the first row."""
+    import pandas as pd
+
+    if np.issubdtype(np.asarray(values).dtype, np.number):
+        t = np.asarray(values, dtype=np.float64)
+    else:
+        try:
+            stamps = pd.to_datetime(pd.Series(values), format="mixed")
+        except (ValueError, TypeError):
+            raise ConfigError(
+                f"column {column!r} is neither seconds nor date-times", location=str(path)
+            ) from None
+        t = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy()
+    t = t - t[0]
+    if (np.diff(t) < 0).any():
+        raise ConfigError(f"column {column!r} is not in time order", location=str(path))
+    return t
+
+
+def cycle_times(t: np.ndarray, n: int) -> np.ndarray:
+    """``n`` arrival times: the trace's, repeated after its span (plus one mean gap)."""
+    if n <= len(t):
+        return t[:n].copy()
+    gap = (t[-1] - t[0]) / max(1, len(t) - 1)
+    period = t[-1] - t[0] + gap
+    reps = -(-n // len(t))
+    out = (t[None, :] + period * np.arange(reps)[:, None]).ravel()
+    return out[:n]
