@@ -296,6 +296,12 @@ def write_calibration(mapping: dict, path: Path) -> None:
     ]
     if mapping["source"] != "gpu":
         header.insert(0, f"# {mapping['source'].upper()} -- not a GPU measurement.")
+    if mapping["source"] == "synthetic":
+        header.insert(
+            1,
+            "# Remake: python kernels_validation/synthetic_run.py DIR && python "
+            "kernels_validation/calibrate.py DIR --accelerator h200-141gb --source synthetic --out FILE",
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     body = yaml.dump(_round(mapping), Dumper=_Dumper, sort_keys=False, width=100)
     path.write_text("\n".join(header) + "\n" + body)

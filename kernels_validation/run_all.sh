@@ -51,11 +51,11 @@ run() {
 }
 
 run env_info 0 30 --out "$OUT/env.json" --mode "$mode"
-run check_correctness 25 45 $quick --out "$OUT/correctness.csv"
-run bench_paged_attention 50 75 $quick --out "$OUT/paged_attention.csv"
-run bench_copies 35 55 $quick --out "$OUT/copies.csv"
+run check_correctness 20 40 $quick --out "$OUT/correctness.csv"
+run bench_paged_attention 45 70 $quick --out "$OUT/paged_attention.csv"
+run bench_copies 30 50 $quick --out "$OUT/copies.csv"
 run bench_layer 35 60 $quick --out "$OUT/layer.csv"
 run bench_gemm 25 40 $quick --out "$OUT/gemm.csv"
 
 echo "=== summary ($mode mode, $((SECONDS - start))s)" | tee -a "$log"
-"$PY" "$here/summarize.py" "$OUT" 2>&1 | tee -a "$log"
+timeout -k 5 20 "$PY" "$here/summarize.py" "$OUT" 2>&1 | tee -a "$log"

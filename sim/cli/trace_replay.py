@@ -81,8 +81,10 @@ def trace_replay(
         print_json(out)
         return
     cap = "unbounded" if capacity is None else f"{capacity:,} tokens"
-    typer.echo(f"{file}: {result.requests:,} requests, block size {block_size}, cache {cap}, "
-               f"eviction {result.eviction}")
+    typer.echo(
+        f"{file}: {result.requests:,} requests, block size {block_size}, cache {cap}, "
+        f"eviction {result.eviction}"
+    )
     typer.echo(f"  prompt tokens      {result.prompt_tokens:,}")
     typer.echo(f"  hit tokens         {result.hit_tokens:,}")
     typer.echo(f"  hit rate           {result.hit_rate:.4f}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.cost import StepWork
 from sim.errors import KvsimError
 from sim.memory.errors import InvariantError
 from sim.sched.request import CANCELLED, FINISHED, REJECTED
@@ -134,57 +135,94 @@ class Node:
         self.end_s = env.now
 
     def _run(self, plan, now: float):
-        """Price, wait for and commit one step or one run of identical decode steps."""
+        """Price, wait for and commit one step or one run of steps of the same batch."""
         m = self._record_memory(now)
         cost = self.cost.iteration_time(plan.work())
-        k, durations, run_alloc = self._plan_run(plan, m)
-        if k == 1:
+        run = self._plan_run(plan, m, cost)
+        if run is None:
             yield self.env.timeout(cost.total_s)
-            self._commit(plan, now, [now + cost.total_s], None, cost, m, run_alloc)
+            self._commit(plan, now, [now + cost.total_s], None, cost, m, None)
             return
+        durations, run_alloc, chunks = run
         ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+        k = len(ends)
         if self.horizon_s is not None:  # steps must start before the horizon
-            k = max(1, int(np.searchsorted(ends, self.horizon_s, side="left")) + 1)
-            k = min(k, len(ends))
-            ends, durations = ends[:k], durations[:k]
-        self._wake, self._ends, self._deadline = self.env.event(), ends, k - 1
+            k = min(k, int(np.searchsorted(ends, self.horizon_s, side="left")) + 1)
+        self._wake, self._ends, self._deadline = self.env.event(), ends[:k], k - 1
         self._arm(self._wake, k - 1)
         yield self._wake
         k = self._deadline + 1
         self._wake, self._ends = None, None
-        self._commit(plan, now, ends[:k], durations[:k], cost, m, run_alloc)
+        self._commit(plan, now, ends[:k], durations[:k], cost, m, run_alloc,
+                     sum(chunks[:k]) if chunks else 0)
 
-    def _plan_run(self, plan, m):
-        """(steps, their durations, allocated bytes during steps 2..k) for this batch."""
-        if self.exact or not plan.is_pure_decode or len(plan.scheduled) != len(self.sched.running):
-            return 1, None, None
-        reqs = [r for r, _ in plan.scheduled]
-        k_out = min(r.max_output_tokens - r.num_output for r in reqs)
-        if k_out <= 1:
-            return 1, None, None
-        mem = self.kv.plan_decode_run(reqs, k_out - 1, base_allocated=m.allocated_bytes)
-        k = 1 + mem.steps
-        if k == 1:
-            return 1, None, None
-        durations = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k)
-        return k, durations, mem.allocated_bytes
+    def _plan_run(self, plan, m, cost):
+        """A run of several steps of this batch: (durations, allocated bytes during steps
+        2..k, prefill chunks) or None for a single step.
+
+        A run repeats the batch while nothing can change it: pure decodes up to the first
+        completion, or decodes plus one chunked prefill up to the end of that prompt
+        (``scheduler.run_chunks``), and only as far as memory allows without a miss or a copy.
+        """
+        sched = self.sched
+        if (self.exact or len(plan.scheduled) != len(sched.running) or plan.preempted
+                or plan.rejected or plan.held_drops or plan.copy_bytes or plan.alloc_calls):
+            return None
+        decodes = plan.decodes
+        k = min((r.max_output_tokens - r.num_output for r in decodes), default=1 << 30)
+        chunks = None
+        if plan.prefill_chunks:
+            chunks = sched.run_chunks(plan, k)
+            if chunks is None:
+                return None
+            k = min(k, len(chunks))
+        elif plan.admitted:
+            return None
+        if k <= 1:
+            return None
+        if decodes:
+            mem = self.kv.plan_decode_run(decodes, k - 1, base_allocated=m.allocated_bytes)
+            k = 1 + mem.steps
+            if k == 1:
+                return None
+            run_alloc = mem.allocated_bytes
+        else:
+            run_alloc = np.full(k - 1, float(m.allocated_bytes))
+        if chunks is None:
+            durations = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k)
+            return durations, run_alloc, None
+        return self._hybrid_durations(plan, cost, chunks[:k]), run_alloc, chunks[:k]
+
+    def _hybrid_durations(self, plan, cost, chunks: list[int]) -> np.ndarray:
+        """Step durations of decodes plus one prefill advancing by ``chunks``."""
+        (first, cached), n_dec = plan.prefill_chunks[0], plan.n_decode
+        out = [cost.total_s]
+        hist = plan.decode_history_tokens
+        price = self.cost.iteration_time
+        for i in range(1, len(chunks)):
+            cached += chunks[i - 1]
+            hist += n_dec
+            out.append(price(StepWork(n_dec, hist, ((chunks[i], cached),))).total_s)
+        return np.asarray(out)
 
     # ----------------------------------------------------------------- commit
-    def _commit(self, plan, start: float, ends, durations, cost, m, run_alloc) -> None:
+    def _commit(self, plan, start: float, ends, durations, cost, m, run_alloc,
+                prefill_tokens: int = 0) -> None:
         k = len(ends)
         rec, kv = self.rec, self.kv
         s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting))
         if k > 1:
-            reqs = [r for r, _ in plan.scheduled]
             starts = np.concatenate(([start], ends[:-1]))
-            kv.apply_decode_run(reqs, k - 1, starts)
+            kv.apply_decode_run(plan.decodes, k - 1, starts)
             if kv.take_step_activity() != (0, 0):
-                raise InvariantError("fast path: a planned decode run copied or allocated buffers")
+                raise InvariantError("fast path: a planned run copied or allocated buffers")
             useful = m.useful_bytes + np.arange(k) * (plan.n_decode * kv.kv_bytes_per_token)
             allocated = np.concatenate(([m.allocated_bytes], run_alloc[: k - 1]))
             rec.memory_run(starts, useful, allocated)
-        result = self.sched.commit(plan, k)
+        result = self.sched.commit(plan, k, prefill_tokens)
         rec.emit(result.emitted, s0, k, durations)
+        if result.emitted_last:
+            rec.emit(result.emitted_last, s0 + k - 1, 1)
         end = float(ends[-1])
         kv.set_time(end)
         for req in result.finished:

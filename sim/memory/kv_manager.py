@@ -383,6 +383,9 @@ class KVManager:
         """
         alloc = self.alloc
         bs = alloc.block_size
+        if not self.uses_content:
+            self._apply_run_plain(requests, steps)
+            return
         events: list[tuple[int, int]] = []
         totals = []
         for j, req in enumerate(requests):
@@ -413,6 +416,26 @@ class KVManager:
             elif seq in self._pending:
                 del self._pending[seq], self._owner[seq]
             self._room[seq] = self._capacity(seq) - target
+
+    def _apply_run_plain(self, requests: Sequence[Any], steps: int) -> None:
+        """A run on an allocator without content: order and timing do not matter, so each
+        sequence gets one append when it outgrows its capacity (else its tokens wait)."""
+        room, pending, owner = self._room, self._pending, self._owner
+        for req in requests:
+            seq = req.seq_id
+            r = room.get(seq, 0)
+            if steps <= r:
+                room[seq] = r - steps
+                pending[seq] = pending.get(seq, 0) + steps
+                owner[seq] = req
+                self.pending_tokens += steps
+                continue
+            total = pending.get(seq, 0) + steps
+            if not self.alloc.append(seq, total):
+                raise InvariantError(f"fast path: planned append of {total} to {req!r} missed")
+            if seq in pending:
+                self._drop_pending(seq)
+            self._set_room(seq)
 
     def _append_upto(self, req: Any, target: int) -> None:
         """Append (pending + new) tokens so the sequence holds ``target`` tokens."""

@@ -34,6 +34,16 @@ _REGISTRY: dict[str, type[Allocator] | str] = {
 }
 
 
+#: kind -> (option, {value: kind it selects}): ``paged`` with ``prefix_caching: hash`` is
+#: vLLM V1's hashed block cache, ``prefix_caching: radix`` the radix tree (REFERENCES.md)
+_SELECTORS: dict[str, tuple[str, dict[Any, str]]] = {
+    "paged": (
+        "prefix_caching",
+        {None: "paged", "none": "paged", "hash": "paged_hash", "radix": "radix"},
+    ),
+}
+
+
 def register_allocator(name: str, factory: type[Allocator] | str, *, replace: bool = False):
     """Register a kind: an ``Allocator`` subclass or a ``"module:Class"`` path."""
     if not isinstance(name, str) or not name:
@@ -99,6 +109,7 @@ def make_allocator(
     kind: str, *, pool_bytes: float, kv_bytes_per_token: float, **options: Any
 ) -> Allocator:
     """A new allocator of ``kind`` over ``pool_bytes`` (see each kind for its options)."""
+    kind = _select(kind, options)
     cls = allocator_class(kind)
     valid = allocator_options(kind)
     unknown = sorted(set(options) - set(valid))
@@ -109,3 +120,17 @@ def make_allocator(
     if missing:
         raise ConfigError(f"required option of kind {kind!r} is missing", field=missing[0])
     return cls(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, **options)
+
+
+def _select(kind: str, options: dict[str, Any]) -> str:
+    """Resolve a selector option (``paged`` + ``prefix_caching``) to the kind it names."""
+    if kind not in _SELECTORS or _SELECTORS[kind][0] not in options:
+        return kind
+    option, choices = _SELECTORS[kind]
+    value = options.pop(option)
+    if value not in choices:
+        valid = ", ".join(str(v) for v in choices if v is not None)
+        raise ConfigError(
+            f"unknown {option} {value!r} for kind {kind!r}; valid: {valid}", field=option
+        )
+    return choices[value]

@@ -3,7 +3,9 @@
 Responsibility: rank dormant leaves. A strategy is a small object with one method,
 ``key(node, tree) -> tuple``; the leaf with the smallest key is evicted first, and the tree
 breaks ties the same way for every strategy: deepest first (largest end position), then
-oldest node. Strategies never mutate the tree.
+oldest node. A strategy whose rank depends on a leaf's last block (``priority``) also says
+how many trailing blocks share that rank (``same_rank_blocks``), so the tree trims no
+further at once. Strategies never mutate the tree.
 
 Invariant: every name in ``EVICTION_STRATEGIES`` maps to one stateless strategy object, and
 an unknown name raises ``UnknownNameError`` listing the valid ones.
@@ -67,6 +69,15 @@ class Priority:
 
     def key(self, node, tree) -> tuple:
         return (tree.priority_of(node), node.last_access)
+
+    def same_rank_blocks(self, node, tree) -> int:
+        """Trailing blocks whose last token has the same priority as the node's last block."""
+        prio, run = tree.priority_of(node), 0
+        for cid, _, n in reversed(node.label):
+            if tree.content_priority.get(cid, 0) != prio:
+                break
+            run += n
+        return -(-run // tree.block_size)
 
 
 EVICTION_STRATEGIES: dict[str, EvictionStrategy] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sim.errors import KvsimError
 from sim.prefix.pool import CountingPool
 from sim.prefix.prompt import AgentPromptSpec, Prompt, build_trajectory
 from sim.prefix.radix import RadixTree
@@ -44,8 +45,9 @@ class HitReport:
     calls: list[CallHit]
 
     def _sum(self, attr: str, trajectory: str | None) -> int:
-        return sum(getattr(c, attr) for c in self.calls
-                   if trajectory is None or c.trajectory == trajectory)
+        return sum(
+            getattr(c, attr) for c in self.calls if trajectory is None or c.trajectory == trajectory
+        )
 
     def hit_rate(self, trajectory: str | None = None) -> float:
         """F17: served tokens / prompt tokens (overall, or one trajectory)."""
@@ -76,8 +78,13 @@ def replay_prompts(
     tree = RadixTree(block_size, pool, eviction=eviction)
     cap = None if cache_tokens is None else cache_tokens // block_size
     calls: list[CallHit] = []
-    order = [p for turn in range(max(map(len, trajectories), default=0))
-             for traj in trajectories if turn < len(traj) for p in (traj[turn],)]
+    order = [
+        p
+        for turn in range(max(map(len, trajectories), default=0))
+        for traj in trajectories
+        if turn < len(traj)
+        for p in (traj[turn],)
+    ]
     for now, p in enumerate(order):
         tree.content_priority.update(p.priorities)
         m = tree.match(p.segments, now=now, limit_tokens=p.n_tokens - 1)
@@ -92,22 +99,62 @@ def replay_prompts(
     return HitReport(calls)
 
 
+def replay_on_allocator(trajectories: list[list[Prompt]], allocator) -> HitReport:
+    """Run the calls through an allocator with a prefix cache (``radix``, ``paged_hash``).
+
+    Each call is admitted with its prompt's content, generates its reply and finishes
+    before the next (turn-major across trajectories); the allocator's own records give the
+    hits, so the two designs can be compared on one workload and one pool.
+    """
+    calls: list[CallHit] = []
+    order = [
+        p
+        for turn in range(max(map(len, trajectories), default=0))
+        for traj in trajectories
+        if turn < len(traj)
+        for p in (traj[turn],)
+    ]
+    for now, p in enumerate(order):
+        if hasattr(allocator, "set_time"):
+            allocator.set_time(float(now))
+        seq = (p.trajectory, p.turn)
+        if not allocator.allocate(seq, p.n_tokens, content=p.segments):
+            raise KvsimError(f"call {seq} ({p.n_tokens} tokens) does not fit the pool")
+        if not allocator.append(seq, n_tokens(p.output), content=p.output):
+            raise KvsimError(f"the reply of call {seq} does not fit the pool")
+        allocator.free(seq)
+        rec = allocator.stats.records[-1]
+        calls.append(CallHit(p.trajectory, p.turn, p.n_tokens, rec.matched_tokens, rec.hit_tokens))
+    return HitReport(calls)
+
+
 #: the harness of the worked examples in docs/prefix_cache.md
 EXAMPLE_SPEC = AgentPromptSpec(
-    system_tokens=2048, tool_tokens=(256,) * 8, task_tokens=256, output_tokens=128,
-    observation_tokens=512, recent_turns=2, summary_tokens=1024,
+    system_tokens=2048,
+    tool_tokens=(256,) * 8,
+    task_tokens=256,
+    output_tokens=128,
+    observation_tokens=512,
+    recent_turns=2,
+    summary_tokens=1024,
 )
 
 #: name -> (what the harness does, the spec changes)
 PERTURBATIONS: dict[str, tuple[str, dict]] = {
     "baseline": ("stable layout, append-only history", {}),
-    "per_call_front": ("16-token timestamp at the front of every call",
-                       {"per_call_field_tokens": 16, "per_call_field_at": "front"}),
-    "per_call_end": ("the same timestamp moved to the end (the fix)",
-                     {"per_call_field_tokens": 16, "per_call_field_at": "end"}),
+    "per_call_front": (
+        "16-token timestamp at the front of every call",
+        {"per_call_field_tokens": 16, "per_call_field_at": "front"},
+    ),
+    "per_call_end": (
+        "the same timestamp moved to the end (the fix)",
+        {"per_call_field_tokens": 16, "per_call_field_at": "end"},
+    ),
     "tool_change": ("one tool definition changes every 5 calls", {"tool_change_every": 5}),
-    "unstable_order": ("tool definitions serialized in a random order per call",
-                       {"unstable_tool_order": True}),
+    "unstable_order": (
+        "tool definitions serialized in a random order per call",
+        {"unstable_tool_order": True},
+    ),
     "compaction": ("history summarised every 10 calls", {"compact_every": 10}),
 }
 
@@ -118,14 +165,19 @@ def perturbation_examples(
     """One row per harness perturbation: prompt tokens, hit rate, match rate."""
     rows = []
     for name, (what, changes) in PERTURBATIONS.items():
-        report = replay_prompts([build_trajectory(replace(spec, **changes), n_turns)],
-                                block_size=block_size)
-        rows.append({
-            "perturbation": name, "what": what,
-            "prompt_tokens": sum(c.prompt_tokens for c in report.calls),
-            "hit_tokens": sum(c.hit_tokens for c in report.calls),
-            "hit_rate": report.hit_rate(), "match_rate": report.match_rate(),
-        })
+        report = replay_prompts(
+            [build_trajectory(replace(spec, **changes), n_turns)], block_size=block_size
+        )
+        rows.append(
+            {
+                "perturbation": name,
+                "what": what,
+                "prompt_tokens": sum(c.prompt_tokens for c in report.calls),
+                "hit_tokens": sum(c.hit_tokens for c in report.calls),
+                "hit_rate": report.hit_rate(),
+                "match_rate": report.match_rate(),
+            }
+        )
     return rows
 
 
@@ -133,5 +185,7 @@ if __name__ == "__main__":  # pragma: no cover - prints the docs table
     print("| perturbation | what the harness does | prompt tokens | hit tokens | hit rate |")
     print("|---|---|---:|---:|---:|")
     for r in perturbation_examples():
-        print(f"| `{r['perturbation']}` | {r['what']} | {r['prompt_tokens']:,} | "
-              f"{r['hit_tokens']:,} | {r['hit_rate']:.1%} |")
+        print(
+            f"| `{r['perturbation']}` | {r['what']} | {r['prompt_tokens']:,} | "
+            f"{r['hit_tokens']:,} | {r['hit_rate']:.1%} |"
+        )

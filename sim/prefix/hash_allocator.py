@@ -31,7 +31,7 @@ from sim.memory.errors import InvariantError
 from sim.memory.metrics import MISSED, AllocResult
 from sim.memory.paged import PagedAllocator
 from sim.prefix.hashcache import HashBlockPool
-from sim.prefix.radix_allocator import _checked_content
+from sim.prefix.radix_allocator import checked_content
 from sim.prefix.sharing import FamilyLedger
 from sim.prefix.spans import ROOT_HASH, block_hashes, extend_segments, segments
 from sim.prefix.stats import PrefixMetrics, PrefixStats
@@ -57,8 +57,9 @@ class HashPagedAllocator(PagedAllocator):
         n = self.pool.num_blocks
         if n < 1 + null_block:
             raise InvariantError(f"paged_hash: the pool holds {n} blocks")
-        self.pool = HashBlockPool(n, flag(null_block, "null_block"),
-                                  flag(unhashed_to_head, "unhashed_to_head"))
+        self.pool = HashBlockPool(
+            n, flag(null_block, "null_block"), flag(unhashed_to_head, "unhashed_to_head")
+        )
         self.stats = PrefixStats()
         self.ledger = FamilyLedger(self.block_size)
         self._content: dict[Hashable, list | None] = {}  # None = unknown content
@@ -67,7 +68,7 @@ class HashPagedAllocator(PagedAllocator):
 
     # ------------------------------------------------------------------ operations
     def _lookup(self, n_tokens: int, content: Any, op: str):
-        segs = None if content is None else _checked_content(content, n_tokens, op)
+        segs = None if content is None else checked_content(content, n_tokens, op, self.kind)
         hashes = [] if segs is None else block_hashes(segs, self.block_size)
         found = self.pool.lookup(hashes)
         hit = found[: (n_tokens - 1) // self.block_size]
@@ -93,7 +94,7 @@ class HashPagedAllocator(PagedAllocator):
     def _after_allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> None:
         segs, hashes, found, hit = self._pending
         table = self._tables[seq_id]
-        self.pool.cache(table[len(hit):len(hashes)], hashes[len(hit):])
+        self.pool.cache(table[len(hit) : len(hashes)], hashes[len(hit) :])
         self.ledger.new(seq_id)
         self.ledger.map(seq_id, table[: len(hashes)])
         self._content[seq_id] = None if segs is None else list(segs)
@@ -103,7 +104,7 @@ class HashPagedAllocator(PagedAllocator):
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
         if content is not None:
-            _checked_content(content, n_tokens, "append")
+            checked_content(content, n_tokens, "append", self.kind)
         return super()._append(seq_id, tokens, n_tokens, content)
 
     def _after_append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> None:
@@ -119,7 +120,7 @@ class HashPagedAllocator(PagedAllocator):
             return
         parent = have[-1] if have else ROOT_HASH
         new = block_hashes(tuple(cur), self.block_size, parent, start_block=len(have))
-        blocks = self._tables[seq_id][len(have):len(have) + len(new)]
+        blocks = self._tables[seq_id][len(have) : len(have) + len(new)]
         self.pool.cache(blocks, new)
         self.ledger.map(seq_id, blocks)
         have.extend(new)

@@ -55,7 +55,9 @@ class HashBlockPool:
         self.refcount = [0] * num_blocks  # tables mapping each block
         self.block_hash: list[int | None] = [None] * num_blocks
         # OrderedDict = the doubly linked list: O(1) pop head, append tail, remove middle
-        self._queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(int(null_block), num_blocks))
+        self._queue: OrderedDict[int, None] = OrderedDict.fromkeys(
+            range(int(null_block), num_blocks)
+        )
         self._map: dict[int, dict[int, None]] = {}  # hash -> {block id: None}, oldest first
         self.num_cached = 0  # blocks in the queue that still have a hash (dormant)
         self.evictions = 0  # cached blocks whose hash was dropped when popped (cumulative)
@@ -176,8 +178,9 @@ class HashBlockPool:
                 if b in queued or self.block_hash[b] is not None or self.refcount[b]:
                     raise InvariantError("hash pool: the null block was used")
             elif (self.refcount[b] == 0) != (b in queued):
-                raise InvariantError(f"hash pool: block {b} refcount {self.refcount[b]} "
-                                     f"but in queue={b in queued}")
+                raise InvariantError(
+                    f"hash pool: block {b} refcount {self.refcount[b]} but in queue={b in queued}"
+                )
         hashed = {b for b, h in enumerate(self.block_hash) if h is not None}
         if hashed != {b for blocks in self._map.values() for b in blocks}:
             raise InvariantError("hash pool: hash map out of sync with block hashes")
@@ -185,5 +188,6 @@ class HashBlockPool:
             if any(self.block_hash[b] != h for b in blocks):
                 raise InvariantError(f"hash pool: hash {h:x} maps a wrong block")
         if self.num_cached != len(hashed & queued):
-            raise InvariantError(f"hash pool: num_cached {self.num_cached} != "
-                                 f"{len(hashed & queued)}")
+            raise InvariantError(
+                f"hash pool: num_cached {self.num_cached} != {len(hashed & queued)}"
+            )

@@ -26,8 +26,8 @@ class CountingPool:
     def take(self, n: int) -> list[int]:
         """``n`` block ids (recycled ids first)."""
         reuse = min(n, len(self._free))
-        ids = self._free[len(self._free) - reuse:]
-        del self._free[len(self._free) - reuse:]
+        ids = self._free[len(self._free) - reuse :]
+        del self._free[len(self._free) - reuse :]
         if n > reuse:
             ids.extend(range(self._next, self._next + n - reuse))
             self._next += n - reuse

@@ -25,7 +25,12 @@ ZONES = ("per_call", "system", "tools", "history", "recent", "input")
 
 #: higher = kept longer by the ``priority`` eviction strategy (editable per spec)
 DEFAULT_ZONE_PRIORITY: dict[str, float] = {
-    "system": 5, "tools": 4, "history": 3, "recent": 2, "input": 1, "per_call": 0,
+    "system": 5,
+    "tools": 4,
+    "history": 3,
+    "recent": 2,
+    "input": 1,
+    "per_call": 0,
 }
 
 
@@ -50,12 +55,23 @@ class AgentPromptSpec:
 
     def __post_init__(self) -> None:
         if self.per_call_field_at not in ("front", "end"):
-            raise ValueError(f"per_call_field_at must be 'front' or 'end', got "
-                             f"{self.per_call_field_at!r}")
-        sizes = (self.system_tokens, self.task_tokens, self.output_tokens,
-                 self.observation_tokens, self.summary_tokens, *self.tool_tokens)
-        counts = (self.recent_turns, self.per_call_field_tokens, self.tool_change_every,
-                  self.compact_every)
+            raise ValueError(
+                f"per_call_field_at must be 'front' or 'end', got {self.per_call_field_at!r}"
+            )
+        sizes = (
+            self.system_tokens,
+            self.task_tokens,
+            self.output_tokens,
+            self.observation_tokens,
+            self.summary_tokens,
+            *self.tool_tokens,
+        )
+        counts = (
+            self.recent_turns,
+            self.per_call_field_tokens,
+            self.tool_change_every,
+            self.compact_every,
+        )
         if min(sizes) < 1 or min(counts) < 0:
             raise ValueError("zone sizes must be >= 1 token and counts >= 0")
 
@@ -97,7 +113,7 @@ class _Trajectory:
             keep = 2 * spec.recent_turns + 1  # recent replies/results and the new input
             if len(self.items) > keep:
                 summary = (f"{self.name}:summary:{turn}", spec.summary_tokens)
-                self.items = [summary, *self.items[len(self.items) - keep:]]
+                self.items = [summary, *self.items[len(self.items) - keep :]]
 
     def zones(self, turn: int) -> list[tuple[str, list[tuple[ContentId, int]]]]:
         spec = self.spec
@@ -106,9 +122,13 @@ class _Trajectory:
             self.rng.shuffle(order)
         tools = [(f"tool:{i}:v{self.tool_versions[i]}", spec.tool_tokens[i]) for i in order]
         cut = max(0, len(self.items) - 2 * spec.recent_turns - 1)
-        zones = [("system", [("sys", spec.system_tokens)]), ("tools", tools),
-                 ("history", self.items[:cut]), ("recent", self.items[cut:-1]),
-                 ("input", self.items[-1:])]
+        zones = [
+            ("system", [("sys", spec.system_tokens)]),
+            ("tools", tools),
+            ("history", self.items[:cut]),
+            ("recent", self.items[cut:-1]),
+            ("input", self.items[-1:]),
+        ]
         if spec.per_call_field_tokens:
             call = ("per_call", [(f"{self.name}:call:{turn}", spec.per_call_field_tokens)])
             zones.insert(0 if spec.per_call_field_at == "front" else len(zones), call)
@@ -128,10 +148,18 @@ class _Trajectory:
             pos += n_zone
         out_id = f"{self.name}:out:{turn}"
         prio[out_id] = self.spec.zone_priority.get("history", 0)
-        self.items += [(out_id, self.spec.output_tokens),
-                       (f"{self.name}:obs:{turn}", self.spec.observation_tokens)]
-        return Prompt(self.name, turn, segments(spans), tuple(bounds),
-                      segments([(out_id, self.spec.output_tokens)]), prio)
+        self.items += [
+            (out_id, self.spec.output_tokens),
+            (f"{self.name}:obs:{turn}", self.spec.observation_tokens),
+        ]
+        return Prompt(
+            self.name,
+            turn,
+            segments(spans),
+            tuple(bounds),
+            segments([(out_id, self.spec.output_tokens)]),
+            prio,
+        )
 
 
 def build_trajectory(

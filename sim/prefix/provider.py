@@ -59,15 +59,38 @@ class ProviderCacheSpec:
 PRESETS: dict[str, ProviderCacheSpec] = {
     p.name: p
     for p in (
-        ProviderCacheSpec("explicit-5m", "breakpoints", ttl_s=300, cached_price_fraction=0.10,
-                          write_surcharge_fraction=0.25, min_cacheable_tokens=1024),
-        ProviderCacheSpec("explicit-1h", "breakpoints", ttl_s=3600, cached_price_fraction=0.10,
-                          write_surcharge_fraction=1.0, min_cacheable_tokens=1024),
-        ProviderCacheSpec("automatic-5m", "automatic", ttl_s=300, cached_price_fraction=0.50,
-                          min_cacheable_tokens=1024, granularity_tokens=128),
-        ProviderCacheSpec("automatic-disk", "automatic", ttl_s=6 * 3600,
-                          cached_price_fraction=0.10, min_cacheable_tokens=64,
-                          granularity_tokens=64),
+        ProviderCacheSpec(
+            "explicit-5m",
+            "breakpoints",
+            ttl_s=300,
+            cached_price_fraction=0.10,
+            write_surcharge_fraction=0.25,
+            min_cacheable_tokens=1024,
+        ),
+        ProviderCacheSpec(
+            "explicit-1h",
+            "breakpoints",
+            ttl_s=3600,
+            cached_price_fraction=0.10,
+            write_surcharge_fraction=1.0,
+            min_cacheable_tokens=1024,
+        ),
+        ProviderCacheSpec(
+            "automatic-5m",
+            "automatic",
+            ttl_s=300,
+            cached_price_fraction=0.50,
+            min_cacheable_tokens=1024,
+            granularity_tokens=128,
+        ),
+        ProviderCacheSpec(
+            "automatic-disk",
+            "automatic",
+            ttl_s=6 * 3600,
+            cached_price_fraction=0.10,
+            min_cacheable_tokens=64,
+            granularity_tokens=64,
+        ),
     )
 }
 
@@ -128,7 +151,7 @@ class ProviderCache:
             every = list(range(first, total + 1, s.granularity_tokens))
             return every, every
         bps = sorted({b for b in breakpoints if s.min_cacheable_tokens <= b <= total})
-        bps = bps[len(bps) - s.max_breakpoints:] if len(bps) > s.max_breakpoints else bps
+        bps = bps[len(bps) - s.max_breakpoints :] if len(bps) > s.max_breakpoints else bps
         ends, pos = [], 0
         for seg in segs:
             pos += seg[2]
@@ -136,8 +159,9 @@ class ProviderCache:
         look = set(bps)
         for b in bps:  # earlier content boundaries are checked too, within the lookback
             before = [e for e in ends if s.min_cacheable_tokens <= e < b]
-            look.update(before[len(before) - s.lookback_boundaries:] if s.lookback_boundaries
-                        else [])
+            look.update(
+                before[len(before) - s.lookback_boundaries :] if s.lookback_boundaries else []
+            )
         return sorted(look), bps
 
     def call(self, content, now_s: float, breakpoints=(), output_tokens: int = 0) -> CallBill:
@@ -157,8 +181,9 @@ class ProviderCache:
         written = max(0, max(write, default=0) - cached)
         uncached = total - cached - written
         s = self.spec
-        cost = s.input_price * (uncached + cached * s.cached_price_fraction
-                                + written * (1 + s.write_surcharge_fraction))
+        cost = s.input_price * (
+            uncached + cached * s.cached_price_fraction + written * (1 + s.write_surcharge_fraction)
+        )
         cost += s.output_price * output_tokens
         if len(self._expires) > 4 * len(every) + 1024:
             self._expires = {h: t for h, t in self._expires.items() if t > now_s}
@@ -166,7 +191,9 @@ class ProviderCache:
 
 
 def bill_trajectory(
-    prompts, times_s, spec: ProviderCacheSpec,
+    prompts,
+    times_s,
+    spec: ProviderCacheSpec,
     breakpoint_zones: tuple[str, ...] = ("tools", "history", "end"),
     cache: ProviderCache | None = None,
 ) -> TrajectoryBill:

@@ -162,10 +162,15 @@ class RadixTree:
         """Zone priority of the content in a node's last block (default 0)."""
         return self.content_priority.get(node.label[-1][0], 0) if node.label else 0
 
-    def set_priorities(self, priorities: dict[ContentId, float]) -> None:
-        """Add/replace content priorities (for the ``priority`` strategy) and re-rank."""
+    def set_priorities(self, priorities: dict[ContentId, float], rebuild: bool = True) -> None:
+        """Add/replace content priorities (for the ``priority`` strategy).
+
+        Re-ranking the dormant leaves is O(nodes); pass ``rebuild=False`` when the ids are
+        new to the tree (priorities given before their content is cached).
+        """
         self.content_priority.update(priorities)
-        self._rebuild_heap()
+        if rebuild:
+            self._rebuild_heap()
 
     def iter_nodes(self):
         """All nodes except the root, parents before children."""
@@ -262,10 +267,18 @@ class RadixTree:
         nb = at_tokens // self.block_size
         parent = node.parent
         self._detach(node)
-        upper = Node(parent, slice_tokens(node.label, 0, at_tokens), node.block_ids[:nb],
-                     node.created_at, self._next_serial())
+        upper = Node(
+            parent,
+            slice_tokens(node.label, 0, at_tokens),
+            node.block_ids[:nb],
+            node.created_at,
+            self._next_serial(),
+        )
         upper.last_access, upper.hit_count, upper.lock_ref = (
-            node.last_access, node.hit_count, node.lock_ref)
+            node.last_access,
+            node.hit_count,
+            node.lock_ref,
+        )
         node.label = slice_tokens(node.label, at_tokens, node.n_tokens)
         node.block_ids = node.block_ids[nb:]
         node.parent = upper
@@ -310,8 +323,7 @@ class RadixTree:
         bs = self.block_size
         total = n_tokens(segs)
         if total != len(block_ids) * bs:
-            raise ValueError(
-                f"insert: {total} tokens is not {len(block_ids)} whole blocks of {bs}")
+            raise ValueError(f"insert: {total} tokens is not {len(block_ids)} whole blocks of {bs}")
         if start is not None and not start.alive:
             raise ValueError(f"insert: start {start!r} is no longer in the tree")
         node, pos, qi, qoff = start or self.root, 0, 0, 0
@@ -329,7 +341,7 @@ class RadixTree:
             pos += child.n_tokens
             qi, qoff = advance(segs, qi, qoff, child.n_tokens)
             node = child
-        adopted = list(block_ids[pos // bs:])
+        adopted = list(block_ids[pos // bs :])
         if adopted:
             clash = self._blocks.intersection(adopted)
             if clash:
@@ -387,14 +399,18 @@ class RadixTree:
         heap = self._heap
         while heap:
             _, version, node = heapq.heappop(heap)
-            if (node.alive and version == node.heap_version and node.lock_ref == 0
-                    and not node.children):
+            if (
+                node.alive
+                and version == node.heap_version
+                and node.lock_ref == 0
+                and not node.children
+            ):
                 return node
         return None
 
     def _trim(self, node: Node, n_blocks: int) -> list[int]:
         """Drop the last ``n_blocks`` blocks of a dormant leaf; remove it when empty."""
-        ids = node.block_ids[len(node.block_ids) - n_blocks:]
+        ids = node.block_ids[len(node.block_ids) - n_blocks :]
         self._blocks.difference_update(ids)
         self.total_blocks -= n_blocks
         self.evictable_blocks -= n_blocks
@@ -416,17 +432,58 @@ class RadixTree:
         ids.reverse()  # deepest first
         return ids
 
+    def _peek_key(self) -> tuple | None:
+        """Key of the best valid candidate left in the heap (stale tops are dropped)."""
+        heap = self._heap
+        while heap:
+            key, version, node = heap[0]
+            if (
+                node.alive
+                and version == node.heap_version
+                and node.lock_ref == 0
+                and not node.children
+            ):
+                return key
+            heapq.heappop(heap)
+        return None
+
+    def _blocks_before_rival(self, node: Node, rival: tuple | None) -> int:
+        """How many of a victim's trailing blocks go before the next candidate's first.
+
+        Bounded by the strategy (``same_rank_blocks``: trailing blocks that keep its rank)
+        and, when the rival has the same rank, by depth: blocks deeper than the rival's end
+        go first (equal depth: the older node first), so ties are deepest first block by
+        block across leaves.
+        """
+        bs = self.block_size
+        take = len(node.block_ids)
+        same_rank = getattr(self.strategy, "same_rank_blocks", None)
+        if same_rank is not None:
+            take = min(take, same_rank(node, self))
+        if rival is None:
+            return take
+        base = tuple(self.strategy.key(node, self))
+        if rival[: len(base)] != base:
+            return take
+        rival_end, rival_serial = -rival[len(base)], rival[len(base) + 1]
+        deeper = max(0, (node.end_tokens - rival_end) // bs)
+        if (node.end_tokens - rival_end) % bs == 0 and node.serial < rival_serial:
+            deeper += 1  # a block at the rival's depth: the older node's goes first
+        return max(1, min(take, deeper))
+
     def evict(self, n_blocks: int) -> list[int]:
         """Free up to ``n_blocks`` dormant blocks, leaves first in strategy order.
 
-        Returns the freed ids (in eviction order) after handing them to the pool.
+        A victim leaf loses blocks from its end, only as many as rank before the next
+        candidate. Returns the freed ids (in eviction order) after handing them to the pool.
         """
         freed: list[int] = []
         while len(freed) < n_blocks:
             node = self._pop_victim()
             if node is None:
                 break
-            freed.extend(self._trim(node, min(n_blocks - len(freed), len(node.block_ids))))
+            take = min(n_blocks - len(freed), self._blocks_before_rival(node, self._peek_key()))
+            freed.extend(self._trim(node, take))
         if freed and self.pool is not None:
             self.pool.release_cached(freed)
         return freed
@@ -448,7 +505,8 @@ class RadixTree:
         owner = self.block_owner()
         assert set(owner) == self._blocks, "block set out of sync with the nodes"
         assert len(owner) == self.total_blocks, (
-            f"total_blocks {self.total_blocks} != {len(owner)} owned")
+            f"total_blocks {self.total_blocks} != {len(owner)} owned"
+        )
         evictable = count = 0
         live_heap = {id(n) for _, v, n in self._heap if v == n.heap_version}
         for node in [self.root, *self.iter_nodes()]:
@@ -458,17 +516,20 @@ class RadixTree:
                 evictable += len(node.block_ids)
         assert count == self.n_nodes, f"n_nodes {self.n_nodes} != {count}"
         assert evictable == self.evictable_blocks, (
-            f"evictable_blocks {self.evictable_blocks} != {evictable}")
+            f"evictable_blocks {self.evictable_blocks} != {evictable}"
+        )
 
     def _check_node(self, node: Node, bs: int, live_heap: set[int]) -> None:
         assert node.alive, f"{node!r} is dead but reachable"
         assert segments(node.label) == node.label, f"{node!r} label not normal"
         assert n_tokens(node.label) == len(node.block_ids) * bs == node.n_tokens, (
-            f"{node!r}: label is not its blocks")
+            f"{node!r}: label is not its blocks"
+        )
         if node is not self.root:
             assert node.block_ids, f"{node!r} is empty"
         assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), (
-            f"{node!r}: lock_ref below its children's")
+            f"{node!r}: lock_ref below its children's"
+        )
         for key, child in node.children.items():
             assert child.parent is node, f"{child!r}: wrong parent"
             assert key == slice_tokens(child.label, 0, bs), f"{child!r}: wrong key"

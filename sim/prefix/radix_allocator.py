@@ -24,8 +24,9 @@ Semantics:
   ``priority`` with ``content_priority``), on an allocation shortfall (exactly the
   shortfall) and, with ``tau_low_blocks``/``target_free_blocks``, whenever free blocks drop
   below the low watermark after an operation.
-- Time: ``set_time(now_s)`` gives the simulation time used for last access; until it is
-  called an operation counter stands in (deterministic either way, never the wall clock).
+- Time: ``set_time(now_s)`` gives the simulation time used for last access (it never goes
+  back); until it is called an operation counter stands in (deterministic either way,
+  never the wall clock).
 
 Books: free + allocated + cached + remainder = pool, cached = tree blocks with refcount 0;
 ``metrics()`` reports them, ``prefix_metrics()`` adds F17 (match and hit rates), evictions
@@ -56,14 +57,14 @@ from sim.prefix.stats import PrefixMetrics, PrefixStats
 TAIL_POLICIES = ("truncate", "cow_tail")
 
 
-def _checked_content(content: Any, n: int, op: str):
+def checked_content(content: Any, n: int, op: str, kind: str = "radix"):
     """Spans -> normal segments whose length is ``n``; misuse raises AllocatorError."""
     try:
         segs = segments(content)
     except (TypeError, ValueError) as exc:
-        raise AllocatorError(f"radix: {op}: bad content: {exc}") from None
+        raise AllocatorError(f"{kind}: {op}: bad content: {exc}") from None
     if n_tokens(segs) != n:
-        raise AllocatorError(f"radix: {op}: content holds {n_tokens(segs)} tokens, not {n}")
+        raise AllocatorError(f"{kind}: {op}: content holds {n_tokens(segs)} tokens, not {n}")
     return segs
 
 
@@ -104,10 +105,13 @@ class RadixAllocator(PagedAllocator):
 
     # ------------------------------------------------------------------ time, pool
     def set_time(self, now_s: float) -> None:
-        """Simulation time for the next operations' last-access stamps (non-decreasing)."""
-        if self._now_s is not None and now_s < self._now_s:
-            raise AllocatorError(f"radix: set_time: {now_s} is before {self._now_s}")
-        self._now_s = now_s
+        """Simulation time for the next operations' last-access stamps.
+
+        Stamps never go back: a time before the latest one given counts as the latest (an
+        engine may stamp a step's end before handling events inside that step).
+        """
+        if self._now_s is None or now_s > self._now_s:
+            self._now_s = float(now_s)
 
     def _now(self) -> float:
         self._ops += 1
@@ -119,7 +123,7 @@ class RadixAllocator(PagedAllocator):
 
     # ------------------------------------------------------------------ operations
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
-        segs = None if content is None else _checked_content(content, n_tokens, "allocate")
+        segs = None if content is None else checked_content(content, n_tokens, "allocate")
         m = None if segs is None else self.tree.match(segs, limit_tokens=n_tokens - 1)
         node = self.tree.root if m is None else m.node
         self.tree.lock(node)  # pin the matched path before any eviction makes room
@@ -161,8 +165,7 @@ class RadixAllocator(PagedAllocator):
             if m.block_ids:
                 self.ledger.map(seq_id, m.block_ids)
                 self.tree.touch(m.node, now, hit=True)
-            if (self.tail_policy == "cow_tail" and m.tail_tokens
-                    and self.tree.owns(m.tail_block_id)):
+            if self.tail_policy == "cow_tail" and m.tail_tokens and self.tree.owns(m.tail_block_id):
                 hit += m.tail_tokens  # the source survived any eviction made for room
                 self._count.cow_copies += 1
                 self.stats.cow_tail_copies += 1
@@ -174,7 +177,7 @@ class RadixAllocator(PagedAllocator):
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
         if content is not None:
-            _checked_content(content, n_tokens, "append")
+            checked_content(content, n_tokens, "append")
         if not super()._append(seq_id, tokens, n_tokens, content):
             return False
         self._keep_watermark()
@@ -233,7 +236,7 @@ class RadixAllocator(PagedAllocator):
         if content is None:
             return super().can_allocate(n_tokens)
         n = checked_count(n_tokens, "can_allocate", minimum=1)
-        segs = _checked_content(content, n, "can_allocate")
+        segs = checked_content(content, n, "can_allocate")
         m = self.tree.match(segs, limit_tokens=n - 1)
         pinned = self.tree.unlocked_blocks_on_path(m.node)
         need = -(-n // self.block_size) - len(m.block_ids)
@@ -262,8 +265,9 @@ class RadixAllocator(PagedAllocator):
         pool = self.pool
         for b in range(pool.num_blocks):
             if pool.is_retained(b) != (b in owner):
-                raise InvariantError(f"radix: block {b} retained={pool.is_retained(b)} "
-                                     f"but in tree={b in owner}")
+                raise InvariantError(
+                    f"radix: block {b} retained={pool.is_retained(b)} but in tree={b in owner}"
+                )
         dormant = 0
         for b, node in owner.items():
             if pool.refcount[b] == 0:

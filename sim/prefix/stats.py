@@ -68,7 +68,14 @@ class PrefixStats:
 
     def metrics(self, *, cached_bytes: float, active_bytes: float, evicted_blocks: int):
         return PrefixMetrics(
-            len(self.records), self.prompt_tokens, self.matched_tokens, self.hit_tokens,
-            self.match_rate, self.hit_rate, cached_bytes, active_bytes, evicted_blocks,
+            len(self.records),
+            self.prompt_tokens,
+            self.matched_tokens,
+            self.hit_tokens,
+            self.match_rate,
+            self.hit_rate,
+            cached_bytes,
+            active_bytes,
+            evicted_blocks,
             self.cow_tail_copies,
         )

@@ -59,7 +59,9 @@ def parse_mooncake_line(line: str, where: str) -> TraceRequest:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON ({exc.msg}, column {exc.colno})", location=where) from None
+        raise ConfigError(
+            f"not valid JSON ({exc.msg}, column {exc.colno})", location=where
+        ) from None
     if not isinstance(obj, dict):
         raise ConfigError("expected a JSON object", location=where)
     ts = _field(obj, "timestamp", where, "num", 0)
@@ -74,7 +76,10 @@ def parse_mooncake_line(line: str, where: str) -> TraceRequest:
     if len(ids) != want:
         raise ConfigError(
             f"has {len(ids)} ids but input_length {n_in} needs {want} blocks of "
-            f"{MOONCAKE_BLOCK_TOKENS}", location=where, field="hash_ids")
+            f"{MOONCAKE_BLOCK_TOKENS}",
+            location=where,
+            field="hash_ids",
+        )
     return TraceRequest(float(ts), n_in, n_out, tuple(ids))
 
 

@@ -19,6 +19,7 @@ class BatchPlan:
     """The batch of one step plus the scheduling events that produced it."""
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, new tokens)
+    decodes: list[Request] = field(default_factory=list)  # the decode entries, in order
     n_decode: int = 0
     decode_history_tokens: int = 0
     prefill_chunks: list[tuple[int, int]] = field(default_factory=list)  # (new, cached before)
@@ -66,5 +67,6 @@ class BatchPlan:
 class CommitResult:
     """Requests that produced a token in a step (or run of steps), and those that finished."""
 
-    emitted: list[Request] = field(default_factory=list)  # sampled >= 1 token
+    emitted: list[Request] = field(default_factory=list)  # sampled a token in every step
+    emitted_last: list[Request] = field(default_factory=list)  # only in the run's last step
     finished: list[Request] = field(default_factory=list)

@@ -114,13 +114,27 @@ class VllmV1Scheduler:
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
         running = self.running
+        grow = self.kv.grow
+        scheduled = plan.scheduled
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
+            computed = req.num_computed
+            n = req.prompt_tokens + req.num_output - computed
+            if n == 1 and req.num_output:  # a decode: the common case, kept lean
+                if not grow(req, 1) and not self._grow_or_preempt(req, 1, plan):
+                    break
+                plan.n_decode += 1
+                plan.decode_history_tokens += computed
+                plan.decodes.append(req)
+                scheduled.append((req, 1))
+                budget -= 1
+                i += 1
+                continue
             n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
             if n == 0:
                 break
-            if not self._grow_or_preempt(req, n, plan):
+            if not grow(req, n) and not self._grow_or_preempt(req, n, plan):
                 break
             _add(plan, req, n)
             budget -= n
@@ -128,9 +142,10 @@ class VllmV1Scheduler:
         return budget
 
     def _grow_or_preempt(self, req: Request, n: int, plan: BatchPlan) -> bool:
-        """Make room for ``req``'s tokens by preempting from the back; False if it was the victim."""
+        """``req``'s KV could not grow: preempt from the back until it can; False if it was
+        the victim itself."""
         kv = self.kv
-        while not kv.grow(req, n):
+        while True:
             victim = self.running.pop()
             kv.preempt(victim)
             victim.status = WAITING
@@ -143,7 +158,8 @@ class VllmV1Scheduler:
                     victim.status = REJECTED
                     plan.rejected.append(victim)
                 return False
-        return True
+            if kv.grow(req, n):
+                return True
 
     def _schedule_waiting(self, plan: BatchPlan, budget: int) -> None:
         cfg, kv, waiting = self.config, self.kv, self.waiting
@@ -190,25 +206,77 @@ class VllmV1Scheduler:
             return True
         return False
 
+    # ------------------------------------------------------------------ runs
+    def run_chunks(self, plan: BatchPlan, max_steps: int) -> list[int] | None:
+        """Chunk sizes of the plan's single prefill in this step and the next ones, while
+        nothing else changes (same decodes, no admission); None when not predictable.
+
+        The list ends with the chunk that completes the prompt, or after ``max_steps``.
+        """
+        cfg = self.config
+        if not cfg.chunked_prefill or len(plan.prefill_chunks) != 1 or not plan.scheduled:
+            return None
+        req, first = plan.scheduled[-1]
+        if (first, req.num_computed) != plan.prefill_chunks[0]:
+            return None  # the prefill is not last: later requests would share its budget
+        if self.waiting and not plan.waiting_blocked:
+            return None  # the last chunk leaves budget for an admission
+        if plan.admitted and plan.admitted != [req]:
+            return None
+        cap = cfg.max_num_batched_tokens - plan.n_decode
+        thr = cfg.long_prefill_token_threshold
+        size = min(thr, cap) if thr > 0 else cap
+        left = req.num_tokens - req.num_computed
+        if first != min(size, left):
+            return None
+        chunks = [first]
+        left -= first
+        while left > 0 and len(chunks) < max_steps:
+            c = min(size, left)
+            chunks.append(c)
+            left -= c
+        return chunks
+
     # ------------------------------------------------------------------ commit
-    def commit(self, plan: BatchPlan, steps: int = 1) -> CommitResult:
-        """Apply a step (or ``steps`` identical decode steps) once it has run."""
+    def commit(self, plan: BatchPlan, steps: int = 1, prefill_tokens: int = 0) -> CommitResult:
+        """Apply a step, or ``steps`` steps of the same batch (a run): decodes sample one
+        token per step; the run's single prefill computes ``prefill_tokens`` in all and
+        samples its first token at the run's last step if that completes its prompt."""
         out = CommitResult()
-        for req, n in plan.scheduled:
-            if req.status != RUNNING:
-                continue  # cancelled while the step ran
-            if steps > 1:
+        finished = out.finished
+        if steps > 1:
+            for req in plan.decodes:
+                if req.status != RUNNING:
+                    continue  # cancelled while the run ran
                 req.num_computed += steps
                 req.num_output += steps
-            else:
+                if req.num_output >= req.max_output_tokens:
+                    req.status = FINISHED
+                    finished.append(req)
+            out.emitted = [r for r in plan.decodes if r.status != CANCELLED]
+            if plan.prefill_chunks:
+                req = plan.scheduled[-1][0]
+                if req.status == RUNNING:
+                    req.num_computed += prefill_tokens
+                    if req.num_computed == req.num_tokens:
+                        req.num_output += 1
+                        out.emitted_last.append(req)
+                        if req.num_output >= req.max_output_tokens:
+                            req.status = FINISHED
+                            finished.append(req)
+        else:
+            emitted = out.emitted
+            for req, n in plan.scheduled:
+                if req.status != RUNNING:
+                    continue  # cancelled while the step ran
                 req.num_computed += n
                 if req.num_computed < req.num_tokens:
                     continue  # a chunk of a longer prefill: nothing sampled
                 req.num_output += 1
-            out.emitted.append(req)
-            if req.num_output >= req.max_output_tokens:
-                req.status = FINISHED
-                out.finished.append(req)
+                emitted.append(req)
+                if req.num_output >= req.max_output_tokens:
+                    req.status = FINISHED
+                    finished.append(req)
         if out.finished:
             self.running = [r for r in self.running if r.status == RUNNING]
         return out
@@ -241,6 +309,7 @@ def _add(plan: BatchPlan, req: Request, n: int) -> None:
     if n == 1 and req.is_decode:
         plan.n_decode += 1
         plan.decode_history_tokens += req.num_computed
+        plan.decodes.append(req)
     else:
         plan.prefill_chunks.append((n, req.num_computed))
     plan.scheduled.append((req, n))

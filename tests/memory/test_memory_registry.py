@@ -116,3 +116,18 @@ def test_sim_memory_imports_no_upper_layer_and_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_paged_prefix_caching_selects_the_cache_kind():
+    """``paged`` + ``prefix_caching: hash`` is vLLM's hashed cache; ``radix`` the tree."""
+    from sim.errors import ConfigError
+    from sim.memory import make_allocator
+
+    common = dict(pool_bytes=64 * 16 * 100, kv_bytes_per_token=100)
+    assert make_allocator("paged", prefix_caching="hash", **common).kind == "paged_hash"
+    assert make_allocator("paged", prefix_caching="radix", **common).kind == "radix"
+    assert make_allocator("paged", prefix_caching="none", **common).kind == "paged"
+    import pytest
+
+    with pytest.raises(ConfigError, match="valid: none, hash, radix"):
+        make_allocator("paged", prefix_caching="lru", **common)

@@ -1,0 +1,284 @@
+"""The radix tree: T33 eviction cascade, E15 partial match, strategies, and a hypothesis
+test against a block-level reference model (every block keyed by the tokens up to its
+end), with ``check_invariants`` after every operation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.errors import ConfigError, UnknownNameError
+from sim.prefix.eviction import EVICTION_STRATEGIES, Watermark, get_strategy
+from sim.prefix.radix import RadixTree
+from sim.prefix.spans import segments, slice_tokens
+
+
+class Pool:
+    """Records what the tree gives back."""
+
+    def __init__(self):
+        self.released: list[int] = []
+
+    def release_cached(self, ids):
+        self.released.extend(ids)
+
+
+def t33_tree():
+    """SPEC T33: root -> N1 system (pinned) -> {N2 python (pinned), N3 bash -> N4 git}."""
+    pool = Pool()
+    tree = RadixTree(4, pool)
+    n2 = tree.insert([("system", 8), ("python", 8)], [1, 2, 10, 11], now=1).node
+    n3 = tree.insert([("system", 8), ("bash", 8)], [1, 2, 20, 21], now=2).node
+    n4 = tree.insert(
+        [("system", 8), ("bash", 8), ("git status", 4)], [1, 2, 20, 21, 31], now=3
+    ).node
+    assert n4.parent is n3
+    n1 = n2.parent
+    assert n1.block_ids == [1, 2] and n3.block_ids == [20, 21] and n4.block_ids == [31]
+    assert n1.parent is tree.root and n3.parent is n1
+    tree.lock(n2)  # a running Python-workspace request pins N2 and N1
+    return tree, pool, (n1, n2, n3, n4)
+
+
+def test_t33_leaf_goes_first_then_its_parent_pinned_nodes_never():
+    tree, pool, (n1, n2, n3, n4) = t33_tree()
+    n3.last_access = -1.0  # even when older than its child, an inner node is not a candidate
+    tree.check_invariants()
+    assert tree.evictable_blocks == 3 and tree.protected_blocks == 4
+    assert tree.evict(1) == [31]  # N4 first, block 31 freed
+    assert pool.released == [31] and not n4.alive
+    tree.check_invariants()
+    assert tree.evict(1) == [21]  # N3 became a leaf: it is next (trimmed from its end)
+    assert tree.evict(100) == [20]  # nothing else is dormant
+    assert not n3.alive and n1.alive and n2.alive
+    assert tree.evictable_blocks == 0 and tree.total_blocks == 4
+    assert pool.released == [31, 21, 20]
+    tree.check_invariants()
+    tree.unlock(n2)  # the request finishes: now the whole path is dormant
+    assert tree.evict(100) == [11, 10, 2, 1]
+    assert tree.total_blocks == tree.n_nodes == 0
+    tree.check_invariants()
+
+
+def test_e15_partial_block_match_100_tokens_b16_uses_96():
+    tree = RadixTree(16, Pool())
+    tree.insert([("doc", 128)], list(range(8)), now=0)
+    m = tree.match([("doc", 100), ("question", 20)])
+    assert m.matched_tokens == 100  # raw, token-granular
+    assert m.hit_tokens == 96 and len(m.block_ids) == 6  # floor(100/16) = 6 blocks
+    assert m.tail_tokens == 4 and m.tail_block_id == 6  # 100 mod 16 = 4, 12 empty slots
+    tree.check_invariants()
+
+
+def test_partial_match_inside_a_first_block_is_token_granular():
+    tree = RadixTree(16, Pool())
+    tree.insert([("a", 32)], [5, 6], now=0)
+    m = tree.match([("a", 10), ("b", 30)])
+    assert (m.matched_tokens, m.block_ids, m.tail_tokens, m.tail_block_id) == (10, [], 10, 5)
+    assert m.node is tree.root
+
+
+def test_match_cap_and_split_keep_the_tree_consistent():
+    tree = RadixTree(4, Pool())
+    tree.insert([("x", 16)], [1, 2, 3, 4], now=0)
+    m = tree.match([("x", 16)], now=5, limit_tokens=15)
+    assert (m.matched_tokens, m.block_ids, m.hit_tokens) == (16, [1, 2, 3], 12)
+    assert m.node.end_tokens == 12 and m.node.last_access == 5  # split at the cap
+    assert [c.last_access for c in m.node.children.values()] == [0]  # the rest untouched
+    tree.check_invariants()
+
+
+def test_insert_reports_duplicates_and_adopts_the_rest():
+    tree = RadixTree(4, Pool())
+    tree.insert([("x", 8)], [1, 2], now=0)
+    r = tree.insert([("x", 12)], [7, 2, 9], now=1)
+    assert r.duplicate_block_ids == [7] and r.adopted_block_ids == [9]
+    assert r.node.block_ids == [9]
+    with pytest.raises(ValueError, match="whole blocks"):
+        tree.insert([("y", 5)], [3, 4], now=2)
+    with pytest.raises(ValueError, match="already in the tree"):
+        tree.insert([("y", 4)], [9], now=2)
+    tree.check_invariants()
+
+
+def test_lock_unlock_errors():
+    tree = RadixTree(4, Pool())
+    node = tree.insert([("x", 4)], [1], now=0).node
+    with pytest.raises(ValueError, match="not locked"):
+        tree.unlock(node)
+    with pytest.raises(ValueError, match="not locked"):
+        tree.unlock(tree.root)
+    tree.evict(1)
+    with pytest.raises(ValueError, match="no longer in the tree"):
+        tree.lock(node)
+
+
+def _three_leaves(eviction, **kw):
+    """Leaves a (t=1, 2 hits), b (t=3), c (t=2) under a shared root block."""
+    tree = RadixTree(4, Pool(), eviction=eviction, **kw)
+    tree.insert([("sys", 4), ("a", 4)], [0, 1], now=1)
+    tree.insert([("sys", 4), ("c", 4)], [0, 3], now=2)
+    tree.insert([("sys", 4), ("b", 4)], [0, 2], now=3)
+    for _ in range(2):
+        m = tree.match([("sys", 4), ("a", 4)])
+        tree.touch(m.node, now=1, hit=True)  # two hits at t=1 (LFU keeps a)
+    tree.check_invariants()
+    return tree
+
+
+@pytest.mark.parametrize(
+    "eviction,order",
+    [("lru", [1, 3, 2, 0]), ("lfu", [3, 2, 1, 0]), ("fifo", [1, 3, 2, 0])],
+)
+def test_strategies_order_dormant_leaves(eviction, order):
+    tree = _three_leaves(eviction)
+    assert [tree.evict(1)[0] for _ in range(4)] == order
+
+
+def test_priority_strategy_keeps_high_zones_ties_by_lru():
+    tree = _three_leaves("priority", content_priority={"a": 2, "b": 1, "c": 1, "sys": 9})
+    assert [tree.evict(1)[0] for _ in range(4)] == [3, 2, 1, 0]  # c, b tie -> older c first
+    tree = _three_leaves("priority")
+    tree.set_priorities({"b": 5})
+    assert tree.evict(2) == [1, 3]
+
+
+def test_strategy_registry_and_watermark():
+    assert set(EVICTION_STRATEGIES) >= {"lru", "lfu", "fifo", "priority"}
+    with pytest.raises(UnknownNameError, match="valid: fifo, lfu, lru, priority"):
+        get_strategy("mru")
+    w = Watermark(tau_low_blocks=10, target_free_blocks=25)
+    assert (w.blocks_to_evict(10), w.blocks_to_evict(9), w.blocks_to_evict(0)) == (0, 16, 25)
+    assert Watermark().blocks_to_evict(0) == 0
+    with pytest.raises(ConfigError, match="target_free"):
+        Watermark(tau_low_blocks=5, target_free_blocks=2)
+
+
+def test_ties_evict_deepest_first():
+    tree = RadixTree(4, Pool())
+    tree.insert([("a", 12)], [1, 2, 3], now=0)
+    tree.insert([("b", 8)], [4, 5], now=0)
+    # same time: the deepest block anywhere goes first, then block by block
+    assert tree.evict(5) == [3, 2, 5, 1, 4]
+
+
+# ------------------------------------------------------------------ reference model
+B = 4
+VOCAB = [("s", 8), ("s", 16), ("a", 4), ("b", 8), ("c", 12), (5, 4), ("a", 6), ("s", 3)]
+
+
+def toks(segs):
+    return [(cid, s + i) for cid, s, n in segs for i in range(n)]
+
+
+class Model:
+    """Blocks keyed by the tuple of tokens from 0 to their end."""
+
+    def __init__(self):
+        self.blocks: dict[tuple, list] = {}  # key -> [block id, last access]
+        self.locks: list[tuple] = []  # locked path keys (tokens up to the node end)
+
+    def insert(self, t, ids, now):
+        dup = []
+        for k, b in enumerate(ids):
+            key = tuple(t[: (k + 1) * B])
+            if key in self.blocks:
+                if self.blocks[key][0] != b:
+                    dup.append(b)
+                self.blocks[key][1] = now
+            else:
+                self.blocks[key] = [b, now]
+        return dup
+
+    def match(self, t, limit, now):
+        raw = 0
+        for key in self.blocks:
+            n = 0
+            while n < min(len(key), len(t)) and key[n] == t[n]:
+                n += 1
+            raw = max(raw, n)
+        usable = (raw if limit is None else min(raw, limit)) // B
+        keys = [tuple(t[: (k + 1) * B]) for k in range(usable)]
+        if now is not None:
+            for key in keys:
+                self.blocks[key][1] = now
+        return raw, [self.blocks[k][0] for k in keys]
+
+    def locked(self, key):
+        return any(lk[: len(key)] == key for lk in self.locks)
+
+    def evict(self, n):
+        out = []
+        for _ in range(n):
+            leaves = [
+                k
+                for k in self.blocks
+                if not self.locked(k)
+                and not any(len(o) == len(k) + B and o[: len(k)] == k for o in self.blocks)
+            ]
+            if not leaves:
+                break
+            victim = min(leaves, key=lambda k: (self.blocks[k][1], -len(k)))
+            out.append(self.blocks.pop(victim)[0])
+        return out
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "insert", "match", "lock", "unlock", "evict"]),
+        st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4),
+        st.integers(0, 40),
+        st.booleans(),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS)
+def test_tree_matches_block_model_and_owns_each_block_once(ops):
+    pool = Pool()
+    tree = RadixTree(B, pool)
+    model = Model()
+    next_id = 0
+    held = []  # (node, key) locks
+    for now, (op, spans, num, flag) in enumerate(ops, start=1):
+        segs = segments(spans)
+        t = toks(segs)
+        if op == "insert":
+            whole = len(t) // B * B
+            segs, t = slice_tokens(segs, 0, whole), t[:whole]
+            have = tree.match(segs).block_ids
+            fresh = list(range(next_id, next_id + whole // B - (0 if flag else len(have))))
+            next_id += len(fresh)
+            ids = fresh if flag else have + fresh  # flag: fresh ids for everything (dups)
+            r = tree.insert(segs, ids, now)
+            assert r.duplicate_block_ids == model.insert(t, ids, now)
+            assert r.node.end_tokens == whole
+            if num % 3 == 0 and whole:
+                tree.lock(r.node)
+                held.append((r.node, tuple(t)))
+                model.locks.append(tuple(t))
+        elif op == "match":
+            limit = None if flag else num
+            m = tree.match(segs, now=now, limit_tokens=limit)
+            raw, ids = model.match(t, limit, now)
+            assert (m.matched_tokens, m.block_ids) == (raw, ids)
+            assert m.hit_tokens == len(ids) * B
+        elif op == "lock" and held:
+            node, key = held[num % len(held)]
+            tree.lock(node)
+            held.append((node, key))
+            model.locks.append(key)
+        elif op == "unlock" and held:
+            node, key = held.pop(num % len(held))
+            tree.unlock(node)
+            model.locks.remove(key)
+        elif op == "evict":
+            want = model.evict(num % 7)
+            assert tree.evict(num % 7) == want
+        tree.check_invariants()
+        owner = tree.block_owner()
+        assert sorted(owner) == sorted(v[0] for v in model.blocks.values())
+        assert tree.evictable_blocks == sum(1 for k in model.blocks if not model.locked(k))
