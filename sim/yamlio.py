@@ -89,8 +89,9 @@ def format_validation_error(
     return "\n".join(out)
 
 
-def clean_loc(loc: tuple, data: Any = None, lines: LineMap | None = None,
-              prefix: tuple = ()) -> tuple:
+def clean_loc(
+    loc: tuple, data: Any = None, lines: LineMap | None = None, prefix: tuple = ()
+) -> tuple:
     """An error location without the tags pydantic inserts for unions."""
     parts = [p for p in loc if not _is_tag(p)]
     if data is not None:

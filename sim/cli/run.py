@@ -31,7 +31,9 @@ def register(app: typer.Typer) -> None:
 def run(
     file: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder (created if needed).")],
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE (dotted KEY).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE (dotted KEY).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
 ) -> None:
     """Parse the flags, build, run with a progress bar, write, print the headline numbers."""
@@ -54,8 +56,13 @@ def _run_with_progress(sim):
 
     console = Console(stderr=True)
     horizon = sim.resolved.scenario.duration_s
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("trajectories  sim {task.fields[sim_s]:>10.1f} s"), TimeElapsedColumn()]
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("trajectories  sim {task.fields[sim_s]:>10.1f} s"),
+        TimeElapsedColumn(),
+    ]
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(sim.resolved.scenario.name, total=sim.ctx.total, sim_s=0.0)
         last = [0.0]
@@ -67,8 +74,11 @@ def _run_with_progress(sim):
                 bar.update(task, completed=completed, sim_s=now)
 
         result = sim.run(progress)
-        bar.update(task, completed=result.summary["trajectories_completed"],
-                   sim_s=result.summary["sim_time_s"])
+        bar.update(
+            task,
+            completed=result.summary["trajectories_completed"],
+            sim_s=result.summary["sim_time_s"],
+        )
     if horizon is not None:
         console.print(f"stopped at duration_s = {horizon:g} s of simulated time")
     return result
@@ -86,9 +96,11 @@ def _print_summary(s: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{s['scenario']}: {s['requests_completed']:,} requests, "
-                    f"{s['trajectories_completed']:,} trajectories in {s['sim_time_s']:,.1f} s "
-                    f"simulated ({s['wall_time_s']:.2f} s wall)")
+    t = Table(
+        title=f"{s['scenario']}: {s['requests_completed']:,} requests, "
+        f"{s['trajectories_completed']:,} trajectories in {s['sim_time_s']:,.1f} s "
+        f"simulated ({s['wall_time_s']:.2f} s wall)"
+    )
     for col in ("metric", "mean", "p50", "p90", "p99"):
         t.add_column(col, justify="right")
     for key in ("ttft_s", "itl_s", "e2e_s", "queue_s"):

@@ -21,7 +21,9 @@ def register(app: typer.Typer) -> None:
 
 def validate(
     file: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")
+    ] = None,
 ) -> None:
     """Load, resolve and build the allocator; print one line."""
     from sim.scenario import load_scenario, make_allocator_for, parse_set, resolve

@@ -41,9 +41,20 @@ class EngineStuckError(KvsimError):
 class Node:
     """One engine instance (a TP x PP replica) serving requests step by step."""
 
-    def __init__(self, env, scheduler, kv, cost, recorder, *, exact: bool = False,
-                 check_invariants: bool = False, horizon_s: float | None = None,
-                 progress=None, progress_every: int = 2048) -> None:
+    def __init__(
+        self,
+        env,
+        scheduler,
+        kv,
+        cost,
+        recorder,
+        *,
+        exact: bool = False,
+        check_invariants: bool = False,
+        horizon_s: float | None = None,
+        progress=None,
+        progress_every: int = 2048,
+    ) -> None:
         self.env, self.sched, self.kv, self.cost, self.rec = env, scheduler, kv, cost, recorder
         self.exact = exact
         self.check = check_invariants
@@ -153,8 +164,9 @@ class Node:
         yield self._wake
         k = self._deadline + 1
         self._wake, self._ends = None, None
-        self._commit(plan, now, ends[:k], durations[:k], cost, m, run_alloc,
-                     sum(chunks[:k]) if chunks else 0)
+        self._commit(
+            plan, now, ends[:k], durations[:k], cost, m, run_alloc, sum(chunks[:k]) if chunks else 0
+        )
 
     def _plan_run(self, plan, m, cost):
         """A run of several steps of this batch: (durations, allocated bytes during steps
@@ -165,8 +177,15 @@ class Node:
         (``scheduler.run_chunks``), and only as far as memory allows without a miss or a copy.
         """
         sched = self.sched
-        if (self.exact or len(plan.scheduled) != len(sched.running) or plan.preempted
-                or plan.rejected or plan.held_drops or plan.copy_bytes or plan.alloc_calls):
+        if (
+            self.exact
+            or len(plan.scheduled) != len(sched.running)
+            or plan.preempted
+            or plan.rejected
+            or plan.held_drops
+            or plan.copy_bytes
+            or plan.alloc_calls
+        ):
             return None
         decodes = plan.decodes
         k = min((r.max_output_tokens - r.num_output for r in decodes), default=1 << 30)
@@ -181,13 +200,13 @@ class Node:
         if k <= 1:
             return None
         if decodes:
-            mem = self.kv.plan_decode_run(decodes, k - 1, base_allocated=m.allocated_bytes)
+            mem = self.kv.plan_decode_run(decodes, k - 1, base_allocated=m[1])
             k = 1 + mem.steps
             if k == 1:
                 return None
             run_alloc = mem.allocated_bytes
         else:
-            run_alloc = np.full(k - 1, float(m.allocated_bytes))
+            run_alloc = np.full(k - 1, float(m[1]))
         if chunks is None:
             durations = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k)
             return durations, run_alloc, None
@@ -195,7 +214,7 @@ class Node:
 
     def _hybrid_durations(self, plan, cost, chunks: list[int]) -> np.ndarray:
         """Step durations of decodes plus one prefill advancing by ``chunks``."""
-        (first, cached), n_dec = plan.prefill_chunks[0], plan.n_decode
+        cached, n_dec = plan.prefill_chunks[0][1], plan.n_decode
         out = [cost.total_s]
         hist = plan.decode_history_tokens
         price = self.cost.iteration_time
@@ -206,18 +225,19 @@ class Node:
         return np.asarray(out)
 
     # ----------------------------------------------------------------- commit
-    def _commit(self, plan, start: float, ends, durations, cost, m, run_alloc,
-                prefill_tokens: int = 0) -> None:
+    def _commit(
+        self, plan, start: float, ends, durations, cost, m, run_alloc, prefill_tokens: int = 0
+    ) -> None:
         k = len(ends)
         rec, kv = self.rec, self.kv
         s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting))
         if k > 1:
             starts = np.concatenate(([start], ends[:-1]))
             kv.apply_decode_run(plan.decodes, k - 1, starts)
-            if kv.take_step_activity() != (0, 0):
+            if self.check and kv.take_step_activity() != (0, 0):
                 raise InvariantError("fast path: a planned run copied or allocated buffers")
-            useful = m.useful_bytes + np.arange(k) * (plan.n_decode * kv.kv_bytes_per_token)
-            allocated = np.concatenate(([m.allocated_bytes], run_alloc[: k - 1]))
+            useful = m[0] + np.arange(k) * (plan.n_decode * kv.kv_bytes_per_token)
+            allocated = np.concatenate(([m[1]], run_alloc[: k - 1]))
             rec.memory_run(starts, useful, allocated)
         result = self.sched.commit(plan, k, prefill_tokens)
         rec.emit(result.emitted, s0, k, durations)
@@ -249,12 +269,13 @@ class Node:
         if req.on_done is not None:
             req.on_done(req)
 
-    def _record_memory(self, now: float):
-        m = self.kv.metrics()
+    def _record_memory(self, now: float) -> tuple[float, float]:
+        """Record the memory state; returns (useful, allocated) bytes."""
         kv, sched = self.kv, self.sched
-        self.rec.memory(now, m, kv.paused_bytes, len(kv.paused), len(sched.running),
-                        len(sched.waiting))
-        return m
+        m, extra = kv.memory_state()
+        return self.rec.memory(
+            now, m, kv.paused_bytes, len(kv.paused), len(sched.running), len(sched.waiting), extra
+        )
 
     # ------------------------------------------------------------------ inbox
     def _apply_inbox(self) -> None:

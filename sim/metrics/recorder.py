@@ -15,37 +15,110 @@ requests of (tokens emitted - 1).
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pandas as pd
 
 from sim.metrics.stats import TimeWeighted
+from sim.metrics.table import ChunkedTable
+from sim.sched.request import STATUS_NAMES
 
-STEP_COLUMNS = (
-    "step", "n_steps", "start_s", "end_s", "duration_s", "n_decode", "n_prefill",
-    "prefill_tokens", "batch_tokens", "decode_history_tokens", "admitted", "preempted",
-    "rejected", "held_drops", "n_running", "n_waiting", "copy_bytes", "alloc_calls",
-    "weights_s", "kv_read_s", "gemm_s", "attention_s", "allreduce_s", "copy_s", "alloc_s",
-    "overhead_s", "mem_s", "comp_s", "bound", "flops_per_gpu", "hbm_bytes_per_gpu",
-)
-_COST_TERMS = STEP_COLUMNS[STEP_COLUMNS.index("weights_s"):]
+_I, _L, _F = "i4", "i8", "f8"  # counts, token sums and ids, times and bytes
+STEP_SCHEMA = [
+    ("step", _L),
+    ("n_steps", _I),
+    ("start_s", _F),
+    ("end_s", _F),
+    ("duration_s", _F),
+    ("n_decode", _I),
+    ("n_prefill", _I),
+    ("prefill_tokens", _I),
+    ("batch_tokens", _I),
+    ("decode_history_tokens", _L),
+    ("admitted", _I),
+    ("preempted", _I),
+    ("rejected", _I),
+    ("held_drops", _I),
+    ("n_running", _I),
+    ("n_waiting", _I),
+    ("copy_bytes", _F),
+    ("alloc_calls", _I),
+    ("weights_s", _F),
+    ("kv_read_s", _F),
+    ("gemm_s", _F),
+    ("attention_s", _F),
+    ("allreduce_s", _F),
+    ("copy_s", _F),
+    ("alloc_s", _F),
+    ("overhead_s", _F),
+    ("mem_s", _F),
+    ("comp_s", _F),
+    ("bound", "U7"),
+    ("flops_per_gpu", _F),
+    ("hbm_bytes_per_gpu", _F),
+]
+STEP_COLUMNS = tuple(n for n, _ in STEP_SCHEMA)
+_COST_TERMS = STEP_COLUMNS[STEP_COLUMNS.index("weights_s") :]
 
-MEMORY_COLUMNS = (
-    "t_s", "allocated_bytes", "useful_bytes", "logical_bytes", "free_bytes", "cached_bytes",
-    "eta_alloc", "eta_effective", "num_sequences", "paused_kv_bytes", "n_paused",
-    "n_running", "n_waiting",
-)
+MEMORY_SCHEMA = [
+    ("t_s", _F),
+    ("allocated_bytes", _F),
+    ("useful_bytes", _F),
+    ("logical_bytes", _F),
+    ("free_bytes", _F),
+    ("cached_bytes", _F),
+    ("eta_alloc", _F),
+    ("eta_effective", _F),
+    ("num_sequences", _I),
+    ("paused_kv_bytes", _F),
+    ("n_paused", _I),
+    ("n_running", _I),
+    ("n_waiting", _I),
+]
+MEMORY_COLUMNS = tuple(n for n, _ in MEMORY_SCHEMA)
 
-REQUEST_COLUMNS = (
-    "req_id", "traj_id", "turn", "branch", "status", "arrival_s", "admitted_s",
-    "first_token_s", "finish_s", "prompt_tokens", "max_output_tokens", "output_tokens",
-    "held_tokens", "lookup_tokens", "hit_tokens", "preemptions", "queue_s", "ttft_s",
-    "e2e_s", "itl_mean_s", "itl_max_s",
-)
+REQUEST_SCHEMA = [
+    ("req_id", _L),
+    ("traj_id", _L),
+    ("turn", _I),
+    ("branch", _I),
+    ("status", "U9"),
+    ("arrival_s", _F),
+    ("admitted_s", _F),
+    ("first_token_s", _F),
+    ("finish_s", _F),
+    ("prompt_tokens", _I),
+    ("max_output_tokens", _I),
+    ("output_tokens", _I),
+    ("held_tokens", _I),
+    ("lookup_tokens", _I),
+    ("hit_tokens", _I),
+    ("preemptions", _I),
+    ("queue_s", _F),
+    ("ttft_s", _F),
+    ("e2e_s", _F),
+    ("itl_mean_s", _F),
+    ("itl_max_s", _F),
+]
+REQUEST_COLUMNS = tuple(n for n, _ in REQUEST_SCHEMA)
 
-TRAJECTORY_COLUMNS = (
-    "traj_id", "kind", "start_s", "end_s", "status", "turns", "requests", "branches",
-    "output_tokens", "lookup_tokens", "hit_tokens", "pause_s", "hold_byte_s",
-)
+TRAJECTORY_SCHEMA = [
+    ("traj_id", _L),
+    ("kind", "U8"),
+    ("start_s", _F),
+    ("end_s", _F),
+    ("status", "U9"),
+    ("turns", _I),
+    ("requests", _I),
+    ("branches", _I),
+    ("output_tokens", _L),
+    ("lookup_tokens", _L),
+    ("hit_tokens", _L),
+    ("pause_s", _F),
+    ("hold_byte_s", _F),
+]
+TRAJECTORY_COLUMNS = tuple(n for n, _ in TRAJECTORY_SCHEMA)
 
 
 class Recorder:
@@ -53,14 +126,16 @@ class Recorder:
 
     def __init__(self, pool_bytes: float) -> None:
         self.pool_bytes = pool_bytes
-        self.step_ends: list[float] = []  # end time of every step, by step index
-        self._w_runs: list[tuple[int, int, int, int]] = []  # (s0, k, weight at s0, after)
-        self.irregular_gaps: list[float] = []
+        self.step_ends = array("d")  # end time of every step, by step index
+        # ITL weights of runs of steps: first step, steps, weight at the first, after it
+        self._w = (array("q"), array("q"), array("q"), array("q"))
+        self.irregular_gaps = array("d")
         self.max_itl_s = 0.0
-        self._steps: list[tuple] = []
-        self._memory: list[tuple] = []
-        self.requests: list = []  # Request objects that ended (any status)
-        self._traj_rows: list[tuple] = []
+        self._steps = ChunkedTable(STEP_SCHEMA)
+        self._memory = ChunkedTable(MEMORY_SCHEMA)
+        self._requests = ChunkedTable(REQUEST_SCHEMA)
+        self._trajectories = ChunkedTable(TRAJECTORY_SCHEMA)
+        self.requests_ended = 0
         self.eta_alloc = TimeWeighted()
         self.eta_effective = TimeWeighted(0.0, 0.0)
         self.paused_bytes = TimeWeighted(0.0, 0.0)
@@ -74,22 +149,48 @@ class Recorder:
         return len(self.step_ends)
 
     # ------------------------------------------------------------------ steps
-    def step(self, start_s: float, ends: np.ndarray | list[float], plan, cost, n_running: int,
-             n_waiting: int) -> int:
+    def step(
+        self,
+        start_s: float,
+        ends: np.ndarray | list[float],
+        plan,
+        cost,
+        n_running: int,
+        n_waiting: int,
+    ) -> int:
         """One engine decision of ``len(ends)`` steps; returns the index of its first step."""
         s0 = len(self.step_ends)
         k = len(ends)
-        self.step_ends.extend(ends if isinstance(ends, list) else ends.tolist())
+        if isinstance(ends, list):
+            self.step_ends.extend(ends)
+        else:
+            self.step_ends.frombytes(np.ascontiguousarray(ends, dtype=np.float64).tobytes())
         end = self.step_ends[-1]
         n_prefill = len(plan.prefill_chunks)
         prefill_tokens = sum(c for c, _ in plan.prefill_chunks)
-        self._steps.append((
-            s0, k, start_s, end, end - start_s, plan.n_decode, n_prefill, prefill_tokens,
-            plan.n_decode + prefill_tokens, plan.decode_history_tokens, len(plan.admitted),
-            len(plan.preempted), len(plan.rejected), plan.held_drops, n_running, n_waiting,
-            plan.copy_bytes, plan.alloc_calls,
-            *(getattr(cost, name) for name in _COST_TERMS),
-        ))
+        self._steps.append(
+            (
+                s0,
+                k,
+                start_s,
+                end,
+                end - start_s,
+                plan.n_decode,
+                n_prefill,
+                prefill_tokens,
+                plan.n_decode + prefill_tokens,
+                plan.decode_history_tokens,
+                len(plan.admitted),
+                len(plan.preempted),
+                len(plan.rejected),
+                plan.held_drops,
+                n_running,
+                n_waiting,
+                plan.copy_bytes,
+                plan.alloc_calls,
+                *(getattr(cost, name) for name in _COST_TERMS),
+            )
+        )
         self.decisions += 1
         return s0
 
@@ -128,20 +229,48 @@ class Recorder:
             req.last_emit_step = s0 + k - 1
         self.output_tokens += k * len(requests)
         if regular or (k > 1 and requests):
-            self._w_runs.append((s0, k, regular, len(requests)))
+            for col, v in zip(self._w, (s0, k, regular, len(requests)), strict=True):
+                col.append(v)
 
     # ----------------------------------------------------------------- memory
-    def memory(self, t: float, m, paused_bytes: float, n_paused: int, n_running: int,
-               n_waiting: int) -> None:
-        """The allocator's state from ``t`` on (after a step was scheduled, or when idle)."""
-        self._memory.append((
-            t, m.allocated_bytes, m.useful_bytes, m.logical_bytes, m.free_bytes,
-            m.cached_bytes, m.eta_alloc, m.eta_effective, m.num_sequences, paused_bytes,
-            n_paused, n_running, n_waiting,
-        ))
-        self.eta_alloc.observe(t, m.eta_alloc)
-        self.eta_effective.observe(t, m.eta_effective)
+    def memory(
+        self,
+        t: float,
+        m,
+        paused_bytes: float,
+        n_paused: int,
+        n_running: int,
+        n_waiting: int,
+        extra_bytes: float = 0.0,
+    ) -> tuple[float, float]:
+        """The allocator's state ``m`` from ``t`` on (after a step was scheduled, or when
+        idle); ``extra_bytes`` of deferred tokens count as useful and logical. Returns
+        (useful, allocated) bytes."""
+        useful = m.useful_bytes + extra_bytes
+        allocated = m.allocated_bytes
+        eta_alloc = useful / allocated if allocated > 0 else None
+        eta_eff = useful / self.pool_bytes
+        self._memory.append(
+            (
+                t,
+                allocated,
+                useful,
+                m.logical_bytes + extra_bytes,
+                m.free_bytes,
+                m.cached_bytes,
+                eta_alloc,
+                eta_eff,
+                m.num_sequences,
+                paused_bytes,
+                n_paused,
+                n_running,
+                n_waiting,
+            )
+        )
+        self.eta_alloc.observe(t, eta_alloc)
+        self.eta_effective.observe(t, eta_eff)
         self.paused_bytes.observe(t, paused_bytes)
+        return useful, allocated
 
     def memory_run(self, starts: np.ndarray, useful: np.ndarray, allocated: np.ndarray) -> None:
         """Integrals over a run of decode steps whose first step ``memory()`` recorded."""
@@ -152,57 +281,79 @@ class Recorder:
 
     # --------------------------------------------------------------- endings
     def request_ended(self, req) -> None:
-        self.requests.append(req)
+        """A request finished, was refused or cancelled, or is unfinished at the end."""
+        self._requests.append(request_row(req))
+        self.requests_ended += 1
 
     def trajectory(self, row: tuple) -> None:
         """One trajectory's totals, in ``TRAJECTORY_COLUMNS`` order."""
-        self._traj_rows.append(row)
+        self._trajectories.append(row)
 
     # --------------------------------------------------------------- outputs
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Every inter-token gap as (values, integer weights): step gaps, then irregular."""
-        ends = np.asarray(self.step_ends, dtype=np.float64)
+        ends = np.frombuffer(self.step_ends, dtype=np.float64) if self.step_ends else np.empty(0)
         n = len(ends)
+        s0, k, first, after = (
+            np.frombuffer(c, dtype=np.int64) if c else np.empty(0, np.int64) for c in self._w
+        )
         w = np.zeros(n + 1, dtype=np.int64)
-        for s0, k, first, after in self._w_runs:
-            w[s0] += first
-            w[s0 + 1] += after - first
-            w[s0 + k] -= after
+        np.add.at(w, s0, first)
+        np.add.at(w, s0 + 1, after - first)
+        np.add.at(w, s0 + k, -after)
         weights = np.cumsum(w)[:n]
         gaps = np.diff(ends, prepend=0.0)
-        irr = np.asarray(self.irregular_gaps, dtype=np.float64)
+        irr = (
+            np.frombuffer(self.irregular_gaps, dtype=np.float64)
+            if self.irregular_gaps
+            else np.empty(0)
+        )
         values = np.concatenate([gaps, irr])
         return values, np.concatenate([weights, np.ones(len(irr), dtype=np.int64)])
 
     def frames(self) -> dict[str, pd.DataFrame]:
-        """``requests``, ``steps``, ``memory``, ``trajectories`` as DataFrames."""
+        """``requests``, ``steps``, ``memory``, ``trajectories`` as DataFrames (once: the
+        tables are emptied as they are converted)."""
+        requests = self._requests.frame(True).sort_values("req_id", kind="stable")
+        trajectories = self._trajectories.frame(True).sort_values("traj_id", kind="stable")
         return {
-            "requests": requests_frame(self.requests),
-            "steps": pd.DataFrame(self._steps, columns=list(STEP_COLUMNS)),
-            "memory": pd.DataFrame(self._memory, columns=list(MEMORY_COLUMNS)),
-            "trajectories": pd.DataFrame(self._traj_rows, columns=list(TRAJECTORY_COLUMNS)),
+            "requests": requests.reset_index(drop=True),
+            "steps": self._steps.frame(True),
+            "memory": self._memory.frame(True),
+            "trajectories": trajectories.reset_index(drop=True),
         }
 
 
-def requests_frame(requests) -> pd.DataFrame:
-    """One row per request (sorted by id)."""
-    from sim.sched.request import STATUS_NAMES
-
-    rows = []
-    for r in sorted(requests, key=lambda r: r.req_id):
-        ttft = None if r.first_token_s is None else r.first_token_s - r.arrival_s
-        e2e = None if r.finish_s is None else r.finish_s - r.arrival_s
-        queue = None if r.admitted_s is None else r.admitted_s - r.arrival_s
-        itl_mean = None
-        if r.num_output > 1 and r.finish_s is not None:
-            itl_mean = (r.finish_s - r.first_token_s) / (r.num_output - 1)
-        rows.append((
-            r.req_id, r.traj_id, r.turn, r.branch, STATUS_NAMES[r.status], r.arrival_s,
-            r.admitted_s, r.first_token_s, r.finish_s, r.prompt_tokens, r.max_output_tokens,
-            r.num_output, r.held_tokens, r.lookup_tokens, r.hit_tokens, r.preemptions, queue,
-            ttft, e2e, itl_mean, r.itl_max_s if r.num_output > 1 else None,
-        ))
-    return pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)).astype(
-        {c: "float64" for c in ("admitted_s", "first_token_s", "finish_s", "queue_s",
-                                "ttft_s", "e2e_s", "itl_mean_s", "itl_max_s")}
+def request_row(r) -> tuple:
+    """A request's row, in ``REQUEST_COLUMNS`` order."""
+    ttft = None if r.first_token_s is None else r.first_token_s - r.arrival_s
+    e2e = None if r.finish_s is None else r.finish_s - r.arrival_s
+    queue = None if r.admitted_s is None else r.admitted_s - r.arrival_s
+    itl_mean = itl_max = None
+    if r.num_output > 1 and r.finish_s is not None:
+        itl_mean = (r.finish_s - r.first_token_s) / (r.num_output - 1)
+    if r.num_output > 1:
+        itl_max = r.itl_max_s
+    return (
+        r.req_id,
+        r.traj_id,
+        r.turn,
+        r.branch,
+        STATUS_NAMES[r.status],
+        r.arrival_s,
+        r.admitted_s,
+        r.first_token_s,
+        r.finish_s,
+        r.prompt_tokens,
+        r.max_output_tokens,
+        r.num_output,
+        r.held_tokens,
+        r.lookup_tokens,
+        r.hit_tokens,
+        r.preemptions,
+        queue,
+        ttft,
+        e2e,
+        itl_mean,
+        itl_max,
     )

@@ -26,33 +26,44 @@ def describe(values: np.ndarray) -> dict[str, float | None]:
     return out
 
 
-def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
-    """Percentile ``q`` (0-100) of ``values`` repeated ``weights`` times (integer weights)."""
-    order = np.argsort(values, kind="stable")
-    v = np.asarray(values, dtype=np.float64)[order]
-    w = np.asarray(weights, dtype=np.int64)[order]
+def _sorted_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted values with positive weight, cumulative weights in that order)."""
+    w = np.asarray(weights, dtype=np.int64)
     keep = w > 0
-    v, w = v[keep], w[keep]
-    n = int(w.sum())
+    v = np.asarray(values, dtype=np.float64)[keep]
+    w = w[keep]
+    order = np.argsort(v, kind="stable")
+    v = v[order]
+    cum = np.cumsum(w[order])
+    return v, cum
+
+
+def _percentile_sorted(v: np.ndarray, cum: np.ndarray, q: float) -> float | None:
+    n = int(cum[-1]) if len(cum) else 0
     if n == 0:
         return None
     pos = q / 100.0 * (n - 1)  # position in the expanded sorted sample
     lo, hi = math.floor(pos), math.ceil(pos)
-    cum = np.cumsum(w)  # expanded index i lies in the first value with cum > i
-    v_lo = v[np.searchsorted(cum, lo, side="right")]
+    v_lo = v[np.searchsorted(cum, lo, side="right")]  # expanded index i: first cum > i
     v_hi = v[np.searchsorted(cum, hi, side="right")]
     return float(v_lo + (v_hi - v_lo) * (pos - lo))
 
 
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """Percentile ``q`` (0-100) of ``values`` repeated ``weights`` times (integer weights)."""
+    return _percentile_sorted(*_sorted_weighted(values, weights), q)
+
+
 def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict[str, float | None]:
     """``{mean, p50, p90, p99}`` of a weighted sample (None when empty)."""
-    w = np.asarray(weights, dtype=np.float64)
-    total = w.sum()
+    w = np.asarray(weights)
+    total = float(w.sum())
     if total <= 0:
         return {"mean": None, **{k: None for k, _ in PERCENTILES}}
     out = {"mean": float(np.dot(np.asarray(values, dtype=np.float64), w) / total)}
+    v, cum = _sorted_weighted(values, weights)
     for key, q in PERCENTILES:
-        out[key] = weighted_percentile(values, weights, q)
+        out[key] = _percentile_sorted(v, cum, q)
     return out
 
 

@@ -54,8 +54,9 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
     itl_values, itl_weights = rec.itl_samples()
     m = kv.alloc.metrics()
     hold_byte_s = sum(
-        r.tokens * kv.kv_bytes_per_token * ((r.end_s if r.end_s is not None else sim_time_s)
-                                            - r.start_s)
+        r.tokens
+        * kv.kv_bytes_per_token
+        * ((r.end_s if r.end_s is not None else sim_time_s) - r.start_s)
         for r in kv.pause_log
     )
     lookup = float(req.lookup_tokens.sum())
@@ -90,7 +91,8 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "held_kv_drops": int(rec.held_drops),
         "paused_kv_bytes_mean": _num(rec.paused_bytes.mean(sim_time_s)),
         "paused_kv_bytes_peak": float(frames["memory"].paused_kv_bytes.max())
-        if len(frames["memory"]) else 0.0,
+        if len(frames["memory"])
+        else 0.0,
         "hold_gb_s": hold_byte_s / GB,
         "steps": int(rec.n_steps),
         "engine_decisions": int(rec.decisions),

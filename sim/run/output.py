@@ -16,8 +16,21 @@ import yaml
 from sim.errors import KvsimError
 
 #: section order of config.resolved.yaml (what a person reads first)
-_ORDER = ("schema_version", "name", "description", "seed", "duration_s", "model", "hardware",
-          "cost", "allocator", "scheduler", "pause_policy", "workload", "engine")
+_ORDER = (
+    "schema_version",
+    "name",
+    "description",
+    "seed",
+    "duration_s",
+    "model",
+    "hardware",
+    "cost",
+    "allocator",
+    "scheduler",
+    "pause_policy",
+    "workload",
+    "engine",
+)
 
 
 def resolved_yaml(config: dict, source: str) -> str:
@@ -35,10 +48,10 @@ def write_run(result, out_dir: str | Path) -> Path:
     except OSError as exc:
         raise KvsimError(f"cannot create output folder {str(out)!r}: {exc.strerror}") from None
     source = result.resolved.loaded.source if result.resolved is not None else "<scenario>"
-    (out / "config.resolved.yaml").write_text(resolved_yaml(result.config, source),
-                                              encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n",
-                                      encoding="utf-8")
+    (out / "config.resolved.yaml").write_text(
+        resolved_yaml(result.config, source), encoding="utf-8"
+    )
+    (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8")
     for name in ("requests", "steps", "memory", "trajectories"):
         getattr(result, name).to_parquet(out / f"{name}.parquet", index=False)
     return out

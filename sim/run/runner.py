@@ -96,15 +96,23 @@ def build(source: Any, **overrides: Any) -> Simulation:
     sc = resolved.scenario
     kv = KVManager(make_allocator_for(resolved), pause=sc.pause_policy.kind)
     scheduler = make_scheduler(sc.scheduler, kv)
-    cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp,
-                     sc.cost)
+    cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost)
     recorder = Recorder(pool_bytes=resolved.pool_bytes)
     env = simpy.Environment()
-    node = Node(env, scheduler, kv, cost, recorder, exact=sc.engine.exact,
-                check_invariants=sc.engine.check_invariants, horizon_s=sc.duration_s)
+    node = Node(
+        env,
+        scheduler,
+        kv,
+        cost,
+        recorder,
+        exact=sc.engine.exact,
+        check_invariants=sc.engine.check_invariants,
+        horizon_s=sc.duration_s,
+    )
     kind = workload_kind(sc.workload.kind)
-    ctx = WorkloadContext(env, node, Streams(sc.seed), recorder, resolved.loaded.base_dir,
-                          kind.count(sc.workload))
+    ctx = WorkloadContext(
+        env, node, Streams(sc.seed), recorder, resolved.loaded.base_dir, kind.count(sc.workload)
+    )
     driver = kind.driver(sc.workload, ctx)
     return Simulation(resolved, env, node, kv, scheduler, cost, recorder, ctx, driver)
 
@@ -142,5 +150,12 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     }
     summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
     summary["wall_time_s"] = wall_time_s
-    return RunResult(summary, frames["requests"], frames["steps"], frames["memory"],
-                     frames["trajectories"], sc.model_dump(mode="json"), r)
+    return RunResult(
+        summary,
+        frames["requests"],
+        frames["steps"],
+        frames["memory"],
+        frames["trajectories"],
+        sc.model_dump(mode="json"),
+        r,
+    )

@@ -92,8 +92,10 @@ def _apply_override(data: dict, key: str, value: Any) -> None:
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
             if not isinstance(part, int) or not 0 <= part < len(node):
-                raise ConfigError(f"cannot set {key}: no item {part} in "
-                                  f"{'.'.join(map(str, parts[:i]))}", field="--set")
+                raise ConfigError(
+                    f"cannot set {key}: no item {part} in {'.'.join(map(str, parts[:i]))}",
+                    field="--set",
+                )
             nxt = node[part]
         else:
             nxt = node.get(part)
@@ -102,8 +104,10 @@ def _apply_override(data: dict, key: str, value: Any) -> None:
             elif isinstance(nxt, str) and part == "model" and i == 0:
                 nxt = node[part] = {"profile": nxt}  # the shorthand `model: NAME`
         if not isinstance(nxt, dict | list):
-            raise ConfigError(f"cannot set {key}: {'.'.join(map(str, parts[: i + 1]))} is not "
-                              "a section", field="--set")
+            raise ConfigError(
+                f"cannot set {key}: {'.'.join(map(str, parts[: i + 1]))} is not a section",
+                field="--set",
+            )
         node = nxt
     last = parts[-1]
     if isinstance(node, list):
@@ -182,5 +186,6 @@ def _one_line(exc: ValidationError, data: dict, loaded: LoadedScenario) -> Confi
         loc = (*loc, "kind")
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     field_name = ".".join(str(p) for p in loc) or "(top level)"
-    return ConfigError(msg + (more if len(errors) > 1 else ""), location=loaded.where(*loc),
-                       field=field_name)
+    return ConfigError(
+        msg + (more if len(errors) > 1 else ""), location=loaded.where(*loc), field=field_name
+    )

@@ -89,7 +89,8 @@ def resolve(loaded: LoadedScenario) -> Resolved:
                 f"no memory left for KV: {acc.memory_bytes:.4g} B x {hw.gpu_memory_utilization} "
                 f"- {w_gpu:.4g} B of weights - {hw.reserve_bytes_per_gpu:.4g} B reserved per GPU "
                 f"(raise tp/pp or set kv_pool_bytes_per_gpu)",
-                location=loaded.where("hardware"), field="hardware",
+                location=loaded.where("hardware"),
+                field="hardware",
             )
     kind, options = _allocator_options(loaded, model)
     return Resolved(loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options)
@@ -105,7 +106,8 @@ def _allocator_options(loaded: LoadedScenario, model: ModelProfile) -> tuple[str
             raise ConfigError(
                 "needs max_tokens (S_max): the model profile has no max_context_tokens and "
                 "scheduler.max_model_len is not set",
-                location=loaded.where("allocator"), field="allocator.max_tokens",
+                location=loaded.where("allocator"),
+                field="allocator.max_tokens",
             )
         options["max_tokens"] = int(derived)
     return kind, options
@@ -117,8 +119,10 @@ def make_allocator_for(resolved: Resolved):
 
     try:
         return make_allocator(
-            resolved.allocator_kind, pool_bytes=resolved.pool_bytes,
-            kv_bytes_per_token=resolved.kv_bytes_per_token, **resolved.allocator_options,
+            resolved.allocator_kind,
+            pool_bytes=resolved.pool_bytes,
+            kv_bytes_per_token=resolved.kv_bytes_per_token,
+            **resolved.allocator_options,
         )
     except KvsimError as exc:
         raise _located(resolved.loaded, ("allocator",), exc) from None

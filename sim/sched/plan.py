@@ -68,5 +68,6 @@ class CommitResult:
     """Requests that produced a token in a step (or run of steps), and those that finished."""
 
     emitted: list[Request] = field(default_factory=list)  # sampled a token in every step
-    emitted_last: list[Request] = field(default_factory=list)  # only in the run's last step
+    # (request, first step): sampled a token in every step from that one (0-based) on
+    emitted_from: list[tuple[Request, int]] = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)

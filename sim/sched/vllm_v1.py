@@ -114,7 +114,7 @@ class VllmV1Scheduler:
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
         running = self.running
-        grow = self.kv.grow
+        grow_to = self.kv.grow_to
         scheduled = plan.scheduled
         i = 0
         while i < len(running) and budget > 0:
@@ -122,7 +122,7 @@ class VllmV1Scheduler:
             computed = req.num_computed
             n = req.prompt_tokens + req.num_output - computed
             if n == 1 and req.num_output:  # a decode: the common case, kept lean
-                if not grow(req, 1) and not self._grow_or_preempt(req, 1, plan):
+                if not grow_to(req, computed + 1) and not self._grow_or_preempt(req, 1, plan):
                     break
                 plan.n_decode += 1
                 plan.decode_history_tokens += computed
@@ -134,7 +134,7 @@ class VllmV1Scheduler:
             n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
             if n == 0:
                 break
-            if not grow(req, n) and not self._grow_or_preempt(req, n, plan):
+            if not grow_to(req, computed + n) and not self._grow_or_preempt(req, n, plan):
                 break
             _add(plan, req, n)
             budget -= n
@@ -238,10 +238,17 @@ class VllmV1Scheduler:
         return chunks
 
     # ------------------------------------------------------------------ commit
-    def commit(self, plan: BatchPlan, steps: int = 1, prefill_tokens: int = 0) -> CommitResult:
+    def can_decode_together(self, n_decodes: int) -> bool:
+        """Whether ``n_decodes`` decodes fit one step's budget (a prefill that completes in
+        a run then decodes with the others)."""
+        return n_decodes <= self.config.max_num_batched_tokens
+
+    def commit(self, plan: BatchPlan, steps: int = 1, prefill_steps: int = 0,
+               prefill_tokens: int = 0) -> CommitResult:
         """Apply a step, or ``steps`` steps of the same batch (a run): decodes sample one
-        token per step; the run's single prefill computes ``prefill_tokens`` in all and
-        samples its first token at the run's last step if that completes its prompt."""
+        token per step; the run's single prefill computes ``prefill_tokens`` in its first
+        ``prefill_steps`` steps, samples its first token in the last of them if that
+        completes its prompt, and then decodes in every later step."""
         out = CommitResult()
         finished = out.finished
         if steps > 1:
@@ -255,15 +262,8 @@ class VllmV1Scheduler:
                     finished.append(req)
             out.emitted = [r for r in plan.decodes if r.status != CANCELLED]
             if plan.prefill_chunks:
-                req = plan.scheduled[-1][0]
-                if req.status == RUNNING:
-                    req.num_computed += prefill_tokens
-                    if req.num_computed == req.num_tokens:
-                        req.num_output += 1
-                        out.emitted_last.append(req)
-                        if req.num_output >= req.max_output_tokens:
-                            req.status = FINISHED
-                            finished.append(req)
+                self._commit_prefill(plan.scheduled[-1][0], steps, prefill_steps,
+                                     prefill_tokens, out)
         else:
             emitted = out.emitted
             for req, n in plan.scheduled:
@@ -280,6 +280,22 @@ class VllmV1Scheduler:
         if out.finished:
             self.running = [r for r in self.running if r.status == RUNNING]
         return out
+
+    @staticmethod
+    def _commit_prefill(req: Request, steps: int, prefill_steps: int, tokens: int,
+                        out: CommitResult) -> None:
+        if req.status != RUNNING:
+            return
+        req.num_computed += tokens
+        if req.num_computed < req.num_tokens:
+            return
+        decode_steps = steps - prefill_steps
+        req.num_output += 1 + decode_steps
+        req.num_computed += decode_steps
+        out.emitted_from.append((req, prefill_steps - 1))
+        if req.num_output >= req.max_output_tokens:
+            req.status = FINISHED
+            out.finished.append(req)
 
     def check_invariants(self) -> None:
         """No request both running and waiting; counts within bounds."""

@@ -46,8 +46,7 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
 
 
 register_workload(WorkloadKind("chat", ChatWorkload, lambda c: c.num_requests, chat_driver))
-register_workload(WorkloadKind("agent", AgentWorkload, lambda c: c.num_trajectories,
-                               agent_driver))
+register_workload(WorkloadKind("agent", AgentWorkload, lambda c: c.num_trajectories, agent_driver))
 register_workload(WorkloadKind("requests", RequestsWorkload, requests_count, requests_driver))
 
 

@@ -87,8 +87,15 @@ class _Line:
     requests: list = field(default_factory=list)
 
 
-def _turn(ctx: WorkloadContext, line: _Line, spec: TurnSpec, traj_id: int, turn: int,
-          last: bool, first: bool):
+def _turn(
+    ctx: WorkloadContext,
+    line: _Line,
+    spec: TurnSpec,
+    traj_id: int,
+    turn: int,
+    last: bool,
+    first: bool,
+):
     """Run one turn on ``line``; afterwards ``line.ok`` says whether it finished."""
     env = ctx.env
     if not first:
@@ -99,8 +106,16 @@ def _turn(ctx: WorkloadContext, line: _Line, spec: TurnSpec, traj_id: int, turn:
             line.ok = False
             return
         line.context = concat(line.context, segments([(ctx.new_content("obs"), spec.input_tokens)]))
-    req = ctx.request(line.seq, n_tokens(line.context), spec.output_tokens, line.context,
-                      traj_id=traj_id, turn=turn, branch=line.branch, last_turn=last)
+    req = ctx.request(
+        line.seq,
+        n_tokens(line.context),
+        spec.output_tokens,
+        line.context,
+        traj_id=traj_id,
+        turn=turn,
+        branch=line.branch,
+        last_turn=last,
+    )
     line.current = req
     yield ctx.submit_and_wait(req)
     line.current = None
@@ -125,8 +140,10 @@ def _fork(ctx: WorkloadContext, main: _Line, fork: ForkSpec, traj_id: int):
     for line in lines:
         node.fork(main.seq, line.seq)
     node.release(main.seq)
-    procs = [env.process(_branch(ctx, ln, turns, traj_id))
-             for ln, turns in zip(lines, fork.branches, strict=True)]
+    procs = [
+        env.process(_branch(ctx, ln, turns, traj_id))
+        for ln, turns in zip(lines, fork.branches, strict=True)
+    ]
     winner = None
     if fork.mode == "join":
         yield env.all_of(procs)
@@ -179,8 +196,9 @@ def agent_trajectory(cfg, ctx: WorkloadContext, traj_id: int, plan: TrajectoryPl
         ctx.node.release(line.seq)
     status = "completed" if ok else "failed"
     ctx.trajectory_ended(
-        trajectory_row(traj_id, "agent", start, ctx.now, status, done_turns, requests, branches,
-                       pause_s),
+        trajectory_row(
+            traj_id, "agent", start, ctx.now, status, done_turns, requests, branches, pause_s
+        ),
         ok,
     )
     on_end()

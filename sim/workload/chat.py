@@ -43,8 +43,9 @@ def chat_lengths(cfg, ctx: WorkloadContext, n: int) -> tuple[np.ndarray, np.ndar
     return prompt[idx], output[idx]
 
 
-def _one_turn(ctx: WorkloadContext, kind: str, prompt: int, output: int, shared: int,
-              i: int, on_end) -> None:
+def _one_turn(
+    ctx: WorkloadContext, kind: str, prompt: int, output: int, shared: int, i: int, on_end
+) -> None:
     """Submit one request as a one-turn trajectory."""
     seq = ctx.new_seq()
     shared = min(shared, prompt)
@@ -89,8 +90,9 @@ def chat_driver(cfg, ctx: WorkloadContext):
     elif arrival.kind == "trace" and arrival.path is None:
         from sim.errors import ConfigError
 
-        raise ConfigError("a trace arrival needs a path (or trace lengths)",
-                          field="workload.arrival.path")
+        raise ConfigError(
+            "a trace arrival needs a path (or trace lengths)", field="workload.arrival.path"
+        )
     return arrival_strategy(arrival.kind).run(arrival, ctx, n, start)
 
 
@@ -114,5 +116,12 @@ def _requests_gen(ctx: WorkloadContext, items):
         if t > env.now:
             yield env.timeout(t - env.now)
         ctx.trajectory_started()
-        _one_turn(ctx, "request", g.prompt_tokens, g.output_tokens, g.shared_prefix_tokens, i,
-                  lambda: None)
+        _one_turn(
+            ctx,
+            "request",
+            g.prompt_tokens,
+            g.output_tokens,
+            g.shared_prefix_tokens,
+            i,
+            lambda: None,
+        )

@@ -21,8 +21,9 @@ from sim.workload.rng import Streams
 class WorkloadContext:
     """Shared state of the workload processes of one run."""
 
-    def __init__(self, env, node, streams: Streams, recorder, base_dir: Path,
-                 total_trajectories: int) -> None:
+    def __init__(
+        self, env, node, streams: Streams, recorder, base_dir: Path, total_trajectories: int
+    ) -> None:
         self.env, self.node, self.streams, self.rec = env, node, streams, recorder
         self.base_dir = base_dir
         self.total = total_trajectories
@@ -41,15 +42,34 @@ class WorkloadContext:
         """A content id no other token shares."""
         return f"{kind}:{next(self._content_ids)}"
 
-    def request(self, seq: int, prompt_tokens: int, output_tokens: int, content, *,
-                traj_id: int, turn: int = 0, branch: int = 0, last_turn: bool = True,
-                on_done=None) -> Request:
+    def request(
+        self,
+        seq: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        content,
+        *,
+        traj_id: int,
+        turn: int = 0,
+        branch: int = 0,
+        last_turn: bool = True,
+        on_done=None,
+    ) -> Request:
         """A new request arriving now."""
         rid = next(self._req_ids)
         return Request(
-            rid, seq, int(prompt_tokens), int(output_tokens), self.env.now, content=content,
-            output_id=f"o:{rid}", traj_id=traj_id, turn=turn, branch=branch,
-            last_turn=last_turn, on_done=on_done,
+            rid,
+            seq,
+            int(prompt_tokens),
+            int(output_tokens),
+            self.env.now,
+            content=content,
+            output_id=f"o:{rid}",
+            traj_id=traj_id,
+            turn=turn,
+            branch=branch,
+            last_turn=last_turn,
+            on_done=on_done,
         )
 
     def submit_and_wait(self, req: Request):
@@ -84,11 +104,33 @@ class WorkloadContext:
         return f"<WorkloadContext started={self.started} ended={self.ended}/{self.total}>"
 
 
-def trajectory_row(traj_id: int, kind: str, start_s: float, end_s: float, status: str,
-                   turns: int, requests: list[Any], branches: int, pause_s: float) -> tuple:
+def trajectory_row(
+    traj_id: int,
+    kind: str,
+    start_s: float,
+    end_s: float,
+    status: str,
+    turns: int,
+    requests: list[Any],
+    branches: int,
+    pause_s: float,
+) -> tuple:
     """A row of ``TRAJECTORY_COLUMNS`` (hold byte-seconds are filled in by the run)."""
     out = sum(r.num_output for r in requests)
     look = sum(r.lookup_tokens for r in requests)
     hit = sum(r.hit_tokens for r in requests)
-    return (traj_id, kind, start_s, end_s, status, turns, len(requests), branches, out, look,
-            hit, pause_s, float("nan"))
+    return (
+        traj_id,
+        kind,
+        start_s,
+        end_s,
+        status,
+        turns,
+        len(requests),
+        branches,
+        out,
+        look,
+        hit,
+        pause_s,
+        float("nan"),
+    )

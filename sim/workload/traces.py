@@ -26,7 +26,8 @@ def read_columns(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
     try:
         frame = pd.read_csv(path, usecols=lambda c: c in columns)
     except (ValueError, OSError, pd.errors.ParserError) as exc:
-        raise ConfigError(f"cannot read trace: {str(exc).splitlines()[0]}", location=str(path))
+        msg = str(exc).splitlines()[0]
+        raise ConfigError(f"cannot read trace: {msg}", location=str(path)) from None
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ConfigError(f"trace has no column {missing[0]!r}", location=str(path))

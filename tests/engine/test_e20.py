@@ -64,8 +64,9 @@ def test_chunking_raises_the_long_prompts_ttft_by_a_few_percent():
 def test_exact_timeline_of_one_request():
     """One 512-token prompt generating 3 tokens, alone on the E20 accelerator."""
     one = [{"count": 1, "at_s": 0.25, "prompt_tokens": 512, "output_tokens": 3}]
-    res = run("seed_chunked_prefill.yaml", **POOL, **{"workload.requests": one,
-                                                     "engine.exact": True})
+    res = run(
+        "seed_chunked_prefill.yaml", **POOL, **{"workload.requests": one, "engine.exact": True}
+    )
     r = res.requests.iloc[0]
     prefill = 2 * P * 512 / (0.6 * PEAK)
     assert (r.arrival_s, r.admitted_s) == (0.25, 0.25)
@@ -73,7 +74,10 @@ def test_exact_timeline_of_one_request():
     assert r.finish_s == pytest.approx(0.25 + prefill + 2 * DECODE_S, rel=1e-12)
     assert r.itl_mean_s == pytest.approx(DECODE_S, rel=1e-12)
     steps = res.steps
-    assert list(steps.start_s.round(9)) == [0.25, round(0.25 + prefill, 9),
-                                            round(0.25 + prefill + DECODE_S, 9)]
+    assert list(steps.start_s.round(9)) == [
+        0.25,
+        round(0.25 + prefill, 9),
+        round(0.25 + prefill + DECODE_S, 9),
+    ]
     assert list(steps.bound) == ["compute", "memory", "memory"]
     assert res.summary["sim_time_s"] == pytest.approx(r.finish_s, rel=1e-12)

@@ -10,33 +10,72 @@ from __future__ import annotations
 import pytest
 from engine_helpers import assert_same_frame, assert_same_summary, run
 
+#: a small agent swarm: few short turns, so invariant checks after every step stay cheap
+AGENTS = {
+    "workload.turns": {"kind": "uniform", "low": 2, "high": 6},
+    "workload.system_prompt_tokens": 512,
+    "workload.tool_tokens": 256,
+    "workload.task_tokens": 100,
+    "workload.output_tokens": {"kind": "lognormal", "median": 40, "sigma": 0.6, "max": 300},
+    "workload.observation_tokens": {"kind": "lognormal", "median": 120, "sigma": 0.8, "max": 1500},
+    "workload.arrival.concurrency": 6,
+}
+
 CASES = {
     "e20-chunked": ("seed_chunked_prefill.yaml", {"hardware.kv_pool_bytes_per_gpu": 8e9}),
     "e20-pressure": ("seed_chunked_prefill.yaml", {"hardware.kv_pool_bytes_per_gpu": 2e9}),
-    "e20-mono": ("seed_chunked_prefill.yaml", {"hardware.kv_pool_bytes_per_gpu": 8e9,
-                                              "scheduler.chunked_prefill": False}),
-    "chat-paged": ("chat_azure.yaml", {"workload.num_requests": 120,
-                                       "hardware.kv_pool_bytes_per_gpu": 3e9}),
-    "chat-contiguous": ("chat_azure.yaml", {"workload.num_requests": 60,
-                                            "allocator.kind": "contiguous",
-                                            "hardware.kv_pool_bytes_per_gpu": 4e9,
-                                            "cost.alloc_latency_s": 2e-4}),
-    "chat-static-horizon": ("chat_azure.yaml", {"workload.num_requests": 80,
-                                                "allocator.kind": "static",
-                                                "scheduler.max_model_len": 4096,
-                                                "hardware.kv_pool_bytes_per_gpu": 8e9,
-                                                "duration_s": 12.0}),
-    "agents-radix": ("agent_swarm.yaml", {"workload.num_trajectories": 10,
-                                          "hardware.kv_pool_bytes_per_gpu": 2.5e9}),
-    "agents-hash-prune": ("agent_swarm.yaml", {"workload.num_trajectories": 8,
-                                               "allocator.kind": "paged_hash",
-                                               "workload.fork.mode": "prune",
-                                               "workload.fork.probability": 0.4,
-                                               "hardware.kv_pool_bytes_per_gpu": 2.5e9}),
-    "agents-buddy-recompute": ("agent_swarm.yaml", {"workload.num_trajectories": 6,
-                                                    "allocator.kind": "buddy",
-                                                    "pause_policy.kind": "recompute",
-                                                    "hardware.kv_pool_bytes_per_gpu": 3e9}),
+    "e20-mono": (
+        "seed_chunked_prefill.yaml",
+        {"hardware.kv_pool_bytes_per_gpu": 8e9, "scheduler.chunked_prefill": False},
+    ),
+    "chat-paged": (
+        "chat_azure.yaml",
+        {"workload.num_requests": 120, "hardware.kv_pool_bytes_per_gpu": 3e9},
+    ),
+    "chat-contiguous": (
+        "chat_azure.yaml",
+        {
+            "workload.num_requests": 60,
+            "allocator.kind": "contiguous",
+            "hardware.kv_pool_bytes_per_gpu": 4e9,
+            "cost.alloc_latency_s": 2e-4,
+        },
+    ),
+    "chat-static-horizon": (
+        "chat_azure.yaml",
+        {
+            "workload.num_requests": 80,
+            "allocator.kind": "static",
+            "scheduler.max_model_len": 4096,
+            "hardware.kv_pool_bytes_per_gpu": 8e9,
+            "duration_s": 12.0,
+        },
+    ),
+    "agents-radix": (
+        "agent_swarm.yaml",
+        {**AGENTS, "workload.num_trajectories": 12, "hardware.kv_pool_bytes_per_gpu": 0.5e9},
+    ),
+    "agents-hash-prune": (
+        "agent_swarm.yaml",
+        {
+            **AGENTS,
+            "workload.num_trajectories": 8,
+            "allocator.kind": "paged_hash",
+            "workload.fork.mode": "prune",
+            "workload.fork.probability": 0.5,
+            "hardware.kv_pool_bytes_per_gpu": 0.4e9,
+        },
+    ),
+    "agents-buddy-recompute": (
+        "agent_swarm.yaml",
+        {
+            **AGENTS,
+            "workload.num_trajectories": 8,
+            "allocator.kind": "buddy",
+            "pause_policy.kind": "recompute",
+            "hardware.kv_pool_bytes_per_gpu": 0.5e9,
+        },
+    ),
 }
 
 

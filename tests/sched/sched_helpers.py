@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 from sim.memory import make_allocator
 from sim.memory.kv_manager import KVManager
 from sim.sched import Request, VllmV1Config, VllmV1Scheduler
@@ -28,5 +26,3 @@ class Ids:
         kw.setdefault("seq_id", self.n)
         seq = kw.pop("seq_id")
         return Request(self.n, seq, prompt, output, **kw)
-
-

@@ -14,8 +14,13 @@ KINDS = ["paged", "static", "contiguous", "buddy", "radix", "paged_hash"]
 @st.composite
 def mixes(draw):
     kind = draw(st.sampled_from(KINDS))
-    reqs = draw(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12), st.integers(0, 3)),
-                         min_size=1, max_size=12))
+    reqs = draw(
+        st.lists(
+            st.tuples(st.integers(1, 40), st.integers(1, 12), st.integers(0, 3)),
+            min_size=1,
+            max_size=12,
+        )
+    )
     return dict(
         kind=kind,
         pool=draw(st.integers(24, 160)),
@@ -33,9 +38,15 @@ def test_random_mixes_keep_invariants_and_finish(mix):
     opts = {"max_tokens": 48} if mix["kind"] == "static" else {}
     if mix["kind"] in ("paged", "radix", "paged_hash"):
         opts = {"block_size": 4}
-    s = scheduler(mix["pool"], mix["kind"], opts, max_num_batched_tokens=mix["budget"],
-                  max_num_seqs=mix["seqs"], chunked_prefill=mix["chunked"],
-                  long_prefill_token_threshold=mix["threshold"])
+    s = scheduler(
+        mix["pool"],
+        mix["kind"],
+        opts,
+        max_num_batched_tokens=mix["budget"],
+        max_num_seqs=mix["seqs"],
+        chunked_prefill=mix["chunked"],
+        long_prefill_token_threshold=mix["threshold"],
+    )
     from sim.prefix.spans import segments
 
     pending = []
@@ -66,9 +77,14 @@ def test_random_mixes_keep_invariants_and_finish(mix):
             seen[r.req_id] = (r.num_output, r.num_computed)
         if not pending and not s.running and not s.waiting:
             break
-        assert not plan.empty or plan.preempted or plan.rejected or plan.held_drops or (
-            not s.running and not s.waiting
-        ) or pending
+        assert (
+            not plan.empty
+            or plan.preempted
+            or plan.rejected
+            or plan.held_drops
+            or (not s.running and not s.waiting)
+            or pending
+        )
     else:
         raise AssertionError("no progress in 2000 steps")
     assert all(r.status in (FINISHED, REJECTED) for r in everything)

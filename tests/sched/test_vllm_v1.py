@@ -151,8 +151,9 @@ def test_pressure_relief_drops_paused_state_when_nothing_runs(ids):
 
 @pytest.mark.parametrize("chunked", [True, False])
 def test_run_chunks_predicts_the_chunks_step_by_step_would_take(ids, chunked):
-    s = scheduler(max_num_batched_tokens=40, long_prefill_token_threshold=16,
-                  chunked_prefill=chunked)
+    s = scheduler(
+        max_num_batched_tokens=40, long_prefill_token_threshold=16, chunked_prefill=chunked
+    )
     for _ in range(3):
         s.add(ids.req(4, 30))
     step(s)

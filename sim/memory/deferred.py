@@ -1,0 +1,214 @@
+"""Deferred appends: tell an allocator about new tokens only when it has work to do.
+
+Responsibility: a token that fits in capacity its sequence already holds (the rest of its
+last block, or of its buffer) costs the allocator nothing but a counter, so ``grow`` only
+counts it here (*pending*). The allocator is told (one ``append`` with all pending tokens)
+when the sequence needs new capacity, when a content-aware allocator (a prefix cache)
+would see a block fill, so it caches blocks at the same simulated time as eager appends,
+and before anything else happens to the sequence (``flush``). ``extra_tokens`` lets the
+owner report metrics as if everything had been appended. The engine's fast path asks the
+same ledger how many decode steps fit (``plan_run``) and replays a run's appends
+(``apply_run``) with exactly the calls step-by-step growth would make.
+
+Invariants, for every tracked sequence: ``total = allocator tokens + pending``;
+``0 <= room <= capacity - total`` (equal except after a fork, whose shared last block must
+be copied on the next write, so ``room`` is 0 then); ``pending_tokens`` = sum of pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.memory.errors import InvariantError
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRun:
+    """Memory plan of ``steps`` more decode steps of the same sequences."""
+
+    steps: int  # how many more steps fit without a miss, a copy or a new buffer
+    allocated_bytes: np.ndarray  # allocated bytes during each of those steps
+
+
+class DeferredAppends:
+    """Per-sequence token ledger in front of one allocator."""
+
+    def __init__(self, alloc, uses_content: bool) -> None:
+        self.alloc = alloc
+        self.uses_content = uses_content
+        self._capacity = getattr(alloc, "seq_capacity_tokens", None)
+        self.total: dict[Hashable, int] = {}  # tokens, pending ones included
+        self.room: dict[Hashable, int] = {}  # tokens that still fit without new capacity
+        self.pending: dict[Hashable, int] = {}  # counted here, not yet appended
+        self.owner: dict[Hashable, Any] = {}  # the request whose content they are
+        self.pending_tokens = 0
+
+    # ----------------------------------------------------------------- tracking
+    def track(self, seq: Hashable, shared_tail: bool = False) -> None:
+        """(Re)read a sequence after the allocator changed it (allocate, append, fork)."""
+        tokens = self.alloc.seq_tokens(seq)
+        self.total[seq] = tokens
+        if shared_tail or self._capacity is None:
+            self.room[seq] = 0
+        else:
+            self.room[seq] = self._capacity(seq) - tokens
+
+    def untrack(self, seq: Hashable) -> None:
+        """The sequence is about to be freed: its pending tokens need not be appended."""
+        if seq in self.pending:
+            self._drop(seq)
+        self.total.pop(seq, None)
+        self.room.pop(seq, None)
+
+    def _drop(self, seq: Hashable) -> None:
+        self.pending_tokens -= self.pending.pop(seq)
+        del self.owner[seq]
+
+    # ------------------------------------------------------------------- growth
+    def grow(self, req: Any, target: int) -> bool:
+        """Make ``req``'s sequence hold ``target`` tokens; False = miss (nothing changed)."""
+        seq = req.seq_id
+        have = self.total[seq]
+        need = target - have
+        if need <= 0:
+            return True
+        room = self.room[seq]
+        if need < room or (need == room and not self.uses_content):
+            self.room[seq] = room - need
+            self.total[seq] = target
+            p = self.pending.get(seq)
+            if p is None:
+                self.pending[seq] = need
+                self.owner[seq] = req
+            else:
+                self.pending[seq] = p + need
+            self.pending_tokens += need
+            return True
+        base = have - self.pending.get(seq, 0)
+        content = req.content_slice(base, target) if self.uses_content else None
+        if not self.alloc.append(seq, target - base, content=content):
+            return False
+        if seq in self.pending:
+            self._drop(seq)
+        self.track(seq)
+        return True
+
+    def flush(self, seq: Hashable) -> None:
+        """Append a sequence's pending tokens (they fit: no new capacity is needed)."""
+        p = self.pending.get(seq)
+        if not p:
+            return
+        req = self.owner[seq]
+        base = self.total[seq] - p
+        content = req.content_slice(base, base + p) if self.uses_content else None
+        if not self.alloc.append(seq, p, content=content):
+            raise InvariantError(f"deferred append of {p} tokens to {seq!r} missed")
+        self._drop(seq)
+
+    def flush_all(self) -> None:
+        for seq in list(self.pending):
+            self.flush(seq)
+
+    # ----------------------------------------------------------------- fast path
+    def plan_run(self, requests: Sequence[Any], max_steps: int, base_allocated: float,
+                 late: tuple[Any, int] | None = None) -> DecodeRun:
+        """How many more steps, each appending one token per request, fit in memory.
+
+        ``late = (request, first)``: one more request that appends only from remaining
+        step ``first`` on (a prompt that finishes its prefill inside the run). A run stops
+        before any step that would miss, copy (buffer growth) or need a new buffer; block
+        kinds may take new blocks (free or evictable cached ones) while enough exist.
+        ``allocated_bytes[i]`` is the allocated figure during step ``i + 1``.
+        """
+        if max_steps <= 0 or self._capacity is None or not (requests or late):
+            return DecodeRun(0, np.empty(0))
+        room = self.room
+        slack = np.fromiter((room[r.seq_id] for r in requests), dtype=np.int64,
+                            count=len(requests))
+        bs = self.alloc.block_size
+        if bs is None:  # buffers: only within the current capacity
+            steps = max_steps
+            if len(slack):
+                steps = min(steps, int(slack.min()))
+            if late is not None:
+                steps = min(steps, late[1] - 1 + room[late[0].seq_id])
+            steps = max(0, steps)
+            return DecodeRun(steps, np.full(steps, float(base_allocated)))
+        if (len(slack) and slack.max() >= bs) or (late and room[late[0].seq_id] >= bs):
+            return DecodeRun(0, np.empty(0))  # not the shape of a block table: step exactly
+        r = np.arange(max_steps)  # step r + 1 takes a block for every seq with slack == r % bs
+        per_step = np.bincount(slack, minlength=bs)[r % bs]
+        if late is not None:  # its appends start at step `first`: blocks at first + slack + t bs
+            req, first = late
+            per_step[first - 1 + room[req.seq_id]::bs] += 1
+        taken = np.cumsum(per_step)
+        steps = int(np.searchsorted(taken, self.alloc.available_blocks(), side="right"))
+        block_bytes = bs * self.alloc.kv_bytes_per_token
+        return DecodeRun(steps, base_allocated + taken[:steps] * block_bytes)
+
+    def apply_run(self, requests: Sequence[Any], steps: int, starts: Sequence[float],
+                  set_time, late: tuple[Any, int] | None = None) -> None:
+        """Append ``steps`` tokens to each request's sequence, as ``grow`` would have
+        (and ``steps - first + 1`` to the ``late`` one, from remaining step ``first``).
+
+        ``starts[i]`` is the start of the run's step ``i`` (step 0 was grown normally).
+        Without content, order and timing cannot matter: each sequence gets at most one
+        append. With content, the allocator sees every block fill and every new block at
+        the step it happens (``set_time``), in scheduling order (the late request last).
+        """
+        plan = [(req, 1) for req in requests]
+        if late is not None and late[1] <= steps:
+            plan.append(late)
+        if not self.uses_content or self.alloc.block_size is None:
+            for req, first in plan:
+                if not self.grow(req, self.total[req.seq_id] + steps - first + 1):
+                    raise InvariantError(f"fast path: planned growth of {req!r} missed")
+            return
+        bs = self.alloc.block_size
+        events: list[tuple[int, int]] = []
+        bases = []
+        for j, (req, first) in enumerate(plan):
+            r = self.room[req.seq_id]
+            bases.append(self.total[req.seq_id] - first + 1)  # tokens "before step 1"
+            new = first + r  # a new block; then a fill bs - 1 steps later
+            events.extend((i, j) for i in range(new, steps + 1, bs))
+            fill = first + r - 1 if r >= 1 else first + bs - 1
+            events.extend((i, j) for i in range(fill, steps + 1, bs))
+        events.sort()
+        step = -1
+        for i, j in events:
+            if i != step:
+                set_time(float(starts[i]))
+                step = i
+            self._append_upto(plan[j][0], bases[j] + i)
+        for j, (req, _) in enumerate(plan):  # what is left of the run stays pending
+            if not self.grow(req, bases[j] + steps):
+                raise InvariantError(f"fast path: planned growth of {req!r} missed")
+
+    def _append_upto(self, req: Any, target: int) -> None:
+        seq = req.seq_id
+        base = self.total[seq] - self.pending.get(seq, 0)
+        content = req.content_slice(base, target)
+        if not self.alloc.append(seq, target - base, content=content):
+            raise InvariantError(f"fast path: planned append to {req!r} missed")
+        if seq in self.pending:
+            self._drop(seq)
+        self.track(seq)
+
+    # ---------------------------------------------------------------- checking
+    def check(self) -> None:
+        if sum(self.pending.values()) != self.pending_tokens:
+            raise InvariantError("pending tokens out of sync")
+        for seq, total in self.total.items():
+            if not self.alloc.is_live(seq):
+                raise InvariantError(f"tracked sequence {seq!r} is not live")
+            if total != self.alloc.seq_tokens(seq) + self.pending.get(seq, 0):
+                raise InvariantError(f"{seq!r}: total {total} != tokens + pending")
+            if self._capacity is not None:
+                free = self._capacity(seq) - total
+                if not 0 <= self.room[seq] <= free:
+                    raise InvariantError(f"{seq!r}: room {self.room[seq]} outside [0, {free}]")

@@ -1,0 +1,87 @@
+"""Metrics: pooled ITL from per-step records equals per-token bookkeeping; statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from engine_helpers import WORKLOADS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_modes import AGENTS
+
+from sim.metrics import TimeWeighted, describe, weighted_percentile
+from sim.metrics.table import ChunkedTable
+from sim.run import build
+
+
+def _with_token_log(name: str, **overrides):
+    """Run a scenario while logging every sampled token's time, per request."""
+    sim = build(str(WORKLOADS / name), **overrides)
+    times: dict[int, list[float]] = {}
+    emit = sim.recorder.emit
+
+    def logging_emit(requests, s0, k, durations=None):
+        ends = sim.recorder.step_ends
+        for r in requests:
+            times.setdefault(r.req_id, []).extend(ends[s0 + i] for i in range(k))
+        emit(requests, s0, k, durations)
+
+    sim.recorder.emit = logging_emit
+    return sim.run(), times
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_pooled_itl_equals_every_token_gap(exact):
+    over = {
+        **AGENTS,
+        "workload.num_trajectories": 8,
+        "hardware.kv_pool_bytes_per_gpu": 0.5e9,
+        "engine.exact": exact,
+    }
+    res, times = _with_token_log("agent_swarm.yaml", **over)
+    gaps = np.concatenate([np.diff(t) for t in times.values()])
+    assert res.summary["preemptions"] + res.summary["held_kv_drops"] > 0  # irregular gaps too
+    s = res.summary["itl_s"]
+    ref = describe(gaps)
+    for key in ("mean", "p50", "p90", "p99"):
+        assert s[key] == pytest.approx(ref[key], rel=1e-9)
+    assert res.summary["max_itl_s"] == pytest.approx(gaps.max(), rel=1e-12)
+    req = res.requests.set_index("req_id")
+    for rid, t in times.items():
+        if len(t) > 1:
+            assert req.loc[rid, "itl_max_s"] == pytest.approx(np.diff(t).max(), rel=1e-12)
+            assert req.loc[rid, "first_token_s"] == t[0]
+    assert sum(len(t) for t in times.values()) == res.summary["output_tokens"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(-1e3, 1e3), st.integers(0, 5)), min_size=1, max_size=40),
+    st.floats(0, 100),
+)
+def test_weighted_percentile_is_the_percentile_of_the_repeated_sample(pairs, q):
+    v = np.array([p[0] for p in pairs])
+    w = np.array([p[1] for p in pairs])
+    got = weighted_percentile(v, w, q)
+    if w.sum() == 0:
+        assert got is None
+    else:
+        assert got == pytest.approx(np.percentile(np.repeat(v, w), q), rel=1e-12, abs=1e-9)
+
+
+def test_time_weighted_mean_skips_undefined_time():
+    tw = TimeWeighted()
+    tw.observe(0.0, 1.0)
+    tw.observe(2.0, None)  # nothing allocated: eta_alloc undefined
+    tw.observe(3.0, 0.5)
+    tw.observe_steps(np.array([4.0, 5.0, 7.0]), np.array([0.0, np.nan, 1.0]))
+    assert tw.mean(8.0) == pytest.approx((2 * 1.0 + 1 * 0.5 + 1 * 0.0 + 1 * 1.0) / 5)
+
+
+def test_chunked_table_keeps_rows_in_order():
+    t = ChunkedTable([("a", "i4"), ("b", "f8"), ("c", "U3")], chunk_rows=3)
+    for i in range(8):
+        t.append((i, None if i == 2 else i / 2, "xy"))
+    df = t.frame(release=True)
+    assert df.a.tolist() == list(range(8)) and np.isnan(df.b[2]) and df.b[3] == 1.5
+    assert df.c.tolist() == ["xy"] * 8 and len(t) == 0

@@ -1,0 +1,225 @@
+"""Workloads: distributions, named streams, arrivals, traces, agent plans, forks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simpy
+from pydantic import TypeAdapter, ValidationError
+
+from sim.errors import ConfigError
+from sim.run import build, run_scenario
+from sim.workload import Streams
+from sim.workload.agent import sample_plan
+from sim.workload.config import AgentWorkload, ChatWorkload
+from sim.workload.distributions import Dist
+from sim.workload.traces import cycle_times, read_columns, time_column, token_column
+
+ROOT = Path(__file__).resolve().parents[2]
+AZURE = ROOT / "workloads/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+DIST = TypeAdapter(Dist)
+
+
+def test_a_bare_number_is_a_constant_and_kinds_are_checked():
+    assert DIST.validate_python(7).sample(np.random.default_rng(0), 3).tolist() == [7, 7, 7]
+    with pytest.raises(ValidationError, match="does not match any of the expected tags"):
+        DIST.validate_python({"kind": "zipf", "a": 2})
+    with pytest.raises(ValidationError, match="min"):
+        DIST.validate_python({"kind": "uniform", "low": 1, "high": 2, "min": 3, "max": 1})
+
+
+def test_sampling_is_numpy_with_the_given_generator_and_clipped():
+    d = DIST.validate_python({"kind": "lognormal", "median": 100, "sigma": 1.0, "max": 150})
+    got = d.sample(np.random.default_rng(5), 4)
+    ref = np.minimum(np.random.default_rng(5).lognormal(np.log(100), 1.0, 4), 150)
+    assert got.tolist() == ref.tolist()
+    tokens = DIST.validate_python({"kind": "normal", "mean": 0, "std": 3}).sample_tokens(
+        np.random.default_rng(1), 100
+    )
+    assert tokens.min() >= 1 and tokens.dtype == np.int64
+    e = DIST.validate_python({"kind": "empirical", "values": [1, 2], "weights": [0, 1]})
+    assert set(e.sample(np.random.default_rng(0), 20).tolist()) == {2.0}
+
+
+def test_named_streams_are_independent_and_reproducible():
+    a, b = Streams(3), Streams(3)
+    x = a("arrivals").random(3)
+    b("tokens").random(100)  # drawing from another stream does not move this one
+    assert b("arrivals").random(3).tolist() == x.tolist()
+    assert Streams(4)("arrivals").random(3).tolist() != x.tolist()
+
+
+def test_azure_trace_columns():
+    cols = read_columns(AZURE, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
+    t = time_column(AZURE, cols["TIMESTAMP"], "TIMESTAMP")
+    assert len(t) == 19366 and t[0] == 0.0 and (np.diff(t) >= 0).all()
+    assert t[1] == pytest.approx(4.3145790, abs=1e-6)  # 18:15:50.995169 - 18:15:46.680590
+    prompt = token_column(AZURE, cols["ContextTokens"], "ContextTokens")
+    assert prompt[:4].tolist() == [374, 396, 879, 91]
+    assert cycle_times(np.array([0.0, 1.0, 3.0]), 7).tolist() == [0, 1, 3, 4.5, 5.5, 7.5, 9]
+    with pytest.raises(ConfigError, match="no column 'Nope'"):
+        read_columns(AZURE, ["Nope"])
+    with pytest.raises(ConfigError, match="trace file not found"):
+        read_columns(AZURE.with_name("missing.csv"), ["x"])
+
+
+def _chat(**over):
+    base = {
+        "kind": "chat",
+        "num_requests": 6,
+        "arrival": {"kind": "poisson", "rate_per_s": 2.0},
+        "lengths": {"kind": "trace", "path": str(AZURE)},
+    }
+    base.update(over)
+    return ChatWorkload.model_validate(base)
+
+
+def test_chat_uses_trace_lengths_in_order_and_poisson_arrivals():
+    res = run_scenario(
+        str(ROOT / "workloads/chat_azure.yaml"),
+        **{"workload.num_requests": 6, "engine.check_invariants": True},
+    )
+    req = res.requests
+    assert req.prompt_tokens.tolist() == [374, 396, 879, 91, 91, 381]
+    assert req.max_output_tokens.tolist()[:4] == [44, 109, 55, 16]
+    gaps = np.random.default_rng([1, _key("arrivals")]).exponential(1 / 4.0, 6)
+    assert req.arrival_s.tolist() == pytest.approx(np.cumsum(gaps).tolist(), rel=1e-12)
+
+
+def _key(name):
+    from sim.workload.rng import stream_key
+
+    return stream_key(name)
+
+
+def test_trace_arrivals_replay_the_timestamps():
+    res = run_scenario(
+        str(ROOT / "workloads/chat_azure.yaml"),
+        **{"workload.num_requests": 4, "workload.arrival": {"kind": "trace", "time_scale": 0.5}},
+    )
+    assert res.requests.arrival_s.tolist() == pytest.approx(
+        [0.0, 2.1572895, 2.2709385, 2.3552135], abs=1e-6
+    )  # (t - t0) x 0.5
+
+
+def test_closed_loop_never_exceeds_its_agents_and_starts_each_trajectory_once():
+    over = {
+        "workload.num_trajectories": 9,
+        "workload.arrival.concurrency": 3,
+        "workload.arrival.stagger_s": 0.0,
+        "workload.fork": None,
+        "workload.turns": 2,
+        "hardware.kv_pool_bytes_per_gpu": 4e9,
+    }
+    res = run_scenario(str(ROOT / "workloads/agent_swarm.yaml"), **over)
+    traj = res.trajectories
+    assert sorted(traj.traj_id) == list(range(9)) and (traj.status == "completed").all()
+    events = sorted(
+        [(t, 1) for t in traj.start_s] + [(t, -1) for t in traj.end_s], key=lambda e: (e[0], e[1])
+    )
+    live = np.cumsum([d for _, d in events])
+    assert live.max() == 3
+    assert (traj.turns == 2).all() and (traj.requests == 2).all()
+
+
+def test_agent_plans_are_drawn_at_the_start_from_their_streams():
+    cfg = AgentWorkload.model_validate(
+        {
+            "kind": "agent",
+            "num_trajectories": 2,
+            "turns": 5,
+            "arrival": {"kind": "closed_loop", "concurrency": 1},
+            "fork": {"probability": 0.5, "branches": 3, "branch_turns": 2},
+        }
+    )
+
+    class Ctx:
+        streams = Streams(11)
+
+    a, b = sample_plan(cfg, Ctx()), sample_plan(cfg, Ctx())
+    Ctx.streams = Streams(11)
+    again = sample_plan(cfg, Ctx())
+    assert a == again and a != b
+    assert len(a.turns) == 5 and a.turns[0].pause_s == 0.0 and a.turns[0].input_tokens == 256
+    for t, fork in a.forks.items():
+        assert 0 <= t < 4 and len(fork.branches) == 3
+        assert all(len(br) == 2 for br in fork.branches) and 0 <= fork.winner < 3
+
+
+def _fork_run(mode, kind="paged"):
+    over = {
+        "workload.num_trajectories": 2,
+        "workload.arrival.concurrency": 2,
+        "workload.turns": 3,
+        "workload.fork": {"probability": 1.0, "branches": 3, "branch_turns": 2, "mode": mode},
+        "allocator.kind": kind,
+        "hardware.kv_pool_bytes_per_gpu": 4e9,
+        "engine.check_invariants": True,
+    }
+    return run_scenario(str(ROOT / "workloads/agent_swarm.yaml"), **over)
+
+
+def test_join_waits_for_every_branch_and_continues_from_one():
+    res = _fork_run("join")
+    traj, req = res.trajectories, res.requests
+    # 3 main turns, forks after turns 0 and 1, 3 branches x 2 turns each
+    assert (traj.turns == 3).all() and (traj.branches == 6).all()
+    assert (traj.requests == 3 + 2 * 6).all() and (traj.status == "completed").all()
+    assert (req.status == "finished").all()
+    for t in range(2):
+        mine = req[req.traj_id == t]
+        main = mine[mine.branch == 0].sort_values("turn")
+        branches = mine[mine.branch > 0]
+        # the main line's next turn starts after every branch of the fork ended
+        first_fork_end = branches[branches.arrival_s < main.arrival_s.iloc[1]].finish_s.max()
+        assert main.arrival_s.iloc[1] > first_fork_end
+        # the continuation holds the chosen branch's whole context (copy-on-write)
+        assert main.held_tokens.iloc[1] > main.prompt_tokens.iloc[0]
+    assert (
+        res.summary["bytes_copied"]
+        == res.summary["cow_copies"] * 16 * res.summary["kv_bytes_per_token"]
+    )
+
+
+def test_prune_continues_from_the_first_branch_and_cancels_the_rest():
+    res = _fork_run("prune", kind="radix")
+    req = res.requests
+    assert (res.trajectories.status == "completed").all()
+    cancelled = req[req.status == "cancelled"]
+    assert len(cancelled) > 0 and (cancelled.branch > 0).all()
+    assert res.summary["cancelled"] == len(cancelled)
+
+
+def test_requests_workload_orders_by_time_and_shares_a_prefix():
+    sim = build(
+        str(ROOT / "workloads/seed_chunked_prefill.yaml"),
+        **{
+            "workload.requests": [
+                {
+                    "count": 2,
+                    "at_s": 1.0,
+                    "interval_s": 0.5,
+                    "prompt_tokens": 64,
+                    "output_tokens": 2,
+                    "shared_prefix_tokens": 48,
+                },
+                {
+                    "count": 1,
+                    "at_s": 0.0,
+                    "prompt_tokens": 64,
+                    "output_tokens": 2,
+                    "shared_prefix_tokens": 48,
+                },
+            ],
+            "allocator.kind": "radix",
+            "hardware.kv_pool_bytes_per_gpu": 8e9,
+        },
+    )
+    res = sim.run()
+    req = res.requests
+    assert req.arrival_s.tolist() == [0.0, 1.0, 1.5]
+    assert req.hit_tokens.tolist() == [0, 48, 48]  # whole blocks of the shared prefix
+    assert res.summary["prefix_hit_rate"] == pytest.approx(96 / 192)
+    assert isinstance(sim.env, simpy.Environment)
