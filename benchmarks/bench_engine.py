@@ -54,17 +54,18 @@ def run_once(scenario: str, sets: list[str]) -> dict:
         process_s = time.perf_counter() - t0
         rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         summary = json.loads((Path(out) / "summary.json").read_text())
-    return {"summary": summary, "process_s": process_s,
-            "rss_mb": max(rss_kib, before) / 1024}
+    return {"summary": summary, "process_s": process_s, "rss_mb": max(rss_kib, before) / 1024}
 
 
 def row(label: str, r: dict) -> str:
     s = r["summary"]
     n = s["requests_completed"]
     loop = s["wall_time_s"]
-    return (f"| {label} | {n:,} | {s['trajectories_completed']:,} | {s['sim_time_s']:,.0f} | "
-            f"{s['engine_decisions']:,} | {s['steps']:,} | {loop:.2f} | {n / loop:,.0f} | "
-            f"{r['process_s']:.2f} | {r['rss_mb']:.0f} |")
+    return (
+        f"| {label} | {n:,} | {s['trajectories_completed']:,} | {s['sim_time_s']:,.0f} | "
+        f"{s['engine_decisions']:,} | {s['steps']:,} | {loop:.2f} | {n / loop:,.0f} | "
+        f"{r['process_s']:.2f} | {r['rss_mb']:.0f} |"
+    )
 
 
 def main() -> None:
@@ -74,20 +75,25 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of (a); the best is kept")
     args = ap.parse_args()
     print(f"Machine: {machine()}  \nDate: {datetime.date.today().isoformat()}\n")
-    print("| run | requests | trajectories | simulated s | decisions | steps | loop s | "
-          "requests / loop s | process s | peak RSS MB |")
+    print(
+        "| run | requests | trajectories | simulated s | decisions | steps | loop s | "
+        "requests / loop s | process s | peak RSS MB |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     if args.only in (None, "chat"):
-        best = min((run_once("chat_azure_5000.yaml", []) for _ in range(args.repeat)),
-                   key=lambda r: r["process_s"])
+        best = min(
+            (run_once("chat_azure_5000.yaml", []) for _ in range(args.repeat)),
+            key=lambda r: r["process_s"],
+        )
         print(row("(a) chat 5,000, paged", best), flush=True)
         big = run_once("chat_azure_5000.yaml", ["workload.num_requests=50000"])
         print(row("(a) chat 50,000, paged", big), flush=True)
     if args.only in (None, "agents"):
         n = args.agents
         for kind in ("radix", "paged_hash", "paged"):
-            r = run_once("agents_500.yaml", [f"workload.num_trajectories={n}",
-                                             f"allocator.kind={kind}"])
+            r = run_once(
+                "agents_500.yaml", [f"workload.num_trajectories={n}", f"allocator.kind={kind}"]
+            )
             print(row(f"(b) agents {n}, {kind}", r), flush=True)
 
 

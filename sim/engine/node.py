@@ -6,13 +6,13 @@ forks, releases, cancellations, in order), asks the scheduler for a batch, price
 the cost model, waits ``step.total_s``, commits it and reports what happened to the
 recorder and to the waiting trajectories.
 
-Fast path (``exact=False``): when the batch is pure decode and nothing can change it
-before the next step (no arrival, no completion, no block exhaustion or copy), the run of
-identical decode steps up to the first completion or memory limit is priced in closed form
-(``CostModel.decode_run_times``) and waited for in one SimPy event. A workload post during
-the run wakes the engine at the end of the step in progress, so the run is cut exactly
-where step-by-step execution (``exact=True``) would have seen the post; both modes give
-the same results.
+Fast path (``exact=False``): when nothing can change the batch before the next step (no
+arrival, completion, admission, block exhaustion or copy), the run of steps it will repeat
+(the same decodes, plus at most one chunked prefill that then decodes with them) is priced
+at once (``CostModel.decode_run_times`` and ``iteration_time``) and waited for in one SimPy
+event. A workload post during the run wakes the engine at the end of the step in progress,
+so the run is cut exactly where step-by-step execution (``exact=True``) would have seen
+the post; both modes give the same results (tested to 1e-9).
 
 Invariants: one SimPy event per step or run (never per token or per sequence); workload
 operations take effect only at step boundaries, in the order they were posted; the batch
@@ -23,15 +23,26 @@ monotonicity are checked after every decision.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from sim.cost import StepWork
 from sim.errors import KvsimError
 from sim.memory.errors import InvariantError
-from sim.sched.request import CANCELLED, FINISHED, REJECTED
 
 #: zero-time reschedules (preemptions, drops, rejections without a step) before giving up
 MAX_ZERO_TIME_DECISIONS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A planned run of steps (see ``Node._plan_run``)."""
+
+    durations: np.ndarray  # every step's duration
+    allocated: np.ndarray  # allocated bytes during steps 2..k
+    chunks: list[int] | None  # the prefill's chunks, one per step, while it lasts
+    late: tuple | None  # (that prefill, its first decode step) when it decodes in the run
 
 
 class EngineStuckError(KvsimError):
@@ -100,6 +111,8 @@ class Node:
         if self._ends is None:  # idle
             wake.succeed()
             return
+        if op is None:
+            return  # the end of the workload changes nothing for the run in progress
         i = int(np.searchsorted(self._ends, self.env.now, side="left"))
         if i < self._deadline:  # wake after the step in progress instead of the run's end
             self._deadline = i
@@ -152,10 +165,9 @@ class Node:
         run = self._plan_run(plan, m, cost)
         if run is None:
             yield self.env.timeout(cost.total_s)
-            self._commit(plan, now, [now + cost.total_s], None, cost, m, None)
+            self._commit(plan, now, [now + cost.total_s], cost, m, None)
             return
-        durations, run_alloc, chunks = run
-        ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+        ends = np.cumsum(np.concatenate(([now], run.durations)))[1:]
         k = len(ends)
         if self.horizon_s is not None:  # steps must start before the horizon
             k = min(k, int(np.searchsorted(ends, self.horizon_s, side="left")) + 1)
@@ -164,17 +176,15 @@ class Node:
         yield self._wake
         k = self._deadline + 1
         self._wake, self._ends = None, None
-        self._commit(
-            plan, now, ends[:k], durations[:k], cost, m, run_alloc, sum(chunks[:k]) if chunks else 0
-        )
+        self._commit(plan, now, ends[:k], cost, m, run)
 
-    def _plan_run(self, plan, m, cost):
-        """A run of several steps of this batch: (durations, allocated bytes during steps
-        2..k, prefill chunks) or None for a single step.
+    def _plan_run(self, plan, m, cost) -> _Run | None:
+        """A run of several steps of this batch, or None for a single step.
 
-        A run repeats the batch while nothing can change it: pure decodes up to the first
-        completion, or decodes plus one chunked prefill up to the end of that prompt
-        (``scheduler.run_chunks``), and only as far as memory allows without a miss or a copy.
+        A run repeats the batch while nothing can change it: the same decodes up to the
+        first completion, plus at most one chunked prefill (``scheduler.run_chunks``) that,
+        once its prompt is done, decodes with the others; only as far as memory allows
+        without a miss or a copy.
         """
         sched = self.sched
         if (
@@ -189,60 +199,88 @@ class Node:
             return None
         decodes = plan.decodes
         k = min((r.max_output_tokens - r.num_output for r in decodes), default=1 << 30)
-        chunks = None
+        chunks = prefill = late = None
         if plan.prefill_chunks:
             chunks = sched.run_chunks(plan, k)
             if chunks is None:
                 return None
-            k = min(k, len(chunks))
+            prefill = plan.scheduled[-1][0]
+            n_pre = len(chunks)
+            done = sum(chunks) == prefill.num_tokens - prefill.num_computed
+            if (
+                done
+                and n_pre < k
+                and prefill.max_output_tokens - prefill.num_output > 1
+                and sched.decodes_stay_alone(plan, plan.n_decode + 1)
+            ):
+                k = min(k, n_pre + prefill.max_output_tokens - prefill.num_output - 1)
+                late = (prefill, n_pre)  # decodes from the run's step n_pre + 1 on
+            else:
+                k = min(k, n_pre)
         elif plan.admitted:
             return None
         if k <= 1:
             return None
-        if decodes:
-            mem = self.kv.plan_decode_run(decodes, k - 1, base_allocated=m[1])
+        if decodes or late:
+            mem = self.kv.plan_decode_run(decodes, k - 1, m[1], late)
             k = 1 + mem.steps
             if k == 1:
                 return None
-            run_alloc = mem.allocated_bytes
+            allocated = mem.allocated_bytes
         else:
-            run_alloc = np.full(k - 1, float(m[1]))
+            allocated = np.full(k - 1, float(m[1]))
         if chunks is None:
             durations = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k)
-            return durations, run_alloc, None
-        return self._hybrid_durations(plan, cost, chunks[:k]), run_alloc, chunks[:k]
+        else:
+            durations = self._prefill_run_durations(plan, cost, chunks, prefill, k)
+        return _Run(durations, allocated, chunks, late)
 
-    def _hybrid_durations(self, plan, cost, chunks: list[int]) -> np.ndarray:
-        """Step durations of decodes plus one prefill advancing by ``chunks``."""
+    def _prefill_run_durations(self, plan, cost, chunks, prefill, k: int) -> np.ndarray:
+        """Decodes plus one prefill advancing by ``chunks``, then (if the run goes on)
+        every request decoding."""
+        n_pre = min(len(chunks), k)
         cached, n_dec = plan.prefill_chunks[0][1], plan.n_decode
         out = [cost.total_s]
         hist = plan.decode_history_tokens
         price = self.cost.iteration_time
-        for i in range(1, len(chunks)):
+        for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec
             out.append(price(StepWork(n_dec, hist, ((chunks[i], cached),))).total_s)
+        if k > n_pre:  # the prompt is done: n_dec + 1 decodes
+            hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens
+            tail = self.cost.decode_run_times(n_dec + 1, hist, k - n_pre)
+            return np.concatenate((out, tail))
         return np.asarray(out)
 
     # ----------------------------------------------------------------- commit
-    def _commit(
-        self, plan, start: float, ends, durations, cost, m, run_alloc, prefill_tokens: int = 0
-    ) -> None:
+    def _commit(self, plan, start: float, ends, cost, m, run: _Run | None) -> None:
         k = len(ends)
         rec, kv = self.rec, self.kv
         s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting))
+        durations = None
+        n_pre = pre_tokens = 0
         if k > 1:
+            durations = run.durations[:k]
+            late = run.late if run.late is not None and run.late[1] <= k - 1 else None
             starts = np.concatenate(([start], ends[:-1]))
-            kv.apply_decode_run(plan.decodes, k - 1, starts)
+            kv.apply_decode_run(plan.decodes, k - 1, starts, late)
             if self.check and kv.take_step_activity() != (0, 0):
                 raise InvariantError("fast path: a planned run copied or allocated buffers")
-            useful = m[0] + np.arange(k) * (plan.n_decode * kv.kv_bytes_per_token)
-            allocated = np.concatenate(([m[1]], run_alloc[: k - 1]))
+            steps = np.arange(k)
+            tokens = steps * plan.n_decode
+            if late is not None:
+                tokens = tokens + np.maximum(0, steps - late[1] + 1)
+            useful = m[0] + tokens * kv.kv_bytes_per_token
+            allocated = np.concatenate(([m[1]], run.allocated[: k - 1]))
             rec.memory_run(starts, useful, allocated)
-        result = self.sched.commit(plan, k, prefill_tokens)
+            if run.chunks is not None:
+                n_pre = min(len(run.chunks), k)
+                pre_tokens = sum(run.chunks[:n_pre])
+        result = self.sched.commit(plan, k, n_pre, pre_tokens)
         rec.emit(result.emitted, s0, k, durations)
-        if result.emitted_last:
-            rec.emit(result.emitted_last, s0 + k - 1, 1)
+        for req, first in result.emitted_from:
+            rec.emit([req], s0 + first, k - first, None if durations is None else durations[first:])
         end = float(ends[-1])
         kv.set_time(end)
         for req in result.finished:
@@ -329,4 +367,4 @@ class Node:
         )
 
 
-__all__ = ["CANCELLED", "FINISHED", "REJECTED", "EngineStuckError", "Node"]
+__all__ = ["EngineStuckError", "Node"]

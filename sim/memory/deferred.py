@@ -114,8 +114,13 @@ class DeferredAppends:
             self.flush(seq)
 
     # ----------------------------------------------------------------- fast path
-    def plan_run(self, requests: Sequence[Any], max_steps: int, base_allocated: float,
-                 late: tuple[Any, int] | None = None) -> DecodeRun:
+    def plan_run(
+        self,
+        requests: Sequence[Any],
+        max_steps: int,
+        base_allocated: float,
+        late: tuple[Any, int] | None = None,
+    ) -> DecodeRun:
         """How many more steps, each appending one token per request, fit in memory.
 
         ``late = (request, first)``: one more request that appends only from remaining
@@ -127,8 +132,7 @@ class DeferredAppends:
         if max_steps <= 0 or self._capacity is None or not (requests or late):
             return DecodeRun(0, np.empty(0))
         room = self.room
-        slack = np.fromiter((room[r.seq_id] for r in requests), dtype=np.int64,
-                            count=len(requests))
+        slack = np.fromiter((room[r.seq_id] for r in requests), dtype=np.int64, count=len(requests))
         bs = self.alloc.block_size
         if bs is None:  # buffers: only within the current capacity
             steps = max_steps
@@ -144,14 +148,20 @@ class DeferredAppends:
         per_step = np.bincount(slack, minlength=bs)[r % bs]
         if late is not None:  # its appends start at step `first`: blocks at first + slack + t bs
             req, first = late
-            per_step[first - 1 + room[req.seq_id]::bs] += 1
+            per_step[first - 1 + room[req.seq_id] :: bs] += 1
         taken = np.cumsum(per_step)
         steps = int(np.searchsorted(taken, self.alloc.available_blocks(), side="right"))
         block_bytes = bs * self.alloc.kv_bytes_per_token
         return DecodeRun(steps, base_allocated + taken[:steps] * block_bytes)
 
-    def apply_run(self, requests: Sequence[Any], steps: int, starts: Sequence[float],
-                  set_time, late: tuple[Any, int] | None = None) -> None:
+    def apply_run(
+        self,
+        requests: Sequence[Any],
+        steps: int,
+        starts: Sequence[float],
+        set_time,
+        late: tuple[Any, int] | None = None,
+    ) -> None:
         """Append ``steps`` tokens to each request's sequence, as ``grow`` would have
         (and ``steps - first + 1`` to the ``late`` one, from remaining step ``first``).
 

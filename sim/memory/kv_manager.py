@@ -280,18 +280,27 @@ class KVManager:
         return act.bytes_copied, act.buffer_allocs + act.buffer_frees
 
     def plan_decode_run(
-        self, requests: Sequence[Any], max_steps: int, base_allocated: float | None = None
+        self,
+        requests: Sequence[Any],
+        max_steps: int,
+        base_allocated: float | None = None,
+        late: tuple[Any, int] | None = None,
     ) -> DecodeRun:
-        """How many more decode steps of ``requests`` memory allows (see ``deferred``)."""
+        """How many more decode steps of ``requests`` (and of ``late`` from its first
+        step on) memory allows (see ``deferred``)."""
         if base_allocated is None:
             base_allocated = self.alloc.metrics().allocated_bytes
-        return self.ledger.plan_run(requests, max_steps, base_allocated)
+        return self.ledger.plan_run(requests, max_steps, base_allocated, late)
 
     def apply_decode_run(
-        self, requests: Sequence[Any], steps: int, starts: Sequence[float]
+        self,
+        requests: Sequence[Any],
+        steps: int,
+        starts: Sequence[float],
+        late: tuple[Any, int] | None = None,
     ) -> None:
-        """Append ``steps`` tokens to each request's sequence, as ``grow`` would have."""
-        self.ledger.apply_run(requests, steps, starts, self.set_time)
+        """Append one token per step to each request's sequence, as ``grow`` would have."""
+        self.ledger.apply_run(requests, steps, starts, self.set_time, late)
 
     def check_invariants(self) -> None:
         """The allocator's own books, the deferred ledger's and the paused set's."""

@@ -211,7 +211,9 @@ class VllmV1Scheduler:
         """Chunk sizes of the plan's single prefill in this step and the next ones, while
         nothing else changes (same decodes, no admission); None when not predictable.
 
-        The list ends with the chunk that completes the prompt, or after ``max_steps``.
+        The list ends with the chunk that completes the prompt, or after ``max_steps``. With
+        requests waiting for budget, it ends before the first chunk that would leave budget
+        for one of them (that step would admit it).
         """
         cfg = self.config
         if not cfg.chunked_prefill or len(plan.prefill_chunks) != 1 or not plan.scheduled:
@@ -219,8 +221,6 @@ class VllmV1Scheduler:
         req, first = plan.scheduled[-1]
         if (first, req.num_computed) != plan.prefill_chunks[0]:
             return None  # the prefill is not last: later requests would share its budget
-        if self.waiting and not plan.waiting_blocked:
-            return None  # the last chunk leaves budget for an admission
         if plan.admitted and plan.admitted != [req]:
             return None
         cap = cfg.max_num_batched_tokens - plan.n_decode
@@ -229,22 +229,31 @@ class VllmV1Scheduler:
         left = req.num_tokens - req.num_computed
         if first != min(size, left):
             return None
+        starved = bool(self.waiting) and not plan.waiting_blocked  # waiting for budget only
+        if starved and first != cap:
+            return None
         chunks = [first]
         left -= first
         while left > 0 and len(chunks) < max_steps:
             c = min(size, left)
+            if starved and c != cap:
+                break
             chunks.append(c)
             left -= c
         return chunks
 
     # ------------------------------------------------------------------ commit
-    def can_decode_together(self, n_decodes: int) -> bool:
-        """Whether ``n_decodes`` decodes fit one step's budget (a prefill that completes in
-        a run then decodes with the others)."""
+    def decodes_stay_alone(self, plan: BatchPlan, n_decodes: int) -> bool:
+        """Whether ``n_decodes`` decodes fit one step's budget and no later step of this
+        batch would admit a waiting request (the queue is empty, or its head did not fit
+        in memory, which only shrinks while the batch runs)."""
+        if self.waiting and not plan.waiting_blocked:
+            return False
         return n_decodes <= self.config.max_num_batched_tokens
 
-    def commit(self, plan: BatchPlan, steps: int = 1, prefill_steps: int = 0,
-               prefill_tokens: int = 0) -> CommitResult:
+    def commit(
+        self, plan: BatchPlan, steps: int = 1, prefill_steps: int = 0, prefill_tokens: int = 0
+    ) -> CommitResult:
         """Apply a step, or ``steps`` steps of the same batch (a run): decodes sample one
         token per step; the run's single prefill computes ``prefill_tokens`` in its first
         ``prefill_steps`` steps, samples its first token in the last of them if that
@@ -262,8 +271,9 @@ class VllmV1Scheduler:
                     finished.append(req)
             out.emitted = [r for r in plan.decodes if r.status != CANCELLED]
             if plan.prefill_chunks:
-                self._commit_prefill(plan.scheduled[-1][0], steps, prefill_steps,
-                                     prefill_tokens, out)
+                self._commit_prefill(
+                    plan.scheduled[-1][0], steps, prefill_steps, prefill_tokens, out
+                )
         else:
             emitted = out.emitted
             for req, n in plan.scheduled:
@@ -282,8 +292,9 @@ class VllmV1Scheduler:
         return out
 
     @staticmethod
-    def _commit_prefill(req: Request, steps: int, prefill_steps: int, tokens: int,
-                        out: CommitResult) -> None:
+    def _commit_prefill(
+        req: Request, steps: int, prefill_steps: int, tokens: int, out: CommitResult
+    ) -> None:
         if req.status != RUNNING:
             return
         req.num_computed += tokens
