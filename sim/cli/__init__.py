@@ -59,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         print("kvsim: aborted", file=sys.stderr)
         return 1
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
+    except typer.TyperException as exc:  # usage errors: missing or bad flags
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"kvsim: error: {exc.format_message()}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 

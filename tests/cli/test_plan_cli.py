@@ -133,3 +133,13 @@ def test_profiles_list_and_show(run_cli):
     assert code == 2 and "unknown profile 'nope'" in err
     code, _, err = run_cli("kvsim profiles list --kind gpu")
     assert code == 2 and "valid: accelerator, model, node" in err
+
+
+@pytest.mark.parametrize("args,needle", [
+    ("plan --model llama-3-70b", "Missing option '--gpu'"),
+    ("plan --model a --gpu b --num-gpus many --context 1", "Invalid value for '--num-gpus'"),
+    ("no-such-command", "No such command"),
+])
+def test_usage_errors_are_messages_not_tracebacks(run_cli, args, needle):
+    code, _, err = run_cli("kvsim " + args)
+    assert code == 2 and needle in err and "Traceback" not in err
