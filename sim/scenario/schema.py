@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from sim.cost import CostConfig
+from sim.policy import options_union, policy_class
 from sim.workload.config import Workload
 
 SCHEMA_VERSION = 1
@@ -58,6 +59,15 @@ class HardwareSection(_Cfg):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vLLM's share of HBM it may use
     reserve_bytes_per_gpu: float = Field(0.0, ge=0)  # activations, runtime (F34 M_act)
     kv_pool_bytes_per_gpu: float | None = Field(None, gt=0)  # explicit pool: skips F34
+    # tiers below HBM (pause policies): a node profile's pinned host DRAM and NVMe drives,
+    # or explicit sizes; no node and no size = no such tier
+    node: str | None = None  # a node profile name (``kvsim profiles list``)
+    host_kv_pool_bytes: float | None = Field(None, ge=0)  # pinned host-DRAM KV pool (node)
+    nvme_kv_pool_bytes: float | None = Field(None, ge=0)  # NVMe KV capacity (node's drives)
+    # host link per GPU, one direction: the accelerator profile's usable figure or this
+    host_link_bw_bytes_per_s: float | None = Field(None, gt=0)
+    host_link_overhead_s: float = Field(0.0, ge=0)  # per transfer (DMA setup)
+    link_sharing: Literal["fifo", "fair"] = "fifo"
 
 
 class EngineConfig(_Cfg):
@@ -67,22 +77,9 @@ class EngineConfig(_Cfg):
     check_invariants: bool = False  # check memory and queues after every decision (slow)
 
 
-class HoldPolicy(_Cfg):
-    """Keep a paused trajectory's KV resident (the default)."""
+#: the ``pause_policy`` section: every registered policy's options, by ``kind``
+PausePolicy = options_union()
 
-    kind: Literal["hold"] = "hold"
-
-
-class RecomputePolicy(_Cfg):
-    """Free a paused trajectory's KV; its next turn prefills again (prefix caches may hit)."""
-
-    kind: Literal["recompute"] = "recompute"
-
-
-PausePolicy = Annotated[
-    Union[HoldPolicy, RecomputePolicy],  # noqa: UP007
-    Field(discriminator="kind"),
-]
 
 #: allocator options whose default depends on the scenario (filled when the run is built)
 DERIVED_ALLOCATOR_DEFAULTS = {("static", "max_tokens")}
@@ -140,7 +137,7 @@ class ScenarioBase(_Cfg):
     model: Annotated[ModelSection, BeforeValidator(_name_is_profile)]
     hardware: HardwareSection
     cost: CostConfig = CostConfig()
-    pause_policy: PausePolicy = HoldPolicy()
+    pause_policy: PausePolicy = policy_class("hold").Options()
     workload: Workload
     engine: EngineConfig = EngineConfig()
 

@@ -50,6 +50,8 @@ class Request:
         "itl_max_s",  # largest inter-token gap so far
         "on_done",  # callback(request) when it finishes, is rejected or cancelled
         "tag",  # free slot for the workload (its trajectory object)
+        "tool_name",  # the tool called after this turn (per-tool wait statistics)
+        "next_pause_s",  # the true wait of that tool call (oracle prediction); None = unknown
     )
 
     def __init__(
@@ -68,6 +70,8 @@ class Request:
         last_turn: bool = True,
         on_done=None,
         tag: Any = None,
+        tool_name: str = "tool",
+        next_pause_s: float | None = None,
     ) -> None:
         if prompt_tokens < 1 or max_output_tokens < 1:
             raise ValueError(
@@ -99,6 +103,8 @@ class Request:
         self.itl_max_s = 0.0
         self.on_done = on_done
         self.tag = tag
+        self.tool_name = tool_name
+        self.next_pause_s = next_pause_s
 
     # ------------------------------------------------------------------ state
     @property

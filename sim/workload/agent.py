@@ -95,6 +95,7 @@ def _turn(
     turn: int,
     last: bool,
     first: bool,
+    next_pause_s: float | None = None,
 ):
     """Run one turn on ``line``; afterwards ``line.ok`` says whether it finished."""
     env = ctx.env
@@ -115,6 +116,7 @@ def _turn(
         turn=turn,
         branch=line.branch,
         last_turn=last,
+        next_pause_s=next_pause_s,
     )
     line.current = req
     yield ctx.submit_and_wait(req)
@@ -128,7 +130,8 @@ def _turn(
 
 def _branch(ctx, line: _Line, turns, traj_id: int):
     for t, spec in enumerate(turns):
-        yield from _turn(ctx, line, spec, traj_id, t, last=False, first=False)
+        nxt = turns[t + 1].pause_s if t + 1 < len(turns) else None
+        yield from _turn(ctx, line, spec, traj_id, t, False, False, nxt)
         if not line.ok:
             return
 
@@ -176,7 +179,9 @@ def agent_trajectory(cfg, ctx: WorkloadContext, traj_id: int, plan: TrajectoryPl
     requests, pause_s, branches, done_turns = line.requests, 0.0, 0, 0
     n = len(plan.turns)
     for t, spec in enumerate(plan.turns):
-        yield from _turn(ctx, line, spec, traj_id, t, last=t == n - 1, first=t == 0)
+        # the true wait after this turn (oracle prediction); unknown when branches follow
+        nxt = plan.turns[t + 1].pause_s if t + 1 < n and t not in plan.forks else None
+        yield from _turn(ctx, line, spec, traj_id, t, t == n - 1, t == 0, nxt)
         if not line.ok:
             break
         done_turns += 1

@@ -54,6 +54,7 @@ class WorkloadContext:
         branch: int = 0,
         last_turn: bool = True,
         on_done=None,
+        next_pause_s: float | None = None,
     ) -> Request:
         """A new request arriving now."""
         rid = next(self._req_ids)
@@ -70,6 +71,7 @@ class WorkloadContext:
             branch=branch,
             last_turn=last_turn,
             on_done=on_done,
+            next_pause_s=next_pause_s,
         )
 
     def submit_and_wait(self, req: Request):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sim.regress.locate import resolve_baseline_dir, resolve_suite
@@ -38,4 +39,20 @@ def test_every_case_has_a_baseline_and_every_allocator_kind_a_case():
             assert required <= set(case.metrics), case.name
         if case.runner == "trace_replay":
             assert {"hit_rate", "evicted_blocks"} <= set(case.metrics), case.name
-    assert any(c.runner == "trace_replay" for c in suite.cases)
+        if case.runner == "scenario":
+            assert {"ttft_s.p50", "ttft_s.p99", "itl_s.p50", "itl_s.p99", "preemptions"} <= set(
+                case.metrics
+            ), case.name
+    runners = [c.runner for c in suite.cases]
+    assert runners.count("trace_replay") >= 1 and runners.count("scenario") >= 1
+    # at least one scheduler case must exercise preemption, or the metric checks nothing
+    preempting = [
+        c.name
+        for c in suite.cases
+        if c.runner == "scenario"
+        and json.loads((GOLDEN / "baselines" / f"{c.name}.json").read_text())["metrics"][
+            "preemptions"
+        ]
+        > 0
+    ]
+    assert preempting, "no golden scenario preempts"
