@@ -65,6 +65,7 @@ class Node:
         horizon_s: float | None = None,
         progress=None,
         progress_every: int = 2048,
+        pauses=None,
     ) -> None:
         self.env, self.sched, self.kv, self.cost, self.rec = env, scheduler, kv, cost, recorder
         self.exact = exact
@@ -78,6 +79,10 @@ class Node:
         self._workload_done = False
         self._seen: dict[int, tuple[int, int]] = {}  # id(request) -> (output, computed)
         self.end_s = 0.0
+        self.last_step_s = 0.0  # duration of the latest step
+        #: the pause controller (``sim.engine.pauses``): gates submissions of trajectories
+        #: whose KV is away, and acts at step boundaries; None = the KV manager's own hook
+        self.pauses = pauses
         self.process = env.process(self._loop())
 
     # --------------------------------------------------------------- workload API
@@ -96,6 +101,10 @@ class Node:
     def cancel(self, req, seq) -> None:
         """Abort ``req`` (if queued or running) and free ``seq`` (a pruned branch)."""
         self._post(("cancel", req, seq))
+
+    def call_at_boundary(self, fn) -> None:
+        """Call ``fn()`` at the next step boundary (a copy completed, a TTL expired)."""
+        self._post(("call", fn))
 
     def workload_finished(self) -> None:
         """No more posts will come: the engine stops once its queues are empty."""
@@ -137,6 +146,8 @@ class Node:
             if self.horizon_s is not None and now >= self.horizon_s:
                 break
             self.kv.set_time(now)
+            if self.pauses is not None:
+                self.pauses.at_boundary()
             plan = self.sched.schedule()
             self._scheduling_events(plan, now)
             if plan.empty:
@@ -145,11 +156,14 @@ class Node:
                     if zero_time > MAX_ZERO_TIME_DECISIONS:
                         self._stuck("no step in", zero_time, "zero-time decisions")
                     continue
-                if self.sched.has_work:
+                reloading = self.pauses is not None and self.pauses.copies_in > 0
+                if self.sched.has_work and not reloading:  # a reload ends in a submit
                     self._stuck("empty batch with runnable work")
                 self._record_memory(now)
                 if self._workload_done and not self.inbox:
                     break
+                if self.inbox:  # posted at this boundary (a reload fell back to recompute)
+                    continue
                 self._wake, self._ends = env.event(), None
                 yield self._wake
                 self._wake = None
@@ -282,11 +296,14 @@ class Node:
         for req, first in result.emitted_from:
             rec.emit([req], s0 + first, k - first, None if durations is None else durations[first:])
         end = float(ends[-1])
+        self.last_step_s = end - (float(ends[-2]) if k > 1 else start)
         kv.set_time(end)
         for req in result.finished:
             req.finish_s = end
             kv.finish(req)
             self._ended(req)
+        if self.pauses is not None:
+            self.pauses.committed(plan, ends, None if run is None else run.chunks)
         if self.check:
             self._check_invariants()
         if self.progress is not None and rec.decisions % self.progress_every == 0:
@@ -297,6 +314,8 @@ class Node:
         for req in plan.admitted:
             if req.admitted_s is None:
                 req.admitted_s = now
+            if self.pauses is not None:
+                self.pauses.admitted(req, now)
         for req in plan.rejected:
             self.kv.release(req.seq_id, "rejected")
             self._ended(req)
@@ -326,25 +345,35 @@ class Node:
             kind = op[0]
             if kind == "submit":
                 req = op[1]
+                if self.pauses is not None and not self.pauses.admit_now(req):
+                    continue  # its context is copied back first; submitted again then
                 kv.resume(req.seq_id)
                 if not sched.add(req):
                     kv.release(req.seq_id, "rejected")
                     self._ended(req)
             elif kind == "fork":
                 kv.fork(op[1], op[2])
+            elif kind == "call":
+                op[1]()
             elif kind == "release":
+                if self.pauses is not None:
+                    self.pauses.on_release(op[1])
                 kv.release(op[1])
             elif kind == "cancel":
                 req = op[1]
                 if req is not None and sched.cancel(req):
                     req.finish_s = self.env.now
                     self._ended(req)
+                if self.pauses is not None:
+                    self.pauses.on_release(op[2])
                 kv.release(op[2], "cancelled")
 
     # ------------------------------------------------------------- guards
     def _check_invariants(self) -> None:
         self.kv.check_invariants()
         self.sched.check_invariants()
+        if self.pauses is not None:
+            self.pauses.check_invariants(self.sched)
         for req in (*self.sched.running, *self.sched.waiting):
             before = self._seen.get(id(req))
             now = (req.num_output, req.num_computed)

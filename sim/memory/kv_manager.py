@@ -6,7 +6,9 @@ prefix-cache lookup, or a held sequence extended by the new turn), growing a run
 request, preemption (drop and recompute), forks, releases, the *pause hook* that decides
 what happens to a trajectory's KV between turns (default ``hold``; the pause-policy layer
 plugs in here through ``PAUSE_HOOKS``), the KV held by paused trajectories with its
-byte-seconds (F29), and the memory side of the engine's fast path. Appends that fit in
+byte-seconds (F29), the HBM side of an offload's reload (``restore`` takes the blocks
+before the copy-in; ``pause`` marks a prefetched sequence paused again), and the memory
+side of the engine's fast path. Appends that fit in
 capacity a sequence already holds are deferred (``sim.memory.deferred``); ``metrics()``
 reports the allocator as if they had been made.
 
@@ -206,6 +208,25 @@ class KVManager:
         """Free a sequence the workload no longer needs (no-op if already gone)."""
         self._unpause(seq, outcome)
         self._free(seq)
+
+    def restore(self, seq: Hashable, tokens: int, content: Any = None) -> bool:
+        """Take HBM blocks for ``tokens`` of an offloaded sequence about to be copied back
+        (before the copy-in starts); False = no room, nothing changed. The sequence is
+        live but neither paused nor queued until its next turn is submitted."""
+        if self.alloc.is_live(seq):
+            raise InvariantError(f"restore: sequence {seq!r} is already resident")
+        if not self.alloc.allocate(seq, tokens, content=content):
+            return False
+        self.ledger.track(seq)
+        return True
+
+    def pause(self, seq: Hashable, owner: int) -> None:
+        """Mark an idle live sequence paused again (KV prefetched before its tool returned:
+        counted in the paused byte-seconds and droppable under pressure)."""
+        if seq in self.paused or not self.alloc.is_live(seq):
+            raise InvariantError(f"pause: sequence {seq!r} is paused already or not live")
+        self.ledger.flush(seq)
+        self._pause(seq, owner, self.alloc.seq_tokens(seq))
 
     def drop_paused(self) -> Hashable | None:
         """Relieve pressure: drop the most recently paused sequence's KV (LIFO, like

@@ -17,8 +17,13 @@ Books: free (queue blocks without a hash) + allocated (refcount > 0) + cached (q
 with a hash) + remainder (bytes making no block, and the null block) = pool. Note that a
 cached block is also *takeable*: ``available_blocks`` = free + cached, as in vLLM.
 
-Invariant: the paged invariants; the pool's (``HashBlockPool.check``); each sequence's
-hashes are those of its full blocks while its content is known.
+Hashing is incremental: a sequence keeps its chain hash (its last block's) and the content
+past its last full block, so each block is hashed once, in O(its segments).
+
+Invariant: the paged invariants; the pool's (``HashBlockPool.check``); while a sequence's
+content is known, it has one hash per full block, each block of its table carries its hash
+in the pool, the last hash chains from the one before over the last full block's content,
+and the unhashed tail is its content past that block.
 """
 
 from __future__ import annotations
@@ -33,7 +38,15 @@ from sim.memory.paged import PagedAllocator
 from sim.prefix.hashcache import HashBlockPool
 from sim.prefix.radix_allocator import checked_content
 from sim.prefix.sharing import FamilyLedger
-from sim.prefix.spans import ROOT_HASH, block_hashes, extend_segments, segments
+from sim.prefix.spans import (
+    ROOT_HASH,
+    advance,
+    chain_hash,
+    extend_normal,
+    hash_blocks_from,
+    rest,
+    slice_tokens,
+)
 from sim.prefix.stats import PrefixMetrics, PrefixStats
 
 
@@ -41,6 +54,7 @@ class HashPagedAllocator(PagedAllocator):
     """Paged blocks whose free queue is vLLM V1's LRU prefix cache (see module docstring)."""
 
     kind = "paged_hash"
+    uses_content = True  # the engine passes token content with every allocate and append
 
     def __init__(
         self,
@@ -64,23 +78,28 @@ class HashPagedAllocator(PagedAllocator):
         self.ledger = FamilyLedger(self.block_size)
         self._content: dict[Hashable, list | None] = {}  # None = unknown content
         self._hashes: dict[Hashable, list[int]] = {}  # hashes of its full blocks
+        self._tail: dict[Hashable, list] = {}  # its content past its last full block
         self._pending = None
 
     # ------------------------------------------------------------------ operations
     def _lookup(self, n_tokens: int, content: Any, op: str):
         segs = None if content is None else checked_content(content, n_tokens, op, self.kind)
-        hashes = [] if segs is None else block_hashes(segs, self.block_size)
+        if segs is None:
+            hashes, tail = [], []
+        else:
+            hashes, qi, qoff = hash_blocks_from(segs, 0, 0, self.block_size)
+            tail = rest(segs, qi, qoff)
         found = self.pool.lookup(hashes)
         hit = found[: (n_tokens - 1) // self.block_size]
         need = -(-n_tokens // self.block_size) - len(hit)
         reclaim = sum(1 for b in hit if self.pool.refcount[b] == 0)  # touched out of the queue
-        return segs, hashes, found, hit, need <= self.pool.num_free - reclaim
+        return (segs, hashes, tail), found, hit, need <= self.pool.num_free - reclaim
 
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
-        segs, hashes, found, hit, fits = self._lookup(n_tokens, content, "allocate")
+        hashed, found, hit, fits = self._lookup(n_tokens, content, "allocate")
         if not fits:
             return MISSED  # checked before touching, as vLLM does: nothing moved
-        self._pending = (segs, hashes, found, hit)
+        self._pending = (hashed, found, hit)
         try:
             result = super()._allocate(seq_id, n_tokens, content)
         finally:
@@ -88,23 +107,24 @@ class HashPagedAllocator(PagedAllocator):
         return AllocResult(True, len(hit) * self.block_size) if hit else result
 
     def _match_prefix(self, seq_id, n_tokens, content) -> tuple[list[int], int]:
-        hit = self._pending[3]
+        hit = self._pending[2]
         return list(hit), len(hit) * self.block_size
 
     def _after_allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> None:
-        segs, hashes, found, hit = self._pending
+        (segs, hashes, tail), found, hit = self._pending
         table = self._tables[seq_id]
         self.pool.cache(table[len(hit) : len(hashes)], hashes[len(hit) :])
         self.ledger.new(seq_id)
         self.ledger.map(seq_id, table[: len(hashes)])
         self._content[seq_id] = None if segs is None else list(segs)
         self._hashes[seq_id] = hashes
+        self._tail[seq_id] = tail
         bs = self.block_size
         self.stats.record(seq_id, n_tokens, len(found) * bs, len(hit) * bs)
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
-        if content is not None:
-            checked_content(content, n_tokens, "append", self.kind)
+        if content is not None:  # normalised once, for _after_append
+            content = checked_content(content, n_tokens, "append", self.kind)
         return super()._append(seq_id, tokens, n_tokens, content)
 
     def _after_append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> None:
@@ -114,12 +134,15 @@ class HashPagedAllocator(PagedAllocator):
         if content is None:
             self._content[seq_id] = None  # tokens of unknown content: nothing more to cache
             return
-        extend_segments(cur, content)
+        extend_normal(cur, content)  # normalised by _append
+        tail = self._tail[seq_id]
+        extend_normal(tail, content)
         have = self._hashes[seq_id]
         if (tokens + n_tokens) // self.block_size <= len(have):
             return
         parent = have[-1] if have else ROOT_HASH
-        new = block_hashes(tuple(cur), self.block_size, parent, start_block=len(have))
+        new, qi, qoff = hash_blocks_from(tail, 0, 0, self.block_size, parent)
+        self._tail[seq_id] = rest(tail, qi, qoff)
         blocks = self._tables[seq_id][len(have) : len(have) + len(new)]
         self.pool.cache(blocks, new)
         self.ledger.map(seq_id, blocks)
@@ -129,17 +152,18 @@ class HashPagedAllocator(PagedAllocator):
         cur = self._content[parent_id]
         self._content[child_id] = None if cur is None else list(cur)
         self._hashes[child_id] = list(self._hashes[parent_id])
+        self._tail[child_id] = list(self._tail[parent_id])
         self.ledger.fork(parent_id, child_id, self._tables[child_id])
 
     def _release(self, seq_id: Hashable, table: list[int], tokens: int) -> None:
-        del self._content[seq_id], self._hashes[seq_id]
+        del self._content[seq_id], self._hashes[seq_id], self._tail[seq_id]
         self.ledger.release(seq_id, table)
         super()._release(seq_id, table, tokens)  # tail first, to the tail of the queue
 
     # ------------------------------------------------------------------ queries
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
         n = checked_count(n_tokens, "can_allocate", minimum=1)
-        return self._lookup(n, content, "can_allocate")[4]
+        return self._lookup(n, content, "can_allocate")[3]
 
     @property
     def max_sequence_tokens(self) -> int:
@@ -174,8 +198,18 @@ class HashPagedAllocator(PagedAllocator):
             self.ledger.check(self._tables)
         except AssertionError as exc:
             raise InvariantError(f"paged_hash: {exc}") from None
-        bs = self.block_size
         for seq_id, hashes in self._hashes.items():
-            cur = self._content[seq_id]
-            if cur is not None and hashes != block_hashes(segments(cur), bs):
-                raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale")
+            if self._content[seq_id] is not None:
+                self._check_hashes(seq_id, hashes)
+
+    def _check_hashes(self, seq_id: Hashable, hashes: list[int]) -> None:
+        """O(blocks + segments): no hash is recomputed but the last one."""
+        cur, bs = tuple(self._content[seq_id]), self.block_size
+        full = self._tokens[seq_id] // bs
+        table, block_hash = self._tables[seq_id], self.pool.block_hash
+        stale = len(hashes) != full or any(block_hash[table[i]] != h for i, h in enumerate(hashes))
+        if not stale and full:
+            parent = hashes[-2] if full > 1 else ROOT_HASH
+            stale = hashes[-1] != chain_hash(parent, slice_tokens(cur, (full - 1) * bs, full * bs))
+        if stale or self._tail[seq_id] != rest(cur, *advance(cur, 0, 0, full * bs)):
+            raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale")

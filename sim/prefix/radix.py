@@ -20,6 +20,16 @@ Invariants (``check_invariants``):
 
 Eviction is block-granular: ``evict(n)`` frees exactly ``min(n, evictable)`` blocks, trimming
 the last victim leaf rather than removing more than asked (SGLang removes whole nodes).
+
+Growth: a sequence's next full blocks either become a child of its pinned node (``insert``)
+or, when that node is a leaf pinned by that sequence alone, lengthen it in place (``extend``:
+the compressed edge of SPEC 3.6.1), so a growing context stays one node and paths stay as
+deep as the branching, not as the context. In place is offered only under strategies whose
+ranking cannot tell the two shapes apart (``MERGING_STRATEGIES``: ``lru`` and ``priority``
+rank by last access, which a touch gives the whole path, and by the last block's content;
+``lfu`` and ``fifo`` rank a new child by its own zero hits and creation time, so they keep a
+child per insert). The one difference left is the tie-break between equally ranked blocks at
+equal depth, which goes by node age ("older node first").
 """
 
 from __future__ import annotations
@@ -33,12 +43,18 @@ from sim.prefix.spans import (
     ContentId,
     Segments,
     advance,
+    drop_last,
+    join,
     match_at,
     n_tokens,
     segments,
     slice_tokens,
     take,
 )
+
+#: strategies under which ``extend`` (in-place growth of an unshared leaf) ranks blocks as a
+#: new child per insert would (see the module docstring)
+MERGING_STRATEGIES = frozenset({"lru", "priority"})
 
 
 class CachePool(Protocol):
@@ -132,11 +148,17 @@ class RadixTree:
         self.block_size = block_size
         self.pool = pool
         self.strategy = get_strategy(eviction)
+        self._rank = self.strategy.key  # bound once: called on every push
+        self._same_rank = getattr(self.strategy, "same_rank_blocks", None)
+        self.merge_extensions = getattr(self.strategy, "name", None) in MERGING_STRATEGIES
         self.content_priority: dict[ContentId, float] = dict(content_priority or {})
         self._serial = 0
         self.root = Node(None, (), [], 0.0, self._next_serial())
         self.root.lock_ref = 1  # the root is never evicted
         self._heap: list = []
+        #: one entry logically in the heap but not yet pushed: the last partly trimmed victim,
+        #: which the next eviction usually takes back at once (``heappushpop``, no sifting)
+        self._held: tuple | None = None
         self._blocks: set[int] = set()
         self.n_nodes = 0  # excluding the root
         self.total_blocks = 0
@@ -346,7 +368,9 @@ class RadixTree:
             clash = self._blocks.intersection(adopted)
             if clash:
                 raise ValueError(f"insert: blocks {sorted(clash)} are already in the tree")
-            new = Node(node, slice_tokens(segs, pos, total), adopted, now, self._next_serial())
+            new = Node(
+                node, slice_tokens(segs, pos, total), list(adopted), now, self._next_serial()
+            )
             self._attach(node, new)
             self._blocks.update(adopted)
             self.n_nodes += 1
@@ -355,6 +379,43 @@ class RadixTree:
             node = new
         self._touch(node, now, hit=False)
         return InsertResult(node, adopted, dup)
+
+    def can_extend(self, node: Node) -> bool:
+        """Whether ``extend`` may grow ``node`` in place: a live leaf other than the root,
+        pinned exactly once (by the caller), under a strategy in ``MERGING_STRATEGIES``."""
+        return (
+            self.merge_extensions
+            and node.lock_ref == 1
+            and not node.children
+            and node.alive
+            and node is not self.root
+        )
+
+    def extend(self, node: Node, content: Segments, block_ids: list[int], now: float) -> None:
+        """Append whole blocks ``content`` (normal segments, one id per block) to the end of
+        ``node`` (``can_extend`` must hold) and touch the path: what ``insert(content,
+        block_ids, now, start=node)`` would cache, as part of ``node`` instead of a child.
+        The tree now owns ``block_ids`` (all adopted: a leaf has nothing below to match)."""
+        if not self.can_extend(node):
+            raise ValueError(f"extend: {node!r} is not a leaf pinned once")
+        total = n_tokens(content)
+        if total != len(block_ids) * self.block_size or not block_ids:
+            raise ValueError(
+                f"extend: {total} tokens is not {len(block_ids)} whole blocks of {self.block_size}"
+            )
+        blocks = self._blocks
+        if not blocks.isdisjoint(block_ids):
+            clash = sorted(blocks.intersection(block_ids))
+            raise ValueError(f"extend: blocks {clash} are already in the tree")
+        node.label = join(node.label, content)
+        node.block_ids.extend(block_ids)
+        node.end_tokens += total
+        blocks.update(block_ids)
+        self.total_blocks += len(block_ids)  # pinned: not evictable
+        root, up = self.root, node
+        while up is not root:  # the touch (a pinned node: no heap entry to refresh)
+            up.last_access = now
+            up = up.parent
 
     def lock(self, node: Node) -> None:
         """Pin ``node`` and its ancestors (a running request's path, SPEC 3.6.6)."""
@@ -379,14 +440,19 @@ class RadixTree:
             node = node.parent
 
     # ------------------------------------------------------------------ eviction
-    def _push(self, node: Node) -> None:
+    def _push(self, node: Node, hold: bool = False) -> None:
         node.heap_version += 1
-        key = (*self.strategy.key(node, self), -node.end_tokens, node.serial)
-        heapq.heappush(self._heap, (key, node.heap_version, node))
+        entry = ((*self._rank(node, self), -node.end_tokens, node.serial), node.heap_version, node)
+        if hold:
+            entry, self._held = self._held, entry
+            if entry is None:
+                return
+        heapq.heappush(self._heap, entry)
         if len(self._heap) > 4 * self.n_nodes + 256:
             self._rebuild_heap()
 
     def _rebuild_heap(self) -> None:
+        self._held = None
         self._heap = []
         for node in self.iter_nodes():
             if node.lock_ref == 0 and not node.children:
@@ -397,8 +463,13 @@ class RadixTree:
 
     def _pop_victim(self) -> Node | None:
         heap = self._heap
-        while heap:
-            _, version, node = heapq.heappop(heap)
+        held, self._held = self._held, None
+        while held is not None or heap:
+            if held is not None:
+                _, version, node = heapq.heappushpop(heap, held)
+                held = None
+            else:
+                _, version, node = heapq.heappop(heap)
             if (
                 node.alive
                 and version == node.heap_version
@@ -410,7 +481,8 @@ class RadixTree:
 
     def _trim(self, node: Node, n_blocks: int) -> list[int]:
         """Drop the last ``n_blocks`` blocks of a dormant leaf; remove it when empty."""
-        ids = node.block_ids[len(node.block_ids) - n_blocks :]
+        keep = len(node.block_ids) - n_blocks
+        ids = node.block_ids[keep:]
         self._blocks.difference_update(ids)
         self.total_blocks -= n_blocks
         self.evictable_blocks -= n_blocks
@@ -425,16 +497,19 @@ class RadixTree:
             if parent is not self.root and parent.lock_ref == 0 and not parent.children:
                 self._push(parent)  # the cascade: the parent is a leaf now
         else:
-            node.block_ids = node.block_ids[: len(node.block_ids) - n_blocks]
-            node.label = slice_tokens(node.label, 0, len(node.block_ids) * self.block_size)
+            del node.block_ids[keep:]
+            node.label = drop_last(node.label, n_blocks * self.block_size)
             node.end_tokens -= n_blocks * self.block_size
-            self._push(node)
+            self._push(node, hold=True)
         ids.reverse()  # deepest first
         return ids
 
     def _peek_key(self) -> tuple | None:
         """Key of the best valid candidate left in the heap (stale tops are dropped)."""
         heap = self._heap
+        if self._held is not None:
+            heapq.heappush(heap, self._held)
+            self._held = None
         while heap:
             key, version, node = heap[0]
             if (
@@ -457,15 +532,15 @@ class RadixTree:
         """
         bs = self.block_size
         take = len(node.block_ids)
-        same_rank = getattr(self.strategy, "same_rank_blocks", None)
-        if same_rank is not None:
-            take = min(take, same_rank(node, self))
+        if self._same_rank is not None:
+            take = min(take, self._same_rank(node, self))
         if rival is None:
             return take
-        base = tuple(self.strategy.key(node, self))
-        if rival[: len(base)] != base:
+        base = tuple(self._rank(node, self))
+        k = len(base)
+        if rival[:k] != base:
             return take
-        rival_end, rival_serial = -rival[len(base)], rival[len(base) + 1]
+        rival_end, rival_serial = -rival[k], rival[k + 1]
         deeper = max(0, (node.end_tokens - rival_end) // bs)
         if (node.end_tokens - rival_end) % bs == 0 and node.serial < rival_serial:
             deeper += 1  # a block at the rival's depth: the older node's goes first
@@ -508,7 +583,8 @@ class RadixTree:
             f"total_blocks {self.total_blocks} != {len(owner)} owned"
         )
         evictable = count = 0
-        live_heap = {id(n) for _, v, n in self._heap if v == n.heap_version}
+        entries = self._heap if self._held is None else [*self._heap, self._held]
+        live_heap = {id(n) for _, v, n in entries if v == n.heap_version}
         for node in [self.root, *self.iter_nodes()]:
             self._check_node(node, bs, live_heap)
             count += node is not self.root

@@ -51,7 +51,7 @@ from sim.memory.paged import PagedAllocator
 from sim.prefix.eviction import EVICTION_STRATEGIES, Watermark
 from sim.prefix.radix import Node, RadixTree
 from sim.prefix.sharing import FamilyLedger
-from sim.prefix.spans import extend_segments, n_tokens, segments, slice_tokens
+from sim.prefix.spans import advance, extend_normal, n_tokens, rest, segments, take
 from sim.prefix.stats import PrefixMetrics, PrefixStats
 
 TAIL_POLICIES = ("truncate", "cow_tail")
@@ -72,6 +72,7 @@ class RadixAllocator(PagedAllocator):
     """Paged blocks plus a radix tree of reusable full blocks (see module docstring)."""
 
     kind = "radix"
+    uses_content = True  # the engine passes token content with every allocate and append
 
     def __init__(
         self,
@@ -98,7 +99,8 @@ class RadixAllocator(PagedAllocator):
         self.stats = PrefixStats()
         self.ledger = FamilyLedger(self.block_size)
         self._node: dict[Hashable, Node] = {}  # live sequence -> the node it pins
-        self._content: dict[Hashable, list | None] = {}  # its content so far; None = unknown
+        #: its content past its pinned node's end (not yet in the tree); None = unknown
+        self._tail: dict[Hashable, list | None] = {}
         self._pending = None  # (match, segs) between _allocate and its hooks
         self._now_s: float | None = None
         self._ops = 0
@@ -170,63 +172,81 @@ class RadixAllocator(PagedAllocator):
                 self._count.cow_copies += 1
                 self.stats.cow_tail_copies += 1
                 self._add_copy(m.tail_tokens * self.kv_bytes_per_token)
-        self._node[seq_id] = self.tree.root if m is None else m.node
-        self._content[seq_id] = None if segs is None else list(segs)
+        node = self._node[seq_id] = self.tree.root if m is None else m.node
+        uncached = None if segs is None else rest(segs, *advance(segs, 0, 0, node.end_tokens))
+        self._tail[seq_id] = uncached
         self._cache_full_blocks(seq_id, n_tokens, now)
         self.stats.record(seq_id, n_tokens, matched, hit)
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
-        if content is not None:
-            checked_content(content, n_tokens, "append")
+        if content is not None:  # normalised once, for _after_append
+            content = checked_content(content, n_tokens, "append")
         if not super()._append(seq_id, tokens, n_tokens, content):
             return False
         self._keep_watermark()
         return True
 
     def _after_append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> None:
-        cur = self._content[seq_id]
-        if cur is None:
+        tail = self._tail[seq_id]
+        if tail is None:
             return
         if content is None:
-            self._content[seq_id] = None  # tokens of unknown content: nothing more to cache
+            self._tail[seq_id] = None  # tokens of unknown content: nothing more to cache
             return
-        extend_segments(cur, content)
-        self._cache_full_blocks(seq_id, tokens + n_tokens, self._now())
+        extend_normal(tail, content)  # normalised by _append
+        now = self._now()
+        tokens += n_tokens
+        if tokens // self.block_size > self._node[seq_id].end_tokens // self.block_size:
+            self._cache_full_blocks(seq_id, tokens, now)
 
     def _cache_full_blocks(self, seq_id: Hashable, tokens: int, now: float) -> None:
-        """Insert the sequence's full blocks past its pinned node; move its pin there."""
-        cur = self._content[seq_id]
+        """Cache the sequence's full blocks past its pinned node; move its pin to their end.
+
+        Its own unshared leaf grows in place (``RadixTree.extend``); otherwise the blocks go
+        in below the node (``insert``). Work: O(new blocks + segments of the tail).
+        """
+        tail = self._tail[seq_id]
         node = self._node[seq_id]
         bs = self.block_size
         full, start = tokens // bs, node.end_tokens // bs
-        if cur is None or full <= start:
+        if tail is None or full <= start:
             return
-        content = slice_tokens(tuple(cur), start * bs, full * bs)
-        res = self.tree.insert(content, self._tables[seq_id][start:full], now, start=node)
+        content, qi, qoff = take(tail, 0, 0, (full - start) * bs)
+        self._tail[seq_id] = rest(tail, qi, qoff)
+        blocks = self._tables[seq_id][start:full]
+        tree = self.tree
+        if tree.can_extend(node):
+            tree.extend(node, content, blocks, now)
+            self.pool.retain(blocks)
+            self.ledger.map(seq_id, blocks)
+            return
+        res = tree.insert(content, blocks, now, start=node)
         if res.adopted_block_ids:
             self.pool.retain(res.adopted_block_ids)
             self.ledger.map(seq_id, res.adopted_block_ids)
-        self.tree.lock(res.node)
-        self.tree.unlock(node)
+        tree.lock(res.node)
+        tree.unlock(node)
         self._node[seq_id] = res.node
 
     def _after_fork(self, parent_id: Hashable, child_id: Hashable) -> None:
         node = self._node[parent_id]
         self.tree.lock(node)
         self._node[child_id] = node
-        cur = self._content[parent_id]
-        self._content[child_id] = None if cur is None else list(cur)
+        tail = self._tail[parent_id]
+        self._tail[child_id] = None if tail is None else list(tail)
         self.ledger.fork(parent_id, child_id, self._tables[child_id])
 
     def _release(self, seq_id: Hashable, table: list[int], tokens: int) -> None:
         node = self._node.pop(seq_id)
-        del self._content[seq_id]
+        del self._tail[seq_id]
         self.ledger.release(seq_id, table)
         super()._release(seq_id, table, tokens)  # tree blocks stay cached, others go free
         self.tree.unlock(node)
         self._keep_watermark()
 
     def _keep_watermark(self) -> None:
+        if not self.watermark.tau_low_blocks:
+            return  # no watermark: eviction only on a shortfall
         n = self.watermark.blocks_to_evict(self.pool.num_free)
         if n > 0:
             self.tree.evict(n)

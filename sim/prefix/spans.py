@@ -36,40 +36,63 @@ def _check_id(cid: object) -> None:
         raise TypeError(f"content id must be an int or a str, got {cid!r}")
 
 
+_PLAIN_IDS = frozenset({int, str})
+
+
 def segments(spans: Iterable[Sequence]) -> Segments:
     """Normalise spans ``(content_id, n_tokens)`` and/or segments ``(content_id, start, n)``.
 
     Zero-length spans are dropped; neighbours that continue the same content are merged.
     """
     out: list[Segment] = []
+    last = None  # out[-1]
     for sp in spans:
-        if len(sp) == 2:
+        k = len(sp)
+        if k == 3:
+            cid, start, n = sp
+        elif k == 2:
             cid, n = sp
             start = 0
-        elif len(sp) == 3:
-            cid, start, n = sp
         else:
             raise ValueError(f"a span is (content_id, n_tokens), got {sp!r}")
-        _check_id(cid)
-        if not isinstance(n, int) or not isinstance(start, int) or n < 0 or start < 0:
-            raise ValueError(f"span {sp!r}: start and n_tokens must be whole numbers >= 0")
-        if n == 0:
+        if type(cid) not in _PLAIN_IDS or type(n) is not int or type(start) is not int:
+            _check_id(cid)  # the slow path: subclasses, bools, wrong types
+            if not isinstance(n, int) or not isinstance(start, int):
+                raise ValueError(f"span {sp!r}: start and n_tokens must be whole numbers >= 0")
+        if n <= 0 or start < 0:
+            if n < 0 or start < 0:
+                raise ValueError(f"span {sp!r}: start and n_tokens must be whole numbers >= 0")
             continue
-        if out and out[-1][0] == cid and out[-1][1] + out[-1][2] == start:
-            out[-1] = (cid, out[-1][1], out[-1][2] + n)
+        if last is not None and last[0] == cid and last[1] + last[2] == start:
+            last = out[-1] = (cid, last[1], last[2] + n)
         else:
-            out.append((cid, start, n))
+            last = (cid, start, n)
+            out.append(last)
     return tuple(out)
 
 
 def n_tokens(segs: Segments) -> int:
     """Total tokens of a segment tuple."""
-    return sum(s[2] for s in segs)
+    if len(segs) == 1:
+        return segs[0][2]
+    return sum([s[2] for s in segs])
 
 
 def concat(*parts: Segments) -> Segments:
-    """Concatenation of normal tuples, normalised at the joins."""
-    return segments(s for part in parts for s in part)
+    """Concatenation of normal tuples, normalised at the joins.
+
+    The first part, when it is a tuple of segments, is taken as normal (as everything here
+    returns) and not re-walked, so a long context grows by one short part in O(1) Python
+    steps; the other parts are normalised (any spans).
+    """
+    if not parts:
+        return ()
+    out = parts[0]
+    if type(out) is not tuple or (out and (len(out[0]) != 3 or len(out[-1]) != 3)):
+        out = segments(out)
+    for part in parts[1:]:
+        out = join(out, segments(part))
+    return out
 
 
 def slice_tokens(segs: Segments, start: int, stop: int) -> Segments:
@@ -77,14 +100,30 @@ def slice_tokens(segs: Segments, start: int, stop: int) -> Segments:
     out: list[Segment] = []
     pos = 0
     for cid, s, n in segs:
+        end = pos + n
+        if end <= start:  # before the slice: only count it
+            pos = end
+            continue
         if pos >= stop:
             break
         a = start if start > pos else pos
-        b = stop if stop < pos + n else pos + n
+        b = stop if stop < end else end
         if a < b:
             out.append((cid, s + a - pos, b - a))
-        pos += n
+        pos = end
     return tuple(out)
+
+
+def drop_last(segs: Segments, n: int) -> Segments:
+    """``segs`` without its last ``n`` tokens, walking from the end: O(segments dropped)."""
+    i = len(segs)
+    while n > 0 and i:
+        i -= 1
+        cid, s, k = segs[i]
+        if k > n:
+            return (*segs[:i], (cid, s, k - n))
+        n -= k
+    return segs[:i]
 
 
 def common_prefix(a: Segments, b: Segments) -> int:
@@ -197,14 +236,47 @@ def block_hashes(
     ``parent``/``start_block`` continue a chain: hash blocks ``start_block..`` given the
     hash of block ``start_block - 1`` (so a growing sequence hashes each block once).
     """
-    out: list[int] = []
     qi, qoff = advance(segs, 0, 0, start_block * block_size)
+    return hash_blocks_from(segs, qi, qoff, block_size, parent)[0]
+
+
+def hash_blocks_from(
+    segs: Sequence[Segment], qi: int, qoff: int, block_size: int, parent: int = ROOT_HASH
+) -> tuple[list[int], int, int]:
+    """Chained hashes of the full blocks from cursor ``(qi, qoff)`` on, given the hash of
+    the block before it: ``(hashes, qi, qoff)`` with the cursor after the last full block.
+
+    Work is O(blocks hashed + segments crossed), so a growing sequence that keeps its
+    chain hash and its cursor hashes each block once.
+    """
+    out: list[int] = []
     while True:
-        blk, qi, qoff = take(segs, qi, qoff, block_size)
+        blk, qi2, qoff2 = take(segs, qi, qoff, block_size)
         if n_tokens(blk) < block_size:
-            return out
+            return out, qi, qoff
         parent = chain_hash(parent, blk)
         out.append(parent)
+        qi, qoff = qi2, qoff2
+
+
+def rest(segs: Sequence[Segment], qi: int, qoff: int) -> list[Segment]:
+    """The segments from cursor ``(qi, qoff)`` to the end (a normal list)."""
+    if qi >= len(segs):
+        return []
+    if not qoff:
+        return list(segs[qi:])
+    cid, s, n = segs[qi]
+    return [(cid, s + qoff, n - qoff), *segs[qi + 1 :]]
+
+
+def join(a: Segments, b: Segments) -> Segments:
+    """Concatenation of two normal tuples, normalised at the join in O(1) Python steps
+    (for growing a long label without re-normalising it)."""
+    if a and b:
+        x, y = a[-1], b[0]
+        if x[0] == y[0] and x[1] + x[2] == y[1]:
+            return (*a[:-1], (x[0], x[1], x[2] + y[2]), *b[1:])
+    return a + b
 
 
 def describe(segs: Segments) -> str:
@@ -246,3 +318,16 @@ def extend_segments(cur: list[Segment], more: Iterable[Sequence]) -> None:
                 cur[-1] = (last[0], last[1], last[2] + seg[2])
                 continue
         cur.append(seg)
+
+
+def extend_normal(cur: list[Segment], segs: Segments) -> None:
+    """``extend_segments`` for a ``segs`` that is already normal: only the join is checked."""
+    if not segs:
+        return
+    if cur:
+        last, first = cur[-1], segs[0]
+        if last[0] == first[0] and last[1] + last[2] == first[1]:
+            cur[-1] = (last[0], last[1], last[2] + first[2])
+            cur.extend(segs[1:])
+            return
+    cur.extend(segs)

@@ -3,7 +3,8 @@
 Invariant: files are written only under the given folder (created if needed):
 ``config.resolved.yaml`` (the scenario with every default filled in; running it again
 gives the same results), ``summary.json``, ``requests.parquet``, ``steps.parquet``,
-``memory.parquet`` and ``trajectories.parquet``.
+``memory.parquet``, ``trajectories.parquet`` and ``pauses.parquet`` (one row per tool
+pause).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def write_run(result, out_dir: str | Path) -> Path:
         resolved_yaml(result.config, source), encoding="utf-8"
     )
     (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8")
-    for name in ("requests", "steps", "memory", "trajectories"):
-        getattr(result, name).to_parquet(out / f"{name}.parquet", index=False)
+    for name in ("requests", "steps", "memory", "trajectories", "pauses"):
+        frame = getattr(result, name, None)
+        if frame is not None:
+            frame.to_parquet(out / f"{name}.parquet", index=False)
     return out

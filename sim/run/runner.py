@@ -22,6 +22,9 @@ import simpy
 
 from sim.cost import CostModel
 from sim.engine import Node
+from sim.engine.copy_engine import CopyEngines
+from sim.engine.pauses import PauseController, pause_summary
+from sim.errors import ConfigError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
 from sim.metrics.summary import fill_hold
@@ -41,6 +44,7 @@ class RunResult:
     trajectories: pd.DataFrame
     config: dict  # the resolved scenario (every default filled in)
     resolved: Resolved | None = field(default=None, repr=False)
+    pauses: pd.DataFrame | None = None  # one row per tool pause (pauses.parquet)
 
     def write(self, out_dir: str | Path) -> Path:
         """Write the run folder (see ``sim.run.output``)."""
@@ -62,6 +66,7 @@ class Simulation:
     recorder: Recorder
     ctx: WorkloadContext
     driver: Any  # the workload's generator
+    pauses: PauseController | None = None
 
     def run(self, progress=None) -> RunResult:
         """Run to the end; ``progress(sim_time_s, trajectories_completed, total)`` is
@@ -94,11 +99,14 @@ def build(source: Any, **overrides: Any) -> Simulation:
     ``**{"allocator.kind": "static"}``)."""
     resolved = resolve(_loaded(source, overrides))
     sc = resolved.scenario
-    kv = KVManager(make_allocator_for(resolved), pause=sc.pause_policy.kind)
-    scheduler = make_scheduler(sc.scheduler, kv)
     cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost)
-    recorder = Recorder(pool_bytes=resolved.pool_bytes)
     env = simpy.Environment()
+    allocator = make_allocator_for(resolved)
+    check_pause_policy(resolved, allocator)
+    pauses = PauseController(env, sc.pause_policy, resolved, cost)
+    kv = KVManager(allocator, pause=pauses)
+    scheduler = make_scheduler(sc.scheduler, kv)
+    recorder = Recorder(pool_bytes=resolved.pool_bytes)
     node = Node(
         env,
         scheduler,
@@ -108,13 +116,24 @@ def build(source: Any, **overrides: Any) -> Simulation:
         exact=sc.engine.exact,
         check_invariants=sc.engine.check_invariants,
         horizon_s=sc.duration_s,
+        pauses=pauses,
     )
+    t = resolved.tiers
+    copies = CopyEngines(
+        env,
+        resolved.num_gpus,
+        t.link_bw_bytes_per_s,
+        overhead_s=t.link_overhead_s,
+        sharing=t.link_sharing,
+        nvme_bw_bytes_per_s=t.nvme_bw_bytes_per_s if t.nvme_pool_bytes > 0 else 0.0,
+    )
+    pauses.attach(node, kv, scheduler, copies)
     kind = workload_kind(sc.workload.kind)
     ctx = WorkloadContext(
         env, node, Streams(sc.seed), recorder, resolved.loaded.base_dir, kind.count(sc.workload)
     )
     driver = kind.driver(sc.workload, ctx)
-    return Simulation(resolved, env, node, kv, scheduler, cost, recorder, ctx, driver)
+    return Simulation(resolved, env, node, kv, scheduler, cost, recorder, ctx, driver, pauses)
 
 
 def run_scenario(source: Any, *, progress=None, **overrides: Any) -> RunResult:
@@ -149,6 +168,8 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "trajectories_total": sim.ctx.total,
     }
     summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
+    pauses = sim.pauses.frame(sim.kv, sim_time)
+    summary.update(pause_summary(pauses))
     summary["wall_time_s"] = wall_time_s
     return RunResult(
         summary,
@@ -158,4 +179,33 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         frames["trajectories"],
         sc.model_dump(mode="json"),
         r,
+        pauses,
     )
+
+
+#: policy options the engine does not run yet (refused, never silently ignored)
+def check_pause_policy(resolved: Resolved, allocator) -> None:
+    """Refuse pause-policy options the engine does not implement yet, with the line."""
+    opts = resolved.scenario.pause_policy
+    bad = None
+    if opts.resume == "pipelined":
+        bad = (
+            "resume",
+            "resume 'pipelined' is not run by the engine yet; use naive or speculative",
+        )
+    elif opts.preempt_swap:
+        bad = ("preempt_swap", "preemption by swap is not run by the engine yet")
+    elif getattr(opts, "evict_from_prefix_cache", False) and callable(
+        getattr(allocator, "prefix_metrics", None)
+    ):
+        bad = (
+            "evict_from_prefix_cache",
+            "evicting dropped blocks from a prefix cache is not supported by the engine yet",
+        )
+    if bad is not None:
+        field, msg = bad
+        raise ConfigError(
+            msg,
+            location=resolved.loaded.where("pause_policy", field),
+            field=f"pause_policy.{field}",
+        )

@@ -17,11 +17,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import ConfigError, KvsimError
-from sim.profiles import load_accelerator, load_model
+from sim.profiles import load_accelerator, load_model, load_node
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.scenario.load import LoadedScenario
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """The node's tiers below HBM and its host links, for the pause policies."""
+
+    host_pool_bytes: float  # pinned host-DRAM KV pool of the node (0 = none)
+    nvme_pool_bytes: float  # NVMe KV capacity (0 = none)
+    nvme_bw_bytes_per_s: float  # all drives together (0 = none)
+    link_bw_bytes_per_s: float  # per GPU, one direction
+    link_overhead_s: float  # per transfer
+    link_sharing: str  # fifo | fair
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,7 @@ class Resolved:
     kv_bytes_per_token_per_gpu: float
     allocator_kind: str
     allocator_options: dict[str, Any]
+    tiers: Tiers | None = None
 
     @property
     def scenario(self):
@@ -93,7 +106,36 @@ def resolve(loaded: LoadedScenario) -> Resolved:
                 field="hardware",
             )
     kind, options = _allocator_options(loaded, model)
-    return Resolved(loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options)
+    tiers = _tiers(loaded, acc)
+    return Resolved(loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options, tiers)
+
+
+def _tiers(loaded: LoadedScenario, acc: AcceleratorProfile) -> Tiers:
+    """Host and NVMe pools from the node profile (or the explicit sizes), the link."""
+    hw = loaded.scenario.hardware
+    host = nvme = nvme_bw = 0.0
+    if hw.node is not None:
+        try:
+            node = load_node(hw.node)
+        except KvsimError as exc:
+            raise _located(loaded, ("hardware", "node"), exc) from None
+        host = node.host_dram_bytes * node.pinned_host_fraction
+        if node.nvme_drives and node.nvme_capacity_bytes_per_drive:
+            nvme = float(node.nvme_drives * node.nvme_capacity_bytes_per_drive)
+            nvme_bw = node.nvme_drives * (node.nvme_bw_bytes_per_s_per_drive or 0.0)
+    if hw.host_kv_pool_bytes is not None:
+        host = hw.host_kv_pool_bytes
+    if hw.nvme_kv_pool_bytes is not None:
+        nvme = hw.nvme_kv_pool_bytes
+    if nvme > 0 and nvme_bw <= 0:
+        raise ConfigError(
+            "an NVMe pool needs drives with a bandwidth: set hardware.node to a node profile "
+            "with NVMe drives",
+            location=loaded.where("hardware", "nvme_kv_pool_bytes"),
+            field="hardware.nvme_kv_pool_bytes",
+        )
+    link = hw.host_link_bw_bytes_per_s or acc.host_link.usable_bw_bytes_per_s
+    return Tiers(host, nvme, nvme_bw, link, hw.host_link_overhead_s, hw.link_sharing)
 
 
 def _allocator_options(loaded: LoadedScenario, model: ModelProfile) -> tuple[str, dict]:

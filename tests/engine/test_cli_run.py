@@ -22,6 +22,7 @@ def test_run_writes_the_run_folder(run_cli, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "config.resolved.yaml",
         "memory.parquet",
+        "pauses.parquet",
         "requests.parquet",
         "steps.parquet",
         "summary.json",

@@ -101,7 +101,9 @@ def test_generated_tokens_become_cacheable_as_blocks_fill():
     assert a.tree.total_blocks == 1  # block 0 = p[0:10] out[0:6]
     for _ in range(20):
         a.append("a", 1, content=[("out", 6 + _, 1)])
-    assert a.tree.total_blocks == 2 and len(a._content["a"]) == 2  # spans stay merged
+    assert a.tree.total_blocks == 2
+    assert a._tail["a"] == [("out", 22, 4)]  # only the uncached tokens, spans merged
+    assert a.tree.n_nodes == 1  # the sequence's own leaf grew in place
     a.append("a", 20)  # unknown content: nothing after this is cacheable
     assert a.tree.total_blocks == 2
     ok(a)
@@ -285,3 +287,68 @@ def test_tree_and_pool_agree_after_every_operation(ops, policy, eviction, blocks
             for b in range(a.num_blocks)
             if a.pool.refcount[b] or a.pool.is_retained(b)
         )
+
+
+# -------------------------------------------- in-place leaf growth vs a child per insert
+GROW_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["allocate"] * 2 + ["append"] * 5 + ["fork", "free"]),
+        st.integers(0, 1000),
+        st.lists(st.sampled_from(SPANS), min_size=1, max_size=2),
+        st.sampled_from([1, 3, None]),  # append this many tokens of the spans (None: all)
+    ),
+    min_size=4,
+    max_size=50,
+)
+
+
+def _apply(a, name, pick, spans, cut, live, next_id):
+    """One operation; returns its observable result."""
+    n = sum(s[1] for s in spans)
+    if name == "allocate" or not live:
+        return bool(a.allocate(next_id, n, content=spans)), a.stats.records[-1:]
+    if name == "append":
+        seq = live[pick % len(live)]
+        if cut is not None:
+            cid, k = spans[0]
+            spans, n = [(cid, k - cut, cut)], cut
+        return a.append(seq, n, content=spans)
+    if name == "fork":
+        return a.fork(live[pick % len(live)], next_id)
+    return a.free(live.pop(pick % len(live)))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=GROW_OPS,
+    eviction=st.sampled_from(["lru", "priority"]),
+    blocks=st.sampled_from([10, 24]),
+)
+def test_growing_a_leaf_in_place_is_invisible(ops, eviction, blocks):
+    """``extend`` (compressed edges) and a child per insert give the same hits, evictions
+    and block tables, operation by operation; only the node count differs."""
+    kw = dict(blocks=blocks, bs=4, eviction=eviction, content_priority={"s": 2, "t": 1})
+    merged, chain = radix(**kw), radix(**kw)
+    chain.tree.merge_extensions = False
+    live: list = []
+    next_id = 0
+    for name, pick, spans, cut in ops:
+        allocating = name == "allocate" or not live
+        outcome = [_apply(a, name, pick, spans, cut, list(live), next_id) for a in (merged, chain)]
+        assert outcome[0] == outcome[1]
+        if allocating:
+            if outcome[0][0]:
+                live.append(next_id)
+            next_id += 1
+        elif name == "fork":
+            live.append(next_id)
+            next_id += 1
+        elif name == "free":
+            live.pop(pick % len(live))
+        for a in (merged, chain):
+            ok(a)
+        assert {s: merged.block_table(s) for s in live} == {s: chain.block_table(s) for s in live}
+        assert merged.pool.free_queue() == chain.pool.free_queue()
+        assert merged.tree.block_owner().keys() == chain.tree.block_owner().keys()
+        assert merged.tree.evicted_blocks == chain.tree.evicted_blocks
+        assert merged.tree.n_nodes <= chain.tree.n_nodes

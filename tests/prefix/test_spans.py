@@ -12,15 +12,20 @@ from hypothesis import strategies as st
 
 from sim.prefix.spans import (
     ROOT_HASH,
+    advance,
     block_hashes,
     blocks,
     chain_hash,
     common_prefix,
     concat,
     describe,
+    drop_last,
     extend_segments,
+    hash_blocks_from,
+    join,
     n_tokens,
     prefix_hashes,
+    rest,
     segments,
     slice_tokens,
 )
@@ -116,3 +121,27 @@ def test_content_ids_of_different_types_never_collide():
 
 #: h_1 of ("sys", 16) at B=16, recorded once; any change of the encoding or seed breaks it
 PINNED_H0 = "794d9dd7e1c591c4f09265d8603011fe"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    a=st.lists(st.tuples(st.sampled_from(["x", "y", 3]), st.integers(0, 9)), max_size=6),
+    b=st.lists(st.tuples(st.sampled_from(["x", "y", 3]), st.integers(0, 9)), max_size=6),
+    cut=st.integers(0, 60),
+)
+def test_join_drop_last_and_rest_agree_with_slicing(a, b, cut):
+    sa, sb = segments(a), segments(b)
+    whole = segments([*sa, *sb])
+    assert join(sa, sb) == whole == concat(sa, sb) == concat(sa, b)
+    total = n_tokens(whole)
+    k = min(cut, total)
+    assert drop_last(whole, k) == slice_tokens(whole, 0, total - k)
+    qi, qoff = advance(whole, 0, 0, k)
+    assert tuple(rest(whole, qi, qoff)) == slice_tokens(whole, k, total)
+    chain = block_hashes(whole, 4)
+    j = min(k // 4, len(chain))  # continue the chain from block j on
+    qi, qoff = advance(whole, 0, 0, 4 * j)
+    parent = chain[j - 1] if j else ROOT_HASH
+    hashes, qi2, qoff2 = hash_blocks_from(whole, qi, qoff, 4, parent)
+    assert hashes == chain[j:]
+    assert tuple(rest(whole, qi2, qoff2)) == slice_tokens(whole, 4 * len(chain), total)

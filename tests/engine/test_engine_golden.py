@@ -1,7 +1,7 @@
 """Golden summaries of the shipped scenarios, in reduced variants (CI-sized).
 
 A change that moves any summary figure fails here; if the change is intended, regenerate
-with ``KVSIM_UPDATE_GOLDEN=1 pytest tests/engine/test_golden.py`` and review the diff.
+with ``KVSIM_UPDATE_GOLDEN=1 pytest tests/engine/test_engine_golden.py`` and review the diff.
 """
 
 from __future__ import annotations
