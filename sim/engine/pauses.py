@@ -11,7 +11,9 @@ KV manager asks this controller (it is the KV manager's pause hook) what to do; 
     HBM blocks are taken first (retried at every step boundary), then the copy-in runs,
     and only once the context is resident is the turn submitted (naive reload).
 A tool that returns before its copy-out completed finds its blocks still resident and goes
-on at once (the copy's frames are released when it ends). Every pause gets a record
+on at once (the copy's frames are released when it ends). ``resume: speculative`` starts
+the reload at ``T_min - T_reload - margin`` after the tool call; a ``ttl_pin`` hold gets
+its release action when the TTL expires. Every pause gets a record
 (``frame()``: pauses.parquet) and the run's summary its aggregates (``summary()``).
 
 Invariants (``check_invariants``): no running request reads a sequence whose blocks are

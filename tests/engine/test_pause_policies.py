@@ -7,6 +7,8 @@ import math
 
 import pytest
 from engine_helpers import WORKLOADS, assert_same_frame, assert_same_summary, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim.engine.pauses import PauseController
 from sim.errors import ConfigError
@@ -317,3 +319,44 @@ def test_speculative_prefetch_in_the_swarm(kind):
     )
     assert_same_summary(fast.summary, exact.summary)
     assert_same_frame(fast.pauses, exact.pauses)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 1000),
+    kind=st.sampled_from(["offload_host", "offload_nvme", "break_even", "min_waste", "ttl_pin"]),
+    resume=st.sampled_from(["naive", "speculative"]),
+    sharing=st.sampled_from(["fifo", "fair"]),
+    pool_gb=st.sampled_from([4.0, 8.0, 20.0]),
+    host_gb=st.sampled_from([0.5, 2.0, 100.0]),
+    fork_mode=st.sampled_from(["join", "prune"]),
+)
+def test_random_swarms_keep_every_invariant(
+    seed, kind, resume, sharing, pool_gb, host_gb, fork_mode
+):
+    """Invariants after every decision (steps read only HBM blocks; host and NVMe frames
+    within capacity), on small pools and small host tiers; every trajectory completes."""
+    sim = build(
+        str(WORKLOADS / "agent_swarm_pressure.yaml"),
+        **{
+            "seed": seed,
+            "pause_policy.kind": kind,
+            "pause_policy.resume": resume,
+            "hardware.link_sharing": sharing,
+            "hardware.kv_pool_bytes_per_gpu": pool_gb * 1e9,
+            "hardware.host_kv_pool_bytes": host_gb * 1e9,
+            "workload.num_trajectories": 4,
+            "workload.arrival.concurrency": 4,
+            "workload.turns": 4,
+            "workload.fork.mode": fork_mode,
+            "workload.fork.probability": 0.3,
+            "engine.check_invariants": True,
+        },
+    )
+    r = sim.run()
+    assert r.summary["trajectories_completed"] == 4
+    for pool in (sim.pauses.host, sim.pauses.nvme):
+        pool.check_invariants()
+        assert pool.peak_used_frames <= pool.num_frames
+        assert pool.used_frames == 0  # every frame came back
+    assert sim.pauses.copies_in == 0
