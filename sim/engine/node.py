@@ -160,8 +160,9 @@ class Node:
                 if self.sched.has_work and not reloading:  # a reload ends in a submit
                     self._stuck("empty batch with runnable work")
                 self._record_memory(now)
-                if self._workload_done and not self.inbox:
-                    break
+                streaming = self.pauses is not None and self.pauses.streaming > 0
+                if self._workload_done and not self.inbox and not streaming:
+                    break  # (a pipelined copy-in still running ends in a post)
                 if self.inbox:  # posted at this boundary (a reload fell back to recompute)
                     continue
                 self._wake, self._ends = env.event(), None

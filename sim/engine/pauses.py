@@ -12,7 +12,10 @@ KV manager asks this controller (it is the KV manager's pause hook) what to do; 
     and only once the context is resident is the turn submitted (naive reload).
 A tool that returns before its copy-out completed finds its blocks still resident and goes
 on at once (the copy's frames are released when it ends). ``resume: speculative`` starts
-the reload at ``T_min - T_reload - margin`` after the tool call; a ``ttl_pin`` hold gets
+the reload at ``T_min - T_reload - margin`` after the tool call; ``resume: pipelined``
+submits the turn while its copy-in still runs, once the rest of the copy fits under the
+predicted prefill of the observation (the chapter's simplification: that part of the
+transfer is hidden and its blocks count as resident from then on); a ``ttl_pin`` hold gets
 its release action when the TTL expires. Every pause gets a record
 (``frame()``: pauses.parquet) and the run's summary its aggregates (``summary()``).
 
@@ -32,9 +35,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.cost import StepWork
 from sim.memory.errors import InvariantError
 from sim.memory.kv_manager import HOLD, RECOMPUTE
-from sim.memory.tiers import FramePool, Tier, TieredBlockTable
+from sim.memory.tiers import BlockFrame, FramePool, Tier, TieredBlockTable
 from sim.metrics.stats import describe
 from sim.policy import PauseFacts, WaitPredictor, make_policy
 from sim.sizing import prefill_flops
@@ -59,11 +63,12 @@ class _Pause:
     reason: str
     predicted_wait_s: float | None
     start_s: float
-    state: str = "held"  # held copying_out offloaded waiting_hbm copying_in resident
-    #                      recompute done gone
+    state: str = "held"  # held copying_out offloaded waiting_hbm copying_in streaming
+    #                      resident recompute done gone (streaming: pipelined, turn released)
     moved_to: str = ""  # final place of the state: hold, recompute, offload_host, offload_nvme
     release: str | None = None  # TTL hold: the action at expiry
     prefetch: Any = None  # the decision's PrefetchPlan (offloads)
+    facts: PauseFacts | None = None  # what the policy saw (the pipelined release reads it)
     awaited: bool = False  # a turn waits for this copy-in (counted in ``copies_in``)
     pool: FramePool | None = None
     copy_out_done_s: float = NAN
@@ -101,6 +106,7 @@ class PauseController:
         self.params = cfg.params or resolved.model.active_params
         self.attention = cfg.attention_flops
         self.prefill_rate = cfg.mfu_prefill * cost.peak * cost.tp
+        self.cost = cost
         self.node = self.kv = self.sched = self.copies = None
         self.host = self.nvme = None
         self.table = TieredBlockTable()
@@ -108,6 +114,7 @@ class PauseController:
         self._by_seq: dict[Hashable, _Pause] = {}
         self._restores: list[_Pause] = []
         self.copies_in = 0  # copy-ins running: their turns come to the node when done
+        self.streaming = 0  # pipelined copy-ins still running after their turn went on
         self._recomputing: dict[int, _Pause] = {}  # id(next request) -> pause
         self._budget = (-1.0, 0.0)  # (step end, link bytes per GPU left): min_waste's budget
 
@@ -136,7 +143,7 @@ class PauseController:
         )  # fmt: skip
         self.pauses.append(p)
         self._by_seq[seq] = p
-        p.prefetch = d.prefetch
+        p.prefetch, p.facts = d.prefetch, facts
         if d.ttl_s is not None:
             p.release = d.release
             self.env.process(self._ttl(p, d.ttl_s))
@@ -247,12 +254,16 @@ class PauseController:
         else:
             yield c.from_nvme(p.bytes_per_gpu, p.bytes_total)
         now = self.env.now
-        if p.awaited:
-            self.copies_in -= 1
+        self._unawait(p)
         p.copy_in_done_s = now
         p.bytes_in = p.bytes_total
         self._free_frames(p)
         self._untrack(p.seq)
+        if p.state == "streaming":  # pipelined: the turn went on before the copy ended
+            p.state = "resident"
+            self.streaming -= 1
+            self.node.call_at_boundary(_nothing)  # wake the node: it ends after the copy
+            return
         if p.state != "copying_in":  # released meanwhile
             return
         if p.next_req is None:  # prefetched: resident before the tool returned
@@ -263,6 +274,36 @@ class PauseController:
             return
         p.state, p.resident_s = "resident", now
         self.node.submit(p.next_req)
+
+    def _pipelined_release(self, p: _Pause):
+        """Pipelined reload (SPEC 3.13): submit the turn once the rest of the copy-in
+        (uncontended closed form) is at most the observation's predicted prefill time."""
+        reload_s = p.facts.reload_s_for(p.moved_to) + self.tiers.link_overhead_s
+        yield self.env.timeout(max(0.0, reload_s - self._observation_prefill_s(p)))
+        if p.state != "copying_in" or not self.kv.alloc.is_live(p.seq):
+            return  # the copy-in ended first (it submits the turn) or the state is gone
+        self._unawait(p)
+        p.state, p.resident_s = "streaming", self.env.now
+        self.streaming += 1
+        if p.seq in self.table:  # the overlapped rest counts as resident (the model)
+            n = len(self.table.get(p.seq))
+            self.table.remap(p.seq, 0, [BlockFrame(Tier.HBM, i) for i in range(n)])
+        self.node.submit(p.next_req)
+
+    def _observation_prefill_s(self, p: _Pause) -> float:
+        """The cost model's time for the observation's prefill chunks, priced alone."""
+        cfg = self.sched.config
+        cap = getattr(cfg, "max_num_batched_tokens", 0) or (1 << 62)
+        if not getattr(cfg, "chunked_prefill", True):
+            cap = 1 << 62
+        elif 0 < getattr(cfg, "long_prefill_token_threshold", 0) < cap:
+            cap = cfg.long_prefill_token_threshold
+        cached, rest, total = p.tokens, max(0, p.next_req.prompt_tokens - p.tokens), 0.0
+        while rest > 0:
+            n = min(cap, rest)
+            total += self.cost.iteration_time(StepWork(0, 0, ((n, cached),))).total_s
+            cached, rest = cached + n, rest - n
+        return total
 
     def _ttl(self, p: _Pause, ttl_s: float):
         yield self.env.timeout(ttl_s)
@@ -327,6 +368,8 @@ class PauseController:
                 else:
                     self._await(p)
                 self.env.process(self._copy_in(p))
+                if p.next_req is not None and p.prefetch is not None and p.prefetch.pipelined:
+                    self.env.process(self._pipelined_release(p))
                 continue
             if p.next_req is None:  # a prefetch that finds no room: reload at tool return
                 self._restores.pop(0)
@@ -350,6 +393,11 @@ class PauseController:
         if not p.awaited:
             p.awaited = True
             self.copies_in += 1
+
+    def _unawait(self, p: _Pause) -> None:
+        if p.awaited:
+            p.awaited = False
+            self.copies_in -= 1
 
     def _recompute(self, p: _Pause, note: str) -> None:
         """The reload cannot happen: the next turn prefills its context again."""
@@ -485,6 +533,10 @@ def pause_summary(frame: pd.DataFrame) -> dict:
         "pause_decisions": decisions,
         "pause_outcomes": moved,
     }
+
+
+def _nothing() -> None:
+    """A boundary call that only wakes the node."""
 
 
 def _pool(tier: Tier, capacity_bytes: float, block_bytes: float) -> FramePool | None:

@@ -188,12 +188,7 @@ def check_pause_policy(resolved: Resolved, allocator) -> None:
     """Refuse pause-policy options the engine does not implement yet, with the line."""
     opts = resolved.scenario.pause_policy
     bad = None
-    if opts.resume == "pipelined":
-        bad = (
-            "resume",
-            "resume 'pipelined' is not run by the engine yet; use naive or speculative",
-        )
-    elif opts.preempt_swap:
+    if opts.preempt_swap:
         bad = ("preempt_swap", "preemption by swap is not run by the engine yet")
     elif getattr(opts, "evict_from_prefix_cache", False) and callable(
         getattr(allocator, "prefix_metrics", None)

@@ -14,6 +14,7 @@ from sim.engine.pauses import PauseController
 from sim.errors import ConfigError
 from sim.memory.errors import InvariantError
 from sim.memory.tiers import BlockFrame, Tier
+from sim.policy import PrefetchPlan, resume_timeline
 from sim.run import build, run_scenario
 
 E24 = "seed_tool_wait_45s.yaml"
@@ -78,6 +79,79 @@ def test_e24_offload_host_timeline(kind):
     assert s["bytes_offloaded"] == KV_BYTES and s["bytes_reloaded"] == KV_BYTES
     assert s["pause_decisions"] == {"offload_host": 1}
     assert p.bytes_offloaded_host == KV_BYTES and p.bytes_reloaded_nvme == 0.0
+
+
+def test_e24_pipelined_timeline():
+    """Pipelined reload: the copy-in starts at tool return as for the naive path; the turn
+    is released when the rest of the copy equals the observation's predicted prefill, so
+    its first token comes exactly when the copy-in ends."""
+    _, hold = e24("hold")
+    obs_s = hold.resume_latency_s  # the 512-token observation step after a hold: 20.3 ms
+    _, p = e24("offload_host", **{"pause_policy.resume": "pipelined"})
+    assert p.decision == "offload_host" and p.moved_to == "offload_host"
+    assert close(p.copy_out_done_s, p.start_s + RELOAD_S) and p.blocks_freed_s == p.copy_out_done_s
+    assert close(p.tool_return_s, p.start_s + 45.0)
+    assert p.reload_start_s == p.tool_return_s
+    assert close(p.copy_in_done_s, p.tool_return_s + RELOAD_S)
+    assert close(p.resident_s, p.copy_in_done_s - obs_s)  # the turn is released
+    assert close(p.first_token_s, p.copy_in_done_s)  # the prefill hid the rest of the copy
+    assert close(p.resume_stall_s, RELOAD_S - obs_s) and 0.0006 < p.resume_stall_s < 0.0007
+    assert close(p.resume_latency_s, RELOAD_S)
+    assert p.bytes_reloaded_host == KV_BYTES
+
+
+@pytest.mark.parametrize("obs_tokens", [512, 10000])  # short: one step; long: two chunks
+def test_pipelined_stall_is_reload_less_overlap(obs_tokens):
+    more = {"workload.observation_tokens": obs_tokens}
+    _, hold = e24("hold", **more)
+    overlap_s = hold.resume_latency_s  # the observation's prefill steps, alone in the batch
+    _, p = e24("offload_host", **{"pause_policy.resume": "pipelined"}, **more)
+    want = resume_timeline(
+        PrefetchPlan("pipelined"),
+        wait_s=45.0,
+        reload_s=RELOAD_S,
+        egress_s=RELOAD_S,
+        overlappable_prefill_s=overlap_s,
+    ).stall_s
+    assert close(want, max(0.0, RELOAD_S - overlap_s))
+    assert close(p.resume_stall_s, want, rel=1e-6)
+    if obs_tokens == 512:
+        assert p.resume_stall_s > 0
+    else:  # the prefill outlasts the copy: released at the copy-in's start, no stall
+        assert overlap_s > RELOAD_S and p.resume_stall_s == 0.0
+        assert p.resident_s == p.reload_start_s
+        assert close(p.first_token_s, p.tool_return_s + overlap_s)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_e24_pipelined_from_nvme_frees_its_frames(exact):
+    _, hold = e24("hold")
+    more = {"pause_policy.kind": "offload_nvme", "pause_policy.resume": "pipelined"}
+    checks = {"engine.exact": exact, "engine.check_invariants": True}
+    sim = build(str(WORKLOADS / E24), **more, **checks)
+    r = sim.run()
+    p = r.pauses.iloc[0]
+    assert close(p.copy_in_done_s, p.tool_return_s + NVME_S)  # the run waits for the copy
+    assert close(p.resume_stall_s, NVME_S - hold.resume_latency_s)
+    assert close(p.first_token_s, p.copy_in_done_s)
+    assert sim.pauses.nvme.used_frames == 0 and sim.pauses.streaming == 0
+
+
+def test_pipelined_swarm_modes_agree_with_invariants():
+    more = {"pause_policy.kind": "offload_host", "pause_policy.resume": "pipelined"}
+    fast = run("agent_swarm.yaml", **SWARM, **more)
+    exact = run("agent_swarm.yaml", **SWARM, **more, **{"engine.exact": True})
+    assert_same_summary(fast.summary, exact.summary)
+    assert_same_frame(fast.pauses, exact.pauses)
+    s, pauses = fast.summary, fast.pauses
+    assert s["trajectories_completed"] == 3 and s["unfinished"] == 0
+    assert s["bytes_reloaded"] > 0
+    back = pauses[pauses.copy_in_done_s.notna() & pauses.resident_s.notna()]
+    assert len(back) > 0
+    assert (back.resident_s >= back.reload_start_s).all()
+    assert (back.resident_s <= back.copy_in_done_s).all()
+    naive = run("agent_swarm.yaml", **SWARM, **{"pause_policy.kind": "offload_host"}).summary
+    assert s["resume_stall_s"]["mean"] < naive["resume_stall_s"]["mean"]
 
 
 def test_e24_offload_nvme_timeline():
@@ -202,7 +276,6 @@ def test_offloaded_blocks_are_never_read_by_a_step():
 @pytest.mark.parametrize(
     ("key", "value", "field"),
     [
-        ("pause_policy.resume", "pipelined", "pause_policy.resume"),
         ("pause_policy.preempt_swap", True, "pause_policy.preempt_swap"),
     ],
 )
