@@ -37,7 +37,7 @@ import pandas as pd
 
 from sim.cost import StepWork
 from sim.memory.errors import InvariantError
-from sim.memory.kv_manager import HOLD, RECOMPUTE
+from sim.memory.kv_manager import HOLD, RECOMPUTE, RECOMPUTE_EVICT
 from sim.memory.tiers import BlockFrame, FramePool, Tier, TieredBlockTable
 from sim.metrics.stats import describe
 from sim.policy import PauseFacts, WaitPredictor, make_policy
@@ -147,16 +147,18 @@ class PauseController:
         if d.ttl_s is not None:
             p.release = d.release
             self.env.process(self._ttl(p, d.ttl_s))
-        return self._apply(p, d.action)
+        return self._apply(p, d.action, d.evict_from_prefix_cache)
 
-    def _apply(self, p: _Pause, action: str) -> str:
+    def _apply(self, p: _Pause, action: str, evict: bool = False) -> str:
+        """Start ``action`` for the pause; what the KV manager does now (HOLD/RECOMPUTE,
+        RECOMPUTE_EVICT when the dropped context leaves the prefix cache too)."""
         p.moved_to = action
         if action == HOLD:
             p.state = "held"
             return HOLD
         if action == RECOMPUTE:
             p.state = "recompute"
-            return RECOMPUTE
+            return RECOMPUTE_EVICT if evict else RECOMPUTE
         pool = self.host if action == "offload_host" else self.nvme
         if pool is None or not pool.allocate(p.pause_id, self._frames(pool, p)):
             p.moved_to, p.state, p.note = HOLD, "held", f"{action}: no room at copy time"

@@ -15,7 +15,8 @@ reports the allocator as if they had been made.
 It knows requests only by duck typing (``seq_id``, ``num_tokens``, ``num_computed``,
 ``content_slice``...) so this layer imports nothing above ``sim.memory``; it never asks
 which allocator kind it holds, only what the allocator can do (``block_size``,
-``seq_capacity_tokens``, ``available_blocks``, ``set_time``, ``prefix_metrics``).
+``seq_capacity_tokens``, ``available_blocks``, ``set_time``, ``prefix_metrics``,
+``free_uncached``).
 
 Invariants: a sequence is in ``paused`` only while it is live and no request of it is
 running or waiting; ``paused_tokens`` = the sum of the paused sequences' tokens; every
@@ -35,6 +36,8 @@ from sim.memory.deferred import DecodeRun, DeferredAppends
 from sim.memory.errors import InvariantError
 
 HOLD, RECOMPUTE = "hold", "recompute"
+#: recompute, and drop the freed context from a prefix cache too (``free_uncached``)
+RECOMPUTE_EVICT = "recompute_evict"
 
 
 class PauseHook(Protocol):
@@ -43,7 +46,8 @@ class PauseHook(Protocol):
     name: str
 
     def on_turn_end(self, request: Any, kv: KVManager) -> str:
-        """``'hold'`` (keep every block resident) or ``'recompute'`` (free it now)."""
+        """``'hold'`` (keep every block resident), ``'recompute'`` (free it now) or
+        ``'recompute_evict'`` (free it now and drop it from a prefix cache too)."""
 
 
 class _Fixed:
@@ -166,7 +170,8 @@ class KVManager:
     def finish(self, req: Any) -> str:
         """A request generated its last token: release its sequence or ask the pause hook.
 
-        Returns what happened: ``'released'``, ``'hold'`` or ``'recompute'``.
+        Returns what happened: ``'released'``, ``'hold'``, ``'recompute'`` or
+        ``'recompute_evict'``.
         """
         seq = req.seq_id
         if req.last_turn:
@@ -176,8 +181,8 @@ class KVManager:
         if action == HOLD:
             self.ledger.flush(seq)
             self._pause(seq, req.traj_id, self.alloc.seq_tokens(seq))
-        elif action == RECOMPUTE:
-            self._free(seq)
+        elif action == RECOMPUTE or action == RECOMPUTE_EVICT:
+            self._free(seq, uncache=action == RECOMPUTE_EVICT)
         else:
             raise InvariantError(f"pause hook {self.pause_hook.name!r} answered {action!r}")
         return action
@@ -246,9 +251,16 @@ class KVManager:
         self.held_drops += 1
         return True
 
-    def _free(self, seq: Hashable) -> None:
+    def _free(self, seq: Hashable, uncache: bool = False) -> None:
+        """Free a live sequence; ``uncache``: also drop its context from a prefix cache
+        (an allocator without ``free_uncached`` has no cache to drop it from)."""
         self.ledger.untrack(seq)
-        if self.alloc.is_live(seq):
+        if not self.alloc.is_live(seq):
+            return
+        free_uncached = getattr(self.alloc, "free_uncached", None) if uncache else None
+        if free_uncached is not None:
+            free_uncached(seq)
+        else:
             self.alloc.free(seq)
 
     def _pause(self, seq: Hashable, owner: int, tokens: int) -> None:
@@ -342,6 +354,7 @@ __all__ = [
     "HOLD",
     "PAUSE_HOOKS",
     "RECOMPUTE",
+    "RECOMPUTE_EVICT",
     "DecodeRun",
     "KVManager",
     "PauseHook",

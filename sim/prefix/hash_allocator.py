@@ -160,6 +160,14 @@ class HashPagedAllocator(PagedAllocator):
         self.ledger.release(seq_id, table)
         super()._release(seq_id, table, tokens)  # tail first, to the tail of the queue
 
+    def free_uncached(self, seq_id: Hashable) -> int:
+        """Free ``seq_id`` and drop its blocks from the cache too (a pause dropped for
+        recompute that must really recompute): each of its blocks that no other table maps
+        loses its hash (``HashBlockPool.uncache_free``). Returns how many were uncached."""
+        table = list(self._tables.get(seq_id, ()))
+        self.free(seq_id)
+        return self.pool.uncache_free(reversed(table))
+
     # ------------------------------------------------------------------ queries
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
         n = checked_count(n_tokens, "can_allocate", minimum=1)

@@ -134,6 +134,25 @@ class HashBlockPool:
             del self._map[h]
         self.block_hash[b] = None
 
+    def uncache_free(self, block_ids) -> int:
+        """Drop the hash of each given block that is free and cached: it stays in the queue
+        as a free-empty block (at the head with ``unhashed_to_head``, the first given
+        first), counted as an eviction. Allocated or unhashed blocks are left alone.
+        Returns how many were uncached."""
+        dropped = []
+        for b in block_ids:
+            h = self.block_hash[b]
+            if h is None or self.refcount[b] or b not in self._queue:
+                continue
+            self._uncache(b, h)
+            self.num_cached -= 1
+            self.evictions += 1
+            dropped.append(b)
+        if self.unhashed_to_head:
+            for b in reversed(dropped):
+                self._queue.move_to_end(b, last=False)
+        return len(dropped)
+
     def cache(self, block_ids: list[int], hashes: list[int]) -> None:
         """Record full blocks under their hashes (a block already hashed keeps its hash)."""
         for b, h in zip(block_ids, hashes, strict=True):

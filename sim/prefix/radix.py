@@ -563,6 +563,20 @@ class RadixTree:
             self.pool.release_cached(freed)
         return freed
 
+    def evict_path(self, node: Node) -> list[int]:
+        """Free the dormant chain ending at ``node``: while the node is alive, not the root,
+        unlocked and childless, drop all its blocks and go up to its parent. Nodes other
+        sequences pin (``lock_ref > 0``) or that still have children stay. Returns the
+        freed ids (deepest first) after handing them to the pool, as ``evict`` does."""
+        freed: list[int] = []
+        while node.alive and node is not self.root and node.lock_ref == 0 and not node.children:
+            parent = node.parent
+            freed.extend(self._trim(node, len(node.block_ids)))
+            node = parent
+        if freed and self.pool is not None:
+            self.pool.release_cached(freed)
+        return freed
+
     # ------------------------------------------------------------------ checking
     def block_owner(self) -> dict[int, Node]:
         """{block id: owning node}; raises if a block is owned twice."""

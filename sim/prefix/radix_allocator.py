@@ -244,6 +244,15 @@ class RadixAllocator(PagedAllocator):
         self.tree.unlock(node)
         self._keep_watermark()
 
+    def free_uncached(self, seq_id: Hashable) -> list[int]:
+        """Free ``seq_id`` and drop its context from the cache too (a pause dropped for
+        recompute that must really recompute): after ``free`` caches its full blocks, the
+        dormant childless chain ending at its node is evicted (``RadixTree.evict_path``);
+        nodes other sequences pin or that still have children stay. Returns the freed ids."""
+        node = self._node.get(seq_id)
+        self.free(seq_id)
+        return [] if node is None else self.tree.evict_path(node)
+
     def _keep_watermark(self) -> None:
         if not self.watermark.tau_low_blocks:
             return  # no watermark: eviction only on a shortfall

@@ -186,21 +186,9 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
 #: policy options the engine does not run yet (refused, never silently ignored)
 def check_pause_policy(resolved: Resolved, allocator) -> None:
     """Refuse pause-policy options the engine does not implement yet, with the line."""
-    opts = resolved.scenario.pause_policy
-    bad = None
-    if opts.preempt_swap:
-        bad = ("preempt_swap", "preemption by swap is not run by the engine yet")
-    elif getattr(opts, "evict_from_prefix_cache", False) and callable(
-        getattr(allocator, "prefix_metrics", None)
-    ):
-        bad = (
-            "evict_from_prefix_cache",
-            "evicting dropped blocks from a prefix cache is not supported by the engine yet",
-        )
-    if bad is not None:
-        field, msg = bad
+    if resolved.scenario.pause_policy.preempt_swap:
         raise ConfigError(
-            msg,
-            location=resolved.loaded.where("pause_policy", field),
-            field=f"pause_policy.{field}",
+            "preemption by swap is not run by the engine yet",
+            location=resolved.loaded.where("pause_policy", "preempt_swap"),
+            field="pause_policy.preempt_swap",
         )

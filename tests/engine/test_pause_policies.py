@@ -203,6 +203,57 @@ def test_host_pool_too_small_falls_back_to_when_full():
     assert p.decision == "recompute"
 
 
+@pytest.mark.parametrize("kind", ["radix", "paged_hash"])
+def test_e24_recompute_evicting_from_the_prefix_cache_really_recomputes(kind):
+    """On a prefix cache a plain recompute hits its own dropped blocks (nothing to
+    prefill again); with ``evict_from_prefix_cache`` they are gone and the whole context
+    is prefilled again, as on the paged allocator."""
+    cached, p0 = e24("recompute", **{"allocator.kind": kind})
+    r, p = e24(
+        "recompute", **{"allocator.kind": kind, "pause_policy.evict_from_prefix_cache": True}
+    )
+    assert p0.recompute_tokens == 0 and p0.recompute_flops == 0.0 and p0.resume_stall_s == 0.0
+    assert cached.summary["prefix_hit_rate"] > 0.49
+    assert p.decision == "recompute" and p.recompute_tokens == KV_TOKENS
+    assert close(p.recompute_flops, 2 * 70.6e9 * KV_TOKENS)
+    assert close(p.resume_stall_s, RECOMPUTE_S)
+    s = r.summary
+    assert s["prefix_hit_rate"] == 0.0 and s["prefix_evicted_blocks"] == KV_TOKENS // 16
+    assert close(s["recompute_flops"], 2 * 70.6e9 * KV_TOKENS)
+
+
+def test_evict_from_prefix_cache_changes_nothing_without_a_prefix_cache():
+    r0, p0 = e24("recompute")
+    r1, p1 = e24("recompute", **{"pause_policy.evict_from_prefix_cache": True})
+    assert_same_summary(r0.summary, r1.summary)
+    assert p1.recompute_tokens == p0.recompute_tokens == KV_TOKENS
+    assert p1.resume_stall_s == p0.resume_stall_s
+
+
+@pytest.mark.parametrize("kind", ["radix", "paged_hash"])
+def test_swarm_recompute_evicting_from_the_prefix_cache(kind):
+    """Shared system prompts and forks: the option lowers the hits and raises the
+    recompute, every trajectory completes, invariants checked after every decision."""
+    runs = {
+        ev: run(
+            "agent_swarm.yaml",
+            **SWARM,
+            **{
+                "allocator.kind": kind,
+                "pause_policy.kind": "recompute",
+                "pause_policy.evict_from_prefix_cache": ev,
+            },
+        ).summary
+        for ev in (False, True)
+    }
+    plain, evict = runs[False], runs[True]
+    assert evict["trajectories_completed"] == plain["trajectories_completed"] == 3
+    assert evict["prefix_hit_rate"] < plain["prefix_hit_rate"]
+    assert evict["recompute_flops"] > 100 * plain["recompute_flops"] > 0
+    assert plain["prefix_evicted_blocks"] == 0 < evict["prefix_evicted_blocks"]
+    assert evict["prefix_hit_rate"] > 0  # the shared system prompt still hits
+
+
 SWARM = {
     "workload.num_trajectories": 3,
     "workload.arrival.concurrency": 3,
