@@ -47,10 +47,10 @@ from sim.prefix.spans import (
     rest,
     slice_tokens,
 )
-from sim.prefix.stats import PrefixMetrics, PrefixStats
+from sim.prefix.stats import PrefixCacheReport, PrefixStats
 
 
-class HashPagedAllocator(PagedAllocator):
+class HashPagedAllocator(PrefixCacheReport, PagedAllocator):
     """Paged blocks whose free queue is vLLM V1's LRU prefix cache (see module docstring)."""
 
     kind = "paged_hash"
@@ -177,17 +177,8 @@ class HashPagedAllocator(PagedAllocator):
     def max_sequence_tokens(self) -> int:
         return self.pool.usable_blocks * self.block_size
 
-    def useful_tokens(self) -> int:
-        return self._lineage.distinct_tokens - self.ledger.excess_tokens
-
-    def prefix_metrics(self) -> PrefixMetrics:
-        """F17 as leading cached blocks and as tokens served; cached vs active; evictions."""
-        bb = self.block_bytes
-        return self.stats.metrics(
-            cached_bytes=self.pool.num_cached * bb,
-            active_bytes=self.pool.num_allocated * bb,
-            evicted_blocks=self.pool.evictions,
-        )
+    def _evicted_blocks(self) -> int:
+        return self.pool.evictions
 
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool

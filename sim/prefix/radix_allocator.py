@@ -52,7 +52,7 @@ from sim.prefix.eviction import EVICTION_STRATEGIES, Watermark
 from sim.prefix.radix import Node, RadixTree
 from sim.prefix.sharing import FamilyLedger
 from sim.prefix.spans import advance, extend_normal, n_tokens, rest, segments, take
-from sim.prefix.stats import PrefixMetrics, PrefixStats
+from sim.prefix.stats import PrefixCacheReport, PrefixStats
 
 TAIL_POLICIES = ("truncate", "cow_tail")
 
@@ -68,7 +68,7 @@ def checked_content(content: Any, n: int, op: str, kind: str = "radix"):
     return segs
 
 
-class RadixAllocator(PagedAllocator):
+class RadixAllocator(PrefixCacheReport, PagedAllocator):
     """Paged blocks plus a radix tree of reusable full blocks (see module docstring)."""
 
     kind = "radix"
@@ -271,17 +271,8 @@ class RadixAllocator(PagedAllocator):
         need = -(-n // self.block_size) - len(m.block_ids)
         return need <= self.pool.num_free + self.tree.evictable_blocks - pinned
 
-    def useful_tokens(self) -> int:
-        return self._lineage.distinct_tokens - self.ledger.excess_tokens
-
-    def prefix_metrics(self) -> PrefixMetrics:
-        """F17 as raw match and as tokens served; cached vs active bytes; evictions."""
-        bb = self.block_bytes
-        return self.stats.metrics(
-            cached_bytes=self.pool.num_cached * bb,
-            active_bytes=self.pool.num_allocated * bb,
-            evicted_blocks=self.tree.evicted_blocks,
-        )
+    def _evicted_blocks(self) -> int:
+        return self.tree.evicted_blocks
 
     def _check_kind(self) -> None:
         super()._check_kind()

@@ -79,3 +79,25 @@ class PrefixStats:
             evicted_blocks,
             self.cow_tail_copies,
         )
+
+
+class PrefixCacheReport:
+    """Mixin of the prefix-cache allocator kinds: useful bytes net of blocks shared between
+    unrelated sequences, and F17 metrics. The kind says where its evictions are counted
+    (``_evicted_blocks``); it provides ``_lineage``, ``ledger``, ``stats``, ``pool`` and
+    ``block_bytes``."""
+
+    def _evicted_blocks(self) -> int:
+        raise NotImplementedError
+
+    def useful_tokens(self) -> int:
+        return self._lineage.distinct_tokens - self.ledger.excess_tokens
+
+    def prefix_metrics(self) -> PrefixMetrics:
+        """F17 as raw match and as tokens served; cached vs active bytes; evictions."""
+        bb = self.block_bytes
+        return self.stats.metrics(
+            cached_bytes=self.pool.num_cached * bb,
+            active_bytes=self.pool.num_allocated * bb,
+            evicted_blocks=self._evicted_blocks(),
+        )

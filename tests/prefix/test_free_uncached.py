@@ -8,41 +8,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tree_fixtures import t33_tree_unpinned
 
 from sim.memory import make_allocator
-from sim.prefix.radix import RadixTree
 
 KV = 8
 BS = 4
 
 
-class Pool:
-    """Records what the tree gives back."""
-
-    def __init__(self):
-        self.released: list[int] = []
-
-    def release_cached(self, ids):
-        self.released.extend(ids)
-
-
-def tree4():
-    """root -> N1 system -> {N2 python, N3 bash -> N4 git}; nothing pinned."""
-    pool = Pool()
-    tree = RadixTree(4, pool)
-    n2 = tree.insert([("system", 8), ("python", 8)], [1, 2, 10, 11], now=1).node
-    n3 = tree.insert([("system", 8), ("bash", 8)], [1, 2, 20, 21], now=2).node
-    n4 = tree.insert(
-        [("system", 8), ("bash", 8), ("git status", 4)], [1, 2, 20, 21, 31], now=3
-    ).node
-    n1 = n2.parent
-    assert n4.parent is n3 and n3.parent is n1 and n1.block_ids == [1, 2]
-    tree.check_invariants()
-    return tree, pool, (n1, n2, n3, n4)
-
-
 def test_evict_path_frees_the_dormant_childless_chain_and_keeps_a_shared_parent():
-    tree, pool, (n1, n2, n3, n4) = tree4()
+    tree, pool, (n1, n2, n3, n4) = t33_tree_unpinned()
     before = tree.evicted_blocks
     assert tree.evict_path(n4) == [31, 21, 20]  # N4, then N3 (childless now); N1 has N2
     assert pool.released == [31, 21, 20]
@@ -57,7 +32,7 @@ def test_evict_path_frees_the_dormant_childless_chain_and_keeps_a_shared_parent(
 
 
 def test_evict_path_keeps_pinned_nodes_and_nodes_with_children():
-    tree, pool, (n1, n2, n3, n4) = tree4()
+    tree, pool, (n1, n2, n3, n4) = t33_tree_unpinned()
     tree.lock(n4)  # another sequence maps the bash/git path
     assert tree.evict_path(n4) == [] and tree.evict_path(n3) == []
     assert tree.evict_path(n2) == [11, 10]  # N1 is pinned through N4: it stays
@@ -71,7 +46,7 @@ def test_evict_path_keeps_pinned_nodes_and_nodes_with_children():
 
 
 def test_evict_path_leaves_no_stale_candidate_for_evict():
-    tree, pool, (n1, n2, n3, n4) = tree4()
+    tree, pool, (n1, n2, n3, n4) = t33_tree_unpinned()
     tree.evict_path(n4)
     assert tree.evict(100) == [11, 10, 2, 1]  # only N2 and N1 were left to evict
     assert pool.released == [31, 21, 20, 11, 10, 2, 1]

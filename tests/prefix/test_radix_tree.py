@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tree_fixtures import Pool, t33_tree_unpinned
 
 from sim.errors import ConfigError, UnknownNameError
 from sim.prefix.eviction import EVICTION_STRATEGIES, Watermark, get_strategy
@@ -14,31 +15,11 @@ from sim.prefix.radix import RadixTree
 from sim.prefix.spans import segments, slice_tokens
 
 
-class Pool:
-    """Records what the tree gives back."""
-
-    def __init__(self):
-        self.released: list[int] = []
-
-    def release_cached(self, ids):
-        self.released.extend(ids)
-
-
 def t33_tree():
     """SPEC T33: root -> N1 system (pinned) -> {N2 python (pinned), N3 bash -> N4 git}."""
-    pool = Pool()
-    tree = RadixTree(4, pool)
-    n2 = tree.insert([("system", 8), ("python", 8)], [1, 2, 10, 11], now=1).node
-    n3 = tree.insert([("system", 8), ("bash", 8)], [1, 2, 20, 21], now=2).node
-    n4 = tree.insert(
-        [("system", 8), ("bash", 8), ("git status", 4)], [1, 2, 20, 21, 31], now=3
-    ).node
-    assert n4.parent is n3
-    n1 = n2.parent
-    assert n1.block_ids == [1, 2] and n3.block_ids == [20, 21] and n4.block_ids == [31]
-    assert n1.parent is tree.root and n3.parent is n1
-    tree.lock(n2)  # a running Python-workspace request pins N2 and N1
-    return tree, pool, (n1, n2, n3, n4)
+    tree, pool, nodes = t33_tree_unpinned()
+    tree.lock(nodes[1])  # a running Python-workspace request pins N2 and N1
+    return tree, pool, nodes
 
 
 def test_t33_leaf_goes_first_then_its_parent_pinned_nodes_never():
