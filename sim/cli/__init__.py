@@ -3,11 +3,14 @@
 Invariant: user errors (``KvsimError``) print one line on stderr and exit with status 2,
 never a traceback; each sub-command lives in its own module of this package and
 registers itself through ``register(app)``; modules are listed in ``COMMAND_MODULES``.
+``kvsim --version`` prints the installed distribution's version (its metadata, what pip
+reports).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
 
 import typer
@@ -34,6 +37,36 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+DIST_NAME = "kvcache-sim"
+
+
+def installed_version() -> str:
+    """The installed distribution's version (what pip reports), from its metadata."""
+    try:
+        return importlib.metadata.version(DIST_NAME)
+    except importlib.metadata.PackageNotFoundError:
+        # run from a checkout that was never installed: the source's own version
+        from sim import __version__
+
+        return f"{__version__} (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"kvsim {installed_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version,
+        help="Print the installed kvsim version and exit.",
+    ),
+) -> None:  # fmt: skip
+    """kvsim: KV-cache memory simulator for LLM agent serving."""
 
 
 def _register_all() -> None:

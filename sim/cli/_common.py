@@ -1,4 +1,4 @@
-"""Shared CLI helpers: number lists, unit flags, ``--set`` overrides, JSON output.
+"""Shared CLI helpers: number lists, unit flags, ``--set`` overrides, JSON output, warnings.
 
 Invariant: flag values are turned into bytes/seconds here, once; GB means 10^9 B and GiB
 2^30 B, and a pair of GB/GiB flags for the same quantity is mutually exclusive.
@@ -10,10 +10,9 @@ import json
 import sys
 from typing import Any
 
-import yaml
-
 from sim.errors import KvsimError
 from sim.units import GB, GiB
+from sim.yamlio import load_value
 
 
 def int_list(values: list[str] | None, flag: str) -> list[int]:
@@ -53,7 +52,7 @@ def parse_sets(items: list[str] | None, prefixes: tuple[str, ...]) -> dict[str, 
                 f"--set {item!r}: expected PREFIX.FIELD=VALUE with PREFIX one of "
                 f"{', '.join(prefixes)}"
             )
-        out[head][rest] = yaml.safe_load(raw)
+        out[head][rest] = load_value(raw, f"--set {key}")
     return out
 
 
@@ -61,3 +60,9 @@ def print_json(obj: Any) -> None:
     """One JSON object on stdout."""
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def print_warnings(warnings: list[str]) -> None:
+    """Each warning as one ``kvsim: warning:`` line on stderr (stdout keeps its contract)."""
+    for warning in warnings:
+        print(f"kvsim: warning: {warning}", file=sys.stderr)

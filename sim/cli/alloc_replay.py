@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-import yaml
 
 from sim.cli._common import print_json
 from sim.errors import KvsimError
+from sim.yamlio import load_value
 
 HELP = """Replay an allocation trace (no timing) and print memory metrics after the ops.
 
@@ -40,7 +40,7 @@ def _options(items: list[str] | None) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise KvsimError(f"--option {item!r}: expected NAME=VALUE, e.g. block_size=16")
-        out[key.strip()] = yaml.safe_load(raw)
+        out[key.strip()] = load_value(raw, f"--option {key.strip()}")
     return out
 
 

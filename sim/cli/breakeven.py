@@ -1,6 +1,8 @@
 """``kvsim breakeven``: hold, offload or recompute one paused trajectory (F29-F33).
 
 Invariant: flag parsing and printing only; the arithmetic is ``sim.sizing.breakeven``.
+``--json`` prints one object on stdout; warnings (a context beyond the model's window) go
+to stderr as well and never change the exit status.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.cli._common import parse_sets, print_json
+from sim.cli._common import parse_sets, print_json, print_warnings
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
 from sim.sizing.breakeven import BreakEvenInputs, BreakEvenResult, break_even
@@ -27,10 +29,11 @@ the per-GPU one-way bandwidth in GB/s (10^9 B/s) [default: the GPU profile's eff
 figure]. The prefill rate is --prefill-tflops (the replica's sustained FLOP/s, in 10^12)
 or --prefill-mfu x dense BF16 peak x GPUs in the replica. Recompute counts F30's linear
 term 2 x P x S; --attention adds F23's 4 L d_model S^2. Arithmetic only: the weights are
-not checked to fit. Example (SPEC E24):
+not checked to fit; a context beyond the model's window is a warning (exit 0). Example
+(SPEC E24):
 
-  kvsim breakeven --model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 --context 32768
-  --link-gb-per-s 64 --prefill-mfu 0.45 --wait 45
+  kvsim breakeven --model llama-3.1-70b --params 70.6e9 --gpu h100-sxm-80gb --num-gpus 8
+  --context 32768 --link-gb-per-s 64 --prefill-mfu 0.45 --wait 45
 """
 
 
@@ -111,6 +114,7 @@ def breakeven(
         print_json(result.to_dict())
     else:
         _print(result)
+    print_warnings(result.warnings)
 
 
 def _link(link_gb_per_s, acc) -> float:

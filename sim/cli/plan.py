@@ -1,7 +1,9 @@
 """``kvsim plan``: the analytic capacity planner (F1, F4, F5, F34-F37).
 
 Invariant: the command only parses flags and prints; all arithmetic is in
-``sim.sizing.plan``. ``--json`` prints exactly one object.
+``sim.sizing.plan``. ``--json`` prints exactly one object on stdout; warnings (a context
+beyond the model's window, nothing fitting) go to stderr as well and never change the
+exit status.
 """
 
 from __future__ import annotations
@@ -12,19 +14,27 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.cli._common import gb_or_gib, int_list, parse_sets, print_json
+from sim.cli._common import gb_or_gib, int_list, parse_sets, print_json, print_warnings
 from sim.profiles import load_accelerator, load_model
-from sim.sizing.plan import PlanInputs, PlanResult, plan_capacity
+from sim.sizing.plan import (
+    PlanInputs,
+    PlanResult,
+    default_gpu_memory_utilization,
+    plan_capacity,
+)
 from sim.units import GB, GiB
 
 HELP = """Capacity plan: KV bytes per token, the KV pool of a node and how many trajectories of
 each context length fit, with and without a shared prefix.
 
 Capacity is computed per GPU (its pool over its own KV bytes per token) and multiplied by
-the data-parallel replicas (num_gpus / (tp x pp)), each holding its own weights. GB means
+the data-parallel replicas (num_gpus / (tp x pp)), each holding its own weights. The pool
+per GPU is memory x --gpu-memory-utilization - weights - reserve (F34); the utilization
+defaults to 0.9 (as kvsim run), or 1.0 when a --gpu-mem-* or --reserve-* figure is given.
+A context beyond the model's window, or none fitting, is a warning (exit 0). GB means
 10^9 bytes and GiB 2^30 bytes. Example (SPEC E1):
 
-  kvsim plan --model llama-3-70b --params 70.6e9 --gpu h100-sxm-80gb --gpu-mem-gib 80
+  kvsim plan --model llama-3.1-70b --params 70.6e9 --gpu h100-sxm-80gb --gpu-mem-gib 80
   --num-gpus 8 --reserve-gb-per-gpu 2.5 --context 8192,32768,131072
 """
 
@@ -71,6 +81,13 @@ def plan(
     reserve_gib_per_gpu: Annotated[
         float | None, typer.Option(help="Runtime/activation reserve per GPU in GiB.")
     ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option(
+            help="Share of each GPU's memory the engine may use, in (0, 1] (F34) "
+            "[default: 0.9, or 1.0 when a --gpu-mem-* or --reserve-* figure is given]."
+        ),
+    ] = None,
     headroom: Annotated[
         float, typer.Option(help="Fraction of the KV pool kept free (F37 uses 0.10).")
     ] = 0.0,
@@ -95,6 +112,11 @@ def plan(
     contexts = int_list(context, "--context")
     if not contexts:
         raise KvsimError("--context: give at least one context length")
+    gpu_mem_bytes = gb_or_gib(gpu_mem_gb, gpu_mem_gib, "--gpu-mem")
+    reserve_bytes = gb_or_gib(reserve_gb_per_gpu, reserve_gib_per_gpu, "--reserve")
+    if gpu_memory_utilization is None:
+        figures = gpu_mem_bytes is not None or reserve_bytes is not None
+        gpu_memory_utilization = default_gpu_memory_utilization(figures)
     inputs = PlanInputs(
         model=load_model(model, profiles, sets["model"]),
         accelerator=load_accelerator(gpu, profiles, sets["gpu"]),
@@ -106,11 +128,11 @@ def plan(
         kv_dtype=kv_dtype,
         weight_dtype=weight_dtype,
         params=params,
-        gpu_mem_bytes=gb_or_gib(gpu_mem_gb, gpu_mem_gib, "--gpu-mem"),
-        reserve_bytes_per_gpu=gb_or_gib(reserve_gb_per_gpu, reserve_gib_per_gpu, "--reserve")
-        or 0.0,
+        gpu_mem_bytes=gpu_mem_bytes,
+        reserve_bytes_per_gpu=reserve_bytes or 0.0,
         headroom=headroom,
         shared_prefix_tokens=shared_prefix_tokens,
+        gpu_memory_utilization=gpu_memory_utilization,
     )
     for name, value in (("--kv-dtype", kv_dtype), ("--weight-dtype", weight_dtype)):
         if value is not None:
@@ -125,6 +147,7 @@ def plan(
         print_json(result.to_dict())
     else:
         _print_table(result)
+    print_warnings(result.warnings)
 
 
 def _both(n: float) -> str:
@@ -143,6 +166,10 @@ def _print_table(r: PlanResult) -> None:
         "weights per GPU / node", f"{_both(r.weights_bytes_per_gpu)} / {_both(r.weights_bytes)}"
     )
     head.add_row("memory per GPU", _both(r.gpu_mem_bytes))
+    used_bytes = r.gpu_mem_bytes * r.gpu_memory_utilization
+    head.add_row(
+        "GPU memory utilization (F34)", f"{r.gpu_memory_utilization:g} x memory = {_both(used_bytes)}"
+    )
     head.add_row("reserve per GPU", _both(r.reserve_bytes_per_gpu))
     head.add_row(
         "KV pool per GPU / node", f"{_both(r.kv_pool_bytes_per_gpu)} / {_both(r.kv_pool_bytes)}"

@@ -26,8 +26,10 @@ _PARAGRAPHS = [
     "metric that the run or the baseline lacks fails. Wall-clock figures are never compared.",
     "Baselines are one JSON file per case, BASELINE_DIR/CASE.json. --update rewrites them "
     "from this run and prints what changed: review the diff before committing it.",
-    "Defaults: tests/golden/suite.yaml of the source checkout kvsim runs from, baselines in "
-    "tests/golden/baselines/. An installed kvsim without a checkout needs --suite.",
+    "Defaults: ./tests/golden/suite.yaml if the current folder has one, else that of the "
+    "source checkout kvsim runs from; baselines in the suite's baselines/ folder. An "
+    "installed kvsim without a checkout needs --suite. The suite and baselines used are "
+    "printed on stderr.",
     "Exit status: 0 pass, 1 a failing check or case, 2 a bad suite or flag.",
     "Example: kvsim regress --suite ci/kvsim --junit reports/kvsim-regress.xml",
 ]
@@ -67,14 +69,17 @@ def regress(
     """Parse the flags, run the session, print, exit 0/1."""
     from rich.console import Console
 
-    from sim.regress.locate import resolve_baseline_dir, resolve_suite
-    from sim.regress.report import print_report, report_dict, write_junit
+    from sim.regress.locate import describe, resolve_baseline_dir, resolve_suite
+    from sim.regress.report import check_junit_path, print_report, report_dict, write_junit
     from sim.regress.session import run_session
     from sim.regress.suite import load_suite
 
+    if junit is not None:
+        check_junit_path(junit)  # before the suite runs, not after
     suite_file = resolve_suite(suite)
     baseline_dir = resolve_baseline_dir(baseline, suite_file)
     loaded = load_suite(suite_file)
+    typer.echo(describe(suite_file, baseline_dir), err=True)  # stderr: --json stays one object
     report = run_session(loaded, baseline_dir, cases=case, update=update, strict=strict)
     if junit is not None:
         write_junit(report, junit)

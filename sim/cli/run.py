@@ -1,12 +1,16 @@
-"""``kvsim run FILE --out DIR [--quiet] [--set KEY=VALUE ...]``: simulate a scenario.
+"""``kvsim run FILE --out DIR [--force] [--quiet] [--set KEY=VALUE ...]``: simulate a scenario.
 
 Invariant: the command parses flags, shows progress on stderr and a short result table on
-stdout (``--quiet``: nothing but errors), and writes only under ``--out``; all simulation
-logic is in ``sim.run``.
+stdout (``--quiet``: nothing but errors and the WARNING block of a pathological run), and
+writes only under ``--out``, all of the run folder or nothing (``sim.run.output``): a
+non-empty ``--out`` is refused before the run unless ``--force``, and Ctrl-C prints
+``interrupted: nothing written`` and exits 130. All simulation logic is in ``sim.run``;
+``summary.json`` records this command line.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -14,13 +18,19 @@ from typing import Annotated
 import typer
 
 HELP = """Run a scenario and write the run folder: config.resolved.yaml, summary.json,
-requests.parquet, steps.parquet, memory.parquet, trajectories.parquet.
+requests.parquet, steps.parquet, memory.parquet, trajectories.parquet, pauses.parquet.
+
+The folder is written whole once the run is done (nothing on an error or Ctrl-C); an
+existing non-empty folder is refused unless --force, which replaces it whole.
 
 Override any scenario field with dotted keys (values are YAML):
 
   kvsim run workloads/seed_chunked_prefill.yaml --out runs/e20 --set scheduler.chunked_prefill=false
   kvsim run workloads/agents_swarm.yaml --out runs/demo --set allocator.kind=static --set seed=3
 """
+
+#: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_INTERRUPTED = 130
 
 
 def register(app: typer.Typer) -> None:
@@ -30,24 +40,68 @@ def register(app: typer.Typer) -> None:
 
 def run(
     file: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
-    out: Annotated[Path, typer.Option("--out", help="Output folder (created if needed).")],
+    out: Annotated[
+        str, typer.Option("--out", help="Output folder (created; must be empty or absent).")
+    ],
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE (dotted KEY).")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors and warnings.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a non-empty --out folder whole.")
+    ] = False,
 ) -> None:
-    """Parse the flags, build, run with a progress bar, write, print the headline numbers."""
+    """Run and write; Ctrl-C leaves nothing behind and exits 130."""
+    try:
+        _run(file, out, set_ or [], quiet, force)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: nothing written", err=True)
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+
+
+def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool) -> None:
+    """Check --out, build, run with a progress bar, write, print the headline numbers."""
     from sim.run import build
+    from sim.run.output import check_out_dir
     from sim.scenario import parse_set
 
-    sim = build(str(file), **parse_set(set_))
+    out_dir = check_out_dir(out, force=force)  # before the run: refuse early
+    sim = build(str(file), **parse_set(sets))
     if quiet:
         result = sim.run()
     else:
         result = _run_with_progress(sim)
-    result.write(out)
+    result.summary["command"] = command_line(file, out, sets, quiet, force)
+    result.write(out_dir, force=force)
     if not quiet:
-        _print_summary(result.summary, out)
+        _print_summary(result.summary, out_dir)
+    _after_run(result)
+
+
+def command_line(file: Path, out: str, sets: list[str], quiet: bool, force: bool) -> list[str]:
+    """The argv that reproduces this run (recorded as ``summary.json``'s ``command``)."""
+    argv = ["kvsim", "run", str(file), "--out", out]
+    for item in sets:
+        argv += ["--set", item]
+    return argv + (["--quiet"] if quiet else []) + (["--force"] if force else [])
+
+
+def _after_run(result) -> None:
+    """A pathological run says so: its ``warnings`` as a WARNING block on stderr (also
+    with ``--quiet``); the exit status stays 0, since the run folder is complete."""
+    text = warning_block(result.summary.get("warnings") or [])
+    if text:
+        sys.stderr.write(text)
+
+
+def warning_block(warnings: list[str]) -> str:
+    """The WARNING block for a run's warnings ('' when there are none)."""
+    if not warnings:
+        return ""
+    lines = [f"WARNING: this run looks pathological ({len(warnings)} warning(s)):"]
+    lines += [f"WARNING:   - {w}" for w in warnings]
+    lines.append("WARNING: see summary.json (warnings, rejected_by_reason, trajectories_by_status)")
+    return "\n".join(lines) + "\n"
 
 
 def _run_with_progress(sim):

@@ -1,7 +1,9 @@
 """``kvsim schema [--out FILE]``: the scenario JSON Schema (for editor completion).
 
-Invariant: prints (or writes) exactly one JSON document, generated from the same pydantic
-models that validate scenarios, so it never drifts from them.
+Invariant: prints (or writes) exactly one JSON document (draft 2020-12), generated from
+the same pydantic models that validate scenarios, shorthands included (``model: NAME``, a
+bare number for a distribution), so it never drifts from them: every shipped scenario
+validates against it with the ``jsonschema`` package (tests/scenario).
 """
 
 from __future__ import annotations

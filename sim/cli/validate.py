@@ -1,7 +1,9 @@
 """``kvsim validate FILE [--set KEY=VALUE ...]``: check a scenario without running it.
 
 Invariant: a valid scenario prints one ``ok`` line with what it resolved to; an invalid
-one raises a one-line ``file:line: field: message`` error (exit 2).
+one prints every problem found (schema errors all at once; then missing trace files, the
+profiles, the KV pool and the allocator), one ``kvsim: error: file:line: field: message``
+line each on stderr, at most ``MAX_PROBLEMS`` of them then ``... and N more``, and exits 2.
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ from typing import Annotated
 
 import typer
 
+from sim.errors import KvsimError
+
+#: problems listed before the rest are only counted
+MAX_PROBLEMS = 20
+
 
 def register(app: typer.Typer) -> None:
     """Add ``validate`` to the app."""
-    app.command("validate", help="Check a scenario file (schema, profiles, KV pool, allocator).")(
-        validate
-    )
+    app.command(
+        "validate", help="Check a scenario file (schema, trace files, profiles, KV pool, allocator)."
+    )(validate)
 
 
 def validate(
@@ -25,12 +32,17 @@ def validate(
         list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")
     ] = None,
 ) -> None:
-    """Load, resolve and build the allocator; print one line."""
-    from sim.scenario import load_scenario, make_allocator_for, parse_set, resolve
+    """Load, check trace files, resolve and build the allocator; print one line or the
+    problems."""
     from sim.units import GB
 
-    resolved = resolve(load_scenario(str(file), parse_set(set_)))
-    make_allocator_for(resolved)
+    problems, resolved = check(file, set_)
+    if problems:
+        for err in problems[:MAX_PROBLEMS]:
+            typer.echo(f"kvsim: error: {err}", err=True)
+        if len(problems) > MAX_PROBLEMS:
+            typer.echo(f"kvsim: error: ... and {len(problems) - MAX_PROBLEMS} more", err=True)
+        raise typer.Exit(code=2)
     sc = resolved.scenario
     typer.echo(
         f"{file}: ok: {sc.name}: {resolved.model.name} on {resolved.num_gpus} x "
@@ -39,3 +51,22 @@ def validate(
         f" tokens), allocator {resolved.allocator_kind}, scheduler {sc.scheduler.kind}, "
         f"workload {sc.workload.kind}"
     )
+
+
+def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], object]:
+    """(every problem found, the resolved scenario when there is none)."""
+    from sim.run.runner import check_pause_policy
+    from sim.scenario import load_scenario, make_allocator_for, parse_set, resolve
+    from sim.scenario.paths import missing_files
+
+    try:
+        loaded = load_scenario(str(file), parse_set(sets))
+    except KvsimError as exc:
+        return list(getattr(exc, "problems", None) or [exc]), None
+    problems: list[KvsimError] = list(missing_files(loaded))
+    try:
+        resolved = resolve(loaded)
+        check_pause_policy(resolved, make_allocator_for(resolved))  # tiers the policy needs
+    except KvsimError as exc:
+        return [*problems, exc], None
+    return problems, resolved

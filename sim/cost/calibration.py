@@ -6,7 +6,9 @@ example) and answer the cost model's questions with piecewise-linear interpolati
 achieved fraction of HBM bandwidth for paged decode attention (by block size and context)
 and for weight streaming (by batch), fraction of dense peak for prefill GEMMs (by tokens),
 pinned host<->device copy time (``overhead + bytes / bandwidth``) and the fixed per-step
-overhead.
+overhead. ``host_link_fits`` decides which host link a run's copy engines use: per figure,
+the scenario's explicit value, else the calibration's fit of that direction, else the
+accelerator profile's bandwidth with no per-transfer overhead.
 
 Invariant: a ``Calibration`` is immutable and valid once built (axes strictly increasing
 and positive, every efficiency in (0, 1.5], grids the size of their axes); queries
@@ -30,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import ConfigError, UnknownNameError
+from sim.profiles.registry import builtin_profiles_dir
 from sim.yamlio import format_validation_error, load_yaml
 
 ENV_VAR = "KVSIM_PROFILES"
@@ -163,6 +166,29 @@ class CopyFit:
 
     overhead_s: float
     bw_bytes_per_s: float
+
+
+def host_link_fits(
+    calibration: Calibration | None,
+    profile_bw_bytes_per_s: float,
+    *,
+    bw_bytes_per_s: float | None = None,
+    overhead_s: float | None = None,
+) -> dict[str, CopyFit]:
+    """The host link of each direction (``h2d``, ``d2h``) for a run's copy engines.
+
+    Precedence, figure by figure: the scenario's explicit ``bw_bytes_per_s`` /
+    ``overhead_s`` (one value for both directions) win; else the calibration's pinned copy
+    fit of that direction (a measurement of this device); else the accelerator profile's
+    bandwidth and no per-transfer overhead.
+    """
+    fits: dict[str, CopyFit] = {}
+    for direction in COPY_DIRECTIONS:
+        fit = calibration.copy_fit(direction) if calibration is not None else None
+        bw = bw_bytes_per_s or (fit.bw_bytes_per_s if fit else profile_bw_bytes_per_s)
+        over = (fit.overhead_s if fit else 0.0) if overhead_s is None else overhead_s
+        fits[direction] = CopyFit(over, bw)
+    return fits
 
 
 def _log2_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -304,7 +330,8 @@ def default_search_dirs() -> list[Path]:
     """User folders first (each ``$KVSIM_PROFILES`` entry + /calibration), then the shipped one."""
     env = os.environ.get(ENV_VAR, "")
     dirs = [Path(p) / "calibration" for p in env.split(os.pathsep) if p]
-    dirs.append(Path(__file__).resolve().parents[2] / "hardware_profiles" / "calibration")
+    # the shipped folder wherever the install put it (package data in a wheel)
+    dirs.append(builtin_profiles_dir() / "calibration")
     return dirs
 
 

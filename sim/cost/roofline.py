@@ -11,14 +11,19 @@ Terms (per TP rank):
 - memory time  = (weight bytes / TP + KV bytes read) / (HBM bandwidth x bw_efficiency)
 - compute time = (2 x active params x tokens + attention FLOPs) / TP / (MFU x peak), where
   a step with any prefill uses ``mfu_prefill``, a pure decode step ``mfu_decode``;
-  attention FLOPs for a chunk of c new tokens over h cached ones are 4 L d (h + c) c
-  (so a monolithic prefill of S tokens gives F23's 4 L d S^2);
+  attention FLOPs are 4 L d per (query, key) pair a kernel computes. A chunk of c new
+  tokens over h cached ones under the causal mask (``attention_mask: causal``, the
+  default: what FlashAttention-style kernels do) has c h + c (c + 1) / 2 pairs, i.e.
+  4 L d c (h + c/2) plus the diagonal, about half of the new-token square; a decode token
+  (c = 1) attends h + 1. ``attention_mask: square`` prices the full c (h + c), so a
+  monolithic prefill of S tokens gives F23's 4 L d S^2 as the chapter states it;
 - step = overhead + allocator calls + max(memory, compute) + TP all-reduce + HBM copies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,7 +36,7 @@ from sim.units import dtype_bytes
 class CostConfig(BaseModel):
     """Efficiencies, switches and overheads of the cost model (scenario key ``cost``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     mfu_prefill: float = Field(0.6, gt=0, le=1)  # any step containing prefill tokens
     mfu_decode: float = Field(0.5, gt=0, le=1)  # pure decode steps
@@ -40,6 +45,9 @@ class CostConfig(BaseModel):
     kv_read: bool = True  # attention reads the batch's KV
     gemm_flops: bool = True
     attention_flops: bool = True
+    # pairs a prefill chunk's attention computes: ``causal`` (the kernel skips the masked
+    # upper triangle of the new tokens) or ``square`` (F23's full 4 L d S^2, the chapter)
+    attention_mask: Literal["causal", "square"] = "causal"
     allreduce: bool = True  # two all-reduces per layer under TP
     copies: bool = True  # allocator-caused HBM copies (growth, deep-copy forks, CoW)
     step_overhead_s: float = Field(0.0, ge=0)  # CPU scheduling + launch per step
@@ -135,7 +143,7 @@ class CostModel:
         pairs = work.decode_history_tokens + work.n_decode  # each decode attends h + 1
         kv_tokens = pairs
         for new, hist in work.prefill_chunks:
-            pairs += new * (hist + new)
+            pairs += self._chunk_pairs(new, hist)
             kv_tokens += hist + new
         weights_s, kv_s = self._mem_terms(work, kv_tokens)
         mfu = self._mfu(work)
@@ -196,6 +204,14 @@ class CostModel:
         return self.iteration_time(StepWork(prefill_chunks=((tokens, history_tokens),))).total_s
 
     # -- terms --------------------------------------------------------------------------
+
+    def _chunk_pairs(self, new: int, hist: int) -> int:
+        """(query, key) pairs of a chunk of ``new`` tokens over ``hist`` cached ones: every
+        new token sees the history, and under the causal mask only itself and the new
+        tokens before it (c (c + 1) / 2, so c = 1 is a decode's h + 1)."""
+        if self.config.attention_mask == "square":
+            return new * (hist + new)
+        return new * hist + new * (new + 1) // 2
 
     def _mem_terms(self, work: StepWork, kv_tokens: float) -> tuple[float, float]:
         c, cal = self.config, self.calibration

@@ -14,7 +14,10 @@ staged through host memory by default (the link leg, then the drive leg, one aft
 other; the staging buffer is not the pinned KV pool) or, with GPUDirect Storage, runs both
 legs at once (the slower one sets the time).
 
-Costs: a transfer of b bytes takes ``overhead_s + b / bw``. In ``fifo`` mode the overhead
+Costs: a transfer of b bytes takes ``overhead_s + b / bw``, with each direction's own
+figures when they differ (a calibration fits h2d and d2h apart; a run takes them from
+``resolve``'s ``Tiers``: the scenario's explicit link, else the calibration's pinned copy
+fits, else the accelerator profile). In ``fifo`` mode the overhead
 occupies the channel (DMA setup is serialised); in ``fair`` mode it is a latency before the
 transfer joins the sharing and uses no bandwidth. ``fair`` schedules one wake-up per change
 of the set in flight; a superseded wake-up stays in SimPy's queue and fires with no effect,
@@ -33,6 +36,7 @@ from typing import Literal
 
 import simpy
 
+from sim.cost.calibration import Calibration, host_link_fits
 from sim.errors import UnknownNameError
 from sim.profiles.schema import AcceleratorProfile, NodeProfile
 
@@ -163,20 +167,24 @@ class CopyEngines:
         nvme_bw_bytes_per_s: float = 0.0,
         nvme_overhead_s: float = 0.0,
         gds: bool = False,
+        d2h_bw_bytes_per_s: float | None = None,
+        d2h_overhead_s: float | None = None,
     ) -> None:
+        """``link_bw_bytes_per_s`` and ``overhead_s`` set both directions unless the
+        ``d2h_*`` figures (copy-out) are given."""
         if num_gpus < 1:
             raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
         self.env = env
         self.num_gpus = num_gpus
         self.gds = gds
+        d2h_bw = link_bw_bytes_per_s if d2h_bw_bytes_per_s is None else d2h_bw_bytes_per_s
+        d2h_over = overhead_s if d2h_overhead_s is None else d2h_overhead_s
 
-        def chan(name: str) -> Channel:
-            return Channel(
-                env, link_bw_bytes_per_s, overhead_s=overhead_s, sharing=sharing, name=name
-            )
+        def chan(name: str, bw: float, over: float) -> Channel:
+            return Channel(env, bw, overhead_s=over, sharing=sharing, name=name)
 
-        self.h2d = [chan(f"gpu{g}.h2d") for g in range(num_gpus)]
-        self.d2h = [chan(f"gpu{g}.d2h") for g in range(num_gpus)]
+        self.h2d = [chan(f"gpu{g}.h2d", link_bw_bytes_per_s, overhead_s) for g in range(num_gpus)]
+        self.d2h = [chan(f"gpu{g}.d2h", d2h_bw, d2h_over) for g in range(num_gpus)]
         self.drives: Channel | None = None
         if nvme_bw_bytes_per_s > 0:
             self.drives = Channel(
@@ -196,16 +204,27 @@ class CopyEngines:
         node: NodeProfile | None = None,
         *,
         link_bw_bytes_per_s: float | None = None,
+        calibration: Calibration | None = None,
         **options,
     ) -> CopyEngines:
         """Bandwidths from the profiles (``host_link.usable_bw_bytes_per_s``; the node's
-        drives); ``link_bw_bytes_per_s`` overrides the link (a calibration or a study)."""
-        bw = link_bw_bytes_per_s or accelerator.host_link.usable_bw_bytes_per_s
+        drives), or a calibration's copy fits per direction; ``link_bw_bytes_per_s`` and
+        ``overhead_s`` override both (``host_link_fits``: a study's explicit figures)."""
+        links = host_link_fits(
+            calibration,
+            accelerator.host_link.usable_bw_bytes_per_s,
+            bw_bytes_per_s=link_bw_bytes_per_s,
+            overhead_s=options.pop("overhead_s", None),
+        )
+        h2d, d2h = links["h2d"], links["d2h"]
         if node is not None and node.nvme_drives and node.nvme_bw_bytes_per_s_per_drive:
             options.setdefault(
                 "nvme_bw_bytes_per_s", node.nvme_drives * node.nvme_bw_bytes_per_s_per_drive
             )
-        return cls(env, num_gpus, bw, **options)
+        return cls(
+            env, num_gpus, h2d.bw_bytes_per_s, overhead_s=h2d.overhead_s,
+            d2h_bw_bytes_per_s=d2h.bw_bytes_per_s, d2h_overhead_s=d2h.overhead_s, **options,
+        )  # fmt: skip
 
     # ---------------------------------------------------------------- operations
     def copy_out(self, bytes_per_gpu: float, gpus: Sequence[int] | None = None) -> simpy.Event:

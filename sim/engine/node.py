@@ -18,7 +18,9 @@ Invariants: one SimPy event per step or run (never per token or per sequence); w
 operations take effect only at step boundaries, in the order they were posted; the batch
 is never empty while work is runnable (otherwise ``EngineStuckError`` names the stuck
 requests); with ``check_invariants`` the KV manager, the scheduler and token-count
-monotonicity are checked after every decision.
+monotonicity are checked after every decision; the simulated clock never passes
+``max_sim_time_s`` (``SimTimeLimitError`` names the unfinished trajectories) unless the
+horizon comes first, in which case the run ends at the horizon.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class EngineStuckError(KvsimError):
     """Work is runnable but no step can be scheduled (a livelock, i.e. a simulator bug)."""
 
 
+class SimTimeLimitError(KvsimError):
+    """The simulated clock passed ``engine.max_sim_time_s`` (e.g. a tool pause of years)."""
+
+
 class Node:
     """One engine instance (a TP x PP replica) serving requests step by step."""
 
@@ -63,6 +69,7 @@ class Node:
         exact: bool = False,
         check_invariants: bool = False,
         horizon_s: float | None = None,
+        max_sim_time_s: float | None = None,
         progress=None,
         progress_every: int = 2048,
         pauses=None,
@@ -71,6 +78,7 @@ class Node:
         self.exact = exact
         self.check = check_invariants
         self.horizon_s = horizon_s
+        self.max_sim_time_s = max_sim_time_s  # None: no guard
         self.progress, self.progress_every = progress, progress_every
         self.inbox: list[tuple] = []
         self._wake = None  # event the engine sleeps on while idle or in a run
@@ -139,6 +147,12 @@ class Node:
     def _loop(self):
         env, zero_time = self.env, 0
         while True:
+            # checked before settling: at t = inf (a pause of .inf) settling never ends
+            if self.max_sim_time_s is not None and env.now > self.max_sim_time_s:
+                if self.horizon_s is None or self.horizon_s > self.max_sim_time_s:
+                    self._too_long()
+                self.end_s = self.horizon_s  # woken idle, past the horizon: it ends there
+                return
             while env.peek() <= env.now:  # let same-time processes post first
                 yield env.timeout(0)
             self._apply_inbox()
@@ -213,7 +227,7 @@ class Node:
         ):
             return None
         decodes = plan.decodes
-        k = min((r.max_output_tokens - r.num_output for r in decodes), default=1 << 30)
+        k = min((r.output_limit - r.num_output for r in decodes), default=1 << 30)
         chunks = prefill = late = None
         if plan.prefill_chunks:
             chunks = sched.run_chunks(plan, k)
@@ -225,10 +239,10 @@ class Node:
             if (
                 done
                 and n_pre < k
-                and prefill.max_output_tokens - prefill.num_output > 1
+                and prefill.output_limit - prefill.num_output > 1
                 and sched.decodes_stay_alone(plan, plan.n_decode + 1)
             ):
-                k = min(k, n_pre + prefill.max_output_tokens - prefill.num_output - 1)
+                k = min(k, n_pre + prefill.output_limit - prefill.num_output - 1)
                 late = (prefill, n_pre)  # decodes from the run's step n_pre + 1 on
             else:
                 k = min(k, n_pre)
@@ -311,7 +325,8 @@ class Node:
             self.progress(end)
 
     def _scheduling_events(self, plan, now: float) -> None:
-        self.rec.events(plan)
+        sched = self.sched  # counts after the decision (a zero-time one gets its own row)
+        self.rec.events(plan, now, len(sched.running), len(sched.waiting))
         for req in plan.admitted:
             if req.admitted_s is None:
                 req.admitted_s = now
@@ -342,6 +357,7 @@ class Node:
         ops, self.inbox = self.inbox, []
         kv, sched = self.kv, self.sched
         kv.set_time(self.env.now)
+        refused = 0  # requests that can never run, refused on submission (one steps row)
         for op in ops:
             kind = op[0]
             if kind == "submit":
@@ -352,6 +368,7 @@ class Node:
                 if not sched.add(req):
                     kv.release(req.seq_id, "rejected")
                     self._ended(req)
+                    refused += 1
             elif kind == "fork":
                 kv.fork(op[1], op[2])
             elif kind == "call":
@@ -368,6 +385,7 @@ class Node:
                 if self.pauses is not None:
                     self.pauses.on_release(op[2])
                 kv.release(op[2], "cancelled")
+        self.rec.rejected_at_submit(self.env.now, refused, len(sched.running), len(sched.waiting))
 
     # ------------------------------------------------------------- guards
     def _check_invariants(self) -> None:
@@ -384,6 +402,26 @@ class Node:
                 raise InvariantError(f"{req!r}: computed tokens went down without a preemption")
             self._seen[id(req)] = now
 
+    def _too_long(self) -> None:
+        reqs = [op[1] for op in self.inbox if op[0] == "submit"]
+        reqs += [*self.sched.running, *self.sched.waiting]
+        due = {r.traj_id for r in reqs if getattr(r, "traj_id", None) is not None}
+        pausing = {  # the pause controller's open pauses (read only)
+            p.req.traj_id
+            for p in getattr(self.pauses, "pauses", ())
+            if p.state not in ("done", "gone")
+        } - due
+        parts = [
+            f"{what} {_ids(ids)}"
+            for what, ids in (("a request due", due), ("in a tool pause", pausing))
+            if ids
+        ]
+        raise SimTimeLimitError(
+            f"simulated time reached t={self.env.now:.6g} s, past engine.max_sim_time_s = "
+            f"{self.max_sim_time_s:.6g} s; stuck trajectories: {'; '.join(parts) or 'none'}; "
+            "raise engine.max_sim_time_s or set duration_s if the run is meant to be this long"
+        )
+
     def _stuck(self, why: str, *detail) -> None:
         sched = self.sched
         stuck = [*sched.running, *sched.waiting][:5]
@@ -397,4 +435,10 @@ class Node:
         )
 
 
-__all__ = ["EngineStuckError", "Node"]
+def _ids(ids: set[int], most: int = 10) -> str:
+    shown = sorted(ids)[:most]
+    more = f" (+{len(ids) - most} more)" if len(ids) > most else ""
+    return ", ".join(str(i) for i in shown) + more
+
+
+__all__ = ["EngineStuckError", "Node", "SimTimeLimitError"]

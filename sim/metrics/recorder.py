@@ -3,14 +3,16 @@
 Responsibility: remember what happened, cheaply, while the simulation runs, and turn it
 into pandas DataFrames at the end. Steps are kept once per step (end time) and once per
 engine decision (a step, or a run of identical decode steps advanced in one go, with its
-batch and cost breakdown). Inter-token gaps are never stored per token: a request that
+batch and cost breakdown); a decision that runs no step (preemptions, rejections or held
+drops only) and requests refused at submission get a zero-time row (``n_steps`` 0). Inter-token gaps are never stored per token: a request that
 emits in consecutive steps has gaps equal to those steps' durations, so each step keeps
 the number of such gaps it closes (its *ITL weight*); only gaps that span several steps
 (after a stall or a preemption) are stored one by one.
 
 Invariant: records are only appended (never edited) until ``frames()``; every time is
 simulation time; the number of regular gaps plus irregular gaps equals the sum over
-requests of (tokens emitted - 1).
+requests of (tokens emitted - 1); the step table's ``preempted``, ``rejected`` and
+``held_drops`` columns sum to the run's preemptions, rejected requests and held drops.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ REQUEST_SCHEMA = [
     ("turn", _I),
     ("branch", _I),
     ("status", "U9"),
+    ("finish_reason", "U19"),  # FINISH_REASONS; null while unfinished
     ("arrival_s", _F),
     ("admitted_s", _F),
     ("first_token_s", _F),
@@ -105,10 +108,10 @@ REQUEST_COLUMNS = tuple(n for n, _ in REQUEST_SCHEMA)
 
 TRAJECTORY_SCHEMA = [
     ("traj_id", _L),
-    ("kind", "U8"),
+    ("kind", "U24"),
     ("start_s", _F),
     ("end_s", _F),
-    ("status", "U9"),
+    ("status", "U17"),  # completed | failed | context_exhausted
     ("turns", _I),
     ("requests", _I),
     ("branches", _I),
@@ -116,6 +119,7 @@ TRAJECTORY_SCHEMA = [
     ("lookup_tokens", _L),
     ("hit_tokens", _L),
     ("pause_s", _F),
+    ("compactions", _I),  # context-limit compactions/truncations (workload.context_limit)
     ("hold_byte_s", _F),
 ]
 TRAJECTORY_COLUMNS = tuple(n for n, _ in TRAJECTORY_SCHEMA)
@@ -194,10 +198,39 @@ class Recorder:
         self.decisions += 1
         return s0
 
-    def events(self, plan) -> None:
-        """Scheduling events of a decision that ran no step (a zero-time reschedule)."""
+    def events(self, plan, now_s: float, n_running: int, n_waiting: int) -> None:
+        """Scheduling events of every decision (before its step is priced).
+
+        A decision that runs no step (a zero-time reschedule: preemptions, rejections or
+        held drops only) gets a row of its own with ``n_steps`` 0, so that the step
+        table's event columns add up to the run's totals.
+        """
         self.preemptions += len(plan.preempted)
         self.held_drops += plan.held_drops
+        if plan.empty and (plan.preempted or plan.rejected or plan.held_drops):
+            self._event_row(
+                now_s,
+                admitted=len(plan.admitted),
+                preempted=len(plan.preempted),
+                rejected=len(plan.rejected),
+                held_drops=plan.held_drops,
+                n_running=n_running,
+                n_waiting=n_waiting,
+                copy_bytes=plan.copy_bytes,
+                alloc_calls=plan.alloc_calls,
+            )
+
+    def rejected_at_submit(self, now_s: float, count: int, n_running: int, n_waiting: int) -> None:
+        """``count`` requests refused when submitted (they can never run): one zero-time row."""
+        if count:
+            self._event_row(now_s, rejected=count, n_running=n_running, n_waiting=n_waiting)
+
+    def _event_row(self, now_s: float, **events: float) -> None:
+        # ``step`` is the index the next step will get; no batch, no cost, bound "none"
+        row = dict.fromkeys(STEP_COLUMNS, 0)
+        row.update(step=len(self.step_ends), start_s=now_s, end_s=now_s, bound="none")
+        row.update(events)
+        self._steps.append(tuple(row[c] for c in STEP_COLUMNS))
 
     def emit(self, requests, s0: int, k: int, durations: np.ndarray | None = None) -> None:
         """Every request in ``requests`` sampled one token at each of steps s0 .. s0+k-1.
@@ -315,6 +348,9 @@ class Recorder:
         """``requests``, ``steps``, ``memory``, ``trajectories`` as DataFrames (once: the
         tables are emptied as they are converted)."""
         requests = self._requests.frame(True).sort_values("req_id", kind="stable")
+        requests["finish_reason"] = requests.finish_reason.astype(object).where(
+            requests.finish_reason != "", None
+        )
         trajectories = self._trajectories.frame(True).sort_values("traj_id", kind="stable")
         return {
             "requests": requests.reset_index(drop=True),
@@ -340,6 +376,7 @@ def request_row(r) -> tuple:
         r.turn,
         r.branch,
         STATUS_NAMES[r.status],
+        r.finish_reason or "",
         r.arrival_s,
         r.admitted_s,
         r.first_token_s,

@@ -4,7 +4,10 @@ Responsibility: reduce the recorder's tables to the summary fields the issue lis
 (``requests_completed``, ``trajectories_completed``, ``sim_time_s``, ``wall_time_s``,
 ``ttft_s``/``itl_s``/``e2e_s`` with mean/p50/p90/p99, ``output_tokens_per_s``,
 ``prefix_hit_rate``, ``eta_alloc_mean``, ``eta_effective_mean``, ``peak_allocated_bytes``,
-``preemptions``, ``rejected``, ``max_itl_s``) plus more, with the seed and package versions.
+``preemptions``, ``rejected``, ``max_itl_s``) plus more, with the seed and package versions;
+``rejected_by_reason``, ``trajectories_by_status``, ``compactions`` and ``warnings`` (the
+sentences that say a run went pathological: mass rejection, thrashing, failed
+trajectories; the CLI prints them as a WARNING block).
 
 Invariants: ITL percentiles pool every inter-token gap of every request (a gap of k steps
 counts once, with its whole length); ``*_mean`` memory figures are time-weighted over the
@@ -27,6 +30,14 @@ from sim.units import GB
 
 #: summary keys that are wall-clock measurements (excluded from determinism checks)
 WALL_CLOCK_KEYS = ("wall_time_s",)
+#: requests.parquet finish reasons that are rejections (summary ``rejected_by_reason``)
+REJECT_REASONS = ("rejected_too_long", "rejected_never_fits")
+#: trajectory statuses (summary ``trajectories_by_status``)
+TRAJECTORY_STATUSES = ("completed", "failed", "context_exhausted")
+#: a run warns when more than this share of its requests was rejected
+REJECTED_WARN_SHARE = 0.01
+#: a run warns when a request was preempted more than this many times
+PREEMPTIONS_WARN = 10
 
 
 def package_versions() -> dict[str, str]:
@@ -88,6 +99,13 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "rejected": int((req.status == "rejected").sum()),
         "cancelled": int((req.status == "cancelled").sum()),
         "unfinished": int(req.status.isin(["waiting", "running"]).sum()),
+        "rejected_by_reason": {
+            reason: int((req.finish_reason == reason).sum()) for reason in REJECT_REASONS
+        },
+        "trajectories_by_status": {
+            status: int((traj.status == status).sum()) for status in TRAJECTORY_STATUSES
+        },
+        "compactions": int(traj.compactions.sum()) if len(traj) else 0,
         "held_kv_drops": int(rec.held_drops),
         "paused_kv_bytes_mean": _num(rec.paused_bytes.mean(sim_time_s)),
         "paused_kv_bytes_peak": float(frames["memory"].paused_kv_bytes.max())
@@ -98,11 +116,45 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "engine_decisions": int(rec.decisions),
         "versions": package_versions(),
     }
+    out["warnings"] = run_warnings(out, req)
     prefix = getattr(kv.alloc, "prefix_metrics", None)
     if callable(prefix):  # the prefix cache's own view: raw match before cap/truncation
         pm = prefix()
         out["prefix_match_rate"] = _num(pm.match_rate)
         out["prefix_evicted_blocks"] = int(pm.evicted_blocks)
+    return out
+
+
+def run_warnings(summary: dict, requests) -> list[str]:
+    """What makes a run pathological, one sentence each (empty for a healthy run):
+    more than ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more
+    than ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
+    context."""
+    out = []
+    submitted = summary["requests_submitted"]
+    rejected = summary["rejected"]
+    if submitted and rejected / submitted > REJECTED_WARN_SHARE:
+        reasons = ", ".join(f"{n:,} {r}" for r, n in summary["rejected_by_reason"].items() if n)
+        out.append(
+            f"{rejected:,} of {submitted:,} requests ({rejected / submitted:.1%}) were "
+            f"rejected ({reasons})"
+        )
+    worst = int(requests.preemptions.max()) if len(requests) else 0
+    if worst > PREEMPTIONS_WARN:
+        n = int((requests.preemptions > PREEMPTIONS_WARN).sum())
+        out.append(
+            f"thrashing: {n:,} requests were preempted more than {PREEMPTIONS_WARN} times "
+            f"(at most {worst:,}; {summary['preemptions']:,} preemptions in all)"
+        )
+    by_status = summary["trajectories_by_status"]
+    total = summary["trajectories_ended"]
+    if by_status["failed"]:
+        out.append(f"{by_status['failed']:,} of {total:,} trajectories failed")
+    if by_status["context_exhausted"]:
+        out.append(
+            f"{by_status['context_exhausted']:,} of {total:,} trajectories ended with their "
+            "context exhausted (workload.context_limit)"
+        )
     return out
 
 

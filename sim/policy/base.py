@@ -26,7 +26,7 @@ from sim.policy.resume import plan_prefetch
 class PredictorOptions(BaseModel):
     """How the engine predicts a tool's wait (scenario key ``pause_policy.predictor``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     mode: Literal["mean", "quantile", "min", "oracle"] = "mean"
     quantile: float = Field(0.5, ge=0, le=1)  # for mode 'quantile'
@@ -37,7 +37,7 @@ class PredictorOptions(BaseModel):
 class PolicyOptions(BaseModel):
     """Options every policy accepts (scenario key ``pause_policy``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: str
     resume: Literal["naive", "speculative", "pipelined"] = "naive"  # SPEC 3.13

@@ -17,9 +17,13 @@ Invariant: the same spec, trajectory name and seed give the same prompts in ever
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sim.prefix.spans import ContentId, Segments, n_tokens, segments
+
+T = TypeVar("T", bound=tuple)
 
 ZONES = ("per_call", "system", "tools", "history", "recent", "input")
 
@@ -111,9 +115,8 @@ class _Trajectory:
             self.tool_versions[(turn // spec.tool_change_every - 1) % len(self.tool_versions)] += 1
         if spec.compact_every and turn and turn % spec.compact_every == 0:
             keep = 2 * spec.recent_turns + 1  # recent replies/results and the new input
-            if len(self.items) > keep:
-                summary = (f"{self.name}:summary:{turn}", spec.summary_tokens)
-                self.items = [summary, *self.items[len(self.items) - keep :]]
+            summary = (f"{self.name}:summary:{turn}", spec.summary_tokens)
+            self.items = compact_items(self.items, keep, summary)
 
     def zones(self, turn: int) -> list[tuple[str, list[tuple[ContentId, int]]]]:
         spec = self.spec
@@ -160,6 +163,30 @@ class _Trajectory:
             segments([(out_id, self.spec.output_tokens)]),
             prio,
         )
+
+
+def compact_items(items: Sequence[T], keep_last: int, summary: T) -> list[T]:
+    """Compaction (SPEC 3.8 (4)): every history item but the last ``keep_last`` becomes one
+    ``summary`` item (a new content id, so nothing after the stable zones is reused).
+
+    The one compaction mechanism of kvsim: the periodic ``compact_every`` of this module
+    and the engine workloads' ``context_limit`` (``sim.workload.context_limit``) both call
+    it. Items are ``(content_id, n_tokens)`` spans or ``(content_id, start, n)`` segments.
+    """
+    if len(items) <= keep_last:
+        return list(items)
+    return [summary, *items[len(items) - keep_last :]] if keep_last else [summary]
+
+
+def truncate_items(items: Sequence[T], max_tokens: int, keep_first: int = 0) -> list[T]:
+    """Drop the oldest items after the first ``keep_first`` until the rest holds at most
+    ``max_tokens`` tokens (a sliding-window harness); the newest item always stays.
+    The token count of an item is its last field."""
+    head, tail = list(items[:keep_first]), list(items[keep_first:])
+    total = sum(it[-1] for it in tail)
+    while len(tail) > 1 and total > max_tokens:
+        total -= tail.pop(0)[-1]
+    return head + tail
 
 
 def build_trajectory(

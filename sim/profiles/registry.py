@@ -1,7 +1,12 @@
 """Finding and loading profiles by name.
 
+The shipped profiles are the top-level ``hardware_profiles/`` folder, which the build maps
+into the package as ``sim._profiles`` (pyproject.toml): a wheel install finds them as
+package data through ``importlib.resources``; an editable install or a run from the
+checkout finds the folder itself. Both are one copy of the files.
+
 Invariant: a name resolves to exactly one file: user folders (``--profiles DIR`` or the
-``KVSIM_PROFILES`` path list) are searched before the shipped ``hardware_profiles/``, so
+``KVSIM_PROFILES`` path list) are searched before the shipped profiles, so
 a user profile of the same name shadows the shipped one. Every load validates; a bad file
 is a one-line ``ConfigError`` naming file, line and field, an unknown name an
 ``UnknownNameError`` listing what exists.
@@ -9,6 +14,7 @@ is a one-line ``ConfigError`` naming file, line and field, an unknown name an
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from pathlib import Path
 from typing import Any
@@ -24,9 +30,29 @@ KIND_DIRS = {"accelerator": "accelerators", "model": "models", "node": "nodes"}
 ENV_VAR = "KVSIM_PROFILES"
 
 
+#: where the build puts ``hardware_profiles/`` inside the ``sim`` package
+PACKAGED_SUBDIR = "_profiles"
+#: the folder itself, for an editable install or a run from the checkout
+_CHECKOUT_PROFILES_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles"
+
+
 def builtin_profiles_dir() -> Path:
-    """The shipped ``hardware_profiles/`` folder of this checkout."""
-    return Path(__file__).resolve().parents[2] / "hardware_profiles"
+    """The shipped profiles: package data of an installed wheel, else the checkout's folder.
+
+    An editable install maps ``sim`` onto the checkout, where ``sim/_profiles`` does not
+    exist, so the checkout's ``hardware_profiles/`` is the answer there.
+    """
+    packaged = importlib.resources.files("sim") / PACKAGED_SUBDIR
+    # pip installs wheels unzipped, so the resource is a real folder (a pathlib.Path)
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    if _CHECKOUT_PROFILES_DIR.is_dir():
+        return _CHECKOUT_PROFILES_DIR
+    # say so, rather than report every name as unknown with an empty list of choices
+    raise KvsimError(
+        f"kvsim's shipped profiles are missing (looked in {packaged} and "
+        f"{_CHECKOUT_PROFILES_DIR}); reinstall kvsim"
+    )
 
 
 def search_dirs(extra: list[str | Path] | None = None) -> list[Path]:

@@ -18,15 +18,15 @@ assert set(DType.__args__) == set(DTYPE_BYTES)  # one list of dtypes
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class HostLink(_Spec):
     """The accelerator's link to host memory (one direction's bandwidth)."""
 
     kind: Literal["pcie", "nvlink-c2c", "infinity-fabric"]
-    gen: int | None = None  # PCIe generation
-    lanes: int | None = None
+    gen: int | None = Field(None, ge=1)  # PCIe generation
+    lanes: int | None = Field(None, ge=1)
     bw_bytes_per_s_per_direction: PositiveFloat  # theoretical, one direction
     effective_bw_bytes_per_s_per_direction: PositiveFloat | None = None  # sustained DMA, if known
 

@@ -1,12 +1,13 @@
-"""Where the default suite and baselines are: ``tests/golden/`` of the source checkout.
+"""Where the suite and baselines are: ``--suite``, ``./tests/golden/``, or the checkout's.
 
 Responsibility: resolve ``--suite`` and ``--baseline`` to a suite file and a baseline
-folder. Without ``--suite`` the checkout is found from the ``sim`` package's own path (an
-editable install or a run from the repository); an installed wheel has no checkout and
-the user is told to pass ``--suite``.
+folder. Without ``--suite``: ``tests/golden/suite.yaml`` under the current folder if it
+has one (a checkout you are working in), else that of the source checkout the ``sim``
+package was imported from (an editable install or a run from the repository); an
+installed wheel run elsewhere has neither and the user is told to pass ``--suite``.
 
 Invariant: the default baseline folder is ``<suite folder>/baselines``, so a suite and its
-baselines move together.
+baselines move together; ``describe`` names both, so a run always says what it used.
 """
 
 from __future__ import annotations
@@ -41,15 +42,18 @@ def resolve_suite(suite: Path | None) -> Path:
         if not path.is_file():
             raise KvsimError(f"--suite: {path}: no such suite file")
         return path
+    here = Path.cwd() / DEFAULT_SUITE_DIR / SUITE_FILE_NAME
+    if here.is_file():
+        return here
     root = checkout_root()
     if root is None or not (root / DEFAULT_SUITE_DIR / SUITE_FILE_NAME).is_file():
         import sim
 
         where = Path(sim.__file__).resolve().parent
         raise KvsimError(
-            f"no --suite given and kvsim (imported from {where}) is not in a source checkout "
-            f"with {DEFAULT_SUITE_DIR / SUITE_FILE_NAME}; pass --suite DIR (a folder with "
-            f"{SUITE_FILE_NAME}) or --suite FILE"
+            f"no --suite given, no {DEFAULT_SUITE_DIR / SUITE_FILE_NAME} in the current "
+            f"folder, and kvsim (imported from {where}) is not in a source checkout with "
+            f"one; pass --suite DIR (a folder with {SUITE_FILE_NAME}) or --suite FILE"
         )
     return root / DEFAULT_SUITE_DIR / SUITE_FILE_NAME
 
@@ -62,3 +66,8 @@ def resolve_baseline_dir(baseline: Path | None, suite_file: Path) -> Path:
             raise KvsimError(f"--baseline: {path}: not a folder")
         return path
     return suite_file.parent / BASELINE_SUBDIR
+
+
+def describe(suite_file: Path, baseline_dir: Path) -> str:
+    """One line naming the suite file and the baseline folder a run uses."""
+    return f"suite {suite_file}; baselines {baseline_dir}"

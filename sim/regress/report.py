@@ -12,6 +12,7 @@ Invariant: printers only read the report; they decide nothing about pass or fail
 from __future__ import annotations
 
 import math
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sim.errors import KvsimError
 from sim.regress.compare import IMPROVEMENT, OK, REGRESSION, MetricOutcome
 from sim.regress.runners import MetricValue
 from sim.regress.session import RegressReport
@@ -225,7 +227,26 @@ def junit_tree(report: RegressReport) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def write_junit(report: RegressReport, path: Path) -> None:
+def check_junit_path(path: Path) -> None:
+    """Refuse a JUnit path that cannot be written, before the suite runs (one line)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    junit_tree(report).write(path, encoding="utf-8", xml_declaration=True)
+    if path.is_dir():
+        raise KvsimError(f"--junit {path}: is a folder; give a file name")
+    parent = path.parent
+    while not parent.exists():  # the folders write_junit would create
+        parent = parent.parent
+    if not parent.is_dir():
+        raise KvsimError(f"--junit {path}: {parent} is not a folder")
+    target = path if path.exists() else parent
+    if not os.access(target, os.W_OK):
+        raise KvsimError(f"--junit {path}: {target} is not writable")
+
+
+def write_junit(report: RegressReport, path: Path) -> None:
+    """Write JUnit XML; a path that cannot be written is a one-line ``KvsimError``."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        junit_tree(report).write(path, encoding="utf-8", xml_declaration=True)
+    except OSError as exc:
+        raise KvsimError(f"--junit {path}: cannot write: {exc.strerror or exc}") from None

@@ -7,6 +7,7 @@
 Invariant: the only wall-clock reading of kvsim is here (``wall_time_s``).
 """
 
+from sim.run.provenance import config_sha256
 from sim.run.runner import RunResult, Simulation, build, collect, run_scenario
 
-__all__ = ["RunResult", "Simulation", "build", "collect", "run_scenario"]
+__all__ = ["RunResult", "Simulation", "build", "collect", "config_sha256", "run_scenario"]

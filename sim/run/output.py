@@ -1,18 +1,21 @@
 """Writing a run folder: the resolved config, the summary and the record tables.
 
-Invariant: files are written only under the given folder (created if needed), each
-through a temporary file renamed over the old one, so a failure never leaves a
-half-written file:
-``config.resolved.yaml`` (the scenario with every default filled in; running it again
-gives the same results), ``summary.json``, ``requests.parquet``, ``steps.parquet``,
-``memory.parquet``, ``trajectories.parquet`` and ``pauses.parquet`` (one row per tool
-pause).
+Invariant: a run folder is either absent, as it was, or complete. Every file is written
+into a temporary sibling folder (``.NAME.PID.partial``) that is renamed to the target
+only once all of them are written; a failure or an interrupt removes the temporary and
+leaves the target as it was. A non-empty existing target is refused unless ``force``,
+which replaces it whole (never mixes new files with old ones). The files:
+``config.resolved.yaml`` (the scenario with every default filled in and trace paths
+absolute; running it again, from any folder, gives the same results), ``summary.json``,
+``requests.parquet``, ``steps.parquet``, ``memory.parquet``, ``trajectories.parquet`` and
+``pauses.parquet`` (one row per tool pause).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +39,8 @@ _ORDER = (
     "workload",
     "engine",
 )
+#: the record tables, each written as NAME.parquet when the result has it
+TABLES = ("requests", "steps", "memory", "trajectories", "pauses")
 
 
 def resolved_yaml(config: dict, source: str) -> str:
@@ -45,27 +50,93 @@ def resolved_yaml(config: dict, source: str) -> str:
     return head + yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
 
 
-def write_run(result, out_dir: str | Path) -> Path:
-    """Write ``result`` into ``out_dir``; returns the folder."""
+def check_out_dir(out_dir: str | Path, *, force: bool = False) -> Path:
+    """The target folder, or a one-line error when it cannot take a run (checked before a
+    run, so that no time is spent on a run that cannot be written)."""
+    if str(out_dir).strip() == "":
+        raise KvsimError("--out: an empty path; give the folder the run goes into")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise KvsimError(f"--out: {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise KvsimError(
+                f"--out: {out}: folder exists and is not empty; pass --force to replace it "
+                f"whole, or choose another folder"
+            )
+        here, target = Path.cwd().resolve(), out.resolve()
+        if target == here or target in here.parents:
+            raise KvsimError(f"--out: {out}: --force would delete the current folder")
+    return out
+
+
+def write_run(result, out_dir: str | Path, *, force: bool = False) -> Path:
+    """Write ``result`` into ``out_dir`` (complete, or not at all); returns the folder."""
+    out = check_out_dir(out_dir, force=force)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KvsimError(f"cannot create output folder {str(out)!r}: {exc.strerror}") from None
+    tmp = _make_temp(out)
+    try:
+        _write_files(result, tmp)
+        _install(tmp, out, force)
+    except BaseException:  # an error or Ctrl-C: nothing half-written stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _make_temp(out: Path) -> Path:
+    """A new empty hidden sibling of ``out`` (``os.mkdir``, so the umask applies)."""
+    for i in range(1000):
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.{i}.partial")
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise KvsimError(f"cannot create output folder {str(out)!r}: {exc.strerror}") from None
+    raise KvsimError(f"cannot create output folder {str(out)!r}: too many partial folders")
+
+
+def _write_files(result, folder: Path) -> None:
     source = result.resolved.loaded.source if result.resolved is not None else "<scenario>"
     _replace(
-        out / "config.resolved.yaml",
+        folder / "config.resolved.yaml",
         lambda p: p.write_text(resolved_yaml(result.config, source), encoding="utf-8"),
     )
     _replace(
-        out / "summary.json",
+        folder / "summary.json",
         lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8"),
     )
-    for name in ("requests", "steps", "memory", "trajectories", "pauses"):
+    for name in TABLES:
         frame = getattr(result, name, None)
         if frame is not None:
-            _replace(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False))
-    return out
+            _replace(folder / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False))
+
+
+def _install(tmp: Path, out: Path, force: bool) -> None:
+    """Rename the complete ``tmp`` to ``out``; a non-empty ``out`` is replaced only with
+    ``force`` (checked again: it may have been filled while the run went on)."""
+    old = None
+    try:
+        if out.is_dir() and any(out.iterdir()):
+            check_out_dir(out, force=force)
+            old = _make_temp(out.with_name(out.name + ".old"))
+            os.replace(out, old)  # onto the empty temporary: POSIX renames over it
+        elif out.is_dir():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException as exc:  # an error or Ctrl-C between the renames
+        if old is not None and not out.exists():
+            os.replace(old, out)  # put the previous run back
+        if isinstance(exc, OSError):
+            raise KvsimError(f"cannot write {str(out)!r}: {exc.strerror}") from None
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _replace(target: Path, write: Callable[[Path], object]) -> None:

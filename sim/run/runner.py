@@ -28,7 +28,9 @@ from sim.errors import ConfigError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
 from sim.metrics.summary import fill_hold
+from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved, load_scenario, make_allocator_for, resolve
+from sim.scenario.paths import missing_files
 from sim.sched import make_scheduler
 from sim.workload import Streams, WorkloadContext, workload_kind
 
@@ -42,15 +44,15 @@ class RunResult:
     steps: pd.DataFrame
     memory: pd.DataFrame
     trajectories: pd.DataFrame
-    config: dict  # the resolved scenario (every default filled in)
+    config: dict  # the resolved scenario (every default filled in, trace paths absolute)
     resolved: Resolved | None = field(default=None, repr=False)
     pauses: pd.DataFrame | None = None  # one row per tool pause (pauses.parquet)
 
-    def write(self, out_dir: str | Path) -> Path:
-        """Write the run folder (see ``sim.run.output``)."""
+    def write(self, out_dir: str | Path, *, force: bool = False) -> Path:
+        """Write the run folder (see ``sim.run.output``); ``force`` replaces a non-empty one."""
         from sim.run.output import write_run
 
-        return write_run(self, out_dir)
+        return write_run(self, out_dir, force=force)
 
 
 @dataclass
@@ -98,6 +100,8 @@ def build(source: Any, **overrides: Any) -> Simulation:
     """Build a simulation from a scenario and dotted overrides (``seed=3``,
     ``**{"allocator.kind": "static"}``)."""
     resolved = resolve(_loaded(source, overrides))
+    for missing in missing_files(resolved.loaded):  # the trace's scenario line, not a path
+        raise missing
     sc = resolved.scenario
     cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost)
     env = simpy.Environment()
@@ -116,21 +120,30 @@ def build(source: Any, **overrides: Any) -> Simulation:
         exact=sc.engine.exact,
         check_invariants=sc.engine.check_invariants,
         horizon_s=sc.duration_s,
+        max_sim_time_s=sc.engine.max_sim_time_s,
         pauses=pauses,
     )
     t = resolved.tiers
-    copies = CopyEngines(
+    copies = CopyEngines(  # the link per direction: scenario, else calibration, else profile
         env,
         resolved.num_gpus,
         t.link_bw_bytes_per_s,
         overhead_s=t.link_overhead_s,
+        d2h_bw_bytes_per_s=t.d2h_bw_bytes_per_s,
+        d2h_overhead_s=t.d2h_overhead_s,
         sharing=t.link_sharing,
         nvme_bw_bytes_per_s=t.nvme_bw_bytes_per_s if t.nvme_pool_bytes > 0 else 0.0,
     )
     pauses.attach(node, kv, scheduler, copies)
     kind = workload_kind(sc.workload.kind)
     ctx = WorkloadContext(
-        env, node, Streams(sc.seed), recorder, resolved.loaded.base_dir, kind.count(sc.workload)
+        env,
+        node,
+        Streams(sc.seed),
+        recorder,
+        resolved.loaded.base_dir,
+        kind.count(sc.workload),
+        context_window=resolved.context_window_tokens,
     )
     driver = kind.driver(sc.workload, ctx)
     return Simulation(resolved, env, node, kv, scheduler, cost, recorder, ctx, driver, pauses)
@@ -152,6 +165,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     fill_hold(frames["trajectories"], sim.kv, sim_time)
     r = sim.resolved
     sc = r.scenario
+    config = resolved_config(r.loaded)
     meta = {
         "scenario": sc.name,
         "schema_version": sc.schema_version,
@@ -166,6 +180,9 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "kv_pool_bytes": float(r.pool_bytes),
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
         "trajectories_total": sim.ctx.total,
+        "command": None,  # the command line, set by the CLI (None from the Python API)
+        "scenario_path": scenario_path(r.loaded),
+        "config_sha256": config_sha256(config),
     }
     summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
     pauses = sim.pauses.frame(sim.kv, sim_time)
@@ -177,18 +194,51 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         frames["steps"],
         frames["memory"],
         frames["trajectories"],
-        sc.model_dump(mode="json"),
+        config,
         r,
         pauses,
     )
 
 
+#: the hardware keys that give each tier below HBM (named when a policy needs a missing one)
+TIER_KEYS = {
+    "offload_host": "hardware.node (a node profile) or hardware.host_kv_pool_bytes",
+    "offload_nvme": "hardware.node (a node profile with NVMe drives; "
+    "hardware.nvme_kv_pool_bytes sizes it)",
+}
+
+TIER_NAMES = {"offload_host": "a host-DRAM tier", "offload_nvme": "an NVMe tier"}
+
+
 #: policy options the engine does not run yet (refused, never silently ignored)
 def check_pause_policy(resolved: Resolved, allocator) -> None:
-    """Refuse pause-policy options the engine does not implement yet, with the line."""
-    if resolved.scenario.pause_policy.preempt_swap:
+    """Refuse pause-policy options the engine does not implement yet, and tiers a policy
+    names that the hardware section does not configure (they would silently hold), with
+    the line."""
+    policy = resolved.scenario.pause_policy
+    if policy.preempt_swap:
         raise ConfigError(
             "preemption by swap is not run by the engine yet",
             location=resolved.loaded.where("pause_policy", "preempt_swap"),
             field="pause_policy.preempt_swap",
         )
+    t = resolved.tiers
+    have = {
+        "offload_host": t is not None and t.host_pool_bytes > 0,
+        "offload_nvme": t is not None and t.nvme_pool_bytes > 0,
+    }
+    if policy.kind == "break_even" and not any(have.values()):
+        _missing_tier(resolved, "kind", "break_even", "a host-DRAM or NVMe tier", "offload_host")
+    for key in ("kind", "when_full", "fallback"):
+        tier = getattr(policy, key, None)
+        if tier in have and not have[tier]:
+            _missing_tier(resolved, key, tier, TIER_NAMES[tier], tier)
+
+
+def _missing_tier(resolved: Resolved, key: str, value: str, what: str, tier: str) -> None:
+    raise ConfigError(
+        f"pause policy {key} {value!r} needs {what}, and none is configured: set "
+        f"{TIER_KEYS[tier]}",
+        location=resolved.loaded.where("pause_policy", key),
+        field=f"pause_policy.{key}",
+    )

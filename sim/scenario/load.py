@@ -8,7 +8,8 @@ accepts, so ``--set allocator.kind=static`` works on a paged scenario.
 
 Invariant: YAML is parsed only with the safe loader (override values too); the error
 location is the line the user wrote (or the ``--set`` that introduced the value); the
-first problem is reported with a count of the others.
+first problem is reported with a count of the others, and the error's ``problems`` lists
+every one (``kvsim validate`` prints them all).
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from sim.errors import ConfigError
 from sim.scenario.schema import scenario_model
-from sim.yamlio import LineMap, clean_loc, line_for, load_yaml
+from sim.yamlio import LineMap, clean_loc, line_for, load_value, load_yaml
 
 
 @dataclass
@@ -55,10 +55,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key or any(not p for p in key.split(".")):
             raise ConfigError(f"expected KEY=VALUE with a dotted KEY, got {item!r}", field="--set")
-        try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise ConfigError(f"value {raw!r} is not valid YAML", field=f"--set {key}") from None
+        out[key] = load_value(raw, f"--set {key}") if raw.strip() else ""
     return out
 
 
@@ -172,20 +169,40 @@ def model_at(path: tuple, data: Any, kind: Any = None) -> type[BaseModel] | None
 
 # --------------------------------------------------------------------------- errors
 def _one_line(exc: ValidationError, data: dict, loaded: LoadedScenario) -> ConfigError:
-    errors = exc.errors()
-    err = errors[0]
-    loc = clean_loc(err["loc"], data)
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        cls = model_at(loc[:-1], data)
-        valid = ", ".join(sorted(cls.model_fields)) if cls is not None else "?"
-        msg = f"unknown field; valid: {valid}"
-    elif err["type"] == "missing":
-        msg = "required field is missing"
-    elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        loc = (*loc, "kind")
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    field_name = ".".join(str(p) for p in loc) or "(top level)"
-    return ConfigError(
-        msg + (more if len(errors) > 1 else ""), location=loaded.where(*loc), field=field_name
-    )
+    """The first problem, with a count of the others; ``.problems`` lists them all."""
+    problems = validation_problems(exc, data, loaded)
+    first = problems[0]
+    n = len(problems) - 1
+    more = f" (and {n} more problem{'s' if n > 1 else ''})" if n else ""
+    err = ConfigError(first.message + more, location=first.location, field=first.field)
+    err.problems = problems
+    return err
+
+
+def validation_problems(
+    exc: ValidationError, data: dict, loaded: LoadedScenario
+) -> list[ConfigError]:
+    """Every problem of a failed validation, one ``file:line: field: message`` each, in
+    file order (the same field and message once)."""
+    out: list[ConfigError] = []
+    lines: list[int] = []
+    seen: set[tuple[str, str]] = set()
+    for err in exc.errors():
+        loc = clean_loc(err["loc"], data)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            cls = model_at(loc[:-1], data)
+            valid = ", ".join(sorted(cls.model_fields)) if cls is not None else "?"
+            msg = f"unknown field; valid: {valid}"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, "kind")
+        field_name = ".".join(str(p) for p in loc) or "(top level)"
+        if (field_name, msg) in seen:
+            continue
+        seen.add((field_name, msg))
+        out.append(ConfigError(msg, location=loaded.where(*loc), field=field_name))
+        lines.append(line_for(loaded.lines, loc) or 0)
+    order = sorted(range(len(out)), key=lines.__getitem__)  # as they appear in the file
+    return [out[i] for i in order]

@@ -1,6 +1,8 @@
 """Resolving a validated scenario into the numbers a run needs (profiles, the KV pool).
 
-Responsibility: load the model and accelerator profiles, apply TP/PP (F1 per GPU), size
+Responsibility: load the model and accelerator profiles, fill the context window
+(``scheduler.max_model_len`` defaults to the model's ``max_context_tokens``), apply TP/PP
+(F1 per GPU), size
 the KV pool (F34: ``memory x gpu_memory_utilization - weights - reserve`` per GPU, or the
 explicit ``kv_pool_bytes_per_gpu``), fill derived allocator defaults, and check that the
 allocator can be built. Errors point at the scenario line of the field that caused them.
@@ -13,15 +15,20 @@ those of the limiting GPU and bytes are node totals for even splits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sim.cost.calibration import host_link_fits, load_calibration
 from sim.errors import ConfigError, KvsimError
 from sim.profiles import load_accelerator, load_model, load_node
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.scenario.load import LoadedScenario
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
+
+#: the largest KV pool a run accepts, in tokens per GPU (8 x B200 hold ~12 M tokens of a
+#: Llama-3.1-8B; the allocators keep per-block tables, so the bound keeps memory bounded)
+MAX_POOL_TOKENS = 2e8
 
 
 @dataclass(frozen=True)
@@ -31,9 +38,12 @@ class Tiers:
     host_pool_bytes: float  # pinned host-DRAM KV pool of the node (0 = none)
     nvme_pool_bytes: float  # NVMe KV capacity (0 = none)
     nvme_bw_bytes_per_s: float  # all drives together (0 = none)
-    link_bw_bytes_per_s: float  # per GPU, one direction
-    link_overhead_s: float  # per transfer
+    link_bw_bytes_per_s: float  # per GPU, one direction (h2d: the reload direction)
+    link_overhead_s: float  # per transfer (h2d)
     link_sharing: str  # fifo | fair
+    # the copy-out direction when it differs (a calibration fits each); None = as h2d
+    d2h_bw_bytes_per_s: float | None = None
+    d2h_overhead_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,9 @@ class Resolved:
     allocator_kind: str
     allocator_options: dict[str, Any]
     tiers: Tiers | None = None
+    #: the context window the server enforces (scheduler.max_model_len, filled from the
+    #: model's max_context_tokens); None = no window
+    context_window_tokens: int | None = None
 
     @property
     def scenario(self):
@@ -82,6 +95,8 @@ def resolve(loaded: LoadedScenario) -> Resolved:
         model = load_model(sc.model.profile, overrides=sc.model.overrides)
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None
+    loaded = _context_window(loaded, model)
+    sc = loaded.scenario
     try:
         acc = load_accelerator(hw.accelerator, overrides=hw.accelerator_overrides)
     except KvsimError as exc:
@@ -105,13 +120,51 @@ def resolve(loaded: LoadedScenario) -> Resolved:
                 location=loaded.where("hardware"),
                 field="hardware",
             )
+    if pool_gpu / kv_gpu > MAX_POOL_TOKENS:
+        raise ConfigError(
+            f"a KV pool of {pool_gpu / kv_gpu:.4g} tokens per GPU is beyond kvsim's bound of "
+            f"{MAX_POOL_TOKENS:.0e} tokens (no real node holds that many; the block tables "
+            "would not fit in memory): check kv_pool_bytes_per_gpu and the accelerator's memory",
+            location=loaded.where("hardware"),
+            field="hardware",
+        )
     kind, options = _allocator_options(loaded, model)
     tiers = _tiers(loaded, acc)
-    return Resolved(loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options, tiers)
+    window = sc.scheduler.model_dump().get("max_model_len")
+    return Resolved(
+        loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options, tiers, window
+    )
+
+
+def _context_window(loaded: LoadedScenario, model: ModelProfile) -> LoadedScenario:
+    """Fill ``scheduler.max_model_len`` from the model's window (vLLM's default,
+    ``max_position_embeddings``); refuse a larger one unless ``allow_long_context``.
+
+    Returns a copy (the caller's scenario object is never edited, so a later run of it with
+    another model gets that model's window)."""
+    sc = loaded.scenario
+    if "max_model_len" not in type(sc.scheduler).model_fields:
+        return loaded
+    cap, window = sc.scheduler.max_model_len, model.max_context_tokens
+    if cap is None:
+        if window is None:
+            return loaded  # a profile without a window: no cap
+        sched = sc.scheduler.model_copy(update={"max_model_len": window})
+        return replace(loaded, scenario=sc.model_copy(update={"scheduler": sched}))
+    if window is not None and cap > window and not sc.scheduler.allow_long_context:
+        raise ConfigError(
+            f"{cap:,} exceeds {model.name}'s context window of {window:,} tokens "
+            "(max_context_tokens); set scheduler.allow_long_context: true to allow it "
+            "(vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN)",
+            location=loaded.where("scheduler", "max_model_len"),
+            field="scheduler.max_model_len",
+        )
+    return loaded
 
 
 def _tiers(loaded: LoadedScenario, acc: AcceleratorProfile) -> Tiers:
-    """Host and NVMe pools from the node profile (or the explicit sizes), the link."""
+    """Host and NVMe pools from the node profile (or the explicit sizes), the link per
+    direction (the scenario's figures, else the calibration's copy fits, else the profile)."""
     hw = loaded.scenario.hardware
     host = nvme = nvme_bw = 0.0
     if hw.node is not None:
@@ -134,8 +187,31 @@ def _tiers(loaded: LoadedScenario, acc: AcceleratorProfile) -> Tiers:
             location=loaded.where("hardware", "nvme_kv_pool_bytes"),
             field="hardware.nvme_kv_pool_bytes",
         )
-    link = hw.host_link_bw_bytes_per_s or acc.host_link.usable_bw_bytes_per_s
-    return Tiers(host, nvme, nvme_bw, link, hw.host_link_overhead_s, hw.link_sharing)
+    links = host_link_fits(
+        _calibration(loaded),
+        acc.host_link.usable_bw_bytes_per_s,
+        bw_bytes_per_s=hw.host_link_bw_bytes_per_s,
+        overhead_s=hw.host_link_overhead_s,
+    )
+    h2d, d2h = links["h2d"], links["d2h"]
+    return Tiers(
+        host, nvme, nvme_bw, h2d.bw_bytes_per_s, h2d.overhead_s, hw.link_sharing,
+        d2h.bw_bytes_per_s, d2h.overhead_s,
+    )  # fmt: skip
+
+
+def _calibration(loaded: LoadedScenario):
+    """The scenario's ``cost.calibration`` (None when it names none); a name that is not
+    found points at that line, a bad file at its own line."""
+    name = loaded.scenario.cost.calibration
+    if name is None:
+        return None
+    try:
+        return load_calibration(name)
+    except ConfigError:
+        raise
+    except KvsimError as exc:
+        raise _located(loaded, ("cost", "calibration"), exc) from None
 
 
 def _allocator_options(loaded: LoadedScenario, model: ModelProfile) -> tuple[str, dict]:

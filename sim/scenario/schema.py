@@ -35,7 +35,7 @@ SCHEMA_VERSION = 1
 
 
 class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _name_is_profile(value: Any) -> Any:
@@ -64,10 +64,16 @@ class HardwareSection(_Cfg):
     node: str | None = None  # a node profile name (``kvsim profiles list``)
     host_kv_pool_bytes: float | None = Field(None, ge=0)  # pinned host-DRAM KV pool (node)
     nvme_kv_pool_bytes: float | None = Field(None, ge=0)  # NVMe KV capacity (node's drives)
-    # host link per GPU, one direction: the accelerator profile's usable figure or this
+    # host link per GPU, one direction: this, else the calibration's copy fit (when
+    # cost.calibration is set), else the accelerator profile's usable figure
     host_link_bw_bytes_per_s: float | None = Field(None, gt=0)
-    host_link_overhead_s: float = Field(0.0, ge=0)  # per transfer (DMA setup)
+    # per transfer (DMA setup): this, else the calibration's fitted latency, else 0
+    host_link_overhead_s: float | None = Field(None, ge=0)
     link_sharing: Literal["fifo", "fair"] = "fifo"
+
+
+#: the default ``engine.max_sim_time_s``: 30 simulated days
+DEFAULT_MAX_SIM_TIME_S = 30 * 86_400.0
 
 
 class EngineConfig(_Cfg):
@@ -75,6 +81,10 @@ class EngineConfig(_Cfg):
 
     exact: bool = False  # step every iteration (no fast decode runs)
     check_invariants: bool = False  # check memory and queues after every decision (slow)
+    # a guard, not a horizon (that is ``duration_s``): a run whose simulated clock passes
+    # it (a tool pause of years, a workload that never ends) stops with an error naming
+    # the unfinished trajectories
+    max_sim_time_s: float = Field(DEFAULT_MAX_SIM_TIME_S, gt=0, allow_inf_nan=False)
 
 
 #: the ``pause_policy`` section: every registered policy's options, by ``kind``
@@ -164,8 +174,38 @@ def scenario_model() -> type[BaseModel]:
 
 
 def json_schema() -> dict:
-    """JSON Schema of a scenario file (for editor completion)."""
+    """JSON Schema of a scenario file (for editor completion and ``jsonschema`` checks).
+
+    The models' own schema plus the shorthands their validators accept before
+    validation: ``model: NAME`` (a profile name) and a bare number for a distribution (a
+    constant). Every shipped scenario validates against it (tested).
+    """
     schema = scenario_model().model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "kvsim scenario"
-    return schema
+    model = schema["properties"]["model"]
+    schema["properties"]["model"] = {
+        "anyOf": [{"type": "string", "description": "a model profile name"}, model],
+        "title": "Model",
+    }
+    return _with_number_shorthand(schema)
+
+
+def _is_distribution(node: dict) -> bool:
+    mapping = node.get("discriminator", {}).get("mapping", {})
+    return mapping.get("constant", "").endswith("/Constant") and "oneOf" in node
+
+
+def _with_number_shorthand(node: Any) -> Any:
+    """Every distribution (a union tagged ``constant``, ``lognormal``, ...) also accepts a
+    bare number, as ``sim.workload.distributions.Dist`` does."""
+    if isinstance(node, list):
+        return [_with_number_shorthand(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _with_number_shorthand(v) for k, v in node.items()}
+    if _is_distribution(node):
+        outer = {k: node.pop(k) for k in ("title", "default", "description") if k in node}
+        number = {"type": "number", "description": "a constant"}
+        return {"anyOf": [number, node], **outer}
+    return node

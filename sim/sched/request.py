@@ -6,7 +6,8 @@ computed tokens simply catch up with its tokens) and the token content behind it
 spans, so a prefix cache can match it without one Python int per token.
 
 Invariants: ``0 <= num_computed <= num_tokens = prompt_tokens + num_output``;
-``num_output <= max_output_tokens``; ``num_computed`` only decreases on preemption (to 0)
+``num_output <= output_limit <= max_output_tokens``; ``prompt_tokens + output_limit`` is
+within the context window once the scheduler accepted the request; ``num_computed`` only decreases on preemption (to 0)
 and ``num_output`` never decreases. Times are set by the engine (the scheduler never sees
 a clock); ``None`` means "not yet".
 """
@@ -19,6 +20,11 @@ from sim.prefix.spans import Segments, concat, segments, slice_tokens
 
 WAITING, RUNNING, FINISHED, REJECTED, CANCELLED = range(5)
 STATUS_NAMES = ("waiting", "running", "finished", "rejected", "cancelled")
+#: why a request ended (requests.parquet ``finish_reason``; null while unfinished):
+#: ``stop`` generated its whole target, ``length`` cut by the context window,
+#: ``rejected_too_long`` its prompt leaves no room for one output token in the window,
+#: ``rejected_never_fits`` it can never fit the KV pool, ``cancelled`` a pruned branch
+FINISH_REASONS = ("stop", "length", "rejected_too_long", "rejected_never_fits", "cancelled")
 
 
 class Request:
@@ -31,12 +37,14 @@ class Request:
         "turn",  # turn index within the trajectory branch
         "branch",  # 0 for the main line, i > 0 for the i-th forked branch of a trajectory
         "prompt_tokens",  # context length at submission: every token before the first output
-        "max_output_tokens",  # tokens to generate (>= 1)
+        "max_output_tokens",  # the sampled target: tokens the model would generate (>= 1)
+        "output_limit",  # tokens it may generate: the target, cut at the context window
         "content",  # prompt content as normal segments, or None when content is not tracked
         "output_id",  # content id of the generated tokens (a fresh id per request)
         "last_turn",  # True: the sequence is released when this request finishes
         "arrival_s",  # submission time
         "status",
+        "finish_reason",  # None while queued/running; see FINISH_REASONS
         "num_computed",  # tokens whose KV is resident (vLLM num_computed_tokens)
         "num_output",  # tokens generated so far
         "preemptions",  # times this request was preempted (recompute)
@@ -85,11 +93,13 @@ class Request:
         self.branch = branch
         self.prompt_tokens = prompt_tokens
         self.max_output_tokens = max_output_tokens
+        self.output_limit = max_output_tokens
         self.content = content
         self.output_id = output_id if output_id is not None else f"o:{req_id}"
         self.last_turn = last_turn
         self.arrival_s = arrival_s
         self.status = WAITING
+        self.finish_reason: str | None = None
         self.num_computed = 0
         self.num_output = 0
         self.preemptions = 0
@@ -114,7 +124,24 @@ class Request:
 
     @property
     def remaining_output(self) -> int:
-        return self.max_output_tokens - self.num_output
+        return self.output_limit - self.num_output
+
+    def cap_output(self, max_model_len: int | None) -> None:
+        """Cut the output where prompt + output reaches the context window (vLLM stops
+        generation there with finish reason ``length``)."""
+        if max_model_len is not None:
+            self.output_limit = min(self.max_output_tokens, max_model_len - self.prompt_tokens)
+
+    def finish(self) -> None:
+        """Mark the request finished: ``stop`` when it generated its whole target (the
+        model's natural end), ``length`` when the context window cut it."""
+        self.status = FINISHED
+        self.finish_reason = "stop" if self.num_output >= self.max_output_tokens else "length"
+
+    def end(self, status: int, reason: str) -> None:
+        """End the request without finishing it (rejected or cancelled)."""
+        self.status = status
+        self.finish_reason = reason
 
     @property
     def is_decode(self) -> bool:

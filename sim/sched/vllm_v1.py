@@ -15,11 +15,17 @@ the budget left, except that the first prefill of a step may exceed it (otherwis
 prompt longer than the budget could never run; vLLM instead requires the budget to be at
 least ``max_model_len``). Running decodes still ride in that step.
 
+Context window (vLLM's ``max_model_len``, by default the model's
+``max_position_embeddings``; the run fills it in from the model profile): a prompt that
+leaves no room for one output token is rejected (``rejected_too_long``), and generation
+stops when prompt + generated tokens reach the window (finish reason ``length``). A
+request whose prompt + output (so capped) can never fit the KV pool is rejected
+(``rejected_never_fits``).
+
 Additions for held agent state (sim decisions): when nothing runs and the head of
 WAITING does not fit, the KV held by paused trajectories is dropped, most recently paused
 first, then the held KV of other waiting requests, then the head's own; a request that
-does not fit an otherwise empty pool is rejected (it can never run), and so is one whose
-prompt + output exceeds ``max_model_len`` or the pool.
+does not fit an otherwise empty pool is rejected (``rejected_never_fits``).
 
 Invariant: see ``sched.base``; plus: a step has at most ``max_num_batched_tokens`` tokens
 except for a monolithic prefill alone in its step.
@@ -34,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.sched.base import register_scheduler
 from sim.sched.plan import BatchPlan, CommitResult
-from sim.sched.request import CANCELLED, FINISHED, REJECTED, RUNNING, WAITING, Request
+from sim.sched.request import CANCELLED, REJECTED, RUNNING, WAITING, Request
 
 
 class VllmV1Config(BaseModel):
@@ -47,7 +53,11 @@ class VllmV1Config(BaseModel):
     max_num_seqs: int = Field(1024, ge=1)  # running requests at most
     chunked_prefill: bool = True  # false: monolithic prefill (the chapter's ITL spike)
     long_prefill_token_threshold: int = Field(0, ge=0)  # chunk cap C_chunk; 0 = budget only
-    max_model_len: int | None = Field(None, ge=2)  # prompt + output cap; None = pool only
+    # context window (prompt + output); None = the model profile's max_context_tokens
+    # (filled in by the run; a profile without one has no window)
+    max_model_len: int | None = Field(None, ge=2)
+    # allow max_model_len above the model's window (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN)
+    allow_long_context: bool = False
 
 
 @register_scheduler
@@ -66,10 +76,13 @@ class VllmV1Scheduler:
     # ------------------------------------------------------------------ queues
     def add(self, req: Request) -> bool:
         """Queue a new request; False (and status REJECTED) if it can never run."""
-        total = req.prompt_tokens + req.max_output_tokens
         cap = self.config.max_model_len
-        if (cap is not None and total > cap) or not self.kv.can_ever_fit(total - 1):
-            req.status = REJECTED
+        if cap is not None and req.prompt_tokens >= cap:
+            req.end(REJECTED, "rejected_too_long")
+            return False
+        req.cap_output(cap)
+        if not self.kv.can_ever_fit(req.prompt_tokens + req.output_limit - 1):
+            req.end(REJECTED, "rejected_never_fits")
             return False
         req.status = WAITING
         self.waiting.append(req)
@@ -83,7 +96,7 @@ class VllmV1Scheduler:
             self.waiting.remove(req)
         else:
             return False
-        req.status = CANCELLED
+        req.end(CANCELLED, "cancelled")
         return True
 
     @property
@@ -155,7 +168,7 @@ class VllmV1Scheduler:
             if victim is req:
                 if kv.alloc.num_sequences == 0:  # alone in an empty pool and still no room
                     self.waiting.popleft()
-                    victim.status = REJECTED
+                    victim.end(REJECTED, "rejected_never_fits")
                     plan.rejected.append(victim)
                 return False
             if kv.grow(req, n):
@@ -201,7 +214,7 @@ class VllmV1Scheduler:
             return True
         if kv.alloc.num_sequences == 0:
             self.waiting.popleft()
-            head.status = REJECTED
+            head.end(REJECTED, "rejected_never_fits")
             plan.rejected.append(head)
             return True
         return False
@@ -266,8 +279,8 @@ class VllmV1Scheduler:
                     continue  # cancelled while the run ran
                 req.num_computed += steps
                 req.num_output += steps
-                if req.num_output >= req.max_output_tokens:
-                    req.status = FINISHED
+                if req.num_output >= req.output_limit:
+                    req.finish()
                     finished.append(req)
             out.emitted = [r for r in plan.decodes if r.status != CANCELLED]
             if plan.prefill_chunks:
@@ -284,8 +297,8 @@ class VllmV1Scheduler:
                     continue  # a chunk of a longer prefill: nothing sampled
                 req.num_output += 1
                 emitted.append(req)
-                if req.num_output >= req.max_output_tokens:
-                    req.status = FINISHED
+                if req.num_output >= req.output_limit:
+                    req.finish()
                     finished.append(req)
         if out.finished:
             self.running = [r for r in self.running if r.status == RUNNING]
@@ -304,8 +317,8 @@ class VllmV1Scheduler:
         req.num_output += 1 + decode_steps
         req.num_computed += decode_steps
         out.emitted_from.append((req, prefill_steps - 1))
-        if req.num_output >= req.max_output_tokens:
-            req.status = FINISHED
+        if req.num_output >= req.output_limit:
+            req.finish()
             out.finished.append(req)
 
     def check_invariants(self) -> None:

@@ -3,13 +3,14 @@
 Invariant: arithmetic about one trajectory's state only (it does not check that weights
 fit). Every tensor-parallel rank moves its own share of the KV over its own link at the
 same time, so a transfer takes (KV bytes per GPU) / (per-GPU one-way link bandwidth); an
-MLA latent is whole on every rank, so every rank moves all of it.
+MLA latent is whole on every rank, so every rank moves all of it. A context beyond the
+model's window (``max_context_tokens``) is computed anyway and reported in ``warnings``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
@@ -21,6 +22,7 @@ from sim.sizing.compute import (
     reload_time_s,
 )
 from sim.sizing.kv import kv_bytes_for_context
+from sim.sizing.plan import window_warning
 from sim.units import GB
 
 
@@ -61,6 +63,7 @@ class BreakEvenResult:
     wait_s: float | None
     hold_gb_s: float | None
     decision: str | None  # at the given wait: 'hold' or 'offload'
+    warnings: list[str] = field(default_factory=list)  # computable but doubtful inputs
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,4 +100,12 @@ def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
         wait_s=wait,
         hold_gb_s=None if wait is None else hold_cost_byte_s(kv, wait) / GB,
         decision=None if wait is None else ("offload" if wait > t_star else "hold"),
+        warnings=_warnings(m, s),
     )
+
+
+def _warnings(model: ModelProfile, context_tokens: int) -> list[str]:
+    window = model.max_context_tokens
+    if window is not None and context_tokens > window:
+        return [window_warning(model.name, window, context_tokens)]
+    return []

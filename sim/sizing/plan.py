@@ -3,7 +3,10 @@
 Invariant: capacity is computed per GPU (its pool over its own KV bytes per token, on the
 most loaded pipeline stage), then multiplied by the data-parallel replicas; so it stays
 right when heads are replicated (TP > H_kv), for MLA latents held whole on every rank, and
-when layers do not divide evenly by PP. ``num_gpus = tp * pp * replicas`` exactly.
+when layers do not divide evenly by PP. ``num_gpus = tp * pp * replicas`` exactly. The
+pool per GPU is F34's ``memory x utilization - weights - reserve``. Conditions that leave
+a plan computable but doubtful (a context beyond the model's window, nothing fitting) are
+returned as ``warnings``, never raised.
 """
 
 from __future__ import annotations
@@ -15,7 +18,17 @@ from sim.errors import KvsimError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
 from sim.sizing.kv import kv_bytes_for_context, kv_bytes_per_token, kv_bytes_per_token_per_gpu
-from sim.units import dtype_bytes
+from sim.units import GB, dtype_bytes
+
+#: ``kvsim plan``'s utilization when no memory or reserve figure is given (as ``kvsim run``)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+#: F34 as the chapter applies it: the given figures already account for all of memory
+FIGURES_GPU_MEMORY_UTILIZATION = 1.0
+
+
+def default_gpu_memory_utilization(figures_given: bool) -> float:
+    """0.9 like ``kvsim run``; 1.0 (F34 as the chapter) when a memory/reserve figure is given."""
+    return FIGURES_GPU_MEMORY_UTILIZATION if figures_given else DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,7 @@ class PlanInputs:
     reserve_bytes_per_gpu: float = 0.0
     headroom: float = 0.0
     shared_prefix_tokens: int | None = None
+    gpu_memory_utilization: float = FIGURES_GPU_MEMORY_UTILIZATION  # F34's u, in (0, 1]
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,7 @@ class PlanResult:
     weight_dtype: str
     params: float
     gpu_mem_bytes: float
+    gpu_memory_utilization: float
     kv_bytes_per_token: float
     kv_bytes_per_token_per_gpu: float
     weights_bytes_per_gpu: float
@@ -77,6 +92,7 @@ class PlanResult:
     output_tokens: int
     shared_prefix_tokens: int | None
     contexts: list[ContextPlan] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -101,17 +117,27 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     tp, pp, replicas = _parallelism(inputs)
     if not 0 <= inputs.headroom < 1:
         raise KvsimError(f"--headroom must be in [0, 1), got {inputs.headroom}")
+    util = inputs.gpu_memory_utilization
+    if not 0 < util <= 1:
+        raise KvsimError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
     kv_dtype = inputs.kv_dtype or model.kv_dtype
     w_dtype = inputs.weight_dtype or model.weight_dtype
     params = inputs.params or model.params_total
     mem = inputs.gpu_mem_bytes or gpu.memory_bytes
     w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
-    pool_gpu = kv_pool_bytes(mem, w_gpu, inputs.reserve_bytes_per_gpu)
+    if mem * util - w_gpu - inputs.reserve_bytes_per_gpu <= 0:
+        raise KvsimError(
+            f"no memory left for KV: {mem:.4g} B x utilization {util:g} - {w_gpu:.4g} B of "
+            f"weights - {inputs.reserve_bytes_per_gpu:.4g} B reserved <= 0 per GPU"
+        )
+    pool_gpu = kv_pool_bytes(mem * util, w_gpu, inputs.reserve_bytes_per_gpu)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
-    contexts = [
+    planned = [
         _context_plan(model, s, inputs, tp, pp, kv_dtype, usable_gpu, replicas)
         for s in inputs.contexts
     ]
+    contexts = [c for c, _ in planned]
+    warnings = [w for _, found in planned for w in found]
     return PlanResult(
         model=model.name,
         gpu=gpu.name,
@@ -123,6 +149,7 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         weight_dtype=w_dtype,
         params=params,
         gpu_mem_bytes=mem,
+        gpu_memory_utilization=util,
         kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
         kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype),
         weights_bytes_per_gpu=w_gpu,
@@ -135,10 +162,24 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         output_tokens=inputs.output_tokens,
         shared_prefix_tokens=inputs.shared_prefix_tokens,
         contexts=contexts,
+        warnings=warnings,
     )
 
 
-def _context_plan(model, context, inputs, tp, pp, kv_dtype, usable_gpu, replicas) -> ContextPlan:
+def window_warning(model: str, window: int, context: int, output_tokens: int = 0) -> str:
+    """The warning for a trajectory longer than the model's ``max_context_tokens``."""
+    what = f"context {context:,}"
+    if output_tokens:
+        what += f" + {output_tokens:,} output = {context + output_tokens:,} tokens"
+    else:
+        what += " tokens"
+    return f"{what} exceeds {model}'s window of {window:,} tokens (max_context_tokens)"
+
+
+def _context_plan(
+    model, context, inputs, tp, pp, kv_dtype, usable_gpu, replicas
+) -> tuple[ContextPlan, list[str]]:
+    """One context's capacity, and the warnings it raises (window, nothing fitting)."""
     if context < 1:
         raise KvsimError(f"--context values must be positive, got {context}")
     total = context + inputs.output_tokens
@@ -154,16 +195,56 @@ def _context_plan(model, context, inputs, tp, pp, kv_dtype, usable_gpu, replicas
         kv_bytes_per_trajectory_per_gpu=traj_gpu,
         max_concurrent=replicas * math.floor(usable_gpu / traj_gpu),
     )
+    window = model.max_context_tokens
+    warnings = []
+    if window is not None and total > window:
+        warnings.append(window_warning(model.name, window, context, inputs.output_tokens))
+    pool = _pool_phrase(usable_gpu, inputs.headroom)
+    if result["max_concurrent"] == 0:
+        warnings.append(
+            f"context {context:,}: 0 trajectories fit: one needs {traj_gpu / GB:,.3f} GB "
+            f"of KV per GPU and {pool}"
+        )
     shared = inputs.shared_prefix_tokens
     if shared is not None:
-        if not 0 <= shared <= context:
-            raise KvsimError(
-                f"--shared-prefix-tokens {shared} must be between 0 and the context {context}"
-            )
-        shared_gpu = per_gpu(shared)
-        # the prefix is stored once per replica; each trajectory adds what it holds beyond it
-        private_gpu = traj_gpu - shared_gpu
-        fit = 0 if usable_gpu < shared_gpu else math.floor((usable_gpu - shared_gpu) / private_gpu)
+        fit, why = _shared_fit(context, shared, traj_gpu, per_gpu(shared), usable_gpu, pool)
         result["max_concurrent_shared"] = replicas * fit
         result["shared_prefix_bytes"] = kv_bytes_for_context(model, shared, kv_dtype=kv_dtype)
-    return ContextPlan(**result)
+        warnings += why
+    return ContextPlan(**result), warnings
+
+
+def _pool_phrase(usable_gpu: float, headroom: float) -> str:
+    phrase = f"the usable KV pool per GPU is {usable_gpu / GB:,.3f} GB"
+    return phrase + (f" after {headroom:.0%} headroom" if headroom else "")
+
+
+def _shared_fit(
+    context: int, shared: int, traj_gpu: float, shared_gpu: float, usable_gpu: float, pool: str
+) -> tuple[int, list[str]]:
+    """F37 with sharing, per GPU: the prefix once, then whole private parts; and why 0."""
+    if not 0 <= shared <= context:
+        raise KvsimError(
+            f"--shared-prefix-tokens {shared} must be between 0 and the context {context}"
+        )
+    # the prefix is stored once per replica; each trajectory adds what it holds beyond it
+    private_gpu = traj_gpu - shared_gpu
+    if private_gpu <= 0:
+        raise KvsimError(
+            f"--shared-prefix-tokens {shared}: each trajectory of context {context} holds no KV "
+            "beyond the shared prefix, so capacity is unbounded; give --output-tokens or a "
+            "shorter prefix"
+        )
+    if usable_gpu < shared_gpu:
+        return 0, [
+            f"context {context:,}: 0 trajectories fit with the shared prefix: the prefix "
+            f"alone needs {shared_gpu / GB:,.3f} GB of KV per GPU and {pool}"
+        ]
+    fit = math.floor((usable_gpu - shared_gpu) / private_gpu)
+    if fit == 0:
+        return 0, [
+            f"context {context:,}: 0 trajectories fit with the shared prefix: the prefix "
+            f"({shared_gpu / GB:,.3f} GB per GPU) plus one trajectory's private "
+            f"{private_gpu / GB:,.3f} GB, and {pool}"
+        ]
+    return fit, []

@@ -8,7 +8,9 @@ After a turn it may fork k branches: each child sequence shares the parent's KV
 (copy-on-write or a deep copy, as the allocator does it), the parent's own sequence is
 released, and every branch runs its own turns. ``join`` waits for all branches and
 continues from a chosen one; ``prune`` continues from the first branch to finish and
-cancels the others mid-flight. Losers are pruned (their sequences freed).
+cancels the others mid-flight. Losers are pruned (their sequences freed). Before each call
+the harness applies ``context_limit`` (``sim.workload.context_limit``): near the model's
+window it compacts, truncates or stops, as real harnesses do.
 
 Invariant: a trajectory's whole plan (turn count, tokens, pauses, forks) is drawn when it
 starts, from the ``turns``, ``tokens``, ``pauses`` and ``forks`` streams, so it does not
@@ -24,6 +26,7 @@ from sim.prefix.spans import Segments, concat, n_tokens, segments
 from sim.sched.request import FINISHED
 from sim.workload.arrivals import arrival_strategy
 from sim.workload.context import WorkloadContext, trajectory_row
+from sim.workload.context_limit import ContextLimit, fit_window
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,14 @@ def _turns(cfg, tok, pau, n: int) -> list[TurnSpec]:
     return [TurnSpec(p, i, o) for p, i, o in zip(pauses, obs, outs, strict=True)]
 
 
+@dataclass(frozen=True, slots=True)
+class _Harness:
+    """How the trajectory's harness treats the context window."""
+
+    limit: ContextLimit
+    stable_tokens: int  # system prompt + tool definitions: never compacted
+
+
 @dataclass
 class _Line:
     """A line of turns on one sequence (the main line or a branch)."""
@@ -82,9 +93,38 @@ class _Line:
     branch: int = 0
     cancelled: bool = False
     ok: bool = True
+    exhausted: bool = False  # ended because the next call could not fit the window
+    compactions: int = 0
     current: object = None  # the request in flight
     pause_s: float = 0.0
     requests: list = field(default_factory=list)
+
+
+def _next_input(ctx: WorkloadContext, line: _Line, harness: _Harness, input_tokens: int) -> bool:
+    """Append the next call's new input to ``line``, applying the context limit first.
+
+    A compacted or truncated context is no longer an extension of the KV the line holds,
+    so the line moves to a new sequence (the old one is released; a prefix cache still
+    serves the stable zones). False = the context is exhausted.
+    """
+    fitted = fit_window(
+        line.context,
+        harness.stable_tokens,
+        input_tokens,
+        ctx.context_window,
+        harness.limit,
+        ctx.new_content("summary"),
+    )
+    if fitted.context is None:
+        line.exhausted = True
+        return False
+    if fitted.reduced:
+        line.compactions += 1
+        ctx.node.release(line.seq)
+        line.seq = ctx.new_seq()
+    obs = segments([(ctx.new_content("obs"), input_tokens)])
+    line.context = concat(fitted.context, obs)
+    return True
 
 
 def _turn(
@@ -95,6 +135,7 @@ def _turn(
     turn: int,
     last: bool,
     first: bool,
+    harness: _Harness,
     next_pause_s: float | None = None,
 ):
     """Run one turn on ``line``; afterwards ``line.ok`` says whether it finished."""
@@ -103,10 +144,9 @@ def _turn(
         if spec.pause_s > 0:
             yield env.timeout(spec.pause_s)
             line.pause_s += spec.pause_s
-        if line.cancelled:
+        if line.cancelled or not _next_input(ctx, line, harness, spec.input_tokens):
             line.ok = False
             return
-        line.context = concat(line.context, segments([(ctx.new_content("obs"), spec.input_tokens)]))
     req = ctx.request(
         line.seq,
         n_tokens(line.context),
@@ -128,15 +168,15 @@ def _turn(
     line.context = concat(line.context, ((req.output_id, 0, req.num_output),))
 
 
-def _branch(ctx, line: _Line, turns, traj_id: int):
+def _branch(ctx, line: _Line, turns, traj_id: int, harness: _Harness):
     for t, spec in enumerate(turns):
         nxt = turns[t + 1].pause_s if t + 1 < len(turns) else None
-        yield from _turn(ctx, line, spec, traj_id, t, False, False, nxt)
+        yield from _turn(ctx, line, spec, traj_id, t, False, False, harness, nxt)
         if not line.ok:
             return
 
 
-def _fork(ctx: WorkloadContext, main: _Line, fork: ForkSpec, traj_id: int):
+def _fork(ctx: WorkloadContext, main: _Line, fork: ForkSpec, traj_id: int, harness: _Harness):
     """Fork, run the branches, pick the line to continue; returns it (or None)."""
     env, node = ctx.env, ctx.node
     lines = [_Line(ctx.new_seq(), main.context, branch=j + 1) for j in range(len(fork.branches))]
@@ -144,7 +184,7 @@ def _fork(ctx: WorkloadContext, main: _Line, fork: ForkSpec, traj_id: int):
         node.fork(main.seq, line.seq)
     node.release(main.seq)
     procs = [
-        env.process(_branch(ctx, ln, turns, traj_id))
+        env.process(_branch(ctx, ln, turns, traj_id, harness))
         for ln, turns in zip(lines, fork.branches, strict=True)
     ]
     winner = None
@@ -167,13 +207,18 @@ def _fork(ctx: WorkloadContext, main: _Line, fork: ForkSpec, traj_id: int):
     for line in lines:
         main.requests.extend(line.requests)
         main.pause_s += line.pause_s
-    return lines[winner] if winner is not None else None
+        main.compactions += line.compactions
+    if winner is None:
+        main.exhausted = any(line.exhausted for line in lines)
+        return None
+    return lines[winner]
 
 
 def agent_trajectory(cfg, ctx: WorkloadContext, traj_id: int, plan: TrajectoryPlan, on_end):
     """SimPy process of one agent trajectory."""
     start = ctx.now
     shared = [("sys", cfg.system_prompt_tokens), ("tools", cfg.tool_tokens)]
+    harness = _Harness(cfg.context_limit, cfg.system_prompt_tokens + cfg.tool_tokens)
     task = (ctx.new_content("task"), plan.turns[0].input_tokens)
     line = _Line(ctx.new_seq(), segments([*shared, task]))
     requests, pause_s, branches, done_turns = line.requests, 0.0, 0, 0
@@ -181,31 +226,39 @@ def agent_trajectory(cfg, ctx: WorkloadContext, traj_id: int, plan: TrajectoryPl
     for t, spec in enumerate(plan.turns):
         # the true wait after this turn (oracle prediction); unknown when branches follow
         nxt = plan.turns[t + 1].pause_s if t + 1 < n and t not in plan.forks else None
-        yield from _turn(ctx, line, spec, traj_id, t, t == n - 1, t == 0, nxt)
+        yield from _turn(ctx, line, spec, traj_id, t, t == n - 1, t == 0, harness, nxt)
         if not line.ok:
             break
         done_turns += 1
         fork = plan.forks.get(t)
         if fork is not None and t < n - 1:
             branches += len(fork.branches)
-            winner = yield from _fork(ctx, line, fork, traj_id)
+            winner = yield from _fork(ctx, line, fork, traj_id, harness)
             if winner is None:
                 line.ok = False
                 break
             winner.requests, winner.pause_s = line.requests, line.pause_s
+            winner.compactions = line.compactions
             winner.branch = 0
             line = winner
     requests, pause_s = line.requests, line.pause_s
     ok = line.ok and done_turns == n
     if not ok:
         ctx.node.release(line.seq)
-    status = "completed" if ok else "failed"
-    ctx.trajectory_ended(
-        trajectory_row(
-            traj_id, "agent", start, ctx.now, status, done_turns, requests, branches, pause_s
-        ),
-        ok,
+    status = "completed" if ok else "context_exhausted" if line.exhausted else "failed"
+    row = trajectory_row(
+        traj_id,
+        "agent",
+        start,
+        ctx.now,
+        status,
+        done_turns,
+        requests,
+        branches,
+        pause_s,
+        line.compactions,
     )
+    ctx.trajectory_ended(row, ok)
     on_end()
 
 

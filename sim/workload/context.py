@@ -22,11 +22,21 @@ class WorkloadContext:
     """Shared state of the workload processes of one run."""
 
     def __init__(
-        self, env, node, streams: Streams, recorder, base_dir: Path, total_trajectories: int
+        self,
+        env,
+        node,
+        streams: Streams,
+        recorder,
+        base_dir: Path,
+        total_trajectories: int,
+        context_window: int | None = None,
     ) -> None:
         self.env, self.node, self.streams, self.rec = env, node, streams, recorder
         self.base_dir = base_dir
         self.total = total_trajectories
+        #: the model's context window as the server enforces it (scheduler.max_model_len);
+        #: None = no window. Harnesses (``workload.context_limit``) act on it.
+        self.context_window = context_window
         self.started = 0
         self.ended = 0
         self.completed = 0  # trajectories that finished every turn
@@ -116,6 +126,7 @@ def trajectory_row(
     requests: list[Any],
     branches: int,
     pause_s: float,
+    compactions: int = 0,
 ) -> tuple:
     """A row of ``TRAJECTORY_COLUMNS`` (hold byte-seconds are filled in by the run)."""
     out = sum(r.num_output for r in requests)
@@ -134,5 +145,6 @@ def trajectory_row(
         look,
         hit,
         pause_s,
+        compactions,
         float("nan"),
     )

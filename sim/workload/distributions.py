@@ -3,7 +3,12 @@
 Responsibility: the scenario's ``{kind: lognormal, median: 300, sigma: 1.0}`` blocks and
 their vectorised sampling with a numpy ``Generator``. A bare number in YAML means a
 constant. Every distribution may be clipped with ``min``/``max``; token counts are
-rounded to whole numbers and are at least 1.
+rounded to whole numbers, are at least 1 and at most ``MAX_TOKENS``.
+
+Validation: every parameter is a finite number (no ``.nan``/``.inf``); a field's range
+(``within``: tokens, seconds, counts) applies to every value the user wrote (constants,
+bounds, medians, means, listed values, ``min``/``max``), so a negative token count or
+pause is an error, never silently clipped.
 
 Invariant: sampling is a pure function of the config and the generator's state, and
 draws exactly ``n`` variates from the generator for ``n`` samples (so adding a field to
@@ -12,14 +17,22 @@ one stream never shifts another stream).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+#: the largest token count a distribution may state or a sample may take
+MAX_TOKENS = 10_000_000
+#: the longest time in seconds a distribution may state (about 31.7 years)
+MAX_TIME_S = 1e9
+#: the largest lognormal sigma (already a spread of e^(+-10) around the median at 1 sigma)
+MAX_SIGMA = 10.0
+
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min: float | None = None  # clip below
     max: float | None = None  # clip above
@@ -33,6 +46,15 @@ class _Dist(BaseModel):
     def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         raise NotImplementedError
 
+    def _written(self) -> list[tuple[str, float]]:
+        """The values the user wrote in the field's unit (not shapes such as sigma)."""
+        raise NotImplementedError
+
+    def written(self) -> list[tuple[str, float]]:
+        """(parameter, value) for every value in the field's unit, ``min``/``max`` too."""
+        clip = [(k, v) for k, v in (("min", self.min), ("max", self.max)) if v is not None]
+        return self._written() + clip
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` variates as float64, clipped to [min, max]."""
         x = np.asarray(self._draw(rng, n), dtype=np.float64)
@@ -41,8 +63,8 @@ class _Dist(BaseModel):
         return x
 
     def sample_tokens(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` whole token counts >= 1."""
-        return np.maximum(1, np.rint(self.sample(rng, n))).astype(np.int64)
+        """``n`` whole token counts in [1, MAX_TOKENS] (a heavy tail cannot overflow)."""
+        return np.clip(np.rint(self.sample(rng, n)), 1, MAX_TOKENS).astype(np.int64)
 
 
 class Constant(_Dist):
@@ -52,14 +74,26 @@ class Constant(_Dist):
     def _draw(self, rng, n):
         return np.full(n, self.value)
 
+    def _written(self):
+        return [("value", self.value)]
+
 
 class Uniform(_Dist):
     kind: Literal["uniform"] = "uniform"
     low: float
     high: float
 
+    @model_validator(mode="after")
+    def _order(self):
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
     def _draw(self, rng, n):
         return rng.uniform(self.low, self.high, n)
+
+    def _written(self):
+        return [("low", self.low), ("high", self.high)]
 
 
 class Exponential(_Dist):
@@ -69,16 +103,22 @@ class Exponential(_Dist):
     def _draw(self, rng, n):
         return rng.exponential(self.mean, n)
 
+    def _written(self):
+        return [("mean", self.mean)]
+
 
 class LogNormal(_Dist):
     """``exp(N(ln median, sigma))``: heavy right tail (tool waits, per-turn increments)."""
 
     kind: Literal["lognormal"] = "lognormal"
     median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
+    sigma: float = Field(ge=0, le=MAX_SIGMA)
 
     def _draw(self, rng, n):
         return rng.lognormal(np.log(self.median), self.sigma, n)
+
+    def _written(self):
+        return [("median", self.median)]
 
 
 class Normal(_Dist):
@@ -93,6 +133,9 @@ class Normal(_Dist):
         x = rng.normal(self.mean, self.std, n)
         return np.abs(x) if self.abs else x
 
+    def _written(self):
+        return [("mean", abs(self.mean) if self.abs else self.mean), ("std", self.std)]
+
 
 class Gamma(_Dist):
     kind: Literal["gamma"] = "gamma"
@@ -102,13 +145,16 @@ class Gamma(_Dist):
     def _draw(self, rng, n):
         return rng.gamma(self.shape, self.scale, n)
 
+    def _written(self):
+        return [("scale", self.scale), ("mean (shape x scale)", self.shape * self.scale)]
+
 
 class Empirical(_Dist):
     """Draw from listed values (with optional weights)."""
 
     kind: Literal["empirical"] = "empirical"
     values: list[float] = Field(min_length=1)
-    weights: list[float] | None = None
+    weights: list[Annotated[float, Field(ge=0, le=1e12)]] | None = None  # no overflowing sum
 
     @model_validator(mode="after")
     def _weights(self):
@@ -126,10 +172,18 @@ class Empirical(_Dist):
             p = w / w.sum()
         return rng.choice(np.asarray(self.values, dtype=np.float64), size=n, p=p)
 
+    def _written(self):
+        return [(f"values[{i}]", v) for i, v in enumerate(self.values)]
+
 
 def _number_is_constant(value):
     if isinstance(value, bool):
         return value
+    if isinstance(value, str):  # YAML 1.1 reads 1e9 (no dot, no exponent sign) as text
+        try:
+            value = float(value)
+        except ValueError:
+            return value
     if isinstance(value, int | float):
         return {"kind": "constant", "value": value}
     return value
@@ -147,3 +201,22 @@ Dist = Annotated[
 
 def constant(value: float) -> Constant:
     return Constant(value=value)
+
+
+def within(low: float, high: float, unit: str) -> Callable[[_Dist], _Dist]:
+    """An after-validator: every value the distribution states lies in [low, high]."""
+
+    def check(dist: _Dist) -> _Dist:
+        for name, value in dist.written():
+            if not low <= value <= high:
+                raise ValueError(
+                    f"{dist.kind} {name} = {value:g} is out of range: {unit} must be in "
+                    f"[{_number(low)}, {_number(high)}]"
+                )
+        return dist
+
+    return check
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"

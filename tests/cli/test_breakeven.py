@@ -82,3 +82,34 @@ def test_attention_term_and_shadow_prices(run_cli):
 def test_bad_input_one_line(run_cli, args, needle):
     code, _, err = run_cli("kvsim breakeven " + args)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_context_beyond_window_is_a_warning(run_cli):
+    """llama-3-8b's window is 8,192 tokens: beyond it, compute anyway, exit 0, warn."""
+    base = (
+        "kvsim breakeven --model llama-3-8b --num-gpus 1 --link-gb-per-s 50 "
+        "--prefill-tflops 400 --context "
+    )
+    code, out, err = run_cli(base + "8192 --json")
+    assert code == 0 and json.loads(out)["warnings"] == [] and err == ""
+    code, out, err = run_cli(base + "16384 --json")
+    assert code == 0
+    data = json.loads(out)  # stdout is still exactly one JSON object
+    warning = "context 16,384 tokens exceeds llama-3-8b's window of 8,192 tokens (max_context_tokens)"
+    assert data["warnings"] == [warning]
+    assert data["kv_bytes"] == 16384 * 131072  # the figures are still computed
+    assert err == f"kvsim: warning: {warning}\n"
+    code, out, err = run_cli(base + "16384")
+    assert code == 0 and "Pause economics at 16,384 tokens" in out and "warning" not in out
+    assert err == f"kvsim: warning: {warning}\n"
+
+
+def test_documented_e24_fits_its_window_and_the_8k_profile_warns(run_cli):
+    command = _doc_commands()[1][1]
+    assert json.loads(run_cli(command)[1])["warnings"] == []
+    old = command.replace("llama-3.1-70b", "llama-3-70b")
+    data = json.loads(run_cli(old)[1])
+    assert data["warnings"] == [
+        "context 32,768 tokens exceeds llama-3-70b's window of 8,192 tokens (max_context_tokens)"
+    ]
+    assert data["recompute_s"] == json.loads(run_cli(command)[1])["recompute_s"]

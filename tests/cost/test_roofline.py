@@ -115,3 +115,88 @@ def test_decode_run_equals_step_by_step(n, hist, steps, tp, overhead):
     fast = cm.decode_run_times(n, hist, steps)
     slow = np.array([cm.iteration_time(StepWork(n, hist + i * n)).total_s for i in range(steps)])
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+# -- attention FLOPs: causal mask (default) vs F23's full square ---------------------------
+
+LLAMA70 = dict(weights=False, kv_read=False, gemm_flops=False, allreduce=False)
+
+
+def _attention(mask: str, work: StepWork, tp: int = 1):
+    m, a = load_model("llama-3-70b"), load_accelerator("h100-sxm-80gb")
+    cm = CostModel(m, a, tp, 1, CostConfig(attention_mask=mask, **LLAMA70))
+    per_pair = 4 * m.num_layers * m.num_q_heads * m.head_dim / tp  # 4 L d per (q, k) pair
+    return cm.iteration_time(work), per_pair, 0.6 * a.peak_flops_per_s("bf16")
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_causal_chunk_counts_the_lower_triangle_of_its_new_tokens(tp):
+    """c new tokens over h cached: c h + c (c + 1) / 2 pairs (the issue's 4 L d c (h + c/2)
+    plus the diagonal), not the square c (h + c)."""
+    c, h = 512, 1024
+    work = StepWork(prefill_chunks=((c, h),))
+    cost, per_pair, rate = _attention("causal", work, tp)
+    assert cost.flops_per_gpu == per_pair * (c * h + c * (c + 1) // 2)
+    assert cost.attention_s == pytest.approx(per_pair * (c * h + c * (c + 1) / 2) / rate, rel=1e-15)
+    square, _, _ = _attention("square", work, tp)
+    assert square.flops_per_gpu == per_pair * c * (h + c)
+    # about half of the new-token square: the gap is c (c - 1) / 2 pairs
+    assert square.flops_per_gpu - cost.flops_per_gpu == per_pair * c * (c - 1) // 2
+
+
+def test_causal_monolithic_prefill_is_about_half_of_f23_and_square_is_f23():
+    """A monolithic S-token prefill: F23's attention term is 4 L d S^2 (square); the causal
+    kernel does S (S + 1) / 2 pairs."""
+    from sim.sizing import prefill_flops
+
+    m, s = load_model("llama-3-70b"), 4096
+    assert m.num_q_heads * m.head_dim == m.d_model  # so F23's d_model is the kernel's d
+    work = StepWork(prefill_chunks=((s, 0),))
+    square, _, _ = _attention("square", work)
+    causal, per_pair, _ = _attention("causal", work)
+    f23_attention = prefill_flops(1.0, m.num_layers, m.d_model, s) - 2 * s  # params = 1
+    assert square.flops_per_gpu == f23_attention == 4 * 80 * 8192 * s**2
+    assert causal.flops_per_gpu == per_pair * s * (s + 1) // 2
+    assert causal.flops_per_gpu / square.flops_per_gpu == pytest.approx(0.5 + 0.5 / s)
+
+
+def test_a_one_token_chunk_costs_what_a_decode_costs():
+    """The causal count with c = 1 is a decode's h + 1, so a prompt whose prefix is cached
+    but one token is priced like a decode step."""
+    h = 9_999
+    chunk, _, _ = _attention("causal", StepWork(prefill_chunks=((1, h),)))
+    decode, _, _ = _attention("causal", StepWork(n_decode=1, decode_history_tokens=h))
+    assert chunk.flops_per_gpu == decode.flops_per_gpu
+
+
+def test_the_mask_leaves_decode_runs_and_e20_alone(e20):
+    """Decodes attend h + 1 either way; E20 has no attention term, so its 158.7 ms hybrid
+    step is the same under both masks."""
+    m, a = load_model("llama-3-70b"), load_accelerator("h100-sxm-80gb")
+    runs = [
+        CostModel(m, a, 8, 1, CostConfig(attention_mask=k)).decode_run_times(32, 32 * 4000, 5)
+        for k in ("causal", "square")
+    ]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    hybrid = StepWork(n_decode=32, prefill_chunks=((512, 0),))
+    square = CostModel(
+        e20.model, e20.accelerator, 1, 1, E20.model_copy(update={"attention_mask": "square"})
+    )
+    assert square.iteration_time(hybrid).total_s == e20.iteration_time(hybrid).total_s
+
+
+def test_a_bad_attention_mask_is_one_line_naming_the_choices():
+    from sim.errors import ConfigError
+    from sim.scenario import load_scenario
+
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(
+            {"schema_version": 1, "name": "x", "model": "llama-3-8b",
+             "hardware": {"accelerator": "h100-sxm-80gb"},
+             "cost": {"attention_mask": "triangle"},
+             "workload": {"kind": "requests", "requests": [
+                {"count": 1, "at_s": 0.0, "prompt_tokens": 16, "output_tokens": 1}]}}
+        )  # fmt: skip
+    msg = str(exc.value)
+    assert "\n" not in msg and "more problem" not in msg and "cost.attention_mask" in msg
+    assert "causal" in msg and "square" in msg

@@ -12,6 +12,8 @@ from sim.run import run_scenario
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ROOT / "workloads"
 SKIP = {"wall_time_s", "exact", "engine_decisions", "versions", "check_invariants"}
+# where a run came from, not what it did (two runs compared may differ in command or file)
+SKIP |= {"command", "scenario_path", "config_sha256"}
 
 
 def run(name: str, **overrides):

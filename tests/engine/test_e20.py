@@ -85,3 +85,13 @@ def test_exact_timeline_of_one_request():
     ]
     assert list(steps.bound) == ["compute", "memory", "memory"]
     assert res.summary["sim_time_s"] == pytest.approx(r.finish_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("mask", ["causal", "square"])
+def test_the_attention_mask_leaves_e20_exact(mask):
+    """E20 counts only weights and GEMM FLOPs (no attention term), so neither the causal
+    default nor F23's square moves its numbers."""
+    res, big, _ = _e20(True, **{"cost.attention_mask": mask})
+    assert res.summary["max_itl_s"] == pytest.approx(HYBRID_S, rel=1e-12)
+    assert res.summary["itl_s"]["p50"] == pytest.approx(DECODE_S, rel=1e-12)
+    assert big.ttft_s - big.queue_s == pytest.approx(8 * HYBRID_S, rel=1e-9)

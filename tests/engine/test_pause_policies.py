@@ -20,7 +20,7 @@ from sim.run import build, run_scenario
 E24 = "seed_tool_wait_45s.yaml"
 PEAK = 989.4e12  # H100 SXM bf16, the accelerator profile
 KV_TOKENS = 32768
-KV_BYTES = KV_TOKENS * 2 * 80 * 8 * 128 * 2  # F1, Llama-3-70B bf16: 10.74 GB
+KV_BYTES = KV_TOKENS * 2 * 80 * 8 * 128 * 2  # F1, Llama-3.1-70B bf16: 10.74 GB
 RELOAD_S = KV_BYTES / 8 / 64e9  # each of 8 GPUs moves its share at 64 GB/s: 20.97 ms
 RECOMPUTE_S = 2 * 70.6e9 * KV_TOKENS / (8 * 0.45 * PEAK)  # F30 linear term, 45 % MFU
 NVME_S = KV_BYTES / (8 * 7.0e9) + RELOAD_S  # drives (8 x 7 GB/s) then the link

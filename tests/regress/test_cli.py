@@ -257,6 +257,7 @@ def test_wall_clock_metric_is_a_one_line_user_error(write_suite, run_cli):
 
 def test_without_a_checkout_suite_is_required(run_cli, monkeypatch, tmp_path):
     monkeypatch.setattr("sim.regress.locate.checkout_root", lambda: None)
+    monkeypatch.chdir(tmp_path)  # no ./tests/golden/suite.yaml here either
     code, _, err = run_cli(["regress"])
     assert code == 2
     assert "no --suite given" in err and "pass --suite DIR" in err

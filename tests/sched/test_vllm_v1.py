@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 from sched_helpers import Ids, kv_manager, scheduler
 
-from sim.sched import FINISHED, REJECTED, RUNNING, WAITING, Request, VllmV1Config, VllmV1Scheduler
+from sim.sched import (
+    CANCELLED,
+    FINISHED,
+    REJECTED,
+    RUNNING,
+    WAITING,
+    Request,
+    VllmV1Config,
+    VllmV1Scheduler,
+)
 
 
 def step(s):
@@ -92,16 +101,50 @@ def test_request_alone_in_an_empty_pool_that_cannot_grow_is_rejected(ids):
     step(s)
     plan, _ = step(s)
     assert r.status == REJECTED and plan.rejected == [r] and plan.preempted == [r]
+    assert r.finish_reason == "rejected_never_fits"
     assert not s.running and not s.waiting
     assert s.kv.alloc.num_sequences == 0
 
 
 def test_add_rejects_what_can_never_fit(ids):
     s = scheduler(pool_tokens=64, alloc_options={"block_size": 16}, max_model_len=100)
-    assert not s.add(ids.req(60, 10))  # 69 tokens of KV > 64
-    assert not s.add(ids.req(50, 51))  # > max_model_len
+    never = ids.req(60, 10)
+    assert not s.add(never)  # 69 tokens of KV > 64
+    assert never.finish_reason == "rejected_never_fits"
     ok = ids.req(50, 15)
-    assert s.add(ok) and ok.status == WAITING
+    assert s.add(ok) and ok.status == WAITING and ok.finish_reason is None
+
+
+def test_context_window_rejects_prompts_that_leave_no_room_and_cuts_outputs(ids):
+    """vLLM: a prompt of max_model_len tokens or more is refused; a longer target output is
+    generated only up to the window (finish reason ``length``), not refused."""
+    s = scheduler(pool_tokens=4096, max_model_len=100)
+    full, over = ids.req(100, 1), ids.req(101, 5)
+    assert not s.add(full) and not s.add(over)
+    assert (full.status, full.finish_reason) == (REJECTED, "rejected_too_long")
+    assert over.finish_reason == "rejected_too_long"
+    cut, fits = ids.req(90, 50), ids.req(90, 10)
+    assert s.add(cut) and s.add(fits)
+    assert (cut.max_output_tokens, cut.output_limit) == (50, 10)
+    for _ in range(12):
+        if s.has_work:
+            step(s)
+    assert cut.num_output == 10 and cut.num_tokens == 100
+    assert (cut.status, cut.finish_reason) == (FINISHED, "length")
+    assert (fits.num_output, fits.finish_reason) == (10, "stop")
+
+
+def test_no_window_means_no_cap(ids):
+    s = scheduler(pool_tokens=4096)
+    r = ids.req(3000, 900)
+    assert s.add(r) and r.output_limit == 900
+
+
+def test_cancel_has_a_finish_reason(ids):
+    s = scheduler(pool_tokens=4096)
+    r = ids.req(10, 5)
+    s.add(r)
+    assert s.cancel(r) and (r.status, r.finish_reason) == (CANCELLED, "cancelled")
 
 
 def test_prefix_hit_at_admission_skips_prefill(ids):
