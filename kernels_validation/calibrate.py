@@ -13,7 +13,10 @@ and derive, as fractions of the reference figures (the accelerator's datasheet):
               ``bench_layer`` steps, clamped at 0: a fitted intercept, not a measured one;
 plus informational figures (d2d ceiling, pageable and bidirectional peaks, copy/GEMM
 overlap slowdowns). Then it validates the result with ``sim.cost.calibration`` and writes
-the YAML. Invariant: nothing is written unless it loads back with ``load_calibration``;
+the YAML. With ``--vidur GPU`` the folder is instead the Vidur authors' public profiling
+data (``data/profiling``, or the project's subset) and the file is a
+``schema_version: 2`` calibration fitted by ``vidur_fit.py`` (``source:
+public-measurement``, with its origin). Invariant: nothing is written unless it loads back with ``load_calibration``;
 the file says where its numbers came from (device, driver, torch, date, source).
 Runs here, not on the device: may use numpy, pandas, yaml and ``sim``.
 """
@@ -294,7 +297,20 @@ def write_calibration(mapping: dict, path: Path) -> None:
         "# Schema and interpolation: sim/cost/calibration.py. How it was measured:",
         "# docs/kernels_validation.md.",
     ]
-    if mapping["source"] != "gpu":
+    if mapping["source"] == "public-measurement":
+        o = mapping["origin"]
+        header = [
+            f"# Calibration for {mapping['device']} from PUBLIC MEASUREMENTS (not ours):",
+            f"# the Vidur authors' profiling data, {o['repository']} at commit {o['commit']},",
+            f"# licence {o['licence']} (workloads/data/vidur_profiling/LICENSE), {o['path']}.",
+            "# Fitted on alternate token counts / message sizes; the other half is held back and",
+            "# checked in tests/kernels/test_vidur_profiles.py. Not measured here (see",
+            "# not_measured): attention, host copies. Units: seconds, bytes, bytes/s; efficiencies",
+            "# are fractions of `reference`. Schema: sim/cost/calibration.py, docs/kernels_validation.md.",
+            f"# Remake: python kernels_validation/calibrate.py DATA --vidur {mapping['gpu_key']} --out FILE",
+        ]
+        mapping = {k: v for k, v in mapping.items() if k != "gpu_key"}
+    elif mapping["source"] != "gpu":
         header.insert(0, f"# {mapping['source'].upper()} -- not a GPU measurement.")
     if mapping["source"] == "synthetic":
         header.insert(
@@ -321,7 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="default: hardware_profiles/calibration/<device>.yaml")
     ap.add_argument("--accelerator", help="accelerator profile giving the reference figures")
     ap.add_argument("--source", choices=["gpu", "cpu", "synthetic"], help="default: from env.json")
+    ap.add_argument("--vidur", metavar="GPU", help="results is Vidur profiling data; fit this GPU "
+                    "(a100, h100) into a schema-2 calibration (needs --out)")  # fmt: skip
+    ap.add_argument("--date", default=None, help="the file's date (default: today, UTC)")
     args = ap.parse_args(argv)
+    if args.vidur:
+        return _main_vidur(args)
     try:
         run = read_run(args.results)
         mapping = build_mapping(run, args.accelerator, args.source)
@@ -333,6 +354,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
+    return 0
+
+
+def _main_vidur(args) -> int:
+    import datetime as dt
+
+    import vidur_data
+    import vidur_fit
+
+    try:
+        if args.vidur not in vidur_fit.GPUS:
+            raise KvsimError(f"--vidur: unknown GPU {args.vidur!r}; valid: {', '.join(vidur_fit.GPUS)}")
+        if args.out is None:
+            raise KvsimError("--vidur needs --out")
+        data = vidur_data.read_vidur(args.results)
+        date = args.date or dt.datetime.now(dt.UTC).date().isoformat()
+        mapping = vidur_fit.build_mapping(data, args.vidur, date)
+        write_calibration({**mapping, "gpu_key": args.vidur}, args.out)
+    except (KvsimError, vidur_data.VidurDataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
     return 0
 
 

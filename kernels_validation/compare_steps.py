@@ -9,6 +9,8 @@ predictors ship here:
   calibrated  the same terms with the calibration's measured efficiencies + step overhead;
   sim-cost    ``sim.cost.CostModel`` on a model profile built from the CSV's geometry
               (with or without the calibration), i.e. the simulator's own prediction.
+With ``--vidur DATA`` it instead compares per operator group against the Vidur authors'
+public profiles (``vidur_compare.py``) and writes ``results/vidur-profiles/``.
 Invariant: relative error is ``(predicted - measured) / measured``; the summary's median
 and worst are of its absolute value, over the rows given. Runs here (not on the device):
 may use numpy, pandas and ``sim``.
@@ -236,15 +238,43 @@ def build_predictors(cal: Calibration, names: list[str]) -> dict[str, Predictor]
     return {n: makers[n]() for n in names}
 
 
+def main_vidur(data_dir: Path, out: Path | None, gpus: list[str] | None) -> int:
+    """``--vidur DATA``: predicted vs measured per operator group (``vidur_compare``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import vidur_compare
+    import vidur_data
+
+    try:
+        data = vidur_data.read_vidur(data_dir)
+        out = out or Path(__file__).resolve().parent / "results" / "vidur-profiles"
+        reports = vidur_compare.write_reports(data, out, gpus)
+    except (KvsimError, vidur_data.VidurDataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for rep in reports:
+        print(vidur_compare.to_markdown(rep).split("## TP all-reduce")[0], end="")
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("layer_csv", type=Path)
-    ap.add_argument("--calibration", required=True, help="calibration name or YAML path")
+    ap.add_argument("layer_csv", type=Path, nargs="?", help="a bench_layer CSV (not with --vidur)")
+    ap.add_argument("--vidur", type=Path, metavar="DATA",
+                    help="compare per operator group against Vidur profiling data (its "
+                         "data/profiling folder or workloads/data/vidur_profiling)")  # fmt: skip
+    ap.add_argument("--gpu", action="append", help="with --vidur: a100, h100 (repeatable)")
+    ap.add_argument("--calibration", help="calibration name or YAML path (not with --vidur)")
     ap.add_argument("--predictor", action="append", default=None,
                     help="roofline, calibrated, sim-cost, sim-cost-calibrated (repeatable)")  # fmt: skip
-    ap.add_argument("--out", type=Path, help="write the Markdown report here too")
+    ap.add_argument("--out", type=Path, help="write the Markdown report here too (with --vidur: "
+                    "the results folder; default kernels_validation/results/vidur-profiles)")
     ap.add_argument("--title", default="Predicted vs measured step times")
     args = ap.parse_args(argv)
+    if args.vidur is not None:
+        return main_vidur(args.vidur, args.out, args.gpu)
+    if args.layer_csv is None or args.calibration is None:
+        ap.error("a layer CSV and --calibration are needed (or --vidur DATA)")
     try:
         cal = load_calibration(args.calibration)
         shapes, measured = read_steps(args.layer_csv)

@@ -1,14 +1,19 @@
 """kvsim: a discrete-event simulator of KV-cache memory on LLM accelerator nodes.
 
 Invariant: importing ``sim`` is cheap and never imports torch, SimPy-heavy engine code or
-plotting; the entry points below load their layers lazily.
+plotting; the entry points below load their layers lazily. It does import ``sim.prefix``
+(pure Python), which registers the prefix-cache allocator kinds (``radix``,
+``paged_hash``), so ``sim.memory.make_allocator`` knows every kind whatever is imported
+first.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "run_scenario"]
+from sim import prefix as prefix  # noqa: E402  (registers the prefix-cache allocator kinds)
+
+__all__ = ["__version__", "find_capacity", "run_scenario", "run_sweep"]
 
 
 def run_scenario(path_or_scenario, **overrides):
@@ -20,3 +25,19 @@ def run_scenario(path_or_scenario, **overrides):
     from sim.run import run_scenario as _run
 
     return _run(path_or_scenario, **overrides)
+
+
+def run_sweep(sweep_file, out, **options):
+    """Run (or resume) a sweep file into ``out``; returns ``results.parquet`` as a
+    DataFrame (``sim.sweep.run_sweep``: ``executor="local"|"dask"``, ``workers=N``)."""
+    from sim.sweep import run_sweep as _sweep
+
+    return _sweep(sweep_file, out, **options)
+
+
+def find_capacity(scenario, slos, **options):
+    """The largest load meeting every SLO (``["ttft_p99_s=2"]``), with a 95 % interval and
+    F37's estimate beside it; a ``CapacityResult`` (``sim.sweep.find_capacity``)."""
+    from sim.sweep import find_capacity as _find
+
+    return _find(scenario, slos, **options)

@@ -3,6 +3,8 @@
 Invariant: every error caused by user input (a profile, a scenario, a trace, a flag) is a
 ``KvsimError`` whose ``str()`` is a single line naming the file, line and field where
 known, and the valid choices where there is a closed set. The CLI prints it and exits 2.
+A broken invariant of the simulator's own books (a bug, never the user's input) is the one
+other failure: ``InvariantError``, raised by every ``check_invariants`` and ``check``.
 """
 
 from __future__ import annotations
@@ -15,13 +17,23 @@ class KvsimError(Exception):
 class ConfigError(KvsimError):
     """A profile or scenario that does not validate.
 
-    ``location`` is ``file:line`` (or just ``file``), ``field`` a dotted path.
+    ``location`` is ``file:line`` (or just ``file``), ``field`` a dotted path; ``problems``
+    lists every problem found when there are several (this error then says the first and
+    counts the rest), and is empty when this error is the only one.
     """
 
-    def __init__(self, message: str, *, location: str | None = None, field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str | None = None,
+        field: str | None = None,
+        problems: list[KvsimError] | None = None,
+    ):
         self.location = location
         self.field = field
         self.message = message
+        self.problems: list[KvsimError] = list(problems or [])
         parts = [p for p in (location, field) if p]
         super().__init__(": ".join([*parts, message]))
 
@@ -32,3 +44,9 @@ class UnknownNameError(KvsimError):
     def __init__(self, what: str, name: str, valid: list[str]):
         self.what, self.name, self.valid = what, name, sorted(valid)
         super().__init__(f"unknown {what} {name!r}; valid: {', '.join(self.valid)}")
+
+
+class InvariantError(AssertionError):
+    """The simulator's own books do not balance (a bug, not a user error); the message names
+    the broken invariant. The one invariant-failure mechanism: checks raise it rather than
+    using ``assert`` (stripped under ``python -O``) or a bare ``AssertionError``."""

@@ -6,12 +6,17 @@ constructed. Every mapping key and sequence item gets the 1-based line it was wr
 on, so validation errors can name ``file:line``. A document is refused with a one-line
 ``ConfigError`` (never a traceback, never unbounded work) when it is not UTF-8, is larger
 than ``MAX_FILE_BYTES``, nests deeper than ``MAX_DEPTH``, would expand (aliases
-included) to more than ``MAX_NODES`` nodes, has an alias that contains itself, or
-repeats a key in one mapping (the message names both lines).
+included) to more than ``MAX_NODES`` nodes, has an alias that contains itself, repeats a
+key in one mapping (the message names both lines), or holds a value that cannot be built
+(``2024-13-45``: the message names its line). The two size bounds are the defaults; a
+caller that reads large files by design (an allocation trace) passes its own.
+``load_json`` reads JSON with ``json`` (no aliases: memory proportional to the file), with
+the lines of the top-level members and of the items of top-level lists.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +42,10 @@ class _BoundedLoader(yaml.SafeLoader):
     linear in the text, before anything walks the expanded tree.
     """
 
-    def __init__(self, text: str, source: str) -> None:
+    def __init__(self, text: str, source: str, max_nodes: int = MAX_NODES) -> None:
         super().__init__(text)
         self.source = source
+        self.max_nodes = max_nodes
         self._depth = 0
         self._sizes: dict[int, int] = {}  # id(node) -> expanded size (nodes stay alive)
         self._total = 0  # nodes so far, every alias counted as the node it names
@@ -72,12 +78,30 @@ class _BoundedLoader(yaml.SafeLoader):
         # the running total is the root's expanded size so far: refused at the first
         # node past the bound, before the rest of the text is even parsed
         self._total += nodes
-        if self._total > MAX_NODES:
+        if self._total > self.max_nodes:
             raise self._refuse(
                 mark,
-                f"YAML document expands to more than {MAX_NODES:,} nodes (aliases "
+                f"YAML document expands to more than {self.max_nodes:,} nodes (aliases "
                 "expanded); refused as an alias bomb or an oversized file",
             )
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # a value the safe constructor cannot build (2024-13-45, a 5000-digit int) raises
+        # a bare ValueError without a position: give it the node's line
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError, TypeError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise self._refuse(
+                node.start_mark, f"invalid YAML value {_shown(node)}: {first}"
+            ) from None
+
+
+def _shown(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        text = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+        return repr(text)
+    return f"({node.id})"
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -129,48 +153,147 @@ def _walk(root: yaml.Node, source: str) -> LineMap:
     return lines
 
 
-def load_yaml(path: str | Path) -> tuple[Any, LineMap]:
-    """Parse a YAML file safely; return (data, {key path: line})."""
+def load_yaml(
+    path: str | Path, *, max_nodes: int | None = None, max_bytes: int | None = None
+) -> tuple[Any, LineMap]:
+    """Parse a YAML file safely; return (data, {key path: line}). A caller that reads large
+    files by design (an allocation trace) passes its own bounds (default ``MAX_NODES``,
+    ``MAX_FILE_BYTES``)."""
     path = Path(path)
+    text = _read_text(path, max_bytes)
+    return loads_yaml(text, str(path), max_nodes=max_nodes)
+
+
+def _read_text(path: Path, max_bytes: int | None) -> str:
+    """A UTF-8 file of at most ``max_bytes``, as text (one-line errors otherwise)."""
+    max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
     try:
         size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
+        if size > max_bytes:
             raise ConfigError(
-                f"file is {size:,} bytes; the limit is {MAX_FILE_BYTES:,}", location=str(path)
+                f"file is {size:,} bytes; the limit is {max_bytes:,}", location=str(path)
             )
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", location=str(path)) from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(
             f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
             location=f"{path}:{line}",
         ) from None
-    return loads_yaml(text, str(path))
 
 
-def loads_yaml(text: str, source: str = "<string>") -> tuple[Any, LineMap]:
-    """Parse YAML text safely; syntax errors and refused documents become one-line
-    ConfigErrors."""
+def loads_yaml(
+    text: str, source: str = "<string>", *, max_nodes: int | None = None
+) -> tuple[Any, LineMap]:
+    """Parse YAML text safely; syntax errors, values that cannot be built and refused
+    documents become one-line ConfigErrors with the line."""
+    max_nodes = MAX_NODES if max_nodes is None else max_nodes
     loader = None
     try:
-        loader = _BoundedLoader(text, source)  # its reader refuses control characters
+        loader = _BoundedLoader(text, source, max_nodes)  # its reader refuses control chars
         node = loader.get_single_node()
         lines = _walk(node, source) if node is not None else {}
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         location = _where(exc, text, source)
         raise ConfigError(f"invalid YAML: {_problem(exc)}", location=location) from None
-    except (ValueError, OverflowError, TypeError) as exc:  # e.g. 2024-13-01, a 5000-digit int
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"invalid YAML value: {first}", location=source) from None
     finally:
         if loader is not None:
             loader.dispose()
     return data, lines
+
+
+def load_json(path: str | Path, *, max_bytes: int | None = None) -> tuple[Any, LineMap]:
+    """Parse a JSON file with ``json`` (no aliases, so memory stays proportional to the
+    file); return (data, {key path: line}) with the lines of the top-level keys and items
+    and of the items of top-level lists (``[op, ...]`` or ``{"ops": [op, ...]}``)."""
+    path = Path(path)
+    text = _read_text(path, max_bytes)
+    try:
+        return _json_with_lines(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"invalid JSON: {exc.msg}", location=f"{path}:{exc.lineno}") from None
+    except RecursionError:
+        raise ConfigError("JSON nested too deeply", location=str(path)) from None
+
+
+class _JsonLines:
+    """Decode a JSON text member by member (``raw_decode``), noting the line of each
+    top-level key or item and of each item of a top-level object's list (a running newline
+    count: linear time)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.pos, self.lines = text, 0, {}
+        self._line, self._counted = 1, 0
+        self._decoder = json.JSONDecoder()
+
+    def line(self) -> int:
+        self._line += self.text.count("\n", self._counted, self.pos)
+        self._counted = self.pos
+        return self._line
+
+    def skip(self) -> str:
+        """Skip whitespace; the next character ('' at the end)."""
+        text, n = self.text, len(self.text)
+        while self.pos < n and text[self.pos] in " \t\r\n":
+            self.pos += 1
+        return text[self.pos] if self.pos < n else ""
+
+    def fail(self, message: str) -> json.JSONDecodeError:
+        return json.JSONDecodeError(message, self.text, self.pos)
+
+    def value(self) -> Any:
+        if self.skip() == "":
+            raise self.fail("Expecting value")
+        value, self.pos = self._decoder.raw_decode(self.text, self.pos)
+        return value
+
+    def members(self, path: tuple, close: str) -> list[tuple[Any, Any]]:
+        """The members of the array (``close`` ']') or object ('}') at ``pos``, as
+        (index or key, value); a top-level object's arrays are read member by member too."""
+        self.pos += 1  # the opening bracket
+        out: list[tuple[Any, Any]] = []
+        if self.skip() == close:
+            self.pos += 1
+            return out
+        while True:
+            self.skip()
+            line = self.line()
+            key: Any = len(out)
+            if close == "}":
+                key = self.value()
+                if not isinstance(key, str) or self.skip() != ":":
+                    raise self.fail("Expecting a property name and ':'")
+                self.pos += 1
+            self.lines[(*path, key)] = line
+            if not path and close == "}" and self.skip() == "[":
+                out.append((key, [v for _, v in self.members((key,), "]")]))
+            else:
+                out.append((key, self.value()))
+            after = self.skip()
+            self.pos += 1
+            if after == close:
+                return out
+            if after != ",":
+                raise self.fail(f"Expecting ',' or '{close}'")
+
+
+def _json_with_lines(text: str) -> tuple[Any, LineMap]:
+    reader = _JsonLines(text)
+    first = reader.skip()
+    if first == "[":
+        data: Any = [v for _, v in reader.members((), "]")]
+    elif first == "{":
+        data = dict(reader.members((), "}"))
+    else:
+        data = reader.value()
+    if reader.skip() != "":
+        raise reader.fail("Extra data")
+    return data, reader.lines
 
 
 def load_value(raw: str, flag: str) -> Any:

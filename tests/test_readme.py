@@ -17,7 +17,8 @@ def test_readme_has_setup_main_job_and_tests():
     setup, main_job, tests = _readme_commands()
     # the dev extra is everything the tests need; torch (750 MB) is opt-in
     assert setup == "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'"
-    assert main_job.startswith(".venv/bin/kvsim run workloads/")
+    # the main job: the coding-agent swarm on an 8 x H100 node (fitted on SWE-agent traces)
+    assert main_job == ".venv/bin/kvsim run workloads/coding_agent_swarm.yaml --out runs/demo"
     assert tests == ".venv/bin/python -m pytest"
 
 
@@ -33,3 +34,5 @@ def test_readme_main_job_writes_the_run_folder(run_cli, tmp_path, monkeypatch):
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trajectories_completed"] == summary["trajectories_total"] > 0
+    assert summary["warnings"] == [] and summary["rejected"] == 0
+    assert (summary["model"], summary["num_gpus"]) == ("llama-3.1-70b", 8)

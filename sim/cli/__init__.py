@@ -28,6 +28,12 @@ COMMAND_MODULES: list[str] = [
     "run",
     "validate",
     "schema",
+    "workload",
+    "sweep",
+    "capacity",
+    "validate_e2e",
+    "report",
+    "compare",
 ]
 
 app = typer.Typer(
@@ -79,9 +85,13 @@ _register_all()
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning user errors into one line."""
+    from sim.cli._common import Invocation
+
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        # without standalone mode click returns a command's typer.Exit code instead of exiting
-        code = app(args=argv, standalone_mode=False)
+        # without standalone mode click returns a command's typer.Exit code instead of exiting;
+        # obj hands the argv to the commands (``kvsim run`` records it in summary.json)
+        code = app(args=argv, standalone_mode=False, obj=Invocation(argv))
         if isinstance(code, int) and not isinstance(code, bool):
             return code
     except KvsimError as exc:

@@ -18,7 +18,9 @@ HELP = """Replay an allocation trace (no timing) and print memory metrics after 
 
 FILE is YAML or JSON: a list of ops ("allocate SEQ TOKENS", "append SEQ [TOKENS]",
 "fork PARENT CHILD", "free SEQ"), or {allocator: {kind, pool_bytes, kv_bytes_per_token,
-OPTIONS...}, ops: [...]}. Flags override the file's allocator section (a different
+OPTIONS...}, ops: [...]}. A YAML trace may hold up to 2,000,000 nodes (about a million
+ops) and 128 MiB; a FILE named *.json is read with a JSON parser, up to 128 MiB (millions
+of ops): use JSON for large traces. Flags override the file's allocator section (a different
 --kind drops the file's options, which belong to its kind). Without FILE,
 --random N replays a generated trace. A miss is shown as MISS and the replay goes on; a
 sequence whose allocate or fork missed is dropped (its later ops are skipped). Byte sizes
@@ -59,6 +61,7 @@ def alloc_replay(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:  # fmt: skip
     """Parse the flags, replay, print."""
+    import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
     from sim.memory.replay import (
         allocator_from_settings,
         format_table,

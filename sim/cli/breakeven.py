@@ -1,6 +1,8 @@
 """``kvsim breakeven``: hold, offload or recompute one paused trajectory (F29-F33).
 
-Invariant: flag parsing and printing only; the arithmetic is ``sim.sizing.breakeven``.
+Invariant: flag parsing and printing only; the arithmetic is ``sim.sizing.breakeven`` and
+every number is range-checked (``sim.sizing.bounds``: finite, in range, one line naming
+the flag, exit 2) before it is used.
 ``--json`` prints one object on stdout; warnings (a context beyond the model's window) go
 to stderr as well and never change the exit status.
 """
@@ -17,6 +19,7 @@ from rich.table import Table
 from sim.cli._common import parse_sets, print_json, print_warnings
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
+from sim.sizing.bounds import MAX_GPUS, MAX_TFLOPS, MIN_TFLOPS, check_number
 from sim.sizing.breakeven import BreakEvenInputs, BreakEvenResult, break_even
 from sim.units import GB
 
@@ -29,7 +32,8 @@ the per-GPU one-way bandwidth in GB/s (10^9 B/s) [default: the GPU profile's eff
 figure]. The prefill rate is --prefill-tflops (the replica's sustained FLOP/s, in 10^12)
 or --prefill-mfu x dense BF16 peak x GPUs in the replica. Recompute counts F30's linear
 term 2 x P x S; --attention adds F23's 4 L d_model S^2. Arithmetic only: the weights are
-not checked to fit; a context beyond the model's window is a warning (exit 0). Example
+not checked to fit; a context beyond the model's window is a warning (exit 0). Every
+number must be finite and in range (a one-line error naming the flag, exit 2). Example
 (SPEC E24):
 
   kvsim breakeven --model llama-3.1-70b --params 70.6e9 --gpu h100-sxm-80gb --num-gpus 8
@@ -42,60 +46,61 @@ def register(app: typer.Typer) -> None:
     app.command("breakeven", help=HELP)(breakeven)
 
 
+#: the flags of ``kvsim breakeven`` (module level, so that ``breakeven`` itself stays short)
+Model = Annotated[str, typer.Option(help="Model profile name.")]
+Context = Annotated[int, typer.Option(help="Tokens of the paused trajectory's context.")]
+NumGpus = Annotated[int, typer.Option(help="GPUs holding the trajectory (tp x pp).")]
+Gpu = Annotated[str | None, typer.Option(help="Accelerator profile (default link and peak).")]
+Tp = Annotated[int | None, typer.Option(help="Tensor parallelism [default: num_gpus / pp].")]
+Pp = Annotated[int, typer.Option(help="Pipeline parallelism.")]
+Params = Annotated[float | None, typer.Option(help="Parameter count override, e.g. 70e9.")]
+KvDtype = Annotated[str | None, typer.Option(help="KV element type [default: model's].")]
+Link = Annotated[float | None, typer.Option(help="Per-GPU one-way link, GB/s.")]
+Mfu = Annotated[float | None, typer.Option(help="Prefill MFU on the GPU's BF16 peak.")]
+Tflops = Annotated[float | None, typer.Option(help="Replica's sustained prefill rate, TFLOP/s.")]
+Attention = Annotated[
+    bool, typer.Option("--attention", help="Add the attention term to the recompute.")
+]
+Wait = Annotated[float | None, typer.Option(help="Expected tool wait in seconds.")]
+MuRatio = Annotated[float, typer.Option(help="mu_HBM / mu_DRAM shadow-price ratio (> 1).")]
+StallS = Annotated[float, typer.Option(help="Resume stall the scheduler accepts, seconds.")]
+Profiles = Annotated[list[str] | None, typer.Option(help="Extra profile folder(s).")]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a profile field: model.F=V or gpu.F=V."),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
 def breakeven(
-    model: Annotated[str, typer.Option(help="Model profile name.")],
-    context: Annotated[int, typer.Option(help="Tokens of the paused trajectory's context.")],
-    num_gpus: Annotated[int, typer.Option(help="GPUs holding the trajectory (tp x pp).")] = 1,
-    gpu: Annotated[
-        str | None, typer.Option(help="Accelerator profile (default link and peak).")
-    ] = None,
-    tp: Annotated[
-        int | None, typer.Option(help="Tensor parallelism [default: num_gpus / pp].")
-    ] = None,
-    pp: Annotated[int, typer.Option(help="Pipeline parallelism.")] = 1,
-    params: Annotated[
-        float | None, typer.Option(help="Parameter count override, e.g. 70e9.")
-    ] = None,
-    kv_dtype: Annotated[
-        str | None, typer.Option(help="KV element type [default: model's].")
-    ] = None,
-    link_gb_per_s: Annotated[float | None, typer.Option(help="Per-GPU one-way link, GB/s.")] = None,
-    prefill_mfu: Annotated[
-        float | None, typer.Option(help="Prefill MFU on the GPU's BF16 peak.")
-    ] = None,
-    prefill_tflops: Annotated[
-        float | None, typer.Option(help="Replica's sustained prefill rate, TFLOP/s.")
-    ] = None,
-    attention: Annotated[
-        bool, typer.Option("--attention", help="Add the attention term to the recompute.")
-    ] = False,
-    wait: Annotated[float | None, typer.Option(help="Expected tool wait in seconds.")] = None,
-    mu_ratio: Annotated[
-        float, typer.Option(help="mu_HBM / mu_DRAM shadow-price ratio (> 1).")
-    ] = math.inf,
-    stall_s: Annotated[
-        float, typer.Option(help="Resume stall the scheduler accepts, seconds.")
-    ] = 0.0,
-    profiles: Annotated[list[str] | None, typer.Option(help="Extra profile folder(s).")] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a profile field: model.F=V or gpu.F=V."),
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    model: Model,
+    context: Context,
+    num_gpus: NumGpus = 1,
+    gpu: Gpu = None,
+    tp: Tp = None,
+    pp: Pp = 1,
+    params: Params = None,
+    kv_dtype: KvDtype = None,
+    link_gb_per_s: Link = None,
+    prefill_mfu: Mfu = None,
+    prefill_tflops: Tflops = None,
+    attention: Attention = False,
+    wait: Wait = None,
+    mu_ratio: MuRatio = math.inf,
+    stall_s: StallS = 0.0,
+    profiles: Profiles = None,
+    set_: Sets = None,
+    json_out: JsonOut = False,
 ) -> None:
     """Parse, compute, print."""
     sets = parse_sets(set_, ("model", "gpu"))
     prof = load_model(model, profiles, sets["model"])
     acc = load_accelerator(gpu, profiles, sets["gpu"]) if gpu else None
-    tp = tp if tp is not None else num_gpus // max(pp, 1)
-    if tp < 1 or num_gpus != tp * pp:
-        raise KvsimError(f"--num-gpus {num_gpus} must equal tp x pp = {tp} x {pp}")
+    tp = _tensor_parallel(num_gpus, tp, pp)
     link = _link(link_gb_per_s, acc)
     rate = _prefill_rate(prefill_mfu, prefill_tflops, acc, num_gpus)
-    if wait is not None and wait < 0:
-        raise KvsimError("--wait must be >= 0")
     result = break_even(
-        BreakEvenInputs(
+        BreakEvenInputs(  # checks every number's range (sim.sizing.bounds)
             model=prof,
             context_tokens=context,
             link_bw_bytes_per_s=link,
@@ -117,6 +122,18 @@ def breakeven(
     print_warnings(result.warnings)
 
 
+def _tensor_parallel(num_gpus: int, tp: int | None, pp: int) -> int:
+    """TP from the flags (default num_gpus / pp); the GPUs must be exactly tp x pp."""
+    check_number(num_gpus, "--num-gpus", 1, MAX_GPUS)
+    check_number(pp, "--pp", 1, MAX_GPUS)
+    if tp is not None:
+        check_number(tp, "--tp", 1, MAX_GPUS)
+    tp = tp if tp is not None else num_gpus // pp
+    if tp < 1 or num_gpus != tp * pp:
+        raise KvsimError(f"--num-gpus {num_gpus} must equal tp x pp = {tp} x {pp}")
+    return tp
+
+
 def _link(link_gb_per_s, acc) -> float:
     if link_gb_per_s is not None:
         return link_gb_per_s * GB
@@ -129,12 +146,10 @@ def _prefill_rate(mfu, tflops, acc, num_gpus) -> float:
     if mfu is not None and tflops is not None:
         raise KvsimError("give --prefill-mfu or --prefill-tflops, not both")
     if tflops is not None:
-        return tflops * 1e12
+        return check_number(tflops, "--prefill-tflops", MIN_TFLOPS, MAX_TFLOPS) * 1e12
     if acc is None:
         raise KvsimError("give --prefill-tflops, or --gpu with --prefill-mfu (default 0.45)")
-    mfu = 0.45 if mfu is None else mfu
-    if not 0 < mfu <= 1:
-        raise KvsimError(f"--prefill-mfu must be in (0, 1], got {mfu}")
+    mfu = 0.45 if mfu is None else check_number(mfu, "--prefill-mfu", 0, 1, low_open=True)
     return mfu * acc.peak_bf16_flops_per_s * num_gpus
 
 

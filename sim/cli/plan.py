@@ -1,9 +1,9 @@
 """``kvsim plan``: the analytic capacity planner (F1, F4, F5, F34-F37).
 
-Invariant: the command only parses flags and prints; all arithmetic is in
-``sim.sizing.plan``. ``--json`` prints exactly one object on stdout; warnings (a context
-beyond the model's window, nothing fitting) go to stderr as well and never change the
-exit status.
+Invariant: the command only parses flags and prints; all arithmetic and the range checks
+of the numbers are in ``sim.sizing`` (``plan``, ``bounds``). ``--json`` prints exactly one
+object on stdout; warnings (a context beyond the model's window, weights that leave no KV
+pool, nothing fitting) go to stderr as well and never change the exit status.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.cli._common import gb_or_gib, int_list, parse_sets, print_json, print_warnings
+from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
 from sim.sizing.plan import (
     PlanInputs,
@@ -22,7 +23,7 @@ from sim.sizing.plan import (
     default_gpu_memory_utilization,
     plan_capacity,
 )
-from sim.units import GB, GiB
+from sim.units import GB, GiB, dtype_bytes
 
 HELP = """Capacity plan: KV bytes per token, the KV pool of a node and how many trajectories of
 each context length fit, with and without a shared prefix.
@@ -31,8 +32,9 @@ Capacity is computed per GPU (its pool over its own KV bytes per token) and mult
 the data-parallel replicas (num_gpus / (tp x pp)), each holding its own weights. The pool
 per GPU is memory x --gpu-memory-utilization - weights - reserve (F34); the utilization
 defaults to 0.9 (as kvsim run), or 1.0 when a --gpu-mem-* or --reserve-* figure is given.
-A context beyond the model's window, or none fitting, is a warning (exit 0). GB means
-10^9 bytes and GiB 2^30 bytes. Example (SPEC E1):
+A context beyond the model's window, weights that leave no KV pool, or none fitting is a
+warning (exit 0). Every number must be finite and in range (a one-line error naming the
+flag, exit 2). GB means 10^9 bytes and GiB 2^30 bytes. Example (SPEC E1):
 
   kvsim plan --model llama-3.1-70b --params 70.6e9 --gpu h100-sxm-80gb --gpu-mem-gib 80
   --num-gpus 8 --reserve-gb-per-gpu 2.5 --context 8192,32768,131072
@@ -44,84 +46,95 @@ def register(app: typer.Typer) -> None:
     app.command("plan", help=HELP)(plan)
 
 
+#: the flags of ``kvsim plan`` (module level, so that ``plan`` itself stays short)
+Model = Annotated[str, typer.Option(help="Model profile name (kvsim profiles list).")]
+Gpu = Annotated[str, typer.Option(help="Accelerator profile name.")]
+NumGpus = Annotated[int, typer.Option(help="GPUs in the node; a multiple of tp x pp.")]
+Contexts = Annotated[
+    list[str], typer.Option(help="Context lengths in tokens, comma-separated or repeated.")
+]
+Tp = Annotated[int | None, typer.Option(help="Tensor parallelism [default: num_gpus / pp].")]
+Pp = Annotated[int, typer.Option(help="Pipeline parallelism; extra layers go to the first stages.")]
+OutputTokens = Annotated[
+    int, typer.Option(help="Generated tokens K_avg added to each trajectory (F35-F37).")
+]
+KvDtype = Annotated[
+    str | None, typer.Option(help="KV element type: bf16, fp16 or fp8 [default: model's].")
+]
+WeightDtype = Annotated[
+    str | None, typer.Option(help="Weight element type: bf16, fp8 or int4 [default: model's].")
+]
+Params = Annotated[float | None, typer.Option(help="Parameter count override, e.g. 70e9.")]
+GpuMemGib = Annotated[
+    float | None, typer.Option(help="Memory per GPU in GiB (2^30 B), overriding the profile.")
+]
+GpuMemGb = Annotated[
+    float | None, typer.Option(help="Memory per GPU in GB (10^9 B), overriding the profile.")
+]
+ReserveGb = Annotated[float | None, typer.Option(help="Runtime/activation reserve per GPU in GB.")]
+ReserveGib = Annotated[
+    float | None, typer.Option(help="Runtime/activation reserve per GPU in GiB.")
+]
+Utilization = Annotated[
+    float | None,
+    typer.Option(
+        help="Share of each GPU's memory the engine may use, in (0, 1] (F34) "
+        "[default: 0.9, or 1.0 when a --gpu-mem-* or --reserve-* figure is given]."
+    ),
+]
+Headroom = Annotated[float, typer.Option(help="Fraction of the KV pool kept free (F37 uses 0.10).")]
+SharedPrefix = Annotated[
+    int | None,
+    typer.Option(help="Tokens of each context shared by all trajectories, stored once."),
+]
+Profiles = Annotated[
+    list[str] | None,
+    typer.Option(help="Extra profile folder(s), searched before the shipped ones."),
+]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a profile field: model.FIELD=V or gpu.FIELD=V."),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
 def plan(
-    model: Annotated[str, typer.Option(help="Model profile name (kvsim profiles list).")],
-    gpu: Annotated[str, typer.Option(help="Accelerator profile name.")],
-    num_gpus: Annotated[int, typer.Option(help="GPUs in the node; a multiple of tp x pp.")],
-    context: Annotated[
-        list[str], typer.Option(help="Context lengths in tokens, comma-separated or repeated.")
-    ],
-    tp: Annotated[
-        int | None, typer.Option(help="Tensor parallelism [default: num_gpus / pp].")
-    ] = None,
-    pp: Annotated[
-        int, typer.Option(help="Pipeline parallelism; extra layers go to the first stages.")
-    ] = 1,
-    output_tokens: Annotated[
-        int, typer.Option(help="Generated tokens K_avg added to each trajectory (F35-F37).")
-    ] = 0,
-    kv_dtype: Annotated[
-        str | None, typer.Option(help="KV element type: bf16, fp16 or fp8 [default: model's].")
-    ] = None,
-    weight_dtype: Annotated[
-        str | None, typer.Option(help="Weight element type: bf16, fp8 or int4 [default: model's].")
-    ] = None,
-    params: Annotated[
-        float | None, typer.Option(help="Parameter count override, e.g. 70e9.")
-    ] = None,
-    gpu_mem_gib: Annotated[
-        float | None, typer.Option(help="Memory per GPU in GiB (2^30 B), overriding the profile.")
-    ] = None,
-    gpu_mem_gb: Annotated[
-        float | None, typer.Option(help="Memory per GPU in GB (10^9 B), overriding the profile.")
-    ] = None,
-    reserve_gb_per_gpu: Annotated[
-        float | None, typer.Option(help="Runtime/activation reserve per GPU in GB.")
-    ] = None,
-    reserve_gib_per_gpu: Annotated[
-        float | None, typer.Option(help="Runtime/activation reserve per GPU in GiB.")
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None,
-        typer.Option(
-            help="Share of each GPU's memory the engine may use, in (0, 1] (F34) "
-            "[default: 0.9, or 1.0 when a --gpu-mem-* or --reserve-* figure is given]."
-        ),
-    ] = None,
-    headroom: Annotated[
-        float, typer.Option(help="Fraction of the KV pool kept free (F37 uses 0.10).")
-    ] = 0.0,
-    shared_prefix_tokens: Annotated[
-        int | None,
-        typer.Option(help="Tokens of each context shared by all trajectories, stored once."),
-    ] = None,
-    profiles: Annotated[
-        list[str] | None,
-        typer.Option(help="Extra profile folder(s), searched before the shipped ones."),
-    ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a profile field: model.FIELD=V or gpu.FIELD=V."),
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    model: Model,
+    gpu: Gpu,
+    num_gpus: NumGpus,
+    context: Contexts,
+    tp: Tp = None,
+    pp: Pp = 1,
+    output_tokens: OutputTokens = 0,
+    kv_dtype: KvDtype = None,
+    weight_dtype: WeightDtype = None,
+    params: Params = None,
+    gpu_mem_gib: GpuMemGib = None,
+    gpu_mem_gb: GpuMemGb = None,
+    reserve_gb_per_gpu: ReserveGb = None,
+    reserve_gib_per_gpu: ReserveGib = None,
+    gpu_memory_utilization: Utilization = None,
+    headroom: Headroom = 0.0,
+    shared_prefix_tokens: SharedPrefix = None,
+    profiles: Profiles = None,
+    set_: Sets = None,
+    json_out: JsonOut = False,
 ) -> None:
     """Parse the flags, plan, print."""
-    from sim.errors import KvsimError
-
     sets = parse_sets(set_, ("model", "gpu"))
-    contexts = int_list(context, "--context")
-    if not contexts:
-        raise KvsimError("--context: give at least one context length")
+    _check_dtypes(kv_dtype, weight_dtype)
     gpu_mem_bytes = gb_or_gib(gpu_mem_gb, gpu_mem_gib, "--gpu-mem")
-    reserve_bytes = gb_or_gib(reserve_gb_per_gpu, reserve_gib_per_gpu, "--reserve")
+    reserve_bytes = gb_or_gib(
+        reserve_gb_per_gpu, reserve_gib_per_gpu, "--reserve", "-per-gpu", allow_zero=True
+    )
     if gpu_memory_utilization is None:
         figures = gpu_mem_bytes is not None or reserve_bytes is not None
         gpu_memory_utilization = default_gpu_memory_utilization(figures)
-    inputs = PlanInputs(
+    inputs = PlanInputs(  # checks every number's range (sim.sizing.bounds)
         model=load_model(model, profiles, sets["model"]),
         accelerator=load_accelerator(gpu, profiles, sets["gpu"]),
         num_gpus=num_gpus,
-        contexts=contexts,
+        contexts=int_list(context, "--context"),
         tp=tp,
         pp=pp,
         output_tokens=output_tokens,
@@ -134,15 +147,21 @@ def plan(
         shared_prefix_tokens=shared_prefix_tokens,
         gpu_memory_utilization=gpu_memory_utilization,
     )
+    _show(plan_capacity(inputs), json_out)
+
+
+def _check_dtypes(kv_dtype: str | None, weight_dtype: str | None) -> None:
+    """An unknown element type is a one-line error naming the flag and the valid types."""
     for name, value in (("--kv-dtype", kv_dtype), ("--weight-dtype", weight_dtype)):
         if value is not None:
-            from sim.units import dtype_bytes
-
             try:
                 dtype_bytes(value)
             except ValueError as exc:
                 raise KvsimError(f"{name}: {exc}") from None
-    result = plan_capacity(inputs)
+
+
+def _show(result: PlanResult, json_out: bool) -> None:
+    """The plan on stdout (one JSON object, or tables); its warnings on stderr."""
     if json_out:
         print_json(result.to_dict())
     else:

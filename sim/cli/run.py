@@ -2,23 +2,34 @@
 
 Invariant: the command parses flags, shows progress on stderr and a short result table on
 stdout (``--quiet``: nothing but errors and the WARNING block of a pathological run), and
-writes only under ``--out``, all of the run folder or nothing (``sim.run.output``): a
-non-empty ``--out`` is refused before the run unless ``--force``, and Ctrl-C prints
-``interrupted: nothing written`` and exits 130. All simulation logic is in ``sim.run``;
-``summary.json`` records this command line.
+writes only into a temporary sibling of ``--out`` (``.NAME.PID.N.partial``) and ``--out``
+itself, all of the run folder or nothing (``sim.run.output``): a non-empty ``--out`` is
+refused before the run unless ``--force``. Ctrl-C exits 130 and says what is on disk:
+``interrupted: nothing written`` before the folder is in place, ``interrupted: the run
+folder DIR is complete`` after. All simulation logic is in ``sim.run``; ``summary.json``'s
+``command`` is the argv ``sim.cli.main`` received, after ``kvsim``. The report
+(``plot_*.png``, ``report.html``; ``--no-report`` skips it) and ``--trace``'s
+``trace.json`` are rendered into the temporary folder before it is renamed into place
+(``sim.report``); a report that fails to render is left out with a one-line note, never
+losing the run. The progress line's text is ``sim.report.text.progress_text``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
+from sim.cli._common import command_argv
+
 HELP = """Run a scenario and write the run folder: config.resolved.yaml, summary.json,
-requests.parquet, steps.parquet, memory.parquet, trajectories.parquet, pauses.parquet.
+requests.parquet, steps.parquet, memory.parquet, trajectories.parquet, pauses.parquet,
+and the report: plot_*.png and a self-contained report.html (--no-report skips it;
+--trace adds trace.json for ui.perfetto.dev).
 
 The folder is written whole once the run is done (nothing on an error or Ctrl-C); an
 existing non-empty folder is refused unless --force, which replaces it whole.
@@ -39,6 +50,7 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
     out: Annotated[
         str, typer.Option("--out", help="Output folder (created; must be empty or absent).")
@@ -50,36 +62,83 @@ def run(
     force: Annotated[
         bool, typer.Option("--force", help="Replace a non-empty --out folder whole.")
     ] = False,
+    replications: Annotated[
+        int | None,
+        typer.Option(
+            "--replications",
+            help="Run K seeds (s, s+1, ...): DIR/replications/seed-<S>/ run folders and a "
+            "mean DIR/summary.json with ci95 (sim.sweep.replicate).",
+        ),
+    ] = None,
+    no_report: Annotated[
+        bool, typer.Option("--no-report", help="Skip the plots and report.html.")
+    ] = False,
+    trace: Annotated[
+        bool,
+        typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto trace events)."),
+    ] = False,
 ) -> None:
-    """Run and write; Ctrl-C leaves nothing behind and exits 130."""
+    """Run and write; Ctrl-C exits 130 and says whether the run folder is in place."""
+    written: list[Path] = []  # the run folder, once it is complete
     try:
-        _run(file, out, set_ or [], quiet, force)
+        if replications is not None:  # K seeds on a local pool (sim.cli.sweep)
+            from sim.cli.sweep import run_replicated
+
+            return run_replicated(file, out, set_ or [], quiet, force, replications)
+        extras = ReportOptions(report=not no_report, trace=trace)
+        result = _run(file, out, set_ or [], quiet, force, command_argv(ctx), written.append,
+                      extras)  # fmt: skip
+        if not quiet:
+            _print_summary(result.summary, written[0])
+        _after_run(result)
     except KeyboardInterrupt:
-        typer.echo("interrupted: nothing written", err=True)
+        what = f"the run folder {written[0]} is complete" if written else "nothing written"
+        typer.echo(f"interrupted: {what}", err=True)
         raise typer.Exit(code=EXIT_INTERRUPTED) from None
 
 
-def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool) -> None:
-    """Check --out, build, run with a progress bar, write, print the headline numbers."""
+class ReportOptions(NamedTuple):
+    """What ``kvsim run`` adds to the run folder besides the run's own files."""
+
+    report: bool = True  # plot_*.png and report.html
+    trace: bool = False  # trace.json
+
+
+def report_hook(result, options: ReportOptions) -> Callable[[Path], None]:
+    """Renders the report (and trace) into the run's temporary folder; a rendering error
+    leaves the report out and says so on stderr (the run itself is still written)."""
+
+    def hook(folder: Path) -> None:
+        from sim.report.render import render_extras
+
+        problem = render_extras(result, folder, report=options.report, trace=options.trace)
+        if problem:
+            typer.echo(f"kvsim: warning: {problem}", err=True)
+
+    return hook
+
+
+def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, command: list[str],
+         installed: Callable[[Path], object],
+         extras: ReportOptions = ReportOptions()) -> Any:  # fmt: skip
+    """Check --out, build, run (with a progress bar unless quiet), write the folder
+    (``installed(folder)`` once it is complete); the ``RunResult``."""
     from sim.run import build
-    from sim.run.output import check_out_dir
+    from sim.run.output import check_out_dir, write_run
     from sim.scenario import parse_set
 
     out_dir = check_out_dir(out, force=force)  # before the run: refuse early
     sim = build(str(file), **parse_set(sets))
-    if quiet:
-        result = sim.run()
-    else:
-        result = _run_with_progress(sim)
-    result.summary["command"] = command_line(file, out, sets, quiet, force)
-    result.write(out_dir, force=force)
-    if not quiet:
-        _print_summary(result.summary, out_dir)
-    _after_run(result)
+    result = sim.run() if quiet else _run_with_progress(sim)
+    result.summary["command"] = command  # the argv as given (the issue: argv)
+    hook = report_hook(result, extras) if extras.report or extras.trace else None
+    write_run(result, out_dir, force=force, installed=installed, before_install=hook)
+    return result
 
 
 def command_line(file: Path, out: str, sets: list[str], quiet: bool, force: bool) -> list[str]:
-    """The argv that reproduces this run (recorded as ``summary.json``'s ``command``)."""
+    """A command line rebuilt from parsed flags (``kvsim run`` itself records the argv it
+    was given, ``command_argv``)."""
     argv = ["kvsim", "run", str(file), "--out", out]
     for item in sets:
         argv += ["--set", item]
@@ -106,68 +165,39 @@ def warning_block(warnings: list[str]) -> str:
 
 def _run_with_progress(sim):
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    from sim.report.text import progress_fraction, progress_text
 
     console = Console(stderr=True)
     horizon = sim.resolved.scenario.duration_s
-    columns = [
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("trajectories  sim {task.fields[sim_s]:>10.1f} s"),
-        TimeElapsedColumn(),
-    ]
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(),
+               TextColumn("{task.fields[text]}")]  # fmt: skip
+    t0 = time.monotonic()  # wall clock for the ETA only (reporting, never simulation)
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(sim.resolved.scenario.name, total=sim.ctx.total, sim_s=0.0)
+        text = progress_text(0.0, 0, sim.ctx.total, 0.0, horizon)
+        task = bar.add_task(sim.resolved.scenario.name, total=1.0, text=text)
         last = [0.0]
 
         def progress(now: float, completed: int, total: int) -> None:
-            t = time.monotonic()  # throttle redraws (wall clock, reporting only)
+            t = time.monotonic()  # throttle redraws
             if t - last[0] > 0.1:
                 last[0] = t
-                bar.update(task, completed=completed, sim_s=now)
+                bar.update(task, completed=progress_fraction(now, completed, total, horizon),
+                           text=progress_text(now, completed, total, t - t0, horizon))  # fmt: skip
 
         result = sim.run(progress)
-        bar.update(
-            task,
-            completed=result.summary["trajectories_completed"],
-            sim_s=result.summary["sim_time_s"],
-        )
+        s = result.summary
+        done = progress_text(s["sim_time_s"], s["trajectories_completed"], sim.ctx.total,
+                             time.monotonic() - t0, horizon)  # fmt: skip
+        bar.update(task, completed=1.0, text=done)
     if horizon is not None:
         console.print(f"stopped at duration_s = {horizon:g} s of simulated time")
     return result
 
 
-def _fmt(x, unit: str = "s") -> str:
-    if x is None:
-        return "-"
-    if unit == "s":
-        return f"{x * 1e3:,.1f} ms" if x < 10 else f"{x:,.2f} s"
-    return f"{x:.3f}"
-
-
 def _print_summary(s: dict, out: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """The end-of-run table (``sim.report.text.summary_table``) and where the run went."""
+    from sim.report.text import summary_table
 
-    t = Table(
-        title=f"{s['scenario']}: {s['requests_completed']:,} requests, "
-        f"{s['trajectories_completed']:,} trajectories in {s['sim_time_s']:,.1f} s "
-        f"simulated ({s['wall_time_s']:.2f} s wall)"
-    )
-    for col in ("metric", "mean", "p50", "p90", "p99"):
-        t.add_column(col, justify="right")
-    for key in ("ttft_s", "itl_s", "e2e_s", "queue_s"):
-        d = s[key]
-        t.add_row(key, *(_fmt(d[k]) for k in ("mean", "p50", "p90", "p99")))
-    con = Console()
-    con.print(t)
-    hit = s["prefix_hit_rate"]
-    con.print(
-        f"max ITL {_fmt(s['max_itl_s'])}; output {s['output_tokens_per_s'] or 0:,.0f} tok/s; "
-        f"prefix hit rate {'-' if hit is None else f'{hit:.1%}'}; eta_alloc "
-        f"{_fmt(s['eta_alloc_mean'], '')}; eta_effective {_fmt(s['eta_effective_mean'], '')}; "
-        f"peak allocated {s['peak_allocated_bytes'] / 1e9:,.2f} GB; preemptions "
-        f"{s['preemptions']:,}; rejected {s['rejected']:,}"
-    )
-    con.print(f"wrote {out}/")
+    typer.echo(summary_table(s) + f"wrote {out}/")

@@ -1,4 +1,5 @@
-"""``kvsim schema [--out FILE]``: the scenario JSON Schema (for editor completion).
+"""``kvsim schema [--kind scenario|sweep] [--out FILE]``: the JSON Schema of scenario files
+(default) or of sweep files (``--kind sweep``, ``sim.sweep.spec``), for editor completion.
 
 Invariant: prints (or writes) exactly one JSON document (draft 2020-12), generated from
 the same pydantic models that validate scenarios, shorthands included (``model: NAME``, a
@@ -22,10 +23,17 @@ def register(app: typer.Typer) -> None:
 
 def schema(
     out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead.")] = None,
+    kind: Annotated[
+        str, typer.Option("--kind", help="scenario (the default) or sweep (sweep files).")
+    ] = "scenario",
 ) -> None:
+    from sim.errors import KvsimError
     from sim.scenario import json_schema
+    from sim.sweep.spec import json_schema as sweep_schema
 
-    text = json.dumps(json_schema(), indent=2) + "\n"
+    if kind not in ("scenario", "sweep"):
+        raise KvsimError(f"--kind {kind!r}: valid: scenario, sweep")
+    text = json.dumps(sweep_schema() if kind == "sweep" else json_schema(), indent=2) + "\n"
     if out is None:
         typer.echo(text, nl=False)
     else:

@@ -26,12 +26,28 @@ _PARAGRAPHS = [
     "while the cache holds more than --cache-tokens (counted in whole blocks of B tokens), "
     "dormant leaves are evicted oldest first by the --eviction strategy (ties: deepest "
     "first). No recompute cap is applied (the engine keeps at least one prompt token to "
-    "compute; this mode does not). With --block-size B other than 512, B must divide 512 "
+    "compute; this mode does not) unless --recompute-last-token: then hit tokens = "
+    "floor(min(matched blocks x B, input_length - 1) / B) x B, the engine's radix-cache rule "
+    "(whole blocks only; a prompt cached whole recomputes its last block); what is cached "
+    "does not change. With --block-size B other than 512, B must divide 512 "
     "and each trace block (the partial last one included) becomes 512/B blocks.",
+    "Claude Code format (--format claude-code): a .jsonl or .jsonl.gz file with one session "
+    "per line (calls with 'in', 'out' and 64-token block ids as 'hash_runs' [[first_id, "
+    "count], ...]) or a folder of upstream per-session .json files ('hash_ids' lists); "
+    "docs/prefix_cache.md describes the fields. Sessions are replayed one after another in "
+    "file order; within a session the top-level calls in order, and at a subagent entry "
+    "that subagent's calls in order (depth first). Block ids are namespaced per session "
+    "(hash_id_scope: local); the block size is the file's (--block-size, if given, must "
+    "equal it). A call's hit tokens are its longest cached block prefix x block size "
+    "(capped at its prompt); then all its blocks are inserted or touched at the call's time "
+    "(its index in the replay); over --cache-tokens, the least recently used leaf block "
+    "(one no cached block extends) that the current call does not use is evicted, deeper "
+    "first on ties.",
     "hit_rate_last_half is the same ratio over the requests from index requests // 2 on "
     "(after warm-up).",
     "Example: kvsim trace-replay workloads/data/mooncake/synthetic_trace.jsonl "
-    "--format mooncake --cache-tokens 1000000 --json",
+    "--format mooncake --cache-tokens 1000000 --json; kvsim trace-replay "
+    "workloads/data/claude_code/sessions.jsonl.gz --format claude-code --cache-tokens 2e6",
 ]
 HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -57,8 +73,14 @@ def parse_cache_tokens(raw: str) -> int | None:
 
 def trace_replay(
     file: Annotated[Path, typer.Argument(help="Trace file.", show_default=False)],
-    format: Annotated[str, typer.Option("--format", help="Trace format: mooncake.")],
-    block_size: Annotated[int, typer.Option(help="Tokens per cache block; divides 512.")] = 512,
+    format: Annotated[str, typer.Option("--format", help="Trace format: mooncake or claude-code.")],
+    block_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Tokens per cache block: mooncake, a divisor of 512 (default 512); "
+            "claude-code, the file's (default)."
+        ),
+    ] = None,
     cache_tokens: Annotated[
         str, typer.Option(help="Cache capacity in tokens, or 'inf' for unbounded.")
     ] = "inf",
@@ -66,14 +88,34 @@ def trace_replay(
         str, typer.Option(help="Eviction strategy: lru, lfu, fifo or priority.")
     ] = "lru",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    recompute_last_token: Annotated[
+        bool,
+        typer.Option(
+            "--recompute-last-token",
+            help="Apply the engine's rule: at least one prompt token is computed, whole "
+            "blocks only.",
+        ),
+    ] = False,
 ) -> None:
     """Parse the flags, replay, print."""
-    from sim.prefix.trace_replay import load_trace, replay
-
     capacity = parse_cache_tokens(cache_tokens)
-    requests = load_trace(file, format)
-    result = replay(requests, block_size=block_size, cache_tokens=capacity, eviction=eviction)
-    out = result.to_dict()
+    extra: dict = {}
+    if format == "claude-code":
+        result, extra = _claude_code(file, block_size, capacity, eviction, recompute_last_token)
+        block_size = result.block_size
+    else:
+        from sim.prefix.trace_replay import load_trace, replay
+
+        block_size = 512 if block_size is None else block_size
+        requests = load_trace(file, format)
+        result = replay(
+            requests,
+            block_size=block_size,
+            cache_tokens=capacity,
+            eviction=eviction,
+            recompute_last_token=recompute_last_token,
+        )
+    out = {**result.to_dict(), **extra}
     out["cache_tokens"] = "inf" if capacity is None else capacity
     out["file"] = str(file)
     out["format"] = format
@@ -81,12 +123,29 @@ def trace_replay(
         print_json(out)
         return
     cap = "unbounded" if capacity is None else f"{capacity:,} tokens"
+    rule = ", recompute last token" if recompute_last_token else ""
     typer.echo(
         f"{file}: {result.requests:,} requests, block size {block_size}, cache {cap}, "
-        f"eviction {result.eviction}"
+        f"eviction {result.eviction}{rule}"
     )
     typer.echo(f"  prompt tokens      {result.prompt_tokens:,}")
     typer.echo(f"  hit tokens         {result.hit_tokens:,}")
     typer.echo(f"  hit rate           {result.hit_rate:.4f}")
     typer.echo(f"  hit rate last half {result.hit_rate_last_half:.4f}")
     typer.echo(f"  evicted blocks     {result.evicted_blocks:,}")
+
+
+def _claude_code(file: Path, block_size: int | None, capacity, eviction: str, recompute: bool):
+    """Replay Claude Code sessions; (result, extra JSON keys)."""
+    from sim.prefix.session_trace import load_sessions
+    from sim.prefix.trace_replay import replay_sessions
+
+    sessions = load_sessions(file)
+    sizes = sorted({s.block_size for s in sessions})
+    if block_size is not None and sizes != [block_size]:
+        raise KvsimError(
+            f"--block-size {block_size}: the claude-code file's block size is "
+            f"{', '.join(map(str, sizes))}; leave --block-size out"
+        )
+    result = replay_sessions(sessions, capacity, eviction, recompute)
+    return result, {"sessions": len(sessions)}

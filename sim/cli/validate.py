@@ -34,8 +34,13 @@ def validate(
 ) -> None:
     """Load, check trace files, resolve and build the allocator; print one line or the
     problems."""
+    from sim.sweep.spec import is_sweep_file
     from sim.units import GB
 
+    if is_sweep_file(file):  # a sweep file: its base with every point (sim.cli.sweep)
+        from sim.cli.sweep import validate_sweep
+
+        return validate_sweep(file, set_, MAX_PROBLEMS)
     problems, resolved = check(file, set_)
     if problems:
         for err in problems[:MAX_PROBLEMS]:
@@ -54,19 +59,15 @@ def validate(
 
 
 def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], object]:
-    """(every problem found, the resolved scenario when there is none)."""
-    from sim.run.runner import check_pause_policy
-    from sim.scenario import load_scenario, make_allocator_for, parse_set, resolve
-    from sim.scenario.paths import missing_files
+    """(every problem found, the resolved scenario when there is none): loading, then the
+    checks a run makes before it starts (``sim.run.runner.preflight``)."""
+    from sim.errors import ConfigError
+    from sim.run.runner import preflight
+    from sim.scenario import load_scenario, parse_set
 
     try:
-        loaded = load_scenario(str(file), parse_set(sets))
+        return [], preflight(load_scenario(str(file), parse_set(sets)))
+    except ConfigError as exc:
+        return exc.problems or [exc], None
     except KvsimError as exc:
-        return list(getattr(exc, "problems", None) or [exc]), None
-    problems: list[KvsimError] = list(missing_files(loaded))
-    try:
-        resolved = resolve(loaded)
-        check_pause_policy(resolved, make_allocator_for(resolved))  # tiers the policy needs
-    except KvsimError as exc:
-        return [*problems, exc], None
-    return problems, resolved
+        return [exc], None

@@ -1,21 +1,33 @@
 """Measured calibration curves for the cost model, loaded from ``hardware_profiles/calibration``.
 
-Responsibility: read and validate one calibration file (written by
-``kernels_validation/calibrate.py`` from real-kernel benchmarks, or a labelled synthetic
-example) and answer the cost model's questions with piecewise-linear interpolation:
-achieved fraction of HBM bandwidth for paged decode attention (by block size and context)
-and for weight streaming (by batch), fraction of dense peak for prefill GEMMs (by tokens),
-pinned host<->device copy time (``overhead + bytes / bandwidth``) and the fixed per-step
-overhead. ``host_link_fits`` decides which host link a run's copy engines use: per figure,
-the scenario's explicit value, else the calibration's fit of that direction, else the
+Responsibility: read and validate one calibration file and answer the cost model's
+questions. Two schema versions load:
+
+- ``schema_version: 1`` (written by ``kernels_validation/calibrate.py`` from real-kernel
+  benchmarks, or a labelled synthetic example): achieved fraction of HBM bandwidth for
+  paged decode attention (by block size and context) and for weight streaming (by batch),
+  fraction of dense peak for prefill GEMMs (by tokens), pinned host<->device copy fits
+  (``overhead + bytes / bandwidth``) and the fixed per-step overhead.
+- ``schema_version: 2`` adds ``source: public-measurement`` with its ``origin``
+  (repository, commit, licence, path), measured GEMM times keyed by per-GPU shape
+  (``linear.shapes``, see ``sim.cost.linear``) with a fitted roofline for unseen shapes
+  (``linear.fallback``), fitted element-wise and embedding kernels, and the measured TP
+  all-reduce per degree (``allreduce.by_tp``); every section of version 1 becomes
+  optional, and ``not_measured`` says which ones the file lacks and what stands in.
+
+``host_link_fits`` decides which host link a run's copy engines use: per figure, the
+scenario's explicit value, else the calibration's fit of that direction, else the
 accelerator profile's bandwidth with no per-transfer overhead.
 
 Invariant: a ``Calibration`` is immutable and valid once built (axes strictly increasing
 and positive, every efficiency in (0, 1.5], grids the size of their axes); queries
-outside the measured range are clamped to the nearest measured point, never extrapolated.
-Axes that span decades (block size, context, batch, tokens) are interpolated linearly in
-log2 of the axis. Efficiencies are fractions of the ``reference`` figures stored in the
-file (normally the accelerator's datasheet). Bad files raise a one-line ``ConfigError``
+outside the measured range are clamped to the nearest measured point, never extrapolated
+(GEMM tables: see ``sim.cost.linear``). Axes that span decades (block size, context,
+batch, tokens) are interpolated linearly in log2 of the axis. Efficiencies are fractions
+of the ``reference`` figures stored in the file (normally the accelerator's datasheet). A
+version-2 file without ``decode``/``gemm``/``attention`` curves answers those questions
+with its fitted ``linear.fallback`` efficiencies (flat curves), so ``roofline_max``
+pricing works with either version. Bad files raise a one-line ``ConfigError``
 (``file:line: field: message``); this module never imports torch.
 """
 
@@ -31,6 +43,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.cost.kernel_tables import ModelTables
+from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
+from sim.cost.table_schema import ModelTablesSpec
 from sim.errors import ConfigError, UnknownNameError
 from sim.profiles.registry import builtin_profiles_dir
 from sim.yamlio import format_validation_error, load_yaml
@@ -44,7 +59,7 @@ MAX_EFFICIENCY = 1.5  # above 1 only for cache effects; a typo like 95 for 0.95 
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _increasing(values: Sequence[float], what: str) -> None:
@@ -106,6 +121,170 @@ class CopyFitSpec(_Strict):
     bw_bytes_per_s: float = Field(gt=0)
 
 
+class OriginSpec(_Strict):
+    """Where public measurements come from (``source: public-measurement``)."""
+
+    repository: str = Field(min_length=1)  # URL of the repository
+    commit: str = Field(min_length=7)  # the commit the data was taken from
+    licence: str = Field(min_length=1)  # the data's licence, e.g. MIT
+    path: str = Field(min_length=1)  # folder(s) of the data in that repository
+
+
+class KernelFitSpec(_Strict):
+    """``kernel_floor_s + max(bytes / (HBM x bw_efficiency), FLOPs / (peak x flops_efficiency))``."""
+
+    kernel_floor_s: float = Field(ge=0, le=1e-3)  # seconds, per kernel launch
+    bw_efficiency: float = Efficiency  # fraction of reference HBM bandwidth
+    flops_efficiency: float = Field(1.0, gt=0, le=MAX_EFFICIENCY)  # fraction of reference peak
+
+
+def _numbers(v: Any) -> Any:
+    """A list of numbers, or the same numbers separated by spaces in one string (long
+    tables: one YAML scalar instead of thousands parses ~10x faster)."""
+    if isinstance(v, str):
+        try:
+            return [float(x) if any(c in x for c in ".eE") else int(x) for x in v.split()]
+        except ValueError:
+            raise ValueError("must be numbers separated by spaces") from None
+    return v
+
+
+class GemmShapeSpec(_Strict):
+    """One GEMM shape (per GPU: K inputs x N outputs) measured at ``tokens`` (rows M)."""
+
+    k: int = Field(gt=0)
+    n: int = Field(gt=0)
+    models: list[str] = []  # informational: the models whose layers have this shape
+    tokens: list[int] = Field(min_length=1)  # list, or one string of space-separated numbers
+    time_s: list[float] = Field(min_length=1)  # seconds per kernel, one per token count
+
+    _lists = field_validator("tokens", "time_s", mode="before")(lambda cls, v: _numbers(v))
+
+    @model_validator(mode="after")
+    def _table(self) -> GemmShapeSpec:
+        _positive_increasing(self.tokens, "tokens")
+        if len(self.tokens) != len(self.time_s):
+            raise ValueError("tokens and time_s must have the same length")
+        if any(not (0 < t < 10.0) for t in self.time_s):
+            raise ValueError("time_s values must lie in (0, 10) seconds")
+        return self
+
+
+class LinearSpec(_Strict):
+    """The linear layers (QKV, output, MLP up/gate, down, LM head)."""
+
+    fallback: KernelFitSpec  # shapes no table covers (and flat v1-style curves)
+    shapes: list[GemmShapeSpec] = []
+
+    @model_validator(mode="after")
+    def _unique(self) -> LinearSpec:
+        keys = [(s.k, s.n) for s in self.shapes]
+        if len(set(keys)) != len(keys):
+            raise ValueError("each (k, n) shape may appear once")
+        return self
+
+
+class AllReduceTpSpec(_Strict):
+    """One TP degree: ``latency_s + 2 (p-1)/p x bytes / bus_bw_bytes_per_s``, and optionally
+    a measured curve (``size_bytes`` -> ``time_s``, linear in between; the line beyond)."""
+
+    latency_s: float = Field(ge=0, le=1e-2)  # seconds per call
+    bus_bw_bytes_per_s: float = Field(gt=0)  # NCCL bus bandwidth, bytes/s
+    size_bytes: list[float] = []  # message bytes, increasing (list or space-separated string)
+    time_s: list[float] = []  # seconds per call at each size
+
+    _lists = field_validator("size_bytes", "time_s", mode="before")(lambda cls, v: _numbers(v))
+
+    @model_validator(mode="after")
+    def _curve(self) -> AllReduceTpSpec:
+        if len(self.size_bytes) != len(self.time_s):
+            raise ValueError("size_bytes and time_s must have the same length")
+        _positive_increasing(self.size_bytes, "size_bytes")
+        if any(t <= 0 for t in self.time_s):
+            raise ValueError("time_s values must be positive")
+        return self
+
+
+class AllReduceSpec(_Strict):
+    by_tp: dict[int, AllReduceTpSpec] = Field(min_length=1)  # TP degree (>= 2) -> fit
+
+    @field_validator("by_tp")
+    @classmethod
+    def _degrees(cls, v: dict) -> dict:
+        if any(tp < 2 for tp in v):
+            raise ValueError("by_tp keys are TP degrees >= 2")
+        return v
+
+
+V2_SECTIONS = ("attention", "decode", "gemm", "copy", "linear", "elementwise", "embedding",
+               "allreduce", "kernel_tables")  # fmt: skip
+
+
+class CalibrationFileV2(_Strict):
+    """The YAML file's schema (``schema_version: 2``); version 1's sections become optional."""
+
+    schema_version: Literal[2]
+    device: str = Field(min_length=1)
+    driver: str
+    torch_version: str
+    date: str
+    source: Literal["gpu", "synthetic", "cpu", "public-measurement"]
+    origin: OriginSpec | None = None
+    notes: str = ""
+    reference: ReferenceSpec
+    # seconds per step; null: not measured, the scenario's cost.step_overhead_s applies
+    step_overhead_s: float | None = Field(None, ge=0)
+    not_measured: dict[str, str] = {}  # absent section -> what stands in for it
+    attention: AttentionSpec | None = None
+    decode: CurveSpec | None = None
+    gemm: CurveSpec | None = None
+    copy_fits: dict[Literal["h2d", "d2h"], CopyFitSpec] | None = Field(None, alias="copy")
+    linear: LinearSpec | None = None
+    elementwise: KernelFitSpec | None = None  # norms, RoPE, activation, residual add
+    embedding: KernelFitSpec | None = None  # the token-embedding gather, once per step
+    allreduce: AllReduceSpec | None = None
+    # measured per-layer kernels of whole models (sim.cost.table_schema): name -> tables
+    kernel_tables: dict[str, ModelTablesSpec] | None = None
+    measured: dict[str, float] = {}
+
+    _date = field_validator("date", mode="before")(lambda cls, v: _iso_date(v))
+    _copy = field_validator("copy_fits")(lambda cls, v: v if v is None else _both_directions(v))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CalibrationFileV2:
+        if self.source == "public-measurement" and self.origin is None:
+            raise ValueError("source 'public-measurement' needs an origin")
+        if self.linear is None and self.kernel_tables is None and None in (self.attention, self.decode, self.gemm):
+            raise ValueError("needs a linear section, kernel_tables, or all of attention, decode and gemm")
+        for name in self.not_measured:
+            if name not in V2_SECTIONS:
+                raise ValueError(f"not_measured: unknown section {name!r}; valid: {', '.join(V2_SECTIONS)}")
+            if self.section(name) is not None:
+                raise ValueError(f"not_measured names {name!r}, but the file has that section")
+        return self
+
+    def section(self, name: str):
+        return self.copy_fits if name == "copy" else getattr(self, name)
+
+
+def _iso_date(v: Any) -> Any:
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    if isinstance(v, str):
+        try:
+            dt.date.fromisoformat(v[:10])
+        except ValueError:
+            raise ValueError("date must be an ISO date, e.g. 2026-11-29") from None
+    return v
+
+
+def _both_directions(v: dict) -> dict:
+    missing = [d for d in COPY_DIRECTIONS if d not in v]
+    if missing:
+        raise ValueError(f"copy needs both directions; missing: {', '.join(missing)}")
+    return v
+
+
 class CalibrationFile(_Strict):
     """The YAML file's schema (``schema_version: 1``)."""
 
@@ -124,25 +303,8 @@ class CalibrationFile(_Strict):
     copy_fits: dict[Literal["h2d", "d2h"], CopyFitSpec] = Field(alias="copy")
     measured: dict[str, float] = {}  # informational figures, not used by the cost model
 
-    @field_validator("date", mode="before")
-    @classmethod
-    def _date(cls, v: Any) -> Any:
-        if isinstance(v, dt.date):
-            return v.isoformat()
-        if isinstance(v, str):
-            try:
-                dt.date.fromisoformat(v[:10])
-            except ValueError:
-                raise ValueError("date must be an ISO date, e.g. 2026-11-29") from None
-        return v
-
-    @field_validator("copy_fits")
-    @classmethod
-    def _both_directions(cls, v: dict) -> dict:
-        missing = [d for d in COPY_DIRECTIONS if d not in v]
-        if missing:
-            raise ValueError(f"copy needs both directions; missing: {', '.join(missing)}")
-        return v
+    _date = field_validator("date", mode="before")(lambda cls, v: _iso_date(v))
+    _copy = field_validator("copy_fits")(lambda cls, v: _both_directions(v))
 
 
 def _positive_increasing(values: Sequence[int], what: str) -> None:
@@ -183,8 +345,9 @@ def host_link_fits(
     bandwidth and no per-transfer overhead.
     """
     fits: dict[str, CopyFit] = {}
+    measured = calibration is not None and bool(calibration.copy_fits)
     for direction in COPY_DIRECTIONS:
-        fit = calibration.copy_fit(direction) if calibration is not None else None
+        fit = calibration.copy_fit(direction) if measured else None
         bw = bw_bytes_per_s or (fit.bw_bytes_per_s if fit else profile_bw_bytes_per_s)
         over = (fit.overhead_s if fit else 0.0) if overhead_s is None else overhead_s
         fits[direction] = CopyFit(over, bw)
@@ -205,8 +368,8 @@ class Calibration:
     driver: str
     torch_version: str
     date: str
-    source: str  # 'gpu', 'synthetic' or 'cpu' (a CPU quick run: plumbing only)
-    step_overhead_s: float
+    source: str  # 'gpu', 'synthetic', 'cpu' (plumbing only) or 'public-measurement'
+    step_overhead_s: float | None  # None: not measured (the scenario's value applies)
     attention_block_sizes: tuple[int, ...]
     attention_context_tokens: tuple[int, ...]
     attention_bw_grid: tuple[tuple[float, ...], ...]  # [block size][context]
@@ -214,7 +377,7 @@ class Calibration:
     decode_bw_curve: tuple[float, ...]
     gemm_tokens: tuple[int, ...]
     gemm_curve: tuple[float, ...]
-    copy_fits: tuple[tuple[str, CopyFit], ...]  # (direction, fit)
+    copy_fits: tuple[tuple[str, CopyFit], ...]  # (direction, fit); () when not measured
     reference_hbm_bw_bytes_per_s: float
     reference_peak_flops_per_s: float
     reference_host_link_bw_bytes_per_s: float | None = None
@@ -222,14 +385,66 @@ class Calibration:
     notes: str = ""
     measured: tuple[tuple[str, float], ...] = ()
     path: str | None = None  # the file it was loaded from
+    # -- schema version 2 (all empty for a version-1 file) --------------------------------
+    schema_version: int = 1
+    origin: tuple[tuple[str, str], ...] = ()  # repository, commit, licence, path
+    linear_tables: tuple[GemmTable, ...] = ()  # measured GEMM shapes
+    linear_fallback: KernelFit | None = None  # fitted roofline of shapes no table covers
+    elementwise_fit: KernelFit | None = None  # norms, RoPE, activation, residual add
+    embedding_fit: KernelFit | None = None  # the embedding gather, once per step
+    allreduce_by_tp: tuple[tuple[int, AllReduceFit], ...] = ()
+    not_measured: tuple[tuple[str, str], ...] = ()  # absent section -> stand-in
+    sections: tuple[str, ...] = ()  # the optional sections the file has (v2)
+    # measured per-layer kernels of whole models (kernel_tables pricing), by table name
+    kernel_tables: tuple[tuple[str, ModelTables], ...] = ()
+
+    def __post_init__(self) -> None:
+        tables = {(t.k, t.n): t for t in self.linear_tables}
+        object.__setattr__(self, "_tables", tables)
+
+    @property
+    def attention_measured(self) -> bool:
+        """False for a version-2 file without an ``attention`` section."""
+        return self.schema_version == 1 or "attention" in self.sections
+
+    def model_tables(self, model) -> ModelTables | None:
+        """The kernel tables measured for ``model``'s geometry (a ModelProfile), or None."""
+        return next((t for _, t in self.kernel_tables if t.matches(model)), None)
+
+    def gemm_table(self, k: int, n: int) -> GemmTable | None:
+        """The measured table of a per-GPU GEMM shape, or None."""
+        return self._tables.get((k, n))
+
+    def allreduce_fit(self, tp: int) -> AllReduceFit | None:
+        """The measured all-reduce of this TP degree, or None."""
+        return dict(self.allreduce_by_tp).get(tp)
 
     def attention_bw_efficiency(self, block_size: int, context_tokens: int) -> float:
         """Fraction of reference HBM bandwidth reached by paged decode attention."""
-        per_block = [
-            _log2_interp(context_tokens, self.attention_context_tokens, row)
-            for row in self.attention_bw_grid
-        ]
-        return _log2_interp(block_size, self.attention_block_sizes, per_block)
+        ctx = np.array([context_tokens], dtype=np.float64)
+        return float(self.attention_bw_efficiencies(block_size, ctx)[0])
+
+    def attention_bw_efficiencies(self, block_size: int, context_tokens: np.ndarray) -> np.ndarray:
+        """``attention_bw_efficiency`` for many contexts at once (bilinear in log2: across
+        block sizes first, then across contexts; the scalar query is this with one
+        element, so runs of steps price exactly as single steps)."""
+        if np.any(context_tokens <= 0):
+            raise ValueError("calibration axes are positive; got a context <= 0")
+        per_ctx = self._per_context(block_size)
+        xs = self.__dict__.get("_log2_contexts")  # the axis, once (priced every step)
+        if xs is None:
+            xs = np.log2(np.asarray(self.attention_context_tokens, dtype=np.float64))
+            self.__dict__["_log2_contexts"] = xs
+        return np.interp(np.log2(context_tokens), xs, per_ctx)
+
+    def _per_context(self, block_size: int) -> np.ndarray:
+        cache = self.__dict__.setdefault("_per_context_cache", {})
+        if block_size not in cache:
+            cols = zip(*self.attention_bw_grid, strict=True)
+            cache[block_size] = np.array(
+                [_log2_interp(block_size, self.attention_block_sizes, col) for col in cols]
+            )
+        return cache[block_size]
 
     def decode_bw_efficiency(self, batch: int) -> float:
         """Fraction of reference HBM bandwidth reached streaming weights at this batch."""
@@ -289,8 +504,10 @@ class Calibration:
         )  # fmt: skip
 
 
-def calibration_from_spec(spec: CalibrationFile, path: str | None = None) -> Calibration:
-    """Build the immutable ``Calibration`` from a validated file."""
+def calibration_from_spec(spec: CalibrationFile | CalibrationFileV2, path: str | None = None) -> Calibration:
+    """Build the immutable ``Calibration`` from a validated file (either version)."""
+    if isinstance(spec, CalibrationFileV2):
+        return _from_v2(spec, path)
     ref = spec.reference
     return Calibration(
         device=spec.device, driver=spec.driver, torch_version=spec.torch_version,
@@ -300,10 +517,7 @@ def calibration_from_spec(spec: CalibrationFile, path: str | None = None) -> Cal
         attention_bw_grid=tuple(tuple(r) for r in spec.attention.bw_efficiency),
         decode_batches=tuple(spec.decode.x), decode_bw_curve=tuple(spec.decode.efficiency),
         gemm_tokens=tuple(spec.gemm.x), gemm_curve=tuple(spec.gemm.efficiency),
-        copy_fits=tuple(
-            (d, CopyFit(spec.copy_fits[d].overhead_s, spec.copy_fits[d].bw_bytes_per_s))
-            for d in COPY_DIRECTIONS
-        ),
+        copy_fits=_copy_fits(spec.copy_fits),
         reference_hbm_bw_bytes_per_s=ref.hbm_bw_bytes_per_s,
         reference_peak_flops_per_s=ref.peak_flops_per_s,
         reference_host_link_bw_bytes_per_s=ref.host_link_bw_bytes_per_s,
@@ -311,12 +525,81 @@ def calibration_from_spec(spec: CalibrationFile, path: str | None = None) -> Cal
     )  # fmt: skip
 
 
-def validate_mapping(data: Any, source: str = "<calibration>", lines=None) -> CalibrationFile:
-    """Validate parsed YAML; a problem becomes one ``ConfigError`` line."""
+def _copy_fits(spec: dict | None) -> tuple[tuple[str, CopyFit], ...]:
+    if spec is None:
+        return ()
+    return tuple((d, CopyFit(spec[d].overhead_s, spec[d].bw_bytes_per_s)) for d in COPY_DIRECTIONS)
+
+
+def _kernel_fit(spec: KernelFitSpec | None) -> KernelFit | None:
+    if spec is None:
+        return None
+    return KernelFit(spec.kernel_floor_s, spec.bw_efficiency, spec.flops_efficiency)
+
+
+def _from_v2(spec: CalibrationFileV2, path: str | None) -> Calibration:
+    """Version 2: absent v1 curves become flat curves at the linear fallback's efficiencies."""
+    ref, lin = spec.reference, spec.linear
+    bw = lin.fallback.bw_efficiency if lin else 1.0
+    fl = lin.fallback.flops_efficiency if lin else 1.0
+    att = spec.attention or AttentionSpec(block_sizes=[16], context_tokens=[1], bw_efficiency=[[bw]])
+    dec = spec.decode or CurveSpec(x=[1], efficiency=[bw])
+    gem = spec.gemm or CurveSpec(x=[1], efficiency=[fl])
+    tables = tuple(GemmTable(s.k, s.n, tuple(s.tokens), tuple(s.time_s), tuple(s.models))
+                   for s in lin.shapes) if lin else ()  # fmt: skip
+    allreduce = ()
+    if spec.allreduce is not None:
+        allreduce = tuple(
+            (tp, AllReduceFit(f.latency_s, f.bus_bw_bytes_per_s, tuple(f.size_bytes), tuple(f.time_s)))
+            for tp, f in sorted(spec.allreduce.by_tp.items())
+        )
+    return Calibration(
+        device=spec.device, driver=spec.driver, torch_version=spec.torch_version,
+        date=spec.date, source=spec.source, step_overhead_s=spec.step_overhead_s,
+        attention_block_sizes=tuple(att.block_sizes), attention_context_tokens=tuple(att.context_tokens),
+        attention_bw_grid=tuple(tuple(r) for r in att.bw_efficiency),
+        decode_batches=tuple(dec.x), decode_bw_curve=tuple(dec.efficiency),
+        gemm_tokens=tuple(gem.x), gemm_curve=tuple(gem.efficiency),
+        copy_fits=_copy_fits(spec.copy_fits),
+        reference_hbm_bw_bytes_per_s=ref.hbm_bw_bytes_per_s,
+        reference_peak_flops_per_s=ref.peak_flops_per_s,
+        reference_host_link_bw_bytes_per_s=ref.host_link_bw_bytes_per_s,
+        reference_basis=ref.basis, notes=spec.notes, measured=tuple(sorted(spec.measured.items())),
+        path=path, schema_version=2,
+        origin=tuple(spec.origin.model_dump().items()) if spec.origin else (),
+        linear_tables=tables, linear_fallback=_kernel_fit(lin.fallback) if lin else None,
+        elementwise_fit=_kernel_fit(spec.elementwise), embedding_fit=_kernel_fit(spec.embedding),
+        allreduce_by_tp=allreduce, not_measured=tuple(spec.not_measured.items()),
+        sections=tuple(n for n in V2_SECTIONS if spec.section(n) is not None),
+        kernel_tables=_kernel_tables(spec, path),
+    )  # fmt: skip
+
+
+def _kernel_tables(spec: CalibrationFileV2, path: str | None) -> tuple[tuple[str, ModelTables], ...]:
+    if not spec.kernel_tables:
+        return ()
+    out = []
+    for name, tables in spec.kernel_tables.items():
+        try:
+            out.append((name, tables.build()))
+        except ValueError as exc:  # a grid hole no rule fills: the file's fault, one line
+            raise ConfigError(f"{path or '<calibration>'}: kernel_tables.{name}: {exc}") from None
+    return tuple(out)
+
+
+SCHEMAS = {1: CalibrationFile, 2: CalibrationFileV2}
+
+
+def validate_mapping(data: Any, source: str = "<calibration>", lines=None) -> CalibrationFile | CalibrationFileV2:
+    """Validate parsed YAML (either schema version); a problem becomes one ``ConfigError`` line."""
     if not isinstance(data, dict):
         raise ConfigError("a calibration file must be a mapping of fields", location=source)
+    version = data.get("schema_version")
+    if version not in SCHEMAS or isinstance(version, bool):
+        where = f"{source}:{(lines or {}).get(('schema_version',), '')}".rstrip(":")
+        raise ConfigError(f"{where}: schema_version: must be one of 1, 2 (got {version!r})")
     try:
-        return CalibrationFile.model_validate(data)
+        return SCHEMAS[version].model_validate(data)
     except ValidationError as exc:
         msgs = format_validation_error(exc, source, lines or {}).splitlines()
         more = f" (and {len(msgs) - 1} more)" if len(msgs) > 1 else ""
@@ -358,24 +641,49 @@ def load_calibration(name_or_path: str, search_dirs: list[Path] | None = None) -
         if name_or_path not in found:
             raise UnknownNameError("calibration", name_or_path, list(found))
         path = found[name_or_path]
+    try:  # keyed by content, so an edited file is read again
+        raw = path.read_bytes() if path.stat().st_size <= (1 << 24) else b""
+        key = (str(path.resolve()), len(raw), hash(raw)) if raw else None
+    except OSError:
+        key = None  # load_yaml reports the problem
+    if key is not None and key in _LOADED:
+        return _LOADED[key]  # immutable: a run's resolve and cost model share one load
     data, lines = load_yaml(path)
     spec = validate_mapping(data, str(path), lines)
-    return calibration_from_spec(spec, str(path))
+    cal = calibration_from_spec(spec, str(path))
+    if key is not None:
+        if len(_LOADED) >= 16:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = cal
+    return cal
+
+
+_LOADED: dict[tuple, Calibration] = {}  # (file, size, content hash) -> calibration
 
 
 def as_mapping(cal: Calibration) -> Mapping[str, Any]:
     """The file form of a calibration (for round trips and for writing files)."""
+    if cal.schema_version == 2:
+        return _as_mapping_v2(cal)
     return {
         "schema_version": 1, "device": cal.device, "driver": cal.driver,
         "torch_version": cal.torch_version, "date": cal.date, "source": cal.source,
-        "notes": cal.notes,
-        "reference": {
-            "hbm_bw_bytes_per_s": cal.reference_hbm_bw_bytes_per_s,
-            "peak_flops_per_s": cal.reference_peak_flops_per_s,
-            "host_link_bw_bytes_per_s": cal.reference_host_link_bw_bytes_per_s,
-            "basis": cal.reference_basis,
-        },
-        "step_overhead_s": cal.step_overhead_s,
+        "notes": cal.notes, "reference": _reference(cal), "step_overhead_s": cal.step_overhead_s,
+        **_v1_sections(cal), "measured": dict(cal.measured),
+    }  # fmt: skip
+
+
+def _reference(cal: Calibration) -> dict:
+    return {
+        "hbm_bw_bytes_per_s": cal.reference_hbm_bw_bytes_per_s,
+        "peak_flops_per_s": cal.reference_peak_flops_per_s,
+        "host_link_bw_bytes_per_s": cal.reference_host_link_bw_bytes_per_s,
+        "basis": cal.reference_basis,
+    }
+
+
+def _v1_sections(cal: Calibration) -> dict:
+    return {
         "attention": {
             "block_sizes": list(cal.attention_block_sizes),
             "context_tokens": list(cal.attention_context_tokens),
@@ -385,5 +693,43 @@ def as_mapping(cal: Calibration) -> Mapping[str, Any]:
         "gemm": {"x": list(cal.gemm_tokens), "efficiency": list(cal.gemm_curve)},
         "copy": {d: {"overhead_s": f.overhead_s, "bw_bytes_per_s": f.bw_bytes_per_s}
                  for d, f in cal.copy_fits},
-        "measured": dict(cal.measured),
     }  # fmt: skip
+
+
+def _fit_mapping(fit: KernelFit, flops: bool) -> dict:
+    out = {"kernel_floor_s": fit.kernel_floor_s, "bw_efficiency": fit.bw_efficiency}
+    return {**out, "flops_efficiency": fit.flops_efficiency} if flops else out
+
+
+def _as_mapping_v2(cal: Calibration) -> dict:
+    out: dict[str, Any] = {
+        "schema_version": 2, "device": cal.device, "driver": cal.driver,
+        "torch_version": cal.torch_version, "date": cal.date, "source": cal.source,
+    }  # fmt: skip
+    if cal.origin:
+        out["origin"] = dict(cal.origin)
+    out.update(notes=cal.notes, reference=_reference(cal), step_overhead_s=cal.step_overhead_s)
+    if cal.not_measured:
+        out["not_measured"] = dict(cal.not_measured)
+    v1 = _v1_sections(cal)
+    out.update({name: v1[name] for name in ("attention", "decode", "gemm", "copy") if name in cal.sections})
+    if cal.linear_fallback is not None:
+        out["linear"] = {
+            "fallback": _fit_mapping(cal.linear_fallback, flops=True),
+            "shapes": [{"k": t.k, "n": t.n, "models": list(t.models), "tokens": list(t.tokens),
+                        "time_s": list(t.time_s)} for t in cal.linear_tables],
+        }  # fmt: skip
+    for name, fit in (("elementwise", cal.elementwise_fit), ("embedding", cal.embedding_fit)):
+        if fit is not None:
+            out[name] = _fit_mapping(fit, flops=False)
+    if cal.allreduce_by_tp:
+        out["allreduce"] = {"by_tp": {tp: {
+            "latency_s": f.latency_s, "bus_bw_bytes_per_s": f.bus_bw_bytes_per_s,
+            "size_bytes": list(f.size_bytes), "time_s": list(f.time_s)}
+            for tp, f in cal.allreduce_by_tp}}  # fmt: skip
+    if cal.kernel_tables:
+        from sim.cost.table_schema import tables_mapping
+
+        out["kernel_tables"] = {name: tables_mapping(t) for name, t in cal.kernel_tables}
+    out["measured"] = dict(cal.measured)
+    return out

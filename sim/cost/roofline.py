@@ -18,6 +18,18 @@ Terms (per TP rank):
   (c = 1) attends h + 1. ``attention_mask: square`` prices the full c (h + c), so a
   monolithic prefill of S tokens gives F23's 4 L d S^2 as the chapter states it;
 - step = overhead + allocator calls + max(memory, compute) + TP all-reduce + HBM copies.
+
+That is ``step_pricing: roofline_max``. ``per_group`` (``sim.cost.groups``) prices the
+operator groups a GPU runs one after the other (linear, LM head, embedding, element-wise,
+attention, all-reduce), each its own max(memory, compute) plus a per-kernel floor, then
+sums them; ``kernel_tables`` (``sim.cost.table_pricer``) sums the calibration's measured
+per-layer vLLM kernels of the model for the step's exact batch mix, in the same group
+shape. ``auto`` (the default) is ``kernel_tables`` when the scenario names a version-2
+calibration with kernel tables (which must cover the model), ``per_group`` with another
+version-2 calibration and ``roofline_max`` otherwise, so runs without one are priced as
+before.
+Both modes price a run of decode steps with numpy (``decode_run_times``), with or without
+a calibration, and the result equals pricing each step alone.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from sim.cost.groups import GroupPricer
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
@@ -50,10 +63,20 @@ class CostConfig(BaseModel):
     attention_mask: Literal["causal", "square"] = "causal"
     allreduce: bool = True  # two all-reduces per layer under TP
     copies: bool = True  # allocator-caused HBM copies (growth, deep-copy forks, CoW)
+    elementwise: bool = True  # per_group: norms, RoPE, activation, residual add, embedding
     step_overhead_s: float = Field(0.0, ge=0)  # CPU scheduling + launch per step
     alloc_latency_s: float = Field(0.0, ge=0)  # per cudaMalloc/cudaFree call (contiguous kinds)
-    allreduce_bw_bytes_per_s: float = Field(450e9, gt=0)  # NVLink, one direction per GPU
-    allreduce_latency_s: float = Field(5e-6, ge=0)  # per all-reduce call
+    # per all-reduce call: latency + 2 (p-1)/p x bytes / bandwidth. None: roofline_max uses
+    # the chapter's 450e9 B/s and 5 us; per_group the calibration's or accelerator
+    # profile's measurement of this TP degree (then 450e9 / 5 us). A value overrides.
+    allreduce_bw_bytes_per_s: float | None = Field(None, gt=0)
+    allreduce_latency_s: float | None = Field(None, ge=0)
+    # how a step is priced: one max(memory, compute) over the whole batch (roofline_max),
+    # or operator group by group (per_group); auto: per_group with a version-2 calibration
+    # kernel_tables: the calibration's measured per-layer kernels of this model (auto picks
+    # it when the calibration has tables for the model's geometry and TP degree)
+    step_pricing: Literal["auto", "roofline_max", "per_group", "kernel_tables"] = "auto"
+    kernel_floor_s: float = Field(0.0, ge=0, le=1e-3)  # per_group without calibration: per kernel
     activation_dtype: str = "bf16"
     weights_bytes: float | None = Field(None, gt=0)  # whole-model override (E20: 140e9)
     params: float | None = Field(None, gt=0)  # active parameter override
@@ -133,11 +156,21 @@ class CostModel:
         self.peak = accelerator.peak_flops_per_s("bf16")
         self.calibration = _load_calibration(c.calibration)
         self._act_bytes = dtype_bytes(c.activation_dtype)
+        self.pricing = _pricing(c.step_pricing, self.calibration, model, tp)
+        self.groups = None
+        if self.pricing == "per_group":
+            self.groups = GroupPricer(model, accelerator, tp, c, self.calibration)
+        elif self.pricing == "kernel_tables":
+            from sim.cost.table_pricer import TablePricer
+
+            self.groups = TablePricer(model, accelerator, tp, c, self.calibration)
 
     # -- public -------------------------------------------------------------------------
 
     def iteration_time(self, work: StepWork) -> StepCost:
-        """Price one step (F24 extended); returns the breakdown."""
+        """Price one step (F24 extended, or group by group); returns the breakdown."""
+        if self.groups is not None:
+            return self._per_group(work)
         c = self.config
         n_tok = work.n_tokens
         pairs = work.decode_history_tokens + work.n_decode  # each decode attends h + 1
@@ -180,24 +213,25 @@ class CostModel:
         """Durations of ``n_steps`` pure-decode steps of the same ``n_decode`` sequences.
 
         Step i sees ``history_tokens + i * n_decode`` cached tokens; the result equals
-        calling ``iteration_time`` step by step (the fast engine path relies on it).
+        calling ``iteration_time`` step by step (the fast engine path relies on it), with
+        or without a calibration: the terms that change from step to step are computed
+        with the same numpy arithmetic here as for one step.
         """
-        c = self.config
         i = np.arange(n_steps, dtype=np.float64)
-        hist = history_tokens + i * n_decode
-        kv_tokens = hist + n_decode
-        if self.calibration is not None:
-            return np.array([self.iteration_time(StepWork(n_decode, int(h))).total_s for h in hist])
-        bw = self.hbm_bw * c.bw_efficiency
-        weights_s = self.weight_bytes_per_gpu / bw if c.weights else 0.0
-        kv_s = kv_tokens * self.kv_bytes_per_token_per_gpu / bw if c.kv_read else 0.0 * i
+        kv_tokens = history_tokens + i * n_decode + n_decode
+        if self.groups is not None:
+            fixed = self.groups.fixed(n_decode, n_decode, False)
+            att = self.groups.decode_attention(kv_tokens, n_decode, fixed.attention_rate)
+            return self._overhead_s() + 0.0 + fixed.total_s + att + 0.0
+        c = self.config
+        weights_s, kv_s = self._mem_arrays(n_decode, n_decode, kv_tokens)
         rate = c.mfu_decode * self.peak
         gemm_f = self.gemm_flops_per_token_per_gpu * n_decode if c.gemm_flops else 0.0
         attn_f = self.attn_flops_per_pair_per_gpu * kv_tokens if c.attention_flops else 0.0 * i
         mem_s = weights_s + kv_s
         comp_s = (gemm_f + attn_f) / rate
-        fixed = self._overhead_s() + self._allreduce_s(n_decode)
-        return fixed + np.maximum(mem_s, comp_s)
+        # the same order of additions as iteration_time (no allocator calls, no copies)
+        return self._overhead_s() + 0.0 + np.maximum(mem_s, comp_s) + self._allreduce_s(n_decode) + 0.0
 
     def prefill_time_s(self, tokens: int, history_tokens: int = 0) -> float:
         """One monolithic prefill step of ``tokens`` new tokens (recompute estimates)."""
@@ -214,17 +248,22 @@ class CostModel:
         return new * hist + new * (new + 1) // 2
 
     def _mem_terms(self, work: StepWork, kv_tokens: float) -> tuple[float, float]:
+        n_seq = work.n_decode + len(work.prefill_chunks)
+        kv = np.array([kv_tokens], dtype=np.float64)
+        weights_s, kv_s = self._mem_arrays(work.n_tokens, n_seq, kv)
+        return weights_s, float(kv_s[0])
+
+    def _mem_arrays(self, n_tokens: int, n_seq: int, kv_tokens: np.ndarray):
+        """(weights s, KV-read s per step) for steps that read ``kv_tokens`` each."""
         c, cal = self.config, self.calibration
         w_eff = kv_eff = c.bw_efficiency
         if cal is not None:
-            batch = max(1, work.n_tokens)
-            w_eff = cal.decode_bw_efficiency(batch)
-            n_seq = work.n_decode + len(work.prefill_chunks)
-            mean_ctx = int(kv_tokens / n_seq) if n_seq else 1
-            kv_eff = cal.attention_bw_efficiency(c.block_size, max(1, mean_ctx))
+            w_eff = cal.decode_bw_efficiency(max(1, n_tokens))
+            mean_ctx = np.floor(kv_tokens / n_seq) if n_seq else np.ones_like(kv_tokens)
+            kv_eff = cal.attention_bw_efficiencies(c.block_size, np.maximum(1.0, mean_ctx))
         weights_s = self.weight_bytes_per_gpu / (self.hbm_bw * w_eff) if c.weights else 0.0
         kv_bytes = kv_tokens * self.kv_bytes_per_token_per_gpu
-        kv_s = kv_bytes / (self.hbm_bw * kv_eff) if c.kv_read else 0.0
+        kv_s = kv_bytes / (self.hbm_bw * kv_eff) if c.kv_read else 0.0 * kv_tokens
         return weights_s, kv_s
 
     def _mfu(self, work: StepWork) -> float:
@@ -240,13 +279,65 @@ class CostModel:
         if not c.allreduce or t == 1 or n_tokens == 0:
             return 0.0
         msg = n_tokens * self.model.d_model * self._act_bytes
-        ring = 2 * (t - 1) / t * msg / c.allreduce_bw_bytes_per_s
-        return 2 * self.model.num_layers * (ring + c.allreduce_latency_s)
+        bw = 450e9 if c.allreduce_bw_bytes_per_s is None else c.allreduce_bw_bytes_per_s
+        latency = 5e-6 if c.allreduce_latency_s is None else c.allreduce_latency_s
+        ring = 2 * (t - 1) / t * msg / bw
+        return 2 * self.model.num_layers * (ring + latency)
 
     def _overhead_s(self) -> float:
-        if self.calibration is not None:
-            return self.calibration.step_overhead_s
+        """The calibration's fitted step overhead when it has one, else the scenario's."""
+        cal = self.calibration
+        if cal is not None and cal.step_overhead_s is not None:
+            return cal.step_overhead_s
         return self.config.step_overhead_s
+
+    # -- per-group pricing (sim.cost.groups) ---------------------------------------------
+
+    def _per_group(self, work: StepWork) -> StepCost:
+        g, c = self.groups, self.config
+        n_tok, n_seq = work.n_tokens, work.n_decode + len(work.prefill_chunks)
+        pairs = work.decode_history_tokens + work.n_decode
+        kv_tokens = pairs
+        for new, hist in work.prefill_chunks:
+            pairs += self._chunk_pairs(new, hist)
+            kv_tokens += hist + new
+        fixed = g.fixed(n_tok, n_seq, bool(work.prefill_chunks))
+        att, att_mem, att_comp = g.step_attention(work, kv_tokens, pairs, n_seq, fixed.attention_rate)
+        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
+        alloc_s = work.alloc_calls * c.alloc_latency_s
+        overhead_s = self._overhead_s()
+        total = overhead_s + alloc_s + fixed.total_s + att + copy_s
+        mem_s, comp_s = fixed.linear_mem_s + att_mem, fixed.linear_comp_s + att_comp
+        attn_f = g.attn_flops_per_pair_per_gpu * pairs if c.attention_flops else 0.0
+        lm_f = 2.0 * n_seq * g.lm_shape[0] * g.lm_shape[1] if g.lm_shape and c.gemm_flops else 0.0
+        flops = fixed.linear_flops + lm_f + attn_f
+        return StepCost(
+            total_s=total, mem_s=mem_s, comp_s=comp_s, weights_s=fixed.linear_mem_s,
+            kv_read_s=att_mem, gemm_s=fixed.linear_comp_s, attention_s=att_comp,
+            allreduce_s=fixed.allreduce_s, copy_s=copy_s, alloc_s=alloc_s, overhead_s=overhead_s,
+            bound="memory" if mem_s >= comp_s else "compute",
+            mfu=flops / (total * self.peak) if total > 0 else 0.0, n_tokens=n_tok,
+            flops_per_gpu=flops,
+            hbm_bytes_per_gpu=(self.weight_bytes_per_gpu if c.weights else 0.0)
+            + (kv_tokens * self.kv_bytes_per_token_per_gpu if c.kv_read else 0.0),
+            extra={"pricing": self.pricing, "linear_s": fixed.linear_s, "lm_head_s": fixed.lm_head_s,
+                   "embedding_s": fixed.embedding_s, "elementwise_s": fixed.elementwise_s,
+                   "attention_group_s": att, "moe_s": fixed.moe_s,
+                   "logits_gather_s": fixed.logits_gather_s},
+        )  # fmt: skip
+
+
+def _pricing(step_pricing: str, calibration, model: ModelProfile, tp: int) -> str:
+    if step_pricing != "auto":
+        return step_pricing
+    if calibration is None or calibration.schema_version != 2:
+        return "roofline_max"
+    if calibration.kernel_tables:
+        from sim.cost.table_pricer import require_tables
+
+        require_tables(model, tp, calibration)  # a table file for another model: say so
+        return "kernel_tables"
+    return "per_group"
 
 
 def _load_calibration(name: str | None):

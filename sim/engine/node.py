@@ -25,13 +25,21 @@ horizon comes first, in which case the run ends at the horizon.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import attrgetter, sub
+from typing import Any, Protocol
 
-import numpy as np
+import simpy
 
-from sim.cost import StepWork
+from sim.cost import CostModel, StepCost, StepWork
+from sim.engine.pauses import PauseLifecycle
 from sim.errors import KvsimError
 from sim.memory.errors import InvariantError
+from sim.memory.kv_manager import KVManager
+from sim.sched import BatchPlan, Request, Scheduler
 
 #: zero-time reschedules (preemptions, drops, rejections without a step) before giving up
 MAX_ZERO_TIME_DECISIONS = 100_000
@@ -41,10 +49,28 @@ MAX_ZERO_TIME_DECISIONS = 100_000
 class _Run:
     """A planned run of steps (see ``Node._plan_run``)."""
 
-    durations: np.ndarray  # every step's duration
-    allocated: np.ndarray  # allocated bytes during steps 2..k
+    durations: list[float]  # every step's duration
+    allocated: list[float]  # allocated bytes during steps 2..k
     chunks: list[int] | None  # the prefill's chunks, one per step, while it lasts
     late: tuple | None  # (that prefill, its first decode step) when it decodes in the run
+
+
+_limit, _output = attrgetter("output_limit"), attrgetter("num_output")
+
+
+class StepRecorder(Protocol):
+    """What the node reports to (``sim.metrics.Recorder``; declared here so the engine
+    imports nothing above it)."""
+
+    decisions: int
+
+    def step(self, start_s, ends, plan, cost, n_running: int, n_waiting: int) -> int: ...
+    def events(self, plan, now: float, n_running: int, n_waiting: int) -> None: ...
+    def rejected_at_submit(self, now: float, n: int, n_running: int, n_waiting: int) -> None: ...
+    def emit(self, requests, s0: int, k: int, durations=None) -> None: ...
+    def memory(self, t, m, paused_bytes, n_paused, n_running, n_waiting, extra_bytes=0.0): ...
+    def memory_run(self, starts, useful, allocated) -> None: ...
+    def request_ended(self, req) -> None: ...
 
 
 class EngineStuckError(KvsimError):
@@ -60,19 +86,19 @@ class Node:
 
     def __init__(
         self,
-        env,
-        scheduler,
-        kv,
-        cost,
-        recorder,
+        env: simpy.Environment,
+        scheduler: Scheduler,
+        kv: KVManager,
+        cost: CostModel,
+        recorder: StepRecorder,
+        pauses: PauseLifecycle,
         *,
         exact: bool = False,
         check_invariants: bool = False,
         horizon_s: float | None = None,
         max_sim_time_s: float | None = None,
-        progress=None,
+        progress: Callable[[float], None] | None = None,
         progress_every: int = 2048,
-        pauses=None,
     ) -> None:
         self.env, self.sched, self.kv, self.cost, self.rec = env, scheduler, kv, cost, recorder
         self.exact = exact
@@ -82,35 +108,35 @@ class Node:
         self.progress, self.progress_every = progress, progress_every
         self.inbox: list[tuple] = []
         self._wake = None  # event the engine sleeps on while idle or in a run
-        self._ends: np.ndarray | None = None  # end times of the run in progress
+        self._ends: list[float] | None = None  # end times of the run in progress
         self._deadline = -1  # index in _ends of the step the engine will wake after
         self._workload_done = False
         self._seen: dict[int, tuple[int, int]] = {}  # id(request) -> (output, computed)
         self.end_s = 0.0
         self.last_step_s = 0.0  # duration of the latest step
-        #: the pause controller (``sim.engine.pauses``): gates submissions of trajectories
-        #: whose KV is away, and acts at step boundaries; None = the KV manager's own hook
+        #: the pause lifecycle (``sim.engine.pauses``): owns every pause, gates submissions of
+        #: trajectories whose KV is away, and acts at step boundaries
         self.pauses = pauses
         self.process = env.process(self._loop())
 
     # --------------------------------------------------------------- workload API
-    def submit(self, req) -> None:
+    def submit(self, req: Request) -> None:
         """Queue a request (its ``on_done`` is called when it finishes or is refused)."""
         self._post(("submit", req))
 
-    def fork(self, parent, child) -> None:
+    def fork(self, parent: Hashable, child: Hashable) -> None:
         """Give sequence ``child`` the KV of ``parent`` (copy-on-write or deep copy)."""
         self._post(("fork", parent, child))
 
-    def release(self, seq) -> None:
+    def release(self, seq: Hashable) -> None:
         """Free a sequence nobody will extend again."""
         self._post(("release", seq))
 
-    def cancel(self, req, seq) -> None:
+    def cancel(self, req: Request | None, seq: Hashable) -> None:
         """Abort ``req`` (if queued or running) and free ``seq`` (a pruned branch)."""
         self._post(("cancel", req, seq))
 
-    def call_at_boundary(self, fn) -> None:
+    def call_at_boundary(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` at the next step boundary (a copy completed, a TTL expired)."""
         self._post(("call", fn))
 
@@ -130,10 +156,15 @@ class Node:
             return
         if op is None:
             return  # the end of the workload changes nothing for the run in progress
-        i = int(np.searchsorted(self._ends, self.env.now, side="left"))
+        i = bisect_left(self._ends, self.env.now)
         if i < self._deadline:  # wake after the step in progress instead of the run's end
             self._deadline = i
             self._arm(wake, i)
+
+    def _wake_at_horizon(self, _event) -> None:
+        wake = self._wake
+        if wake is not None and not wake.triggered and self._ends is None:
+            wake.succeed()
 
     def _arm(self, wake, i: int) -> None:
         timer = self.env.timeout(max(0.0, float(self._ends[i]) - self.env.now))
@@ -160,8 +191,7 @@ class Node:
             if self.horizon_s is not None and now >= self.horizon_s:
                 break
             self.kv.set_time(now)
-            if self.pauses is not None:
-                self.pauses.at_boundary()
+            self.pauses.at_boundary()
             plan = self.sched.schedule()
             self._scheduling_events(plan, now)
             if plan.empty:
@@ -170,16 +200,16 @@ class Node:
                     if zero_time > MAX_ZERO_TIME_DECISIONS:
                         self._stuck("no step in", zero_time, "zero-time decisions")
                     continue
-                reloading = self.pauses is not None and self.pauses.copies_in > 0
-                if self.sched.has_work and not reloading:  # a reload ends in a submit
+                if self.sched.has_work and not self.pauses.copies_in:  # a reload ends in a submit
                     self._stuck("empty batch with runnable work")
                 self._record_memory(now)
-                streaming = self.pauses is not None and self.pauses.streaming > 0
-                if self._workload_done and not self.inbox and not streaming:
+                if self._workload_done and not self.inbox and not self.pauses.streaming:
                     break  # (a pipelined copy-in still running ends in a post)
                 if self.inbox:  # posted at this boundary (a reload fell back to recompute)
                     continue
                 self._wake, self._ends = env.event(), None
+                if self.horizon_s is not None:  # idle: wake at the horizon at the latest
+                    env.timeout(self.horizon_s - now).callbacks.append(self._wake_at_horizon)
                 yield self._wake
                 self._wake = None
                 continue
@@ -187,7 +217,7 @@ class Node:
             yield from self._run(plan, now)
         self.end_s = env.now
 
-    def _run(self, plan, now: float):
+    def _run(self, plan: BatchPlan, now: float):
         """Price, wait for and commit one step or one run of steps of the same batch."""
         m = self._record_memory(now)
         cost = self.cost.iteration_time(plan.work())
@@ -196,10 +226,13 @@ class Node:
             yield self.env.timeout(cost.total_s)
             self._commit(plan, now, [now + cost.total_s], cost, m, None)
             return
-        ends = np.cumsum(np.concatenate(([now], run.durations)))[1:]
+        # the same sequential sums as numpy's cumsum, in Python: runs are planned long but
+        # mostly cut after a few steps, and small numpy calls cost more than they save
+        ends = list(accumulate(run.durations, initial=now))
+        del ends[0]
         k = len(ends)
         if self.horizon_s is not None:  # steps must start before the horizon
-            k = min(k, int(np.searchsorted(ends, self.horizon_s, side="left")) + 1)
+            k = min(k, bisect_left(ends, self.horizon_s) + 1)
         self._wake, self._ends, self._deadline = self.env.event(), ends[:k], k - 1
         self._arm(self._wake, k - 1)
         yield self._wake
@@ -207,7 +240,9 @@ class Node:
         self._wake, self._ends = None, None
         self._commit(plan, now, ends[:k], cost, m, run)
 
-    def _plan_run(self, plan, m, cost) -> _Run | None:
+    def _plan_run(
+        self, plan: BatchPlan, m: tuple[float, float], cost: StepCost
+    ) -> _Run | None:
         """A run of several steps of this batch, or None for a single step.
 
         A run repeats the batch while nothing can change it: the same decodes up to the
@@ -218,6 +253,7 @@ class Node:
         sched = self.sched
         if (
             self.exact
+            or not sched.supports_runs
             or len(plan.scheduled) != len(sched.running)
             or plan.preempted
             or plan.rejected
@@ -227,7 +263,7 @@ class Node:
         ):
             return None
         decodes = plan.decodes
-        k = min((r.output_limit - r.num_output for r in decodes), default=1 << 30)
+        k = min(map(sub, map(_limit, decodes), map(_output, decodes)), default=1 << 30)
         chunks = prefill = late = None
         if plan.prefill_chunks:
             chunks = sched.run_chunks(plan, k)
@@ -255,16 +291,19 @@ class Node:
             k = 1 + mem.steps
             if k == 1:
                 return None
-            allocated = mem.allocated_bytes
+            allocated = mem.allocated_bytes.tolist()
         else:
-            allocated = np.full(k - 1, float(m[1]))
+            allocated = [float(m[1])] * (k - 1)
         if chunks is None:
-            durations = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k)
+            times = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k)
+            durations = times.tolist()
         else:
             durations = self._prefill_run_durations(plan, cost, chunks, prefill, k)
         return _Run(durations, allocated, chunks, late)
 
-    def _prefill_run_durations(self, plan, cost, chunks, prefill, k: int) -> np.ndarray:
+    def _prefill_run_durations(
+        self, plan: BatchPlan, cost: StepCost, chunks: list[int], prefill: Request, k: int
+    ) -> list[float]:
         """Decodes plus one prefill advancing by ``chunks``, then (if the run goes on)
         every request decoding."""
         n_pre = min(len(chunks), k)
@@ -278,12 +317,19 @@ class Node:
             out.append(price(StepWork(n_dec, hist, ((chunks[i], cached),))).total_s)
         if k > n_pre:  # the prompt is done: n_dec + 1 decodes
             hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens
-            tail = self.cost.decode_run_times(n_dec + 1, hist, k - n_pre)
-            return np.concatenate((out, tail))
-        return np.asarray(out)
+            out += self.cost.decode_run_times(n_dec + 1, hist, k - n_pre).tolist()
+        return out
 
     # ----------------------------------------------------------------- commit
-    def _commit(self, plan, start: float, ends, cost, m, run: _Run | None) -> None:
+    def _commit(
+        self,
+        plan: BatchPlan,
+        start: float,
+        ends: Any,
+        cost: StepCost,
+        m: tuple[float, float],
+        run: _Run | None,
+    ) -> None:
         k = len(ends)
         rec, kv = self.rec, self.kv
         s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting))
@@ -292,20 +338,22 @@ class Node:
         if k > 1:
             durations = run.durations[:k]
             late = run.late if run.late is not None and run.late[1] <= k - 1 else None
-            starts = np.concatenate(([start], ends[:-1]))
+            starts = [start, *ends[:-1]]
             kv.apply_decode_run(plan.decodes, k - 1, starts, late)
             if self.check and kv.take_step_activity() != (0, 0):
                 raise InvariantError("fast path: a planned run copied or allocated buffers")
-            steps = np.arange(k)
-            tokens = steps * plan.n_decode
-            if late is not None:
-                tokens = tokens + np.maximum(0, steps - late[1] + 1)
-            useful = m[0] + tokens * kv.kv_bytes_per_token
-            allocated = np.concatenate(([m[1]], run.allocated[: k - 1]))
+            n_dec, bpt, u0 = plan.n_decode, kv.kv_bytes_per_token, m[0]
+            if late is None:
+                useful = [u0 + i * n_dec * bpt for i in range(k)]
+            else:
+                f = late[1] - 1
+                useful = [u0 + (i * n_dec + max(0, i - f)) * bpt for i in range(k)]
+            allocated = [m[1], *run.allocated[: k - 1]]
             rec.memory_run(starts, useful, allocated)
             if run.chunks is not None:
                 n_pre = min(len(run.chunks), k)
                 pre_tokens = sum(run.chunks[:n_pre])
+                rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run, n_pre))
         result = self.sched.commit(plan, k, n_pre, pre_tokens)
         rec.emit(result.emitted, s0, k, durations)
         for req, first in result.emitted_from:
@@ -315,28 +363,29 @@ class Node:
         kv.set_time(end)
         for req in result.finished:
             req.finish_s = end
-            kv.finish(req)
+            if req.last_turn:
+                kv.release(req.seq_id)
+            else:  # a tool call follows: the pause lifecycle decides where the KV goes
+                self.pauses.turn_ended(req)
             self._ended(req)
-        if self.pauses is not None:
-            self.pauses.committed(plan, ends, None if run is None else run.chunks)
+        self.pauses.committed(plan, ends, None if run is None else run.chunks)
         if self.check:
             self._check_invariants()
         if self.progress is not None and rec.decisions % self.progress_every == 0:
             self.progress(end)
 
-    def _scheduling_events(self, plan, now: float) -> None:
+    def _scheduling_events(self, plan: BatchPlan, now: float) -> None:
         sched = self.sched  # counts after the decision (a zero-time one gets its own row)
         self.rec.events(plan, now, len(sched.running), len(sched.waiting))
         for req in plan.admitted:
             if req.admitted_s is None:
                 req.admitted_s = now
-            if self.pauses is not None:
-                self.pauses.admitted(req, now)
+            self.pauses.admitted(req, now)
         for req in plan.rejected:
-            self.kv.release(req.seq_id, "rejected")
+            self.kv.release(req.seq_id)
             self._ended(req)
 
-    def _ended(self, req) -> None:
+    def _ended(self, req: Request) -> None:
         self._seen.pop(id(req), None)
         self.rec.request_ended(req)
         if req.on_done is not None:
@@ -347,7 +396,7 @@ class Node:
         kv, sched = self.kv, self.sched
         m, extra = kv.memory_state()
         return self.rec.memory(
-            now, m, kv.paused_bytes, len(kv.paused), len(sched.running), len(sched.waiting), extra
+            now, m, kv.paused_bytes, kv.n_paused, len(sched.running), len(sched.waiting), extra
         )
 
     # ------------------------------------------------------------------ inbox
@@ -362,11 +411,10 @@ class Node:
             kind = op[0]
             if kind == "submit":
                 req = op[1]
-                if self.pauses is not None and not self.pauses.admit_now(req):
+                if not self.pauses.admit_now(req):
                     continue  # its context is copied back first; submitted again then
-                kv.resume(req.seq_id)
                 if not sched.add(req):
-                    kv.release(req.seq_id, "rejected")
+                    kv.release(req.seq_id)
                     self._ended(req)
                     refused += 1
             elif kind == "fork":
@@ -374,25 +422,22 @@ class Node:
             elif kind == "call":
                 op[1]()
             elif kind == "release":
-                if self.pauses is not None:
-                    self.pauses.on_release(op[1])
+                self.pauses.released(op[1])
                 kv.release(op[1])
             elif kind == "cancel":
                 req = op[1]
                 if req is not None and sched.cancel(req):
                     req.finish_s = self.env.now
                     self._ended(req)
-                if self.pauses is not None:
-                    self.pauses.on_release(op[2])
-                kv.release(op[2], "cancelled")
+                self.pauses.released(op[2], cancelled=True)
+                kv.release(op[2])
         self.rec.rejected_at_submit(self.env.now, refused, len(sched.running), len(sched.waiting))
 
     # ------------------------------------------------------------- guards
     def _check_invariants(self) -> None:
         self.kv.check_invariants()
         self.sched.check_invariants()
-        if self.pauses is not None:
-            self.pauses.check_invariants(self.sched)
+        self.pauses.check_invariants()
         for req in (*self.sched.running, *self.sched.waiting):
             before = self._seen.get(id(req))
             now = (req.num_output, req.num_computed)
@@ -405,21 +450,18 @@ class Node:
     def _too_long(self) -> None:
         reqs = [op[1] for op in self.inbox if op[0] == "submit"]
         reqs += [*self.sched.running, *self.sched.waiting]
-        due = {r.traj_id for r in reqs if getattr(r, "traj_id", None) is not None}
-        pausing = {  # the pause controller's open pauses (read only)
-            p.req.traj_id
-            for p in getattr(self.pauses, "pauses", ())
-            if p.state not in ("done", "gone")
-        } - due
+        queued = {r.traj_id for r in reqs}
+        pausing = {p.req.traj_id for p in self.pauses.open_pauses()} - queued
         parts = [
             f"{what} {_ids(ids)}"
-            for what, ids in (("a request due", due), ("in a tool pause", pausing))
+            for what, ids in (("a request submitted", queued), ("in a tool pause", pausing))
             if ids
         ]
         raise SimTimeLimitError(
             f"simulated time reached t={self.env.now:.6g} s, past engine.max_sim_time_s = "
             f"{self.max_sim_time_s:.6g} s; stuck trajectories: {'; '.join(parts) or 'none'}; "
-            "raise engine.max_sim_time_s or set duration_s if the run is meant to be this long"
+            "raise engine.max_sim_time_s if the run is meant to be this long, or set duration_s "
+            "below it to stop cleanly there"
         )
 
     def _stuck(self, why: str, *detail) -> None:
@@ -431,8 +473,18 @@ class Node:
         info = " ".join(str(d) for d in detail)
         raise EngineStuckError(
             f"engine stuck at t={self.env.now:.6f}s: {why} {info}".rstrip()
-            + f"; free {self.kv.alloc.metrics().free_bytes:.4g} B; stuck: {names}{extra}"
+            + f"; free {self.kv.free_bytes:.4g} B; stuck: {names}{extra}"
         )
+
+
+def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:
+    """1 when the run's last prefill step computes only the last token of a request that
+    already has output (a recompute after preemption): a step of its own would schedule
+    that token as a decode (``Request.is_decode``), so it is not a prefill token."""
+    req = plan.scheduled[-1][0]
+    completes = sum(run.chunks) == req.num_tokens - req.num_computed
+    last = n_pre == len(run.chunks) and n_pre > 1 and run.chunks[-1] == 1 and completes
+    return 1 if last and req.num_output > 0 else 0
 
 
 def _ids(ids: set[int], most: int = 10) -> str:

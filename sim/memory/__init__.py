@@ -1,8 +1,10 @@
 """Where KV bytes live: allocators, block tables, refcounts, copy-on-write, fragmentation.
 
 Layer: token counts in -> ok/miss + ``MemoryMetrics`` out (DESIGN.md). One protocol
-(``Allocator``), kinds registered by name (``static``, ``contiguous``, ``buddy``, ``paged``;
-``radix`` lives in ``sim.prefix`` and is found by name), F8-F10 in ``fragmentation``.
+(``Allocator``), kinds registered by name (``static``, ``contiguous``, ``buddy``, ``paged``),
+F8-F10 in ``fragmentation``. The seam to a prefix cache is ``PrefixIndex``: the prefix
+kinds ``radix`` and ``paged_hash`` are ``PagedAllocator`` composed with an index of
+``sim.prefix``, which defines and registers them (``import sim`` does that).
 
     from sim.memory import make_allocator
     a = make_allocator("paged", pool_bytes=60 * GiB, kv_bytes_per_token=40 * KiB)
@@ -14,7 +16,7 @@ Invariant: this package imports nothing above ``sim.memory`` (no prefix, engine 
 """
 
 from sim.memory.base import Allocator, Books
-from sim.memory.block_pool import BlockPool
+from sim.memory.block_pool import BlockPool, PagedPool
 from sim.memory.buddy import BuddyAllocator
 from sim.memory.buffers import BufferAllocator
 from sim.memory.contiguous import ContiguousAllocator
@@ -25,8 +27,9 @@ from sim.memory.errors import (
     UnknownSequenceError,
 )
 from sim.memory.fragmentation import eta_alloc, eta_effective, phi_ext
-from sim.memory.metrics import Activity, AllocResult, MemoryMetrics
+from sim.memory.metrics import Activity, AllocResult, MemoryMetrics, PrefixMetrics
 from sim.memory.paged import PagedAllocator
+from sim.memory.prefix_index import PrefixHit, PrefixIndex
 from sim.memory.registry import (
     allocator_class,
     allocator_kinds,
@@ -50,6 +53,10 @@ __all__ = [
     "LiveSequenceError",
     "MemoryMetrics",
     "PagedAllocator",
+    "PagedPool",
+    "PrefixHit",
+    "PrefixIndex",
+    "PrefixMetrics",
     "StaticAllocator",
     "UnknownSequenceError",
     "allocator_class",

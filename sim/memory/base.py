@@ -3,7 +3,10 @@
 Responsibility: the public methods (``allocate``, ``append``, ``fork``, ``free``,
 ``metrics``, ``check_invariants`` and the engine's queries) live here once; they check for
 misuse, keep the token counts, the fork lineage (useful bytes) and the copy counters, and
-delegate the placement decision to a kind's ``_allocate``/``_append``/``_fork``/``_free``.
+delegate the placement decision to a kind's ``_allocate``/``_append``/``_fork``/``_free``
+(``_free_uncached`` for ``free_uncached``, ``_free`` unless a kind has a cache). Optional
+abilities (``set_time``, ``prefix_metrics``, ``free_uncached``, ``uses_content``) are
+declared here with no-op defaults; ``PagedAllocator`` answers them through its prefix index.
 
 Invariants (checked by ``check_invariants`` after any operation):
   * free + allocated + cached + remainder = pool, in bytes;
@@ -17,7 +20,7 @@ from __future__ import annotations
 import math
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,7 +33,7 @@ from sim.memory.errors import (
 )
 from sim.memory.fragmentation import eta_alloc, eta_effective, phi_ext
 from sim.memory.lineage import TokenLineage
-from sim.memory.metrics import Activity, AllocResult, MemoryMetrics
+from sim.memory.metrics import Activity, AllocResult, MemoryMetrics, PrefixMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,22 @@ class Allocator(ABC):
     kind: ClassVar[str] = "?"
     #: tokens per block for block kinds; None for contiguous kinds
     block_size: int | None = None
+    #: whether ``allocate``/``append`` need the tokens' content (a prefix cache does)
+    uses_content: ClassVar[bool] = False
+
+    # ------------------------------------------------ optional abilities (no-op defaults)
+    def set_time(self, now_s: float) -> None:  # noqa: B027 (an optional ability)
+        """The engine's clock (a prefix cache stamps access times with it); no-op here."""
+
+    def prefix_metrics(self) -> PrefixMetrics | None:
+        """A prefix cache's own statistics (F17, cached vs active bytes, evictions); None
+        for a kind without a prefix cache."""
+        return None
+
+    def free_uncached(self, seq_id: Hashable) -> None:
+        """Free a sequence and drop its context from a prefix cache too (a pause dropped for
+        recompute that must really recompute); a kind without a cache just frees it."""
+        self._drop(seq_id, self._free_uncached)
 
     def __init__(self, *, pool_bytes: float, kv_bytes_per_token: float) -> None:
         self.pool_bytes = positive_number(pool_bytes, "pool_bytes")
@@ -113,12 +132,29 @@ class Allocator(ABC):
         self._peak_allocated_bytes = 0
 
     # ----------------------------------------------------------------- public operations
-    def allocate(self, seq_id: Hashable, n_tokens: int, *, content: Any = None) -> AllocResult:
-        """Admit ``seq_id`` with an ``n_tokens`` prompt; falsy result = does not fit."""
+    def allocate(
+        self,
+        seq_id: Hashable,
+        n_tokens: int,
+        *,
+        content: Any = None,
+        final_tokens: int | None = None,
+    ) -> AllocResult:
+        """Admit ``seq_id`` with an ``n_tokens`` prompt; falsy result = does not fit.
+
+        ``final_tokens`` is the length the sequence is expected to reach (prompt + the
+        output it may generate; None = unknown): a kind with a reservation policy turns it
+        into the size it reserves now (``contiguous``/``buddy`` ``reservation``: Orca's
+        window, next power of two, or exact oracle); every other kind ignores it.
+        """
         n = _count(n_tokens, "allocate", minimum=1)
         if seq_id in self._tokens:
             raise LiveSequenceError(f"{self.kind}: allocate: sequence {seq_id!r} is already live")
-        result = self._allocate(seq_id, n, content)
+        if final_tokens is None:
+            result = self._allocate(seq_id, n, content)
+        else:
+            final = _count(final_tokens, "allocate (final_tokens)", minimum=1)
+            result = self._allocate_reserved(seq_id, n, content, final)
         if result:
             self._tokens[seq_id] = n
             self._lineage.add(seq_id, n)
@@ -161,10 +197,13 @@ class Allocator(ABC):
 
     def free(self, seq_id: Hashable) -> None:
         """Release ``seq_id``; its id may be allocated again afterwards."""
+        self._drop(seq_id, self._free)
+
+    def _drop(self, seq_id: Hashable, release: Callable[[Hashable, int], None]) -> None:
         tokens = self._tokens.get(seq_id)
         if tokens is None:
             raise self._unknown("free", seq_id)
-        self._free(seq_id, tokens)
+        release(seq_id, tokens)
         del self._tokens[seq_id]
         self._lineage.remove(seq_id, tokens)
 
@@ -285,6 +324,13 @@ class Allocator(ABC):
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
         """Place a new sequence; return a falsy result (changing nothing) on a miss."""
 
+    def _allocate_reserved(
+        self, seq_id: Hashable, n_tokens: int, content: Any, final_tokens: int
+    ) -> AllocResult:
+        """``_allocate`` knowing the sequence's expected final length; a kind without a
+        reservation policy places the prompt alone (the default)."""
+        return self._allocate(seq_id, n_tokens, content)
+
     @abstractmethod
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
         """Make room for ``n_tokens`` after ``tokens``; False (changing nothing) on a miss."""
@@ -296,6 +342,10 @@ class Allocator(ABC):
     @abstractmethod
     def _free(self, seq_id: Hashable, tokens: int) -> None:
         """Release a live sequence's memory."""
+
+    def _free_uncached(self, seq_id: Hashable, tokens: int) -> None:
+        """Release it and drop its context from a prefix cache (none here: ``_free``)."""
+        self._free(seq_id, tokens)
 
     @abstractmethod
     def _allocated_bytes(self) -> float:

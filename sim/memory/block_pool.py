@@ -13,6 +13,10 @@ that was free before it, which is vLLM V1's order and makes the queue an LRU lis
 prefix cache leaves content in free blocks. ``unretain(..., to_front=True)`` puts evicted
 blocks at the head instead (vLLM 2026 main does that for blocks without a hash).
 
+``PagedPool`` is what ``PagedAllocator`` uses of a pool; a prefix index may bring its own
+pool with that interface (vLLM's hashed pool in ``sim.prefix.hashcache``, whose cached
+blocks stay in the free queue).
+
 Invariant: num_free + num_allocated + num_cached = num_blocks; the queue holds each free
 block exactly once; ``num_cached`` = blocks with refcount 0 that are retained.
 """
@@ -21,8 +25,51 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Protocol
 
 from sim.memory.errors import InvariantError
+
+
+class PagedPool(Protocol):
+    """The block pool as ``PagedAllocator`` uses it (``BlockPool`` and any index's own)."""
+
+    num_blocks: int  # block ids are 0 .. num_blocks - 1
+    refcount: list[int]  # tables mapping each block
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks that can ever be handed out (``num_blocks`` less any reserved one)."""
+
+    @property
+    def num_free(self) -> int:
+        """Blocks ``take`` can hand out now."""
+
+    @property
+    def num_empty(self) -> int:
+        """Free blocks holding nothing reusable (the books' free bytes)."""
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks with refcount 0 whose content a cache keeps (the books' cached bytes)."""
+
+    @property
+    def num_allocated(self) -> int:
+        """Blocks mapped by at least one table."""
+
+    def take(self, n: int) -> list[int]:
+        """``n`` free blocks, each with refcount 1."""
+
+    def incref(self, ids: Iterable[int]) -> None:
+        """One more table maps each block (a cached block is revived)."""
+
+    def decref(self, ids: Iterable[int]) -> int:
+        """One table fewer maps each block, in the order given; return how many reached 0."""
+
+    def free_queue(self) -> list[int]:
+        """Free block ids in the order ``take`` hands them out."""
+
+    def check(self) -> None:
+        """Raise ``InvariantError`` naming the first broken invariant."""
 
 
 class BlockPool:
@@ -42,6 +89,15 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         return len(self._free)
+
+    @property
+    def num_empty(self) -> int:
+        """Free blocks (cached ones are not in the queue here, so all of them)."""
+        return len(self._free)
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks
 
     @property
     def num_allocated(self) -> int:

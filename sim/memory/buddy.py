@@ -13,6 +13,9 @@ Free memory is reported as contiguous holes (adjacent free blocks form one hole,
 E9's 768 MiB hole does); a request also needs alignment, so a hole can be larger than any
 block the allocator can hand out: Phi_ext (F9) is then a lower bound of buddy's refusals.
 
+``reservation`` (``contiguous.Reserving``) sizes a sequence's first block for its future
+(window, next power of two, or exact true length), rounded up to a buddy block.
+
 Invariant: free blocks are aligned to their size, never have a free buddy of the same order
 (they would have merged), and with the live blocks tile the addressable units exactly.
 """
@@ -22,7 +25,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 from sim.memory.base import flag, positive_int
-from sim.memory.buffers import BufferAllocator, pool_slots
+from sim.memory.buffers import pool_slots
+from sim.memory.contiguous import Reserving
 from sim.memory.errors import InvariantError
 from sim.memory.extents import _check_tiling
 
@@ -167,8 +171,9 @@ class BuddySpace:
         _check_tiling(pieces, self.total_units, "buddy")
 
 
-class BuddyAllocator(BufferAllocator):
-    """Power-of-two contiguous blocks per sequence, doubling growth."""
+class BuddyAllocator(Reserving):
+    """Power-of-two contiguous blocks per sequence, doubling growth; ``reservation`` as
+    ``contiguous`` (the reserve is then rounded up to a buddy block)."""
 
     kind = "buddy"
 
@@ -179,10 +184,13 @@ class BuddyAllocator(BufferAllocator):
         kv_bytes_per_token: float,
         min_block_tokens: int = 16,
         grow_in_place: bool = False,
+        reservation: str = "none",
+        window_tokens: int | None = None,
     ) -> None:
         super().__init__(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token)
         self.min_block_tokens = positive_int(min_block_tokens, "min_block_tokens")
         self.grow_in_place = flag(grow_in_place, "grow_in_place")
+        self._set_reservation(reservation, window_tokens)
         slots = pool_slots(self.pool_bytes, self.kv_bytes_per_token)
         self._space = BuddySpace(slots, self.min_block_tokens)
 

@@ -1,4 +1,5 @@
-"""``contiguous``: std::vector-style buffers that double (SPEC 2.5 F12, 3.2).
+"""``contiguous``: std::vector-style buffers that double (SPEC 2.5 F12, 3.2), optionally
+with an Orca-style reservation (Kwon et al. 2023, Fig. 2).
 
 A sequence is admitted with a buffer of exactly its prompt; an append past capacity grows
 once to the smallest doubling that fits, by reserving the new buffer while the old one
@@ -7,17 +8,79 @@ exists (transient N + 2N), copying, and leaving the old buffer as a hole (``buff
 ties to the lowest address); ``grow_in_place`` (default off, as std::vector) first tries
 the adjacent hole.
 
-Invariant: as ``buffers``; capacity = prompt * 2^k for the number k of growths.
+``reservation`` (``Reserving``, shared with ``buddy``) sizes the first buffer for the
+future instead of the prompt alone: ``window`` reserves ``window_tokens`` (the longest
+sequence; Orca-Max), ``pow2`` the next power of two of the sequence's true final length
+(Orca-Pow2), ``oracle`` exactly that length (Orca-Oracle); the final length reaches
+``allocate`` as its declared ``final_tokens`` argument (the KV manager passes prompt +
+output limit). ``none`` (the default) is the plain behaviour above. Without
+``final_tokens``, ``pow2`` and ``oracle`` reserve the prompt; ``window`` always reserves
+the window.
+
+Invariant: as ``buffers``; without a reservation, capacity = prompt * 2^k for the number
+k of growths; with one, a buffer starts at least as large as its reservation.
 """
 
 from __future__ import annotations
 
-from sim.memory.base import choice, flag
+from collections.abc import Hashable
+from typing import Any
+
+from sim.errors import ConfigError
+from sim.memory.base import choice, flag, positive_int
 from sim.memory.buffers import GROWTH, BufferAllocator, pool_slots
 from sim.memory.extents import PLACEMENTS, ExtentSpace
+from sim.memory.metrics import ADMITTED, MISSED, AllocResult
+
+#: the reservation policies of the contiguous kinds (see the module docstring)
+RESERVATIONS = ("none", "window", "pow2", "oracle")
 
 
-class ContiguousAllocator(BufferAllocator):
+class Reserving(BufferAllocator):
+    """The ``reservation`` option of a buffer kind (``contiguous``, ``buddy``)."""
+
+    reservation: str = "none"
+    window_tokens: int | None = None
+
+    def _set_reservation(self, reservation: str, window_tokens: int | None) -> None:
+        self.reservation = choice(reservation, "reservation", RESERVATIONS)
+        if window_tokens is not None:
+            window_tokens = positive_int(window_tokens, "window_tokens")
+        if self.reservation == "window" and window_tokens is None:
+            raise ConfigError(
+                "reservation: window needs window_tokens (the longest sequence, e.g. the "
+                "model's maximum length)",
+                field="window_tokens",
+            )
+        self.window_tokens = window_tokens
+
+    def reserve_tokens(self, n_tokens: int, final_tokens: int | None) -> int:
+        """Slots the policy asks for a prompt of ``n_tokens`` expected to reach
+        ``final_tokens`` (before the address space rounds it)."""
+        r = self.reservation
+        if r == "window":
+            return max(self.window_tokens, n_tokens)
+        if final_tokens is None or r == "none":
+            return n_tokens
+        final = max(final_tokens, n_tokens)
+        return 1 << (final - 1).bit_length() if r == "pow2" else final
+
+    def _initial_tokens(self, n_tokens: int) -> int | None:
+        return self.reserve_tokens(n_tokens, None)
+
+    def _allocate_reserved(
+        self, seq_id: Hashable, n_tokens: int, content: Any, final_tokens: int
+    ) -> AllocResult:
+        placed = self._space.reserve(self.reserve_tokens(n_tokens, final_tokens))
+        if placed is None:
+            return MISSED
+        self._buffers[seq_id] = placed
+        self._allocated_tokens += placed[1]
+        self._count.buffer_allocs += 1
+        return ADMITTED
+
+
+class ContiguousAllocator(Reserving):
     """One growable contiguous buffer per sequence, with real holes."""
 
     kind = "contiguous"
@@ -30,11 +93,14 @@ class ContiguousAllocator(BufferAllocator):
         growth: str = "double",
         placement: str = "first_fit",
         grow_in_place: bool = False,
+        reservation: str = "none",
+        window_tokens: int | None = None,
     ) -> None:
         super().__init__(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token)
         self.growth = choice(growth, "growth", GROWTH)
         self.placement = choice(placement, "placement", PLACEMENTS)
         self.grow_in_place = flag(grow_in_place, "grow_in_place")
+        self._set_reservation(reservation, window_tokens)
         self._space = ExtentSpace(
             pool_slots(self.pool_bytes, self.kv_bytes_per_token), self.placement
         )

@@ -6,7 +6,8 @@ counts it here (*pending*). The allocator is told (one ``append`` with all pendi
 when the sequence needs new capacity, when a content-aware allocator (a prefix cache)
 would see a block fill, so it caches blocks at the same simulated time as eager appends,
 and before anything else happens to the sequence (``flush``). ``extra_tokens`` lets the
-owner report metrics as if everything had been appended. The engine's fast path asks the
+owner report metrics as if everything had been appended. ``grow_each`` is ``grow`` for a
+step's decodes in one call (it stops at the first miss). The engine's fast path asks the
 same ledger how many decode steps fit (``plan_run``) and replays a run's appends
 (``apply_run``) with exactly the calls step-by-step growth would make.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,9 @@ class DecodeRun:
     allocated_bytes: np.ndarray  # allocated bytes during each of those steps
 
 
+_seq_id = attrgetter("seq_id")
+
+
 class DeferredAppends:
     """Per-sequence token ledger in front of one allocator."""
 
@@ -41,6 +46,7 @@ class DeferredAppends:
         self.alloc = alloc
         self.uses_content = uses_content
         self._capacity = getattr(alloc, "seq_capacity_tokens", None)
+        self._bs = alloc.block_size  # block kinds: a table maps ceil(tokens / B) blocks
         self.total: dict[Hashable, int] = {}  # tokens, pending ones included
         self.room: dict[Hashable, int] = {}  # tokens that still fit without new capacity
         self.pending: dict[Hashable, int] = {}  # counted here, not yet appended
@@ -94,8 +100,47 @@ class DeferredAppends:
             return False
         if seq in self.pending:
             self._drop(seq)
-        self.track(seq)
+        self._appended(seq, target)
         return True
+
+    def _appended(self, seq: Hashable, tokens: int) -> None:
+        """``track`` after an append brought ``seq`` to ``tokens`` (no shared tail): a block
+        kind's room is the rest of its last block, without asking the allocator."""
+        bs = self._bs
+        if bs is None:
+            self.track(seq)
+            return
+        self.total[seq] = tokens
+        self.room[seq] = -tokens % bs
+
+    def grow_each(self, requests: Sequence[Any], n: int = 1) -> int:
+        """``grow(req, req.num_computed + n)`` for each request in order (a step's decodes
+        at once); returns how many succeeded: it stops at the first miss, which changes
+        nothing (so the caller can handle that request and the rest one by one)."""
+        total, room, pending, owner = self.total, self.room, self.pending, self.owner
+        strict = self.uses_content  # a prefix cache must see the block fill: no == room
+        added = done = 0
+        for req in requests:
+            seq = req.seq_id
+            target = req.num_computed + n
+            need = target - total[seq]
+            if need > 0:
+                r = room[seq]
+                if need < r or (need == r and not strict):
+                    room[seq] = r - need
+                    total[seq] = target
+                    p = pending.get(seq)
+                    if p is None:
+                        pending[seq] = need
+                        owner[seq] = req
+                    else:
+                        pending[seq] = p + need
+                    added += need
+                elif not self.grow(req, target):
+                    break
+            done += 1
+        self.pending_tokens += added
+        return done
 
     def flush(self, seq: Hashable) -> None:
         """Append a sequence's pending tokens (they fit: no new capacity is needed)."""
@@ -132,7 +177,7 @@ class DeferredAppends:
         if max_steps <= 0 or self._capacity is None or not (requests or late):
             return DecodeRun(0, np.empty(0))
         room = self.room
-        slack = np.fromiter((room[r.seq_id] for r in requests), dtype=np.int64, count=len(requests))
+        slack = np.array([room[seq] for seq in map(_seq_id, requests)], dtype=np.int64)
         bs = self.alloc.block_size
         if bs is None:  # buffers: only within the current capacity
             steps = max_steps
@@ -174,8 +219,10 @@ class DeferredAppends:
         if late is not None and late[1] <= steps:
             plan.append(late)
         if not self.uses_content or self.alloc.block_size is None:
-            for req, first in plan:
-                if not self.grow(req, self.total[req.seq_id] + steps - first + 1):
+            self._grow_by(requests, steps)
+            if late is not None and late[1] <= steps:
+                req = late[0]
+                if not self.grow(req, self.total[req.seq_id] + steps - late[1] + 1):
                     raise InvariantError(f"fast path: planned growth of {req!r} missed")
             return
         bs = self.alloc.block_size
@@ -199,6 +246,29 @@ class DeferredAppends:
             if not self.grow(req, bases[j] + steps):
                 raise InvariantError(f"fast path: planned growth of {req!r} missed")
 
+    def _grow_by(self, requests: Sequence[Any], steps: int) -> None:
+        """Each request's sequence grows by ``steps`` tokens (no content: one append at
+        most per sequence, when the run passes its room)."""
+        total, room, pending, owner = self.total, self.room, self.pending, self.owner
+        strict = self.uses_content
+        added = 0
+        for req in requests:
+            seq = req.seq_id
+            r = room[seq]
+            if steps < r or (steps == r and not strict):
+                room[seq] = r - steps
+                total[seq] += steps
+                p = pending.get(seq)
+                if p is None:
+                    pending[seq] = steps
+                    owner[seq] = req
+                else:
+                    pending[seq] = p + steps
+                added += steps
+            elif not self.grow(req, total[seq] + steps):
+                raise InvariantError(f"fast path: planned growth of {req!r} missed")
+        self.pending_tokens += added
+
     def _append_upto(self, req: Any, target: int) -> None:
         seq = req.seq_id
         base = self.total[seq] - self.pending.get(seq, 0)
@@ -207,7 +277,7 @@ class DeferredAppends:
             raise InvariantError(f"fast path: planned append to {req!r} missed")
         if seq in self.pending:
             self._drop(seq)
-        self.track(seq)
+        self._appended(seq, target)
 
     # ---------------------------------------------------------------- checking
     def check(self) -> None:

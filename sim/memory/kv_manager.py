@@ -1,27 +1,26 @@
-"""The KV manager: the scheduler's only door to KV memory.
+"""The KV manager: the only door to KV memory, for the scheduler, the engine and the pauses.
 
 Responsibility: compose one allocator (any kind made by ``make_allocator``) with the
 bookkeeping the engine needs around it: admitting a request (a fresh sequence with a
 prefix-cache lookup, or a held sequence extended by the new turn), growing a running
-request, preemption (drop and recompute), forks, releases, the *pause hook* that decides
-what happens to a trajectory's KV between turns (default ``hold``; the pause-policy layer
-plugs in here through ``PAUSE_HOOKS``), the KV held by paused trajectories with its
-byte-seconds (F29), the HBM side of an offload's reload (``restore`` takes the blocks
-before the copy-in; ``pause`` marks a prefetched sequence paused again), and the memory
-side of the engine's fast path. Appends that fit in
-capacity a sequence already holds are deferred (``sim.memory.deferred``); ``metrics()``
-reports the allocator as if they had been made.
+request, preemption (drop and recompute), forks, releases, the memory side of a pause
+(the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, called only by the
+engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
+one accumulator per pause key, per owner and in total), pressure relief
+(``drop_paused``/``drop_idle``), and the memory side of the engine's fast path. Appends
+that fit in capacity a sequence already holds are deferred (``sim.memory.deferred``);
+``metrics()`` reports the allocator as if they had been made. Callers above memory use
+only this object, never its allocator (a test checks it).
 
-It knows requests only by duck typing (``seq_id``, ``num_tokens``, ``num_computed``,
-``content_slice``...) so this layer imports nothing above ``sim.memory``; it never asks
-which allocator kind it holds, only what the allocator can do (``block_size``,
-``seq_capacity_tokens``, ``available_blocks``, ``set_time``, ``prefix_metrics``,
-``free_uncached``).
+It knows requests only through the ``KVRequest`` protocol below, so this layer imports
+nothing above ``sim.memory``; it never asks which allocator kind it holds: optional
+abilities (``set_time``, ``prefix_metrics``, ``free_uncached``, ``uses_content``) are
+declared on ``Allocator`` with no-op defaults. Memory never calls up into the engine.
 
-Invariants: a sequence is in ``paused`` only while it is live and no request of it is
-running or waiting; ``paused_tokens`` = the sum of the paused sequences' tokens; every
-operation that fails (a miss) leaves the allocator unchanged; the deferred ledger's own
-invariants (``DeferredAppends.check``).
+Invariants: a sequence is held (paused) only while it is live and no request of it is
+running or waiting; ``paused_tokens`` = the sum of the held sequences' tokens; held
+token-seconds only grow; every operation that fails (a miss) leaves the allocator
+unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
 """
 
 from __future__ import annotations
@@ -30,101 +29,113 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from sim.errors import UnknownNameError
-from sim.memory.base import Allocator
+from sim.memory.base import Allocator, MemoryMetrics
 from sim.memory.deferred import DecodeRun, DeferredAppends
 from sim.memory.errors import InvariantError
 
-HOLD, RECOMPUTE = "hold", "recompute"
-#: recompute, and drop the freed context from a prefix cache too (``free_uncached``)
-RECOMPUTE_EVICT = "recompute_evict"
 
+class KVRequest(Protocol):
+    """What the KV manager reads and writes of a request (``sim.sched.Request``)."""
 
-class PauseHook(Protocol):
-    """Decides at the end of a non-final turn what happens to the trajectory's KV."""
+    seq_id: Hashable
+    prompt_tokens: int
+    output_limit: int  # tokens it may generate (prompt + this = its final length)
+    num_computed: int
+    lookup_tokens: int
+    hit_tokens: int
+    held_tokens: int
+    preemptions: int
+    admitted_s: float | None
 
-    name: str
+    @property
+    def num_tokens(self) -> int: ...
 
-    def on_turn_end(self, request: Any, kv: KVManager) -> str:
-        """``'hold'`` (keep every block resident), ``'recompute'`` (free it now) or
-        ``'recompute_evict'`` (free it now and drop it from a prefix cache too)."""
-
-
-class _Fixed:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def on_turn_end(self, request: Any, kv: KVManager) -> str:
-        return self.name
-
-
-#: pause hooks by name; the pause-policy layer registers richer ones here
-PAUSE_HOOKS: dict[str, PauseHook] = {HOLD: _Fixed(HOLD), RECOMPUTE: _Fixed(RECOMPUTE)}
-
-
-def pause_hook(name: str) -> PauseHook:
-    """A registered pause hook by name."""
-    try:
-        return PAUSE_HOOKS[name]
-    except KeyError:
-        raise UnknownNameError("pause policy", name, list(PAUSE_HOOKS)) from None
+    def content_slice(self, start: int, stop: int) -> Any: ...
 
 
 @dataclass(slots=True)
-class PauseRecord:
-    """KV held by one paused sequence between two turns (F29: bytes x seconds)."""
+class Hold:
+    """KV held by one idle sequence between two turns (F29: bytes x seconds)."""
 
     seq_id: Hashable
     owner: int  # trajectory id
     tokens: int
     start_s: float
-    end_s: float | None = None
-    outcome: str = ""  # 'resumed', 'released', 'dropped' (pressure), 'cancelled', 'rejected'
+    key: Hashable | None  # the pause it belongs to (None: held by a fork's child)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTokenSeconds:
+    """Token-seconds held idle (F29 / bytes per token), closed and open holds alike."""
+
+    total: float
+    by_owner: dict[int, float]
+    by_key: dict[Hashable, float]
 
 
 class KVManager:
     """One allocator plus admission, growth, preemption, forks, pauses and the fast path."""
 
-    def __init__(
-        self,
-        allocator: Allocator,
-        *,
-        pause: str | PauseHook = HOLD,
-        uses_content: bool | None = None,
-    ) -> None:
-        self.alloc = allocator
+    def __init__(self, allocator: Allocator, *, uses_content: bool | None = None) -> None:
+        self.alloc = allocator  # read only by this layer and tests
         self.kv_bytes_per_token = allocator.kv_bytes_per_token
-        self.pause_hook = pause_hook(pause) if isinstance(pause, str) else pause
-        if uses_content is None:  # a prefix cache (it reports prefix metrics) needs content
-            uses_content = getattr(allocator, "uses_content", None)
-            if uses_content is None:
-                uses_content = callable(getattr(allocator, "prefix_metrics", None))
-        self.uses_content = bool(uses_content)
+        self.block_size = allocator.block_size
+        self.pool_bytes = allocator.pool_bytes
+        self.uses_content = allocator.uses_content if uses_content is None else uses_content
         self.ledger = DeferredAppends(allocator, self.uses_content)
         #: ``grow_to(req, tokens)``: make the request's sequence hold ``tokens`` (hot path)
         self.grow_to = self.ledger.grow
         self.capacity_tokens = allocator.max_sequence_tokens  # on the empty pool
-        self._set_time = getattr(allocator, "set_time", None)
         self.now = 0.0  # simulation time of the current step (prefix caches' access times)
-        self.paused: dict[Hashable, PauseRecord] = {}  # insertion order = pause order
+        self.paused: dict[Hashable, Hold] = {}  # insertion order = pause order
         self.paused_tokens = 0
-        self.pause_log: list[PauseRecord] = []
+        self._token_s = 0.0  # closed holds: token-seconds in total, by owner, by key
+        self._token_s_owner: dict[int, float] = {}
+        self._token_s_key: dict[Hashable, float] = {}
         self.held_drops = 0  # paused/idle sequences dropped to relieve memory pressure
         self.forks_failed = 0  # forks that did not fit (the child recomputes)
+
+    # ------------------------------------------------------------ what it holds
+    @property
+    def num_sequences(self) -> int:
+        """Live sequences (running, waiting with held KV, paused)."""
+        return self.alloc.num_sequences
+
+    def is_live(self, seq: Hashable) -> bool:
+        """Whether ``seq`` has KV in HBM."""
+        return self.alloc.is_live(seq)
+
+    def resident_tokens(self, seq: Hashable) -> int:
+        """Tokens of ``seq`` in HBM (deferred appends included); 0 if it is not live."""
+        if not self.alloc.is_live(seq):
+            return 0
+        return self.ledger.total.get(seq) or self.alloc.seq_tokens(seq)
+
+    def is_held(self, seq: Hashable) -> bool:
+        """Whether ``seq`` is held idle between two turns (paused)."""
+        return seq in self.paused
+
+    @property
+    def free_bytes(self) -> float:
+        """Free bytes of the pool (not counting cached, evictable blocks)."""
+        return self.alloc.metrics().free_bytes
+
+    def prefix_metrics(self) -> Any:
+        """The prefix cache's own statistics, or None without one."""
+        return self.alloc.prefix_metrics()
 
     # ----------------------------------------------------------------- time
     def set_time(self, now: float) -> None:
         """The engine's clock (passed on to a prefix cache that wants it)."""
         self.now = now
-        if self._set_time is not None:
-            self._set_time(now)
+        self.alloc.set_time(now)
 
     # ------------------------------------------------------------ scheduler
     def can_ever_fit(self, tokens: int) -> bool:
         """Whether a sequence of ``tokens`` fits the empty pool at all."""
         return tokens <= self.capacity_tokens
 
-    def admit(self, req: Any) -> bool:
+    def admit(self, req: KVRequest) -> bool:
         """Give a waiting request its KV: extend its held sequence, or allocate a new one.
 
         A new sequence is matched against the prefix cache (hit tokens need no prefill);
@@ -148,7 +159,9 @@ class KVManager:
             req.num_computed = held
             return True
         content = req.content_slice(0, n) if self.uses_content else None
-        result = alloc.allocate(seq, n, content=content)
+        # the length it may reach: a reserving allocator (Orca) sizes its buffer from it
+        final = req.prompt_tokens + req.output_limit
+        result = alloc.allocate(seq, n, content=content, final_tokens=max(final, n))
         if not result:
             return False
         self.ledger.track(seq)
@@ -158,38 +171,24 @@ class KVManager:
         req.hit_tokens += matched
         return True
 
-    def grow(self, req: Any, n_new: int) -> bool:
+    def grow(self, req: KVRequest, n_new: int) -> bool:
         """Room for ``n_new`` more computed tokens of a running request; False = miss."""
         return self.ledger.grow(req, req.num_computed + n_new)
 
-    def preempt(self, req: Any) -> None:
+    def grow_each(self, requests: Sequence[KVRequest], n_new: int = 1) -> int:
+        """``grow(req, n_new)`` for each request in order (a step's decodes at once);
+        returns how many grew: it stops at the first miss, which changes nothing."""
+        return self.ledger.grow_each(requests, n_new)
+
+    def preempt(self, req: KVRequest) -> None:
         """Drop a running request's KV (vLLM V1 recompute); it prefills again later."""
         self._free(req.seq_id)
         req.num_computed = 0
 
-    def finish(self, req: Any) -> str:
-        """A request generated its last token: release its sequence or ask the pause hook.
-
-        Returns what happened: ``'released'``, ``'hold'``, ``'recompute'`` or
-        ``'recompute_evict'``.
-        """
-        seq = req.seq_id
-        if req.last_turn:
-            self._free(seq)
-            return "released"
-        action = self.pause_hook.on_turn_end(req, self)
-        if action == HOLD:
-            self.ledger.flush(seq)
-            self._pause(seq, req.traj_id, self.alloc.seq_tokens(seq))
-        elif action == RECOMPUTE or action == RECOMPUTE_EVICT:
-            self._free(seq, uncache=action == RECOMPUTE_EVICT)
-        else:
-            raise InvariantError(f"pause hook {self.pause_hook.name!r} answered {action!r}")
-        return action
-
     # ------------------------------------------------------------- workload
     def fork(self, parent: Hashable, child: Hashable) -> bool:
-        """The child shares the parent's KV (copy-on-write or a deep copy, per kind)."""
+        """The child shares the parent's KV (copy-on-write or a deep copy, per kind); a
+        child of a held parent is held too (by the same owner, under no pause key)."""
         if not self.alloc.is_live(parent):
             self.forks_failed += 1
             return False
@@ -200,24 +199,40 @@ class KVManager:
             return False
         self.ledger.track(parent, shared_tail=True)  # the next write copies the last block
         self.ledger.track(child, shared_tail=True)
-        rec = self.paused.get(parent)
-        if rec is not None:
-            self._pause(child, rec.owner, self.alloc.seq_tokens(child))
+        held = self.paused.get(parent)
+        if held is not None:
+            self._hold(child, held.owner, self.alloc.seq_tokens(child), None)
         return True
 
-    def resume(self, seq: Hashable) -> None:
-        """The trajectory's next turn was submitted: its pause is over (KV stays held)."""
-        self._unpause(seq, "resumed")
-
-    def release(self, seq: Hashable, outcome: str = "released") -> None:
-        """Free a sequence the workload no longer needs (no-op if already gone)."""
-        self._unpause(seq, outcome)
+    def release(self, seq: Hashable) -> None:
+        """Free a sequence nobody needs any more (no-op if already gone)."""
+        self._unhold(seq)
         self._free(seq)
+
+    # ------------------------------------------ pause verbs (the pause lifecycle's)
+    def hold(self, seq: Hashable, owner: int, key: Hashable) -> None:
+        """Keep an idle live sequence resident as a paused one (its turn ended; or KV
+        prefetched before its tool returned): counted in the held byte-seconds of
+        ``key`` and droppable under pressure."""
+        if seq in self.paused or not self.alloc.is_live(seq):
+            raise InvariantError(f"hold: sequence {seq!r} is held already or not live")
+        self.ledger.flush(seq)
+        self._hold(seq, owner, self.alloc.seq_tokens(seq), key)
+
+    def drop(self, seq: Hashable, uncache: bool = False) -> None:
+        """Free a sequence's KV now (drop and recompute); ``uncache`` drops its context
+        from a prefix cache too."""
+        self._unhold(seq)
+        self._free(seq, uncache)
+
+    def resume(self, seq: Hashable) -> None:
+        """The trajectory's next turn was submitted: its hold ends (the KV stays)."""
+        self._unhold(seq)
 
     def restore(self, seq: Hashable, tokens: int, content: Any = None) -> bool:
         """Take HBM blocks for ``tokens`` of an offloaded sequence about to be copied back
         (before the copy-in starts); False = no room, nothing changed. The sequence is
-        live but neither paused nor queued until its next turn is submitted."""
+        live but neither held nor queued until its next turn is submitted."""
         if self.alloc.is_live(seq):
             raise InvariantError(f"restore: sequence {seq!r} is already resident")
         if not self.alloc.allocate(seq, tokens, content=content):
@@ -225,21 +240,14 @@ class KVManager:
         self.ledger.track(seq)
         return True
 
-    def pause(self, seq: Hashable, owner: int) -> None:
-        """Mark an idle live sequence paused again (KV prefetched before its tool returned:
-        counted in the paused byte-seconds and droppable under pressure)."""
-        if seq in self.paused or not self.alloc.is_live(seq):
-            raise InvariantError(f"pause: sequence {seq!r} is paused already or not live")
-        self.ledger.flush(seq)
-        self._pause(seq, owner, self.alloc.seq_tokens(seq))
-
+    # -------------------------------------------------------------- pressure
     def drop_paused(self) -> Hashable | None:
-        """Relieve pressure: drop the most recently paused sequence's KV (LIFO, like
-        vLLM's victim choice); its next turn recomputes. None when nothing is paused."""
+        """Relieve pressure: drop the most recently held sequence's KV (LIFO, like
+        vLLM's victim choice); its next turn recomputes. None when nothing is held."""
         if not self.paused:
             return None
         seq = next(reversed(self.paused))
-        self.release(seq, "dropped")
+        self.release(seq)
         self.held_drops += 1
         return seq
 
@@ -247,34 +255,50 @@ class KVManager:
         """Drop the held KV of a waiting request's sequence (pressure relief)."""
         if not self.alloc.is_live(seq):
             return False
-        self.release(seq, "dropped")
+        self.release(seq)
         self.held_drops += 1
         return True
 
+    # --------------------------------------------------------------- inside
     def _free(self, seq: Hashable, uncache: bool = False) -> None:
-        """Free a live sequence; ``uncache``: also drop its context from a prefix cache
-        (an allocator without ``free_uncached`` has no cache to drop it from)."""
         self.ledger.untrack(seq)
         if not self.alloc.is_live(seq):
             return
-        free_uncached = getattr(self.alloc, "free_uncached", None) if uncache else None
-        if free_uncached is not None:
-            free_uncached(seq)
+        if uncache:
+            self.alloc.free_uncached(seq)
         else:
             self.alloc.free(seq)
 
-    def _pause(self, seq: Hashable, owner: int, tokens: int) -> None:
-        rec = PauseRecord(seq, owner, tokens, self.now)
-        self.paused[seq] = rec
+    def _hold(self, seq: Hashable, owner: int, tokens: int, key: Hashable | None) -> None:
+        self.paused[seq] = Hold(seq, owner, tokens, self.now, key)
         self.paused_tokens += tokens
-        self.pause_log.append(rec)
 
-    def _unpause(self, seq: Hashable, outcome: str) -> None:
-        rec = self.paused.pop(seq, None)
-        if rec is not None:
-            rec.end_s = self.now
-            rec.outcome = outcome
-            self.paused_tokens -= rec.tokens
+    def _unhold(self, seq: Hashable) -> None:
+        held = self.paused.pop(seq, None)
+        if held is None:
+            return
+        self.paused_tokens -= held.tokens
+        token_s = held.tokens * (self.now - held.start_s)
+        self._token_s += token_s
+        self._token_s_owner[held.owner] = self._token_s_owner.get(held.owner, 0.0) + token_s
+        if held.key is not None:
+            self._token_s_key[held.key] = self._token_s_key.get(held.key, 0.0) + token_s
+
+    def held_token_seconds(self, now: float) -> HeldTokenSeconds:
+        """Token-seconds held idle up to ``now`` (open holds counted until then)."""
+        total, owner, key = self._token_s, dict(self._token_s_owner), dict(self._token_s_key)
+        for held in self.paused.values():
+            token_s = held.tokens * (now - held.start_s)
+            total += token_s
+            owner[held.owner] = owner.get(held.owner, 0.0) + token_s
+            if held.key is not None:
+                key[held.key] = key.get(held.key, 0.0) + token_s
+        return HeldTokenSeconds(total, owner, key)
+
+    @property
+    def n_paused(self) -> int:
+        """Sequences held idle between two turns."""
+        return len(self.paused)
 
     @property
     def paused_bytes(self) -> float:
@@ -282,12 +306,12 @@ class KVManager:
         return self.paused_tokens * self.kv_bytes_per_token
 
     # ---------------------------------------------------------------- engine
-    def memory_state(self):
+    def memory_state(self) -> tuple[MemoryMetrics, float]:
         """(the allocator's ``MemoryMetrics``, bytes of deferred tokens to add to its
         useful and logical bytes): the cheap form of ``metrics()`` for the recorder."""
         return self.alloc.metrics(), self.ledger.pending_tokens * self.kv_bytes_per_token
 
-    def metrics(self, request_bytes: float | None = None):
+    def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
         """The allocator's ``MemoryMetrics`` as if every deferred token had been appended."""
         m = self.alloc.metrics(request_bytes)
         pending = self.ledger.pending_tokens
@@ -336,28 +360,18 @@ class KVManager:
         self.ledger.apply_run(requests, steps, starts, self.set_time, late)
 
     def check_invariants(self) -> None:
-        """The allocator's own books, the deferred ledger's and the paused set's."""
+        """The allocator's own books, the deferred ledger's and the held set's."""
         self.alloc.check_invariants()
         self.ledger.check()
         total = 0
-        for seq, rec in self.paused.items():
+        for seq, held in self.paused.items():
             if not self.alloc.is_live(seq):
                 raise InvariantError(f"paused sequence {seq!r} is not live")
-            if self.alloc.seq_tokens(seq) != rec.tokens:
+            if self.alloc.seq_tokens(seq) != held.tokens:
                 raise InvariantError(f"paused sequence {seq!r} changed size while paused")
-            total += rec.tokens
+            total += held.tokens
         if total != self.paused_tokens:
             raise InvariantError(f"paused tokens {self.paused_tokens} != {total}")
 
 
-__all__ = [
-    "HOLD",
-    "PAUSE_HOOKS",
-    "RECOMPUTE",
-    "RECOMPUTE_EVICT",
-    "DecodeRun",
-    "KVManager",
-    "PauseHook",
-    "PauseRecord",
-    "pause_hook",
-]
+__all__ = ["DecodeRun", "HeldTokenSeconds", "Hold", "KVManager", "KVRequest"]

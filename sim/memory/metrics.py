@@ -1,4 +1,5 @@
-"""Result objects of the allocator layer: allocation results, metrics, per-step activity.
+"""Result objects of the allocator layer: allocation results, metrics, per-step activity,
+and the prefix-cache view of a paged allocator composed with a prefix index.
 
 Invariant: every byte figure is in bytes (``tokens * kv_bytes_per_token``), every ratio is
 a plain fraction in [0, 1] or ``None`` when undefined; these objects are immutable
@@ -52,6 +53,23 @@ class MemoryMetrics:
         d = asdict(self)
         d["free_extents"] = list(self.free_extents)
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMetrics:
+    """Prefix-cache view of an allocator at one instant (bytes unless stated); what
+    ``Allocator.prefix_metrics()`` returns for a kind with a prefix index (F17)."""
+
+    requests: int  # admitted requests recorded
+    prompt_tokens: int
+    matched_tokens: int
+    hit_tokens: int
+    match_rate: float  # matched / prompt (before the cap and truncation)
+    hit_rate: float  # F17: served / prompt
+    cached_bytes: float  # dormant blocks holding reusable content
+    active_bytes: float  # blocks mapped by live sequences
+    evicted_blocks: int  # cumulative
+    cow_tail_copies: int  # cumulative partial-tail copies (radix ``cow_tail``)
 
 
 @dataclass(frozen=True, slots=True)

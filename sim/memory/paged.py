@@ -11,18 +11,18 @@ refcount: no tensor bytes move (F16). A write into a block whose refcount is abo
 block loses a reference. Freeing decrements every block of the table, last block first;
 blocks that reach zero go back to the FIFO free queue (``block_pool``).
 
-Composition (how the prefix-cache kinds build on this class, without this module knowing
-them): override ``_match_prefix`` (blocks a new sequence shares and the tokens they hold),
-``_make_room`` (evict cached blocks until n are free), ``available_blocks``,
-``_after_allocate`` / ``_after_append`` / ``_after_fork`` (index content as blocks fill) and
-``_release`` (retain blocks in the cache instead of freeing them; ``BlockPool.retain``).
-``useful_tokens`` counts fork lineage only; a cache that shares blocks between unrelated
-sequences overrides it.
+Composition with a prefix cache (``sim.memory.prefix_index``): ``compose(index)`` gives
+an empty allocator a ``PrefixIndex``; the core then asks it which cached blocks a new
+sequence shares (``match``), to evict for room (``make_room``), and tells it when blocks
+fill, fork or are released; ``useful_tokens``, ``prefix_metrics``, ``set_time`` and
+``free_uncached`` consult it. Without an index (the ``paged`` kind) none of that runs. The
+prefix kinds (``radix``, ``paged_hash``) are this class composed with an index from
+``sim.prefix``, where they are defined and registered; this module never imports them.
 
 Invariants: len(table) = ceil(tokens / B) for every sequence; the refcount of every block
 = the number of tables that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
-remainder = pool.
+remainder = pool; with an index, also the index's own (``PrefixIndex.check``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from collections.abc import Hashable
 from typing import Any
 
 from sim.memory.base import Allocator, Books, checked_count, positive_int
-from sim.memory.block_pool import BlockPool
+from sim.memory.block_pool import BlockPool, PagedPool
 from sim.memory.errors import InvariantError
-from sim.memory.metrics import ADMITTED, MISSED, AllocResult
+from sim.memory.metrics import ADMITTED, MISSED, AllocResult, PrefixMetrics
+from sim.memory.prefix_index import PrefixIndex
 
 
 class PagedAllocator(Allocator):
@@ -48,66 +49,68 @@ class PagedAllocator(Allocator):
         super().__init__(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token)
         self.block_size = positive_int(block_size, "block_size")
         self.block_bytes = self.block_size * self.kv_bytes_per_token
-        self.pool = BlockPool(math.floor(self.pool_bytes / self.block_bytes))
+        self.pool: PagedPool = BlockPool(math.floor(self.pool_bytes / self.block_bytes))
         self._tables: dict[Hashable, list[int]] = {}  # seq -> physical block ids, by logical
+        self.index: PrefixIndex | None = None  # the prefix cache, if composed with one
 
-    # ------------------------------------------------------------ composition hooks
-    def _match_prefix(self, seq_id: Hashable, n_tokens: int, content: Any) -> tuple[list[int], int]:
-        """Full blocks a new sequence can share, and the prompt tokens they serve."""
-        return [], 0
-
-    def _make_room(self, n_blocks: int) -> bool:
-        """Try to have ``n_blocks`` free blocks (a cache evicts here); say if there are."""
-        return n_blocks <= self.pool.num_free
-
-    def available_blocks(self) -> int:
-        """Blocks an operation could get now: free ones (plus evictable ones in a cache)."""
-        return self.pool.num_free
-
-    def _after_allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> None:
-        """Called once a new sequence's table is installed."""
-
-    def _after_append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> None:
-        """Called once an append's blocks are in the table (``tokens`` = old length)."""
-
-    def _after_fork(self, parent_id: Hashable, child_id: Hashable) -> None:
-        """Called once the child's table is installed."""
-
-    def _release(self, seq_id: Hashable, table: list[int], tokens: int) -> None:
-        """Drop the sequence's references, last block first (vLLM's order)."""
-        self._count.blocks_returned += self.pool.decref(reversed(table))
+    def compose(self, index: PrefixIndex) -> None:
+        """Give this empty allocator a prefix cache (once); blocks come from ``index.pool``."""
+        if self.index is not None or self._tables:
+            raise ValueError(f"{self.kind}: compose an empty allocator with one index")
+        self.index = index
+        self.pool = index.pool
 
     # ------------------------------------------------------------------- operations
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
-        pool = self.pool
-        shared, matched = self._match_prefix(seq_id, n_tokens, content)
-        n_new = -(-n_tokens // self.block_size) - len(shared)
+        pool, index = self.pool, self.index
+        n_new = -(-n_tokens // self.block_size)
+        if index is None:
+            if n_new > pool.num_free:
+                return MISSED
+            self._tables[seq_id] = pool.take(n_new)
+            self._count.blocks_taken += n_new
+            return ADMITTED
+        hit = index.match(n_tokens, content)
+        if hit is None:
+            return MISSED
+        shared = hit.block_ids
+        n_new -= len(shared)
         if shared:
             pool.incref(shared)  # pin before making room, so eviction cannot take them
-        if n_new > pool.num_free and not self._make_room(n_new):
+        if n_new > pool.num_free and not index.make_room(n_new - pool.num_free):
             if shared:
                 pool.decref(shared)
+            index.cancel(hit)
             return MISSED
-        table = shared + pool.take(n_new) if shared else pool.take(n_new)
+        table = shared + pool.take(n_new)
         self._tables[seq_id] = table
         self._count.blocks_taken += n_new
-        self._after_allocate(seq_id, n_tokens, content)
-        return AllocResult(True, matched) if matched else ADMITTED
+        copied = index.admitted(seq_id, n_tokens, table, hit)
+        if copied:  # a cached partial block copied into the private tail (radix cow_tail)
+            self._count.cow_copies += 1
+            self._add_copy(copied * self.kv_bytes_per_token)
+        served = hit.hit_tokens + copied
+        return AllocResult(True, served) if served else ADMITTED
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
+        index = self.index
+        if index is not None and content is not None:  # misuse raises before any change
+            content = index.check_content(content, n_tokens, "append")
         table = self._tables[seq_id]
         bs = self.block_size
         n_new = (tokens + n_tokens + bs - 1) // bs - len(table)
-        cow = tokens % bs != 0 and self.pool.refcount[table[-1]] > 1
+        pool = self.pool
+        cow = tokens % bs != 0 and pool.refcount[table[-1]] > 1
         need = n_new + 1 if cow else n_new
-        if need > self.pool.num_free and not self._make_room(need):
+        if need > pool.num_free and (index is None or not index.make_room(need - pool.num_free)):
             return False
         if cow:
             self._copy_on_write(table)
         if n_new:
-            table.extend(self.pool.take(n_new))
+            table.extend(pool.take(n_new))
             self._count.blocks_taken += n_new
-        self._after_append(seq_id, tokens, n_tokens, content)
+        if index is not None:
+            index.appended(seq_id, tokens, n_tokens, content, table)
         return True
 
     def _copy_on_write(self, table: list[int]) -> None:
@@ -123,11 +126,22 @@ class PagedAllocator(Allocator):
         table = list(self._tables[parent_id])
         self.pool.incref(table)
         self._tables[child_id] = table
-        self._after_fork(parent_id, child_id)
+        if self.index is not None:
+            self.index.forked(parent_id, child_id, table)
         return True
 
     def _free(self, seq_id: Hashable, tokens: int) -> None:
-        self._release(seq_id, self._tables.pop(seq_id), tokens)
+        self._release(seq_id, uncache=False)
+
+    def _free_uncached(self, seq_id: Hashable, tokens: int) -> None:
+        self._release(seq_id, uncache=True)
+
+    def _release(self, seq_id: Hashable, *, uncache: bool) -> None:
+        """Drop the sequence's references, last block first (vLLM's order)."""
+        table = self._tables.pop(seq_id)
+        self._count.blocks_returned += self.pool.decref(reversed(table))
+        if self.index is not None:
+            self.index.released(seq_id, table, uncache)
 
     # ---------------------------------------------------------------------- queries
     def blocks_needed(self, seq_id: Hashable, n_tokens: int = 1) -> int:
@@ -141,7 +155,15 @@ class PagedAllocator(Allocator):
 
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
         n = checked_count(n_tokens, "can_allocate", minimum=1)
+        if self.index is not None and content is not None:
+            return self.index.can_allocate(n, content)
         return -(-n // self.block_size) <= self.available_blocks()
+
+    def available_blocks(self) -> int:
+        """Blocks an operation could get now: free ones, plus those the index can evict."""
+        if self.index is None:
+            return self.pool.num_free
+        return self.pool.num_free + self.index.evictable_blocks
 
     def can_append(self, seq_id: Hashable, n_tokens: int = 1) -> bool:
         return self.blocks_needed(seq_id, n_tokens) <= self.available_blocks()
@@ -174,7 +196,22 @@ class PagedAllocator(Allocator):
 
     @property
     def max_sequence_tokens(self) -> int:
-        return self.pool.num_blocks * self.block_size
+        return self.pool.usable_blocks * self.block_size
+
+    # --------------------------------------------------------------- prefix cache
+    def useful_tokens(self) -> int:
+        """Distinct token states; a cached block mapped by unrelated sequences counts once."""
+        distinct = self._lineage.distinct_tokens
+        return distinct if self.index is None else distinct - self.index.excess_tokens
+
+    def prefix_metrics(self) -> PrefixMetrics | None:
+        """The index's F17 counters and cached/active bytes; None without an index."""
+        return None if self.index is None else self.index.prefix_metrics(self.block_bytes)
+
+    def set_time(self, now_s: float) -> None:
+        """Simulation time for the index's access stamps (no-op without an index)."""
+        if self.index is not None:
+            self.index.set_time(now_s)
 
     # ---------------------------------------------------------------------- books
     def _allocated_bytes(self) -> float:
@@ -182,12 +219,12 @@ class PagedAllocator(Allocator):
 
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool
-        free = pool.num_free * bb
+        free = pool.num_empty * bb
         return Books(
             allocated_bytes=pool.num_allocated * bb,
             free_bytes=free,
             cached_bytes=pool.num_cached * bb,
-            remainder_bytes=self.pool_bytes - pool.num_blocks * bb,
+            remainder_bytes=self.pool_bytes - pool.usable_blocks * bb,
             free_extents=(free,) if free else (),  # any free block serves any request
         )
 
@@ -219,3 +256,5 @@ class PagedAllocator(Allocator):
                     f"paged: block {b} has refcount {self.pool.refcount[b]} but "
                     f"{mapped[b]} tables map it"
                 )
+        if self.index is not None:
+            self.index.check(self._tables, self._tokens)

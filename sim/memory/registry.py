@@ -2,40 +2,42 @@
 
 Responsibility: turn a kind name and options into an allocator, with one-line errors
 (unknown kind -> ``UnknownNameError`` listing the kinds; unknown or missing option ->
-``ConfigError`` listing the kind's options). Kinds are registered as classes or as
-``"module.path:ClassName"`` strings imported on first use, so a kind defined in an upper
-layer (the ``radix`` prefix cache in ``sim.prefix``) is found by name without this layer
-importing it.
+``ConfigError`` listing the kind's options). Every entry is an ``Allocator`` class. This
+layer registers its own kinds (``static``, ``contiguous``, ``buddy``, ``paged``); a kind
+built above it registers itself from the module that defines it, which imports this one:
+``sim.prefix`` registers ``radix`` and ``paged_hash`` (the paged core composed with a prefix
+index), and ``import sim`` imports ``sim.prefix``. Nothing here imports an upper layer.
 
-Invariant: the options a kind accepts are exactly the keyword parameters of its class's
+Invariant: the options a kind accepts are exactly the keyword-only parameters of its class's
 ``__init__`` besides ``pool_bytes`` and ``kv_bytes_per_token``.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
 from sim.errors import ConfigError, UnknownNameError
 from sim.memory.base import Allocator
+from sim.memory.buddy import BuddyAllocator
+from sim.memory.contiguous import ContiguousAllocator
+from sim.memory.paged import PagedAllocator
+from sim.memory.static import StaticAllocator
 
 _COMMON = ("pool_bytes", "kv_bytes_per_token")
 
-#: kind name -> class, or "module:Class" imported lazily
-_REGISTRY: dict[str, type[Allocator] | str] = {
-    "static": "sim.memory.static:StaticAllocator",
-    "contiguous": "sim.memory.contiguous:ContiguousAllocator",
-    "buddy": "sim.memory.buddy:BuddyAllocator",
-    "paged": "sim.memory.paged:PagedAllocator",
-    # issue 4: the radix prefix cache composes PagedAllocator with sim.prefix's tree
-    "radix": "sim.prefix.radix_allocator:RadixAllocator",
-    "paged_hash": "sim.prefix.hash_allocator:HashPagedAllocator",  # issue 4: vLLM V1 hash cache
+#: kind name -> class
+_REGISTRY: dict[str, type[Allocator]] = {
+    "static": StaticAllocator,
+    "contiguous": ContiguousAllocator,
+    "buddy": BuddyAllocator,
+    "paged": PagedAllocator,
 }
 
 
 #: kind -> (option, {value: kind it selects}): ``paged`` with ``prefix_caching: hash`` is
-#: vLLM V1's hashed block cache, ``prefix_caching: radix`` the radix tree (REFERENCES.md)
+#: vLLM V1's hashed block cache, ``prefix_caching: radix`` the radix tree (REFERENCES.md);
+#: both are registered by ``sim.prefix``
 _SELECTORS: dict[str, tuple[str, dict[Any, str]]] = {
     "paged": (
         "prefix_caching",
@@ -44,28 +46,24 @@ _SELECTORS: dict[str, tuple[str, dict[Any, str]]] = {
 }
 
 
-def register_allocator(name: str, factory: type[Allocator] | str, *, replace: bool = False):
-    """Register a kind: an ``Allocator`` subclass or a ``"module:Class"`` path."""
+def register_allocator(
+    name: str, cls: type[Allocator], *, replace: bool = False
+) -> type[Allocator]:
+    """Register a kind: an ``Allocator`` subclass (a module registering itself again, e.g.
+    on reload, replaces its own entry)."""
     if not isinstance(name, str) or not name:
         raise ValueError("an allocator kind needs a non-empty name")
-    if name in _REGISTRY and not replace and not _same_entry(_REGISTRY[name], factory):
-        raise ValueError(f"allocator kind {name!r} is already registered")
-    if isinstance(factory, str):
-        if ":" not in factory:
-            raise ValueError(f"lazy allocator path must be 'module:Class', got {factory!r}")
-    elif not (isinstance(factory, type) and issubclass(factory, Allocator)):
-        raise TypeError(f"allocator kind {name!r} must be an Allocator subclass")
-    _REGISTRY[name] = factory
-    return factory
+    if not (isinstance(cls, type) and issubclass(cls, Allocator)):
+        raise TypeError(f"allocator kind {name!r} must be an Allocator subclass, got {cls!r}")
+    old = _REGISTRY.get(name)
+    if old is not None and not replace and _qualified(old) != _qualified(cls):
+        raise ValueError(f"allocator kind {name!r} is already registered ({_qualified(old)})")
+    _REGISTRY[name] = cls
+    return cls
 
 
-def _same_entry(old: type[Allocator] | str, new: type[Allocator] | str) -> bool:
-    """Equal entries, or a lazy path and the class it names (a module registering itself)."""
-
-    def path(e):
-        return e if isinstance(e, str) else f"{e.__module__}:{e.__qualname__}"
-
-    return old is new or path(old) == path(new)
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def allocator_kinds() -> list[str]:
@@ -74,25 +72,11 @@ def allocator_kinds() -> list[str]:
 
 
 def allocator_class(kind: str) -> type[Allocator]:
-    """The class of a kind, importing it if registered by path."""
-    entry = _REGISTRY.get(kind)
-    if entry is None:
+    """The class of a kind."""
+    cls = _REGISTRY.get(kind)
+    if cls is None:
         raise UnknownNameError("allocator kind", str(kind), list(_REGISTRY))
-    if isinstance(entry, str):
-        module_name, _, attr = entry.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                raise ConfigError(
-                    f"allocator kind {kind!r} is registered at {entry} but that module is "
-                    "not available in this installation",
-                    field="kind",
-                ) from None
-            raise
-        entry = getattr(module, attr)
-        _REGISTRY[kind] = entry
-    return entry
+    return cls
 
 
 def allocator_options(kind: str) -> dict[str, Any]:

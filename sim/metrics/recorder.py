@@ -17,7 +17,9 @@ requests of (tokens emitted - 1); the step table's ``preempted``, ``rejected`` a
 
 from __future__ import annotations
 
+import math
 from array import array
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -62,6 +64,7 @@ STEP_SCHEMA = [
 ]
 STEP_COLUMNS = tuple(n for n, _ in STEP_SCHEMA)
 _COST_TERMS = STEP_COLUMNS[STEP_COLUMNS.index("weights_s") :]
+_cost_terms = attrgetter(*_COST_TERMS)  # a StepCost's figures in column order, in one call
 
 MEMORY_SCHEMA = [
     ("t_s", _F),
@@ -77,6 +80,8 @@ MEMORY_SCHEMA = [
     ("n_paused", _I),
     ("n_running", _I),
     ("n_waiting", _I),
+    ("largest_free_bytes", _F),  # the largest free hole (block kinds: every free byte)
+    ("n_free_extents", _I),  # free holes (block kinds: 1 when anything is free)
 ]
 MEMORY_COLUMNS = tuple(n for n, _ in MEMORY_SCHEMA)
 
@@ -103,6 +108,10 @@ REQUEST_SCHEMA = [
     ("e2e_s", _F),
     ("itl_mean_s", _F),
     ("itl_max_s", _F),
+    ("branch_id", _I),  # unique within the trajectory; 0 = the main line
+    ("parent_branch_id", _I),  # the branch it forked from; -1 on the main line
+    ("depth", _I),  # fork nesting: 0 on the main line
+    ("workload", _I),  # the workload's name (kind, or mix component); codes while recording
 ]
 REQUEST_COLUMNS = tuple(n for n, _ in REQUEST_SCHEMA)
 
@@ -121,6 +130,15 @@ TRAJECTORY_SCHEMA = [
     ("pause_s", _F),
     ("compactions", _I),  # context-limit compactions/truncations (workload.context_limit)
     ("hold_byte_s", _F),
+    ("depth", _I),  # deepest fork nesting reached (0: never forked)
+    ("pruned", _I),  # branches a verifier rejected as they ended (tree search)
+    # the provider view (workload.provider_cache; NaN without one): the calls' prompt
+    # tokens, those read from and written to the provider's cache, the bill in US dollars
+    ("provider_prompt_tokens", _F),
+    ("provider_cached_tokens", _F),
+    ("provider_written_tokens", _F),
+    ("provider_bill_usd", _F),
+    ("workload", _I),  # as in REQUEST_SCHEMA
 ]
 TRAJECTORY_COLUMNS = tuple(n for n, _ in TRAJECTORY_SCHEMA)
 
@@ -146,7 +164,14 @@ class Recorder:
         self.preemptions = 0
         self.held_drops = 0
         self.output_tokens = 0
+        self.prefill_tokens = 0  # prompt tokens computed (chunks of every step, recomputes too)
         self.decisions = 0
+        self._workloads: dict[str, int] = {}  # workload name -> code in the tables
+
+    def _workload_code(self, name) -> int:
+        """The code of a workload name (a request's ``tag``; not a str: "")."""
+        name = name if isinstance(name, str) else ""
+        return self._workloads.setdefault(name, len(self._workloads))
 
     @property
     def n_steps(self) -> int:
@@ -172,6 +197,7 @@ class Recorder:
         end = self.step_ends[-1]
         n_prefill = len(plan.prefill_chunks)
         prefill_tokens = sum(c for c, _ in plan.prefill_chunks)
+        self.prefill_tokens += prefill_tokens
         self._steps.append(
             (
                 s0,
@@ -192,11 +218,15 @@ class Recorder:
                 n_waiting,
                 plan.copy_bytes,
                 plan.alloc_calls,
-                *(getattr(cost, name) for name in _COST_TERMS),
+                *_cost_terms(cost),
             )
         )
         self.decisions += 1
         return s0
+
+    def run_prefill(self, tokens: int) -> None:
+        """Prefill tokens of a run's steps after its first (``step`` counted the first's)."""
+        self.prefill_tokens += tokens
 
     def events(self, plan, now_s: float, n_running: int, n_waiting: int) -> None:
         """Scheduling events of every decision (before its step is priced).
@@ -241,7 +271,7 @@ class Recorder:
         t0 = ends[s0]
         prev = ends[s0 - 1] if s0 > 0 else 0.0
         first_gap = t0 - prev
-        run_max = float(durations[1:].max()) if k > 1 else 0.0
+        run_max = float(max(durations[1:])) if k > 1 else 0.0
         regular = 0
         for req in requests:
             last = req.last_emit_step
@@ -298,6 +328,8 @@ class Recorder:
                 n_paused,
                 n_running,
                 n_waiting,
+                m.largest_free_bytes,
+                len(m.free_extents),
             )
         )
         self.eta_alloc.observe(t, eta_alloc)
@@ -305,22 +337,25 @@ class Recorder:
         self.paused_bytes.observe(t, paused_bytes)
         return useful, allocated
 
-    def memory_run(self, starts: np.ndarray, useful: np.ndarray, allocated: np.ndarray) -> None:
-        """Integrals over a run of decode steps whose first step ``memory()`` recorded."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            eta = np.where(allocated > 0, useful / allocated, np.nan)
+    def memory_run(self, starts, useful, allocated) -> None:
+        """Integrals over a run of decode steps whose first step ``memory()`` recorded
+        (sequences of floats, one per step)."""
+        nan = math.nan
+        eta = [u / a if a > 0 else nan for u, a in zip(useful, allocated, strict=True)]
+        pool = self.pool_bytes
         self.eta_alloc.observe_steps(starts, eta)
-        self.eta_effective.observe_steps(starts, useful / self.pool_bytes)
+        self.eta_effective.observe_steps(starts, [u / pool for u in useful])
 
     # --------------------------------------------------------------- endings
     def request_ended(self, req) -> None:
         """A request finished, was refused or cancelled, or is unfinished at the end."""
-        self._requests.append(request_row(req))
+        self._requests.append((*request_row(req), self._workload_code(req.tag)))
         self.requests_ended += 1
 
-    def trajectory(self, row: tuple) -> None:
-        """One trajectory's totals, in ``TRAJECTORY_COLUMNS`` order."""
-        self._trajectories.append(row)
+    def trajectory(self, row: tuple, workload: str = "") -> None:
+        """One trajectory's totals, in ``TRAJECTORY_COLUMNS`` order but the last
+        (``workload``, given by name)."""
+        self._trajectories.append((*row, self._workload_code(workload)))
 
     # --------------------------------------------------------------- outputs
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
@@ -352,6 +387,9 @@ class Recorder:
             requests.finish_reason != "", None
         )
         trajectories = self._trajectories.frame(True).sort_values("traj_id", kind="stable")
+        names = np.array(list(self._workloads) or [""], dtype=object)
+        for frame in (requests, trajectories):
+            frame["workload"] = names[frame.workload.to_numpy(dtype=np.int64)]
         return {
             "requests": requests.reset_index(drop=True),
             "steps": self._steps.frame(True),
@@ -361,7 +399,7 @@ class Recorder:
 
 
 def request_row(r) -> tuple:
-    """A request's row, in ``REQUEST_COLUMNS`` order."""
+    """A request's row, in ``REQUEST_COLUMNS`` order but the last (``workload``)."""
     ttft = None if r.first_token_s is None else r.first_token_s - r.arrival_s
     e2e = None if r.finish_s is None else r.finish_s - r.arrival_s
     queue = None if r.admitted_s is None else r.admitted_s - r.arrival_s
@@ -393,4 +431,7 @@ def request_row(r) -> tuple:
         e2e,
         itl_mean,
         itl_max,
+        r.branch_id,
+        r.parent_branch_id,
+        r.depth,
     )

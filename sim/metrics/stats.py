@@ -83,15 +83,20 @@ class TimeWeighted:
         self._close(t)
         self.last_t, self.last_v = t, value
 
-    def observe_steps(self, starts: np.ndarray, values: np.ndarray) -> None:
-        """Value ``values[i]`` from ``starts[i]`` on (NaN = undefined), for a run of steps."""
+    def observe_steps(self, starts, values) -> None:
+        """Value ``values[i]`` from ``starts[i]`` on (NaN = undefined), for a run of steps
+        (sequences of floats; a run is mostly a few steps, where Python beats numpy)."""
         self._close(float(starts[0]))
-        if len(starts) > 1:
-            d = np.diff(starts)
-            v = values[:-1]
-            ok = ~np.isnan(v)
-            self.area += float(np.dot(d[ok], v[ok]))
-            self.span += float(d[ok].sum())
+        area, span = self.area, self.span
+        prev = starts[0]
+        for i in range(1, len(starts)):
+            t, v = starts[i], values[i - 1]
+            if v == v:  # not NaN
+                d = t - prev
+                area += d * v
+                span += d
+            prev = t
+        self.area, self.span = float(area), float(span)
         last = float(values[-1])
         self.last_t, self.last_v = float(starts[-1]), None if math.isnan(last) else last
 

@@ -7,7 +7,9 @@ Responsibility: reduce the recorder's tables to the summary fields the issue lis
 ``preemptions``, ``rejected``, ``max_itl_s``) plus more, with the seed and package versions;
 ``rejected_by_reason``, ``trajectories_by_status``, ``compactions`` and ``warnings`` (the
 sentences that say a run went pathological: mass rejection, thrashing, failed
-trajectories; the CLI prints them as a WARNING block).
+trajectories; the CLI prints them as a WARNING block); ``prefill_tokens`` (prompt tokens
+actually computed) and the provider view's ``provider_hit_rate`` and ``provider_bill_usd``
+(``workload.provider_cache``; null without one).
 
 Invariants: ITL percentiles pool every inter-token gap of every request (a gap of k steps
 counts once, with its whole length); ``*_mean`` memory figures are time-weighted over the
@@ -26,14 +28,12 @@ import numpy as np
 
 from sim.metrics.recorder import Recorder
 from sim.metrics.stats import describe, describe_weighted
+from sim.sched.request import REJECT_REASONS
 from sim.units import GB
+from sim.workload.context import TRAJECTORY_STATUSES
 
 #: summary keys that are wall-clock measurements (excluded from determinism checks)
 WALL_CLOCK_KEYS = ("wall_time_s",)
-#: requests.parquet finish reasons that are rejections (summary ``rejected_by_reason``)
-REJECT_REASONS = ("rejected_too_long", "rejected_never_fits")
-#: trajectory statuses (summary ``trajectories_by_status``)
-TRAJECTORY_STATUSES = ("completed", "failed", "context_exhausted")
 #: a run warns when more than this share of its requests was rejected
 REJECTED_WARN_SHARE = 0.01
 #: a run warns when a request was preempted more than this many times
@@ -63,13 +63,8 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
     traj = frames["trajectories"]
     done = req[req.status == "finished"]
     itl_values, itl_weights = rec.itl_samples()
-    m = kv.alloc.metrics()
-    hold_byte_s = sum(
-        r.tokens
-        * kv.kv_bytes_per_token
-        * ((r.end_s if r.end_s is not None else sim_time_s) - r.start_s)
-        for r in kv.pause_log
-    )
+    m = kv.metrics()
+    hold_byte_s = kv.held_token_seconds(sim_time_s).total * kv.kv_bytes_per_token
     lookup = float(req.lookup_tokens.sum())
     prompt = float(req.prompt_tokens[req.admitted_s.notna()].sum())
     reused = float((req.hit_tokens + req.held_tokens)[req.admitted_s.notna()].sum())
@@ -87,13 +82,14 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "queue_s": describe(req.queue_s.to_numpy()),
         "max_itl_s": float(rec.max_itl_s) if int(itl_weights.sum()) else None,
         "output_tokens": int(rec.output_tokens),
+        "prefill_tokens": int(rec.prefill_tokens),
         "output_tokens_per_s": rec.output_tokens / sim_time_s if sim_time_s > 0 else None,
         "prefix_hit_rate": float(req.hit_tokens.sum()) / lookup if lookup else None,
         "kv_reuse_rate": reused / prompt if prompt else None,
         "eta_alloc_mean": _num(rec.eta_alloc.mean(sim_time_s)),
         "eta_effective_mean": _num(rec.eta_effective.mean(sim_time_s)),
-        "peak_allocated_bytes": float(m.peak_allocated_bytes),
-        "bytes_copied": float(m.bytes_copied),
+        "peak_allocated_bytes": round(m.peak_allocated_bytes),  # byte totals: integers
+        "bytes_copied": round(m.bytes_copied),
         "cow_copies": int(m.cow_copies),
         "preemptions": int(rec.preemptions),
         "rejected": int((req.status == "rejected").sum()),
@@ -106,23 +102,36 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
             status: int((traj.status == status).sum()) for status in TRAJECTORY_STATUSES
         },
         "compactions": int(traj.compactions.sum()) if len(traj) else 0,
+        **provider_view(traj),
         "held_kv_drops": int(rec.held_drops),
         "paused_kv_bytes_mean": _num(rec.paused_bytes.mean(sim_time_s)),
-        "paused_kv_bytes_peak": float(frames["memory"].paused_kv_bytes.max())
+        "paused_kv_bytes_peak": round(frames["memory"].paused_kv_bytes.max())
         if len(frames["memory"])
-        else 0.0,
+        else 0,
         "hold_gb_s": hold_byte_s / GB,
         "steps": int(rec.n_steps),
         "engine_decisions": int(rec.decisions),
         "versions": package_versions(),
     }
     out["warnings"] = run_warnings(out, req)
-    prefix = getattr(kv.alloc, "prefix_metrics", None)
-    if callable(prefix):  # the prefix cache's own view: raw match before cap/truncation
-        pm = prefix()
+    pm = kv.prefix_metrics()
+    if pm is not None:  # the prefix cache's own view: raw match before cap/truncation
         out["prefix_match_rate"] = _num(pm.match_rate)
         out["prefix_evicted_blocks"] = int(pm.evicted_blocks)
     return out
+
+
+def provider_view(traj) -> dict:
+    """``provider_hit_rate`` (cached / prompt tokens of the billed calls) and
+    ``provider_bill_usd`` over the trajectories with a provider view; null without one."""
+    billed = traj[traj.provider_prompt_tokens.notna()] if len(traj) else traj
+    if not len(billed):
+        return {"provider_hit_rate": None, "provider_bill_usd": None}
+    prompt = float(billed.provider_prompt_tokens.sum())
+    return {
+        "provider_hit_rate": float(billed.provider_cached_tokens.sum()) / prompt if prompt else None,
+        "provider_bill_usd": float(billed.provider_bill_usd.sum()),
+    }
 
 
 def run_warnings(summary: dict, requests) -> list[str]:
@@ -160,12 +169,8 @@ def run_warnings(summary: dict, requests) -> list[str]:
 
 def hold_byte_s_by_trajectory(kv, sim_time_s: float) -> dict[int, float]:
     """F29 per trajectory: bytes held while paused x seconds."""
-    out: dict[int, float] = {}
     m = kv.kv_bytes_per_token
-    for r in kv.pause_log:
-        end = r.end_s if r.end_s is not None else sim_time_s
-        out[r.owner] = out.get(r.owner, 0.0) + r.tokens * m * (end - r.start_s)
-    return out
+    return {o: t * m for o, t in kv.held_token_seconds(sim_time_s).by_owner.items()}
 
 
 def fill_hold(traj_frame, kv, sim_time_s: float):

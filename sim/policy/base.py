@@ -3,7 +3,7 @@
 Responsibility: one place where a policy name becomes an object (``make_policy``), where
 options are validated (pydantic, ``extra="forbid"``; errors become one-line
 ``ConfigError``s naming ``pause_policy.<field>``), and where the behaviour shared by every
-policy lives: attaching a prefetch plan to an offload, and the preemption answer.
+policy lives: attaching a prefetch plan to an offload.
 
 Invariant: a policy is a pure function of ``PauseFacts`` (plus its options): no SimPy, no
 clock, no state between calls, so it is unit-tested on hand-built facts and two calls with
@@ -42,7 +42,9 @@ class PolicyOptions(BaseModel):
     kind: str
     resume: Literal["naive", "speculative", "pipelined"] = "naive"  # SPEC 3.13
     prefetch_margin_s: float = Field(0.2, ge=0)  # speculative timer lead (E25: 0.2 s)
-    preempt_swap: bool = False  # preemption swaps to host DRAM (when it fits) instead of dropping
+    # preemption by swap to host DRAM instead of drop-and-recompute: not run by the engine
+    # yet, so a scenario that sets it is refused (sim.run.runner.check_pause_policy)
+    preempt_swap: bool = False
     predictor: PredictorOptions = PredictorOptions()
 
 
@@ -62,12 +64,6 @@ class PausePolicy(ABC):
     def decide_many(self, facts: Sequence[PauseFacts]) -> list[Decision]:
         """Pauses starting in the same step; policies with a shared budget override this."""
         return [self.decide(f) for f in facts]
-
-    def on_preempt(self, facts: PauseFacts) -> Decision:
-        """A running request is preempted for memory: drop it, or swap it when enabled."""
-        if self.options.preempt_swap and facts.host_fits():
-            return self.offload("offload_host", facts, "preempted: swap to host")
-        return Decision("recompute", "preempted: drop and recompute")
 
     def offload(self, action: str, facts: PauseFacts, reason: str) -> Decision:
         """An offload decision with this policy's resume plan attached."""

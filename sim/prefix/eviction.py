@@ -1,11 +1,14 @@
 """Eviction strategies for the radix tree, registered by name, and the watermark trigger.
 
-Responsibility: rank dormant leaves. A strategy is a small object with one method,
-``key(node, tree) -> tuple``; the leaf with the smallest key is evicted first, and the tree
-breaks ties the same way for every strategy: deepest first (largest end position), then
-oldest node. A strategy whose rank depends on a leaf's last block (``priority``) also says
-how many trailing blocks share that rank (``same_rank_blocks``), so the tree trims no
-further at once. Strategies never mutate the tree.
+Responsibility: rank dormant leaves. A strategy is a small object (``EvictionStrategy``)
+with one ranking method, ``key(node, tree) -> tuple``; the leaf with the smallest key is
+evicted first, and the tree breaks ties the same way for every strategy: deepest first
+(largest end position), then oldest node. Two abilities have defaults on the base: how many
+trailing blocks of a leaf share its rank (``same_rank_blocks``: all of them, except for
+``priority``, whose rank is the last block's), so the tree trims no further at once; and
+whether the tree may grow a leaf in place (``merges_extensions``: true when the ranking
+cannot tell a grown leaf from a child per insert, see ``radix``). Strategies never mutate
+the tree.
 
 Invariant: every name in ``EVICTION_STRATEGIES`` maps to one stateless strategy object, and
 an unknown name raises ``UnknownNameError`` listing the valid ones.
@@ -13,59 +16,71 @@ an unknown name raises ``UnknownNameError`` listing the valid ones.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar
 
 from sim.errors import ConfigError, UnknownNameError
 
 
-class EvictionStrategy(Protocol):
+class EvictionStrategy(ABC):
     """Orders dormant leaves: smaller key = evicted sooner."""
 
-    name: str
+    name: ClassVar[str]
+    #: the ranking cannot tell a leaf grown in place from a child per insert: it ranks by
+    #: last access (which a touch gives the whole path) or the last block's content
+    merges_extensions: ClassVar[bool] = False
 
-    def key(self, node, tree) -> tuple: ...
+    @abstractmethod
+    def key(self, node, tree) -> tuple:
+        """The leaf's rank; the tree appends its tie-breaks (deepest, then oldest)."""
+
+    def same_rank_blocks(self, node, tree) -> int:
+        """Trailing blocks of the leaf that share its rank (all of them by default)."""
+        return len(node.block_ids)
 
 
 @dataclass(frozen=True)
-class LRU:
+class LRU(EvictionStrategy):
     """Least recently used first (SPEC 3.7; SGLang's default)."""
 
-    name: str = "lru"
+    name: ClassVar[str] = "lru"
+    merges_extensions: ClassVar[bool] = True
 
     def key(self, node, tree) -> tuple:
         return (node.last_access,)
 
 
 @dataclass(frozen=True)
-class LFU:
+class LFU(EvictionStrategy):
     """Fewest prefix hits first; ties by least recently used."""
 
-    name: str = "lfu"
+    name: ClassVar[str] = "lfu"
 
     def key(self, node, tree) -> tuple:
         return (node.hit_count, node.last_access)
 
 
 @dataclass(frozen=True)
-class FIFO:
+class FIFO(EvictionStrategy):
     """Oldest inserted first, whatever its use since."""
 
-    name: str = "fifo"
+    name: ClassVar[str] = "fifo"
 
     def key(self, node, tree) -> tuple:
         return (node.created_at,)
 
 
 @dataclass(frozen=True)
-class Priority:
+class Priority(EvictionStrategy):
     """Lowest zone priority first (e.g. history before the system prompt); ties by LRU.
 
     A leaf is ranked by the priority of the content its last (deepest) block holds, since
     eviction trims a leaf from its end; the tree maps content ids to priorities.
     """
 
-    name: str = "priority"
+    name: ClassVar[str] = "priority"
+    merges_extensions: ClassVar[bool] = True
 
     def key(self, node, tree) -> tuple:
         return (tree.priority_of(node), node.last_access)
@@ -94,8 +109,8 @@ for _s in (LRU(), LFU(), FIFO(), Priority()):
 
 
 def get_strategy(name_or_strategy: str | EvictionStrategy) -> EvictionStrategy:
-    """A registered strategy by name (objects with a ``key`` method pass through)."""
-    if not isinstance(name_or_strategy, str):
+    """A registered strategy by name (an ``EvictionStrategy`` object passes through)."""
+    if isinstance(name_or_strategy, EvictionStrategy):
         return name_or_strategy
     try:
         return EVICTION_STRATEGIES[name_or_strategy]

@@ -115,15 +115,14 @@ def replay_on_allocator(trajectories: list[list[Prompt]], allocator) -> HitRepor
         for p in (traj[turn],)
     ]
     for now, p in enumerate(order):
-        if hasattr(allocator, "set_time"):
-            allocator.set_time(float(now))
+        allocator.set_time(float(now))
         seq = (p.trajectory, p.turn)
         if not allocator.allocate(seq, p.n_tokens, content=p.segments):
             raise KvsimError(f"call {seq} ({p.n_tokens} tokens) does not fit the pool")
         if not allocator.append(seq, n_tokens(p.output), content=p.output):
             raise KvsimError(f"the reply of call {seq} does not fit the pool")
         allocator.free(seq)
-        rec = allocator.stats.records[-1]
+        rec = allocator.index.stats.records[-1]
         calls.append(CallHit(p.trajectory, p.turn, p.n_tokens, rec.matched_tokens, rec.hit_tokens))
     return HitReport(calls)
 

@@ -21,8 +21,9 @@ block, every freed block appended to the tail. Options model later code: ``null_
 ``unhashed_to_head`` (2026 main: freed blocks without a hash go to the head, so they are
 reused before any cached block is evicted).
 
-The request-level part (hashing content, the hit cap, caching blocks as they fill) is the
-``paged_hash`` allocator in ``hash_allocator``.
+The request-level part (hashing content, the hit cap, caching blocks as they fill) is
+``hash_index`` (the ``paged_hash`` kind's ``PrefixIndex``), which brings this pool to the
+paged core.
 
 Invariant: every block is in exactly one state: free-empty (in the queue, no hash),
 free-cached (in the queue, with a hash: dormant, evictable), allocated (refcount > 0), or
@@ -40,8 +41,9 @@ from sim.memory.errors import InvariantError
 class HashBlockPool:
     """vLLM V1 ``BlockPool``: refcounts, a doubly linked free queue, a hash -> block map.
 
-    It offers the interface ``PagedAllocator`` uses of ``sim.memory.BlockPool`` (``take``,
-    ``incref``, ``decref``, ``refcount``, ``num_free``, ``free_queue``, ``check``), with
+    It offers the interface ``PagedAllocator`` uses of a pool (``sim.memory.PagedPool``:
+    ``take``, ``incref``, ``decref``, ``refcount``, ``num_free``, ``num_empty``,
+    ``num_cached``, ``num_allocated``, ``usable_blocks``, ``free_queue``, ``check``), with
     vLLM's meaning: ``num_free`` counts every block in the queue, cached ones included
     (taking one evicts its hash), and ``incref`` of a free block is vLLM's *touch*.
     """

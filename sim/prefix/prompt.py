@@ -10,6 +10,12 @@ priority for the ``priority`` eviction strategy (system above tools above histor
 Content ids: ``"sys"`` and ``"tool:<i>:v<version>"`` are shared by every trajectory (a
 fleet with one system prompt); the rest are private, ``"<trajectory>:<kind>:<turn>"``.
 
+The layout rules are the one harness builder of kvsim: ``HarnessLayout`` holds the
+perturbation knobs alone, ``tool_versions`` / ``tool_zone`` / ``call_zones`` lay out one
+call's zones and ``compact_items`` compacts; this module's ``build_trajectory`` and the
+engine's agent kinds (``sim.workload.layout``, scenario key ``workload.harness``) both
+build their prompts with them.
+
 Invariant: the same spec, trajectory name and seed give the same prompts in every process
 (``random.Random`` seeded from a string is deterministic); no tokens are materialised.
 """
@@ -38,6 +44,93 @@ DEFAULT_ZONE_PRIORITY: dict[str, float] = {
 }
 
 
+#: where a per-call field goes: "front" (before the system prompt: breaks every reuse) or
+#: "end" (after the new input: the layout fix)
+FIELD_PLACES = ("front", "end")
+
+
+@dataclass(frozen=True)
+class HarnessLayout:
+    """The SPEC 3.8 harness choices alone (all off by default): what ``AgentPromptSpec``
+    perturbs and what the engine's ``workload.harness`` sets, under the same names."""
+
+    per_call_field_tokens: int = 0  # (1) a field re-rendered on every call; 0 = none
+    per_call_field_at: str = "front"  # "front" (breaks reuse) or "end" (the layout fix)
+    tool_change_every: int = 0  # (2) every k calls the next tool definition (0, 1, ...) changes
+    unstable_tool_order: bool = False  # (3) tools serialized in a random order on each call
+    compact_every: int = 0  # (4) every k calls the history becomes one summary
+    recent_turns: int = 2  # replies/results of the last turns a compaction keeps
+    summary_tokens: int = 512  # size of that summary
+
+    def __post_init__(self) -> None:
+        if self.per_call_field_at not in FIELD_PLACES:
+            raise ValueError(
+                f"per_call_field_at must be 'front' or 'end', got {self.per_call_field_at!r}"
+            )
+
+    @property
+    def is_off(self) -> bool:
+        """No perturbation: every prompt is the plain append-only layout."""
+        return not (
+            self.per_call_field_tokens
+            or self.tool_change_every
+            or self.unstable_tool_order
+            or self.compact_every
+        )
+
+    @property
+    def perturbs_tools(self) -> bool:
+        return bool(self.tool_change_every or self.unstable_tool_order)
+
+    @property
+    def keep_items(self) -> int:
+        """History items a compaction keeps: the recent replies/results and the new input."""
+        return 2 * self.recent_turns + 1
+
+    def compacts_at(self, call: int) -> bool:
+        """Whether call ``call`` (0 = the first) compacts the history before it is sent."""
+        return bool(self.compact_every and call and call % self.compact_every == 0)
+
+
+def tool_versions(n_tools: int, every: int, call: int) -> list[int]:
+    """Each tool definition's version at call ``call``: every ``every`` calls the next
+    definition (0, 1, ..., wrapping) changes once, the change counting from that call on."""
+    changes = call // every if every else 0
+    return [(changes - i + n_tools - 1) // n_tools for i in range(n_tools)]
+
+
+def tool_zone(
+    base: ContentId,
+    tool_tokens: Sequence[int],
+    layout: HarnessLayout,
+    call: int,
+    rng: random.Random | None,
+) -> list[tuple[ContentId, int]]:
+    """The tool definitions of call ``call``: ``"<base>:<i>:v<version>"`` (shared by every
+    trajectory at that version), shuffled by ``rng`` when the order is unstable."""
+    n = len(tool_tokens)
+    versions = tool_versions(n, layout.tool_change_every, call)
+    order = list(range(n))
+    if layout.unstable_tool_order and rng is not None:
+        rng.shuffle(order)
+    return [(f"{base}:{i}:v{versions[i]}", tool_tokens[i]) for i in order]
+
+
+Zone = tuple[str, list]  # (zone name, its spans)
+
+
+def call_zones(
+    layout: HarnessLayout, zones: list[Zone], field_id: ContentId | None
+) -> list[Zone]:
+    """A call's zones with the per-call field (``field_id``) put where the layout says:
+    before everything (``front``) or after the new input (``end``)."""
+    if not layout.per_call_field_tokens:
+        return zones
+    call = ("per_call", [(field_id, layout.per_call_field_tokens)])
+    at = 0 if layout.per_call_field_at == "front" else len(zones)
+    return [*zones[:at], call, *zones[at:]]
+
+
 @dataclass(frozen=True)
 class AgentPromptSpec:
     """Zone sizes (tokens) and harness perturbations of one agent's prompts."""
@@ -58,7 +151,7 @@ class AgentPromptSpec:
     summary_tokens: int = 512  # size of that summary
 
     def __post_init__(self) -> None:
-        if self.per_call_field_at not in ("front", "end"):
+        if self.per_call_field_at not in FIELD_PLACES:
             raise ValueError(
                 f"per_call_field_at must be 'front' or 'end', got {self.per_call_field_at!r}"
             )
@@ -78,6 +171,19 @@ class AgentPromptSpec:
         )
         if min(sizes) < 1 or min(counts) < 0:
             raise ValueError("zone sizes must be >= 1 token and counts >= 0")
+
+    @property
+    def layout(self) -> HarnessLayout:
+        """The harness choices of this spec (the same rules drive the engine's prompts)."""
+        return HarnessLayout(
+            self.per_call_field_tokens,
+            self.per_call_field_at,
+            self.tool_change_every,
+            self.unstable_tool_order,
+            self.compact_every,
+            self.recent_turns,
+            self.summary_tokens,
+        )
 
 
 @dataclass(frozen=True)
@@ -101,41 +207,30 @@ class Prompt:
 
 
 class _Trajectory:
-    """State of one trajectory while its prompts are built (tool versions, history)."""
+    """State of one trajectory while its prompts are built (its history items)."""
 
     def __init__(self, spec: AgentPromptSpec, name: str, seed: int):
-        self.spec, self.name = spec, name
+        self.spec, self.name, self.layout = spec, name, spec.layout
         self.rng = random.Random(f"kvsim/prompt/{seed}/{name}")
-        self.tool_versions = [0] * len(spec.tool_tokens)
         self.items: list[tuple[ContentId, int]] = [(f"{name}:task", spec.task_tokens)]
 
     def perturb(self, turn: int) -> None:
-        spec = self.spec
-        if spec.tool_change_every and turn and turn % spec.tool_change_every == 0:
-            self.tool_versions[(turn // spec.tool_change_every - 1) % len(self.tool_versions)] += 1
-        if spec.compact_every and turn and turn % spec.compact_every == 0:
-            keep = 2 * spec.recent_turns + 1  # recent replies/results and the new input
-            summary = (f"{self.name}:summary:{turn}", spec.summary_tokens)
-            self.items = compact_items(self.items, keep, summary)
+        if self.layout.compacts_at(turn):
+            summary = (f"{self.name}:summary:{turn}", self.spec.summary_tokens)
+            self.items = compact_items(self.items, self.layout.keep_items, summary)
 
-    def zones(self, turn: int) -> list[tuple[str, list[tuple[ContentId, int]]]]:
+    def zones(self, turn: int) -> list[Zone]:
         spec = self.spec
-        order = list(range(len(spec.tool_tokens)))
-        if spec.unstable_tool_order:
-            self.rng.shuffle(order)
-        tools = [(f"tool:{i}:v{self.tool_versions[i]}", spec.tool_tokens[i]) for i in order]
+        tools = tool_zone("tool", spec.tool_tokens, self.layout, turn, self.rng)
         cut = max(0, len(self.items) - 2 * spec.recent_turns - 1)
-        zones = [
+        zones: list[Zone] = [
             ("system", [("sys", spec.system_tokens)]),
             ("tools", tools),
             ("history", self.items[:cut]),
             ("recent", self.items[cut:-1]),
             ("input", self.items[-1:]),
         ]
-        if spec.per_call_field_tokens:
-            call = ("per_call", [(f"{self.name}:call:{turn}", spec.per_call_field_tokens)])
-            zones.insert(0 if spec.per_call_field_at == "front" else len(zones), call)
-        return zones
+        return call_zones(self.layout, zones, f"{self.name}:call:{turn}")
 
     def prompt(self, turn: int) -> Prompt:
         self.perturb(turn)

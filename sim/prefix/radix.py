@@ -9,7 +9,7 @@ block ids come from the caller's block pool, and evicted ids go back through the
 ``release_cached(block_ids)``, so the same tree serves the paged allocator and a counting
 pool for trace replay.
 
-Invariants (``check_invariants``):
+Invariants (``check_invariants``, which raises ``InvariantError``):
 - every label is a whole number of blocks (``n_tokens == len(block_ids) * block_size``);
   a partial tail block is never in the tree (SPEC 3.6.3);
 - every block id is owned by exactly one node; ``total_blocks`` counts them;
@@ -25,7 +25,7 @@ Growth: a sequence's next full blocks either become a child of its pinned node (
 or, when that node is a leaf pinned by that sequence alone, lengthen it in place (``extend``:
 the compressed edge of SPEC 3.6.1), so a growing context stays one node and paths stay as
 deep as the branching, not as the context. In place is offered only under strategies whose
-ranking cannot tell the two shapes apart (``MERGING_STRATEGIES``: ``lru`` and ``priority``
+ranking cannot tell the two shapes apart (``merges_extensions``: ``lru`` and ``priority``
 rank by last access, which a touch gives the whole path, and by the last block's content;
 ``lfu`` and ``fifo`` rank a new child by its own zero hits and creation time, so they keep a
 child per insert). The one difference left is the tie-break between equally ranked blocks at
@@ -38,6 +38,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sim.errors import InvariantError
 from sim.prefix.eviction import EvictionStrategy, get_strategy
 from sim.prefix.spans import (
     ContentId,
@@ -51,10 +52,6 @@ from sim.prefix.spans import (
     slice_tokens,
     take,
 )
-
-#: strategies under which ``extend`` (in-place growth of an unshared leaf) ranks blocks as a
-#: new child per insert would (see the module docstring)
-MERGING_STRATEGIES = frozenset({"lru", "priority"})
 
 
 class CachePool(Protocol):
@@ -149,8 +146,8 @@ class RadixTree:
         self.pool = pool
         self.strategy = get_strategy(eviction)
         self._rank = self.strategy.key  # bound once: called on every push
-        self._same_rank = getattr(self.strategy, "same_rank_blocks", None)
-        self.merge_extensions = getattr(self.strategy, "name", None) in MERGING_STRATEGIES
+        self._same_rank = self.strategy.same_rank_blocks
+        self.merge_extensions = self.strategy.merges_extensions
         self.content_priority: dict[ContentId, float] = dict(content_priority or {})
         self._serial = 0
         self.root = Node(None, (), [], 0.0, self._next_serial())
@@ -382,7 +379,7 @@ class RadixTree:
 
     def can_extend(self, node: Node) -> bool:
         """Whether ``extend`` may grow ``node`` in place: a live leaf other than the root,
-        pinned exactly once (by the caller), under a strategy in ``MERGING_STRATEGIES``."""
+        pinned exactly once (by the caller), under a strategy that ``merges_extensions``."""
         return (
             self.merge_extensions
             and node.lock_ref == 1
@@ -532,8 +529,7 @@ class RadixTree:
         """
         bs = self.block_size
         take = len(node.block_ids)
-        if self._same_rank is not None:
-            take = min(take, self._same_rank(node, self))
+        take = min(take, self._same_rank(node, self))
         if rival is None:
             return take
         base = tuple(self._rank(node, self))
@@ -579,23 +575,23 @@ class RadixTree:
 
     # ------------------------------------------------------------------ checking
     def block_owner(self) -> dict[int, Node]:
-        """{block id: owning node}; raises if a block is owned twice."""
+        """{block id: owning node}; raises InvariantError if a block is owned twice."""
         owner: dict[int, Node] = {}
         for node in self.iter_nodes():
             for b in node.block_ids:
                 if b in owner:
-                    raise AssertionError(f"block {b} owned by {owner[b]!r} and {node!r}")
+                    raise InvariantError(f"block {b} owned by {owner[b]!r} and {node!r}")
                 owner[b] = node
         return owner
 
     def check_invariants(self) -> None:
-        """Raise AssertionError naming the first broken invariant (see module docstring)."""
+        """Raise InvariantError naming the first broken invariant (see module docstring)."""
         bs = self.block_size
         owner = self.block_owner()
-        assert set(owner) == self._blocks, "block set out of sync with the nodes"
-        assert len(owner) == self.total_blocks, (
-            f"total_blocks {self.total_blocks} != {len(owner)} owned"
-        )
+        if set(owner) != self._blocks:
+            raise InvariantError("block set out of sync with the nodes")
+        if len(owner) != self.total_blocks:
+            raise InvariantError(f"total_blocks {self.total_blocks} != {len(owner)} owned")
         evictable = count = 0
         entries = self._heap if self._held is None else [*self._heap, self._held]
         live_heap = {id(n) for _, v, n in entries if v == n.heap_version}
@@ -604,27 +600,32 @@ class RadixTree:
             count += node is not self.root
             if node.lock_ref == 0:
                 evictable += len(node.block_ids)
-        assert count == self.n_nodes, f"n_nodes {self.n_nodes} != {count}"
-        assert evictable == self.evictable_blocks, (
-            f"evictable_blocks {self.evictable_blocks} != {evictable}"
-        )
+        if count != self.n_nodes:
+            raise InvariantError(f"n_nodes {self.n_nodes} != {count}")
+        if evictable != self.evictable_blocks:
+            raise InvariantError(f"evictable_blocks {self.evictable_blocks} != {evictable}")
 
     def _check_node(self, node: Node, bs: int, live_heap: set[int]) -> None:
-        assert node.alive, f"{node!r} is dead but reachable"
-        assert segments(node.label) == node.label, f"{node!r} label not normal"
-        assert n_tokens(node.label) == len(node.block_ids) * bs == node.n_tokens, (
-            f"{node!r}: label is not its blocks"
-        )
-        if node is not self.root:
-            assert node.block_ids, f"{node!r} is empty"
-        assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), (
-            f"{node!r}: lock_ref below its children's"
-        )
+        if not node.alive:
+            raise InvariantError(f"{node!r} is dead but reachable")
+        if segments(node.label) != node.label:
+            raise InvariantError(f"{node!r} label not normal")
+        if not n_tokens(node.label) == len(node.block_ids) * bs == node.n_tokens:
+            raise InvariantError(f"{node!r}: label is not its blocks")
+        if node is not self.root and not node.block_ids:
+            raise InvariantError(f"{node!r} is empty")
+        if node.lock_ref < sum(c.lock_ref for c in node.children.values()):
+            raise InvariantError(f"{node!r}: lock_ref below its children's")
         for key, child in node.children.items():
-            assert child.parent is node, f"{child!r}: wrong parent"
-            assert key == slice_tokens(child.label, 0, bs), f"{child!r}: wrong key"
+            if child.parent is not node:
+                raise InvariantError(f"{child!r}: wrong parent")
+            if key != slice_tokens(child.label, 0, bs):
+                raise InvariantError(f"{child!r}: wrong key")
             first = child.label[0]
-            assert child in node.by_first.get((first[0], first[1]), []), "first-token index"
-        assert sum(map(len, node.by_first.values())) == len(node.children), "stale index"
+            if child not in node.by_first.get((first[0], first[1]), []):
+                raise InvariantError(f"{child!r}: missing from the first-token index")
+        if sum(map(len, node.by_first.values())) != len(node.children):
+            raise InvariantError(f"{node!r}: stale first-token index")
         if node is not self.root and node.lock_ref == 0 and not node.children:
-            assert id(node) in live_heap, f"dormant leaf {node!r} missing from the heap"
+            if id(node) not in live_heap:
+                raise InvariantError(f"dormant leaf {node!r} missing from the heap")

@@ -13,7 +13,9 @@ request); a family's count on a block is the number of its members mapping it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
+
+from sim.errors import InvariantError
 
 
 class FamilyLedger:
@@ -67,9 +69,10 @@ class FamilyLedger:
                 else:
                     del self._fams[b]
 
-    def check(self, tables: dict[Hashable, list[int]]) -> None:
-        """Recount from the live tables (tracked blocks only); raise AssertionError."""
-        assert set(tables) == set(self.family), "ledger: live sequences differ"
+    def check(self, tables: Mapping[Hashable, list[int]]) -> None:
+        """Recount from the live tables (tracked blocks only); raise InvariantError."""
+        if set(tables) != set(self.family):
+            raise InvariantError("ledger: live sequences differ")
         counts: dict[int, dict[int, int]] = {}
         for seq_id, table in tables.items():
             f = self.family[seq_id]
@@ -77,6 +80,8 @@ class FamilyLedger:
                 if f in self._fams.get(b, ()):
                     fams = counts.setdefault(b, {})
                     fams[f] = fams.get(f, 0) + 1
-        assert counts == self._fams, "ledger: family counts differ from the tables"
+        if counts != self._fams:
+            raise InvariantError("ledger: family counts differ from the tables")
         excess = sum(len(f) - 1 for f in counts.values()) * self.block_size
-        assert excess == self.excess_tokens, f"ledger: excess {self.excess_tokens} != {excess}"
+        if excess != self.excess_tokens:
+            raise InvariantError(f"ledger: excess {self.excess_tokens} != {excess}")

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from hashlib import blake2b
+from typing import Any
+
+from sim.memory.errors import AllocatorError
 
 ContentId = int | str
 #: ``(content_id, start, n_tokens)``
@@ -69,6 +72,18 @@ def segments(spans: Iterable[Sequence]) -> Segments:
             last = (cid, start, n)
             out.append(last)
     return tuple(out)
+
+
+def checked_content(content: Any, n: int, op: str, kind: str) -> Segments:
+    """An allocator's ``content=`` argument as normal segments of ``n`` tokens; misuse (not
+    spans, or another length) raises ``AllocatorError`` naming the kind and operation."""
+    try:
+        segs = segments(content)
+    except (TypeError, ValueError) as exc:
+        raise AllocatorError(f"{kind}: {op}: bad content: {exc}") from None
+    if n_tokens(segs) != n:
+        raise AllocatorError(f"{kind}: {op}: content holds {n_tokens(segs)} tokens, not {n}")
+    return segs
 
 
 def n_tokens(segs: Segments) -> int:

@@ -2,7 +2,8 @@
 
 Responsibility: record, per admitted request, its prompt tokens, the raw longest-prefix
 match and the tokens actually served from cache (after the "at least one token computed"
-cap and the tail policy), and aggregate them (``match_rate`` and ``hit_rate``).
+cap and the tail policy), and aggregate them (``match_rate`` and ``hit_rate``) into a
+``PrefixMetrics`` (defined in ``sim.memory.metrics``, the seam's result type).
 
 Invariant: hit <= matched-or-copied <= prompt for every request; totals are the sums of
 the per-request records.
@@ -13,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from sim.memory.metrics import PrefixMetrics
+
+__all__ = ["PrefixMetrics", "PrefixStats", "RequestHit"]
+
 
 @dataclass(frozen=True, slots=True)
 class RequestHit:
@@ -22,22 +27,6 @@ class RequestHit:
     prompt_tokens: int
     matched_tokens: int  # raw match (token-granular for radix, whole blocks for hash)
     hit_tokens: int  # served from cache: prefill skips these tokens
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixMetrics:
-    """Prefix-cache view of an allocator at one instant (bytes unless stated)."""
-
-    requests: int  # admitted requests recorded
-    prompt_tokens: int
-    matched_tokens: int
-    hit_tokens: int
-    match_rate: float  # matched / prompt (before the cap and truncation)
-    hit_rate: float  # F17: served / prompt
-    cached_bytes: float  # dormant blocks holding reusable content
-    active_bytes: float  # blocks mapped by live sequences
-    evicted_blocks: int  # cumulative
-    cow_tail_copies: int  # cumulative partial-tail copies (radix ``cow_tail``)
 
 
 @dataclass
@@ -78,26 +67,4 @@ class PrefixStats:
             active_bytes,
             evicted_blocks,
             self.cow_tail_copies,
-        )
-
-
-class PrefixCacheReport:
-    """Mixin of the prefix-cache allocator kinds: useful bytes net of blocks shared between
-    unrelated sequences, and F17 metrics. The kind says where its evictions are counted
-    (``_evicted_blocks``); it provides ``_lineage``, ``ledger``, ``stats``, ``pool`` and
-    ``block_bytes``."""
-
-    def _evicted_blocks(self) -> int:
-        raise NotImplementedError
-
-    def useful_tokens(self) -> int:
-        return self._lineage.distinct_tokens - self.ledger.excess_tokens
-
-    def prefix_metrics(self) -> PrefixMetrics:
-        """F17 as raw match and as tokens served; cached vs active bytes; evictions."""
-        bb = self.block_bytes
-        return self.stats.metrics(
-            cached_bytes=self.pool.num_cached * bb,
-            active_bytes=self.pool.num_allocated * bb,
-            evicted_blocks=self._evicted_blocks(),
         )

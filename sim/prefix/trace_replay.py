@@ -7,14 +7,31 @@ Semantics (the CLI ``--help`` states the same):
 - requests are processed in file order, each finished before the next one starts;
 - a request hits the longest run of its leading blocks that are cached;
   ``hit tokens = min(matched blocks x B, input_length)``; no recompute cap is applied (the
-  engine applies "at least one prompt token is computed", this mode does not);
+  engine applies "at least one prompt token is computed", this mode does not) unless
+  ``recompute_last_token``: then, as the engine's radix cache does, ``hit tokens =
+  floor(min(matched blocks x B, input_length - 1) / B) x B`` (whole blocks only, and a
+  prompt that is cached whole recomputes its last block); what is cached is the same;
 - then all its blocks are cached as the most recently used (time = request index);
 - while the cache holds more than ``cache_tokens`` (counted in whole blocks of B tokens),
   dormant leaves are evicted oldest first by the chosen strategy, ties deepest first;
 - a trace block is 512 tokens; with ``block_size`` B (B divides 512) each trace block,
   the partial last one included, becomes 512/B blocks.
 
-Invariant: replay is deterministic and does work per trace block, never per token.
+Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file format is
+``sim.prefix.session_trace``) follow the same rules with these differences:
+- sessions are replayed one after another in file order; within a session the top-level
+  calls in order, and at a subagent entry that subagent's calls in order (depth first);
+- the block size B is the file's (64); a call has floor(in / B) block ids (no partial
+  block), so ``hit tokens = min(matched blocks x B, in)`` (or the recompute rule above);
+- block ids are namespaced per session (``hash_id_scope: local``; ``global`` shares them);
+- the call's blocks are inserted or touched at its time (its index in the replay order)
+  and are not evicted for that call: while the cache holds more than ``cache_tokens``,
+  the least recently used leaf block (one no cached block extends) that the current call
+  does not use goes first, deeper first on ties (the radix cache's leaf LRU, SPEC 3.7);
+  a call larger than the cache stays cached whole until the next call.
+
+Invariant: replay is deterministic and does work per trace block (per run of consecutive
+block ids for sessions), never per token.
 """
 
 from __future__ import annotations
@@ -27,6 +44,7 @@ from pathlib import Path
 from sim.errors import ConfigError, KvsimError, UnknownNameError
 from sim.prefix.pool import CountingPool
 from sim.prefix.radix import RadixTree
+from sim.prefix.session_trace import Session
 
 #: tokens per hash id in the Mooncake format
 MOONCAKE_BLOCK_TOKENS = 512
@@ -100,6 +118,8 @@ def load_mooncake(path: str | Path) -> list[TraceRequest]:
 
 
 TRACE_FORMATS = {"mooncake": load_mooncake}
+#: every format ``kvsim trace-replay`` reads (claude-code: ``replay_sessions``)
+FORMATS = (*TRACE_FORMATS, "claude-code")
 
 
 def load_trace(path: str | Path, fmt: str) -> list[TraceRequest]:
@@ -107,7 +127,7 @@ def load_trace(path: str | Path, fmt: str) -> list[TraceRequest]:
     try:
         loader = TRACE_FORMATS[fmt]
     except KeyError:
-        raise UnknownNameError("trace format", fmt, list(TRACE_FORMATS)) from None
+        raise UnknownNameError("trace format", fmt, list(FORMATS)) from None
     return loader(path)
 
 
@@ -127,6 +147,7 @@ class ReplayResult:
     evicted_blocks: int
     peak_cached_tokens: int  # whole blocks x B, after each request's eviction
     hits: list[int] = field(default_factory=list, repr=False)  # per request
+    recompute_last_token: bool = False  # the engine's rule: at least one token is computed
 
     def to_dict(self, per_request: bool = False) -> dict:
         d = asdict(self)
@@ -140,6 +161,7 @@ def replay(
     block_size: int = MOONCAKE_BLOCK_TOKENS,
     cache_tokens: int | None = None,
     eviction: str = "lru",
+    recompute_last_token: bool = False,
 ) -> ReplayResult:
     """Replay ``requests`` through a radix tree (see the module docstring for the rules)."""
     if not isinstance(block_size, int) or block_size < 1 or MOONCAKE_BLOCK_TOKENS % block_size:
@@ -156,18 +178,34 @@ def replay(
         content = tuple((h, 0, MOONCAKE_BLOCK_TOKENS) for h in req.hash_ids)
         m = tree.match(content, now=i)
         matched = len(m.block_ids)
-        hits.append(min(matched * block_size, req.input_length))
+        if recompute_last_token:
+            hits.append(min(matched * block_size, req.input_length - 1) // block_size * block_size)
+        else:
+            hits.append(min(matched * block_size, req.input_length))
         new = pool.take(len(req.hash_ids) * per_trace_block - matched)
         tree.insert(content, m.block_ids + new, now=i)
         if cap is not None and tree.total_blocks > cap:
             tree.evict(tree.total_blocks - cap)
         peak = max(peak, tree.total_blocks)
-    prompt = sum(r.input_length for r in requests)
-    half = len(requests) // 2
-    prompt_late = sum(r.input_length for r in requests[half:])
+    prompts = [r.input_length for r in requests]
+    return _result(prompts, hits, tree, block_size, cache_tokens, peak, recompute_last_token)
+
+
+def _result(
+    prompts: list[int],
+    hits: list[int],
+    tree: RadixTree,
+    block_size: int,
+    cache_tokens: int | None,
+    peak_blocks: int,
+    recompute_last_token: bool,
+) -> ReplayResult:
+    prompt = sum(prompts)
+    half = len(prompts) // 2
+    prompt_late = sum(prompts[half:])
     hit_late = sum(hits[half:])
     return ReplayResult(
-        requests=len(requests),
+        requests=len(prompts),
         prompt_tokens=prompt,
         hit_tokens=sum(hits),
         hit_rate=sum(hits) / prompt if prompt else 0.0,
@@ -176,6 +214,71 @@ def replay(
         cache_tokens=cache_tokens,
         eviction=tree.strategy.name,
         evicted_blocks=tree.evicted_blocks,
-        peak_cached_tokens=peak * block_size,
+        peak_cached_tokens=peak_blocks * block_size,
         hits=hits,
+        recompute_last_token=recompute_last_token,
     )
+
+
+def _hit_tokens(matched_blocks: int, block_size: int, prompt: int, recompute: bool) -> int:
+    if recompute:
+        return min(matched_blocks * block_size, prompt - 1) // block_size * block_size
+    return min(matched_blocks * block_size, prompt)
+
+
+def block_content(key: int | str, block_ids: tuple[int, ...], block_size: int) -> tuple:
+    """The content of a prompt given as block ids: block ``x`` is tokens ``x * B`` ..
+    ``x * B + B - 1`` of the content ``key``, so a run of consecutive ids is one segment
+    and equal ids (under one key) are equal blocks."""
+    out: list[tuple] = []
+    start = prev = None
+    for x in block_ids:
+        if prev is not None and x == prev + 1:
+            prev = x
+            continue
+        if start is not None:
+            out.append((key, start * block_size, (prev - start + 1) * block_size))
+        start = prev = x
+    if start is not None:
+        out.append((key, start * block_size, (prev - start + 1) * block_size))
+    return tuple(out)
+
+
+def replay_sessions(
+    sessions: list[Session],
+    cache_tokens: int | None = None,
+    eviction: str = "lru",
+    recompute_last_token: bool = False,
+) -> ReplayResult:
+    """Replay Claude Code sessions through a radix tree (module docstring: the rules)."""
+    sizes = {s.block_size for s in sessions}
+    if len(sizes) != 1:
+        raise KvsimError(f"sessions have different block sizes {sorted(sizes)}; replay one size")
+    (bs,) = sizes
+    if cache_tokens is not None and cache_tokens < 0:
+        raise KvsimError(f"cache tokens must be >= 0 or inf, got {cache_tokens}")
+    pool = CountingPool()
+    tree = RadixTree(bs, pool, eviction=eviction)
+    cap = None if cache_tokens is None else cache_tokens // bs
+    prompts: list[int] = []
+    hits: list[int] = []
+    peak = now = 0
+    for i, session in enumerate(sessions):
+        key = i if session.scope == "local" else "global"
+        for call in session.calls():
+            content = block_content(key, call.block_ids, bs)
+            m = tree.match(content, now=now)
+            matched = len(m.block_ids)
+            prompts.append(call.prompt_tokens)
+            hits.append(_hit_tokens(matched, bs, call.prompt_tokens, recompute_last_token))
+            if call.block_ids:
+                ins = tree.insert(
+                    content, m.block_ids + pool.take(len(call.block_ids) - matched), now
+                )
+                if cap is not None and tree.total_blocks > cap:
+                    tree.lock(ins.node)  # the current call's blocks are not candidates
+                    tree.evict(tree.total_blocks - cap)
+                    tree.unlock(ins.node)
+            peak = max(peak, tree.total_blocks)
+            now += 1
+    return _result(prompts, hits, tree, bs, cache_tokens, peak, recompute_last_token)

@@ -36,6 +36,26 @@ class HostLink(_Spec):
         return self.effective_bw_bytes_per_s_per_direction or self.bw_bytes_per_s_per_direction
 
 
+class AllReduceLine(_Spec):
+    """One TP degree's measured all-reduce: ``latency_s + 2 (p-1)/p x bytes / bus_bw``."""
+
+    latency_s: float = Field(ge=0, le=1e-2)  # seconds per call
+    bus_bw_bytes_per_s: PositiveFloat  # NCCL bus bandwidth
+
+
+class AllReduceProfile(_Spec):
+    """Measured NCCL all-reduce inside one node of this accelerator (per TP degree)."""
+
+    source: str = Field(min_length=1)  # where the figures come from
+    by_tp: dict[int, AllReduceLine] = Field(min_length=1)  # TP degree (>= 2) -> fit
+
+    @model_validator(mode="after")
+    def _degrees(self) -> AllReduceProfile:
+        if any(tp < 2 for tp in self.by_tp):
+            raise ValueError("by_tp keys are TP degrees >= 2")
+        return self
+
+
 class AcceleratorProfile(_Spec):
     """One accelerator (GPU) as its datasheet states it."""
 
@@ -49,6 +69,13 @@ class AcceleratorProfile(_Spec):
     peak_bf16_flops_per_s: PositiveFloat  # dense (no sparsity)
     peak_fp8_flops_per_s: PositiveFloat | None = None  # dense; None when unsupported
     host_link: HostLink
+    # measured TP all-reduce in this accelerator's 8-GPU box (None: not measured)
+    allreduce: AllReduceProfile | None = None
+    # an example price for cost figures (summary.json usd_*): documented examples, not
+    # quotes; a scenario's ``pricing:`` section overrides it (None: no cost figures)
+    usd_per_gpu_hour: PositiveFloat | None = None
+    price_source: str = ""  # where the example figure comes from
+    price_date: str = ""  # when it was seen (YYYY-MM)
     notes: str = ""
 
     def peak_flops_per_s(self, dtype: str = "bf16") -> float:
@@ -91,6 +118,15 @@ class ModelProfile(_Spec):
     kv_dtype: DType = "bf16"
     weight_dtype: DType = "bf16"
     max_context_tokens: PositiveInt | None = None
+    # dense MLP width and vocabulary: with both, per-group pricing knows every GEMM shape
+    # and prices the embedding and LM head once per step (None: not stated)
+    intermediate_size: PositiveInt | None = None
+    vocab_size: PositiveInt | None = None
+    gated_mlp: bool = True  # SwiGLU-style: up and gate projections (2 x intermediate_size)
+    # mixture of experts (None: dense): routed experts per layer and experts each token uses
+    num_experts: PositiveInt | None = None
+    experts_per_token: PositiveInt | None = None
+    moe_intermediate_size: PositiveInt | None = None  # one expert's MLP width
     notes: str = ""
 
     @model_validator(mode="after")
@@ -103,6 +139,10 @@ class ModelProfile(_Spec):
             raise ValueError("num_q_heads must be a multiple of num_kv_heads")
         if self.params_active is not None and self.params_active > self.params_total:
             raise ValueError("params_active cannot exceed params_total")
+        if (self.num_experts is None) != (self.experts_per_token is None):
+            raise ValueError("num_experts and experts_per_token go together (MoE), or neither")
+        if self.num_experts is not None and self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token cannot exceed num_experts")
         return self
 
     @property

@@ -21,13 +21,14 @@ from sim.regress.suite import SUITE_FILE_NAME
 DEFAULT_SUITE_DIR = Path("tests") / "golden"
 #: the default baseline folder, relative to the suite's folder
 BASELINE_SUBDIR = "baselines"
+#: the imported ``sim`` package's folder (this file is sim/regress/locate.py; found by path,
+#: not by importing ``sim``, which is a higher layer)
+_SIM_DIR = Path(__file__).resolve().parents[1]
 
 
 def checkout_root() -> Path | None:
     """The source checkout holding the imported ``sim`` package, if there is one."""
-    import sim
-
-    root = Path(sim.__file__).resolve().parent.parent
+    root = _SIM_DIR.parent
     if (root / "pyproject.toml").is_file() and (root / DEFAULT_SUITE_DIR).is_dir():
         return root
     return None
@@ -47,9 +48,7 @@ def resolve_suite(suite: Path | None) -> Path:
         return here
     root = checkout_root()
     if root is None or not (root / DEFAULT_SUITE_DIR / SUITE_FILE_NAME).is_file():
-        import sim
-
-        where = Path(sim.__file__).resolve().parent
+        where = _SIM_DIR
         raise KvsimError(
             f"no --suite given, no {DEFAULT_SUITE_DIR / SUITE_FILE_NAME} in the current "
             f"folder, and kvsim (imported from {where}) is not in a source checkout with "

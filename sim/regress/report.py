@@ -229,17 +229,14 @@ def junit_tree(report: RegressReport) -> ET.ElementTree:
 
 def check_junit_path(path: Path) -> None:
     """Refuse a JUnit path that cannot be written, before the suite runs (one line)."""
+    from sim.run.output import writable_parent
+
     path = Path(path)
     if path.is_dir():
         raise KvsimError(f"--junit {path}: is a folder; give a file name")
-    parent = path.parent
-    while not parent.exists():  # the folders write_junit would create
-        parent = parent.parent
-    if not parent.is_dir():
-        raise KvsimError(f"--junit {path}: {parent} is not a folder")
-    target = path if path.exists() else parent
-    if not os.access(target, os.W_OK):
-        raise KvsimError(f"--junit {path}: {target} is not writable")
+    writable_parent(path, "--junit")  # the folders write_junit would create go here
+    if path.exists() and not os.access(path, os.W_OK):
+        raise KvsimError(f"--junit {path}: {path} is not writable")
 
 
 def write_junit(report: RegressReport, path: Path) -> None:

@@ -1,14 +1,15 @@
 """Writing a run folder: the resolved config, the summary and the record tables.
 
 Invariant: a run folder is either absent, as it was, or complete. Every file is written
-into a temporary sibling folder (``.NAME.PID.partial``) that is renamed to the target
-only once all of them are written; a failure or an interrupt removes the temporary and
-leaves the target as it was. A non-empty existing target is refused unless ``force``,
-which replaces it whole (never mixes new files with old ones). The files:
-``config.resolved.yaml`` (the scenario with every default filled in and trace paths
-absolute; running it again, from any folder, gives the same results), ``summary.json``,
-``requests.parquet``, ``steps.parquet``, ``memory.parquet``, ``trajectories.parquet`` and
-``pauses.parquet`` (one row per tool pause).
+into a temporary sibling folder (``.NAME.PID.N.partial``, N the first free number) that
+is renamed to the target only once all of them are written; a failure or an interrupt
+removes the temporary and leaves the target as it was. A non-empty existing target is
+refused unless ``force``, which replaces it whole (never mixes new files with old ones);
+a target whose nearest existing ancestor is not a writable folder is refused before the
+run. The files: ``config.resolved.yaml`` (the scenario with every default filled in and
+file paths absolute; running it again, from any folder, gives the same results),
+``summary.json``, ``requests.parquet``, ``steps.parquet``, ``memory.parquet``,
+``trajectories.parquet`` and ``pauses.parquet`` (one row per tool pause).
 """
 
 from __future__ import annotations
@@ -50,14 +51,30 @@ def resolved_yaml(config: dict, source: str) -> str:
     return head + yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
 
 
+def writable_parent(path: Path, flag: str) -> Path:
+    """The nearest existing folder above ``path`` (where it, and the folders missing
+    between, would be created); a one-line error naming ``flag`` when that is not a
+    folder (``/dev/null/x``) or not writable. Checked before work that ends by writing."""
+    parent = Path(os.path.abspath(path)).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise KvsimError(f"{flag} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise KvsimError(f"{flag} {path}: {parent} is not writable")
+    return parent
+
+
 def check_out_dir(out_dir: str | Path, *, force: bool = False) -> Path:
     """The target folder, or a one-line error when it cannot take a run (checked before a
-    run, so that no time is spent on a run that cannot be written)."""
+    run, so that no time is spent on a run that cannot be written): the run goes into a
+    temporary sibling that is renamed, so the folder above must be a writable folder."""
     if str(out_dir).strip() == "":
         raise KvsimError("--out: an empty path; give the folder the run goes into")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise KvsimError(f"--out: {out}: exists and is not a folder")
+    writable_parent(out, "--out:")
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise KvsimError(
@@ -70,8 +87,20 @@ def check_out_dir(out_dir: str | Path, *, force: bool = False) -> Path:
     return out
 
 
-def write_run(result, out_dir: str | Path, *, force: bool = False) -> Path:
-    """Write ``result`` into ``out_dir`` (complete, or not at all); returns the folder."""
+def write_run(
+    result,
+    out_dir: str | Path,
+    *,
+    force: bool = False,
+    installed: Callable[[Path], object] | None = None,
+    before_install: Callable[[Path], object] | None = None,
+) -> Path:
+    """Write ``result`` into ``out_dir`` (complete, or not at all); returns the folder.
+    ``before_install(tmp)`` may add files to the temporary folder once the run's own are
+    written, before it is renamed into place (the CLI renders the report there; this
+    layer never imports ``sim.report``). ``installed(out)`` is called as soon as the
+    complete folder is in place (before the previous run's folder, replaced with
+    ``force``, is deleted), so that an interrupt after it can say the folder is complete."""
     out = check_out_dir(out_dir, force=force)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +109,9 @@ def write_run(result, out_dir: str | Path, *, force: bool = False) -> Path:
     tmp = _make_temp(out)
     try:
         _write_files(result, tmp)
-        _install(tmp, out, force)
+        if before_install is not None:
+            before_install(tmp)
+        _install(tmp, out, force, installed)
     except BaseException:  # an error or Ctrl-C: nothing half-written stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -112,12 +143,14 @@ def _write_files(result, folder: Path) -> None:
         lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8"),
     )
     for name in TABLES:
-        frame = getattr(result, name, None)
+        frame = getattr(result, name)  # a RunResult field; None when there is no table
         if frame is not None:
             _replace(folder / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False))
 
 
-def _install(tmp: Path, out: Path, force: bool) -> None:
+def _install(
+    tmp: Path, out: Path, force: bool, installed: Callable[[Path], object] | None
+) -> None:
     """Rename the complete ``tmp`` to ``out``; a non-empty ``out`` is replaced only with
     ``force`` (checked again: it may have been filled while the run went on)."""
     old = None
@@ -129,6 +162,8 @@ def _install(tmp: Path, out: Path, force: bool) -> None:
         elif out.is_dir():
             out.rmdir()
         os.replace(tmp, out)
+        if installed is not None:
+            installed(out)
     except BaseException as exc:  # an error or Ctrl-C between the renames
         if old is not None and not out.exists():
             os.replace(old, out)  # put the previous run back

@@ -1,8 +1,9 @@
 """What makes a run reproducible: its resolved config, the config's hash, the command.
 
 Responsibility: the resolved config of a run (the scenario with every default filled in
-and every trace path absolute, so ``config.resolved.yaml`` runs again to the same results
-from any folder), and ``config_sha256``, the hash that identifies it.
+and every file it names absolute: trace paths and a calibration file, so
+``config.resolved.yaml`` runs again to the same results from any folder), and
+``config_sha256``, the hash that identifies it.
 
 Invariant: ``config_sha256`` is the SHA-256 of the config's canonical JSON form
 (``json.dumps(config, sort_keys=True, separators=(",", ":"))``), so two configs that
@@ -20,7 +21,7 @@ from sim.scenario.paths import absolute_paths
 
 
 def resolved_config(loaded) -> dict:
-    """The scenario with every default filled in and trace paths absolute."""
+    """The scenario with every default filled in and file paths absolute."""
     return absolute_paths(loaded.scenario.model_dump(mode="json"), Path(loaded.base_dir))
 
 

@@ -23,15 +23,17 @@ import simpy
 from sim.cost import CostModel
 from sim.engine import Node
 from sim.engine.copy_engine import CopyEngines
-from sim.engine.pauses import PauseController, pause_summary
-from sim.errors import ConfigError
+from sim.engine.pauses import PauseLifecycle
+from sim.errors import ConfigError, KvsimError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
+from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
+from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved, load_scenario, make_allocator_for, resolve
 from sim.scenario.paths import missing_files
-from sim.sched import make_scheduler
+from sim.sched import Scheduler, make_scheduler
 from sim.workload import Streams, WorkloadContext, workload_kind
 
 
@@ -63,12 +65,12 @@ class Simulation:
     env: simpy.Environment
     node: Node
     kv: KVManager
-    scheduler: Any
+    scheduler: Scheduler
     cost: CostModel
     recorder: Recorder
     ctx: WorkloadContext
     driver: Any  # the workload's generator
-    pauses: PauseController | None = None
+    pauses: PauseLifecycle
 
     def run(self, progress=None) -> RunResult:
         """Run to the end; ``progress(sim_time_s, trajectories_completed, total)`` is
@@ -96,19 +98,40 @@ def _loaded(source: Any, overrides: dict[str, Any]) -> LoadedScenario:
     return load_scenario(source, overrides)
 
 
+def preflight(loaded: LoadedScenario) -> Resolved:
+    """Every check a scenario passes before a run (``build``) or ``kvsim validate``: the
+    files it names, then the profiles and the pool (``resolve``), the allocator's options
+    and the tiers the pause policy needs. One problem is raised as it is; several as one
+    ``ConfigError`` that says the first, counts the rest and lists them in ``problems``."""
+    problems: list[KvsimError] = list(missing_files(loaded))  # each with its scenario line
+    resolved = None
+    try:
+        resolved = resolve(loaded)
+        make_allocator_for(resolved)  # the allocator's options
+        check_pause_policy(resolved)  # the tiers the policy needs
+    except KvsimError as exc:
+        if str(exc) not in {str(p) for p in problems}:  # a missing file, found again
+            problems.append(exc)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        n = len(problems) - 1
+        raise ConfigError(
+            f"{problems[0]} (and {n} more problem{'s' if n > 1 else ''})", problems=problems
+        )
+    return resolved
+
+
 def build(source: Any, **overrides: Any) -> Simulation:
     """Build a simulation from a scenario and dotted overrides (``seed=3``,
     ``**{"allocator.kind": "static"}``)."""
-    resolved = resolve(_loaded(source, overrides))
-    for missing in missing_files(resolved.loaded):  # the trace's scenario line, not a path
-        raise missing
+    resolved = preflight(_loaded(source, overrides))
     sc = resolved.scenario
     cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost)
     env = simpy.Environment()
     allocator = make_allocator_for(resolved)
-    check_pause_policy(resolved, allocator)
-    pauses = PauseController(env, sc.pause_policy, resolved, cost)
-    kv = KVManager(allocator, pause=pauses)
+    pauses = PauseLifecycle(env, sc.pause_policy, resolved, cost)
+    kv = KVManager(allocator)
     scheduler = make_scheduler(sc.scheduler, kv)
     recorder = Recorder(pool_bytes=resolved.pool_bytes)
     node = Node(
@@ -134,7 +157,7 @@ def build(source: Any, **overrides: Any) -> Simulation:
         sharing=t.link_sharing,
         nvme_bw_bytes_per_s=t.nvme_bw_bytes_per_s if t.nvme_pool_bytes > 0 else 0.0,
     )
-    pauses.attach(node, kv, scheduler, copies)
+    pauses.attach(node, kv, scheduler, copies, track=sc.engine.check_invariants)
     kind = workload_kind(sc.workload.kind)
     ctx = WorkloadContext(
         env,
@@ -177,7 +200,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "scheduler": sc.scheduler.kind,
         "pause_policy": sc.pause_policy.kind,
         "exact": sc.engine.exact,
-        "kv_pool_bytes": float(r.pool_bytes),
+        "kv_pool_bytes": round(r.pool_bytes),  # byte totals are integers (sim/metrics/schema)
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
         "trajectories_total": sim.ctx.total,
         "command": None,  # the command line, set by the CLI (None from the Python API)
@@ -185,8 +208,9 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "config_sha256": config_sha256(config),
     }
     summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
-    pauses = sim.pauses.frame(sim.kv, sim_time)
+    pauses = pause_frame(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
+    summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
     summary["wall_time_s"] = wall_time_s
     return RunResult(
         summary,
@@ -211,7 +235,7 @@ TIER_NAMES = {"offload_host": "a host-DRAM tier", "offload_nvme": "an NVMe tier"
 
 
 #: policy options the engine does not run yet (refused, never silently ignored)
-def check_pause_policy(resolved: Resolved, allocator) -> None:
+def check_pause_policy(resolved: Resolved) -> None:
     """Refuse pause-policy options the engine does not implement yet, and tiers a policy
     names that the hardware section does not configure (they would silently hold), with
     the line."""
@@ -229,8 +253,8 @@ def check_pause_policy(resolved: Resolved, allocator) -> None:
     }
     if policy.kind == "break_even" and not any(have.values()):
         _missing_tier(resolved, "kind", "break_even", "a host-DRAM or NVMe tier", "offload_host")
-    for key in ("kind", "when_full", "fallback"):
-        tier = getattr(policy, key, None)
+    # the options model's declared fields that name a tier (each kind declares its own)
+    for key, tier in policy.model_dump(include={"kind", "when_full", "fallback"}).items():
         if tier in have and not have[tier]:
             _missing_tier(resolved, key, tier, TIER_NAMES[tier], tier)
 

@@ -174,9 +174,9 @@ def _one_line(exc: ValidationError, data: dict, loaded: LoadedScenario) -> Confi
     first = problems[0]
     n = len(problems) - 1
     more = f" (and {n} more problem{'s' if n > 1 else ''})" if n else ""
-    err = ConfigError(first.message + more, location=first.location, field=first.field)
-    err.problems = problems
-    return err
+    return ConfigError(
+        first.message + more, location=first.location, field=first.field, problems=problems
+    )
 
 
 def validation_problems(

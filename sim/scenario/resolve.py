@@ -4,8 +4,11 @@ Responsibility: load the model and accelerator profiles, fill the context window
 (``scheduler.max_model_len`` defaults to the model's ``max_context_tokens``), apply TP/PP
 (F1 per GPU), size
 the KV pool (F34: ``memory x gpu_memory_utilization - weights - reserve`` per GPU, or the
-explicit ``kv_pool_bytes_per_gpu``), fill derived allocator defaults, and check that the
-allocator can be built. Errors point at the scenario line of the field that caused them.
+explicit ``kv_pool_bytes_per_gpu``), fill derived allocator defaults, read the named
+calibration (a file path is relative to the scenario's folder, like a trace path, and is
+made absolute in the resolved scenario so the cost model reads the same file), and check
+that the allocator can be built. Errors point at the scenario line of the field that
+caused them.
 
 Invariant: memory figures of a run are for the whole engine instance (all ``tp x pp``
 GPUs): ``pool_bytes = pool per GPU x GPUs`` and ``kv_bytes_per_token = KV per token per GPU
@@ -23,6 +26,13 @@ from sim.errors import ConfigError, KvsimError
 from sim.profiles import load_accelerator, load_model, load_node
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.scenario.load import LoadedScenario
+from sim.scenario.paths import (
+    CALIBRATION,
+    absolute,
+    absolute_calibration,
+    missing_file,
+    names_a_file,
+)
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
 
@@ -80,8 +90,7 @@ class Resolved:
 
 
 def _located(loaded: LoadedScenario, loc: tuple, exc: KvsimError) -> ConfigError:
-    msg = getattr(exc, "message", None) or str(exc)
-    sub = getattr(exc, "field", None)
+    msg, sub = (exc.message, exc.field) if isinstance(exc, ConfigError) else (str(exc), None)
     field = ".".join(str(p) for p in loc) + (f".{sub}" if sub else "")
     where = loaded.where(*loc, *(sub.split(".") if sub else ()))
     return ConfigError(msg, location=where, field=field)
@@ -131,6 +140,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     kind, options = _allocator_options(loaded, model)
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
+    loaded = absolute_calibration(loaded)  # the cost model reads the same file
     return Resolved(
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options, tiers, window
     )
@@ -206,6 +216,11 @@ def _calibration(loaded: LoadedScenario):
     name = loaded.scenario.cost.calibration
     if name is None:
         return None
+    if names_a_file(name):  # relative to the scenario's folder, like the trace paths
+        missing = missing_file(loaded, CALIBRATION, name)
+        if missing is not None:
+            raise missing
+        name = absolute(name, loaded.base_dir)
     try:
         return load_calibration(name)
     except ConfigError:

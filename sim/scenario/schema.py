@@ -27,9 +27,11 @@ from pydantic import (
     model_validator,
 )
 
+import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
 from sim.cost import CostConfig
 from sim.policy import options_union, policy_class
 from sim.workload.config import Workload
+from sim.workload.distributions import FLOAT_TEXT_PATTERN
 
 SCHEMA_VERSION = 1
 
@@ -72,6 +74,14 @@ class HardwareSection(_Cfg):
     link_sharing: Literal["fifo", "fair"] = "fifo"
 
 
+class PricingSection(_Cfg):
+    """Prices for the cost figures of summary.json (``usd_*``); ``null`` takes the
+    accelerator profile's example ``usd_per_gpu_hour`` (documented examples, not quotes)."""
+
+    usd_per_gpu_hour: float | None = Field(None, gt=0, le=1e6)
+    price_source: str | None = None  # where your figure comes from (shown in summary.json)
+
+
 #: the default ``engine.max_sim_time_s``: 30 simulated days
 DEFAULT_MAX_SIM_TIME_S = 30 * 86_400.0
 
@@ -110,11 +120,8 @@ def allocator_models() -> tuple[type[BaseModel], ...]:
 
     models = []
     for kind in allocator_kinds():
-        try:
-            cls = allocator_class(kind)
-            options = allocator_options(kind)
-        except Exception:  # a kind whose module is not available in this installation
-            continue
+        cls = allocator_class(kind)
+        options = allocator_options(kind)
         hints = get_type_hints(cls.__init__)
         fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
         for name, default in options.items():
@@ -150,6 +157,7 @@ class ScenarioBase(_Cfg):
     pause_policy: PausePolicy = policy_class("hold").Options()
     workload: Workload
     engine: EngineConfig = EngineConfig()
+    pricing: PricingSection = PricingSection()
 
     @model_validator(mode="after")
     def _tp_pp(self):
@@ -198,7 +206,8 @@ def _is_distribution(node: dict) -> bool:
 
 def _with_number_shorthand(node: Any) -> Any:
     """Every distribution (a union tagged ``constant``, ``lognormal``, ...) also accepts a
-    bare number, as ``sim.workload.distributions.Dist`` does."""
+    bare number, and a float literal with an exponent written as text (YAML 1.1 reads
+    ``1e9`` as a string), exactly as ``sim.workload.distributions.Dist`` does."""
     if isinstance(node, list):
         return [_with_number_shorthand(x) for x in node]
     if not isinstance(node, dict):
@@ -207,5 +216,10 @@ def _with_number_shorthand(node: Any) -> Any:
     if _is_distribution(node):
         outer = {k: node.pop(k) for k in ("title", "default", "description") if k in node}
         number = {"type": "number", "description": "a constant"}
-        return {"anyOf": [number, node], **outer}
+        text = {
+            "type": "string",
+            "pattern": FLOAT_TEXT_PATTERN,
+            "description": "a constant written with an exponent, such as 1e9",
+        }
+        return {"anyOf": [number, text, node], **outer}
     return node

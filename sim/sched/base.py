@@ -1,45 +1,121 @@
-"""The scheduler protocol and the registry of schedulers by name.
+"""The scheduler contract and the registry of schedulers by name.
 
-Responsibility: one place where a ``scheduler.kind`` becomes an object, and the contract
-the engine relies on: ``add`` (submit), ``cancel``, ``schedule() -> BatchPlan`` and
-``commit(plan, steps) -> CommitResult``. A scheduler is pure: no SimPy, no clock; it
-mutates its queues and asks the KV manager to admit, grow and preempt.
+Responsibility: one place where a ``scheduler.kind`` becomes an object, and the complete
+contract the engine relies on (``Scheduler``): every call the node and the pause
+lifecycle make, with types. A new scheduler subclasses ``Scheduler`` and implements the
+abstract methods; the optional abilities (runs of identical steps for the engine's fast
+path) have defaults that switch them off, so the engine asks, never probes. A scheduler
+is pure: no SimPy, no clock; it mutates its queues and asks the KV manager to admit, grow
+and preempt. ``tests/sched/test_protocol.py`` runs a scenario with a minimal FCFS
+scheduler written only to this contract.
 
 Invariant: a request is in at most one of ``running`` and ``waiting``; every registered
-name maps to one class whose ``Config`` is a pydantic model with ``kind`` = that name.
+name maps to one class whose ``Config`` is a pydantic model with ``kind`` = that name;
+``check_invariants`` raises ``InvariantError`` (the one invariant-failure mechanism).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import ClassVar
 
 from pydantic import BaseModel
 
 from sim.errors import UnknownNameError
+from sim.memory.errors import InvariantError
+from sim.memory.kv_manager import KVManager
 from sim.sched.plan import BatchPlan, CommitResult
-from sim.sched.request import Request
+from sim.sched.request import RUNNING, WAITING, Request
 
 
-class Scheduler(Protocol):
-    """What the engine needs from a scheduler."""
+class Scheduler(ABC):
+    """What the engine needs from a scheduler (the node and the pause lifecycle call
+    nothing else)."""
 
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
-    running: list[Request]
-    waiting: Any  # a deque of Request, head first
+    #: the engine may advance this scheduler's batch by several identical steps at once
+    #: (``commit(plan, steps=k)``, ``run_chunks``, ``decodes_stay_alone``); False = one
+    #: ``commit(plan)`` per step
+    supports_runs: ClassVar[bool] = False
 
-    def add(self, req: Request) -> bool: ...
-    def cancel(self, req: Request) -> bool: ...
-    def schedule(self) -> BatchPlan: ...
-    def commit(self, plan: BatchPlan, steps: int = 1) -> CommitResult: ...
-    def check_invariants(self) -> None: ...
+    def __init__(self, config: BaseModel, kv: KVManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.running: list[Request] = []  # admission order
+        self.waiting: deque[Request] = deque()  # head first
+
+    # ------------------------------------------------------------ queues
+    @abstractmethod
+    def add(self, req: Request) -> bool:
+        """Queue a new request; False (its status REJECTED, its ``finish_reason`` set) if
+        it can never run."""
+
+    @abstractmethod
+    def cancel(self, req: Request) -> bool:
+        """Remove a queued or running request (a pruned branch); True if it was there."""
+
+    @property
+    def has_work(self) -> bool:
+        """Requests are running or waiting."""
+        return bool(self.running or self.waiting)
+
+    # ------------------------------------------------------------ steps
+    @abstractmethod
+    def schedule(self) -> BatchPlan:
+        """The next step's batch, with the scheduling events that produced it."""
+
+    @abstractmethod
+    def commit(
+        self, plan: BatchPlan, steps: int = 1, prefill_steps: int = 0, prefill_tokens: int = 0
+    ) -> CommitResult:
+        """Apply a step (``steps`` > 1 only when ``supports_runs``: a run of the same
+        batch whose single prefill computes ``prefill_tokens`` in its first
+        ``prefill_steps`` steps)."""
+
+    @abstractmethod
+    def prefill_chunks(self, cached_tokens: int, new_tokens: int) -> list[int]:
+        """The chunks in which this scheduler would prefill ``new_tokens`` after
+        ``cached_tokens`` of a request running alone (the pause lifecycle prices a
+        pipelined reload's overlap with them; nobody re-derives the chunking rule)."""
+
+    # ------------------------------------------------- optional: runs of steps
+    def run_chunks(self, plan: BatchPlan, max_steps: int) -> list[int] | None:
+        """Chunk sizes of the plan's single prefill in this step and the next ones while
+        nothing else changes; None = not predictable (one step at a time)."""
+        return None
+
+    def decodes_stay_alone(self, plan: BatchPlan, n_decodes: int) -> bool:
+        """Whether ``n_decodes`` decodes may run as a batch on their own in later steps of
+        a run (no waiting request would be admitted meanwhile)."""
+        return False
+
+    # ------------------------------------------------------------ checks
+    def check_invariants(self) -> None:
+        """No request both running and waiting; statuses match the queues."""
+        run_ids = {id(r) for r in self.running}
+        if len(run_ids) != len(self.running):
+            raise InvariantError("a request is twice in running")
+        for r in self.waiting:
+            if id(r) in run_ids:
+                raise InvariantError(f"{r!r} is both running and waiting")
+            if r.status != WAITING:
+                raise InvariantError(f"{r!r} is in waiting with another status")
+        for r in self.running:
+            if r.status != RUNNING:
+                raise InvariantError(f"{r!r} is in running with another status")
+            if not 0 <= r.num_computed <= r.num_tokens:
+                raise InvariantError(f"{r!r}: computed tokens out of range")
 
 
-_REGISTRY: dict[str, type] = {}
+_REGISTRY: dict[str, type[Scheduler]] = {}
 
 
-def register_scheduler(cls: type) -> type:
+def register_scheduler(cls: type[Scheduler]) -> type[Scheduler]:
     """Class decorator: make ``cls`` reachable by ``cls.name``."""
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise TypeError(f"{cls!r} must subclass sim.sched.Scheduler")
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"scheduler {cls.name!r} registered twice")
     _REGISTRY[cls.name] = cls
@@ -50,14 +126,14 @@ def scheduler_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def scheduler_class(kind: str) -> type:
+def scheduler_class(kind: str) -> type[Scheduler]:
     try:
         return _REGISTRY[kind]
     except KeyError:
         raise UnknownNameError("scheduler", str(kind), list(_REGISTRY)) from None
 
 
-def make_scheduler(config: BaseModel, kv: Any) -> Scheduler:
+def make_scheduler(config: BaseModel, kv: KVManager) -> Scheduler:
     """A scheduler from its validated config and the KV manager it talks to."""
     return scheduler_class(config.kind)(config, kv)
 

@@ -25,6 +25,9 @@ STATUS_NAMES = ("waiting", "running", "finished", "rejected", "cancelled")
 #: ``rejected_too_long`` its prompt leaves no room for one output token in the window,
 #: ``rejected_never_fits`` it can never fit the KV pool, ``cancelled`` a pruned branch
 FINISH_REASONS = ("stop", "length", "rejected_too_long", "rejected_never_fits", "cancelled")
+STOP, LENGTH, TOO_LONG, NEVER_FITS, CANCELLED_REASON = FINISH_REASONS
+#: the finish reasons that are rejections (summary.json ``rejected_by_reason``)
+REJECT_REASONS = (TOO_LONG, NEVER_FITS)
 
 
 class Request:
@@ -36,6 +39,9 @@ class Request:
         "traj_id",  # owning trajectory (-1 for none)
         "turn",  # turn index within the trajectory branch
         "branch",  # 0 for the main line, i > 0 for the i-th forked branch of a trajectory
+        "branch_id",  # unique within the trajectory: 0 the main line, forks number 1, 2, ...
+        "parent_branch_id",  # the branch it forked from (-1 on the main line)
+        "depth",  # fork nesting: 0 on the main line, parent's depth + 1 in a branch
         "prompt_tokens",  # context length at submission: every token before the first output
         "max_output_tokens",  # the sampled target: tokens the model would generate (>= 1)
         "output_limit",  # tokens it may generate: the target, cut at the context window
@@ -80,6 +86,9 @@ class Request:
         tag: Any = None,
         tool_name: str = "tool",
         next_pause_s: float | None = None,
+        branch_id: int = 0,
+        parent_branch_id: int = -1,
+        depth: int = 0,
     ) -> None:
         if prompt_tokens < 1 or max_output_tokens < 1:
             raise ValueError(
@@ -91,6 +100,9 @@ class Request:
         self.traj_id = traj_id
         self.turn = turn
         self.branch = branch
+        self.branch_id = branch_id
+        self.parent_branch_id = parent_branch_id
+        self.depth = depth
         self.prompt_tokens = prompt_tokens
         self.max_output_tokens = max_output_tokens
         self.output_limit = max_output_tokens
@@ -136,7 +148,7 @@ class Request:
         """Mark the request finished: ``stop`` when it generated its whole target (the
         model's natural end), ``length`` when the context window cut it."""
         self.status = FINISHED
-        self.finish_reason = "stop" if self.num_output >= self.max_output_tokens else "length"
+        self.finish_reason = STOP if self.num_output >= self.max_output_tokens else LENGTH
 
     def end(self, status: int, reason: str) -> None:
         """End the request without finishing it (rejected or cancelled)."""
@@ -156,7 +168,10 @@ class Request:
         p = self.prompt_tokens
         if stop <= p:
             return slice_tokens(self.content, start, stop)
-        out = segments([(self.output_id, max(0, start - p), stop - max(start, p))])
+        oid = self.output_id
+        if start >= p and stop > start and type(oid) in (int, str):
+            return ((oid, start - p, stop - start),)  # generated tokens only: already normal
+        out = segments([(oid, max(0, start - p), stop - max(start, p))])
         if start >= p:
             return out
         return concat(slice_tokens(self.content, start, p), out)

@@ -33,14 +33,25 @@ except for a monolithic prefill alone in its step.
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any, Literal
+from itertools import repeat
+from operator import attrgetter
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.sched.base import register_scheduler
+from sim.memory.errors import InvariantError
+from sim.sched.base import Scheduler, register_scheduler
 from sim.sched.plan import BatchPlan, CommitResult
-from sim.sched.request import CANCELLED, REJECTED, RUNNING, WAITING, Request
+from sim.sched.request import (
+    CANCELLED,
+    CANCELLED_REASON,
+    NEVER_FITS,
+    REJECTED,
+    RUNNING,
+    TOO_LONG,
+    WAITING,
+    Request,
+)
 
 
 class VllmV1Config(BaseModel):
@@ -61,28 +72,24 @@ class VllmV1Config(BaseModel):
 
 
 @register_scheduler
-class VllmV1Scheduler:
+class VllmV1Scheduler(Scheduler):
     """Token budget, running first then waiting FCFS, chunked prefill, recompute preemption."""
 
     name = "vllm_v1"
     Config = VllmV1Config
-
-    def __init__(self, config: VllmV1Config, kv: Any) -> None:
-        self.config = config
-        self.kv = kv
-        self.running: list[Request] = []
-        self.waiting: deque[Request] = deque()
+    supports_runs = True
+    config: VllmV1Config
 
     # ------------------------------------------------------------------ queues
     def add(self, req: Request) -> bool:
         """Queue a new request; False (and status REJECTED) if it can never run."""
         cap = self.config.max_model_len
         if cap is not None and req.prompt_tokens >= cap:
-            req.end(REJECTED, "rejected_too_long")
+            req.end(REJECTED, TOO_LONG)
             return False
         req.cap_output(cap)
         if not self.kv.can_ever_fit(req.prompt_tokens + req.output_limit - 1):
-            req.end(REJECTED, "rejected_never_fits")
+            req.end(REJECTED, NEVER_FITS)
             return False
         req.status = WAITING
         self.waiting.append(req)
@@ -96,12 +103,8 @@ class VllmV1Scheduler:
             self.waiting.remove(req)
         else:
             return False
-        req.end(CANCELLED, "cancelled")
+        req.end(CANCELLED, CANCELLED_REASON)
         return True
-
-    @property
-    def has_work(self) -> bool:
-        return bool(self.running or self.waiting)
 
     # ---------------------------------------------------------------- schedule
     def schedule(self) -> BatchPlan:
@@ -127,27 +130,31 @@ class VllmV1Scheduler:
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
         running = self.running
-        grow_to = self.kv.grow_to
-        scheduled = plan.scheduled
         i = 0
         while i < len(running) and budget > 0:
-            req = running[i]
-            computed = req.num_computed
-            n = req.prompt_tokens + req.num_output - computed
-            if n == 1 and req.num_output:  # a decode: the common case, kept lean
-                if not grow_to(req, computed + 1) and not self._grow_or_preempt(req, 1, plan):
-                    break
-                plan.n_decode += 1
-                plan.decode_history_tokens += computed
-                plan.decodes.append(req)
-                scheduled.append((req, 1))
-                budget -= 1
-                i += 1
+            j = _decodes_from(running, i, min(len(running), i + budget))
+            if j > i:  # a stretch of decodes (the common case): grown in one call
+                batch = running[i:j]
+                done = self.kv.grow_each(batch)
+                if done:
+                    _add_decodes(plan, batch if done == len(batch) else batch[:done])
+                    budget -= done
+                    i += done
+                if done < len(batch):  # running[i] missed: preempt from the back
+                    req = running[i]
+                    if not self._grow_or_preempt(req, 1, plan):
+                        break
+                    _add_decodes(plan, (req,))
+                    budget -= 1
+                    i += 1
                 continue
+            req = running[i]
             n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
             if n == 0:
                 break
-            if not grow_to(req, computed + n) and not self._grow_or_preempt(req, n, plan):
+            if not self.kv.grow_to(req, req.num_computed + n) and not self._grow_or_preempt(
+                req, n, plan
+            ):
                 break
             _add(plan, req, n)
             budget -= n
@@ -166,9 +173,9 @@ class VllmV1Scheduler:
             self.waiting.appendleft(victim)
             plan.preempted.append(victim)
             if victim is req:
-                if kv.alloc.num_sequences == 0:  # alone in an empty pool and still no room
+                if kv.num_sequences == 0:  # alone in an empty pool and still no room
                     self.waiting.popleft()
-                    victim.end(REJECTED, "rejected_never_fits")
+                    victim.end(REJECTED, NEVER_FITS)
                     plan.rejected.append(victim)
                 return False
             if kv.grow(req, n):
@@ -179,7 +186,7 @@ class VllmV1Scheduler:
         while waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = waiting[0]
             if not cfg.chunked_prefill and plan.prefill_chunks:
-                upper = req.num_tokens - _held(kv, req)  # prefix hits are unknown before
+                upper = req.num_tokens - kv.resident_tokens(req.seq_id)  # hits unknown yet
                 if upper > budget:
                     plan.waiting_blocked = True
                     break
@@ -212,14 +219,26 @@ class VllmV1Scheduler:
         if kv.drop_idle(head.seq_id):
             plan.held_drops += 1
             return True
-        if kv.alloc.num_sequences == 0:
+        if kv.num_sequences == 0:
             self.waiting.popleft()
-            head.end(REJECTED, "rejected_never_fits")
+            head.end(REJECTED, NEVER_FITS)
             plan.rejected.append(head)
             return True
         return False
 
     # ------------------------------------------------------------------ runs
+    def prefill_chunks(self, cached_tokens: int, new_tokens: int) -> list[int]:
+        """A lone prefill's chunks: the budget, capped by ``long_prefill_token_threshold``;
+        one chunk in monolithic mode."""
+        cfg = self.config
+        if not cfg.chunked_prefill:
+            return [new_tokens] if new_tokens > 0 else []
+        cap = cfg.max_num_batched_tokens
+        if 0 < cfg.long_prefill_token_threshold < cap:
+            cap = cfg.long_prefill_token_threshold
+        full, rest = divmod(new_tokens, cap)
+        return [cap] * full + ([rest] if rest else [])
+
     def run_chunks(self, plan: BatchPlan, max_steps: int) -> list[int] | None:
         """Chunk sizes of the plan's single prefill in this step and the next ones, while
         nothing else changes (same decodes, no admission); None when not predictable.
@@ -274,15 +293,18 @@ class VllmV1Scheduler:
         out = CommitResult()
         finished = out.finished
         if steps > 1:
+            emitted = out.emitted
             for req in plan.decodes:
                 if req.status != RUNNING:
+                    if req.status != CANCELLED:
+                        emitted.append(req)
                     continue  # cancelled while the run ran
+                emitted.append(req)
                 req.num_computed += steps
-                req.num_output += steps
-                if req.num_output >= req.output_limit:
+                out_n = req.num_output = req.num_output + steps
+                if out_n >= req.output_limit:
                     req.finish()
                     finished.append(req)
-            out.emitted = [r for r in plan.decodes if r.status != CANCELLED]
             if plan.prefill_chunks:
                 self._commit_prefill(
                     plan.scheduled[-1][0], steps, prefill_steps, prefill_tokens, out
@@ -322,27 +344,31 @@ class VllmV1Scheduler:
             out.finished.append(req)
 
     def check_invariants(self) -> None:
-        """No request both running and waiting; counts within bounds."""
-        run_ids = {id(r) for r in self.running}
-        if len(run_ids) != len(self.running):
-            raise AssertionError("a request is twice in running")
-        for r in self.waiting:
-            if id(r) in run_ids:
-                raise AssertionError(f"{r!r} is both running and waiting")
-            if r.status != WAITING:
-                raise AssertionError(f"{r!r} is in waiting with another status")
-        for r in self.running:
-            if r.status != RUNNING:
-                raise AssertionError(f"{r!r} is in running with another status")
-            if not 0 <= r.num_computed <= r.num_tokens:
-                raise AssertionError(f"{r!r}: computed tokens out of range")
+        """The base checks, and no more running requests than ``max_num_seqs``."""
+        super().check_invariants()
         if len(self.running) > self.config.max_num_seqs:
-            raise AssertionError("more running requests than max_num_seqs")
+            raise InvariantError("more running requests than max_num_seqs")
 
 
-def _held(kv: Any, req: Request) -> int:
-    seq = req.seq_id
-    return kv.alloc.seq_tokens(seq) if kv.alloc.is_live(seq) else 0
+def _decodes_from(running: list[Request], i: int, end: int) -> int:
+    """The end of the stretch of decodes ``running[i:end]`` starts with (a decode: one
+    token to compute, a sampled one)."""
+    while i < end:
+        r = running[i]
+        if not r.num_output or r.prompt_tokens + r.num_output - r.num_computed != 1:
+            break
+        i += 1
+    return i
+
+
+def _add_decodes(plan: BatchPlan, reqs) -> None:
+    plan.n_decode += len(reqs)
+    plan.decode_history_tokens += sum(map(_computed, reqs))
+    plan.decodes.extend(reqs)
+    plan.scheduled.extend(zip(reqs, repeat(1, len(reqs)), strict=True))
+
+
+_computed = attrgetter("num_computed")
 
 
 def _add(plan: BatchPlan, req: Request, n: int) -> None:

@@ -5,6 +5,8 @@ fit). Every tensor-parallel rank moves its own share of the KV over its own link
 same time, so a transfer takes (KV bytes per GPU) / (per-GPU one-way link bandwidth); an
 MLA latent is whole on every rank, so every rank moves all of it. A context beyond the
 model's window (``max_context_tokens``) is computed anyway and reported in ``warnings``.
+Every number in ``BreakEvenInputs`` is finite and in range (``sim.sizing.bounds``, checked
+when the object is built), so every time it reports is finite.
 """
 
 from __future__ import annotations
@@ -12,8 +14,18 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
+from sim.sizing.bounds import (
+    MAX_GPUS,
+    MAX_LINK_GB_PER_S,
+    MAX_PARAMS,
+    MAX_TFLOPS,
+    MAX_TIME_S,
+    MAX_TOKENS,
+    MIN_LINK_GB_PER_S,
+    MIN_TFLOPS,
+    check_number,
+)
 from sim.sizing.compute import (
     break_even_wait_s,
     hold_cost_byte_s,
@@ -43,6 +55,23 @@ class BreakEvenInputs:
     mu_ratio: float = math.inf  # mu_HBM / mu_DRAM
     stall_s: float = 0.0  # Delta_T_stall the scheduler accepts
 
+    def __post_init__(self) -> None:
+        """Refuse a number out of range (named by its ``kvsim breakeven`` flag) in one line."""
+        check_number(self.context_tokens, "--context", 1, MAX_TOKENS)
+        link_gb_per_s = self.link_bw_bytes_per_s / GB
+        check_number(link_gb_per_s, "--link-gb-per-s", MIN_LINK_GB_PER_S, MAX_LINK_GB_PER_S)
+        tflops = self.prefill_flops_per_s / 1e12
+        rate = "the prefill rate in TFLOP/s (--prefill-tflops, or --prefill-mfu x peak x GPUs)"
+        check_number(tflops, rate, MIN_TFLOPS, MAX_TFLOPS)
+        check_number(self.tp, "--tp", 1, MAX_GPUS)
+        check_number(self.pp, "--pp", 1, MAX_GPUS)
+        if self.params is not None:
+            check_number(self.params, "--params", 0, MAX_PARAMS, low_open=True)
+        if self.wait_s is not None:
+            check_number(self.wait_s, "--wait", 0, MAX_TIME_S)
+        check_number(self.mu_ratio, "--mu-ratio", 1, low_open=True, allow_inf=True)
+        check_number(self.stall_s, "--stall-s", 0, MAX_TIME_S)
+
 
 @dataclass(frozen=True)
 class BreakEvenResult:
@@ -71,11 +100,7 @@ class BreakEvenResult:
 
 def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
     """Reload, round trip, recompute, their ratio, hold cost and F33's break-even wait."""
-    if inp.link_bw_bytes_per_s <= 0 or inp.prefill_flops_per_s <= 0:
-        raise KvsimError("link bandwidth and prefill rate must be positive")
     m, s = inp.model, inp.context_tokens
-    if s < 1:
-        raise KvsimError(f"--context must be positive, got {s}")
     kv = kv_bytes_for_context(m, s, kv_dtype=inp.kv_dtype)
     kv_gpu = kv_bytes_for_context(m, s, inp.tp, inp.pp, inp.kv_dtype, per_gpu=True)
     params = inp.params or m.active_params

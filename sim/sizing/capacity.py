@@ -11,9 +11,14 @@ import math
 from sim.errors import KvsimError
 
 
-def kv_pool_bytes(hbm_bytes: float, weights_bytes: float, runtime_bytes: float) -> float:
-    """F4 / F34: ``M_pool = HBM - weights - runtime`` (raises when nothing is left)."""
+def kv_pool_bytes(
+    hbm_bytes: float, weights_bytes: float, runtime_bytes: float, *, allow_empty: bool = False
+) -> float:
+    """F4 / F34: ``M_pool = HBM - weights - runtime``; when nothing is left, 0 with
+    ``allow_empty`` (a plan that warns), else an error."""
     pool = hbm_bytes - weights_bytes - runtime_bytes
+    if pool <= 0 and allow_empty:
+        return 0.0
     if pool <= 0:
         raise KvsimError(
             f"no memory left for KV: {hbm_bytes:.4g} B of HBM, {weights_bytes:.4g} B of weights, "

@@ -4,9 +4,11 @@ Invariant: capacity is computed per GPU (its pool over its own KV bytes per toke
 most loaded pipeline stage), then multiplied by the data-parallel replicas; so it stays
 right when heads are replicated (TP > H_kv), for MLA latents held whole on every rank, and
 when layers do not divide evenly by PP. ``num_gpus = tp * pp * replicas`` exactly. The
-pool per GPU is F34's ``memory x utilization - weights - reserve``. Conditions that leave
-a plan computable but doubtful (a context beyond the model's window, nothing fitting) are
-returned as ``warnings``, never raised.
+pool per GPU is F34's ``memory x utilization - weights - reserve``, clamped at 0.
+Conditions that leave a plan computable but doubtful (a context beyond the model's window,
+weights that leave no pool, nothing fitting) are returned as ``warnings``, never raised;
+every number in ``PlanInputs`` is finite and in range (``sim.sizing.bounds``), checked when
+the object is built.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from sim.errors import KvsimError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
+from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
 from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
 from sim.sizing.kv import kv_bytes_for_context, kv_bytes_per_token, kv_bytes_per_token_per_gpu
 from sim.units import GB, dtype_bytes
@@ -50,6 +53,27 @@ class PlanInputs:
     headroom: float = 0.0
     shared_prefix_tokens: int | None = None
     gpu_memory_utilization: float = FIGURES_GPU_MEMORY_UTILIZATION  # F34's u, in (0, 1]
+
+    def __post_init__(self) -> None:
+        """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
+        check_number(self.num_gpus, "--num-gpus", 1, MAX_GPUS)
+        if not self.contexts:
+            raise KvsimError("--context: give at least one context length")
+        for context in self.contexts:
+            check_number(context, "--context", 1, MAX_TOKENS)
+        if self.tp is not None:
+            check_number(self.tp, "--tp", 1, MAX_GPUS)
+        check_number(self.pp, "--pp", 1, MAX_GPUS)
+        check_number(self.output_tokens, "--output-tokens", 0, MAX_TOKENS)
+        if self.params is not None:
+            check_number(self.params, "--params", 0, MAX_PARAMS, low_open=True)
+        if self.gpu_mem_bytes is not None:
+            check_number(self.gpu_mem_bytes, "gpu_mem_bytes", 0, MAX_MEMORY_GB * GB, low_open=True)
+        check_number(self.reserve_bytes_per_gpu, "reserve_bytes_per_gpu", 0, MAX_MEMORY_GB * GB)
+        check_number(self.headroom, "--headroom", 0, 1, high_open=True)
+        if self.shared_prefix_tokens is not None:
+            check_number(self.shared_prefix_tokens, "--shared-prefix-tokens", 0, MAX_TOKENS)
+        check_number(self.gpu_memory_utilization, "--gpu-memory-utilization", 0, 1, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -101,8 +125,6 @@ class PlanResult:
 
 def _parallelism(inputs: PlanInputs) -> tuple[int, int, int]:
     pp = inputs.pp
-    if pp < 1:
-        raise KvsimError(f"--pp must be >= 1, got {pp}")
     tp = inputs.tp if inputs.tp is not None else inputs.num_gpus // pp
     if tp < 1 or inputs.num_gpus % (tp * pp):
         raise KvsimError(
@@ -115,22 +137,14 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     """Compute the capacity plan (F1, F4, F5, F34-F37) for each context length."""
     model, gpu = inputs.model, inputs.accelerator
     tp, pp, replicas = _parallelism(inputs)
-    if not 0 <= inputs.headroom < 1:
-        raise KvsimError(f"--headroom must be in [0, 1), got {inputs.headroom}")
     util = inputs.gpu_memory_utilization
-    if not 0 < util <= 1:
-        raise KvsimError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
     kv_dtype = inputs.kv_dtype or model.kv_dtype
     w_dtype = inputs.weight_dtype or model.weight_dtype
     params = inputs.params or model.params_total
     mem = inputs.gpu_mem_bytes or gpu.memory_bytes
+    reserve = inputs.reserve_bytes_per_gpu
     w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
-    if mem * util - w_gpu - inputs.reserve_bytes_per_gpu <= 0:
-        raise KvsimError(
-            f"no memory left for KV: {mem:.4g} B x utilization {util:g} - {w_gpu:.4g} B of "
-            f"weights - {inputs.reserve_bytes_per_gpu:.4g} B reserved <= 0 per GPU"
-        )
-    pool_gpu = kv_pool_bytes(mem * util, w_gpu, inputs.reserve_bytes_per_gpu)
+    pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
     planned = [
         _context_plan(model, s, inputs, tp, pp, kv_dtype, usable_gpu, replicas)
@@ -138,6 +152,8 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     ]
     contexts = [c for c, _ in planned]
     warnings = [w for _, found in planned for w in found]
+    if pool_gpu == 0:  # why nothing fits, once (the per-context reasons would repeat it)
+        warnings.append(no_pool_warning(mem, util, w_gpu, reserve))
     return PlanResult(
         model=model.name,
         gpu=gpu.name,
@@ -166,6 +182,20 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     )
 
 
+def no_pool_warning(mem_bytes: float, util: float, weights_bytes: float, reserve_bytes: float) -> str:
+    """The warning for weights (and reserve) that leave no KV pool on a GPU."""
+    held = f"{weights_bytes / GB:,.3f} GB of weights"
+    if weights_bytes > mem_bytes * util:
+        what = "weights"
+    else:  # the weights fit; the reserve takes the rest
+        what, held = "weights and reserve", held + f" + {reserve_bytes / GB:,.3f} GB reserved"
+    return (
+        f"{what} exceed memory x utilization: {held} per GPU > {mem_bytes / GB:,.3f} GB x "
+        f"utilization {util:g} = {mem_bytes * util / GB:,.3f} GB, so the KV pool is 0 and no "
+        "trajectory fits (raise --num-gpus or --tp, or lower --params)"
+    )
+
+
 def window_warning(model: str, window: int, context: int, output_tokens: int = 0) -> str:
     """The warning for a trajectory longer than the model's ``max_context_tokens``."""
     what = f"context {context:,}"
@@ -180,8 +210,6 @@ def _context_plan(
     model, context, inputs, tp, pp, kv_dtype, usable_gpu, replicas
 ) -> tuple[ContextPlan, list[str]]:
     """One context's capacity, and the warnings it raises (window, nothing fitting)."""
-    if context < 1:
-        raise KvsimError(f"--context values must be positive, got {context}")
     total = context + inputs.output_tokens
 
     def per_gpu(tokens: int) -> float:
@@ -200,7 +228,7 @@ def _context_plan(
     if window is not None and total > window:
         warnings.append(window_warning(model.name, window, context, inputs.output_tokens))
     pool = _pool_phrase(usable_gpu, inputs.headroom)
-    if result["max_concurrent"] == 0:
+    if result["max_concurrent"] == 0 and usable_gpu > 0:
         warnings.append(
             f"context {context:,}: 0 trajectories fit: one needs {traj_gpu / GB:,.3f} GB "
             f"of KV per GPU and {pool}"
@@ -210,7 +238,7 @@ def _context_plan(
         fit, why = _shared_fit(context, shared, traj_gpu, per_gpu(shared), usable_gpu, pool)
         result["max_concurrent_shared"] = replicas * fit
         result["shared_prefix_bytes"] = kv_bytes_for_context(model, shared, kv_dtype=kv_dtype)
-        warnings += why
+        warnings += why if usable_gpu > 0 else []
     return ContextPlan(**result), warnings
 
 

@@ -1,9 +1,10 @@
 """Chat and explicit-request workloads: one-turn trajectories.
 
 Responsibility: turn a ``chat`` config (arrival process + lengths from distributions or a
-trace) or a ``requests`` list into submitted requests. A chat request needs no SimPy
-process of its own: it is submitted when it arrives and its trajectory row is written
-from its completion callback.
+trace: a CSV path, or a shipped Azure trace by name) or a ``requests`` list into submitted
+requests. A one-turn request needs no SimPy process of its own: it is submitted when it
+arrives and its trajectory row is written from its completion callback (``one_turn``,
+which ``sim.workload.mooncake`` reuses with its own spans).
 
 Invariant: lengths are drawn once, up front, from the ``lengths`` stream (or read from the
 trace), so they do not depend on the order in which requests finish; each request's
@@ -22,13 +23,20 @@ from sim.workload.context import WorkloadContext, trajectory_row
 
 def chat_lengths(cfg, ctx: WorkloadContext, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(prompt tokens, output tokens) for ``n`` requests."""
-    lengths = cfg.lengths
+    prompt, output = _lengths(cfg.lengths, ctx, n)
+    scale = cfg.lengths.output_scale
+    if scale != 1.0:
+        output = np.maximum(1, np.rint(output * scale)).astype(np.int64)
+    return prompt, output
+
+
+def _lengths(lengths, ctx: WorkloadContext, n: int) -> tuple[np.ndarray, np.ndarray]:
     if lengths.kind == "parametric":
         rng = ctx.streams("lengths")
         return lengths.prompt_tokens.sample_tokens(rng, n), lengths.output_tokens.sample_tokens(
             rng, n
         )
-    path = ctx.resolve(lengths.path)
+    path = lengths_path(lengths, ctx)
     cols = traces.read_columns(path, [lengths.prompt_column, lengths.output_column])
     prompt = traces.token_column(path, cols[lengths.prompt_column], lengths.prompt_column)
     output = traces.token_column(path, cols[lengths.output_column], lengths.output_column)
@@ -43,15 +51,28 @@ def chat_lengths(cfg, ctx: WorkloadContext, n: int) -> tuple[np.ndarray, np.ndar
     return prompt[idx], output[idx]
 
 
+def lengths_path(lengths, ctx: WorkloadContext):
+    """The CSV file of trace lengths: its ``path``, or the shipped trace it names."""
+    if lengths.trace is not None:
+        return traces.shipped_trace(lengths.trace, f"{ctx.field_prefix}.lengths.trace")
+    return ctx.resolve(lengths.path)
+
+
 def _one_turn(
     ctx: WorkloadContext, kind: str, prompt: int, output: int, shared: int, i: int, on_end
 ) -> None:
-    """Submit one request as a one-turn trajectory."""
-    seq = ctx.new_seq()
+    """Submit one request of ``shared`` shared and ``prompt - shared`` private tokens."""
     shared = min(shared, prompt)
-    spans = [("sys", shared)] if shared else []
+    spans = [(ctx.shared_id("sys"), shared)] if shared else []
     if prompt > shared:
         spans.append((ctx.new_content("prompt"), prompt - shared))
+    one_turn(ctx, kind, prompt, output, spans, i, on_end)
+
+
+def one_turn(ctx: WorkloadContext, kind: str, prompt: int, output: int, spans, i: int, on_end):
+    """Submit one request whose prompt is ``spans`` (``prompt`` tokens) as trajectory ``i``;
+    its row is written, and ``on_end()`` called, when it ends."""
+    seq = ctx.new_seq()
     start = ctx.now
 
     def done(req) -> None:
@@ -86,12 +107,13 @@ def chat_driver(cfg, ctx: WorkloadContext):
 
     arrival = cfg.arrival
     if arrival.kind == "trace" and arrival.path is None and cfg.lengths.kind == "trace":
-        arrival = arrival.model_copy(update={"path": cfg.lengths.path})
+        arrival = arrival.model_copy(update={"path": str(lengths_path(cfg.lengths, ctx))})
     elif arrival.kind == "trace" and arrival.path is None:
         from sim.errors import ConfigError
 
         raise ConfigError(
-            "a trace arrival needs a path (or trace lengths)", field="workload.arrival.path"
+            "a trace arrival needs a path (or trace lengths)",
+            field=f"{ctx.field_prefix}.arrival.path",
         )
     return arrival_strategy(arrival.kind).run(arrival, ctx, n, start)
 

@@ -2,7 +2,10 @@
 
 Responsibility: hand out request, sequence and content ids (from the run, never from
 class-level counters), build requests with their completion events, count trajectories
-that started and ended, and tell the node when the last one has ended.
+that started and ended, and tell the node when the last one has ended. ``call_submitted``
+is a hook (a no-op here) through which ``kvsim workload sample`` lists a trajectory's calls. ``label`` names
+the workload in the ``workload`` column of the request and trajectory tables (the kind, or
+a ``mix`` component's name; ``sim.workload.mix`` makes one context per component).
 
 Invariant: ids are consecutive integers in creation order; ``ended <= started <= total``;
 ``node.workload_finished()`` is called exactly once, after the last trajectory ended.
@@ -15,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from sim.sched.request import Request
+from sim.workload.billing import NO_BILL, Bill
 from sim.workload.rng import Streams
+
+#: how a trajectory ends (trajectories.parquet ``status``): every turn done, a request
+#: refused or a branch set lost, or the harness out of context (``context_limit``)
+TRAJECTORY_STATUSES = ("completed", "failed", "context_exhausted")
 
 
 class WorkloadContext:
@@ -40,6 +48,10 @@ class WorkloadContext:
         self.started = 0
         self.ended = 0
         self.completed = 0  # trajectories that finished every turn
+        #: the ``workload`` column of every request and trajectory this context records
+        self.label = ""
+        #: where this workload's config sits in the scenario (named by config errors)
+        self.field_prefix = "workload"
         self._req_ids = itertools.count()
         self._seq_ids = itertools.count()
         self._content_ids = itertools.count()
@@ -51,6 +63,15 @@ class WorkloadContext:
     def new_content(self, kind: str) -> str:
         """A content id no other token shares."""
         return f"{kind}:{next(self._content_ids)}"
+
+    def shared_id(self, name: int | str) -> int | str:
+        """The content id of shared content (a system prompt, a trace's block): ``name``
+        itself; a ``mix`` component's context keeps its components apart."""
+        return name
+
+    def set_total(self, total: int) -> None:
+        """The trajectory count, when the driver learns it (a trace replayed whole)."""
+        self.total = total
 
     def request(
         self,
@@ -65,6 +86,10 @@ class WorkloadContext:
         last_turn: bool = True,
         on_done=None,
         next_pause_s: float | None = None,
+        tool_name: str = "tool",
+        branch_id: int = 0,
+        parent_branch_id: int = -1,
+        depth: int = 0,
     ) -> Request:
         """A new request arriving now."""
         rid = next(self._req_ids)
@@ -82,7 +107,17 @@ class WorkloadContext:
             last_turn=last_turn,
             on_done=on_done,
             next_pause_s=next_pause_s,
+            tag=self.label,
+            tool_name=tool_name,
+            branch_id=branch_id,
+            parent_branch_id=parent_branch_id,
+            depth=depth,
         )
+
+    def call_submitted(self, req: Request, tool: str | None, user_turn: int) -> None:
+        """A trajectory's call ``req`` is being submitted; ``tool`` is the tool called after
+        it (None: a fork or the end follows), ``user_turn`` the user turn it serves. A no-op
+        in a run; ``sim.workload.sample`` records the calls through it."""
 
     def submit_and_wait(self, req: Request):
         """Submit ``req``; returns an event that fires (with the request) when it ends."""
@@ -96,9 +131,10 @@ class WorkloadContext:
         self.started += 1
         return self.started - 1
 
-    def trajectory_ended(self, row: tuple, completed: bool) -> None:
-        """Record a trajectory's row; the last one ends the workload."""
-        self.rec.trajectory(row)
+    def trajectory_ended(self, row: tuple, completed: bool, label: str | None = None) -> None:
+        """Record a trajectory's row (under ``label``, default this context's); the last one
+        ends the workload."""
+        self.rec.trajectory(row, self.label if label is None else label)
         self.ended += 1
         self.completed += completed
         if self.ended == self.total:
@@ -127,8 +163,13 @@ def trajectory_row(
     branches: int,
     pause_s: float,
     compactions: int = 0,
+    *,
+    depth: int = 0,
+    pruned: int = 0,
+    bill: Bill | None = None,
 ) -> tuple:
-    """A row of ``TRAJECTORY_COLUMNS`` (hold byte-seconds are filled in by the run)."""
+    """A row of ``TRAJECTORY_COLUMNS`` (hold byte-seconds are filled in by the run);
+    ``bill`` is the provider view's (``workload.provider_cache``), None without one."""
     out = sum(r.num_output for r in requests)
     look = sum(r.lookup_tokens for r in requests)
     hit = sum(r.hit_tokens for r in requests)
@@ -147,4 +188,7 @@ def trajectory_row(
         pause_s,
         compactions,
         float("nan"),
+        depth,
+        pruned,
+        *(NO_BILL if bill is None else bill.row()),
     )

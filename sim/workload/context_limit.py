@@ -11,8 +11,9 @@ chooses one of them for every agent kind:
   ``ratio`` x its size; the summary is new content, so that part is lost for prefix reuse
   (SPEC 3.8 (4)). No LLM call is simulated for the summary itself.
 - ``stop``: the trajectory ends with status ``context_exhausted``.
-- ``truncate_oldest``: the oldest history items after the task are dropped until the
-  history holds at most ``ratio`` x its size (the newest item always stays).
+- ``truncate_oldest``: the oldest history items after the task are dropped until the items
+  after the task hold at most ``ratio`` x the history's size (the task and the newest item
+  always stay; when nothing can go, nothing changes).
 
 If the reduced prompt still leaves no room for one output token in the window, the
 trajectory ends with status ``context_exhausted``. The first call of a trajectory is sent as
@@ -39,7 +40,7 @@ from sim.prefix.spans import ContentId, Segments, n_tokens, segments, slice_toke
 class ContextLimit(BaseModel):
     """Scenario key ``workload.context_limit`` (every agent kind)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # compact (Claude Code / Codex CLI auto-compaction), stop (SWE-agent's exit_context),
     # truncate_oldest (sliding-window harnesses)
@@ -86,6 +87,9 @@ def fit_window(
     else:
         kept = truncate_items(history, target, keep_first=1)
     reduced = segments([*stable, *kept])
-    if n_tokens(reduced) + input_tokens + 1 > window:
-        return Fitted(None, True)
-    return Fitted(reduced, True)
+    n_reduced = n_tokens(reduced)
+    if n_reduced == total:  # nothing could go (truncate: only the task and the newest item)
+        reduced = context
+    if n_reduced + input_tokens + 1 > window:
+        return Fitted(None, n_reduced < total)
+    return Fitted(reduced, n_reduced < total)

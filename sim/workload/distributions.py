@@ -17,6 +17,7 @@ one stream never shifts another stream).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Literal, Union
 
@@ -27,6 +28,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 MAX_TOKENS = 10_000_000
 #: the longest time in seconds a distribution may state (about 31.7 years)
 MAX_TIME_S = 1e9
+#: the most knots of a ``quantiles`` distribution
+MAX_KNOTS = 10_000
 #: the largest lognormal sigma (already a spread of e^(+-10) around the median at 1 sigma)
 MAX_SIGMA = 10.0
 
@@ -176,14 +179,54 @@ class Empirical(_Dist):
         return [(f"values[{i}]", v) for i, v in enumerate(self.values)]
 
 
+class Quantiles(_Dist):
+    """An empirical quantile function: ``values[i]`` is the ``p[i]`` quantile, linear in
+    between (``p`` rises from 0 to 1, ``values`` never fall). Keeps a fitted tail (p99, the
+    maximum) that a parametric shape would smooth away; ``kvsim workload fit`` writes it."""
+
+    kind: Literal["quantiles"] = "quantiles"
+    p: list[Annotated[float, Field(ge=0, le=1)]] = Field(min_length=2, max_length=MAX_KNOTS)
+    values: list[float] = Field(min_length=2, max_length=MAX_KNOTS)
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if len(self.p) != len(self.values):
+            raise ValueError("quantiles need one value per p")
+        p, v = np.asarray(self.p), np.asarray(self.values)
+        if p[0] != 0 or p[-1] != 1 or (np.diff(p) <= 0).any():
+            raise ValueError("p must rise strictly from 0 to 1")
+        if (np.diff(v) < 0).any():
+            raise ValueError("values must not decrease")
+        return self
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        """The quantile function at probabilities ``u`` (in [0, 1])."""
+        return np.interp(u, self.p, self.values)
+
+    def _draw(self, rng, n):
+        return self.ppf(rng.random(n))
+
+    def _written(self):
+        return [(f"values[{i}]", v) for i, v in enumerate(self.values)]
+
+
+#: a float literal with an exponent (``1e9``, ``-2.5E+3``), which YAML 1.1 reads as text when
+#: it has no dot or no exponent sign; the only strings a distribution field accepts as a
+#: number (``kvsim schema`` states the same pattern), never ``"1_0"`` or ``" 3 "``. Written
+#: to mean the same in Python's ``re`` and in JSON Schema's ECMA regexes: ``[0-9]``, not
+#: ``\d`` (Unicode digits in Python), and ``$(?!\n)`` (Python's ``$`` also matches before
+#: a final newline)
+FLOAT_TEXT_PATTERN = r"^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)$(?!\n)"
+_FLOAT_TEXT = re.compile(FLOAT_TEXT_PATTERN)
+
+
 def _number_is_constant(value):
     if isinstance(value, bool):
         return value
-    if isinstance(value, str):  # YAML 1.1 reads 1e9 (no dot, no exponent sign) as text
-        try:
-            value = float(value)
-        except ValueError:
-            return value
+    if isinstance(value, str):
+        if not _FLOAT_TEXT.fullmatch(value):
+            return value  # the union then says what a distribution may be
+        value = float(value)
     if isinstance(value, int | float):
         return {"kind": "constant", "value": value}
     return value
@@ -192,7 +235,9 @@ def _number_is_constant(value):
 #: a distribution field: a mapping with ``kind``, or a bare number (a constant)
 Dist = Annotated[
     Annotated[
-        Union[Constant, Uniform, Exponential, LogNormal, Normal, Gamma, Empirical],  # noqa: UP007
+        Union[  # noqa: UP007
+            Constant, Uniform, Exponential, LogNormal, Normal, Gamma, Empirical, Quantiles
+        ],
         Field(discriminator="kind"),
     ],
     BeforeValidator(_number_is_constant),

@@ -1,8 +1,9 @@
-"""Reading request traces (CSV) for lengths and arrival times.
+"""Reading request traces (CSV) for lengths and arrival times; the traces that ship.
 
 Responsibility: load the columns a scenario names from a CSV trace (the Azure LLM
 inference traces of 2023: ``TIMESTAMP, ContextTokens, GeneratedTokens``) with one-line
-errors naming the file and the column, and cache the parsed columns per run.
+errors naming the file and the column; name the traces shipped in ``workloads/data``
+(``SHIPPED``) and find them in the checkout.
 
 Invariant: traces are read with pandas' CSV parser only (no code execution); token
 columns come back as int64 arrays >= 1, time columns as float seconds from the first row.
@@ -15,6 +16,27 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ConfigError
+
+#: the project's ``workloads/data`` folder (traces with their licences; in the checkout)
+DATA_DIR = Path(__file__).resolve().parents[2] / "workloads" / "data"
+#: traces named in scenarios (``lengths.trace``, a ``mooncake`` workload without a path)
+SHIPPED = {
+    "azure_conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+    "azure_code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+    "mooncake_synthetic": "mooncake/synthetic_trace.jsonl",
+}
+
+
+def shipped_trace(name: str, field: str | None = None) -> Path:
+    """The path of a shipped trace (raises ConfigError when this install lacks it)."""
+    path = DATA_DIR / SHIPPED[name]
+    if not path.is_file():
+        raise ConfigError(
+            f"the shipped trace {name!r} is not in this install (looked for {path}); "
+            "it ships in the source checkout's workloads/data: give a path instead",
+            field=field,
+        )
+    return path
 
 
 def read_columns(path: Path, columns: list[str]) -> dict[str, np.ndarray]:

@@ -76,7 +76,7 @@ def test_attention_term_and_shadow_prices(run_cli):
             "--model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 --tp 4 --context 100",
             "must equal tp x pp",
         ),
-        ("--model llama-3-70b --gpu h100-sxm-80gb --context 100 --mu-ratio 0.5", "mu_ratio"),
+        ("--model llama-3-70b --gpu h100-sxm-80gb --context 100 --mu-ratio 0.5", "--mu-ratio must be > 1, got 0.5"),
     ],
 )
 def test_bad_input_one_line(run_cli, args, needle):
@@ -113,3 +113,34 @@ def test_documented_e24_fits_its_window_and_the_8k_profile_warns(run_cli):
         "context 32,768 tokens exceeds llama-3-70b's window of 8,192 tokens (max_context_tokens)"
     ]
     assert data["recompute_s"] == json.loads(run_cli(command)[1])["recompute_s"]
+
+
+BREAKEVEN = "kvsim breakeven --model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 --context 32768"
+
+
+@pytest.mark.parametrize(
+    "flag,message",
+    [
+        # before: ZeroDivisionError traceback; a NaN wait silently accepted
+        ("--link-gb-per-s inf", "--link-gb-per-s must be a finite number in [1e-06, 1000000], got inf"),
+        ("--link-gb-per-s 0", "--link-gb-per-s must be in [1e-06, 1000000], got 0"),
+        ("--link-gb-per-s nan", "--link-gb-per-s must be a finite number in [1e-06, 1000000], got nan"),
+        ("--wait nan", "--wait must be a finite number in [0, 1e+09], got nan"),
+        ("--wait -1", "--wait must be in [0, 1e+09], got -1"),
+        ("--prefill-tflops inf", "--prefill-tflops must be a finite number in [1e-06, 1e+12], got inf"),
+        ("--prefill-mfu nan", "--prefill-mfu must be a finite number in (0, 1], got nan"),
+        ("--mu-ratio nan", "--mu-ratio must be a number > 1 or inf, got nan"),
+        ("--stall-s -inf", "--stall-s must be a finite number in [0, 1e+09], got -inf"),
+        ("--params -1", "--params must be in (0, 1e+15], got -1"),
+        ("--pp 0", "--pp must be in [1, 1000000], got 0"),
+    ],
+)
+def test_number_flags_are_finite_and_in_range(run_cli, flag, message):
+    code, out, err = run_cli(f"{BREAKEVEN} {flag}")
+    assert (code, out, err) == (2, "", f"kvsim: error: {message}\n")
+
+
+def test_an_infinite_mu_ratio_is_the_default_and_allowed(run_cli):
+    code, out, _ = run_cli(f"{BREAKEVEN} --link-gb-per-s 64 --mu-ratio inf --json")
+    assert code == 0
+    assert json.loads(out)["break_even_wait_s"] == json.loads(out)["round_trip_s"]

@@ -69,7 +69,6 @@ def test_gb_and_gib_flags_are_exclusive(run_cli):
             "--model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 --context 8192 --kv-dtype fp4",
             "--kv-dtype: unknown dtype 'fp4'; valid:",
         ),
-        ("--model llama-3-70b --gpu h100-sxm-80gb --num-gpus 1 --context 8192", "no memory left"),
         (
             "--model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 --context 8192 --set layers=3",
             "expected PREFIX.FIELD=VALUE",
@@ -143,3 +142,37 @@ def test_profiles_list_and_show(run_cli):
 def test_usage_errors_are_messages_not_tracebacks(run_cli, args, needle):
     code, _, err = run_cli("kvsim " + args)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+PLAN = "kvsim plan --model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 --context 8192"
+
+
+@pytest.mark.parametrize(
+    "flag,message",
+    [
+        # before: OverflowError, ValueError tracebacks; silently accepted negatives
+        ("--gpu-mem-gb inf", "--gpu-mem-gb must be a finite number in (0, 1e+09], got inf"),
+        ("--gpu-mem-gib -80", "--gpu-mem-gib must be in (0, 1e+09], got -80"),
+        ("--reserve-gb-per-gpu nan", "--reserve-gb-per-gpu must be a finite number in [0, 1e+09], got nan"),
+        ("--reserve-gb-per-gpu -100", "--reserve-gb-per-gpu must be in [0, 1e+09], got -100"),
+        ("--reserve-gib-per-gpu inf", "--reserve-gib-per-gpu must be a finite number in [0, 1e+09], got inf"),
+        ("--params nan", "--params must be a finite number in (0, 1e+15], got nan"),
+        ("--params -1", "--params must be in (0, 1e+15], got -1"),
+        ("--params 1e300", "--params must be in (0, 1e+15], got 1e+300"),
+        ("--output-tokens -100", "--output-tokens must be in [0, 1e+12], got -100"),
+        ("--headroom nan", "--headroom must be a finite number in [0, 1), got nan"),
+        ("--headroom 1", "--headroom must be in [0, 1), got 1"),
+        ("--gpu-memory-utilization -inf", "--gpu-memory-utilization must be a finite number in (0, 1], got -inf"),
+        ("--shared-prefix-tokens -5", "--shared-prefix-tokens must be in [0, 1e+12], got -5"),
+        ("--num-gpus 0", "--num-gpus must be in [1, 1000000], got 0"),
+        ("--pp 0", "--pp must be in [1, 1000000], got 0"),
+        ("--tp -8", "--tp must be in [1, 1000000], got -8"),
+        ("--context 1e300", "--context must be in [1, 1e+12], got 1e+300"),
+        ("--context 0", "--context must be in [1, 1e+12], got 0"),
+        ("--context inf", "--context: 'inf' is not a whole number"),
+        ("--context 1.5e0", "--context: '1.5e0' is not a whole number"),
+    ],
+)
+def test_number_flags_are_finite_and_in_range(run_cli, flag, message):
+    code, out, err = run_cli(f"{PLAN} {flag}")
+    assert (code, out, err) == (2, "", f"kvsim: error: {message}\n")

@@ -80,10 +80,31 @@ def test_utilization_out_of_range_is_one_line(run_cli, value):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_no_memory_left_names_the_utilization(run_cli):
-    code, _, err = run_cli(f"{BASE} --gpu-memory-utilization 0.15")
-    assert code == 2 and "no memory left for KV" in err and "utilization 0.15" in err
-    assert len(err.strip().splitlines()) == 1
+def test_weights_beyond_memory_warn_exit_0_and_say_the_numbers(run_cli):
+    """Issue: 0 trajectories fitting (say why) is a warning, exit 0 (it was exit 2)."""
+    code, out, err = run_cli(f"{BASE} --gpu-memory-utilization 0.15 --json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["kv_pool_bytes_per_gpu"] == 0 and data["usable_kv_pool_bytes"] == 0
+    assert [c["max_concurrent"] for c in data["contexts"]] == [0]
+    # 0.15 x 80 GiB = 12.885 GB < 16.060 GB of weights: one warning, the reason (the
+    # per-context "0 fit" lines would only repeat it)
+    assert data["warnings"] == [
+        "weights exceed memory x utilization: 16.060 GB of weights per GPU > 85.899 GB x "
+        "utilization 0.15 = 12.885 GB, so the KV pool is 0 and no trajectory fits (raise "
+        "--num-gpus or --tp, or lower --params)"
+    ]
+    assert err == f"kvsim: warning: {data['warnings'][0]}\n"
+
+
+def test_reserve_beyond_what_the_weights_leave_warns(run_cli):
+    code, out, err = run_cli(f"{BASE} --reserve-gb-per-gpu 80 --shared-prefix-tokens 100")
+    assert code == 0 and "max concurrent" in out
+    assert err.startswith(
+        "kvsim: warning: weights and reserve exceed memory x utilization: 16.060 GB of "
+        "weights + 80.000 GB reserved per GPU > 85.899 GB x utilization 1 = 85.899 GB,"
+    )
+    assert len(err.splitlines()) == 1
 
 
 def test_context_beyond_window_warns_and_exits_0(run_cli):

@@ -24,6 +24,13 @@ def test_run_writes_the_run_folder(run_cli, tmp_path):
         "config.resolved.yaml",
         "memory.parquet",
         "pauses.parquet",
+        "plot_batch.png",
+        "plot_efficiency.png",
+        "plot_latency.png",
+        "plot_memory.png",
+        "plot_pauses.png",
+        "plot_prefix.png",
+        "report.html",
         "requests.parquet",
         "steps.parquet",
         "summary.json",
@@ -101,6 +108,13 @@ RUN_FILES = [
     "config.resolved.yaml",
     "memory.parquet",
     "pauses.parquet",
+    "plot_batch.png",  # the report (sim.report): plot_*.png and report.html
+    "plot_efficiency.png",
+    "plot_latency.png",
+    "plot_memory.png",
+    "plot_pauses.png",
+    "plot_prefix.png",
+    "report.html",
     "requests.parquet",
     "steps.parquet",
     "summary.json",
@@ -158,6 +172,23 @@ def test_out_must_be_a_folder_path(run_cli, tmp_path, monkeypatch):
     assert (tmp_path / "keep").read_text() == "x"
 
 
+def test_an_out_under_a_file_is_refused_before_the_run(run_cli, tmp_path, monkeypatch):
+    """The nearest existing folder above --out must be a writable folder: checked before
+    the run (before: found only when writing, after the whole simulation)."""
+    import sim.run
+
+    def no_run(*a, **k):
+        raise AssertionError("the run must not start")
+
+    monkeypatch.setattr(sim.run, "build", no_run)
+    (tmp_path / "f").write_text("x")
+    for out, parent in (("/dev/null/x", "/dev/null"), (str(tmp_path / "f" / "a" / "b"), str(tmp_path / "f"))):
+        code, stdout, stderr = run_cli(["run", E20, "--out", out, "--quiet"])
+        assert (code, stdout) == (2, "")
+        assert stderr == f"kvsim: error: --out: {out}: {parent} is not a folder\n"
+    assert _names(tmp_path) == ["f"]
+
+
 def test_ctrl_c_during_the_run_writes_nothing(run_cli, tmp_path, monkeypatch):
     from sim.run.runner import Simulation
 
@@ -197,6 +228,34 @@ def test_ctrl_c_while_writing_leaves_no_partial_folder(run_cli, tmp_path, monkey
     assert len(calls) == 3
     assert {p.name: p.read_bytes() for p in old.iterdir()} == before
     assert _names(tmp_path) == ["run"]
+
+
+def test_ctrl_c_after_the_folder_is_in_place_says_it_is_complete(run_cli, tmp_path, monkeypatch):
+    """An interrupt while the table or the warnings print: the folder is whole on disk, and
+    the message says so (before: 'interrupted: nothing written')."""
+    import sim.cli.run as cli_run
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for name, flags in (("_print_summary", []), ("_after_run", ["--quiet"])):
+        out = tmp_path / name
+        with monkeypatch.context() as m:
+            m.setattr(cli_run, name, interrupted)
+            code, _, stderr = run_cli(["run", E20, "--out", str(out), *flags])
+        assert (code, stderr.lstrip("\n")) == (130, f"interrupted: the run folder {out} is complete\n")
+        assert _names(out) == RUN_FILES
+        assert json.loads((out / "summary.json").read_text())["command"][:2] == ["kvsim", "run"]
+    assert _names(tmp_path) == ["_after_run", "_print_summary"]
+
+
+def test_command_is_the_argv_main_received(tmp_path):
+    from sim.cli import main
+
+    argv = ["run", "--quiet", "--set", "seed=3", E20, "--set", "scheduler.chunked_prefill=false",
+            "--out", str(tmp_path / "r")]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["command"] == ["kvsim", *argv]
 
 
 def test_sigint_to_a_running_kvsim_leaves_nothing(tmp_path):
@@ -247,9 +306,9 @@ def test_resolved_config_reruns_from_anywhere_with_the_same_hash(run_cli, tmp_pa
     resolved = yaml.safe_load((tmp_path / "a" / "config.resolved.yaml").read_text())
     trace = WORKLOADS / "data" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
     assert resolved["workload"]["lengths"]["path"] == str(trace)
-    assert first["command"] == [
-        "kvsim", "run", "chat_azure.yaml", "--out", str(tmp_path / "a"), "--set",
-        "workload.num_requests=40", "--quiet",
+    assert first["command"] == [  # the argv as given, in its order (before: rebuilt)
+        "kvsim", "run", "chat_azure.yaml", "--out", str(tmp_path / "a"), "--quiet", "--set",
+        "workload.num_requests=40",
     ]  # fmt: skip
     assert first["scenario_path"] == CHAT
     assert first["config_sha256"] == config_sha256(resolved)
@@ -295,4 +354,53 @@ def test_python_api_records_no_command(tmp_path):
     except KvsimError as exc:
         assert "pass --force" in str(exc)
     res.write(tmp_path / "r", force=True)
-    assert _names(tmp_path / "r") == RUN_FILES
+    # the Python API writes the run's own files; the report is kvsim run's (sim.report)
+    assert _names(tmp_path / "r") == [f for f in RUN_FILES if not f.startswith(("plot_", "report"))]
+
+
+# ------------------------------------------------------------------ pathological runs
+# 60 requests, one every 50 ms, each writing 9,000 tokens into a pool of ~9,155 tokens
+# (1.2 GB at 131,072 B per token): the newest running request is preempted again and again
+THRASH = {
+    "schema_version": 1,
+    "name": "thrash",
+    "seed": 0,
+    "model": "llama-3-8b",
+    "hardware": {"accelerator": "h100-sxm-80gb", "tp": 1, "kv_pool_bytes_per_gpu": 1.2e9},
+    "allocator": {"kind": "paged", "block_size": 16},
+    "scheduler": {"kind": "vllm_v1"},
+    "workload": {
+        "kind": "requests",
+        "requests": [
+            {"count": 1, "at_s": round(0.05 * i, 2), "prompt_tokens": 16, "output_tokens": 9000}
+            for i in range(60)
+        ],
+    },
+}
+
+
+def test_thrashing_is_a_summary_warning_and_a_warning_block(run_cli, tmp_path):
+    """A request preempted more than 10 times (PREEMPTIONS_WARN): the run completes (exit 0)
+    and says so in summary.json's warnings and in the WARNING block on stderr."""
+    from sim.metrics.summary import PREEMPTIONS_WARN
+
+    path = tmp_path / "thrash.yaml"
+    path.write_text(yaml.safe_dump(THRASH))
+    out = tmp_path / "run"
+    code, stdout, stderr = run_cli(["run", str(path), "--out", str(out), "--quiet"])
+    assert (code, stdout) == (0, "")
+    summary = json.loads((out / "summary.json").read_text())
+    preempted = pd.read_parquet(out / "requests.parquet").preemptions
+    worst, n = int(preempted.max()), int((preempted > PREEMPTIONS_WARN).sum())
+    assert PREEMPTIONS_WARN == 10 and worst > 10 and n >= 1
+    assert summary["requests_completed"] == 60 and summary["rejected"] == 0
+    sentence = (
+        f"thrashing: {n:,} requests were preempted more than 10 times (at most {worst:,}; "
+        f"{summary['preemptions']:,} preemptions in all)"
+    )
+    assert summary["warnings"] == [sentence]
+    assert stderr == (
+        "WARNING: this run looks pathological (1 warning(s)):\n"
+        f"WARNING:   - {sentence}\n"
+        "WARNING: see summary.json (warnings, rejected_by_reason, trajectories_by_status)\n"
+    )

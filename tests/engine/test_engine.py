@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import simpy
 from engine_helpers import assert_same_frame, assert_same_summary, flat, run
 from test_modes import AGENTS
 
-from sim.cost import CostModel
-from sim.engine import EngineStuckError, Node
-from sim.memory import make_allocator
-from sim.memory.kv_manager import KVManager
-from sim.metrics import Recorder
-from sim.profiles import load_accelerator, load_model
-from sim.sched import BatchPlan, Request
+from sim.engine import EngineStuckError
+from sim.run import build
+from sim.sched import BatchPlan, Request, Scheduler, VllmV1Config
 
 SMALL = {**AGENTS, "workload.num_trajectories": 10, "hardware.kv_pool_bytes_per_gpu": 0.6e9}
 
@@ -28,54 +23,61 @@ def test_same_seed_same_results_other_seed_other_results():
     assert flat(c.summary)["ttft_s.mean"] != flat(a.summary)["ttft_s.mean"]
 
 
-class _StuckScheduler:
+class _StuckScheduler(Scheduler):
     """Holds work but never schedules it (what a scheduler bug would look like)."""
 
     name = "stuck"
-
-    def __init__(self) -> None:
-        self.running, self.waiting = [], []
 
     def add(self, req):
         self.waiting.append(req)
         return True
 
+    def cancel(self, req):
+        return False
+
     def schedule(self):
         return BatchPlan()
 
-    @property
-    def has_work(self):
-        return bool(self.waiting)
+    def commit(self, plan, steps=1, prefill_steps=0, prefill_tokens=0):
+        raise AssertionError("never called: nothing is scheduled")
+
+    def prefill_chunks(self, cached_tokens, new_tokens):
+        return [new_tokens]
 
 
-def _node(scheduler, kv):
-    env = simpy.Environment()
-    cost = CostModel(load_model("llama-3-8b"), load_accelerator("h100-sxm-80gb"))
-    node = Node(env, scheduler, kv, cost, Recorder(pool_bytes=kv.alloc.pool_bytes))
-    return env, node
+SCENARIO = {
+    "schema_version": 1,
+    "model": "llama-3-8b",
+    "hardware": {"accelerator": "h100-sxm-80gb", "kv_pool_bytes_per_gpu": 1 << 24},
+    "workload": {"kind": "requests", "requests": [{"prompt_tokens": 1, "output_tokens": 1}]},
+}
+
+
+def _node(make_scheduler=None):
+    """A node over a real (but idle) built simulation, with its scheduler swapped."""
+    sim = build(SCENARIO)
+    if make_scheduler is not None:
+        sim.node.sched = make_scheduler(sim.kv)
+        sim.pauses.sched = sim.node.sched
+    return sim.env, sim.node, sim.kv
 
 
 def test_livelock_guard_names_the_stuck_requests():
-    kv = KVManager(make_allocator("paged", pool_bytes=1 << 20, kv_bytes_per_token=1))
-    env, node = _node(_StuckScheduler(), kv)
+    env, node, _ = _node(lambda kv: _StuckScheduler(VllmV1Config(), kv))
     node.submit(Request(7, "s7", 10, 2))
     with pytest.raises(EngineStuckError, match=r"empty batch with runnable work.*#7"):
         env.run(until=node.process)
 
 
 def test_engine_stops_when_the_workload_has_ended_and_queues_are_empty():
-    from sim.sched import VllmV1Config, VllmV1Scheduler
-
-    kv = KVManager(make_allocator("paged", pool_bytes=1 << 24, kv_bytes_per_token=1))
-    sched = VllmV1Scheduler(VllmV1Config(), kv)
-    env, node = _node(sched, kv)
+    env, node, kv = _node()
     done = []
-    req = Request(0, "a", 100, 4, on_done=done.append)
+    req = Request(100, "a", 100, 4, on_done=done.append)
     node.submit(req)
     node.workload_finished()
     env.run(until=node.process)
     assert done == [req] and req.finish_s == node.end_s > 0
-    assert kv.alloc.num_sequences == 0  # the last turn's sequence is released
+    assert kv.num_sequences == 0  # the last turn's sequence is released
 
 
 def test_requests_that_can_never_fit_are_rejected_not_stuck():

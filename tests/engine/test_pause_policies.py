@@ -10,7 +10,7 @@ from engine_helpers import WORKLOADS, assert_same_frame, assert_same_summary, ru
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine.pauses import PauseController
+from sim.engine.pauses import PauseLifecycle
 from sim.errors import ConfigError
 from sim.memory.errors import InvariantError
 from sim.memory.tiers import BlockFrame, Tier
@@ -309,7 +309,7 @@ def test_reload_waits_for_hbm_then_copies_in():
 
 def test_offloaded_blocks_are_never_read_by_a_step():
     sim = build(str(WORKLOADS / E24), **{"pause_policy.kind": "offload_host"})
-    ctl: PauseController = sim.pauses
+    ctl: PauseLifecycle = sim.pauses
 
     class Req:
         seq_id = "s"
@@ -317,11 +317,12 @@ def test_offloaded_blocks_are_never_read_by_a_step():
     class Sched:
         running = [Req()]
 
-    ctl.table.set("s", [BlockFrame(Tier.HBM, 0), BlockFrame(Tier.HOST, 3)])
+    ctl.sched = Sched()
+    ctl.transfers.table.set("s", [BlockFrame(Tier.HBM, 0), BlockFrame(Tier.HOST, 3)])
     with pytest.raises(InvariantError, match="HOST"):
-        ctl.check_invariants(Sched())
-    ctl.table.set("s", [BlockFrame(Tier.HBM, 0)])
-    ctl.check_invariants(Sched())
+        ctl.check_invariants()
+    ctl.transfers.table.set("s", [BlockFrame(Tier.HBM, 0)])
+    ctl.check_invariants()
 
 
 @pytest.mark.parametrize(

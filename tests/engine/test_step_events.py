@@ -7,7 +7,8 @@ import pytest
 from engine_helpers import run
 
 # the pressured swarm on a 3 GB pool: preemptions in decisions that run no step, held
-# drops, and requests refused when submitted (prompt + output beyond the model's window)
+# drops, and requests refused when submitted (a prompt that fills the model's window,
+# leaving no room for one output token, or one that can never fit the KV pool)
 PRESSURE = {"hardware.kv_pool_bytes_per_gpu": 3e9, "engine.check_invariants": False}
 
 

@@ -10,6 +10,11 @@ calibrations) or ``kvsim profiles show NAME --profiles DIR`` (profiles, from a t
 copy that shadows the shipped one) in its own process, forked by ``driver.py`` from a warm
 interpreter, under a 1 GiB address-space limit and a 30 s alarm. Each must exit with
 status 2, print no traceback and name the mutated file.
+
+The number flags of ``kvsim plan`` and ``kvsim breakeven`` are mutated the same way: each
+flag in turn, in a valid command line, set to NaN, +inf, -inf and a negative number (each
+invalid for every one of them); each case must exit 2 without a traceback and name the
+flag. The whole fuzz must take less than ``BUDGET_S``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("driver.py")
 SEED = 20240601
 SCENARIOS = sorted([*ROOT.glob("workloads/*.yaml"), *ROOT.glob("benchmarks/*.yaml")])
+SCENARIOS = [p for p in SCENARIOS if not p.name.endswith("_sweep.yaml")]  # a sweep names its base
 PROFILES = sorted(ROOT.glob("hardware_profiles/**/*.yaml"))
 PROFILE_KINDS = {"accelerators", "models", "nodes"}  # the rest (calibration) via validate
 #: mappings whose values are free-form (``dict[str, Any]`` overrides, a calibration's
@@ -39,6 +46,28 @@ FREE_FORM = {"overrides", "accelerator_overrides", "measured"}
 #: per-case targets drawn for each value-level family (types, signs, non-finite)
 PICKS_SCENARIO, PICKS_PROFILE = 3, 1
 DEPTH = 1000  # far past the loader's nesting bound (64)
+BUDGET_S = 120  # the whole fuzz (the mutants, the driver and every case)
+
+#: valid command lines of ``plan`` and ``breakeven``, and a valid value of each number flag
+#: (the flags absent from the command line are added one at a time)
+FLAG_COMMANDS = {
+    "plan": (
+        ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8",
+         "--context", "8192,32768"],
+        {"--num-gpus": "8", "--context": "8192", "--tp": "8", "--pp": "1",
+         "--output-tokens": "100", "--params": "70.6e9", "--gpu-mem-gib": "80",
+         "--gpu-mem-gb": "80", "--reserve-gb-per-gpu": "2.5", "--reserve-gib-per-gpu": "2",
+         "--gpu-memory-utilization": "0.9", "--headroom": "0.1",
+         "--shared-prefix-tokens": "1000"},
+    ),
+    "breakeven": (
+        ["breakeven", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8",
+         "--context", "32768"],
+        {"--num-gpus": "8", "--context": "32768", "--tp": "8", "--pp": "1",
+         "--params": "70.6e9", "--link-gb-per-s": "64", "--prefill-mfu": "0.45",
+         "--prefill-tflops": "400", "--wait": "45", "--mu-ratio": "4", "--stall-s": "0.5"},
+    ),
+}  # fmt: skip
 
 Path_ = tuple  # a key path into the parsed document
 
@@ -186,6 +215,24 @@ def mutants(path: Path, picks: int, text_key: str) -> Iterator[Mutation]:
     yield from _loader_mutants(doc, text, rng, text_key)
 
 
+def flag_mutants() -> Iterator[tuple[str, str, list[str]]]:
+    """(id, flag, argv): each number flag of plan and breakeven set to a value it does not
+    accept (NaN, infinities, a negative number; +inf is --mu-ratio's 'host memory is free')."""
+    for command, (base, numbers) in FLAG_COMMANDS.items():
+        for flag, valid in numbers.items():
+            for bad in ("nan", "inf", "-inf", f"-{valid}"):
+                if (flag, bad) == ("--mu-ratio", "inf"):
+                    continue
+                argv = list(base)
+                if flag in argv:
+                    argv[argv.index(flag) + 1] = bad
+                else:
+                    argv += [flag, bad]
+                if flag == "--prefill-mfu":  # one prefill rate at a time
+                    argv = [a for a in argv if a != "--prefill-tflops"]
+                yield f"{command} {flag} {bad}", flag, argv
+
+
 # ---------------------------------------------------------------------------- cases
 def _cases(tmp: Path) -> list[dict]:
     cases: list[dict] = []
@@ -204,13 +251,15 @@ def _cases(tmp: Path) -> list[dict]:
                 scenario = str(ROOT / "workloads" / "agent_swarm.yaml")
                 argv = ["validate", scenario, "--set", f"cost.calibration={f}"]
             cases.append(_case(f, data, argv, src, name))
+    for name, flag, argv in flag_mutants():
+        cases.append({"id": name, "argv": argv, "needle": flag})
     return cases
 
 
 def _case(f: Path, data: bytes, argv: list[str], src: Path, name: str) -> dict:
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_bytes(data)
-    return {"id": f"{src.relative_to(ROOT)} {name}", "argv": argv, "file": str(f)}
+    return {"id": f"{src.relative_to(ROOT)} {name}", "argv": argv, "needle": str(f)}
 
 
 def _run_driver(tmp: Path, cases: list[dict]) -> dict[str, dict]:
@@ -218,6 +267,7 @@ def _run_driver(tmp: Path, cases: list[dict]) -> dict[str, dict]:
     warm = [
         ["validate", str(SCENARIOS[0])],
         ["profiles", "show", PROFILES[0].stem],
+        *(base for base, _ in FLAG_COMMANDS.values()),
     ]
     manifest.write_text(json.dumps({"warm": warm, "cases": cases}))
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -246,8 +296,10 @@ def test_mutants_are_deterministic():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the driver forks one process per case")
 def test_every_mutant_fails_cleanly(tmp_path: Path):
+    start = time.monotonic()
     cases = _cases(tmp_path)
     results = _run_driver(tmp_path, cases)
+    elapsed_s = time.monotonic() - start
     bad = []
     for case in cases:
         r = results.get(case["id"])
@@ -255,6 +307,13 @@ def test_every_mutant_fails_cleanly(tmp_path: Path):
         if problem:
             bad.append(f"{case['id']}: {problem}")
     assert not bad, f"{len(bad)} of {len(cases)} cases:\n" + "\n".join(bad[:40])
+    assert elapsed_s < BUDGET_S, f"the fuzz took {elapsed_s:.0f} s ({len(cases)} cases)"
+
+
+def test_flag_mutants_cover_every_number_flag():
+    found = {(argv[0], flag) for _, flag, argv in flag_mutants()}
+    assert len(found) == 24 and len(list(flag_mutants())) == 95
+    assert ("plan", "--gpu-mem-gb") in found and ("breakeven", "--link-gb-per-s") in found
 
 
 def _problem(case: dict, r: dict | None) -> str | None:
@@ -265,7 +324,7 @@ def _problem(case: dict, r: dict | None) -> str | None:
         (r["signal"] is not None, lambda: f"killed by signal {r['signal']} (timeout or memory)"),
         ("Traceback" in err, lambda: "traceback:\n" + err[-1500:]),
         (r["code"] != 2, lambda: f"exit status {r['code']}: {err[-300:]!r}"),
-        (case["file"] not in err, lambda: f"the message does not name the file: {err[-300:]!r}"),
+        (case["needle"] not in err, lambda: f"the message does not name {case['needle']}: {err[-300:]!r}"),
     ]
     for failed, why in checks:
         if failed:

@@ -159,3 +159,12 @@ def test_check_invariants_catches_a_leaked_block():
     a._lineage.distinct_tokens = a._lineage.logical_tokens = 4
     with pytest.raises(InvariantError, match="block 1 has refcount 1 but 0 tables"):
         a.check_invariants()
+
+
+def test_one_invariant_error_class_for_every_layer():
+    """``sim.errors.InvariantError`` is the one invariant failure; memory re-exports it."""
+    import sim.errors
+    import sim.memory.errors
+
+    assert sim.memory.errors.InvariantError is sim.errors.InvariantError is InvariantError
+    assert issubclass(InvariantError, AssertionError)

@@ -1,4 +1,4 @@
-"""The allocator factory: kinds by name, options checked, lazy registration, layering."""
+"""The allocator factory: kinds by name, options checked, registration by class."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sim.errors import ConfigError, KvsimError, UnknownNameError
+from sim.errors import ConfigError, UnknownNameError
 from sim.memory import (
     PagedAllocator,
     allocator_kinds,
@@ -35,7 +35,8 @@ def test_unknown_option_names_the_valid_options():
     with pytest.raises(ConfigError) as exc:
         make_allocator("contiguous", pool_bytes=1024, kv_bytes_per_token=1, block_size=16)
     assert str(exc.value) == (
-        "block_size: unknown option of kind 'contiguous'; valid: grow_in_place, growth, placement"
+        "block_size: unknown option of kind 'contiguous'; valid: grow_in_place, growth, placement, "
+        "reservation, window_tokens"
     )
 
 
@@ -76,10 +77,12 @@ def test_options_come_from_the_constructor_signature():
         "growth": "double",
         "placement": "first_fit",
         "grow_in_place": False,
+        "reservation": "none",
+        "window_tokens": None,
     }
 
 
-def test_register_a_class_and_a_lazy_path(monkeypatch):
+def test_register_a_class(monkeypatch):
     monkeypatch.setattr(reg, "_REGISTRY", dict(reg._REGISTRY))
 
     class Paged8(PagedAllocator):
@@ -90,29 +93,58 @@ def test_register_a_class_and_a_lazy_path(monkeypatch):
     assert isinstance(a, Paged8)
     with pytest.raises(ValueError, match="already registered"):
         register_allocator("paged8", PagedAllocator)
-    register_allocator("lazy-paged", "sim.memory.paged:PagedAllocator")
-    assert type(make_allocator("lazy-paged", pool_bytes=64, kv_bytes_per_token=1)).__name__ == (
-        "PagedAllocator"
-    )
-    register_allocator("paged", PagedAllocator)  # the class its lazy path names: no conflict
-    with pytest.raises(ValueError, match="module:Class"):
-        register_allocator("bad", "sim.memory.paged.PagedAllocator")
+    register_allocator("paged8", PagedAllocator, replace=True)
+    assert type(make_allocator("paged8", pool_bytes=64, kv_bytes_per_token=1)) is PagedAllocator
+    register_allocator("paged", PagedAllocator)  # the same class again: no conflict
     with pytest.raises(TypeError):
         register_allocator("bad", dict)
 
 
-def test_a_lazy_kind_whose_module_is_absent_is_a_clear_error(monkeypatch):
+@pytest.mark.parametrize("entry", ["sim.memory.paged:PagedAllocator", "sim.nowhere:Ghost"])
+def test_a_kind_is_a_class_never_a_module_path(monkeypatch, entry):
+    """Kinds above memory register their classes from their own module (the import graph
+    shows where each kind lives); a ``"module:Class"`` string is refused."""
     monkeypatch.setattr(reg, "_REGISTRY", dict(reg._REGISTRY))
-    register_allocator("ghost", "sim.nowhere.ghost:GhostAllocator")
-    with pytest.raises(KvsimError, match="'ghost' is registered at sim.nowhere.ghost"):
-        make_allocator("ghost", pool_bytes=64, kv_bytes_per_token=1)
+    with pytest.raises(TypeError, match="must be an Allocator subclass"):
+        register_allocator("lazy", entry)
+    assert "lazy" not in allocator_kinds()
+    assert all(isinstance(c, type) for c in reg._REGISTRY.values())
 
 
-def test_sim_memory_imports_no_upper_layer_and_no_torch():
+def test_the_prefix_kinds_are_the_classes_sim_prefix_registers():
+    from sim.prefix.hash_index import HashIndex
+    from sim.prefix.kinds import HashPagedAllocator, RadixAllocator
+    from sim.prefix.radix_index import RadixIndex
+
+    assert reg.allocator_class("radix") is RadixAllocator
+    assert reg.allocator_class("paged_hash") is HashPagedAllocator
+    common = dict(pool_bytes=64 * 16 * 100, kv_bytes_per_token=100)
+    assert isinstance(make_allocator("radix", **common).index, RadixIndex)
+    assert isinstance(make_allocator("paged_hash", **common).index, HashIndex)
+    assert make_allocator("paged", **common).index is None
+
+
+def test_a_fresh_interpreter_knows_every_kind_whatever_it_imports_first():
+    """``import sim`` registers the prefix kinds, so ``sim.memory`` alone makes a radix."""
+    code = (
+        "from sim.memory import make_allocator, allocator_kinds; "
+        "a = make_allocator('radix', pool_bytes=64 * 16, kv_bytes_per_token=1); "
+        "print(a.kind, sorted(allocator_kinds()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(" ", 1)[0] == "radix" and "'paged_hash'" in out.stdout
+
+
+def test_sim_memory_loads_no_engine_no_torch():
+    """At run time ``import sim.memory`` loads ``sim`` (which registers the prefix kinds
+    through ``sim.prefix``) and nothing heavier; which module may import which is the
+    import-graph test's job (tests/test_layers.py)."""
     code = (
         "import sys, sim.memory, sim.memory.replay; "
-        "bad = [m for m in sys.modules if m.startswith(('torch', 'sim.prefix', 'sim.engine',"
-        " 'sim.sched', 'sim.cli', 'simpy'))]; print(bad); sys.exit(1 if bad else 0)"
+        "bad = [m for m in sys.modules if m.startswith(('torch', 'sim.engine',"
+        " 'sim.sched', 'sim.cli', 'sim.run', 'sim.scenario', 'simpy'))]; "
+        "print(bad); sys.exit(1 if bad else 0)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr

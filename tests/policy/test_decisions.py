@@ -334,14 +334,6 @@ def test_e25_speculative_plan_fires_before_the_minimum():
     assert pipe.prefetch == PrefetchPlan("pipelined") and pipe.prefetch.pipelined
 
 
-def test_preemption_swaps_only_when_enabled_and_host_has_room():
-    f = e24()
-    assert make_policy("hold").on_preempt(f).action == "recompute"
-    swap = make_policy("hold", preempt_swap=True)
-    assert swap.on_preempt(f).action == "offload_host"
-    assert swap.on_preempt(e24(host_free_bytes=0)).action == "recompute"
-
-
 def test_decisions_are_pure():
     p = make_policy("break_even")
     f = e24()

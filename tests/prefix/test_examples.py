@@ -17,7 +17,7 @@ def test_e15_s_match_100_b16_serves_96():
     a.allocate("first", 112, content=[("ctx", 112)])
     r = a.allocate("second", 110, content=[("ctx", 100), ("new", 10)])
     assert r.matched_tokens == 96  # floor(100/16) x 16; 4 tail tokens recomputed
-    rec = a.stats.records[-1]
+    rec = a.index.stats.records[-1]
     assert (rec.matched_tokens, rec.hit_tokens) == (100, 96)
     assert a.block_table("second")[:6] == a.block_table("first")[:6]
 

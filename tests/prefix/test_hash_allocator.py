@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.memory import InvariantError, make_allocator
-from sim.prefix.hash_allocator import HashPagedAllocator
+from sim.prefix.kinds import HashPagedAllocator
 from sim.prefix.spans import block_hashes, segments
 
 KV = 8
@@ -83,7 +83,7 @@ def test_whole_prompt_hit_recomputes_the_last_block_and_keeps_duplicates():
     a.free("a")
     r = a.allocate("b", 16, content=[("P", 16)])
     assert r.matched_tokens == 12  # (16 - 1) // 4 = 3 blocks
-    assert a.stats.records[-1].matched_tokens == 16
+    assert a.index.stats.records[-1].matched_tokens == 16
     last_a, last_b = 3, a.block_table("b")[3]
     assert last_b != last_a  # recomputed into a new block: both copies cached (no dedup)
     assert a.pool.block_hash[last_a] == a.pool.block_hash[last_b] is not None
@@ -177,9 +177,9 @@ def test_books_and_hashes_stay_consistent(ops, null, head, blocks):
         assert m.useful_bytes <= m.allocated_bytes
         assert a.pool.num_free == (m.free_bytes + m.cached_bytes) / (4 * KV)
         for seq in live:  # incremental hashes == the whole chain hashed from token 0
-            cur = a._content[seq]
+            cur = a.index._content[seq]
             if cur is not None:
-                assert a._hashes[seq] == block_hashes(segments(cur), 4)
+                assert a.index._hashes[seq] == block_hashes(segments(cur), 4)
 
 
 def test_invariant_check_catches_a_wrong_hash_or_tail():
@@ -187,19 +187,19 @@ def test_invariant_check_catches_a_wrong_hash_or_tail():
     a.allocate("a", 10, content=[("S", 10)])
     for k in range(10, 22):
         a.append("a", 1, content=[("S", k, 1)])
-    assert a._hashes["a"] == block_hashes(segments([("S", 22)]), 4)
-    assert a._tail["a"] == [("S", 20, 2)]
+    assert a.index._hashes["a"] == block_hashes(segments([("S", 22)]), 4)
+    assert a.index._tail["a"] == [("S", 20, 2)]
     ok(a)
-    good = list(a._hashes["a"])
+    good = list(a.index._hashes["a"])
     for i in (0, len(good) - 1):  # a block's hash in the pool, or the chain's last link
-        a._hashes["a"][i] ^= 1
+        a.index._hashes["a"][i] ^= 1
         with pytest.raises(InvariantError, match="hashes are stale"):
             a.check_invariants()
-        a._hashes["a"][:] = good
+        a.index._hashes["a"][:] = good
     a.pool.block_hash[a.block_table("a")[-2]] ^= 1  # the pool's map disagrees too
     with pytest.raises(InvariantError):
         a.check_invariants()
     a.pool.block_hash[a.block_table("a")[-2]] ^= 1
-    a._tail["a"] = [("S", 19, 3)]
+    a.index._tail["a"] = [("S", 19, 3)]
     with pytest.raises(InvariantError, match="hashes are stale"):
         a.check_invariants()

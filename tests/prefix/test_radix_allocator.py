@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sim.errors import ConfigError, UnknownNameError
 from sim.memory import AllocatorError, make_allocator
-from sim.prefix.radix_allocator import RadixAllocator
+from sim.prefix.kinds import RadixAllocator
 
 KV = 10  # bytes per token
 
@@ -70,7 +70,7 @@ def test_whole_prompt_hit_recomputes_the_last_block():
     a.free("a")
     r = a.allocate("b", 96, content=[("sys", 96)])
     assert r.matched_tokens == 80  # at most 95 tokens may hit: 5 whole blocks
-    assert a.stats.records[-1].matched_tokens == 96  # the raw match
+    assert a.index.stats.records[-1].matched_tokens == 96  # the raw match
     assert a.block_table("b")[:5] == tuple(range(5)) and a.block_table("b")[5] != 5
     ok(a)  # the recomputed block duplicates the tree's block 5: it stays private
     a.free("b")
@@ -96,16 +96,16 @@ def test_e15_tail_policy(policy, served, copied):
 def test_generated_tokens_become_cacheable_as_blocks_fill():
     a = radix()
     a.allocate("a", 10, content=[("p", 10)])
-    assert a.tree.total_blocks == 0  # no full block yet
+    assert a.index.tree.total_blocks == 0  # no full block yet
     a.append("a", 6, content=[("out", 6)])
-    assert a.tree.total_blocks == 1  # block 0 = p[0:10] out[0:6]
+    assert a.index.tree.total_blocks == 1  # block 0 = p[0:10] out[0:6]
     for _ in range(20):
         a.append("a", 1, content=[("out", 6 + _, 1)])
-    assert a.tree.total_blocks == 2
-    assert a._tail["a"] == [("out", 22, 4)]  # only the uncached tokens, spans merged
-    assert a.tree.n_nodes == 1  # the sequence's own leaf grew in place
+    assert a.index.tree.total_blocks == 2
+    assert a.index._tail["a"] == [("out", 22, 4)]  # only the uncached tokens, spans merged
+    assert a.index.tree.n_nodes == 1  # the sequence's own leaf grew in place
     a.append("a", 20)  # unknown content: nothing after this is cacheable
-    assert a.tree.total_blocks == 2
+    assert a.index.tree.total_blocks == 2
     ok(a)
     a.free("a")
     r = a.allocate("b", 40, content=[("p", 10), ("out", 26), ("x", 4)])
@@ -125,13 +125,13 @@ def test_running_requests_pin_their_path_and_shortfall_evicts_dormant_lru():
     assert a.can_allocate(96) is True and a.can_allocate(128) is False  # C is not available
     assert a.allocate("big", 64, content=[("D", 64)])  # 4 blocks: 3 free + 1 evicted
     ok(a)
-    assert a.tree.match([("A", 32)]).matched_tokens == 16  # A trimmed by one block
-    assert a.tree.match([("B", 32)]).matched_tokens == 32
-    assert a.tree.match([("C", 48)]).matched_tokens == 48
+    assert a.index.tree.match([("A", 32)]).matched_tokens == 16  # A trimmed by one block
+    assert a.index.tree.match([("B", 32)]).matched_tokens == 32
+    assert a.index.tree.match([("C", 48)]).matched_tokens == 48
     before = a.metrics()
     assert not a.allocate("huge", 16 * 7, content=[("E", 112)])  # would need pinned blocks
     assert a.metrics() == before  # a miss evicts nothing
-    assert a.tree.evicted_blocks == 1
+    assert a.index.tree.evicted_blocks == 1
 
 
 def test_can_allocate_counts_the_hit_and_the_pinned_path():
@@ -151,11 +151,11 @@ def test_watermark_evicts_ahead_of_need():
     a = radix(blocks=10, tau_low_blocks=3, target_free_blocks=5)
     a.allocate("a", 64, content=[("A", 64)])
     a.free("a")  # 4 dormant, 6 free: above the watermark
-    assert a.pool.num_free == 6 and a.tree.total_blocks == 4
+    assert a.pool.num_free == 6 and a.index.tree.total_blocks == 4
     a.allocate("b", 64, content=[("B", 64)])  # free drops to 2 < 3: evict to 5
     ok(a)
-    assert a.pool.num_free == 5 and a.tree.total_blocks == 4 + 4 - 3
-    assert a.tree.evicted_blocks == 3
+    assert a.pool.num_free == 5 and a.index.tree.total_blocks == 4 + 4 - 3
+    assert a.index.tree.evicted_blocks == 3
 
 
 @pytest.mark.parametrize("eviction,survivor", [("lru", "hist"), ("priority", "sys")])
@@ -170,10 +170,10 @@ def test_priority_eviction_keeps_the_system_prompt(eviction, survivor):
     a.set_time(3.0)
     a.allocate("b", 96, content=[("other", 96)])  # needs 2 of the 4 dormant blocks
     ok(a)
-    kept = {cid for cid in ("sys", "hist") if a.tree.match([(cid, 32)]).matched_tokens == 32}
+    kept = {cid for cid in ("sys", "hist") if a.index.tree.match([(cid, 32)]).matched_tokens == 32}
     assert kept == {survivor}
     a.set_time(2.5)  # earlier than 3.0: stamps never go back
-    assert a._now() == 3.0
+    assert a.index._now() == 3.0
 
 
 def test_priority_trims_a_leaf_only_down_to_its_higher_zone():
@@ -183,10 +183,10 @@ def test_priority_trims_a_leaf_only_down_to_its_higher_zone():
     a.allocate("x", 32, content=[("x", 32)])
     a.free("x")  # leaves: [sys|hist] ranked by hist (1), [x] (3)
     a.allocate("b", 64, content=[("other", 64)])  # evicts 2: hist's two blocks, not sys
-    assert a.tree.match([("x", 32)]).matched_tokens == 32
+    assert a.index.tree.match([("x", 32)]).matched_tokens == 32
     a.allocate("c", 16, content=[("more", 16)])  # 1 more: the leaf is now ranked by sys (5)
-    assert a.tree.match([("x", 32)]).matched_tokens == 16
-    assert a.tree.match([("sys", 32)]).matched_tokens == 32
+    assert a.index.tree.match([("x", 32)]).matched_tokens == 16
+    assert a.index.tree.match([("sys", 32)]).matched_tokens == 32
     ok(a)
 
 
@@ -200,7 +200,7 @@ def test_fork_pins_the_path_and_divergent_writes_copy_on_write():
     a.append("p", 8, content=[("p", 8)])  # now private to p: written in place
     m = ok(a)
     assert m.cow_copies == 1 and a.block_table("c")[2] != a.block_table("p")[2]
-    assert a.tree.total_blocks == 4  # P[0:32] + both 16-token third blocks
+    assert a.index.tree.total_blocks == 4  # P[0:32] + both 16-token third blocks
     a.free("p")
     a.free("c")
     ok(a)
@@ -261,7 +261,7 @@ def test_tree_and_pool_agree_after_every_operation(ops, policy, eviction, blocks
             r = a.allocate(next_id, n, content=content)
             assert bool(r) == predicted
             if r:
-                rec = a.stats.records[-1]
+                rec = a.index.stats.records[-1]
                 assert r.matched_tokens == rec.hit_tokens <= n - 1
                 assert rec.hit_tokens <= rec.matched_tokens
                 live.append(next_id)
@@ -278,12 +278,12 @@ def test_tree_and_pool_agree_after_every_operation(ops, policy, eviction, blocks
         else:
             a.free(live.pop(pick % len(live)))
         m = ok(a)  # includes: retained == owned by the tree; locks == pins; ledger
-        owner = a.tree.block_owner()  # raises if a block is owned twice
+        owner = a.index.tree.block_owner()  # raises if a block is owned twice
         assert m.cached_bytes == sum(1 for b in owner if a.pool.refcount[b] == 0) * 8 * KV
         assert m.useful_bytes <= m.allocated_bytes
         mapped = {b for s in a.sequences() for b in a.block_table(s)}
         assert all(
-            a.tree.owns(b) or b in mapped
+            a.index.tree.owns(b) or b in mapped
             for b in range(a.num_blocks)
             if a.pool.refcount[b] or a.pool.is_retained(b)
         )
@@ -306,7 +306,7 @@ def _apply(a, name, pick, spans, cut, live, next_id):
     """One operation; returns its observable result."""
     n = sum(s[1] for s in spans)
     if name == "allocate" or not live:
-        return bool(a.allocate(next_id, n, content=spans)), a.stats.records[-1:]
+        return bool(a.allocate(next_id, n, content=spans)), a.index.stats.records[-1:]
     if name == "append":
         seq = live[pick % len(live)]
         if cut is not None:
@@ -329,7 +329,7 @@ def test_growing_a_leaf_in_place_is_invisible(ops, eviction, blocks):
     and block tables, operation by operation; only the node count differs."""
     kw = dict(blocks=blocks, bs=4, eviction=eviction, content_priority={"s": 2, "t": 1})
     merged, chain = radix(**kw), radix(**kw)
-    chain.tree.merge_extensions = False
+    chain.index.tree.merge_extensions = False
     live: list = []
     next_id = 0
     for name, pick, spans, cut in ops:
@@ -349,6 +349,6 @@ def test_growing_a_leaf_in_place_is_invisible(ops, eviction, blocks):
             ok(a)
         assert {s: merged.block_table(s) for s in live} == {s: chain.block_table(s) for s in live}
         assert merged.pool.free_queue() == chain.pool.free_queue()
-        assert merged.tree.block_owner().keys() == chain.tree.block_owner().keys()
-        assert merged.tree.evicted_blocks == chain.tree.evicted_blocks
-        assert merged.tree.n_nodes <= chain.tree.n_nodes
+        assert merged.index.tree.block_owner().keys() == chain.index.tree.block_owner().keys()
+        assert merged.index.tree.evicted_blocks == chain.index.tree.evicted_blocks
+        assert merged.index.tree.n_nodes <= chain.index.tree.n_nodes

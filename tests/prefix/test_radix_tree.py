@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from tree_fixtures import Pool, t33_tree_unpinned
 
 from sim.errors import ConfigError, UnknownNameError
-from sim.prefix.eviction import EVICTION_STRATEGIES, Watermark, get_strategy
+from sim.prefix.eviction import (
+    EVICTION_STRATEGIES,
+    EvictionStrategy,
+    Watermark,
+    get_strategy,
+)
 from sim.prefix.radix import RadixTree
 from sim.prefix.spans import segments, slice_tokens
 
@@ -134,6 +139,26 @@ def test_strategy_registry_and_watermark():
     assert Watermark().blocks_to_evict(0) == 0
     with pytest.raises(ConfigError, match="target_free"):
         Watermark(tau_low_blocks=5, target_free_blocks=2)
+
+
+def test_strategies_declare_their_abilities_on_the_base():
+    """No probing for optional abilities: ``same_rank_blocks`` and ``merges_extensions`` are
+    declared on ``EvictionStrategy`` with defaults, which a new strategy inherits."""
+    merging = {n for n, s in EVICTION_STRATEGIES.items() if s.merges_extensions}
+    assert merging == {"lru", "priority"}
+
+    class MostBlocksFirst(EvictionStrategy):
+        name = "most_blocks"
+
+        def key(self, node, tree) -> tuple:
+            return (-len(node.block_ids),)
+
+    tree = RadixTree(4, Pool(), MostBlocksFirst())
+    tree.insert([("a", 4)], [1], now=1)
+    tree.insert([("b", 12)], [2, 3, 4], now=2)
+    assert not tree.merge_extensions
+    assert tree.evict(2) == [4, 3]  # the three-block leaf, trimmed from its end
+    assert tree.evict(2) == [1, 2]  # now a tie (one block each, same depth): older first
 
 
 def test_ties_evict_deepest_first():

@@ -178,7 +178,7 @@ def test_bad_lines_name_file_line_and_field(tmp_path, line, message):
 def test_missing_file_and_unknown_format(tmp_path):
     with pytest.raises(KvsimError, match="cannot read trace"):
         load_mooncake(tmp_path / "none.jsonl")
-    with pytest.raises(UnknownNameError, match="valid: mooncake"):
+    with pytest.raises(UnknownNameError, match="valid: claude-code, mooncake"):
         load_trace(SAMPLE, "sharegpt")
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(KvsimError, match="no requests"):

@@ -45,9 +45,25 @@ def test_kv_bytes_per_token_window_and_params(name):
     assert m.params_total == params and m.params_active == active
 
 
-def test_literal_kv_figures():
-    assert PROFILES["llama-3.1-8b"][0] == 131_072 and PROFILES["llama-3.1-70b"][0] == 327_680
-    assert PROFILES["codellama-7b"][0] == 524_288 and PROFILES["qwen3-30b-a3b"][0] == 98_304
+#: the KV bytes per token the comments and docs quote, as literal figures
+LITERAL_KV_BYTES = {
+    "llama-3.1-8b": 131_072,
+    "llama-3.1-70b": 327_680,
+    "codellama-7b": 524_288,
+    "qwen3-32b": 262_144,
+    "qwen2.5-coder-32b": 262_144,
+    "qwen3-30b-a3b": 98_304,
+    "deepseek-v3": 70_272,
+}
+
+
+@pytest.mark.parametrize("name", list(LITERAL_KV_BYTES))
+def test_literal_kv_figures(name):
+    """The quoted figure is what sim.sizing computes from the shipped profile (whole model,
+    and per GPU at TP 1 and PP 1)."""
+    m = load_model(name)
+    assert kv_bytes_per_token(m) == LITERAL_KV_BYTES[name]
+    assert kv_bytes_per_token_per_gpu(m, tp=1, pp=1) == LITERAL_KV_BYTES[name]
 
 
 def test_qwen3_32b_heads_wider_than_hidden_size():
@@ -98,6 +114,15 @@ def _model(scenario: str):
         ("workloads/chat_azure.yaml", "codellama-7b"),
         ("benchmarks/chat_azure_5000.yaml", "codellama-7b"),
         ("benchmarks/agents_500.yaml", "llama-3.1-70b"),
+        ("workloads/coding_agent_swarm.yaml", "llama-3.1-70b"),
+        ("workloads/function_calling_h200.yaml", "gpt-oss-120b"),
+        ("workloads/human_in_loop_nvme.yaml", "llama-3.1-70b"),
+        ("workloads/multi_agent_team.yaml", "llama-3.1-8b"),
+        ("workloads/tree_search_h100.yaml", "llama-3.1-8b"),
+        ("workloads/mixed_chat_agents.yaml", "llama-3.1-70b"),
+        ("workloads/mooncake_replay.yaml", "llama-3.1-70b"),
+        ("workloads/harness_layout.yaml", "llama-3.1-8b"),
+        ("workloads/interactive_coding_service.yaml", "deepseek-v3"),
     ],
 )
 def test_shipped_scenarios_name_long_window_models(scenario, name):
@@ -129,7 +154,33 @@ def test_agent_swarm_contexts_fit_the_window():
     assert 8_192 < longest == 33_027 <= load_model("llama-3.1-8b").max_context_tokens
 
 
+def test_mooncake_replay_skips_the_requests_beyond_the_window():
+    """The replayed rows (250 to 2,049) all fit Llama-3.1's window; 10 rows of the trace do
+    not: row 249, then row 2,050 and eight more after it."""
+    import json
+
+    sc = load_scenario(ROOT / "workloads/mooncake_replay.yaml").scenario.workload
+    lines = (ROOT / "workloads/data/mooncake/synthetic_trace.jsonl").read_text().splitlines()
+    total = [r["input_length"] + max(1, r["output_length"]) for r in map(json.loads, lines)]
+    window = load_model("llama-3.1-70b").max_context_tokens
+    too_long = [i for i, t in enumerate(total) if t > window]
+    assert len(too_long) == 10 and too_long[:2] == [249, 2050]
+    rows = total[sc.start_row : sc.start_row + sc.num_requests]
+    assert (sc.start_row, len(rows)) == (250, 1800) and max(rows) <= window
+
+
 @pytest.mark.slow
 def test_agents_500_contexts_fit_the_window():
     longest = _longest_request(run_scenario(str(ROOT / "benchmarks/agents_500.yaml")))
-    assert 8_192 < longest == 104_542 <= load_model("llama-3.1-70b").max_context_tokens
+    assert 8_192 < longest == 78_075 <= load_model("llama-3.1-70b").max_context_tokens
+
+
+def test_interactive_service_sessions_fit_the_window():
+    """Every prompt of the 32 shipped Claude Code sessions (with its reply) stays below the
+    compaction threshold of DeepSeek-V3's window (90 %), so the replay is the recording."""
+    from sim.prefix.session_trace import load_sessions
+
+    sessions = load_sessions(ROOT / "workloads/data/claude_code/sessions.jsonl.gz")
+    longest = max(c.prompt_tokens + c.output_tokens for s in sessions for c in s.calls())
+    window = _model("workloads/interactive_coding_service.yaml").max_context_tokens
+    assert 100_000 < longest == 139_014 <= 0.9 * window == 147_456.0

@@ -192,8 +192,12 @@ def test_not_utf8_names_file_and_line(tmp_path):
     "text,message",
     [
         ("a: 1\nb: \x00\n", "f.yaml:2: invalid YAML: special characters are not allowed"),
-        ("a: " + "9" * 5000 + "\n", "f.yaml: invalid YAML value: Exceeds the limit"),
-        ("a: 2024-13-45\n", "f.yaml: invalid YAML value: month must be in 1..12"),
+        ("a: " + "9" * 5000 + "\n", "f.yaml:1: invalid YAML value '99999999999999999999"),
+        # a value error names its line (before: only the file)
+        ("a: 1\nb: x\nc: 2024-13-45\n", "f.yaml:3: invalid YAML value '2024-13-45': month "
+         "must be in 1..12"),
+        ("a:\n  - 1\n  - [2, 2024-02-30]\n", "f.yaml:3: invalid YAML value '2024-02-30': day "
+         "is out of range for month"),
         ("a: 1\n---\nb: 2\n", "f.yaml:2: invalid YAML: expected a single document"),
         ("a: 1\n? [x, y]\n: 2\n", "f.yaml:2: a key must be a plain value, not a list"),
     ],
@@ -322,7 +326,7 @@ def test_pause_of_years_stops_at_the_guard_naming_trajectories():
     msg = str(exc.value)
     assert "\n" not in msg
     assert msg.startswith("simulated time reached t=1e+08 s, past engine.max_sim_time_s = 2.592e+06 s")
-    assert "; stuck trajectories: a request due 1; in a tool pause 0; raise" in msg
+    assert "; stuck trajectories: a request submitted 1; in a tool pause 0; raise" in msg
 
 
 def test_infinite_pause_cannot_spin():
@@ -405,3 +409,11 @@ def test_an_absurd_kv_pool_is_one_line_not_a_memory_explosion():
     }
     with pytest.raises(ConfigError, match=r"hardware: a KV pool of 7.629e\+24 tokens per GPU"):
         resolve(load_scenario(sc))
+
+
+def test_an_idle_engine_ends_at_the_horizon_not_at_the_next_post():
+    """Idle until a post far past the horizon: the run ends at the horizon itself (before:
+    at the post's time, with the post applied), the same ending as a busy engine's."""
+    r = run_scenario(str(SWARM), **SMALL, **{"workload.pause_s": 2000.0, "duration_s": 1000.0})
+    assert r.summary["sim_time_s"] == 1000.0
+    assert (r.requests.arrival_s < 1000.0).all()

@@ -12,6 +12,7 @@ from sim.scenario import json_schema, load_scenario, make_allocator_for, parse_s
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "workloads").glob("*.yaml")) + sorted((ROOT / "benchmarks").glob("*.yaml"))
+SHIPPED = [p for p in SHIPPED if not p.name.endswith("_sweep.yaml")]  # sweep files: tests/sweep
 
 BASE = """\
 schema_version: 1

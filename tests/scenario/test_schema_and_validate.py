@@ -16,6 +16,7 @@ SHIPPED = [
     *sorted((ROOT / "benchmarks").glob("*.yaml")),
     *sorted((ROOT / "tests" / "golden" / "scenarios").glob("*.yaml")),
 ]
+SHIPPED = [p for p in SHIPPED if not p.name.endswith("_sweep.yaml")]  # sweep files: tests/sweep
 
 BASE = """\
 schema_version: 1
@@ -91,6 +92,54 @@ def test_distribution_shorthands_validate(validator):
     assert list(validator.iter_errors(data)) == []
 
 
+@pytest.mark.parametrize(
+    "text,accepted",
+    [
+        ("1e9", True),  # YAML 1.1 reads these as strings: kvsim takes them as numbers
+        ("2.5E+3", True),
+        ("-1e-3", True),
+        (".5e1", True),
+        ("1_0", False),  # a float() literal, not a YAML/JSON one
+        (" 3 ", False),
+        ("3", False),  # no exponent: a quoted number is text
+        ("1e9 ", False),
+        ("inf", False),
+        ("nan", False),
+        ("0x10", False),
+        ("1e9\n", False),
+        ("\u0661e9", False),  # an Arabic-Indic one: float() reads it, JSON Schema's \d not
+    ],
+)
+def test_number_text_kvsim_and_the_schema_agree(validator, text, accepted):
+    """A distribution field takes a string only when it is a float literal with an
+    exponent; ``kvsim schema`` states the same pattern (before: any float() text)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from sim.workload.distributions import Dist
+
+    data = yaml.safe_load((ROOT / "workloads" / "seed_tool_wait_45s.yaml").read_text())
+    data["workload"]["pause_s"] = text
+    schema_ok = list(validator.iter_errors(data)) == []
+    try:
+        TypeAdapter(Dist).validate_python(text)
+        kvsim_ok = True
+    except ValidationError:
+        kvsim_ok = False
+    assert (kvsim_ok, schema_ok) == (accepted, accepted)
+
+
+def test_an_exponent_written_as_text_is_a_constant(tmp_path):
+    from sim.scenario import load_scenario
+
+    path = ROOT / "workloads" / "seed_tool_wait_45s.yaml"
+    text = path.read_text()
+    assert "pause_s: 45.0\n" in text
+    p = tmp_path / "s.yaml"
+    p.write_text(text.replace("pause_s: 45.0\n", "pause_s: 4.5e1\n"))  # text to YAML 1.1
+    pause = load_scenario(p).scenario.workload.pause_s
+    assert (pause.kind, pause.value) == ("constant", 45.0)
+
+
 # ------------------------------------------------------------------------ kvsim validate
 def _scenario(tmp_path, text: str = BASE, trace: bool = True) -> Path:
     if trace:
@@ -145,6 +194,44 @@ def test_validate_checks_that_trace_files_exist(tmp_path, run_cli):
     _scenario(tmp_path)  # now the trace is there
     code, out, err = run_cli(["validate", str(p)])
     assert code == 0 and out.startswith(f"{p}: ok: t:"), err
+
+
+def test_config_error_declares_its_problems():
+    """``problems`` is a declared attribute (empty: the error is the only problem), not
+    one set on some instances and probed with getattr."""
+    from sim.errors import ConfigError
+
+    one = ConfigError("bad", location="f.yaml:3", field="a")
+    assert one.problems == [] and str(one) == "f.yaml:3: a: bad"
+    two = ConfigError("first (and 1 more problem)", problems=[one, ConfigError("other")])
+    assert [str(p) for p in two.problems] == ["f.yaml:3: a: bad", "other"]
+
+
+def test_validate_and_run_make_the_same_preflight_checks(tmp_path, run_cli):
+    """One preflight (sim.run.runner.preflight) for both: a missing trace and a pause
+    policy needing a tier that is not configured are two problems for each (before, kvsim
+    run named only the second)."""
+    from sim.errors import ConfigError
+    from sim.run.runner import preflight
+    from sim.scenario import load_scenario
+
+    p = _scenario(tmp_path, BASE + "pause_policy:\n  kind: offload_host\n", trace=False)
+    missing = (
+        f"{p}:18: workload.lengths.path: no such file: data/lengths.csv (looked for "
+        f"{tmp_path / 'data' / 'lengths.csv'})"
+    )
+    tier = (
+        f"{p}:20: pause_policy.kind: pause policy kind 'offload_host' needs a host-DRAM tier, "
+        "and none is configured: set hardware.node (a node profile) or "
+        "hardware.host_kv_pool_bytes"
+    )
+    code, _, err = run_cli(["validate", str(p)])
+    assert (code, err) == (2, f"kvsim: error: {missing}\nkvsim: error: {tier}\n")
+    code, _, err = run_cli(["run", str(p), "--out", str(tmp_path / "o")])
+    assert (code, err) == (2, f"kvsim: error: {missing} (and 1 more problem)\n")
+    with pytest.raises(ConfigError) as exc:
+        preflight(load_scenario(p))
+    assert [str(e) for e in exc.value.problems] == [missing, tier]
 
 
 def test_trace_paths_become_absolute_in_the_resolved_config(tmp_path):

@@ -17,6 +17,15 @@ def scheduler(pool_tokens: int = 4096, kind: str = "paged", alloc_options=None, 
     return VllmV1Scheduler(VllmV1Config(**config), kv)
 
 
+def end_turn(kv: KVManager, req: Request) -> None:
+    """What the engine does when a request finished: a last turn releases its sequence,
+    any other turn is held (the trivial pause, as the ``hold`` policy would)."""
+    if req.last_turn:
+        kv.release(req.seq_id)
+    else:
+        kv.hold(req.seq_id, req.traj_id, key=req.req_id)
+
+
 class Ids:
     def __init__(self) -> None:
         self.n = 0

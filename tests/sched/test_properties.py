@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sched_helpers import scheduler
+from sched_helpers import end_turn, scheduler
 
 from sim.sched import FINISHED, REJECTED, RUNNING, Request
 
@@ -68,7 +68,7 @@ def test_random_mixes_keep_invariants_and_finish(mix):
         assert len({id(r) for r, _ in plan.scheduled}) == len(plan.scheduled)
         res = s.commit(plan)
         for r in res.finished:
-            s.kv.finish(r)
+            end_turn(s.kv, r)
         for r in everything:
             out, comp = seen.get(r.req_id, (0, 0))
             assert r.num_output >= out
@@ -89,4 +89,4 @@ def test_random_mixes_keep_invariants_and_finish(mix):
         raise AssertionError("no progress in 2000 steps")
     assert all(r.status in (FINISHED, REJECTED) for r in everything)
     assert all(r.status != RUNNING for r in everything)
-    assert s.kv.alloc.num_sequences == 0
+    assert s.kv.num_sequences == 0

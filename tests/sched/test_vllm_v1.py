@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sched_helpers import Ids, kv_manager, scheduler
+from sched_helpers import Ids, end_turn, kv_manager, scheduler
 
 from sim.sched import (
     CANCELLED,
@@ -103,7 +103,7 @@ def test_request_alone_in_an_empty_pool_that_cannot_grow_is_rejected(ids):
     assert r.status == REJECTED and plan.rejected == [r] and plan.preempted == [r]
     assert r.finish_reason == "rejected_never_fits"
     assert not s.running and not s.waiting
-    assert s.kv.alloc.num_sequences == 0
+    assert s.kv.num_sequences == 0
 
 
 def test_add_rejects_what_can_never_fit(ids):
@@ -154,7 +154,7 @@ def test_prefix_hit_at_admission_skips_prefill(ids):
     s.add(a)
     plan, res = step(s)
     assert plan.prefill_chunks == [(45, 0)] and res.finished == [a]
-    s.kv.finish(a)  # released: its blocks stay cached
+    end_turn(s.kv, a)  # released: its blocks stay cached
     b = ids.req(43, 1, content=_segs(shared + [("b", 3)]))
     s.add(b)
     plan, _ = step(s)
@@ -169,7 +169,7 @@ def test_held_sequence_continues_from_what_it_holds(ids):
     while t1.status == RUNNING or t1.status == WAITING:
         plan, res = step(s)
     assert t1.status == FINISHED
-    s.kv.finish(t1)  # hold: 12 tokens resident (the last sampled token has no KV yet)
+    end_turn(s.kv, t1)  # hold: 12 tokens resident (the last sampled token has no KV yet)
     assert s.kv.alloc.seq_tokens("traj") == 12 and s.kv.paused_tokens == 12
     t2 = Request(99, "traj", 10 + 3 + 5, 2)
     s.kv.resume("traj")
@@ -183,13 +183,13 @@ def test_pressure_relief_drops_paused_state_when_nothing_runs(ids):
     held = ids.req(20, 1, seq_id="p", last_turn=False)
     s.add(held)
     step(s)
-    s.kv.finish(held)  # paused, 20 tokens (5 blocks) held
+    end_turn(s.kv, held)  # paused, 20 tokens (5 blocks) held
     new = ids.req(24, 2)
     s.add(new)
     plan, _ = step(s)
     assert plan.held_drops == 1 and not s.kv.alloc.is_live("p")
     assert plan.admitted == [new]
-    assert s.kv.pause_log[0].outcome == "dropped"
+    assert s.kv.held_drops == 1 and not s.kv.is_held("p")
 
 
 @pytest.mark.parametrize("chunked", [True, False])

@@ -128,5 +128,11 @@ def test_plan_rejects_bad_layouts():
         plan_capacity(PlanInputs(num_gpus=8, tp=3, **base))
     with pytest.raises(KvsimError, match="shared-prefix"):
         plan_capacity(PlanInputs(num_gpus=8, shared_prefix_tokens=9000, **base))
-    with pytest.raises(KvsimError, match="no memory left"):
-        plan_capacity(PlanInputs(num_gpus=1, **base))
+    # weights beyond memory: a plan of 0 with the reason, not an error (issue: exit 0)
+    r = plan_capacity(PlanInputs(num_gpus=1, **base))
+    assert r.kv_pool_bytes == 0 and r.contexts[0].max_concurrent == 0
+    assert r.warnings == [
+        "weights exceed memory x utilization: 141.200 GB of weights per GPU > 85.899 GB x "
+        "utilization 1 = 85.899 GB, so the KV pool is 0 and no trajectory fits (raise "
+        "--num-gpus or --tp, or lower --params)"
+    ]

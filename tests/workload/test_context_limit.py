@@ -3,6 +3,8 @@ model's, requests beyond it are refused or cut, agents compact, truncate or stop
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sim.errors import ConfigError
@@ -10,6 +12,8 @@ from sim.prefix.spans import n_tokens, segments
 from sim.run import run_scenario
 from sim.scenario import load_scenario, resolve
 from sim.workload.context_limit import ContextLimit, fit_window
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
 # sys 100 + tools 50 stable; task 30, a reply 20, an observation 40 of history (240 tokens)
 CONTEXT = segments([("sys", 100), ("tools", 50), ("task", 30), ("o1", 20), ("obs1", 40)])
@@ -151,3 +155,24 @@ def test_kvsim_run_prints_a_warning_block_and_exits_0(tmp_path):
     assert "WARNING: this run looks pathological (1 warning(s)):" in res.stderr
     assert "context exhausted" in res.stderr and res.stdout == ""
     assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_truncate_with_nothing_to_drop_changes_nothing():
+    """Only the task and the newest item after the stable zones: nothing can be dropped, so
+    the context is not 'reduced' (no compaction counted, no new KV sequence)."""
+    context = segments([("sys", 100), ("tools", 50), ("task", 30), ("obs1", 60)])
+    got = fit_window(context, 150, 50, 300, ContextLimit(policy="truncate_oldest"), "s")
+    assert got.context == context and not got.reduced  # 290 > 270, but 291 fits 300
+    # and when that still leaves no room, the context is exhausted without a reduction
+    got = fit_window(context, 150, 200, 300, ContextLimit(policy="truncate_oldest"), "s")
+    assert got.context is None and not got.reduced
+
+
+def test_output_scale_multiplies_every_output_length():
+    base = run_scenario(str(WORKLOADS / "chat_azure.yaml"), **{"workload.num_requests": 40})
+    twice = run_scenario(
+        str(WORKLOADS / "chat_azure.yaml"),
+        **{"workload.num_requests": 40, "workload.lengths.output_scale": 2.0},
+    )
+    assert (twice.requests.max_output_tokens == 2 * base.requests.max_output_tokens).all()
+    assert (twice.requests.prompt_tokens == base.requests.prompt_tokens).all()

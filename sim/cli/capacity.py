@@ -1,0 +1,221 @@
+"""``kvsim capacity SCENARIO --slo METRIC=VALUE... [--search concurrency|arrival_rate|nodes]``.
+
+Invariant: thin: flags are parsed here, the search is ``sim.sweep.find_capacity`` (or
+``find_capacities`` with ``--vary``); ``--json`` prints one JSON object and nothing else
+on stdout (``{"capacity", "analytic_estimate", "gap", "points", ...}``; with ``--vary``
+``{"vary", "values", "configurations": [...], "comparisons": [...]}``); progress goes to
+stderr. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
+``DIR/capacity.json`` and ``DIR/points.parquet`` (and ``DIR/capacity.png`` with
+``--vary``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sim.errors import KvsimError
+
+HELP = """The largest load that meets every SLO, by bracketing and bisection with
+replications (seed s+i for replication i, in every configuration), with a 95 % interval
+and F37's analytic estimate beside it.
+
+SLOs: <metric>_<stat>_s=SECONDS, metric ttft, itl, e2e, queue or resume_latency, stat
+mean, p50, p90 or p99 (ttft_p99_s=2 is the summary's ttft_s.p99 at most 2 s), measured
+after a warm-up; a run with rejected requests, failed trajectories or unfinished work
+fails.
+
+  kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2
+  kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2 --vary hardware.accelerator=h100-sxm-80gb,h200-141gb
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``capacity`` to the app."""
+    app.command("capacity", help=HELP)(capacity)
+
+
+def capacity(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    slo: Annotated[list[str], typer.Option("--slo", help="METRIC=SECONDS (repeatable).")],
+    search: Annotated[
+        str, typer.Option("--search", help="concurrency, arrival_rate or nodes.")
+    ] = "concurrency",
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")
+    ] = None,
+    vary: Annotated[
+        str | None, typer.Option("--vary", help="KEY=V1,V2,...: one answer per value.")
+    ] = None,
+    replications: Annotated[int, typer.Option("--replications", help="Seeds per load.")] = 3,
+    out: Annotated[
+        str | None, typer.Option("--out", help="Keep the runs and the answer in this folder.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    max_points: Annotated[
+        int, typer.Option("--max-points", help="Runs per replication at most.")
+    ] = 10,
+    warmup_fraction: Annotated[
+        float, typer.Option("--warmup-fraction", help="Share of the run left out as warm-up.")
+    ] = 0.2,
+    executor: Annotated[str, typer.Option("--executor", help="local or dask.")] = "local",
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="Worker processes (default: min(replications, CPUs)).")
+    ] = None,
+    scheduler_address: Annotated[
+        str | None, typer.Option("--scheduler-address", help="A running Dask scheduler.")
+    ] = None,
+    figure: Annotated[
+        Path | None, typer.Option("--figure", help="With --vary: write the figure here (PNG).")
+    ] = None,
+) -> None:
+    """Search the capacity and print it (or one JSON object)."""
+    from sim.scenario import parse_set
+    from sim.sweep import find_capacities, find_capacity, parse_slo
+    from sim.sweep.capacity import load_key
+
+    slos = [parse_slo(s) for s in slo]
+    load_key(search)  # refuses nodes (and unknown searches) before anything runs
+    sets = parse_set(set_)
+    out_dir = _out_dir(out)
+    options: dict[str, Any] = dict(
+        search=search, replications=replications, out=out_dir, executor=executor,
+        workers=workers, scheduler_address=scheduler_address, max_points=max_points,
+        warmup_fraction=warmup_fraction, progress=None if as_json else _progress,
+    )  # fmt: skip
+    if vary is None:
+        if figure is not None:
+            raise KvsimError("--figure needs --vary (one bar per configuration)")
+        result = find_capacity(scenario, slos, sets=sets, **options)
+        doc = result.to_dict()
+        _keep(out_dir, doc, [result])
+        typer.echo(json.dumps(doc, indent=2, default=str)) if as_json else _print_one(result)
+        return
+    key, values = parse_vary(vary)
+    comp = find_capacities(scenario, slos, (key, values), sets=sets, **options)
+    fig = figure or (out_dir / "capacity.png" if out_dir is not None else None)
+    if fig is not None:
+        from sim.sweep.figure import capacity_figure
+
+        capacity_figure(comp, fig)
+    doc = comp.to_dict()
+    _keep(out_dir, doc, comp.results)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, default=str))
+    else:
+        _print_many(comp, fig)
+
+
+def parse_vary(text: str) -> tuple[str, list[Any]]:
+    """``KEY=V1,V2`` -> (KEY, [V1, V2]) with values parsed as YAML."""
+    from sim.yamlio import load_value
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    values = [v.strip() for v in raw.split(",") if v.strip()]
+    if not sep or not key or any(not p for p in key.split(".")) or not values:
+        raise KvsimError(f"--vary {text!r}: expected KEY=V1,V2,... with a dotted KEY")
+    return key, [load_value(v, f"--vary {key}") for v in values]
+
+
+def _out_dir(out: str | None) -> Path | None:
+    if out is None:
+        return None
+    from sim.run.output import check_out_dir
+
+    path = check_out_dir(out)  # absent or empty, as kvsim run
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _keep(out_dir: Path | None, doc: dict, results: list) -> None:
+    if out_dir is None:
+        return
+    import pandas as pd
+
+    (out_dir / "capacity.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    frames = []
+    for i, r in enumerate(results):
+        f = r.points_frame()
+        f.insert(0, "configuration", i)
+        frames.append(f)
+    table = pd.concat(frames, ignore_index=True)
+    for col in table.columns:  # the overrides of a configuration: one text cell
+        if table[col].dtype == object:
+            table[col] = table[col].map(lambda v: json.dumps(v, default=str) if isinstance(v, dict | list) else v)
+    table.to_parquet(out_dir / "points.parquet", index=False)
+
+
+def _progress(probe: dict) -> None:
+    verdict = "meets" if probe["passed"] else "fails"
+    why = "" if probe["passed"] else ": " + "; ".join(probe.get("reasons") or [])
+    config = probe.get("config") or {}
+    label = " ".join(f"{k}={v}" for k, v in config.items())
+    typer.echo(
+        f"  {label + ' ' if label else ''}load {probe['load']:g} seed {probe['seed']}: "
+        f"{verdict} the SLOs{why}",
+        err=True,
+    )
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.4g}" if isinstance(x, float) else f"{x:,}"
+
+
+def _print_one(r) -> None:
+    c, a = r.capacity, r.analytic_estimate
+    inp = a["inputs"]
+    seeds = f"{r.seeds[0]}-{r.seeds[-1]}" if len(r.seeds) > 1 else f"{r.seeds[0]}"
+    typer.echo(
+        f"{Path(r.scenario).name}: the largest {r.search} meeting {', '.join(r.slos)} "
+        f"({len(r.seeds)} replications, seeds {seeds})"
+    )
+    ci = "" if c["ci95_low"] is None else f" (95% CI {_fmt(c['ci95_low'])} - {_fmt(c['ci95_high'])})"
+    per = ", ".join(_fmt(x) for x in c["per_replication"])
+    typer.echo(f"  capacity:  {_fmt(c['value'])} {c['unit']}{ci}; per replication {per}")
+    if not c["converged"]:
+        typer.echo("  (not converged within --max-points: the value is the largest load that passed)")
+    if not inp:
+        typer.echo(f"  analytic (F37): none: {a.get('unavailable')}")
+    else:
+        _print_estimate(a, inp)
+    for line in r.gap["explanation"]:
+        typer.echo(f"  gap: {line}")
+
+
+def _print_estimate(a: dict, inp: dict) -> None:
+    typer.echo(
+        f"  analytic (F37, 10% headroom): {_fmt(a['value'])} with the time-averaged context "
+        f"(M_avg {inp['M_avg_tokens']:,.0f} + K_avg {inp['K_avg_tokens']:,.0f} tokens, "
+        f"S_shared {inp['S_shared_tokens']:,}); {_fmt(a['peak_value'])} with the peak "
+        f"context ({inp['M_peak_tokens']:,.0f} tokens)"
+    )
+
+
+def _print_many(comp, fig: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"capacity by {comp.key} ({', '.join(comp.results[0].slos)})")
+    for col in (comp.key, "capacity", "95% CI", "analytic F37", "peak-context F37", "vs first"):
+        t.add_column(col, justify="right")
+    for value, r, c in zip(comp.values, comp.results, [None, *comp.comparisons], strict=True):
+        cap = r.capacity
+        ci = "-" if cap["ci95_low"] is None else f"{_fmt(cap['ci95_low'])} - {_fmt(cap['ci95_high'])}"
+        vs = "-"
+        if c is not None:
+            same = {True: "distinguishable", False: "not distinguishable", None: "no interval"}
+            vs = f"{_fmt(c['mean'])} ({same[c['distinguishable']]} at 95%)"
+        t.add_row(str(value), _fmt(cap["value"]), ci, _fmt(r.analytic_estimate["value"]),
+                  _fmt(r.analytic_estimate["peak_value"]), vs)  # fmt: skip
+    console = Console()
+    if console.width < 120:  # a pipe or a narrow terminal: keep each row on one line
+        console = Console(width=120)
+    console.print(t)
+    if fig is not None:
+        typer.echo(f"wrote {fig}")

@@ -1,0 +1,123 @@
+"""``kvsim compare (RUN_DIR... | SCENARIO --vary KEY=V1,V2 [--vary ...]) --out DIR``.
+
+Invariant: thin: variants, runs, the table and the figures are ``sim.report.compare``;
+the runs go through ``sim.sweep``'s executor (a local process pool with ``--workers`` >
+1, else this process). Every variant's overrides are validated before anything runs (a
+bad value is a one-line error, exit 2); a variant whose run fails is a row with its error
+and the command still writes the comparison. Writes only under ``--out``: a non-empty one
+is refused unless ``--force``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HELP = """Compare variants side by side: run a scenario under each combination of --vary
+values (or read existing run folders), print one table with deltas against the first
+variant, and write DIR/compare.html (+ PNGs), DIR/compare.parquet (one row per variant)
+and DIR/<variant>/ run folders.
+
+  kvsim compare workloads/agent_swarm.yaml --vary pause_policy.kind=hold,offload_host --out runs/cmp
+  kvsim compare workloads/chat_azure.yaml --vary 'allocator={kind: buddy, reservation: pow2},{kind: paged}' --out runs/alloc
+  kvsim compare runs/a runs/b --out runs/a-vs-b
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare`` to the app."""
+    app.command("compare", help=HELP)(compare)
+
+
+def compare(
+    inputs: Annotated[list[Path], typer.Argument(help="Run folders, or one scenario with --vary.")],
+    out: Annotated[str, typer.Option("--out", help="Output folder for the comparison.")],
+    vary: Annotated[
+        list[str] | None, typer.Option("--vary", help="KEY=V1,V2[,...]: values to compare.")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override for every variant: KEY=VALUE.")
+    ] = None,
+    replications: Annotated[
+        int, typer.Option("--replications", help="Seeds per variant (s, s+1, ...); rows are means.")
+    ] = 1,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="Worker processes (default: the CPUs).")
+    ] = None,
+    no_report: Annotated[
+        bool, typer.Option("--no-report", help="No report in the variants' run folders.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
+) -> None:
+    """Run or read the variants, then write and print the comparison."""
+    from sim.errors import KvsimError
+    from sim.report.compare import compare_frame, compare_text, variant_row, write_compare
+    from sim.report.data import load_run
+    from sim.run.output import check_out_dir
+
+    out_dir = check_out_dir(out, force=force)
+    if not 1 <= replications <= 1000:
+        raise KvsimError(f"--replications must be in [1, 1000], got {replications}")
+    if vary:
+        named, errors, overrides = _run_variants(inputs, out_dir, vary, set_ or [],
+                                                 replications, workers, not no_report, quiet)  # fmt: skip
+    else:
+        if set_ or replications != 1:
+            raise KvsimError("--set and --replications need a scenario and --vary")
+        named = {}
+        for d in inputs:
+            name = d.name or str(d)
+            while name in named:
+                name += "'"
+            named[name] = [load_run(d)]
+        errors, overrides = {n: [] for n in named}, {n: {} for n in named}
+    rows = [variant_row(n, runs, overrides[n], errors[n]) for n, runs in named.items()]
+    frame = compare_frame(rows)
+    write_compare(out_dir, named, frame)
+    if not quiet:
+        typer.echo(compare_text(frame) + f"wrote {out_dir}/compare.html")
+
+
+def _run_variants(inputs, out_dir, vary, sets, replications, workers, report, quiet):
+    """Validate, run (in parallel through sim.sweep's executor) and read every variant."""
+    from sim.errors import KvsimError
+    from sim.report.compare import parse_vary, run_variants, variant_tasks, variants_from_vary
+    from sim.report.data import load_run
+    from sim.run.runner import preflight
+    from sim.scenario import load_scenario, parse_set
+    from sim.sweep import make_executor
+
+    if len(inputs) != 1 or not inputs[0].is_file():
+        raise KvsimError("--vary needs exactly one scenario file (got "
+                         f"{', '.join(map(str, inputs))})")  # fmt: skip
+    scenario = str(inputs[0])
+    fixed = parse_set(sets)
+    variants = variants_from_vary(parse_vary(vary))
+    if len(variants) > 256:
+        raise KvsimError(f"--vary: {len(variants)} variants; at most 256")
+    base_seed = load_scenario(scenario, fixed).scenario.seed
+    for v in variants:  # one-line errors (schema, profiles, pool, options) before any run
+        preflight(load_scenario(scenario, {**fixed, **v.overrides}))
+    tasks = variant_tasks(scenario, variants, out_dir, fixed, replications, base_seed, report)
+    n = workers if workers is not None else None
+    executor = make_executor("local", n) if len(tasks) > 1 and (n is None or n > 1) else None
+    try:
+        results = run_variants(tasks, executor, None if quiet else _progress)
+    finally:
+        if executor is not None:
+            executor.close()
+    named = {v.name: [] for v in variants}
+    errors = {v.name: [] for v in variants}
+    for task, res in zip(tasks, results, strict=True):
+        if res["error"]:
+            errors[task["variant"]].append(res["error"])
+        else:
+            named[task["variant"]].append(load_run(Path(res["dir"])))
+    return named, errors, {v.name: v.overrides for v in variants}
+
+
+def _progress(done: int, total: int) -> None:
+    typer.echo(f"\r{done}/{total} runs", err=True, nl=done == total)

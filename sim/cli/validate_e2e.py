@@ -1,0 +1,162 @@
+"""``kvsim validate-e2e RUN_FOLDER --scenario FILE [--json]``: a real vLLM run vs kvsim.
+
+Responsibility: read a vLLM run's request log (``RUN_FOLDER/vllm/requests.jsonl``, or a
+``requests.jsonl`` given directly; ``sim.workload.vllm_requests``), replay it through the
+scenario (whose workload must be ``kind: vllm_requests``; its ``path`` is replaced by this
+run's log, so the replay is always of the run compared against) and print TTFT, TPOT and
+latency of both sides (mean, median, p90, p95, p99, seconds) with kvsim's difference in
+percent of vLLM's. Metrics as LLMServingSim computes them, anchored on ``queued_ts``:
+TTFT = first token - queued, TPOT = (last token - first token) / (output tokens - 1)
+(requests of one output token have none), latency = last token - queued; kvsim's are
+the same instants of its replay (arrival = the row's queued time).
+
+Invariant: requests are paired by order (row i of the log is kvsim's trajectory i); the
+command runs one simulation and writes nothing; a request kvsim did not finish is a
+one-line error, never a silent drop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from sim.cli._common import print_json
+from sim.errors import KvsimError
+
+METRICS = ("ttft", "tpot", "latency")
+STATS = ("mean", "median", "p90", "p95", "p99")
+HELP = (
+    "Replay a real vLLM run's request log (RUN_FOLDER/vllm/requests.jsonl: input_toks, "
+    "output_toks, queued_ts, first_token_ts, last_token_ts) through a scenario whose workload "
+    "is kind vllm_requests, and print vLLM vs kvsim TTFT, TPOT and latency (mean, median, p90, "
+    "p95, p99) with the difference in percent. TTFT = first token - queued; TPOT = (last - "
+    "first token) / (output - 1); latency = last token - queued.\n\n"
+    "Example: kvsim validate-e2e workloads/data/llmservingsim_perf/vllm_runs/RTX4090/"
+    "Llama-3.1-8B --scenario workloads/validation/rtx4090_llama31_8b.yaml"
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate-e2e`` to the app."""
+    app.command("validate-e2e", help=HELP)(validate_e2e)
+
+
+def validate_e2e(
+    run_folder: Annotated[Path, typer.Argument(help="vLLM run folder (or its requests.jsonl).")],
+    scenario: Annotated[Path, typer.Option("--scenario", help="Scenario YAML (workload kind vllm_requests).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run the comparison and print it."""
+    report = compare_run(run_folder, scenario)
+    if as_json:
+        print_json(report)
+        return
+    typer.echo(format_report(report))
+
+
+def request_log(run_folder: Path) -> Path:
+    """The run's ``requests.jsonl``: the path itself, ``vllm/requests.jsonl`` or
+    ``requests.jsonl`` inside it."""
+    p = Path(run_folder)
+    if p.is_file():
+        return p
+    for candidate in (p / "vllm" / "requests.jsonl", p / "requests.jsonl"):
+        if candidate.is_file():
+            return candidate
+    raise KvsimError(f"{run_folder}: no vllm/requests.jsonl (nor requests.jsonl) in this folder")
+
+
+def vllm_metrics(rows) -> dict[str, np.ndarray]:
+    """TTFT, TPOT and latency (seconds) of each row of a vLLM log (NaN where undefined)."""
+    missing = [i for i, r in enumerate(rows) if r.first_token_ts is None or r.last_token_ts is None]
+    if missing:
+        raise KvsimError(f"request log row {missing[0] + 1}: no first_token_ts/last_token_ts "
+                         "(a log of a finished run is needed)")  # fmt: skip
+    q = np.array([r.queued_ts for r in rows])
+    first = np.array([r.first_token_ts for r in rows])
+    last = np.array([r.last_token_ts for r in rows])
+    out = np.array([r.output_toks for r in rows], dtype=np.float64)
+    return _metrics(first - q, last - first, last - q, out)
+
+
+def kvsim_metrics(requests) -> dict[str, np.ndarray]:
+    """The same three metrics from kvsim's requests table, ordered by trajectory."""
+    q = requests.sort_values("traj_id")
+    bad = q[q["status"] != "finished"]
+    if len(bad):
+        row = bad.iloc[0]
+        raise KvsimError(f"kvsim did not finish request {int(row['traj_id'])} of the log "
+                         f"(status {row['status']}, {row['finish_reason']})")  # fmt: skip
+    first = (q["first_token_s"] - q["arrival_s"]).to_numpy(dtype=np.float64)
+    gen = (q["finish_s"] - q["first_token_s"]).to_numpy(dtype=np.float64)
+    lat = (q["finish_s"] - q["arrival_s"]).to_numpy(dtype=np.float64)
+    return _metrics(first, gen, lat, q["output_tokens"].to_numpy(dtype=np.float64))
+
+
+def _metrics(ttft, gen, latency, output) -> dict[str, np.ndarray]:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output > 1, gen / (output - 1), np.nan)
+    return {"ttft": ttft, "tpot": tpot, "latency": latency}
+
+
+def stats(values: np.ndarray) -> dict[str, float]:
+    v = values[~np.isnan(values)]
+    if len(v) == 0:
+        return dict.fromkeys(STATS, float("nan"))
+    q = np.quantile(v, [0.5, 0.9, 0.95, 0.99])
+    return {"mean": float(v.mean()), "median": float(q[0]), "p90": float(q[1]),
+            "p95": float(q[2]), "p99": float(q[3])}  # fmt: skip
+
+
+def compare(vllm: dict[str, np.ndarray], kvsim: dict[str, np.ndarray]) -> dict[str, Any]:
+    """metric -> stat -> {vllm_s, kvsim_s, diff_pct} (diff = (kvsim - vllm) / vllm)."""
+    out: dict[str, Any] = {}
+    for m in METRICS:
+        a, b = stats(vllm[m]), stats(kvsim[m])
+        out[m] = {s: {"vllm_s": a[s], "kvsim_s": b[s],
+                      "diff_pct": 100.0 * (b[s] - a[s]) / a[s] if a[s] else float("nan")}
+                  for s in STATS}  # fmt: skip
+    return out
+
+
+def compare_run(run_folder: Path, scenario: Path) -> dict[str, Any]:
+    """Replay ``run_folder``'s log through ``scenario`` and compare (the report)."""
+    from sim.run import build
+    from sim.scenario import load_scenario
+    from sim.workload.vllm_requests import load_vllm_requests
+
+    log = request_log(run_folder)
+    rows = load_vllm_requests(log)
+    loaded = load_scenario(str(scenario))
+    kind = loaded.scenario.workload.kind
+    if kind != "vllm_requests":
+        raise KvsimError(f"{scenario}: workload.kind must be vllm_requests to replay a vLLM run (got {kind})")
+    sim = build(loaded, **{"workload.path": str(log.resolve()), "workload.num_requests": None})
+    result = sim.run()
+    report = {
+        "run": str(run_folder), "request_log": str(log), "scenario": str(scenario),
+        "requests": len(rows), "vllm_span_s": float(rows[-1].last_token_ts - rows[0].queued_ts)
+        if rows[-1].last_token_ts is not None else None,
+        "kvsim_sim_time_s": float(result.summary["sim_time_s"]),
+        "kvsim_preemptions": int(result.summary["preemptions"]),
+        "metrics": compare(vllm_metrics(rows), kvsim_metrics(result.requests)),
+    }  # fmt: skip
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The comparison as a fixed-width table."""
+    lines = [
+        f"vLLM run: {report['run']} ({report['requests']} requests)",
+        f"kvsim:    {report['scenario']} (simulated {report['kvsim_sim_time_s']:.1f} s, "
+        f"{report['kvsim_preemptions']} preemptions)",
+        f"{'metric':<8} {'stat':<7} {'vllm_s':>10} {'kvsim_s':>10} {'diff_%':>8}",
+    ]
+    for m in METRICS:
+        for s in STATS:
+            c = report["metrics"][m][s]
+            lines.append(f"{m:<8} {s:<7} {c['vllm_s']:>10.4f} {c['kvsim_s']:>10.4f} {c['diff_pct']:>+8.1f}")
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""Step pricing from measured kernel tables (``cost.step_pricing: kernel_tables``).
+
+Responsibility: price one step per GPU of the TP group the way vLLM runs it, from the
+calibration's tables of the scenario model's geometry at the scenario's TP degree
+(``sim.cost.kernel_tables``), in the per-group shape of ``sim.cost.groups`` (its
+``FixedTerms`` and attention interface, so ``CostModel`` and the fast decode path treat
+both alike):
+
+  linear       L x the layer's GEMM operators (QKV, output, MLP up+gate, down: count x
+               table at the step's tokens);
+  elementwise  L x its other dense operators (norms, RoPE, activation, q/k norms);
+  embedding    the step operators (embedding gather, final norm) at the step's tokens;
+  lm_head      the sequence operators (LM head on each sequence's last token, sampler)
+               at the number of scheduled sequences;
+  moe          L x the routed expert layer at the step's tokens and the experts they
+               activate (``expected_active_experts``), MoE geometries only;
+  attention    L x the attention kernel for the batch's exact mix: the prefill chunks
+               (summed tokens, summed history) beside ``n`` decodes of their mean context
+               (tokens attended: history + the new one);
+  allreduce    under TP, (2 L + 1) all-reduces of tokens x d_model (after the output and
+               down projections, and the vocabulary-parallel embedding) and one gather of
+               the logits (sequences x vocabulary), each ``latency + bytes x ring factor /
+               bus bandwidth`` with the figures of ``groups._allreduce_fit`` (scenario,
+               calibration, accelerator profile).
+
+Invariant: pure; the attention of a run of decode steps is computed with the same numpy
+call as one step's, so the fast path equals stepping; tables are per layer and per GPU
+(TP shards), so nothing here divides by TP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.cost.calibration import Calibration
+from sim.cost.groups import FixedTerms, GroupPricer
+from sim.cost.kernel_tables import TableSet, expected_active_experts
+from sim.errors import ConfigError
+from sim.profiles.schema import AcceleratorProfile, ModelProfile
+
+GEMM_OPS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
+
+
+def tables_for(model: ModelProfile, tp: int, cal: Calibration | None) -> TableSet | None:
+    """The calibration's tables for this model geometry and TP degree, or None."""
+    if cal is None or not cal.kernel_tables:
+        return None
+    tables = cal.model_tables(model)
+    return tables.for_tp(tp) if tables is not None else None
+
+
+def require_tables(model: ModelProfile, tp: int, cal: Calibration | None) -> TableSet:
+    """``tables_for`` or a one-line ConfigError saying what the calibration covers."""
+    found = tables_for(model, tp, cal)
+    if found is not None:
+        return found
+    if cal is None or not cal.kernel_tables:
+        raise ConfigError("step_pricing 'kernel_tables' needs a calibration with kernel_tables "
+                          "(e.g. rtx-4090-24gb-llmservingsim)", field="cost.step_pricing")  # fmt: skip
+    have = "; ".join(f"{name} ({t.source_model}) at TP {', '.join(str(p) for p, _ in t.by_tp)}"
+                     for name, t in cal.kernel_tables)  # fmt: skip
+    raise ConfigError(
+        f"calibration {cal.path or cal.device} has no kernel tables for model {model.name!r} at "
+        f"TP {tp} (geometry must match); it has: {have}",
+        field="cost.calibration",
+    )
+
+
+class TablePricer(GroupPricer):
+    """Prices steps from one ``TableSet`` (see the module docstring)."""
+
+    def __init__(self, model: ModelProfile, accelerator: AcceleratorProfile, tp: int, config,
+                 calibration: Calibration):  # fmt: skip
+        super().__init__(model, accelerator, tp, config, calibration)
+        self.tables = require_tables(model, tp, calibration)
+        self.num_experts = model.num_experts or 0
+        self.top_k = model.experts_per_token or 0
+        self.vocab = model.vocab_size or 0
+
+    def _fixed_terms(self, n_tok: int, n_logits: int, prefill: bool) -> FixedTerms:
+        t, L = self.tables, self.L
+        gemm = other = emb = seq = moe = 0.0
+        if n_tok > 0:
+            for op, count in t.layer_ops:
+                s = count * float(t.dense_s(op, n_tok))
+                gemm, other = (gemm + s, other) if op in GEMM_OPS else (gemm, other + s)
+            emb = sum(float(t.dense_s(op, n_tok)) for op in t.step_ops)
+            if t.moe is not None and self.num_experts:
+                experts = expected_active_experts(n_tok, self.num_experts, self.top_k)
+                moe = L * float(t.moe.at(n_tok, experts))
+        if n_logits > 0:
+            seq = sum(float(t.sequence_s(op, n_logits)) for op in t.sequence_ops)
+        mem, comp, flops = self._roofline_sides(n_tok)
+        return FixedTerms(
+            linear_s=L * gemm, linear_mem_s=mem, linear_comp_s=comp, linear_flops=flops,
+            lm_head_s=seq, embedding_s=emb, elementwise_s=L * other,
+            allreduce_s=self._allreduce_s(n_tok), attention_rate=self.peak, moe_s=moe,
+            logits_gather_s=self._gather_s(n_logits),
+        )  # fmt: skip
+
+    def _roofline_sides(self, n_tok: int) -> tuple[float, float, float]:
+        """Datasheet memory and compute sides of the weights (information only)."""
+        if n_tok <= 0:
+            return 0.0, 0.0, 0.0
+        flops = self.whole_flops_per_token_per_gpu * n_tok
+        return self.whole_weight_bytes_per_gpu / self.hbm_bw, flops / self.peak, flops
+
+    def _allreduce_s(self, n_tok: int) -> float:
+        if not self.config.allreduce or self.tp == 1 or n_tok == 0:
+            return 0.0
+        calls = 2 * self.L + 1
+        return calls * self.allreduce_fit.call_s(n_tok * self.model.d_model * self.ab, self.tp)
+
+    def _gather_s(self, n_logits: int) -> float:
+        """vLLM gathers each rank's vocabulary slice of the logits: (p - 1) / p of the
+        whole moves per rank, half an all-reduce's traffic."""
+        if not self.config.allreduce or self.tp == 1 or n_logits == 0 or not self.vocab:
+            return 0.0
+        fit, p = self.allreduce_fit, self.tp
+        return fit.latency_s + (p - 1) / p * n_logits * self.vocab * self.ab / fit.bus_bw_bytes_per_s
+
+    # -- attention ----------------------------------------------------------------------
+
+    def _kv_bytes(self, kv_tokens):
+        return kv_tokens * self.kv_bytes_per_token_per_gpu / self.hbm_bw
+
+    def step_attention(self, work, kv_tokens: float, pairs: float, n_seq: int, rate: float):
+        """(seconds, memory s, compute s) for the batch's mix (see the module docstring)."""
+        if not (self.config.kv_read or self.config.attention_flops):
+            return 0.0, 0.0, 0.0
+        pc = sum(c for c, _ in work.prefill_chunks)
+        kp = sum(h for _, h in work.prefill_chunks)
+        nd = work.n_decode
+        kd = (work.decode_history_tokens + nd) / nd if nd else 0.0  # as decode_attention's
+        s = self.L * float(self.tables.attention.at(float(pc), float(kp), float(nd), kd))
+        comp = pairs * self.attn_flops_per_pair_per_gpu / self.peak
+        return s, float(self._kv_bytes(kv_tokens)), comp
+
+    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float) -> np.ndarray:
+        """Pure-decode steps: ``kv_tokens`` = history + the new token of every decode."""
+        if not (self.config.kv_read or self.config.attention_flops):
+            return 0.0 * kv_tokens
+        kd = kv_tokens / n_decode
+        return self.L * self.tables.attention.at(0.0, 0.0, float(n_decode), kd)

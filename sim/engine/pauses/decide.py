@@ -1,0 +1,105 @@
+"""The decision job of a pause: what the engine knows -> ``PauseFacts`` -> the policy.
+
+Responsibility: build the facts a policy sees at a tool call (the context's bytes per GPU
+and in total, the predicted wait, HBM pressure, the links, the prefill rate and the
+recompute FLOPs, free host/NVMe room, the step's swap budget) and ask the scenario's
+policy (``sim.policy``); learn tool waits as they are observed.
+
+Invariant: facts are read from the KV manager and the scheduler only (never an
+allocator); the policy is called once per pause, with facts of that moment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.memory.kv_manager import KVManager
+from sim.memory.tiers import FramePool
+from sim.policy import Decision, PauseFacts, WaitPredictor, make_policy
+from sim.sched import Request, Scheduler
+from sim.sizing import prefill_flops
+
+
+class PauseDecider:
+    """Facts for a pause and the policy's answer."""
+
+    def __init__(self, options: Any, resolved: Any, cost: Any) -> None:
+        self.policy = make_policy(options)
+        p = options.predictor
+        self.predictor = WaitPredictor(
+            p.mode, quantile=p.quantile, window=p.window, prior_wait_s=p.prior_wait_s
+        )
+        self.oracle = p.mode == "oracle"
+        self.model = resolved.model
+        self.bpt_gpu = resolved.kv_bytes_per_token_per_gpu
+        self.bpt = resolved.kv_bytes_per_token
+        self.pool_bytes = resolved.pool_bytes
+        self.tiers = resolved.tiers
+        cfg = cost.config
+        self.params = cfg.params or resolved.model.active_params
+        self.attention = cfg.attention_flops
+        self.prefill_rate = cfg.mfu_prefill * cost.peak * cost.tp
+        self._budget = (-1.0, 0.0)  # (step end, link bytes per GPU left): min_waste's budget
+
+    def decide(self, facts: PauseFacts) -> Decision:
+        return self.policy.decide(facts)
+
+    def observe(self, tool_name: str, wait_s: float) -> None:
+        """A tool call's wait was seen (at its return)."""
+        self.predictor.observe(tool_name, wait_s)
+
+    def facts(
+        self,
+        req: Request,
+        tokens: int,
+        kv: KVManager,
+        sched: Scheduler,
+        pools: tuple[FramePool | None, FramePool | None],
+        now: float,
+        last_step_s: float,
+    ) -> PauseFacts:
+        """What the policy sees when ``req``'s turn ended with ``tokens`` of context."""
+        t = self.tiers
+        host, nvme = pools
+        wait = req.next_pause_s if self.oracle else self.predictor.predict(req.tool_name)
+        free = kv.free_bytes / self.pool_bytes if self.pool_bytes else 0.0
+        running = sum(r.num_computed for r in sched.running if r is not req) * self.bpt
+        return PauseFacts(
+            tokens=tokens,
+            state_bytes_per_gpu=tokens * self.bpt_gpu,
+            state_bytes_total=tokens * self.bpt,
+            predicted_wait_s=wait,
+            hbm_free_fraction=min(1.0, max(0.0, free)),
+            link_bw_bytes_per_s=t.link_bw_bytes_per_s,
+            prefill_flops_per_s=self.prefill_rate,
+            recompute_flops=self.recompute_flops(tokens),
+            host_free_bytes=free_bytes(host),
+            nvme_free_bytes=free_bytes(nvme),
+            nvme_bw_bytes_per_s=t.nvme_bw_bytes_per_s if nvme is not None else 0.0,
+            tool_name=req.tool_name,
+            tool_min_wait_s=self.predictor.min_wait_s(req.tool_name),
+            running_batch_bytes=running,
+            swap_budget_bytes_per_gpu=self._swap_budget(now, last_step_s),
+        )
+
+    def _swap_budget(self, now: float, last_step_s: float) -> float:
+        """Link bytes per GPU the step that just ended could hide (shared by its pauses)."""
+        end, left = self._budget
+        if end != now:
+            left = self.tiers.link_bw_bytes_per_s * last_step_s
+            self._budget = (now, left)
+        return left
+
+    def recompute_flops(self, tokens: int) -> float:
+        """FLOPs to rebuild ``tokens`` of context by prefill (F30, F23 with attention)."""
+        if tokens <= 0:
+            return 0.0
+        m = self.model
+        return prefill_flops(self.params, m.num_layers, m.d_model, tokens, self.attention)
+
+
+def free_bytes(pool: FramePool | None) -> float:
+    """Free bytes a state is sure to fit in (one frame of rounding kept back)."""
+    if pool is None:
+        return 0.0
+    return max(0, pool.free_frames - 1) * pool.frame_bytes

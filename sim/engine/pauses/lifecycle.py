@@ -1,0 +1,384 @@
+"""One owner per pause: the lifecycle of every tool call's pause, in the engine.
+
+Responsibility: the engine side of SPEC 3.11-3.13. When a non-final turn ends the node
+calls ``turn_ended``: the decider (``decide``) builds the facts and asks the scenario's
+policy, and this object, the only caller of the KV manager's pause verbs, acts:
+  * ``hold``: the blocks stay resident (a TTL hold releases them when the TTL expires);
+  * ``recompute``: the blocks are freed now; the next turn prefills again;
+  * ``offload_host`` / ``offload_nvme``: frames are taken and a copy-out starts
+    (``transfers``); the GPU blocks are freed at the first step boundary after it
+    completes (SPEC 3.12). At tool return the next turn is held back (the node's gate,
+    ``admit_now``): HBM blocks are taken first (retried at every step boundary), then the
+    copy-in runs, and only once the context is resident is the turn submitted.
+A tool that returns before its copy-out completed finds its blocks still resident and goes
+on at once. ``resume: speculative`` starts the reload before the tool returns and
+``resume: pipelined`` submits the turn while its copy-in still runs (``resume``); a
+``ttl_pin`` hold gets its release action when the TTL expires. ``hold`` is the trivial
+form: one record, one ``kv.hold``, one ``kv.resume``. Every pause is one ``Pause`` record
+whose state moves only along ``state.TRANSITIONS``; ``records()`` feed pauses.parquet
+(schema in ``sim.metrics.pauses``, built by the run layer).
+
+Invariants (``check_invariants``): no running request reads a sequence whose blocks are
+not all in HBM; host and NVMe frame pools never exceed their capacity; every pause is in
+exactly one state; memory never calls into this object (it asks the KV manager).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.engine.copy_engine import CopyEngines
+from sim.engine.pauses.decide import PauseDecider
+from sim.engine.pauses.resume import pipelined_release_delay_s, prefetch_delay_s
+from sim.engine.pauses.state import Pause, PauseState
+from sim.engine.pauses.transfers import Transfers
+from sim.memory.kv_manager import KVManager
+from sim.sched import Request, Scheduler
+
+S = PauseState
+HOLD, RECOMPUTE = "hold", "recompute"
+
+
+class PauseLifecycle:
+    """Every pause of a run, from its decision to its next turn's context being resident."""
+
+    def __init__(self, env: simpy.Environment, options: Any, resolved: Any, cost: Any) -> None:
+        self.env = env
+        self.name = options.kind
+        self.decider = PauseDecider(options, resolved, cost)
+        self.cost = cost
+        self.bpt = resolved.kv_bytes_per_token
+        self.tiers = resolved.tiers
+        self.node: Any = None
+        self.kv: KVManager | None = None
+        self.sched: Scheduler | None = None
+        self.transfers: Transfers | None = None
+        self.pauses: list[Pause] = []
+        self._by_seq: dict[Hashable, Pause] = {}
+        self._restores: list[Pause] = []
+        self.copies_in = 0  # copy-ins running: their turns come to the node when done
+        self.streaming = 0  # pipelined copy-ins still running after their turn went on
+        self._recomputing: dict[int, Pause] = {}  # id(next request) -> pause
+
+    def attach(
+        self, node: Any, kv: KVManager, sched: Scheduler, copies: CopyEngines, track: bool
+    ) -> None:
+        """Wire the lifecycle to the engine it serves (after all are built); ``track``
+        keeps the tier-tagged block table that the invariant checks read."""
+        self.node, self.kv, self.sched = node, kv, sched
+        block_bytes = (kv.block_size or 16) * self.bpt
+        t = self.tiers
+        self.transfers = Transfers(
+            copies, t.host_pool_bytes, t.nvme_pool_bytes, block_bytes, track
+        )
+
+    @property
+    def host(self):
+        return self.transfers.host
+
+    @property
+    def nvme(self):
+        return self.transfers.nvme
+
+    # ------------------------------------------------------------- a turn ended
+    def turn_ended(self, req: Request) -> None:
+        """A non-final turn ended: decide, start what the decision needs, hold or drop."""
+        kv, seq, now = self.kv, req.seq_id, self.env.now
+        tokens = kv.resident_tokens(seq)
+        t = self.transfers
+        facts = self.decider.facts(
+            req, tokens, kv, self.sched, (t.host, t.nvme), now, self.node.last_step_s
+        )
+        d = self.decider.decide(facts)
+        p = Pause(
+            len(self.pauses), req, seq, tokens, facts.state_bytes_per_gpu,
+            facts.state_bytes_total, d.action, d.reason, facts.predicted_wait_s, now,
+        )  # fmt: skip
+        self.pauses.append(p)
+        self._by_seq[seq] = p
+        p.prefetch, p.facts = d.prefetch, facts
+        if d.ttl_s is not None:
+            p.release = d.release
+            self.env.process(self._ttl(p, d.ttl_s))
+        self._apply(p, d.action, d.evict_from_prefix_cache, first=True)
+
+    def _apply(self, p: Pause, action: str, evict: bool = False, first: bool = False) -> None:
+        """Start ``action`` for the pause (at its decision, or at a TTL's expiry)."""
+        kv = self.kv
+        p.moved_to = action
+        if action == RECOMPUTE:
+            p.to(S.RECOMPUTE)
+            kv.drop(p.seq, uncache=evict)
+            return
+        if action != HOLD:
+            t = self.transfers
+            if t.take_frames(p, t.pool_for(action)):
+                p.to(S.COPYING_OUT)
+                self.env.process(self._copy_out(p))
+            else:
+                p.moved_to, p.note = HOLD, f"{action}: no room at copy time"
+                p.to(S.HELD)
+        else:
+            p.to(S.HELD)
+        if first:  # resident until the copy-out completes (or the tool returns)
+            kv.hold(p.seq, p.req.traj_id, p.pause_id)
+
+    # --------------------------------------------------------------- processes
+    def _copy_out(self, p: Pause):
+        yield self.transfers.copy_out(p)
+        p.copy_out_done_s = self.env.now
+        p.bytes_out = p.bytes_total
+        self.node.call_at_boundary(lambda: self._copied_out(p))
+
+    def _copied_out(self, p: Pause) -> None:
+        kv, seq = self.kv, p.seq
+        if p.state != S.COPYING_OUT:  # resumed, released or dropped meanwhile
+            self.transfers.free_frames(p)
+            return
+        if not kv.is_live(seq) or not kv.is_held(seq):  # dropped under pressure
+            self.transfers.free_frames(p)
+            p.to(S.RECOMPUTE)
+            p.moved_to, p.note = RECOMPUTE, "dropped before copy-out end"
+            return
+        kv.release(seq)
+        p.freed_s = self.env.now
+        p.to(S.OFFLOADED)
+        self.transfers.track(p)
+        if p.prefetch is not None and p.prefetch.strategy == "speculative":
+            self.env.process(self._prefetch_timer(p, prefetch_delay_s(p, self.env.now)))
+
+    def _prefetch_timer(self, p: Pause, delay_s: float):
+        yield self.env.timeout(delay_s)
+        self.node.call_at_boundary(lambda: self._prefetch(p))
+
+    def _prefetch(self, p: Pause) -> None:
+        """Speculative prefetch (SPEC 3.13): start the reload before the tool returns."""
+        if p.state == S.OFFLOADED:
+            p.to(S.WAITING_HBM)
+            self._restores.append(p)
+
+    def _copy_in(self, p: Pause):
+        yield self.transfers.copy_in(p)
+        now = self.env.now
+        self._unawait(p)
+        p.copy_in_done_s = now
+        p.bytes_in = p.bytes_total
+        self.transfers.free_frames(p)
+        self.transfers.untrack(p.seq)
+        if p.state == S.STREAMING:  # pipelined: the turn went on before the copy ended
+            p.to(S.RESIDENT)
+            self.streaming -= 1
+            self.node.call_at_boundary(_nothing)  # wake the node: it ends after the copy
+            return
+        if p.state != S.COPYING_IN:  # released meanwhile
+            return
+        if p.next_req is None:  # prefetched: resident before the tool returned
+            p.to(S.PREFETCHED)
+            return
+        if not self.kv.is_live(p.seq):  # a prefetch dropped under pressure
+            self._recompute(p, "prefetched KV dropped under memory pressure")
+            return
+        p.to(S.RESIDENT)
+        p.resident_s = now
+        self.node.submit(p.next_req)
+
+    def _pipelined_release(self, p: Pause):
+        """Pipelined reload (SPEC 3.13): submit the turn once the rest of the copy-in is
+        at most the observation's predicted prefill time."""
+        delay = pipelined_release_delay_s(p, self.sched, self.cost, self.tiers.link_overhead_s)
+        yield self.env.timeout(delay)
+        if p.state != S.COPYING_IN or not self.kv.is_live(p.seq):
+            return  # the copy-in ended first (it submits the turn) or the state is gone
+        self._unawait(p)
+        p.to(S.STREAMING)
+        p.resident_s = self.env.now
+        self.streaming += 1
+        self.transfers.overlap_resident(p.seq)
+        self.node.submit(p.next_req)
+
+    def _ttl(self, p: Pause, ttl_s: float):
+        yield self.env.timeout(ttl_s)
+        self.node.call_at_boundary(lambda: self._ttl_expired(p))
+
+    def _ttl_expired(self, p: Pause) -> None:
+        if p.state != S.HELD or not self.kv.is_held(p.seq):
+            return
+        if p.release == RECOMPUTE:
+            self.kv.drop(p.seq)
+            p.to(S.RECOMPUTE)
+            p.moved_to = RECOMPUTE
+            p.freed_s = self.env.now
+        else:
+            self._apply(p, p.release)
+
+    # ---------------------------------------------------------------- the gate
+    def admit_now(self, req: Request) -> bool:
+        """The node got ``req``: True = queue it now (its hold, if any, ends); False = its
+        context comes back first (it is submitted again then)."""
+        if self._gate(req):
+            self.kv.resume(req.seq_id)
+            return True
+        return False
+
+    def _gate(self, req: Request) -> bool:
+        p = self._by_seq.get(req.seq_id)
+        if p is None or p.next_req is req:
+            if p is not None:
+                del self._by_seq[req.seq_id]
+            return True
+        now, kv = self.env.now, self.kv
+        p.tool_return_s, p.next_req = now, req
+        self.decider.observe(p.req.tool_name, now - p.start_s)
+        if p.state == S.OFFLOADED:
+            p.to(S.WAITING_HBM)
+            self._restores.append(p)
+            return False
+        if p.state in (S.WAITING_HBM, S.COPYING_IN):  # a prefetch under way
+            if p.state == S.COPYING_IN:
+                self._await(p)
+            return False
+        del self._by_seq[req.seq_id]
+        if p.state == S.PREFETCHED and kv.is_live(p.seq):
+            p.to(S.DONE)
+            p.resident_s = now
+            return True
+        if p.state in (S.HELD, S.COPYING_OUT) and kv.is_live(p.seq):
+            if p.state == S.COPYING_OUT:
+                p.note = "tool returned before the copy-out ended"
+            p.to(S.DONE)
+            p.resident_s = now
+            return True
+        if p.state != S.RECOMPUTE:
+            p.note = p.note or "dropped under memory pressure"
+        p.to(S.RECOMPUTE)
+        self._recomputing[id(req)] = p
+        return True
+
+    def at_boundary(self) -> None:
+        """Give waiting restores HBM blocks (FIFO) and start their copy-ins."""
+        kv = self.kv
+        while self._restores:
+            p = self._restores[0]
+            content = p.req.content_slice(0, p.tokens) if kv.uses_content else None
+            if kv.restore(p.seq, p.tokens, content):
+                self._restores.pop(0)
+                p.to(S.COPYING_IN)
+                p.reload_start_s = self.env.now
+                if p.next_req is None:  # a prefetch: held (counted, droppable) meanwhile
+                    kv.hold(p.seq, p.req.traj_id, p.pause_id)
+                else:
+                    self._await(p)
+                self.env.process(self._copy_in(p))
+                if p.next_req is not None and p.prefetch is not None and p.prefetch.pipelined:
+                    self.env.process(self._pipelined_release(p))
+                continue
+            if p.next_req is None:  # a prefetch that finds no room: reload at tool return
+                self._restores.pop(0)
+                p.to(S.OFFLOADED)
+                continue
+            if self.sched.running:
+                return  # room comes when running requests finish
+            if kv.drop_paused() is not None:
+                continue
+            # nothing runs and nothing can be dropped: the pool is too small: recompute
+            self._restores.pop(0)
+            self.transfers.free_frames(p)
+            self.transfers.untrack(p.seq)
+            self._recompute(p, "no HBM room for the reload")
+
+    def _await(self, p: Pause) -> None:
+        if not p.awaited:
+            p.awaited = True
+            self.copies_in += 1
+
+    def _unawait(self, p: Pause) -> None:
+        if p.awaited:
+            p.awaited = False
+            self.copies_in -= 1
+
+    def _recompute(self, p: Pause, note: str) -> None:
+        """The reload cannot happen: the next turn prefills its context again."""
+        p.to(S.RECOMPUTE)
+        p.moved_to, p.note = RECOMPUTE, note
+        self._recomputing[id(p.next_req)] = p
+        self._by_seq.pop(p.seq, None)
+        self.node.submit(p.next_req)
+
+    def released(self, seq: Hashable, cancelled: bool = False) -> None:
+        """The workload released ``seq`` (a fork's parent, a compaction, an ended
+        trajectory) or cancelled it (a pruned branch): its open pause ends there."""
+        p = self._by_seq.pop(seq, None)
+        if p is None:
+            return
+        if p.state in (S.OFFLOADED, S.WAITING_HBM):
+            if p in self._restores:
+                self._restores.remove(p)
+            self.transfers.free_frames(p)
+            self.transfers.untrack(seq)
+        p.to(S.GONE)
+        p.outcome = "cancelled" if cancelled else "released"
+        p.ended_s = self.env.now
+
+    # -------------------------------------------------- residency after a recompute
+    def admitted(self, req: Request, now: float) -> None:
+        p = self._recomputing.get(id(req))
+        if p is not None and p.recompute_tokens == 0:
+            p.recompute_tokens = max(0, p.tokens - req.num_computed)
+        if p is not None and req.num_computed >= p.tokens:
+            self._resident(req, now)
+
+    def committed(self, plan: Any, ends: Any, chunks: list[int] | None) -> None:
+        """After a step or run: recomputing requests whose context is resident again."""
+        if not self._recomputing:
+            return
+        for req, _n in plan.scheduled:
+            p = self._recomputing.get(id(req))
+            if p is None or req.num_computed < p.tokens:
+                continue
+            t = float(ends[-1])
+            if chunks and len(ends) > 1 and req is plan.scheduled[-1][0]:
+                done = plan.prefill_chunks[0][1] + np.cumsum(chunks[: len(ends)])
+                i = int(np.searchsorted(done, p.tokens, side="left"))
+                t = float(ends[min(i, len(ends) - 1)])
+            self._resident(req, t)
+
+    def _resident(self, req: Request, t: float) -> None:
+        p = self._recomputing.pop(id(req))
+        p.resident_s = t
+        p.to(S.DONE)
+
+    # --------------------------------------------------------------- invariants
+    def check_invariants(self) -> None:
+        """Steps read only HBM blocks; tiers within capacity."""
+        self.transfers.check(self.pauses, self.sched)
+
+    def open_pauses(self) -> list[Pause]:
+        """Pauses not yet in a terminal state."""
+        return [p for p in self.pauses if p.open]
+
+    # ------------------------------------------------------------------ records
+    def records(self, sim_time_s: float) -> list[tuple[Pause, float, float]]:
+        """Every pause with its HBM byte-seconds held (F29, its own sequence) and the
+        FLOPs of its recomputed tokens: what pauses.parquet is made of
+        (``sim.metrics.pauses.pause_frame``)."""
+        held = self.kv.held_token_seconds(sim_time_s).by_key
+        return [
+            (
+                p,
+                held.get(p.pause_id, 0.0) * self.bpt,
+                self.decider.recompute_flops(p.recompute_tokens),
+            )
+            for p in self.pauses
+        ]
+
+
+def _nothing() -> None:
+    """A boundary call that only wakes the node."""
+
+
+#: the former name (notebooks and scripts may use it)
+PauseController = PauseLifecycle

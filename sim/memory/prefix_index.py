@@ -1,0 +1,103 @@
+"""The seam between the paged allocator and a prefix cache: ``PrefixIndex`` and ``PrefixHit``.
+
+Responsibility: list every call ``PagedAllocator`` makes on a prefix index, with types, so a
+prefix cache can be written from this page alone. The paged core keeps the block tables,
+refcounts, copy-on-write, the books and the public allocator contract (misuse checks, token
+counts, lineage); the index decides which cached blocks a new sequence may share, which
+full blocks become reusable as they fill, and which dormant blocks to give back under
+pressure. ``sim.prefix`` holds the two indexes (the radix tree, vLLM V1's hashed blocks)
+and the allocator kinds that compose them with the core; memory never imports them.
+
+Calls, per operation (hooks run only when the operation succeeds unless said):
+
+    allocate        match -> (make_room) -> admitted, or cancel if no room was made
+    append          check_content (before any change) -> (make_room) -> appended
+    fork            forked
+    free            released(uncache=False); free_uncached: released(uncache=True)
+    queries         can_allocate, evictable_blocks, excess_tokens, prefix_metrics
+    clock, books    set_time, check
+
+Invariant: the index never changes a refcount or a block table (the core does) and never
+calls the core; it may change which blocks the pool keeps cached (retain/unretain, hashes)
+and leaves the pool's books balanced; a miss (``match`` returns None, or ``cancel``) leaves
+the cached content as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sim.memory.block_pool import PagedPool
+from sim.memory.metrics import PrefixMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """What an index found for a new sequence (``PrefixIndex.match``)."""
+
+    block_ids: list[int]  # cached whole blocks the sequence will map, logical block 0 first
+    hit_tokens: int  # prompt tokens those blocks serve: len(block_ids) * block_size
+    state: object = None  # the index's own lookup state, handed back to admitted/cancel
+
+
+class PrefixIndex(Protocol):
+    """A prefix cache over a paged pool, as ``PagedAllocator`` calls it (module docstring)."""
+
+    #: the pool the core takes blocks from: the one the index was given, or its own
+    pool: PagedPool
+
+    @property
+    def evictable_blocks(self) -> int:
+        """Dormant blocks ``make_room`` could free (0 when cached blocks are already free)."""
+
+    @property
+    def excess_tokens(self) -> int:
+        """Tokens the core's fork lineage counts twice because unrelated sequences map the
+        same cached block; ``useful tokens = lineage distinct - excess``."""
+
+    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
+        """Look up a new ``n_tokens`` prompt (``content`` may be None: nothing to match) and
+        pin what it found; None = it cannot fit (a miss decided before any change). Misuse
+        (content of another length) raises ``AllocatorError``."""
+
+    def cancel(self, hit: PrefixHit) -> None:
+        """The core could not make room after ``match``: unpin what it pinned."""
+
+    def make_room(self, short_blocks: int) -> bool:
+        """Free exactly ``short_blocks`` dormant blocks into the pool, or nothing and False."""
+
+    def admitted(self, seq_id: Hashable, n_tokens: int, table: list[int], hit: PrefixHit) -> int:
+        """``seq_id``'s table (the hit's blocks, then new ones) is installed: cache its full
+        blocks and record the hit. Return the tokens copied from a cached partial block into
+        its private tail (served from cache too; the core counts the copy), usually 0."""
+
+    def check_content(self, content: Any, n_tokens: int, op: str) -> Any:
+        """``content`` of ``n_tokens`` in the index's normal form; ``AllocatorError`` if not."""
+
+    def appended(
+        self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any, table: list[int]
+    ) -> None:
+        """``n_tokens`` (``content`` from ``check_content``, or None: unknown) follow
+        ``tokens``; ``table`` already has their blocks. Cache the blocks that became full."""
+
+    def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
+        """``child_id`` maps the parent's blocks (``table``, a copy) and shares its content."""
+
+    def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
+        """``seq_id`` is freed (its references already dropped). With ``uncache`` its
+        context leaves the cache too, where no other sequence maps it."""
+
+    def can_allocate(self, n_tokens: int, content: Any) -> bool:
+        """Whether ``allocate`` of ``n_tokens`` with ``content`` (not None) would fit now."""
+
+    def set_time(self, now_s: float) -> None:
+        """Simulation time for the next operations' access stamps."""
+
+    def prefix_metrics(self, block_bytes: float) -> PrefixMetrics:
+        """F17 counters and cached/active bytes (blocks of ``block_bytes``)."""
+
+    def check(self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]) -> None:
+        """Raise ``InvariantError`` naming the first broken invariant of the index against
+        the core's live tables and token counts."""

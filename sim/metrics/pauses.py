@@ -1,0 +1,88 @@
+"""pauses.parquet and its summary aggregates: one row per tool-call pause.
+
+Responsibility: the pause table's schema (``PAUSE_COLUMNS``, beside the other tables'
+schemas), turning the engine's pause records into rows, and the ``summary.json``
+aggregates of the pauses (counts by decision and outcome, resume latency and stall, HBM
+byte-seconds held, recompute FLOPs, bytes moved).
+
+Invariant: one row per pause, in pause-id order, each with its ``outcome`` (how it ended,
+``open`` if it had not when the run ended) and ``ended_s``; times are simulated seconds
+(NaN = did not happen), bytes are bytes, ``paused_hbm_gb_s`` is GB (10^9 B) x seconds of KV held in
+HBM while the pause lasted (F29).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from sim.metrics.stats import describe
+from sim.units import GB
+
+NAN = math.nan
+
+PAUSE_COLUMNS = [
+    "pause_id", "traj_id", "seq_id", "req_id", "turn", "tool_name", "tokens", "state_bytes",
+    "decision", "reason", "moved_to", "note", "predicted_wait_s", "actual_wait_s", "start_s",
+    "copy_out_done_s", "blocks_freed_s", "tool_return_s", "reload_start_s", "copy_in_done_s",
+    "resident_s", "first_token_s", "resume_stall_s", "resume_latency_s", "paused_hbm_gb_s",
+    "bytes_offloaded_host", "bytes_offloaded_nvme", "bytes_reloaded_host",
+    "bytes_reloaded_nvme", "recompute_tokens", "recompute_flops", "recompute_s", "outcome",
+    "ended_s",
+]  # fmt: skip
+#: ``outcome`` values: how a pause ended ("open" = still open when the run ended)
+PAUSE_OUTCOMES = ("resumed", "reloaded", "recomputed", "released", "cancelled", "open")
+
+
+def pause_row(p: Any, held_byte_s: float, recompute_flops: float) -> tuple:
+    """A pause record's row, in ``PAUSE_COLUMNS`` order (``recompute_flops``: for its
+    recomputed tokens)."""
+    ret = p.tool_return_s
+    first = NAN
+    if p.next_req is not None and p.next_req.first_token_s is not None:
+        first = p.next_req.first_token_s
+    stall = p.resident_s - ret
+    host = p.pool is not None and p.pool.tier.name == "HOST"
+    recompute = p.moved_to == "recompute"
+    return (
+        p.pause_id, p.req.traj_id, str(p.seq), p.req.req_id, p.req.turn, p.req.tool_name,
+        p.tokens, p.bytes_total, p.action, p.reason, p.moved_to, p.note,
+        NAN if p.predicted_wait_s is None else p.predicted_wait_s, ret - p.start_s, p.start_s,
+        p.copy_out_done_s, p.freed_s, ret, p.reload_start_s, p.copy_in_done_s, p.resident_s,
+        first, stall, first - ret, held_byte_s / GB,
+        p.bytes_out if host else 0.0, 0.0 if host else p.bytes_out,
+        p.bytes_in if host else 0.0, 0.0 if host else p.bytes_in,
+        p.recompute_tokens if recompute else 0,
+        recompute_flops if recompute else 0.0,
+        stall if recompute else 0.0,
+        p.outcome or "open",
+        p.resident_s if math.isnan(p.ended_s) else p.ended_s,
+    )  # fmt: skip
+
+
+def pause_frame(records: Sequence[tuple[Any, float, float]]) -> pd.DataFrame:
+    """pauses.parquet from the engine's records: (pause, held byte-seconds, recompute
+    FLOPs) each (``PauseLifecycle.records``)."""
+    return pd.DataFrame([pause_row(*r) for r in records], columns=PAUSE_COLUMNS)
+
+
+def pause_summary(frame: pd.DataFrame) -> dict:
+    """The summary.json aggregates of the pauses."""
+    decisions = {a: int(n) for a, n in frame.decision.value_counts().sort_index().items()}
+    moved = {a: int(n) for a, n in frame.moved_to.value_counts().sort_index().items()}
+    ended = {o: int((frame.outcome == o).sum()) for o in PAUSE_OUTCOMES}
+    return {
+        "pause_count": int(len(frame)),
+        "pause_endings": ended,
+        "resume_latency_s": describe(frame.resume_latency_s.to_numpy()),
+        "resume_stall_s": describe(frame.resume_stall_s.to_numpy()),
+        "paused_hbm_gb_s": float(frame.paused_hbm_gb_s.sum()),
+        "recompute_flops": float(frame.recompute_flops.sum()),
+        "bytes_offloaded": round((frame.bytes_offloaded_host + frame.bytes_offloaded_nvme).sum()),
+        "bytes_reloaded": round((frame.bytes_reloaded_host + frame.bytes_reloaded_nvme).sum()),
+        "pause_decisions": decisions,
+        "pause_outcomes": moved,
+    }

@@ -1,0 +1,442 @@
+"""One declared schema per run output: ``summary.json`` and every record table.
+
+Responsibility: the name, unit, type and meaning of every ``summary.json`` key and of every
+column of ``requests``, ``steps``, ``memory``, ``trajectories`` and ``pauses`` (.parquet);
+``metrics_markdown()`` renders them as docs/metrics.md (``docs/gen_metrics.py`` writes
+it; a test keeps the file equal to the render) and ``check_summary`` / ``check_table`` /
+``check_run_folder`` say, one line per problem, where a run's outputs break them.
+
+Invariant: this module imports nothing from the rest of ``sim`` (the recorder, the summary,
+the pause table and the run layer make the outputs; a test checks that their column
+tuples equal the ones declared here, in order). Units are written in the names (``_s``,
+``_bytes``, ``_gb_s``, ``_flops``, ``usd_``); counts and byte totals of ``summary.json``
+are JSON integers; an alias is declared with ``alias_of`` and kept, never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: summary value kinds: int (JSON integer), float (number), str, bool, dist
+#: ({mean, p50, p90, p99} of numbers or nulls), counts ({name: int}), texts (list of str),
+#: argv (list of str), versions ({package: version string})
+KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions")
+DIST_KEYS = ("mean", "p50", "p90", "p99")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One ``summary.json`` key."""
+
+    name: str
+    kind: str  # one of KINDS
+    unit: str  # "s", "bytes", "tokens", "count", "fraction", "GB*s", "USD", "-" ...
+    meaning: str
+    nullable: bool = False  # may be null (undefined: no sample, no price, ...)
+    optional: bool = False  # present only for some runs (``when`` says which)
+    when: str = ""
+    alias_of: str | None = None  # the same figure under another, older name
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a record table."""
+
+    name: str
+    dtype: str  # "int", "float" (NaN = undefined), "str"
+    unit: str
+    meaning: str
+
+
+def _k(name, kind, unit, meaning, **kw) -> Key:
+    return Key(name, kind, unit, meaning, **kw)
+
+
+_NULL = {"nullable": True}
+_PREFIX = {"optional": True, "when": "allocators with a prefix cache (radix, paged_hash)"}
+
+SUMMARY_KEYS: tuple[Key, ...] = (
+    # ---- the scenario (the run layer's ``meta``)
+    _k("scenario", "str", "-", "The scenario's `name`."),
+    _k("schema_version", "int", "-", "The scenario file's schema version."),
+    _k("seed", "int", "-", "The seed every random stream derives from."),
+    _k("model", "str", "-", "Model profile name."),
+    _k("accelerator", "str", "-", "Accelerator profile name."),
+    _k("num_gpus", "int", "count", "GPUs of the engine instance (TP x PP)."),
+    _k("allocator", "str", "-", "Allocator kind that ran (after `prefix_caching` selection)."),
+    _k("scheduler", "str", "-", "Scheduler kind."),
+    _k("pause_policy", "str", "-", "Pause policy kind."),
+    _k("exact", "bool", "-", "True when every decode iteration was stepped one by one."),
+    _k("kv_pool_bytes", "int", "bytes", "KV pool of the engine instance (all GPUs)."),
+    _k("kv_bytes_per_token", "float", "bytes", "KV bytes of one token (all layers, all GPUs)."),
+    _k("trajectories_total", "int", "count", "Trajectories the workload will start."),
+    _k("command", "argv", "-", "`kvsim` argv as given (null from the Python API).", **_NULL),
+    _k("scenario_path", "str", "-", "Scenario file, absolute (null for a dict).", **_NULL),
+    _k("config_sha256", "str", "-", "SHA-256 of the resolved config's canonical JSON."),
+    # ---- volume
+    _k("requests_completed", "int", "count", "Requests that finished (stop or length)."),
+    _k("requests_submitted", "int", "count", "Requests submitted (every row of requests)."),
+    _k("trajectories_completed", "int", "count", "Trajectories whose status is completed."),
+    _k("trajectories_ended", "int", "count", "Trajectories that ended, any status."),
+    _k("sim_time_s", "float", "s", "Simulated time at the end of the run."),
+    _k("wall_time_s", "float", "s",
+       "Wall-clock time of the simulation loop alone (reporting only; never compared).",
+       **_NULL),
+    # ---- latency
+    _k("ttft_s", "dist", "s", "Time to first token of every request that produced one."),
+    _k("itl_s", "dist", "s", "Inter-token gaps, pooled over every gap of every request."),
+    _k("e2e_s", "dist", "s", "Arrival to finish of finished requests."),
+    _k("queue_s", "dist", "s", "Arrival to (first) admission of admitted requests."),
+    _k("max_itl_s", "float", "s", "Largest inter-token gap of the run.", **_NULL),
+    # ---- throughput and reuse
+    _k("output_tokens", "int", "tokens", "Tokens generated."),
+    _k("prefill_tokens", "int", "tokens", "Prompt tokens computed (recomputes included)."),
+    _k("output_tokens_per_s", "float", "tokens/s", "output_tokens / sim_time_s.", **_NULL),
+    _k("prefix_hit_rate", "float", "fraction",
+       "F17 as served: prompt tokens served from the prefix cache at admission (after the "
+       "at-least-one-computed cap) / prompt tokens looked up. Every allocator; 0 without a "
+       "cache.", **_NULL),
+    _k("prefix_match_rate", "float", "fraction",
+       "The prefix cache's own raw match: matched / prompt tokens before the cap and "
+       "truncation (>= prefix_hit_rate).", nullable=True, **_PREFIX),
+    _k("prefix_evicted_blocks", "int", "count", "Blocks the prefix cache evicted.", **_PREFIX),
+    _k("kv_reuse_rate", "float", "fraction",
+       "(held + hit tokens) / prompt tokens of admitted requests.", **_NULL),
+    # ---- memory
+    _k("eta_alloc_mean", "float", "fraction",
+       "F8 useful/allocated, time-weighted over the time anything is allocated.", **_NULL),
+    _k("eta_effective_mean", "float", "fraction", "F10 useful/pool, time-weighted.", **_NULL),
+    _k("peak_allocated_bytes", "int", "bytes", "Largest allocated bytes, transient peaks included."),
+    _k("bytes_copied", "int", "bytes", "Device-to-device bytes copied (growth, deep fork, CoW)."),
+    _k("cow_copies", "int", "count", "Copy-on-write block copies."),
+    _k("held_kv_drops", "int", "count", "Held (paused) sequences dropped under pressure."),
+    _k("paused_kv_bytes_mean", "float", "bytes",
+       "Logical paused KV (each paused sequence's tokens; shared blocks per sequence), "
+       "time-weighted.", **_NULL),
+    _k("paused_kv_bytes_peak", "int", "bytes", "Largest logical paused KV."),
+    _k("hold_gb_s", "float", "GB*s",
+       "F29 over every hold: GB (1e9 B) of KV held idle x seconds, pauses and the fork "
+       "children held with them (>= paused_hbm_gb_s; equal without forks)."),
+    # ---- events
+    _k("preemptions", "int", "count", "Preemptions (recompute)."),
+    _k("rejected", "int", "count", "Requests rejected."),
+    _k("rejected_by_reason", "counts", "count", "Rejected requests by finish_reason."),
+    _k("cancelled", "int", "count", "Requests cancelled."),
+    _k("unfinished", "int", "count", "Requests still waiting or running at the end."),
+    _k("trajectories_by_status", "counts", "count", "Ended trajectories by status."),
+    _k("compactions", "int", "count", "Context-limit compactions or truncations."),
+    _k("provider_hit_rate", "float", "fraction",
+       "Provider view: cached / prompt tokens of the billed calls (null without one).",
+       **_NULL),
+    _k("provider_bill_usd", "float", "USD", "Provider view: the bill (null without one).",
+       **_NULL),
+    _k("steps", "int", "count", "Engine iterations."),
+    _k("engine_decisions", "int", "count", "Engine decisions (a run of decode steps is one)."),
+    _k("versions", "versions", "-", "Python and package versions."),
+    _k("warnings", "texts", "-", "Sentences saying a run went pathological (empty if healthy)."),
+    # ---- pauses (sim.metrics.pauses)
+    _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),
+    _k("pause_endings", "counts", "count", "Pauses by outcome (how they ended)."),
+    _k("resume_latency_s", "dist", "s", "Tool return to the next turn's first token."),
+    _k("resume_stall_s", "dist", "s", "Tool return to the KV being resident again."),
+    _k("paused_hbm_gb_s", "float", "GB*s",
+       "F29 over the pauses table: GB x seconds of each pause's own sequence held in HBM "
+       "while it lasted (fork children excluded; see hold_gb_s)."),
+    _k("recompute_flops", "float", "FLOPs", "FLOPs of recomputed pause contexts."),
+    _k("bytes_offloaded", "int", "bytes", "Bytes copied out to host or NVMe at pauses."),
+    _k("bytes_reloaded", "int", "bytes", "Bytes copied back to HBM at resumes."),
+    _k("pause_decisions", "counts", "count", "Pauses by the policy's decision."),
+    _k("pause_outcomes", "counts", "count", "Pauses by where the KV went (moved_to)."),
+    # ---- cost (sim.run.pricing)
+    _k("usd_per_gpu_hour", "float", "USD/GPU-hour", "Price used (null without one).", **_NULL),
+    _k("price_source", "str", "-", "Where the price comes from.", **_NULL),
+    _k("usd_total", "float", "USD", "Price x GPUs x simulated hours.", **_NULL),
+    _k("usd_per_million_output_tokens", "float", "USD", "usd_total per 1e6 output tokens.",
+       **_NULL),
+    _k("usd_per_trajectory", "float", "USD", "usd_total per completed trajectory.", **_NULL),
+    _k("paused_hbm_usd", "float", "USD", "paused_hbm_gb_s priced as HBM GB-seconds.", **_NULL),
+)  # fmt: skip
+
+_F, _I, _S = "float", "int", "str"
+
+
+def _cols(*rows: tuple[str, str, str, str]) -> tuple[Column, ...]:
+    return tuple(Column(*r) for r in rows)
+
+
+REQUEST_TABLE = _cols(
+    ("req_id", _I, "-", "Request id (unique in the run)."),
+    ("traj_id", _I, "-", "Trajectory id."),
+    ("turn", _I, "count", "Turn index within the trajectory (0 first)."),
+    ("branch", _I, "-", "Branch index the workload gave the request."),
+    ("status", _S, "-", "finished, rejected, cancelled, or waiting/running if unfinished."),
+    ("finish_reason", _S, "-", "stop, length, rejected_too_long, rejected_never_fits, "
+     "cancelled; empty while unfinished."),
+    ("arrival_s", _F, "s", "Submission time."),
+    ("admitted_s", _F, "s", "First admission (NaN: never admitted)."),
+    ("first_token_s", _F, "s", "First output token (NaN: none)."),
+    ("finish_s", _F, "s", "Finish time (NaN: unfinished)."),
+    ("prompt_tokens", _I, "tokens", "Prompt length."),
+    ("max_output_tokens", _I, "tokens", "Sampled output target."),
+    ("output_tokens", _I, "tokens", "Tokens generated."),
+    ("held_tokens", _I, "tokens", "KV kept over the previous pause (not recomputed)."),
+    ("lookup_tokens", _I, "tokens", "Prompt tokens looked up in the prefix cache."),
+    ("hit_tokens", _I, "tokens", "Prompt tokens served from the prefix cache."),
+    ("preemptions", _I, "count", "Times the request was preempted."),
+    ("queue_s", _F, "s", "admitted_s - arrival_s."),
+    ("ttft_s", _F, "s", "first_token_s - arrival_s."),
+    ("e2e_s", _F, "s", "finish_s - arrival_s."),
+    ("itl_mean_s", _F, "s", "Mean inter-token gap."),
+    ("itl_max_s", _F, "s", "Largest inter-token gap."),
+    ("branch_id", _I, "-", "Branch id, unique within the trajectory (0 = main line)."),
+    ("parent_branch_id", _I, "-", "Branch it forked from (-1 on the main line)."),
+    ("depth", _I, "count", "Fork nesting (0 on the main line)."),
+    ("workload", _S, "-", "Workload kind, or the mix component's name."),
+)  # fmt: skip
+
+STEP_TABLE = _cols(
+    ("step", _I, "-", "Index of the decision's first step (next step for a zero-time row)."),
+    ("n_steps", _I, "count", "Steps the row stands for (a coalesced decode run > 1; 0: "
+     "a decision that ran no step)."),
+    ("start_s", _F, "s", "Start of the first step."),
+    ("end_s", _F, "s", "End of the last step."),
+    ("duration_s", _F, "s", "end_s - start_s."),
+    ("n_decode", _I, "count", "Decoding sequences in the first step."),
+    ("n_prefill", _I, "count", "Prefill chunks in the first step."),
+    ("prefill_tokens", _I, "tokens", "Prefill tokens in the first step."),
+    ("batch_tokens", _I, "tokens", "n_decode + prefill_tokens."),
+    ("decode_history_tokens", _I, "tokens", "KV history the decodes read."),
+    ("admitted", _I, "count", "Requests admitted by the decision."),
+    ("preempted", _I, "count", "Requests preempted by the decision."),
+    ("rejected", _I, "count", "Requests rejected by the decision."),
+    ("held_drops", _I, "count", "Held sequences dropped by the decision."),
+    ("n_running", _I, "count", "Running requests."),
+    ("n_waiting", _I, "count", "Waiting requests."),
+    ("copy_bytes", _F, "bytes", "Bytes copied by the allocator for the decision."),
+    ("alloc_calls", _I, "count", "Allocator calls the decision made."),
+    ("weights_s", _F, "s", "Cost term: weights streamed."),
+    ("kv_read_s", _F, "s", "Cost term: KV read."),
+    ("gemm_s", _F, "s", "Cost term: GEMM FLOPs."),
+    ("attention_s", _F, "s", "Cost term: attention FLOPs."),
+    ("allreduce_s", _F, "s", "Cost term: tensor-parallel all-reduce."),
+    ("copy_s", _F, "s", "Cost term: copies."),
+    ("alloc_s", _F, "s", "Cost term: allocator calls."),
+    ("overhead_s", _F, "s", "Cost term: fixed overhead."),
+    ("mem_s", _F, "s", "Memory-bound time of the first step."),
+    ("comp_s", _F, "s", "Compute-bound time of the first step."),
+    ("bound", _S, "-", "memory, compute, or none (a zero-time row)."),
+    ("flops_per_gpu", _F, "FLOPs", "FLOPs per GPU of the first step."),
+    ("hbm_bytes_per_gpu", _F, "bytes", "HBM bytes moved per GPU of the first step."),
+)  # fmt: skip
+
+MEMORY_TABLE = _cols(
+    ("t_s", _F, "s", "The row holds from this time on."),
+    ("allocated_bytes", _F, "bytes", "Reserved by live sequences (whole buffers or blocks)."),
+    ("useful_bytes", _F, "bytes", "Distinct token states resident (shared prefix once)."),
+    ("logical_bytes", _F, "bytes", "Sum of every live sequence's tokens (F7)."),
+    ("free_bytes", _F, "bytes", "Reusable now (free extents or free blocks)."),
+    ("cached_bytes", _F, "bytes", "Dormant blocks a prefix cache keeps."),
+    ("eta_alloc", _F, "fraction", "F8 useful/allocated (NaN when nothing is allocated)."),
+    ("eta_effective", _F, "fraction", "F10 useful/pool."),
+    ("num_sequences", _I, "count", "Live sequences."),
+    ("paused_kv_bytes", _F, "bytes", "Logical paused KV: each paused sequence's tokens, "
+     "shared blocks once per sequence (can exceed allocated_bytes)."),
+    ("n_paused", _I, "count", "Paused (held) sequences."),
+    ("n_running", _I, "count", "Running requests."),
+    ("n_waiting", _I, "count", "Waiting requests."),
+    ("largest_free_bytes", _F, "bytes", "Largest free hole (block kinds: every free byte, "
+     "since any free block serves any block request)."),
+    ("n_free_extents", _I, "count", "Free holes (block kinds: 1 when anything is free)."),
+)  # fmt: skip
+
+TRAJECTORY_TABLE = _cols(
+    ("traj_id", _I, "-", "Trajectory id."),
+    ("kind", _S, "-", "Workload kind that made it."),
+    ("start_s", _F, "s", "First submission."),
+    ("end_s", _F, "s", "End."),
+    ("status", _S, "-", "completed, failed or context_exhausted."),
+    ("turns", _I, "count", "Turns."),
+    ("requests", _I, "count", "Requests."),
+    ("branches", _I, "count", "Branches."),
+    ("output_tokens", _I, "tokens", "Tokens generated."),
+    ("lookup_tokens", _I, "tokens", "Prompt tokens looked up."),
+    ("hit_tokens", _I, "tokens", "Prompt tokens served from the prefix cache."),
+    ("pause_s", _F, "s", "Tool time."),
+    ("compactions", _I, "count", "Context-limit compactions or truncations."),
+    ("hold_byte_s", _F, "bytes*s", "F29 over its holds."),
+    ("depth", _I, "count", "Deepest fork nesting reached."),
+    ("pruned", _I, "count", "Branches a verifier rejected."),
+    ("provider_prompt_tokens", _F, "tokens", "Provider view: prompt tokens (NaN without)."),
+    ("provider_cached_tokens", _F, "tokens", "Provider view: cached tokens read."),
+    ("provider_written_tokens", _F, "tokens", "Provider view: tokens written to its cache."),
+    ("provider_bill_usd", _F, "USD", "Provider view: the bill."),
+    ("workload", _S, "-", "As in requests.parquet."),
+)  # fmt: skip
+
+PAUSE_TABLE = _cols(
+    ("pause_id", _I, "-", "Pause id."),
+    ("traj_id", _I, "-", "Trajectory id."),
+    ("seq_id", _S, "-", "The paused sequence."),
+    ("req_id", _I, "-", "The request whose turn ended."),
+    ("turn", _I, "count", "Its turn."),
+    ("tool_name", _S, "-", "Tool called."),
+    ("tokens", _I, "tokens", "Tokens of the paused context."),
+    ("state_bytes", _F, "bytes", "Its KV bytes."),
+    ("decision", _S, "-", "The policy's decision."),
+    ("reason", _S, "-", "Why."),
+    ("moved_to", _S, "-", "Where the KV went: hold, offload_host, offload_nvme, recompute."),
+    ("note", _S, "-", "Extra detail."),
+    ("predicted_wait_s", _F, "s", "Predicted tool time (NaN: none)."),
+    ("actual_wait_s", _F, "s", "Actual tool time."),
+    ("start_s", _F, "s", "Pause start."),
+    ("copy_out_done_s", _F, "s", "Copy-out finished (NaN: none)."),
+    ("blocks_freed_s", _F, "s", "HBM blocks freed (NaN: none)."),
+    ("tool_return_s", _F, "s", "Tool returned."),
+    ("reload_start_s", _F, "s", "Reload started (NaN: none)."),
+    ("copy_in_done_s", _F, "s", "Copy-in finished (NaN: none)."),
+    ("resident_s", _F, "s", "KV resident again."),
+    ("first_token_s", _F, "s", "Next turn's first token (NaN: none)."),
+    ("resume_stall_s", _F, "s", "resident_s - tool_return_s."),
+    ("resume_latency_s", _F, "s", "first_token_s - tool_return_s."),
+    ("paused_hbm_gb_s", _F, "GB*s", "F29 of this pause in HBM."),
+    ("bytes_offloaded_host", _F, "bytes", "Copied out to host."),
+    ("bytes_offloaded_nvme", _F, "bytes", "Copied out to NVMe."),
+    ("bytes_reloaded_host", _F, "bytes", "Copied back from host."),
+    ("bytes_reloaded_nvme", _F, "bytes", "Copied back from NVMe."),
+    ("recompute_tokens", _I, "tokens", "Tokens recomputed."),
+    ("recompute_flops", _F, "FLOPs", "Their FLOPs."),
+    ("recompute_s", _F, "s", "Time recomputing."),
+    ("outcome", _S, "-", "resumed, reloaded, recomputed, released, cancelled, open."),
+    ("ended_s", _F, "s", "When it ended."),
+)  # fmt: skip
+
+#: table name -> its declared columns, in file order
+TABLES: dict[str, tuple[Column, ...]] = {
+    "requests": REQUEST_TABLE,
+    "steps": STEP_TABLE,
+    "memory": MEMORY_TABLE,
+    "trajectories": TRAJECTORY_TABLE,
+    "pauses": PAUSE_TABLE,
+}
+_BY_NAME = {k.name: k for k in SUMMARY_KEYS}
+
+
+# ------------------------------------------------------------------------- checks
+def _value_problem(key: Key, v: Any) -> str | None:
+    """Why ``v`` is not a valid value of ``key`` (None when it is)."""
+    if v is None:
+        return None if key.nullable else "is null"
+    kind = key.kind
+    if kind == "int":
+        ok = isinstance(v, int) and not isinstance(v, bool)
+    elif kind == "float":
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    elif kind == "str":
+        ok = isinstance(v, str)
+    elif kind == "bool":
+        ok = isinstance(v, bool)
+    elif kind == "dist":
+        ok = isinstance(v, dict) and tuple(v) == DIST_KEYS and all(
+            x is None or (isinstance(x, int | float) and math.isfinite(x)) for x in v.values()
+        )
+    elif kind == "counts":
+        ok = isinstance(v, dict) and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in v.values()
+        )
+    elif kind in ("texts", "argv"):
+        ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+    else:  # versions
+        ok = isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+    return None if ok else f"is {json.dumps(v)[:60]}, not a valid {kind}"
+
+
+def check_summary(summary: dict) -> list[str]:
+    """One line per problem: an undeclared key, a missing key, a value of the wrong kind."""
+    out = [f"summary.json: {k}: not declared in sim/metrics/schema.py" for k in summary
+           if k not in _BY_NAME]  # fmt: skip
+    for key in SUMMARY_KEYS:
+        if key.name not in summary:
+            if not key.optional:
+                out.append(f"summary.json: {key.name}: missing")
+            continue
+        why = _value_problem(key, summary[key.name])
+        if why:
+            out.append(f"summary.json: {key.name}: {why}")
+    return out
+
+
+_DTYPE_KINDS = {"int": "iu", "float": "f", "str": "OUS"}
+
+
+def check_table(name: str, frame) -> list[str]:
+    """One line per problem: columns not as declared (names and order), a column whose
+    dtype is not the declared one."""
+    cols = TABLES[name]
+    want = [c.name for c in cols]
+    have = list(frame.columns)
+    if have != want:
+        extra = [c for c in have if c not in want]
+        missing = [c for c in want if c not in have]
+        return [f"{name}.parquet: columns differ from the schema (undeclared {extra}, "
+                f"missing {missing})"]  # fmt: skip
+    out = []
+    for c in cols:
+        kind = frame[c.name].dtype.kind
+        if kind not in _DTYPE_KINDS[c.dtype] and not (len(frame) == 0 and kind in "Of"):
+            out.append(f"{name}.parquet: {c.name}: dtype {frame[c.name].dtype}, declared {c.dtype}")
+    return out
+
+
+def check_run_folder(folder: str | Path) -> list[str]:
+    """Every problem of a run folder's summary.json and tables against the schema."""
+    import pandas as pd
+
+    folder = Path(folder)
+    out = check_summary(json.loads((folder / "summary.json").read_text(encoding="utf-8")))
+    for name in TABLES:
+        path = folder / f"{name}.parquet"
+        if path.exists():
+            out += check_table(name, pd.read_parquet(path))
+        else:
+            out.append(f"{name}.parquet: missing")
+    return out
+
+
+# ------------------------------------------------------------------------- docs
+def metrics_markdown() -> str:
+    """docs/metrics.md: every summary key and every table column, with unit and meaning."""
+    lines = [
+        "# Metrics: what a run folder holds",
+        "",
+        "<!-- generated by docs/gen_metrics.py from sim/metrics/schema.py; do not edit -->",
+        "",
+        "Every `kvsim run` writes `summary.json` and one Parquet table per record kind. "
+        "Each is declared once in `sim/metrics/schema.py` (name, type, unit, meaning); a "
+        "test checks every run's outputs against it (`sim.metrics.schema.check_run_folder`).",
+        "Distributions (`dist`) are `{mean, p50, p90, p99}`; `counts` are `{name: int}`. "
+        "GB is 10^9 bytes. Counts and byte totals are integers.",
+        "",
+        "## summary.json",
+        "",
+        "| key | type | unit | meaning |",
+        "|---|---|---|---|",
+    ]
+    for k in SUMMARY_KEYS:
+        notes = []
+        if k.nullable:
+            notes.append("null when undefined")
+        if k.optional:
+            notes.append(f"only for {k.when}")
+        if k.alias_of:
+            notes.append(f"alias of `{k.alias_of}`")
+        extra = f" ({'; '.join(notes)})" if notes else ""
+        lines.append(f"| `{k.name}` | {k.kind} | {k.unit} | {k.meaning}{extra} |")
+    for name, cols in TABLES.items():
+        lines += ["", f"## {name}.parquet", "", "| column | type | unit | meaning |",
+                  "|---|---|---|---|"]  # fmt: skip
+        lines += [f"| `{c.name}` | {c.dtype} | {c.unit} | {c.meaning} |" for c in cols]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,210 @@
+"""vLLM V1's hashed full-block prefix cache as the paged allocator's prefix index.
+
+Responsibility: implement ``sim.memory.PrefixIndex`` for the ``paged_hash`` kind
+(``sim.prefix.kinds.HashPagedAllocator`` composes it with the paged core): the
+request-level half of vLLM V1 prefix caching (``hashcache`` holds the block pool, which this
+index brings to the core): hash each full block of a sequence's content (chained, SPEC
+F19), look up the longest run of leading cached hashes at admission, cap it so at least one
+prompt token is computed (``(n - 1) // B`` blocks: a fully cached prompt recomputes its
+last block), let the core touch the hits and take new blocks from the head of the free
+queue (evicting their hashes), cache blocks as they fill (the prompt's at admission,
+generated ones on ``append`` with ``content=``); the core frees a finished sequence tail
+first to the tail of the queue. Sharing is whole blocks only (vLLM has no partial-tail
+copy). It is the ``paged`` design with ``prefix_caching: hash``.
+
+Defaults follow the V1 design document's rules (vLLM 0.8, early 2025; see ``hashcache``):
+``null_block=False``, ``unhashed_to_head=False``.
+
+Books: free (queue blocks without a hash) + allocated (refcount > 0) + cached (queue blocks
+with a hash) + remainder (bytes making no block, and the null block) = pool. A cached block
+is also *takeable* (it is in the free queue): nothing is evictable apart from it
+(``evictable_blocks`` = 0, ``make_room`` never frees more), as in vLLM.
+
+Hashing is incremental: a sequence keeps its chain hash (its last block's) and the content
+past its last full block, so each block is hashed once, in O(its segments).
+
+Invariant (``check``): the pool's (``HashBlockPool.check``, run by the core); while a
+sequence's content is known, it has one hash per full block, each block of its table
+carries its hash in the pool, the last hash chains from the one before over the last full
+block's content, and the unhashed tail is its content past that block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from sim.errors import ConfigError, InvariantError
+from sim.memory.base import flag
+from sim.memory.metrics import PrefixMetrics
+from sim.memory.prefix_index import PrefixHit
+from sim.prefix.hashcache import HashBlockPool
+from sim.prefix.sharing import FamilyLedger
+from sim.prefix.spans import (
+    ROOT_HASH,
+    Segments,
+    advance,
+    chain_hash,
+    checked_content,
+    extend_normal,
+    hash_blocks_from,
+    rest,
+    slice_tokens,
+)
+from sim.prefix.stats import PrefixStats
+
+
+class HashIndex:
+    """A ``PrefixIndex``: chained block hashes over vLLM's LRU free queue (module docstring)."""
+
+    kind = "paged_hash"
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        null_block: bool = False,
+        unhashed_to_head: bool = False,
+    ) -> None:
+        null_block = flag(null_block, "null_block")
+        unhashed_to_head = flag(unhashed_to_head, "unhashed_to_head")
+        if num_blocks < 1 + null_block:
+            raise ConfigError(
+                f"the pool holds {num_blocks} blocks; paged_hash needs at least {1 + null_block}",
+                field="pool_bytes",
+            )
+        self.pool = HashBlockPool(num_blocks, null_block, unhashed_to_head)
+        self.block_size = block_size
+        self.stats = PrefixStats()
+        self.ledger = FamilyLedger(block_size)
+        self._content: dict[Hashable, list | None] = {}  # None = unknown content
+        self._hashes: dict[Hashable, list[int]] = {}  # hashes of its full blocks
+        self._tail: dict[Hashable, list] = {}  # its content past its last full block
+
+    @property
+    def evictable_blocks(self) -> int:
+        return 0  # cached blocks wait in the free queue: taking one evicts it
+
+    @property
+    def excess_tokens(self) -> int:
+        return self.ledger.excess_tokens
+
+    def set_time(self, now_s: float) -> None:
+        """No clock: the free queue's order is the LRU order."""
+
+    # ------------------------------------------------------------------ admission
+    def _lookup(self, n_tokens: int, content: Any, op: str):
+        """(hashed content, cached run, capped hit, whether it fits) of a new prompt."""
+        segs = None if content is None else checked_content(content, n_tokens, op, self.kind)
+        if segs is None:
+            hashes, tail = [], []
+        else:
+            hashes, qi, qoff = hash_blocks_from(segs, 0, 0, self.block_size)
+            tail = rest(segs, qi, qoff)
+        found = self.pool.lookup(hashes)
+        hit = found[: (n_tokens - 1) // self.block_size]
+        need = -(-n_tokens // self.block_size) - len(hit)
+        reclaim = sum(1 for b in hit if self.pool.refcount[b] == 0)  # touched out of the queue
+        return (segs, hashes, tail), found, hit, need <= self.pool.num_free - reclaim
+
+    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
+        hashed, found, hit, fits = self._lookup(n_tokens, content, "allocate")
+        if not fits:
+            return None  # checked before touching, as vLLM does: nothing moved
+        return PrefixHit(hit, len(hit) * self.block_size, (hashed, found))
+
+    def cancel(self, hit: PrefixHit) -> None:
+        """Nothing pinned (and unreachable: ``match`` admits only what fits)."""
+
+    def make_room(self, short_blocks: int) -> bool:
+        return False  # every cached block is already in the free queue
+
+    def admitted(self, seq_id: Hashable, n_tokens: int, table: list[int], hit: PrefixHit) -> int:
+        (segs, hashes, tail), found = hit.state
+        n_hit = len(hit.block_ids)
+        self.pool.cache(table[n_hit : len(hashes)], hashes[n_hit:])
+        self.ledger.new(seq_id)
+        self.ledger.map(seq_id, table[: len(hashes)])
+        self._content[seq_id] = None if segs is None else list(segs)
+        self._hashes[seq_id] = hashes
+        self._tail[seq_id] = tail
+        bs = self.block_size
+        self.stats.record(seq_id, n_tokens, len(found) * bs, n_hit * bs)
+        return 0
+
+    # ------------------------------------------------------------------ growth
+    def check_content(self, content: Any, n_tokens: int, op: str) -> Segments:
+        return checked_content(content, n_tokens, op, self.kind)
+
+    def appended(
+        self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any, table: list[int]
+    ) -> None:
+        cur = self._content[seq_id]
+        if cur is None:
+            return
+        if content is None:
+            self._content[seq_id] = None  # tokens of unknown content: nothing more to cache
+            return
+        extend_normal(cur, content)  # normalised by check_content
+        tail = self._tail[seq_id]
+        extend_normal(tail, content)
+        have = self._hashes[seq_id]
+        if (tokens + n_tokens) // self.block_size <= len(have):
+            return
+        parent = have[-1] if have else ROOT_HASH
+        new, qi, qoff = hash_blocks_from(tail, 0, 0, self.block_size, parent)
+        self._tail[seq_id] = rest(tail, qi, qoff)
+        blocks = table[len(have) : len(have) + len(new)]
+        self.pool.cache(blocks, new)
+        self.ledger.map(seq_id, blocks)
+        have.extend(new)
+
+    def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
+        cur = self._content[parent_id]
+        self._content[child_id] = None if cur is None else list(cur)
+        self._hashes[child_id] = list(self._hashes[parent_id])
+        self._tail[child_id] = list(self._tail[parent_id])
+        self.ledger.fork(parent_id, child_id, table)
+
+    def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
+        """Forget it; with ``uncache`` each of its blocks that no other table maps loses
+        its hash (``HashBlockPool.uncache_free``, counted as evictions)."""
+        del self._content[seq_id], self._hashes[seq_id], self._tail[seq_id]
+        self.ledger.release(seq_id, table)
+        if uncache:
+            self.pool.uncache_free(reversed(table))
+
+    # ------------------------------------------------------------------ queries
+    def can_allocate(self, n_tokens: int, content: Any) -> bool:
+        return self._lookup(n_tokens, content, "can_allocate")[3]
+
+    def prefix_metrics(self, block_bytes: float) -> PrefixMetrics:
+        return self.stats.metrics(
+            cached_bytes=self.pool.num_cached * block_bytes,
+            active_bytes=self.pool.num_allocated * block_bytes,
+            evicted_blocks=self.pool.evictions,
+        )
+
+    def check(self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]) -> None:
+        try:
+            self.ledger.check(tables)
+        except InvariantError as exc:
+            raise InvariantError(f"paged_hash: {exc}") from None
+        for seq_id, hashes in self._hashes.items():
+            if self._content[seq_id] is not None:
+                self._check_hashes(seq_id, hashes, tables[seq_id], tokens[seq_id])
+
+    def _check_hashes(
+        self, seq_id: Hashable, hashes: list[int], table: list[int], tokens: int
+    ) -> None:
+        """O(blocks + segments): no hash is recomputed but the last one."""
+        cur, bs = tuple(self._content[seq_id]), self.block_size
+        full = tokens // bs
+        block_hash = self.pool.block_hash
+        stale = len(hashes) != full or any(block_hash[table[i]] != h for i, h in enumerate(hashes))
+        if not stale and full:
+            parent = hashes[-2] if full > 1 else ROOT_HASH
+            stale = hashes[-1] != chain_hash(parent, slice_tokens(cur, (full - 1) * bs, full * bs))
+        if stale or self._tail[seq_id] != rest(cur, *advance(cur, 0, 0, full * bs)):
+            raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale")

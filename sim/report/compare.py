@@ -1,0 +1,289 @@
+"""``kvsim compare``: variants of a scenario (or existing runs) side by side.
+
+Responsibility: turn ``--vary KEY=V1,V2`` flags into named variants (the grid of every
+combination), run each (``run_variant``, a module-level function an executor can send to
+a worker process: it writes ``DIR/<variant>/`` with its report, or one folder per seed
+with replications), read runs back, and write the comparison: one row per variant in
+``compare.parquet``, a text table with deltas against the first variant, and
+``compare.html`` with its PNGs (key metrics, TTFT CDFs, the allocator-study pool view).
+
+Variant values are YAML; a value may be a mapping that replaces a whole section
+(``--vary 'allocator={kind: buddy, reservation: pow2},{kind: paged}'``): commas inside
+braces or brackets do not split values. A variant's name is ``KEY=VALUE`` (a mapping's
+values joined by ``-``), several keys joined by ``,``; its folder name is that name with
+anything but letters, digits and ``._=,-`` replaced by ``_``.
+
+Invariant: the executor is passed in (anything with ``run(fn, tasks)`` yielding
+``(index, result)``, e.g. ``sim.sweep.make_executor``); without one, variants run one
+after the other in this process. A variant that fails is a row with its ``error``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import ConfigError, KvsimError
+from sim.report.data import RunData, load_run
+from sim.report.pool import SHARES, pool_shares
+
+#: (label, flattened summary key, display scale, unit) of the comparison table
+METRICS = (
+    ("TTFT p50", "ttft_s.p50", 1e3, "ms"),
+    ("TTFT p99", "ttft_s.p99", 1e3, "ms"),
+    ("ITL p50", "itl_s.p50", 1e3, "ms"),
+    ("ITL p99", "itl_s.p99", 1e3, "ms"),
+    ("E2E p50", "e2e_s.p50", 1.0, "s"),
+    ("output throughput", "output_tokens_per_s", 1.0, "tokens/s"),
+    ("requests completed", "requests_completed", 1.0, "count"),
+    ("trajectories completed", "trajectories_completed", 1.0, "count"),
+    ("prefix hit rate", "prefix_hit_rate", 100.0, "%"),
+    ("eta_alloc (mean)", "eta_alloc_mean", 100.0, "%"),
+    ("eta_effective (mean)", "eta_effective_mean", 100.0, "%"),
+    ("peak allocated", "peak_allocated_bytes", 1e-9, "GB"),
+    ("preemptions", "preemptions", 1.0, "count"),
+    ("rejected", "rejected", 1.0, "count"),
+    ("held KV", "hold_gb_s", 1.0, "GB*s"),
+    ("USD per 1M output tokens", "usd_per_million_output_tokens", 1.0, "USD"),
+) + tuple((f"pool: {s.replace('_', ' ')}", f"pool_{s}", 100.0, "%") for s in SHARES)
+COMPARE_PARQUET = "compare.parquet"
+COMPARE_HTML = "compare.html"
+_SAFE = re.compile(r"[^A-Za-z0-9._=,-]")
+
+
+# ------------------------------------------------------------------------ variants
+@dataclass
+class Variant:
+    """One configuration of a comparison."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        return _SAFE.sub("_", self.name)[:120] or "variant"
+
+
+def split_values(raw: str) -> list[str]:
+    """``V1,V2`` split at commas outside braces, brackets and quotes."""
+    out, depth, quote, cur = [], 0, "", []
+    for ch in raw:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    out.append("".join(cur))
+    return [v.strip() for v in out]
+
+
+def parse_vary(items: list[str]) -> list[tuple[str, list[Any]]]:
+    """``['a.b=1,2']`` -> ``[('a.b', [1, 2])]`` (values parsed as YAML)."""
+    from sim.yamlio import load_value
+
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not raw.strip() or any(not p for p in key.split(".")):
+            raise ConfigError(f"expected KEY=V1,V2 with a dotted KEY, got {item!r}", field="--vary")
+        values = [load_value(v, f"--vary {key}") for v in split_values(raw)]
+        if len(set(map(_label, values))) < len(values):
+            raise ConfigError(f"{key}: a value is repeated in {raw!r}", field="--vary")
+        out.append((key, values))
+    return out
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, dict):
+        return "-".join(_label(v) for v in value.values())
+    if isinstance(value, list):
+        return "-".join(_label(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def variants_from_vary(vary: list[tuple[str, list[Any]]]) -> list[Variant]:
+    """Every combination of the varied values, the first key varying slowest."""
+    keys = [k for k, _ in vary]
+    out = []
+    for combo in itertools.product(*(vals for _, vals in vary)):
+        name = ",".join(f"{k}={_label(v)}" for k, v in zip(keys, combo, strict=True))
+        out.append(Variant(name, dict(zip(keys, combo, strict=True))))
+    return out
+
+
+# ------------------------------------------------------------------------ running
+def run_variant(task: dict) -> dict:
+    """Run one variant and seed and write its run folder (with its report); never raises
+    for a bad run: returns ``{"index", "dir", "error"}``."""
+    try:
+        from sim.report.render import render_extras
+        from sim.run import run_scenario
+        from sim.run.output import write_run
+
+        result = run_scenario(task["scenario"], **task["overrides"])
+        out = Path(task["dir"])
+
+        def extras(folder: Path) -> None:
+            if task.get("report", True):
+                render_extras(result, folder)
+
+        write_run(result, out, force=True, before_install=extras)
+        return {"index": task["index"], "dir": str(out), "error": None}
+    except Exception as exc:  # one line for the table; the comparison goes on
+        text = str(exc) if isinstance(exc, KvsimError) else f"{type(exc).__name__}: {exc}"
+        return {"index": task["index"], "dir": None, "error": text.splitlines()[0]}
+
+
+def variant_tasks(scenario: str, variants: list[Variant], out: Path, sets: dict[str, Any],
+                  replications: int, base_seed: int, report: bool = True) -> list[dict]:  # fmt: skip
+    """The tasks of every variant and replication (``DIR/<variant>/`` or, with several
+    replications, ``DIR/<variant>/seed-<S>/``)."""
+    tasks = []
+    for v in variants:
+        for r in range(replications):
+            seed = base_seed + r
+            d = out / v.folder if replications == 1 else out / v.folder / f"seed-{seed}"
+            tasks.append({"scenario": scenario, "overrides": {**sets, **v.overrides, "seed": seed},
+                          "dir": str(d), "variant": v.name, "report": report})  # fmt: skip
+    for i, t in enumerate(tasks):
+        t["index"] = i
+    return tasks
+
+
+def run_variants(tasks: list[dict], executor=None, progress=None) -> list[dict]:
+    """Run the tasks (on ``executor`` when given); results in task order."""
+    results: list[dict | None] = [None] * len(tasks)
+    stream = executor.run(run_variant, tasks) if executor is not None else (
+        (i, run_variant(t)) for i, t in enumerate(tasks))  # fmt: skip
+    for i, res in stream:
+        results[i] = res
+        if progress is not None:
+            progress(sum(r is not None for r in results), len(tasks))
+    return results  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------ the table
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            out[prefix + k] = float(v)
+    return out
+
+
+def variant_row(name: str, runs: list[RunData], overrides: dict | None = None,
+                errors: list[str] | None = None) -> dict:  # fmt: skip
+    """One row of compare.parquet: the mean over a variant's replications of every
+    numeric summary figure, and its pool shares (``pool_*``, memory-bound time)."""
+    flats = []
+    for run in runs:
+        f = _flat(run.summary)
+        f.update({f"pool_{k}": v for k, v in pool_shares(run, busy_only=_busy(run)).items()})
+        flats.append(f)
+    keys = sorted({k for f in flats for k in f})
+    row: dict[str, Any] = {"variant": name, "replications": len(runs),
+                           "overrides": json.dumps(overrides or {}, default=str, sort_keys=True),
+                           "run_dirs": json.dumps([str(r.folder) for r in runs if r.folder]),
+                           "error": "; ".join(errors or []) or None}  # fmt: skip
+    for k in keys:
+        vals = [f[k] for f in flats if k in f and not math.isnan(f[k])]
+        row[k] = float(np.mean(vals)) if vals else float("nan")
+    return row
+
+
+def _busy(run: RunData) -> bool:
+    """Average the pool over the memory-bound time when requests ever waited."""
+    m = run.memory
+    return bool(len(m) and "n_waiting" in m and (m.n_waiting > 0).any())
+
+
+def compare_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows)
+
+
+def compare_text(frame: pd.DataFrame) -> str:
+    """The side-by-side table: one column per variant, deltas against the first."""
+    names = list(frame.variant)
+    head = ["metric", "unit", *names]
+    body = []
+    for label, key, scale, unit in METRICS:
+        if key not in frame:
+            continue
+        vals = frame[key].to_numpy(float)
+        if np.isnan(vals).all():
+            continue
+        cells = []
+        for i, v in enumerate(vals):
+            text = "-" if math.isnan(v) else f"{v * scale:,.4g}"
+            base = vals[0]
+            if i and not math.isnan(v) and not math.isnan(base) and base != 0:
+                text += f" ({(v - base) / abs(base):+.1%})"
+            cells.append(text)
+        body.append([label, unit, *cells])
+    if "error" in frame and frame.error.notna().any():
+        body.append(["error", "", *[e if isinstance(e, str) else "" for e in frame.error]])
+    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) if j < 2 else str(c).rjust(w)
+                       for j, (c, w) in enumerate(zip(r, widths, strict=True)))
+             for r in [head, *body]]  # fmt: skip
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------ writing
+def read_variant_runs(dirs: list[Path]) -> list[RunData]:
+    return [load_run(d) for d in dirs]
+
+
+def write_compare(out: Path, named_runs: dict[str, list[RunData]], frame: pd.DataFrame) -> list[Path]:
+    """compare.parquet, the PNGs and compare.html into ``out`` (each file renamed into place)."""
+    from sim.report import html as H
+    from sim.report.compare_plots import COMPARE_PLOTS
+    from sim.report.plots import figure_png
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = [_replace(out / COMPARE_PARQUET, lambda p: frame.to_parquet(p, index=False))]
+    pngs = {}
+    for p in COMPARE_PLOTS:
+        png = figure_png(p.draw(named_runs, frame))
+        pngs[p.file] = png
+        written.append(_replace(out / p.file, lambda path, b=png: path.write_bytes(b)))
+    parts = [f"<h1>kvsim compare: {len(frame)} variants</h1>",
+             f"<pre>{H.esc(compare_text(frame))}</pre>"]  # fmt: skip
+    for p in COMPARE_PLOTS:
+        parts += [f"<h2>{H.esc(p.title)}</h2>", H.image(pngs[p.file], p.title),
+                  f'<p class="read">{H.esc(p.how_to_read)}</p>']  # fmt: skip
+    text = H.page("kvsim compare", parts)
+    written.append(_replace(out / COMPARE_HTML, lambda p: p.write_text(text, encoding="utf-8")))
+    return written
+
+
+def _replace(target: Path, write) -> Path:
+    tmp = target.with_name(f".{target.name}.partial")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise KvsimError(f"cannot write {str(target)!r}: {exc.strerror}") from None
+    return target

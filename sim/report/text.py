@@ -1,0 +1,112 @@
+"""The run's text: the progress line and the end-of-run table, as pure functions.
+
+Responsibility: what ``kvsim run`` shows while it runs (simulated time, finished
+trajectories, an ETA) and after (one table: every latency in ms, memory in GB, rates in
+percent), and the same rows for ``report.html``. No printing and no clock here: the CLI
+passes the elapsed wall time in.
+
+Invariant: the same inputs give the same text; a missing figure (None) prints as ``-``.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: latency rows of the end-of-run table (summary key, label)
+LATENCY_ROWS = (
+    ("ttft_s", "TTFT"),
+    ("itl_s", "ITL"),
+    ("e2e_s", "end-to-end"),
+    ("queue_s", "queue"),
+    ("resume_latency_s", "resume latency"),
+)
+DIST = ("mean", "p50", "p90", "p99")
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def progress_fraction(sim_s: float, completed: int, total: int, horizon_s: float | None) -> float:
+    """How far the run is, in [0, 1]: the larger of simulated time over the horizon and
+    finished over all trajectories (a run ends at whichever comes first)."""
+    parts = [completed / total if total else 0.0]
+    if horizon_s:
+        parts.append(sim_s / horizon_s)
+    return min(max(parts), 1.0)
+
+
+def progress_text(
+    sim_s: float, completed: int, total: int, elapsed_s: float, horizon_s: float | None = None
+) -> str:
+    """``sim 12.3 s | 40/100 trajectories | ETA 0:05``; the ETA extrapolates the wall
+    time so far by the fraction done (``ETA -`` before anything is done)."""
+    frac = progress_fraction(sim_s, completed, total, horizon_s)
+    horizon = f" of {horizon_s:,.0f}" if horizon_s else ""
+    if frac <= 0 or elapsed_s <= 0:
+        eta = "-"
+    else:
+        eta = _clock(elapsed_s * (1.0 - frac) / frac)
+    return f"sim {sim_s:,.1f}{horizon} s | {completed:,}/{total:,} trajectories | ETA {eta}"
+
+
+def _ms(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:,.1f}"
+
+
+def _num(x, fmt: str, scale: float = 1.0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x * scale if scale != 1.0 else x, fmt)
+
+
+def summary_rows(s: dict) -> list[tuple[str, str, str]]:
+    """(metric, value, unit) rows of the end-of-run table; latency rows give
+    mean / p50 / p90 / p99 in one value cell."""
+    rows = []
+    for key, label in LATENCY_ROWS:
+        d = s.get(key)
+        if isinstance(d, dict) and d.get("mean") is not None:
+            rows.append((f"{label} mean / p50 / p90 / p99",
+                         " / ".join(_ms(d[q]) for q in DIST), "ms"))  # fmt: skip
+    rows += [
+        ("max ITL", _ms(s.get("max_itl_s")), "ms"),
+        ("output throughput", _num(s.get("output_tokens_per_s"), ",.0f"), "tokens/s"),
+        ("prefix hit rate", _num(s.get("prefix_hit_rate"), ".1f", 100), "%"),
+        ("eta_alloc (mean)", _num(s.get("eta_alloc_mean"), ".1f", 100), "%"),
+        ("eta_effective (mean)", _num(s.get("eta_effective_mean"), ".1f", 100), "%"),
+        ("peak allocated", _num(s.get("peak_allocated_bytes"), ",.2f", 1e-9), "GB"),
+        ("paused KV (mean)", _num(s.get("paused_kv_bytes_mean"), ",.2f", 1e-9), "GB"),
+        ("held KV", _num(s.get("hold_gb_s"), ",.1f"), "GB*s"),
+        ("preemptions", _num(s.get("preemptions"), ",d"), "count"),
+        ("rejected", _num(s.get("rejected"), ",d"), "count"),
+        ("pauses", _num(s.get("pause_count"), ",d"), "count"),
+        ("cost", _num(s.get("usd_total"), ",.4f"), "USD"),
+    ]
+    return rows
+
+
+def summary_title(s: dict) -> str:
+    wall = s.get("wall_time_s")
+    wall_text = "" if wall is None else f" ({wall:.2f} s wall)"
+    return (
+        f"{s.get('scenario')}: {s.get('requests_completed', 0):,} requests, "
+        f"{s.get('trajectories_completed', 0):,} trajectories in "
+        f"{s.get('sim_time_s', 0.0):,.1f} s simulated{wall_text}"
+    )
+
+
+def summary_table(s: dict) -> str:
+    """The end-of-run table as plain text: a title, then metric | value | unit."""
+    rows = [("metric", "value", "unit"), *summary_rows(s)]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    lines = [summary_title(s)]
+    for i, (a, b, c) in enumerate(rows):
+        lines.append(f"  {a:<{w0}}  {b:>{w1}}  {c}")
+        if i == 0:
+            lines.append(f"  {'-' * w0}  {'-' * w1}  {'-' * 8}")
+    return "\n".join(lines) + "\n"

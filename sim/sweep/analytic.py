@@ -1,0 +1,155 @@
+"""The analytic capacity estimate beside a simulated one: F35-F37 on the sampled workload.
+
+Responsibility: sample the scenario's workload without the engine
+(``sim.workload.sample``: the same plans a run draws) and put its averages into the
+``plan`` composition (``sim.sizing.plan``, F34-F37 with 10 % headroom and the scenario's
+``gpu_memory_utilization``, reserve and weights):
+
+- ``M_avg``: the time-averaged context of an active trajectory: each call's prompt
+  (history included), weighted by how long the trajectory holds it: the call's decode
+  (its reply tokens x the ITL floor, the time to stream the weights once, F24) plus the
+  tool pause after it;
+- ``K_avg``: the mean reply; ``S_shared``: system prompt + tool definitions, stored once;
+- the *peak-context* variant sizes every trajectory at its largest prompt (the mean over
+  trajectories of each one's peak), as a static reservation would.
+
+For ``--search arrival_rate`` the concurrency B becomes a rate by Little's law,
+``B / T``, with T the mean trajectory duration on the same time base (decode at the ITL
+floor plus tool pauses; prefill and queueing left out, so it is an upper bound).
+
+Invariant: the estimate is a pure function of the scenario, the overrides and the seed
+(the sample uses the run's own streams); every input it used is returned beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sim.errors import KvsimError
+
+#: trajectories sampled for the averages, whatever the scenario's count (the engine is not
+#: used: a sample of a few seconds at most)
+SAMPLE_TRAJECTORIES = 200
+#: F37's headroom, as the chapter applies it
+HEADROOM = 0.10
+
+
+def shared_tokens(cfg: Any) -> int:
+    """S_shared: the prefix every trajectory of the workload shares (system prompt, tool
+    definitions, function docs, a policy prompt); a fitted kind's default when unset."""
+    kind = getattr(cfg, "kind", "")
+    if kind == "coding_agent":
+        from sim.workload.coding_agent import fitted, system_tokens
+
+        return int(system_tokens(cfg, fitted(cfg)))
+    total = 0
+    for name in ("system_prompt_tokens", "tool_tokens", "doc_tokens", "policy_prompt_tokens"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int):
+            total += value
+    return total
+
+
+def sample_averages(resolved, seed: int, n: int = SAMPLE_TRAJECTORIES) -> dict[str, float]:
+    """M_avg, M_peak, K_avg, the ITL floor and the mean trajectory duration of a sample."""
+    from sim.workload.config import TrajectoryWorkload
+    from sim.workload.sample import sample_workload
+
+    sc = resolved.scenario
+    cfg = sc.workload
+    if not isinstance(cfg, TrajectoryWorkload):
+        raise KvsimError(f"the analytic estimate needs an agent workload, not {cfg.kind!r}")
+    cfg = cfg.model_copy(update={"num_trajectories": n})
+    sample = sample_workload(
+        cfg.kind, cfg, seed, resolved.loaded.base_dir, resolved.context_window_tokens
+    )
+    itl_floor_s = resolved.weights_bytes_per_gpu / resolved.accelerator.hbm_bw_bytes_per_s
+    prompts, weights, replies, peaks, durations = [], [], [], [], []
+    for traj in sample["trajectories"]:
+        turns = traj["turns"]
+        if not turns:
+            continue
+        p = np.array([t["prompt_tokens"] for t in turns], dtype=np.float64)
+        k = np.array([t["completion_tokens"] for t in turns], dtype=np.float64)
+        tool = np.array([t["tool_s"] or 0.0 for t in turns], dtype=np.float64)
+        w = k * itl_floor_s + tool
+        prompts.append(p)
+        weights.append(w)
+        replies.append(k)
+        peaks.append(float(p.max()))
+        durations.append(float(w.sum()))
+    if not prompts:
+        raise KvsimError("the sampled workload makes no LLM calls")
+    p, w, k = (np.concatenate(x) for x in (prompts, weights, replies))
+    m_avg = float((p * w).sum() / w.sum()) if w.sum() > 0 else float(p.mean())
+    return {
+        "M_avg_tokens": m_avg,
+        "M_peak_tokens": float(np.mean(peaks)),
+        "K_avg_tokens": float(k.mean()),
+        "itl_floor_s": float(itl_floor_s),
+        "trajectory_s_mean": float(np.mean(durations)),
+        "trajectories_sampled": len(peaks),
+    }
+
+
+def _plan(resolved, context: float, reply: float, shared: int):
+    """F34-F37 through ``plan_capacity`` for one context length."""
+    from sim.sizing.plan import PlanInputs, plan_capacity
+    from sim.units import dtype_bytes
+
+    sc = resolved.scenario
+    hw = sc.hardware
+    model = resolved.model
+    ctx = max(1, round(context))
+    params = None
+    if sc.cost.weights_bytes:  # the run's weights override, as a parameter count
+        params = sc.cost.weights_bytes / dtype_bytes(model.weight_dtype)
+    util, mem, reserve = hw.gpu_memory_utilization, None, hw.reserve_bytes_per_gpu
+    if hw.kv_pool_bytes_per_gpu is not None:  # an explicit pool: memory = pool + weights
+        util, reserve = 1.0, 0.0
+        mem = hw.kv_pool_bytes_per_gpu + resolved.weights_bytes_per_gpu
+    inputs = PlanInputs(
+        model=model,
+        accelerator=resolved.accelerator,
+        num_gpus=resolved.num_gpus,
+        contexts=[ctx],
+        tp=hw.tp,
+        pp=hw.pp,
+        output_tokens=max(0, round(reply)),
+        params=params,
+        gpu_mem_bytes=mem,
+        reserve_bytes_per_gpu=reserve,
+        headroom=HEADROOM,
+        shared_prefix_tokens=min(shared, ctx) if shared else None,
+        gpu_memory_utilization=util,
+    )
+    plan = plan_capacity(inputs).contexts[0]
+    return plan.max_concurrent_shared if shared else plan.max_concurrent
+
+
+def analytic_estimate(resolved, search: str, seed: int) -> dict[str, Any]:
+    """``{"value", "peak_value", "inputs"}``: F37's concurrency (or, for ``arrival_rate``,
+    that concurrency over the mean trajectory duration), time-averaged and peak."""
+    avg = sample_averages(resolved, seed)
+    shared = shared_tokens(resolved.scenario.workload)
+    b_avg = _plan(resolved, avg["M_avg_tokens"], avg["K_avg_tokens"], shared)
+    b_peak = _plan(resolved, avg["M_peak_tokens"], avg["K_avg_tokens"], shared)
+    inputs = {
+        **avg,
+        "S_shared_tokens": shared,
+        "kv_bytes_per_token": float(resolved.kv_bytes_per_token),
+        "kv_pool_bytes": float(resolved.pool_bytes),
+        "gpu_memory_utilization": resolved.scenario.hardware.gpu_memory_utilization,
+        "headroom": HEADROOM,
+        "concurrency_time_averaged": b_avg,
+        "concurrency_peak_context": b_peak,
+    }
+    if search == "arrival_rate":
+        t = avg["trajectory_s_mean"]
+        value = b_avg / t if t > 0 else None
+        peak = b_peak / t if t > 0 else None
+    else:
+        value, peak = b_avg, b_peak
+    return {"value": value, "peak_value": peak, "inputs": inputs}

@@ -1,0 +1,178 @@
+"""Where the runs of a sweep go: this process, a local process pool, or a Dask cluster.
+
+One interface, ``Executor.run(fn, tasks)``: it submits every task and yields
+``(index, result)`` as each finishes, in completion order. ``fn`` must be a module-level
+function (it is pickled to the workers) that never raises for a bad task (a failed run is
+a result with an ``error``); an exception from the executor itself is infrastructure: a
+worker process that died (killed, out of memory) or a lost cluster, raised as
+``WorkerLost`` once the tasks still running cannot finish. Kinds:
+
+- ``inline``: this process, one task after the other (tests, one worker).
+- ``local``: ``concurrent.futures.ProcessPoolExecutor`` with ``workers`` processes.
+- ``dask``: ``distributed.Client(address)``, or a ``LocalCluster(n_workers=workers,
+  threads_per_worker=1, processes=True, dashboard_address=None)`` started here and closed
+  with the executor. Needs ``dask[distributed]`` (the ``dev`` extra); without it, a
+  one-line ``KvsimError``.
+
+Invariant: an executor is a context manager that leaves no worker process behind when it
+exits (also on an error or Ctrl-C); results are never lost once yielded.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from sim.errors import KvsimError
+
+#: the executor kinds ``kvsim sweep --executor`` accepts
+EXECUTORS = ("local", "dask")
+
+
+class WorkerLost(KvsimError):
+    """A worker process died or the cluster went away: some tasks did not finish."""
+
+
+class Executor:
+    """Runs tasks and yields their results as they finish (see the module docstring)."""
+
+    kind = "inline"
+    workers = 1
+
+    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        for i, task in enumerate(tasks):
+            yield i, fn(task)
+
+    def close(self) -> None:
+        """Stop the workers (idempotent)."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalExecutor(Executor):
+    """A pool of worker processes on this machine."""
+
+    kind = "local"
+
+    def __init__(self, workers: int) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.workers = workers
+        # forkserver: no fork of a process that holds threads (progress bars, Dask)
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+    def run(self, fn, tasks):
+        from concurrent.futures import as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        futures = {self._pool.submit(fn, task): i for i, task in enumerate(tasks)}
+        done = 0
+        try:
+            for fut in as_completed(futures):
+                try:
+                    result = fut.result()
+                except BrokenProcessPool:
+                    raise WorkerLost(_lost(len(futures) - done)) from None
+                done += 1
+                yield futures[fut], result
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskExecutor(Executor):
+    """A Dask cluster: the one at ``address``, or a LocalCluster of ``workers`` processes."""
+
+    kind = "dask"
+
+    def __init__(self, workers: int, address: str | None = None) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise KvsimError(
+                "--executor dask needs dask[distributed]: pip install 'dask[distributed]' "
+                "(it comes with the dev extra: pip install -e '.[dev]')"
+            ) from None
+        self.workers = workers
+        self._cluster = None
+        try:
+            if address:
+                self._client = Client(address, timeout="10s")
+            else:
+                self._cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                )
+                self._client = Client(self._cluster)
+        except OSError as exc:
+            self.close()
+            raise KvsimError(f"--scheduler-address {address}: cannot connect: {exc}") from None
+
+    def run(self, fn, tasks):
+        from distributed import as_completed
+
+        futures = self._client.map(fn, list(tasks), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        done = 0
+        try:
+            for fut in as_completed(futures):
+                try:
+                    result = fut.result()
+                except Exception as exc:  # KilledWorker, a lost scheduler: infrastructure
+                    raise WorkerLost(_lost(len(futures) - done, exc)) from None
+                done += 1
+                yield index[fut.key], result
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+    def close(self) -> None:
+        client, cluster = getattr(self, "_client", None), self._cluster
+        self._client = self._cluster = None
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _lost(n: int, exc: BaseException | None = None) -> str:
+    why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+    line = why.splitlines()[0] if why else ""
+    return f"a worker process died{line}; {n} task(s) did not finish"
+
+
+def default_workers() -> int:
+    """Worker processes by default: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_executor(kind: str = "local", workers: int | None = None, address: str | None = None) -> Executor:
+    """An executor of ``kind`` (``inline``, ``local`` or ``dask``) with ``workers`` processes."""
+    if workers is not None and not 1 <= workers <= 4096:
+        raise KvsimError(f"--workers must be in [1, 4096], got {workers}")
+    n = workers or default_workers()
+    if address and kind != "dask":
+        raise KvsimError("--scheduler-address needs --executor dask")
+    if kind == "inline":
+        return Executor()
+    if kind == "local":
+        return LocalExecutor(n)
+    if kind == "dask":
+        return DaskExecutor(n, address)
+    raise KvsimError(f"--executor {kind!r}: valid: {', '.join(EXECUTORS)}")

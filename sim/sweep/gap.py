@@ -1,0 +1,127 @@
+"""Why the simulated capacity differs from F37's: the gap, in numbers.
+
+Responsibility: from the runs at each replication's capacity (its largest passing load)
+and just above it (its smallest failing load), the figures F37 leaves out or assumes:
+KV per active trajectory as simulated against F37's ``(M_avg - S_shared + K_avg) x
+m_token``, the KV held by trajectories in tool pauses, allocator fragmentation
+(``1 - eta_alloc``), how full the pool ran, preemptions, and prefill queueing (queue p99),
+each a mean over the replications; and why the load above failed.
+
+Invariant: every figure is computed from the probes' own measurements (the measurement
+window of ``sim.sweep.slo``); a figure with no run behind it is None, never a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.sweep.stats import mean
+
+
+def _probe(points: list[dict], replication: int, load: float | None) -> dict | None:
+    if load is None:
+        return None
+    for p in points:
+        if p["replication"] == replication and p["load"] == load:
+            return p
+    return None
+
+
+def _figures(p: dict) -> dict[str, Any]:
+    m = p.get("memory") or {}
+    alloc, active = m.get("allocated_bytes_mean"), m.get("trajectories_active_mean")
+    paused, pool = m.get("paused_kv_bytes_mean"), m.get("kv_pool_bytes")
+    eta, peak = m.get("eta_alloc_mean"), m.get("peak_allocated_bytes")
+    return {
+        "kv_bytes_per_active_trajectory": alloc / active if alloc and active else None,
+        "trajectories_active_mean": active,
+        "allocated_share_of_pool": alloc / pool if alloc is not None and pool else None,
+        "paused_share_of_allocated": paused / alloc if paused is not None and alloc else None,
+        "fragmentation_share": 1.0 - eta if eta is not None else None,
+        "peak_allocated_share_of_pool": peak / pool if peak is not None and pool else None,
+        "preemptions": m.get("preemptions"),
+        "queue_p99_s": m.get("queue_p99_s"),
+        "prefix_hit_rate": m.get("prefix_hit_rate"),
+    }
+
+
+def _mean_figures(probes: list[dict]) -> dict[str, Any]:
+    rows = [_figures(p) for p in probes if p is not None and not p.get("error")]
+    if not rows:
+        return {}
+    return {k: mean(r[k] for r in rows) for k in rows[0]}
+
+
+def explain_gap(value: float | None, estimate: dict, searches: list, points: list[dict]) -> dict:
+    """The ``gap`` object of a capacity answer (see the module docstring)."""
+    at = [_probe(points, i, s.lo) for i, s in enumerate(searches)]
+    above = [_probe(points, i, s.hi) for i, s in enumerate(searches)]
+    inputs = estimate["inputs"]
+    f37_bytes = None
+    if inputs:  # none when the workload has no analytic estimate
+        f37_bytes = (
+            inputs["M_avg_tokens"] - inputs["S_shared_tokens"] + inputs["K_avg_tokens"]
+        ) * inputs["kv_bytes_per_token"]
+    est = estimate["value"]
+    at_cap = _mean_figures(at)
+    at_cap["kv_bytes_per_trajectory_f37"] = f37_bytes
+    above_cap = _mean_figures(above)
+    reasons = next((p["reasons"] for p in above if p is not None and p.get("reasons")), [])
+    gap = {
+        "simulated": value,
+        "analytic": est,
+        "analytic_peak_context": estimate["peak_value"],
+        "difference": None if value is None or est is None else est - value,
+        "ratio": None if not est or value is None else value / est,
+        "at_capacity": at_cap,
+        "above_capacity": {**above_cap, "first_failure": reasons},
+    }
+    gap["explanation"] = _sentences(gap, at_cap, above_cap, reasons)
+    return gap
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _gb(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e9:,.2f} GB"
+
+
+def _sentences(gap: dict, at: dict, above: dict, reasons: list[str]) -> list[str]:
+    out = []
+    if gap["ratio"] is not None:
+        out.append(
+            f"simulated capacity {gap['simulated']:.4g} is {gap['ratio']:.2f}x F37's "
+            f"time-averaged estimate {gap['analytic']:.4g} (peak-context estimate "
+            f"{gap['analytic_peak_context']})"
+        )
+    sim_b, f37_b = at.get("kv_bytes_per_active_trajectory"), at.get("kv_bytes_per_trajectory_f37")
+    if sim_b is not None and f37_b:
+        out.append(
+            f"KV per active trajectory: {_gb(sim_b)} simulated vs {_gb(f37_b)} in F37 "
+            f"((M_avg - S_shared + K_avg) x m_token), {sim_b / f37_b:.2f}x"
+        )
+    if at.get("paused_share_of_allocated") is not None:
+        out.append(
+            f"KV held through tool pauses: {_pct(at['paused_share_of_allocated'])} of the "
+            "allocated KV at capacity"
+        )
+    if at.get("fragmentation_share") is not None:
+        out.append(f"fragmentation (1 - eta_alloc): {_pct(at['fragmentation_share'])}")
+    if at.get("peak_allocated_share_of_pool") is not None:
+        out.append(
+            f"pool use at capacity: mean {_pct(at.get('allocated_share_of_pool'))}, peak "
+            f"{_pct(at['peak_allocated_share_of_pool'])} (F37 keeps 10 % headroom)"
+        )
+    pre_at, pre_above = at.get("preemptions"), above.get("preemptions")
+    if pre_at is not None or pre_above is not None:
+        out.append(f"preemptions: {pre_at} at capacity, {pre_above} at the next load tried")
+    if at.get("queue_p99_s") is not None:
+        out.append(
+            f"prefill queueing: queue p99 {at['queue_p99_s']:.3g} s at capacity, "
+            f"{above.get('queue_p99_s') if above.get('queue_p99_s') is None else round(above['queue_p99_s'], 3)} s above"
+        )
+    if reasons:
+        out.append("above capacity: " + "; ".join(reasons))
+    return out

@@ -1,0 +1,153 @@
+"""One run of a sweep or of a capacity search, as a worker process executes it.
+
+Responsibility: the module-level functions the executors send to their workers. Each
+takes a plain dict (picklable), runs one scenario with overrides and a seed through
+``sim.run``, optionally writes its run folder, and returns a plain dict:
+
+- ``run_point``: a sweep row (``seed``, ``replication``, ``config_sha256``, ``run_dir``,
+  every summary metric flattened with dots, ``error``);
+- ``run_probe``: a capacity probe (the SLO metrics over the measurement window, the
+  verdict and its reasons, the memory figures that explain the gap to the analytic
+  estimate).
+
+Invariant: a failed run never raises out of a worker: it returns its ``error`` (one line);
+only the executor's own failures (a dead worker) are exceptions. The run folder of a
+point is ``runs/<config_sha256>`` under the output folder, written whole or not at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.sweep.stats import flatten
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a failed run: a user error's message, else the exception's type and
+    message."""
+    from sim.errors import KvsimError
+
+    text = str(exc) if isinstance(exc, KvsimError) else f"{type(exc).__name__}: {exc}"
+    return (text.strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _run(task: dict):
+    from sim.run import run_scenario
+
+    overrides = {**task["overrides"], "seed": task["seed"]}
+    return run_scenario(task["scenario"], **overrides)
+
+
+def _write(result, task: dict) -> str | None:
+    out = task.get("out_dir")
+    if not out:
+        return None
+    rel = f"runs/{result.summary['config_sha256']}"
+    result.write(Path(out) / rel, force=True)  # a folder of a run cut short: replaced whole
+    return rel
+
+
+def run_point(task: dict) -> dict[str, Any]:
+    """Run one sweep point and return its row (see the module docstring)."""
+    row: dict[str, Any] = {
+        "point": task["point"],
+        "seed": task["seed"],
+        "replication": task["replication"],
+        "config_sha256": task.get("config_sha256"),
+        "run_dir": None,
+        "error": None,
+    }
+    try:
+        result = _run(task)
+        row["run_dir"] = _write(result, task)
+    except Exception as exc:  # noqa: BLE001  (a failed point is a row, never the sweep's end)
+        row["error"] = error_line(exc)
+        return row
+    summary = dict(result.summary)
+    summary.pop("seed", None)  # the row's own column
+    row.update(flatten(summary))
+    row["config_sha256"] = result.summary["config_sha256"]
+    return row
+
+
+def run_probe(task: dict) -> dict[str, Any]:
+    """Run one capacity probe (a load, one replication) and judge it against the SLOs."""
+    from sim.sweep.slo import measure, slo_values, verdict
+
+    out: dict[str, Any] = {
+        "load": task["load"],
+        "replication": task["replication"],
+        "seed": task["seed"],
+        "config": task.get("config"),
+        "error": None,
+    }
+    try:
+        result = _run(task)
+        out["run_dir"] = _write(result, task)
+        measured = measure(result, task["warmup_fraction"])
+        passed, reasons = verdict(result.summary, measured, task["slos"])
+        out.update(
+            passed=passed,
+            reasons=reasons,
+            slo_values=slo_values(measured, task["slos"]),
+            window_s=measured["window_s"],
+            memory=memory_figures(result, measured),
+        )
+    except Exception as exc:  # noqa: BLE001  (a failed run fails its probe)
+        out.update(passed=False, reasons=[f"run failed: {error_line(exc)}"], error=error_line(exc))
+    return out
+
+
+def memory_figures(result, measured: dict) -> dict[str, Any]:
+    """The figures that explain a simulated capacity against F37: over the measurement
+    window, the time-averaged KV allocated and held by paused trajectories, trajectories
+    in flight and queueing (queue p99); over the whole run, fragmentation, the peak,
+    preemptions and prefix reuse."""
+    s = result.summary
+    lo, hi = measured["window_s"]["start"], measured["window_s"]["end"]
+    mem = result.memory
+    allocated = _time_mean(mem, "allocated_bytes", lo, hi)
+    paused = _time_mean(mem, "paused_kv_bytes", lo, hi)
+    useful = _time_mean(mem, "useful_bytes", lo, hi)
+    pool = s.get("kv_pool_bytes") or 0.0
+    return {
+        "kv_pool_bytes": pool,
+        "allocated_bytes_mean": allocated,
+        "paused_kv_bytes_mean": paused,
+        "useful_bytes_mean": useful,
+        "peak_allocated_bytes": s.get("peak_allocated_bytes"),
+        "eta_alloc_mean": s.get("eta_alloc_mean"),
+        "preemptions": s.get("preemptions"),
+        "queue_p99_s": measured["queue_s"]["p99"],
+        "prefix_hit_rate": s.get("prefix_hit_rate"),
+        "kv_reuse_rate": s.get("kv_reuse_rate"),
+        "sim_time_s": s.get("sim_time_s"),
+        "trajectories_active_mean": _active_mean(result.trajectories, lo, hi),
+    }
+
+
+def _time_mean(frame, column: str, lo: float, hi: float | None) -> float | None:
+    """Time-weighted mean of a step-function column of ``memory.parquet`` over [lo, hi]."""
+    if frame is None or not len(frame) or column not in frame:
+        return None
+    t = frame.t_s.to_numpy(dtype=np.float64)
+    v = frame[column].to_numpy(dtype=np.float64)
+    end = float(t[-1]) if hi is None else hi
+    if end <= lo:
+        return float(v[-1])
+    edges = np.clip(np.append(t, end), lo, end)  # each value holds until the next sample
+    dt = np.diff(edges)
+    total = float(dt.sum())
+    return float((v * dt).sum() / total) if total > 0 else float(v[-1])
+
+
+def _active_mean(traj, lo: float, hi: float | None) -> float | None:
+    """Time-averaged number of trajectories in flight over [lo, hi]."""
+    if traj is None or not len(traj) or hi is None or hi <= lo:
+        return None
+    start = np.clip(traj.start_s.to_numpy(dtype=np.float64), lo, hi)
+    end = np.clip(traj.end_s.to_numpy(dtype=np.float64), lo, hi)
+    return float(np.maximum(end - start, 0.0).sum() / (hi - lo))

@@ -1,0 +1,124 @@
+"""Empirical building blocks shared by the fitted generators and their fits.
+
+Responsibility: quantile tables that keep a sample's whole tail (``quantile_table``), rank
+correlation through a Gaussian copula (``copula_uniforms``), discrete count tables, and
+a categorical walk (a first-order Markov chain over tool categories).
+
+Invariant: pure functions of their inputs and of the numpy generator passed in; each draws
+a fixed number of variates per call (so adding one draw never shifts another stream).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+#: knots of a fitted quantile table: dense in both tails so p1, p99, p99.9 and the
+#: extremes (the minimum and the maximum themselves) are kept, not smoothed away
+QUANTILE_KNOTS: tuple[float, ...] = (
+    0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45,
+    0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.97, 0.98, 0.99,
+    0.995, 0.999, 1.0,
+)  # fmt: skip
+
+
+def quantile_table(x: Sequence[float], digits: int = 4) -> dict:
+    """A ``{kind: quantiles, p, values}`` distribution of the sample ``x`` (at least 1 value)."""
+    arr = np.sort(np.asarray(x, dtype=np.float64))
+    if arr.size == 0:
+        raise ValueError("a quantile table needs at least one value")
+    values = np.quantile(arr, QUANTILE_KNOTS)
+    values = np.maximum.accumulate(np.round(values, digits))
+    return {"kind": "quantiles", "p": list(QUANTILE_KNOTS), "values": values.tolist()}
+
+
+def count_table(x: Sequence[int]) -> dict:
+    """An ``{kind: empirical, values, weights}`` distribution of whole counts (exact shares)."""
+    values, counts = np.unique(np.asarray(x, dtype=np.int64), return_counts=True)
+    return {"kind": "empirical", "values": values.tolist(), "weights": counts.tolist()}
+
+
+def shares(names: Sequence[str], top: int | None = None, other: str = "other") -> dict:
+    """Share of each name (the ``top`` most common; the rest pooled as ``other``)."""
+    uniq, counts = np.unique(np.asarray(names, dtype=object), return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    total = counts.sum()
+    out: dict[str, float] = {}
+    for i, j in enumerate(order):
+        key = str(uniq[j]) if top is None or i < top else other
+        out[key] = out.get(key, 0.0) + float(counts[j]) / total
+    return {k: round(v, 6) for k, v in out.items()}
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (0 when either side is constant or too short)."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.size < 3:
+        return 0.0
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank)."""
+    order = np.argsort(a, kind="stable")
+    ranks = np.empty(a.size)
+    ranks[order] = np.arange(a.size, dtype=np.float64)
+    uniq, inverse = np.unique(a, return_inverse=True)
+    sums = np.bincount(inverse, weights=ranks)
+    counts = np.bincount(inverse)
+    return (sums / counts)[inverse]
+
+
+def copula_uniforms(z: np.ndarray, rank_correlation: float) -> np.ndarray:
+    """Pairs of uniforms (shape ``(n, 2)``) from independent standard normal pairs ``z``,
+    coupled by a Gaussian copula whose Spearman correlation is ``rank_correlation``
+    (Pearson ``2 sin(pi rho / 6)``). The caller draws ``z``, so the stream use is fixed."""
+    r = 2.0 * math.sin(math.pi * max(-1.0, min(1.0, rank_correlation)) / 6.0)
+    z = np.array(z, dtype=np.float64).reshape(-1, 2)
+    z[:, 1] = r * z[:, 0] + math.sqrt(max(0.0, 1.0 - r * r)) * z[:, 1]
+    return _phi(z)
+
+
+def _phi(z: np.ndarray) -> np.ndarray:
+    """The standard normal CDF (vectorised ``erf``)."""
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return 0.5 * (1.0 + erf(z / math.sqrt(2.0)))
+
+
+def choose(probs: Mapping[str, float], u: float) -> str:
+    """The name whose cumulative share first passes ``u`` (in [0, 1))."""
+    names, cum = _cum(probs)
+    i = int(np.searchsorted(cum, u, side="right"))
+    return names[min(i, len(names) - 1)]
+
+
+def markov_walk(
+    rng: np.random.Generator,
+    start: Mapping[str, float],
+    transitions: Mapping[str, Mapping[str, float]],
+    n: int,
+) -> list[str]:
+    """``n`` states of a first-order chain: the first from ``start``, each next one from the
+    previous state's row (``start`` where a state has no row). One uniform per state."""
+    u = rng.random(n).tolist()
+    rows = {k: _cum(v) for k, v in transitions.items()}
+    first = _cum(start)
+    out: list[str] = []
+    state = None
+    for x in u:
+        names, cum = rows.get(state, first) if state is not None else first
+        i = int(np.searchsorted(cum, x, side="right"))
+        state = names[min(i, len(names) - 1)]
+        out.append(state)
+    return out
+
+
+def _cum(probs: Mapping[str, float]) -> tuple[list[str], np.ndarray]:
+    names = list(probs)
+    cum = np.cumsum([probs[k] for k in names], dtype=np.float64)
+    return names, cum / cum[-1]

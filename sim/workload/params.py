@@ -1,0 +1,231 @@
+"""Fitted parameters of the data-driven workload kinds: their models and where they load from.
+
+Responsibility: the schema of a ``kvsim workload fit`` output per kind (``coding_agent``,
+``function_calling``, ``human_in_loop``, ``multi_agent_team``) and loading it, either
+the fit shipped as package data (``sim/workload/fitted/<kind>.yaml``, fitted by the scripts
+of ``workloads/fit/`` from ``../shared/data``; each file names its source and licence)
+or a user's own fit (a workload's ``params: {path: FILE}``).
+
+Invariant: files are read through the bounded safe YAML loader and validated (unknown
+fields are errors, every number finite); a problem is one ``file:line: field: message``
+line; a file is parsed once per process (cached by path and modification time).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.errors import ConfigError
+from sim.workload.distributions import MAX_TIME_S, Dist, Quantiles
+from sim.yamlio import format_validation_error, load_yaml, loads_yaml
+
+#: the kinds whose defaults are fitted from data
+FITTED_KINDS = (
+    "coding_agent", "function_calling", "human_in_loop", "multi_agent_team",
+    "interactive_coding_agent",
+)  # fmt: skip
+
+
+class _P(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Source(_P):
+    """Where a fit came from (shown in docs and ``kvsim workload sample``)."""
+
+    data: str  # the data set and file
+    licence: str  # the data's licence
+    trajectories: int = Field(ge=0)  # trajectories (tasks, sessions) fitted
+    calls: int = Field(ge=0)  # LLM calls fitted
+    notes: str = ""
+
+
+class ToolCategory(_P):
+    """One tool category of a coding agent: what its calls look like and what follows."""
+
+    share: float = Field(ge=0, le=1)  # share of the calls that run a tool (informative)
+    start: float = Field(ge=0, le=1)  # probability that a trajectory's first action is this
+    next: dict[str, float]  # category of the next action (first-order chain)
+    tools: dict[str, float]  # tool names (first word of the command) and their shares
+    completion_tokens: Quantiles  # the reply that issues this action
+    tool_s: Quantiles  # tool time, timeouts excluded
+    growth_tokens: Quantiles  # what the next prompt adds beyond this prompt and reply
+    rank_correlation: float = Field(ge=-1, le=1)  # Spearman(tool_s, growth_tokens)
+    timeout_share: float = Field(0.0, ge=0, le=1)  # calls killed by the harness timeout
+
+
+class CodingAgentParams(_P):
+    kind: Literal["coding_agent"] = "coding_agent"
+    source: Source
+    system_prompt_tokens: int = Field(ge=0)  # the prefix every first prompt shares
+    turns: Dist  # LLM calls per trajectory
+    first_prompt_tokens: Dist  # the first call's whole prompt
+    final_completion_tokens: Quantiles  # the last call (the submission; no tool follows)
+    timeout_s: float = Field(gt=0, le=MAX_TIME_S)  # the harness's tool timeout
+    timeout_overhead_s: Quantiles  # a timed-out call's time past ``timeout_s`` (kill, cleanup)
+    categories: dict[str, ToolCategory] = Field(min_length=1)
+
+
+class CallsByLength(_P):
+    """Calls per user turn in conversations of at most ``max_user_turns`` user turns."""
+
+    max_user_turns: int = Field(ge=1)
+    calls: Dist
+
+
+def calls_for(bins: list[CallsByLength], user_turns: int) -> Dist:
+    """The calls-per-turn distribution of conversations with ``user_turns`` turns."""
+    for b in bins:
+        if user_turns <= b.max_user_turns:
+            return b.calls
+    return bins[-1].calls
+
+
+class FunctionCallingParams(_P):
+    kind: Literal["function_calling"] = "function_calling"
+    source: Source
+    doc_tokens: int = Field(ge=0)  # the function-doc prefix every first prompt shares
+    first_prompt_tokens: Dist  # the first call's whole prompt (docs + first user message)
+    user_turns: Dist  # user turns per task
+    # LLM calls per user turn (tool calls, then the answer), by the task's user turns:
+    # tasks with more user turns have shorter ones
+    calls_per_user_turn: list[CallsByLength] = Field(min_length=1)
+    completion_tokens: Quantiles  # every call's reply (reasoning included)
+    call_growth_tokens: Quantiles  # prompt growth from one call to the next in a user turn
+    user_growth_tokens: Dist  # prompt growth at a new user turn (the user message)
+    observation_min_tokens: int = Field(ge=1)  # the smallest tool result with its framing
+    rank_correlation: float = Field(ge=-1, le=1)  # Spearman(completion, call growth)
+    tools: dict[str, float]  # function names and their shares
+
+
+class ServiceTool(_P):
+    """One tool of a human-in-the-loop agent: how often it is called, what it returns."""
+
+    share: float = Field(ge=0, le=1)  # share of the tool calls
+    call_tokens: Quantiles  # the assistant message that calls it
+    result_tokens: Quantiles  # its result (the next call's input)
+
+
+class HumanInLoopParams(_P):
+    kind: Literal["human_in_loop"] = "human_in_loop"
+    source: Source
+    policy_prompt_tokens: int = Field(ge=0)  # the shared policy (system) prompt
+    user_turns: Dist  # user messages answered per conversation
+    first_turn_calls: Dist  # LLM calls answering the first user message
+    # LLM calls per later user message (tool calls, then the reply), by conversation length:
+    # long conversations have shorter turns
+    calls_per_user_turn: list[CallsByLength] = Field(min_length=1)
+    user_message_tokens: Dist
+    reply_tokens: Dist  # an assistant message to the user
+    tools: dict[str, ServiceTool] = Field(min_length=1)  # the most called, the rest "other"
+    max_calls: int | None = Field(None, ge=1)  # the harness's step limit (None: none seen)
+
+
+class RoleParams(_P):
+    """One role of a multi-agent team round (programmer, reviewer, reviser)."""
+
+    system_tokens: int = Field(ge=0)  # the role prompt, the same in every round and team
+    context_tokens: Dist  # the round's shared context (code base, reviews) after it
+    branch_tokens: Dist  # the part of each branch's prompt its own (the file it works on)
+    completion_tokens: Dist
+
+
+class MultiAgentTeamParams(_P):
+    kind: Literal["multi_agent_team"] = "multi_agent_team"
+    source: Source
+    task_tokens: int = Field(ge=1)  # the architect's prompt
+    architect_tokens: int = Field(ge=1)  # the architect's design (the first reply)
+    branches: int = Field(ge=1)  # parallel branches (files) per round
+    rounds: int = Field(ge=1)  # rounds after the architect: write, then review/revise
+    roles: dict[str, RoleParams]  # programmer, reviewer, reviser
+
+
+class SubagentParams(_P):
+    """The subagents of an interactive coding agent (Claude Code's Task tool)."""
+
+    spawn_share: float = Field(ge=0, le=1)  # tool-issuing calls after which subagents start
+    fan_out: Dist  # subagents started together
+    shared_prefix_tokens: int = Field(ge=0)  # their tool definitions and system prompt
+    calls: Dist  # calls per subagent
+    first_prompt_tokens: Quantiles  # a subagent's first prompt (its prefix and task)
+    delta_tokens: Quantiles  # prompt change from one call to the next
+    completion_tokens: Quantiles
+    think_s: Quantiles  # the tool time before each later call
+
+
+class InteractiveCodingAgentParams(_P):
+    kind: Literal["interactive_coding_agent"] = "interactive_coding_agent"
+    source: Source
+    shared_prefix_tokens: int = Field(ge=0)  # tool definitions + system prompt (the median)
+    user_turns: Dist  # user messages per session (the task is the first)
+    # LLM calls answering one user message, by the session's user turns (longer sessions
+    # have shorter turns)
+    calls_per_user_turn: list[CallsByLength] = Field(min_length=1)
+    first_prompt_tokens: Dist  # the first call's whole prompt
+    # by what follows the call: "tool" (a tool result), "human" (a user message), "final"
+    completion_tokens: dict[str, Quantiles]
+    # prompt change from the previous call by the new input ("tool", "human"), compactions
+    # excluded
+    delta_tokens: dict[str, Quantiles]
+    compaction_share: dict[str, float]  # calls whose prompt is compacted, by input kind
+    compacted_prompt_tokens: Quantiles  # a compacted prompt's whole length
+    think_s: dict[str, Quantiles]  # the pause before a call by its input kind: tool, human
+    subagents: SubagentParams
+
+
+PARAMS_MODELS: dict[str, type[_P]] = {
+    "coding_agent": CodingAgentParams,
+    "function_calling": FunctionCallingParams,
+    "human_in_loop": HumanInLoopParams,
+    "multi_agent_team": MultiAgentTeamParams,
+    "interactive_coding_agent": InteractiveCodingAgentParams,
+}
+
+
+def shipped_path(kind: str) -> Path:
+    """The shipped fit of ``kind`` (package data; present in a wheel install)."""
+    return Path(str(resources.files("sim.workload").joinpath("fitted", f"{kind}.yaml")))
+
+
+def load_params(kind: str, path: str | Path | None = None):
+    """The fitted parameters of ``kind``: the shipped fit, or the file at ``path``."""
+    p = shipped_path(kind) if path is None else Path(path)
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError:
+        raise ConfigError("no such file (fitted parameters)", location=str(p)) from None
+    return _load(kind, str(p), mtime)
+
+
+@functools.lru_cache(maxsize=32)
+def _load(kind: str, path: str, mtime_ns: int):
+    data, lines = load_yaml(path)
+    return validate_params(kind, data, path, lines)
+
+
+def validate_params(kind: str, data, source: str = "<params>", lines=None):
+    """Validate a parsed fit of ``kind`` (one-line ConfigError naming the first problem)."""
+    model = PARAMS_MODELS[kind]
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping of {kind} parameters", location=source)
+    if data.get("kind", kind) != kind:
+        raise ConfigError(
+            f"these are {data.get('kind')!r} parameters, not {kind!r}", location=source
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = format_validation_error(exc, source, lines or {}, data=data).splitlines()
+        more = f" (and {len(first) - 1} more problems)" if len(first) > 1 else ""
+        raise ConfigError(first[0] + more) from None
+
+
+def params_from_text(kind: str, text: str, source: str = "<params>"):
+    """Parse and validate fitted parameters given as YAML text (tests, tools)."""
+    data, lines = loads_yaml(text, source)
+    return validate_params(kind, data, source, lines)

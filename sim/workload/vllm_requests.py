@@ -1,0 +1,146 @@
+"""``vllm_requests``: a real vLLM run's request log replayed request by request.
+
+Responsibility: read a ``requests.jsonl`` as vLLM's benchmark harness writes it (one
+JSON object per line: ``input_toks``, ``output_toks`` and ``queued_ts``, the engine's
+monotonic clock when the request entered its queue; ``arrival_time`` and the other
+timestamps are ignored here) and submit each row as an independent one-turn request
+(``chat.one_turn``) at ``queued_ts`` minus the first row's, with exactly ``input_toks``
+prompt tokens of its own (no content shared with another request) and exactly
+``output_toks`` output tokens (the runs use fixed output lengths). ``load_vllm_requests``
+is also what ``kvsim validate-e2e`` reads the measured side with.
+
+Invariant: rows are replayed in file order, which must be ``queued_ts`` order; a file is
+read once, before the simulation runs, in bounded memory (``MAX_FILE_BYTES``, at most
+``MAX_ROWS`` rows); a bad row is a one-line ``ConfigError`` naming the file, the line and
+the field. This module imports nothing of ``sim.workload.config`` at import time (that
+module imports the config class from here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.errors import ConfigError
+
+MAX_FILE_BYTES = 256 * 1024 * 1024
+MAX_ROWS = 10_000_000
+MAX_TOKENS = 10_000_000  # one request's prompt or output (sim.workload.distributions' bound)
+TIMESTAMPS = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
+
+class VllmRequestsWorkload(BaseModel):
+    """Replay of a vLLM request log (``requests.jsonl``): arrivals, prompt and output
+    lengths as recorded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    kind: Literal["vllm_requests"] = "vllm_requests"
+    path: str  # requests.jsonl, relative to the scenario file
+    num_requests: int | None = Field(None, ge=1, le=MAX_ROWS)  # None: every row
+    time_scale: float = Field(1.0, gt=0, le=1e9)  # 0.5 replays the arrivals twice as fast
+
+
+@dataclass(frozen=True)
+class VllmRequest:
+    """One row of the log (times on the engine's clock, seconds; None when absent)."""
+
+    request_id: str
+    input_toks: int
+    output_toks: int
+    queued_ts: float
+    scheduled_ts: float | None = None
+    first_token_ts: float | None = None
+    last_token_ts: float | None = None
+
+
+def _int_field(row: dict, name: str, where: str) -> int:
+    v = row.get(name)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v != int(v):
+        raise ConfigError(f"{name} must be a whole number, got {v!r}", location=where, field=name)
+    if not 1 <= v <= MAX_TOKENS:
+        raise ConfigError(f"{name} must be in [1, {MAX_TOKENS:,}], got {int(v)}", location=where, field=name)
+    return int(v)
+
+
+def _time_field(row: dict, name: str, where: str, required: bool) -> float | None:
+    v = row.get(name)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ConfigError(f"{name} must be a finite number of seconds, got {v!r}", location=where, field=name)
+    return float(v)
+
+
+def _row(line: str, where: str) -> VllmRequest:
+    try:
+        row = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"not a JSON object: {str(exc).splitlines()[0]}", location=where) from None
+    if not isinstance(row, dict):
+        raise ConfigError("each line must be a JSON object", location=where)
+    times = {n: _time_field(row, n, where, n == "queued_ts") for n in TIMESTAMPS}
+    return VllmRequest(str(row.get("request_id", "")), _int_field(row, "input_toks", where),
+                       _int_field(row, "output_toks", where), **times)  # fmt: skip
+
+
+def load_vllm_requests(path: Path) -> list[VllmRequest]:
+    """Every row of a ``requests.jsonl`` in file order (raises a one-line ConfigError)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("request log not found", location=str(path))
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ConfigError(f"request log larger than {MAX_FILE_BYTES >> 20} MiB", location=str(path))
+    rows: list[VllmRequest] = []
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                if len(rows) >= MAX_ROWS:
+                    raise ConfigError(f"more than {MAX_ROWS:,} rows", location=f"{path}:{i}")
+                row = _row(line, f"{path}:{i}")
+                if rows and row.queued_ts < rows[-1].queued_ts:
+                    raise ConfigError("rows are not in queued_ts order (this one is earlier than "
+                                      "the one above)", location=f"{path}:{i}", field="queued_ts")  # fmt: skip
+                rows.append(row)
+    except UnicodeDecodeError:
+        raise ConfigError("request log is not UTF-8 text", location=str(path)) from None
+    if not rows:
+        raise ConfigError("request log has no rows", location=str(path))
+    return rows
+
+
+def vllm_requests_count(cfg: VllmRequestsWorkload) -> int:
+    """The trajectory count known from the config (0 = every row: the driver sets it)."""
+    return cfg.num_requests or 0
+
+
+def vllm_requests_driver(cfg: VllmRequestsWorkload, ctx):
+    """The replay's arrival generator (the log is read and the times computed now)."""
+    from sim.workload.arrivals import arrive_at
+    from sim.workload.chat import one_turn
+
+    path = ctx.resolve(cfg.path)
+    rows = load_vllm_requests(path)
+    n = len(rows) if cfg.num_requests is None else cfg.num_requests
+    if n > len(rows):
+        raise ConfigError(f"num_requests {n} is more than the log's {len(rows)} rows",
+                          location=str(path), field=f"{ctx.field_prefix}.num_requests")  # fmt: skip
+    rows = rows[:n]
+    ctx.set_total(n)
+    t0 = rows[0].queued_ts
+    times = [(r.queued_ts - t0) * cfg.time_scale for r in rows]
+
+    def start(i: int, on_end) -> None:
+        ctx.trajectory_started()
+        r = rows[i]
+        spans = [(ctx.new_content("prompt"), r.input_toks)]
+        one_turn(ctx, "vllm_requests", r.input_toks, r.output_toks, spans, i, on_end)
+
+    return arrive_at(ctx.env, times, start)

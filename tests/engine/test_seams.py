@@ -1,0 +1,40 @@
+"""The seams hold in the code: the KV manager is the only door to memory, and the pause
+lifecycle the only caller of its pause verbs (a scan of the source; the layer order of
+imports is tests/test_layers.py's)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+SIM = Path(__file__).resolve().parents[2] / "sim"
+
+
+def _sources(skip: tuple[str, ...]):
+    for path in sorted(SIM.rglob("*.py")):
+        rel = path.relative_to(SIM).as_posix()
+        if not rel.startswith(skip):
+            yield rel, path.read_text()
+
+
+def test_nothing_above_memory_reaches_past_the_kv_manager():
+    door = re.compile(r"\bkv\.(alloc|ledger|paused|_\w+)\b")
+    found = [
+        f"{rel}:{n}: {line.strip()}"
+        for rel, text in _sources(("memory/", "prefix/"))
+        for n, line in enumerate(text.splitlines(), 1)
+        if door.search(line)
+    ]
+    assert found == []
+
+
+def test_only_the_pause_lifecycle_calls_the_pause_verbs():
+    verbs = re.compile(r"\bkv\.(hold|drop|resume|restore)\(")
+    found = [
+        f"{rel}:{n}"
+        for rel, text in _sources(("memory/", "engine/pauses/"))
+        for n, line in enumerate(text.splitlines(), 1)
+        if verbs.search(line)
+    ]
+    assert found == []
+

@@ -1,0 +1,229 @@
+"""The ``PrefixIndex`` seam, proven by a minimal index written from ``sim.memory`` alone.
+
+``PromptCache`` shares the full blocks of an earlier prompt with the same content key (the
+whole prompt is one opaque key), keeps them cached after their last user leaves, and gives
+whole entries back, oldest first, when the core asks for room. It logs every call, so the
+order of calls the core makes (the table in ``sim/memory/prefix_index.py``) is tested too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import pytest
+
+from sim.errors import InvariantError
+from sim.memory import (
+    AllocatorError,
+    BlockPool,
+    PagedAllocator,
+    PrefixHit,
+    PrefixIndex,
+    PrefixMetrics,
+)
+
+B = 4  # tokens per block
+
+
+class PromptCache:
+    """Whole-prompt prefix cache: ``content`` is a hashable key naming the prompt."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.pool = BlockPool(num_blocks)
+        self.entries: dict[Hashable, list[int]] = {}  # key -> cached full blocks, oldest first
+        self.calls: list[tuple] = []
+        self.family: dict[Hashable, Hashable] = {}  # live sequence -> the admission it forks
+        self.tables: dict[Hashable, list[int]] = {}  # the core's live tables (same lists)
+        self.hits = self.prompts = 0
+        self.now_s = 0.0
+
+    @property
+    def evictable_blocks(self) -> int:
+        return sum(self._dormant(ids) for ids in self.entries.values())
+
+    @property
+    def excess_tokens(self) -> int:
+        """Cached blocks mapped by unrelated admissions count once (the lineage counts each
+        admission's fork family on its own)."""
+        families: dict[int, set] = {}
+        for seq, table in self.tables.items():
+            for b in table:
+                if self.pool.is_retained(b):
+                    families.setdefault(b, set()).add(self.family[seq])
+        return B * sum(len(f) - 1 for f in families.values())
+
+    def _dormant(self, ids: list[int]) -> int:
+        return len(ids) if all(self.pool.refcount[b] == 0 for b in ids) else 0
+
+    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
+        self.calls.append(("match", n_tokens))
+        ids = self.entries.get(content, [])[: (n_tokens - 1) // B]
+        return PrefixHit(ids, len(ids) * B, content)
+
+    def cancel(self, hit: PrefixHit) -> None:
+        self.calls.append(("cancel",))
+
+    def make_room(self, short_blocks: int) -> bool:
+        self.calls.append(("make_room", short_blocks))
+        victims, freed = [], 0
+        for key, ids in self.entries.items():  # oldest first; whole entries only
+            if freed >= short_blocks:
+                break
+            if self._dormant(ids):
+                victims.append(key)
+                freed += len(ids)
+        if freed < short_blocks:
+            return False
+        for key in victims:
+            self.pool.unretain(self.entries.pop(key))
+        return True
+
+    def admitted(self, seq_id: Hashable, n_tokens: int, table: list[int], hit: PrefixHit) -> int:
+        self.calls.append(("admitted", seq_id, len(table)))
+        self.prompts += n_tokens
+        self.family[seq_id], self.tables[seq_id] = seq_id, table
+        self.hits += hit.hit_tokens
+        full = table[: n_tokens // B]
+        if hit.state is not None and len(full) > len(self.entries.get(hit.state, [])):
+            old = self.entries.pop(hit.state, [])
+            self.pool.retain(full[len(old) :])
+            self.entries[hit.state] = old + full[len(old) :]
+        return 0
+
+    def check_content(self, content: Any, n_tokens: int, op: str) -> Any:
+        self.calls.append(("check_content", op))
+        if content != "reply":
+            raise AllocatorError(f"prompt cache: {op}: only replies are appended")
+        return content
+
+    def appended(self, seq_id, tokens, n_tokens, content, table) -> None:
+        self.calls.append(("appended", seq_id, tokens, n_tokens))
+
+    def forked(self, parent_id, child_id, table) -> None:
+        self.calls.append(("forked", parent_id, child_id))
+        self.family[child_id], self.tables[child_id] = self.family[parent_id], table
+
+    def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
+        self.calls.append(("released", seq_id, uncache))
+        del self.family[seq_id], self.tables[seq_id]
+        if uncache:
+            for key, ids in list(self.entries.items()):
+                if set(ids) <= set(table) and self._dormant(ids):
+                    self.pool.unretain(self.entries.pop(key))
+
+    def can_allocate(self, n_tokens: int, content: Any) -> bool:
+        shared = len(self.entries.get(content, [])[: (n_tokens - 1) // B])
+        return -(-n_tokens // B) - shared <= self.pool.num_free + self.evictable_blocks
+
+    def set_time(self, now_s: float) -> None:
+        self.now_s = now_s
+
+    def prefix_metrics(self, block_bytes: float) -> PrefixMetrics:
+        rate = self.hits / self.prompts if self.prompts else 0.0
+        return PrefixMetrics(
+            len([c for c in self.calls if c[0] == "admitted"]),
+            self.prompts,
+            self.hits,
+            self.hits,
+            rate,
+            rate,
+            self.pool.num_cached * block_bytes,
+            self.pool.num_allocated * block_bytes,
+            0,
+            0,
+        )
+
+    def check(self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]) -> None:
+        cached = {b for ids in self.entries.values() for b in ids}
+        if any(self.pool.is_retained(b) != (b in cached) for b in range(self.pool.num_blocks)):
+            raise InvariantError("prompt cache: retained blocks are not the cached ones")
+
+
+def composed(blocks: int = 8) -> tuple[PagedAllocator, PromptCache]:
+    a = PagedAllocator(pool_bytes=blocks * B * 10, kv_bytes_per_token=10, block_size=B)
+    index = PromptCache(a.num_blocks)
+    checked: PrefixIndex = index  # the protocol is all the core needs (typed seam)
+    a.compose(checked)
+    return a, index
+
+
+def ok(a: PagedAllocator) -> None:
+    a.check_invariants()
+    m = a.metrics()
+    assert m.free_bytes + m.allocated_bytes + m.cached_bytes + m.remainder_bytes == m.pool_bytes
+
+
+def test_a_second_prompt_shares_the_cached_blocks_and_freed_ones_stay_cached():
+    a, index = composed()
+    assert not a.allocate("x", 9, content="P").matched_tokens  # blocks 0, 1 full, 2 partial
+    r = a.allocate("y", 9, content="P")
+    assert r.matched_tokens == 8 and a.block_table("y")[:2] == a.block_table("x")[:2]
+    assert a.pool.refcount[0] == a.pool.refcount[1] == 2
+    assert a.useful_tokens() == 18 - 8  # the shared 8 tokens count once (excess_tokens)
+    ok(a)
+    a.free("x")
+    a.free("y")
+    m = a.metrics()
+    assert m.cached_bytes == 2 * B * 10 and m.allocated_bytes == 0
+    assert a.available_blocks() == 8 and a.pool.num_free == 6
+    assert a.prefix_metrics().hit_tokens == 8 and a.useful_tokens() == 0
+    ok(a)
+
+
+def test_the_core_asks_the_index_for_room_and_a_miss_changes_nothing():
+    a, index = composed()
+    a.allocate("x", 9, content="P")
+    a.free("x")  # 2 cached, 6 free
+    assert not a.allocate("big", 36, content="Q")  # 9 blocks > 8: make_room says no
+    assert index.calls[-2:] == [("make_room", 3), ("cancel",)]
+    assert a.metrics().cached_bytes == 2 * B * 10
+    assert a.allocate("big", 32, content="Q")  # 8 blocks: the cached entry is evicted
+    assert ("make_room", 2) in index.calls and index.entries == {"Q": list(a.block_table("big"))}
+    ok(a)
+
+
+def test_calls_follow_the_documented_order():
+    a, index = composed()
+    a.allocate("x", 5, content="P")
+    a.append("x", 3, content="reply")
+    a.fork("x", "c")
+    a.set_time(2.5)
+    a.free("c")
+    a.free_uncached("x")
+    assert index.calls == [
+        ("match", 5),
+        ("admitted", "x", 2),
+        ("check_content", "append"),
+        ("appended", "x", 5, 3),
+        ("forked", "x", "c"),
+        ("released", "c", False),
+        ("released", "x", True),
+    ]
+    assert index.now_s == 2.5 and index.entries == {} and a.metrics().cached_bytes == 0
+    ok(a)
+
+
+def test_bad_content_on_append_raises_before_any_change():
+    a, index = composed()
+    a.allocate("x", 4, content="P")
+    before = a.block_table("x"), a.metrics()
+    with pytest.raises(AllocatorError, match="only replies"):
+        a.append("x", 4, content="not a reply")
+    assert (a.block_table("x"), a.metrics()) == before and a.seq_tokens("x") == 4
+
+
+def test_the_index_invariants_are_the_allocators():
+    a, index = composed()
+    a.allocate("x", 8, content="P")
+    index.pool.unretain([0])  # the cache forgets a block it still lists
+    with pytest.raises(InvariantError, match="prompt cache"):
+        a.check_invariants()
+
+
+def test_a_plain_paged_allocator_has_no_index_and_one_compose():
+    a = PagedAllocator(pool_bytes=1024, kv_bytes_per_token=1)
+    assert a.index is None and a.prefix_metrics() is None
+    a.allocate("x", 4)
+    with pytest.raises(ValueError, match="empty allocator"):
+        a.compose(PromptCache(a.num_blocks))

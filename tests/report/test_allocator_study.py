@@ -1,0 +1,84 @@
+"""The allocator study of the vLLM paper (Kwon et al. 2023, Fig. 2) on
+workloads/allocator_study.yaml: Llama-2-7B on one A100, a 12 GB KV pool, max length 2,048,
+ShareGPT-like lognormal lengths (means 161 / 338), memory-bound arrivals. The
+time-averaged share of the pool holding token states, per allocator: Orca-Max (window),
+Orca-Pow2, Orca-Oracle (contiguous placement) and paging (vLLM)."""
+
+from __future__ import annotations
+
+import pytest
+from report_helpers import ROOT
+
+from sim.report.compare import variant_row
+from sim.report.compare_plots import plot_pool
+from sim.report.data import load_run
+from sim.report.pool import SHARES, pool_shares
+from sim.run import run_scenario
+
+STUDY = str(ROOT / "workloads" / "allocator_study.yaml")
+CONTIGUOUS = {"kind": "contiguous", "placement": "first_fit"}
+VARIANTS = {
+    "Orca (Max)": {**CONTIGUOUS, "reservation": "window", "window_tokens": 2048},
+    "Orca (Pow2)": {**CONTIGUOUS, "reservation": "pow2"},
+    "Orca (Oracle)": {**CONTIGUOUS, "reservation": "oracle"},
+    "vLLM": {"kind": "paged", "block_size": 16},
+}
+#: the paper's token-state shares (Fig. 2), percent
+PAPER = {"Orca (Max)": 20.4, "Orca (Pow2)": 26.8, "Orca (Oracle)": 38.2, "vLLM": 96.3}
+
+
+@pytest.fixture(scope="module")
+def study():
+    runs = {name: load_run(run_scenario(STUDY, allocator=opts)) for name, opts in VARIANTS.items()}
+    return runs, {name: pool_shares(run, busy_only=True) for name, run in runs.items()}
+
+
+def test_the_runs_are_memory_bound(study):
+    runs, _ = study
+    for name, run in runs.items():
+        m = run.memory
+        busy = (m.n_waiting > 0).mean()
+        assert busy > 0.8, name  # requests wait for memory nearly all the time
+
+
+def test_token_state_shares_are_strictly_ordered(study):
+    _, shares = study
+    token = [shares[n]["token_states"] for n in VARIANTS]
+    assert token == sorted(token) and len(set(token)) == 4
+    for s in shares.values():
+        assert sum(s[k] for k in SHARES) == pytest.approx(1.0)
+        assert min(s.values()) >= 0
+
+
+@pytest.mark.parametrize("name", ["Orca (Max)", "vLLM"])
+def test_bar_within_8_points_of_the_paper(study, name):
+    _, shares = study
+    assert abs(100 * shares[name]["token_states"] - PAPER[name]) <= 8
+
+
+@pytest.mark.xfail(strict=True, reason="external fragmentation of the contiguous Orca kinds is "
+                   "12-16 % of the pool here against the paper's 37-42 %, so Pow2 measures ~39 % "
+                   "and Oracle ~48 % token states (paper 26.8 / 38.2); see docs/reports.md")  # fmt: skip
+@pytest.mark.parametrize("name", ["Orca (Pow2)", "Orca (Oracle)"])
+def test_bar_within_8_points_of_the_paper_xfail(study, name):
+    _, shares = study
+    assert abs(100 * shares[name]["token_states"] - PAPER[name]) <= 8
+
+
+def test_the_breakdown_follows_the_policies(study):
+    _, s = study
+    assert s["Orca (Oracle)"]["internal"] < 0.02  # exact reservations never over-reserve
+    assert s["Orca (Max)"]["internal"] > s["Orca (Pow2)"]["internal"] > s["Orca (Oracle)"]["internal"]
+    assert s["vLLM"]["reserved"] + s["vLLM"]["internal"] < 0.03  # at most a block per sequence
+
+
+def test_the_compare_figure_draws_the_shares(study):
+    runs, shares = study
+    rows = [variant_row(n, [r]) for n, r in runs.items()]
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    fig = plot_pool({n: [r] for n, r in runs.items()}, frame)
+    bars = fig.axes[0].patches[: len(VARIANTS)]  # the first layer: token states
+    for bar, name in zip(bars, VARIANTS, strict=True):
+        assert bar.get_height() == pytest.approx(100 * shares[name]["token_states"])

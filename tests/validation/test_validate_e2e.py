@@ -1,0 +1,81 @@
+"""``kvsim validate-e2e``: the two dev runs against real vLLM 0.19 (docs/validation.md).
+
+The regression case: every one of TTFT, TPOT and latency at mean, median and p90 within
+5 % of vLLM with the shipped calibrations, and each difference where docs/validation.md
+records it (so a change that moves them is seen and the page updated)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.cli.validate_e2e import compare, stats
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "workloads/data/llmservingsim_perf/vllm_runs"
+#: run, scenario, recorded diff % (docs/validation.md): metric -> (mean, median, p90)
+DEV_RUNS = {
+    "rtx4090": (RUNS / "RTX4090/Llama-3.1-8B", ROOT / "workloads/validation/rtx4090_llama31_8b.yaml",
+                {"ttft": (1.8, 0.5, 1.5), "tpot": (0.2, 0.7, 4.0), "latency": (1.4, 4.6, 1.6)}),
+    "rtxpro6000": (RUNS / "RTXPRO6000/Qwen3-32B", ROOT / "workloads/validation/rtxpro6000_qwen3_32b_tp2.yaml",
+                   {"ttft": (1.3, 0.9, 0.7), "tpot": (-0.3, -0.1, 1.1), "latency": (0.4, 0.7, -0.2)}),
+}  # fmt: skip
+RECORDED_PP = 0.5  # tolerance on the recorded differences, percentage points
+
+
+@pytest.mark.parametrize("name", list(DEV_RUNS))
+def test_dev_run_within_5_percent_and_as_recorded(run_cli, name):
+    run, sc, recorded = DEV_RUNS[name]
+    code, out, err = run_cli(["validate-e2e", str(run), "--scenario", str(sc), "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["requests"] == 300
+    for metric, values in recorded.items():
+        for stat, want in zip(("mean", "median", "p90"), values, strict=True):
+            got = report["metrics"][metric][stat]["diff_pct"]
+            assert abs(got) < 5.0, (metric, stat, got)
+            assert abs(got - want) < RECORDED_PP, (metric, stat, got, want)
+
+
+def test_text_report_lists_every_metric_and_stat(run_cli):
+    run, sc, _ = DEV_RUNS["rtxpro6000"]
+    code, out, _ = run_cli(["validate-e2e", str(run / "vllm/requests.jsonl"), "--scenario", str(sc)])
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[3:]]
+    assert [(r[0], r[1]) for r in rows] == [(m, s) for m in ("ttft", "tpot", "latency")
+                                            for s in ("mean", "median", "p90", "p95", "p99")]  # fmt: skip
+
+
+def test_metrics_are_the_authors_definitions():
+    """TPOT = (last - first) / (output - 1); a one-token request has none; diff in % of vLLM."""
+    v = {"ttft": np.array([1.0, 3.0]), "tpot": np.array([0.1, np.nan]), "latency": np.array([2.0, 4.0])}
+    k = {"ttft": np.array([1.5, 3.5]), "tpot": np.array([0.2, np.nan]), "latency": np.array([2.0, 4.0])}
+    c = compare(v, k)
+    assert c["ttft"]["mean"]["diff_pct"] == pytest.approx(25.0)
+    assert c["tpot"]["median"]["kvsim_s"] == pytest.approx(0.2) and c["latency"]["p99"]["diff_pct"] == 0.0
+    assert stats(np.array([np.nan]))["mean"] != stats(np.array([np.nan]))["mean"]  # NaN: no values
+
+
+def test_bad_inputs_are_one_line_errors(run_cli, tmp_path):
+    code, _, err = run_cli(["validate-e2e", str(tmp_path), "--scenario", str(DEV_RUNS["rtx4090"][1])])
+    assert code == 2 and "no vllm/requests.jsonl" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(["validate-e2e", str(DEV_RUNS["rtx4090"][0]),
+                            "--scenario", str(ROOT / "workloads/seed_chunked_prefill.yaml")])  # fmt: skip
+    assert code == 2 and "workload.kind must be vllm_requests" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", list(DEV_RUNS))
+def test_fast_path_equals_stepping_under_kernel_table_pricing(name):
+    """Runs of decode steps priced with the tables give what stepping each one gives."""
+    from sim.run.runner import run_scenario
+
+    sc = DEV_RUNS[name][1]
+    fast = run_scenario(str(sc), **{"workload.num_requests": 50})
+    exact = run_scenario(str(sc), **{"workload.num_requests": 50, "engine.exact": True})
+    a, b = fast.requests.sort_values("req_id"), exact.requests.sort_values("req_id")
+    for col in ("ttft_s", "e2e_s", "itl_mean_s", "preemptions"):
+        assert np.allclose(a[col].to_numpy(dtype=float), b[col].to_numpy(dtype=float), rtol=1e-9, atol=0)
+    assert len(fast.steps) < len(exact.steps)
