@@ -12,6 +12,7 @@ stderr. Without ``--out`` nothing is written (no run folders); with it, ``DIR/ru
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -136,7 +137,6 @@ def _keep(out_dir: Path | None, doc: dict, results: list) -> None:
         return
     import pandas as pd
 
-    (out_dir / "capacity.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     frames = []
     for i, r in enumerate(results):
         f = r.points_frame()
@@ -147,6 +147,10 @@ def _keep(out_dir: Path | None, doc: dict, results: list) -> None:
         if table[col].dtype == object:
             table[col] = table[col].map(lambda v: json.dumps(v, default=str) if isinstance(v, dict | list) else v)
     table.to_parquet(out_dir / "points.parquet", index=False)
+    # the answer last, renamed into place: a folder with capacity.json is complete
+    tmp = out_dir / ".capacity.json.partial"
+    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    os.replace(tmp, out_dir / "capacity.json")
 
 
 def _progress(probe: dict) -> None:

@@ -387,8 +387,13 @@ def test_pause_policy_needs_its_tier(overrides, field, needs):
 
 
 def test_pause_policy_tier_configured_builds():
-    build(str(SWARM), **{"pause_policy.kind": "offload_host", "hardware.host_kv_pool_bytes": 1e9})
-    build(str(SWARM), **{"pause_policy.kind": "break_even", "hardware.node": "dgx-h100"})
+    sim = build(
+        str(SWARM), **{"pause_policy.kind": "offload_host", "hardware.host_kv_pool_bytes": 1e9}
+    )
+    assert sim.pauses.name == "offload_host" and sim.pauses.nvme is None
+    assert 0 < sim.pauses.host.num_frames * sim.pauses.host.frame_bytes <= 1e9
+    sim = build(str(SWARM), **{"pause_policy.kind": "break_even", "hardware.node": "dgx-h100"})
+    assert sim.pauses.host is not None and sim.pauses.nvme is not None
 
 
 def test_validate_reports_the_missing_tier(run_cli):
