@@ -395,8 +395,11 @@ class Node:
         """Record the memory state; returns (useful, allocated) bytes."""
         kv, sched = self.kv, self.sched
         m, extra = kv.memory_state()
+        # what the head-of-queue request asks for (memory.parquet's phi_ext_next)
+        nxt = kv.request_bytes(sched.waiting[0]) if sched.waiting else None
         return self.rec.memory(
-            now, m, kv.paused_bytes, kv.n_paused, len(sched.running), len(sched.waiting), extra
+            now, m, kv.paused_bytes, kv.n_paused, len(sched.running), len(sched.waiting), extra,
+            nxt,
         )
 
     # ------------------------------------------------------------------ inbox

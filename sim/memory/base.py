@@ -116,6 +116,11 @@ class Allocator(ABC):
         for a kind without a prefix cache."""
         return None
 
+    def reserve_tokens(self, n_tokens: int, final_tokens: int | None) -> int:
+        """Tokens a new sequence of ``n_tokens`` (growing to ``final_tokens``) would take
+        at allocation: just its tokens here; a reserving kind (``reservation``) more."""
+        return n_tokens
+
     def free_uncached(self, seq_id: Hashable) -> None:
         """Free a sequence and drop its context from a prefix cache too (a pause dropped for
         recompute that must really recompute); a kind without a cache just frees it."""

@@ -45,7 +45,7 @@ class DeferredAppends:
     def __init__(self, alloc, uses_content: bool) -> None:
         self.alloc = alloc
         self.uses_content = uses_content
-        self._capacity = getattr(alloc, "seq_capacity_tokens", None)
+        self._capacity = alloc.seq_capacity_tokens  # every kind declares it
         self._bs = alloc.block_size  # block kinds: a table maps ceil(tokens / B) blocks
         self.total: dict[Hashable, int] = {}  # tokens, pending ones included
         self.room: dict[Hashable, int] = {}  # tokens that still fit without new capacity
@@ -58,7 +58,7 @@ class DeferredAppends:
         """(Re)read a sequence after the allocator changed it (allocate, append, fork)."""
         tokens = self.alloc.seq_tokens(seq)
         self.total[seq] = tokens
-        if shared_tail or self._capacity is None:
+        if shared_tail:
             self.room[seq] = 0
         else:
             self.room[seq] = self._capacity(seq) - tokens
@@ -174,7 +174,7 @@ class DeferredAppends:
         kinds may take new blocks (free or evictable cached ones) while enough exist.
         ``allocated_bytes[i]`` is the allocated figure during step ``i + 1``.
         """
-        if max_steps <= 0 or self._capacity is None or not (requests or late):
+        if max_steps <= 0 or not (requests or late):
             return DecodeRun(0, np.empty(0))
         room = self.room
         slack = np.array([room[seq] for seq in map(_seq_id, requests)], dtype=np.int64)
@@ -288,7 +288,6 @@ class DeferredAppends:
                 raise InvariantError(f"tracked sequence {seq!r} is not live")
             if total != self.alloc.seq_tokens(seq) + self.pending.get(seq, 0):
                 raise InvariantError(f"{seq!r}: total {total} != tokens + pending")
-            if self._capacity is not None:
-                free = self._capacity(seq) - total
-                if not 0 <= self.room[seq] <= free:
-                    raise InvariantError(f"{seq!r}: room {self.room[seq]} outside [0, {free}]")
+            free = self._capacity(seq) - total
+            if not 0 <= self.room[seq] <= free:
+                raise InvariantError(f"{seq!r}: room {self.room[seq]} outside [0, {free}]")

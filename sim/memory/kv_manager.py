@@ -311,6 +311,17 @@ class KVManager:
         useful and logical bytes): the cheap form of ``metrics()`` for the recorder."""
         return self.alloc.metrics(), self.ledger.pending_tokens * self.kv_bytes_per_token
 
+    def request_bytes(self, req: KVRequest) -> float:
+        """KV bytes admitting waiting ``req`` would ask for (memory.parquet's
+        ``phi_ext_next``): the tokens its held sequence lacks, or a reserving kind's
+        reservation for a new one (before the address space rounds it), else its tokens."""
+        alloc, n = self.alloc, req.num_tokens
+        if alloc.is_live(req.seq_id):
+            n -= alloc.seq_tokens(req.seq_id)
+        else:  # contiguous/buddy with a ``reservation`` reserve more than the tokens
+            n = alloc.reserve_tokens(n, max(req.prompt_tokens + req.output_limit, n))
+        return max(n, 1) * self.kv_bytes_per_token
+
     def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
         """The allocator's ``MemoryMetrics`` as if every deferred token had been appended."""
         m = self.alloc.metrics(request_bytes)

@@ -7,7 +7,9 @@ batch and cost breakdown); a decision that runs no step (preemptions, rejections
 drops only) and requests refused at submission get a zero-time row (``n_steps`` 0). Inter-token gaps are never stored per token: a request that
 emits in consecutive steps has gaps equal to those steps' durations, so each step keeps
 the number of such gaps it closes (its *ITL weight*); only gaps that span several steps
-(after a stall or a preemption) are stored one by one.
+(after a stall or a preemption) are stored one by one. Memory rows carry F9 (``phi_ext``)
+for the scenario's reference request and for the head-of-queue request: 0 for block kinds
+with anything free, NaN (None) with nothing free or no request.
 
 Invariant: records are only appended (never edited) until ``frames()``; every time is
 simulation time; the number of regular gaps plus irregular gaps equals the sum over
@@ -24,6 +26,7 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
+from sim.memory.fragmentation import phi_ext
 from sim.metrics.stats import TimeWeighted
 from sim.metrics.table import ChunkedTable
 from sim.sched.request import STATUS_NAMES
@@ -82,6 +85,8 @@ MEMORY_SCHEMA = [
     ("n_waiting", _I),
     ("largest_free_bytes", _F),  # the largest free hole (block kinds: every free byte)
     ("n_free_extents", _I),  # free holes (block kinds: 1 when anything is free)
+    ("phi_ext", _F),  # F9 for the reference request (metrics.phi_ext_request_tokens)
+    ("phi_ext_next", _F),  # F9 for the head-of-queue request (NaN: nothing waiting)
 ]
 MEMORY_COLUMNS = tuple(n for n, _ in MEMORY_SCHEMA)
 
@@ -146,8 +151,18 @@ TRAJECTORY_COLUMNS = tuple(n for n, _ in TRAJECTORY_SCHEMA)
 class Recorder:
     """Collects the run's records; ``frames()`` returns them as DataFrames."""
 
-    def __init__(self, pool_bytes: float) -> None:
+    def __init__(
+        self,
+        pool_bytes: float,
+        phi_ext_request_bytes: float | None = None,
+        block_kind: bool = False,
+    ) -> None:
         self.pool_bytes = pool_bytes
+        # memory.parquet's phi_ext: F9 for a request of these bytes (None: NaN column)
+        self.phi_ext_request_bytes = phi_ext_request_bytes
+        # block kinds (paged, radix, ...): any free block serves any block request, so
+        # external fragmentation is 0 whenever anything is free (SPEC F9 on a block pool)
+        self.block_kind = block_kind
         self.step_ends = array("d")  # end time of every step, by step index
         # ITL weights of runs of steps: first step, steps, weight at the first, after it
         self._w = (array("q"), array("q"), array("q"), array("q"))
@@ -305,10 +320,12 @@ class Recorder:
         n_running: int,
         n_waiting: int,
         extra_bytes: float = 0.0,
+        next_request_bytes: float | None = None,
     ) -> tuple[float, float]:
         """The allocator's state ``m`` from ``t`` on (after a step was scheduled, or when
-        idle); ``extra_bytes`` of deferred tokens count as useful and logical. Returns
-        (useful, allocated) bytes."""
+        idle); ``extra_bytes`` of deferred tokens count as useful and logical;
+        ``next_request_bytes`` is what the head-of-queue request still needs (None:
+        nothing waits). Returns (useful, allocated) bytes."""
         useful = m.useful_bytes + extra_bytes
         allocated = m.allocated_bytes
         eta_alloc = useful / allocated if allocated > 0 else None
@@ -330,12 +347,23 @@ class Recorder:
                 n_waiting,
                 m.largest_free_bytes,
                 len(m.free_extents),
+                self._phi_ext(m, self.phi_ext_request_bytes),
+                self._phi_ext(m, next_request_bytes),
             )
         )
         self.eta_alloc.observe(t, eta_alloc)
         self.eta_effective.observe(t, eta_eff)
         self.paused_bytes.observe(t, paused_bytes)
         return useful, allocated
+
+    def _phi_ext(self, m, request_bytes: float | None) -> float | None:
+        """F9 of ``m``'s free holes for ``request_bytes``; None (NaN) when nothing is free
+        or there is no request; 0 for block kinds with anything free."""
+        if request_bytes is None or m.free_bytes <= 0:
+            return None
+        if self.block_kind:
+            return 0.0
+        return phi_ext(m.free_extents, request_bytes)
 
     def memory_run(self, starts, useful, allocated) -> None:
         """Integrals over a run of decode steps whose first step ``memory()`` recorded

@@ -158,7 +158,11 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("usd_per_million_output_tokens", "float", "USD", "usd_total per 1e6 output tokens.",
        **_NULL),
     _k("usd_per_trajectory", "float", "USD", "usd_total per completed trajectory.", **_NULL),
-    _k("paused_hbm_usd", "float", "USD", "paused_hbm_gb_s priced as HBM GB-seconds.", **_NULL),
+    _k("paused_hbm_usd", "float", "USD",
+       "paused_hbm_gb_s priced as HBM GB-seconds: the logical F29 figure (each pause's "
+       "own tokens, so a block shared by several paused sequences is paid once per pause; "
+       "tokens, not whole blocks). kvsim does not compute the physical paused bytes yet, "
+       "so this is not the HBM those pauses really occupied.", **_NULL),
 )  # fmt: skip
 
 _F, _I, _S = "float", "int", "str"
@@ -251,6 +255,13 @@ MEMORY_TABLE = _cols(
     ("largest_free_bytes", _F, "bytes", "Largest free hole (block kinds: every free byte, "
      "since any free block serves any block request)."),
     ("n_free_extents", _I, "count", "Free holes (block kinds: 1 when anything is free)."),
+    ("phi_ext", _F, "fraction", "F9 for the reference request (`metrics."
+     "phi_ext_request_tokens` tokens of KV, default 2048): the share of free bytes in holes "
+     "too small for it. 0 for block kinds (any free block serves); NaN when nothing is free."),
+    ("phi_ext_next", _F, "fraction", "F9 for the head-of-queue request: the KV of its "
+     "tokens not yet in its own sequence (prefix hits not subtracted), or a reserving kind's "
+     "reservation for it (before the address space rounds it); as phi_ext, and NaN when "
+     "nothing waits."),
 )  # fmt: skip
 
 TRAJECTORY_TABLE = _cols(

@@ -79,7 +79,7 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         ("eta_alloc (mean)", _num(s.get("eta_alloc_mean"), ".1f", 100), "%"),
         ("eta_effective (mean)", _num(s.get("eta_effective_mean"), ".1f", 100), "%"),
         ("peak allocated", _num(s.get("peak_allocated_bytes"), ",.2f", 1e-9), "GB"),
-        ("paused KV (mean)", _num(s.get("paused_kv_bytes_mean"), ",.2f", 1e-9), "GB"),
+        ("paused KV, logical (mean)", _num(s.get("paused_kv_bytes_mean"), ",.2f", 1e-9), "GB"),
         ("held KV", _num(s.get("hold_gb_s"), ",.1f"), "GB*s"),
         ("preemptions", _num(s.get("preemptions"), ",d"), "count"),
         ("rejected", _num(s.get("rejected"), ",d"), "count"),

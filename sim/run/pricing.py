@@ -6,7 +6,9 @@ the figures it gives: ``usd_total`` (price x GPUs x simulated hours),
 ``usd_per_million_output_tokens``, ``usd_per_trajectory`` (per completed trajectory) and
 ``paused_hbm_usd``, the share of that cost that paid for HBM holding paused trajectories'
 KV: ``paused_hbm_gb_s`` x the price of one GB of HBM for one second (the GPU-second price
-over the GPU's memory in GB), F29's hold cost in dollars.
+over the GPU's memory in GB), F29's hold cost in dollars. It is the logical figure: each
+pause's own tokens, so a block shared by several paused sequences is paid once per pause
+(the physical paused bytes are not computed yet; docs/capacity_planning.md says so too).
 
 Invariant: no price -> every ``usd_*`` figure is None (never a made-up price); a figure
 whose denominator is 0 (no output, no completed trajectory) is None.

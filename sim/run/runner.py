@@ -133,7 +133,11 @@ def build(source: Any, **overrides: Any) -> Simulation:
     pauses = PauseLifecycle(env, sc.pause_policy, resolved, cost)
     kv = KVManager(allocator)
     scheduler = make_scheduler(sc.scheduler, kv)
-    recorder = Recorder(pool_bytes=resolved.pool_bytes)
+    recorder = Recorder(
+        pool_bytes=resolved.pool_bytes,
+        phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * resolved.kv_bytes_per_token,
+        block_kind=allocator.block_size is not None,
+    )
     node = Node(
         env,
         scheduler,

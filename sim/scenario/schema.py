@@ -82,6 +82,17 @@ class PricingSection(_Cfg):
     price_source: str | None = None  # where your figure comes from (shown in summary.json)
 
 
+#: the default ``metrics.phi_ext_request_tokens``: a typical agent turn's new context
+DEFAULT_PHI_EXT_REQUEST_TOKENS = 2048
+
+
+class MetricsSection(_Cfg):
+    """Options of the recorded tables (what is measured, never how the engine runs)."""
+
+    # memory.parquet's ``phi_ext``: F9 for a request of this many tokens (its KV bytes)
+    phi_ext_request_tokens: int = Field(DEFAULT_PHI_EXT_REQUEST_TOKENS, ge=1, le=10**9)
+
+
 #: the default ``engine.max_sim_time_s``: 30 simulated days
 DEFAULT_MAX_SIM_TIME_S = 30 * 86_400.0
 
@@ -158,6 +169,7 @@ class ScenarioBase(_Cfg):
     workload: Workload
     engine: EngineConfig = EngineConfig()
     pricing: PricingSection = PricingSection()
+    metrics: MetricsSection = MetricsSection()
 
     @model_validator(mode="after")
     def _tp_pp(self):

@@ -38,3 +38,17 @@ def test_only_the_pause_lifecycle_calls_the_pause_verbs():
     ]
     assert found == []
 
+
+
+def test_no_probes_for_optional_abilities():
+    """Optional abilities are declared on the base classes with defaults, never probed."""
+    probe = re.compile(r"\b(hasattr|getattr)\(")
+    files = ["memory/kv_manager.py", "memory/deferred.py", "engine/node.py", "sched/vllm_v1.py"]
+    files += [p.relative_to(SIM).as_posix() for p in (SIM / "engine" / "pauses").glob("*.py")]
+    found = [
+        f"{rel}:{n}"
+        for rel in files
+        for n, line in enumerate((SIM / rel).read_text().splitlines(), 1)
+        if probe.search(line)
+    ]
+    assert found == []
