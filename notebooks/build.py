@@ -74,9 +74,10 @@ OPTIONS = {"static": {"max_tokens": 65536}}
 
 runs = {"chat": {}, "coding_agent": {}}
 for kind in KINDS:
+    alloc = {"kind": kind, **OPTIONS.get(kind, {})}
     runs["chat"][kind] = sim.run_scenario(CHAT, **{"workload.num_requests": N_CHAT,
                                                    "allocator": {"kind": kind}})
-    runs["coding_agent"][kind] = sim.run_scenario(AGENT, **AGENT_SETS, **{"allocator": {"kind": kind}})"""),
+    runs["coding_agent"][kind] = sim.run_scenario(AGENT, **AGENT_SETS, **{"allocator": alloc})"""),
     ("code", """\
 def row(workload, kind, r):
     m = r.memory
