@@ -3,8 +3,10 @@
 Responsibility: read ``kernels/<GPU>/<org>/<model>/bf16/tp<N>/`` of the LLMServingSim
 performance data (casys-kaist/LLMServingSim, MIT; README in the data folder):
 ``dense.csv`` (layer, tokens, time_us), ``per_sequence.csv`` (layer, sequences, time_us),
-``attention.csv`` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us) and
-``moe.csv`` (tokens, activated_experts, time_us), and write
+``attention.csv`` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us),
+``moe.csv`` (tokens, activated_experts, time_us) and, where ``meta.yaml`` has the skew fit
+enabled, ``skew_fit.csv`` (alpha by bucket: pc, n_label, skew_rate_label, kv_big_label,
+kp_label) with the fit's ``bucket_axes`` and pooled ``alpha_default``, and write
 ``hardware_profiles/calibration/<accelerator>-llmservingsim.yaml`` with a
 ``kernel_tables`` section per model (``sim.cost.table_schema``), selected by a scenario's
 ``cost.calibration``.
@@ -12,7 +14,10 @@ performance data (casys-kaist/LLMServingSim, MIT; README in the data folder):
 What is kept: every dense and per-sequence point; the attention grid on its doubling
 axes (prefill chunk 0, 16..2048; history and context 0, 16..16384; decodes 0, 1..256),
 which every table has complete (the RTX PRO 6000 tables add points on a x1.5 grid: they
-are held back and only used to check the interpolation, ``--check``); the expert grid.
+are held back and only used to check the interpolation, ``--check``); the expert grid;
+the skew fit's alpha as a grid over (pc, the buckets of the four other axes), ``nan``
+where the fit has no bucket (a profile with ``skew_fit.enabled: false`` gets none: upstream
+then applies no correction).
 Nothing is rescaled or fitted. The per-step host overhead and the all-reduce are not in
 these tables (the profiler runs one GPU, eagerly): the overhead comes from ``--overhead-s``
 (measured from a dev run, docs/validation.md), the all-reduce from the accelerator
@@ -113,9 +118,43 @@ def moe_grid(frame: pd.DataFrame) -> dict:
             "time_us": _fmt(table.to_numpy().ravel())}  # fmt: skip
 
 
+SKEW_AXES = (("n_label", "n_bins", "n_labels", "n_decode_edges"),
+             ("skew_rate_label", "skew_rate_bins", "skew_rate_labels", "skew_rate_edges"),
+             ("kv_big_label", "kv_big_bins", "kv_big_labels", "kv_decode_max_edges"),
+             ("kp_label", "kp_bins", "kp_labels", "kv_prefill_edges"))  # fmt: skip
+
+
+def skew_fit(meta: dict, tp_dir: Path, tp: int) -> dict | None:
+    """The skew fit of one TP degree as a calibration mapping, or None where not enabled."""
+    fit = meta.get("skew_fit") or {}
+    entry = (fit.get("per_tp") or {}).get(tp)
+    if not fit.get("enabled") or not entry or not (tp_dir / "skew_fit.csv").is_file():
+        return None
+    axes = entry.get("bucket_axes") or fit["bucket_axes"]
+    frame = pd.read_csv(tp_dir / "skew_fit.csv")
+    pcs = sorted(int(x) for x in frame["pc"].unique())
+    index = [frame["pc"].map({v: i for i, v in enumerate(pcs)}).to_numpy()]
+    shape = [len(pcs)]
+    for col, _, labels, _ in SKEW_AXES:
+        names = list(axes[labels])
+        unknown = set(frame[col]) - set(names)
+        if unknown:
+            raise SystemExit(f"error: {tp_dir / 'skew_fit.csv'}: {col} {sorted(unknown)[0]!r} not in {names}")
+        index.append(frame[col].map({v: i for i, v in enumerate(names)}).to_numpy())
+        shape.append(len(names))
+    grid = np.full(shape, np.nan)
+    grid[tuple(index)] = frame["alpha"].to_numpy()
+    out = {"alpha_default": float(entry["alpha_default"]), "prefill_chunk": pcs}
+    for _, bins, _, key in SKEW_AXES:
+        out[key] = [float(x) for x in axes[bins]]
+    out["alpha"] = _fmt(grid.ravel())
+    return out
+
+
 def model_tables(folder: Path, source: str) -> tuple[str, dict, dict[int, pd.DataFrame]]:
     """(table name, the kernel_tables entry, held-back attention rows per TP)."""
     name, ops, geometry = MODELS[source]
+    meta = yaml.safe_load((folder / "meta.yaml").read_text())
     by_tp, held = {}, {}
     for tp_dir in sorted(folder.glob("tp*")):
         tp = int(tp_dir.name[2:])
@@ -126,6 +165,9 @@ def model_tables(folder: Path, source: str) -> tuple[str, dict, dict[int, pd.Dat
                  "attention": attn}  # fmt: skip
         if (tp_dir / "moe.csv").is_file():
             entry["moe"] = moe_grid(pd.read_csv(tp_dir / "moe.csv"))
+        skew = skew_fit(meta, tp_dir, tp)
+        if skew is not None:
+            entry["skew_fit"] = skew
         by_tp[tp] = entry
     tables = {"source_model": source, "geometry": geometry, "layer_ops": ops,
               "step_ops": STEP_OPS, "sequence_ops": SEQUENCE_OPS, "by_tp": by_tp}  # fmt: skip

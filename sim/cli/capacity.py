@@ -20,12 +20,13 @@ import typer
 
 from sim.errors import KvsimError
 
-HELP = """The largest load that meets every SLO, by bracketing and bisection with
-replications (seed s+i for replication i, in every configuration), with a 95 % interval
-and F37's analytic estimate beside it.
+HELP = """The largest load that meets every SLO (--search nodes: the fewest nodes of the
+scenario's cluster at its own load), by bracketing and bisection with replications (seed
+s+i for replication i, in every configuration), with a 95 % interval and F37's analytic
+estimate beside it.
 
 SLOs: <metric>_<stat>_s=SECONDS, metric ttft, itl, e2e, queue or resume_latency, stat
-mean, p50, p90 or p99 (ttft_p99_s=2 is the summary's ttft_s.p99 at most 2 s), measured
+mean, p50, p90, p95 or p99 (ttft_p99_s=2 is the summary's ttft_s.p99 at most 2 s), measured
 after a warm-up; a run with rejected requests, failed trajectories or unfinished work
 fails.
 
@@ -79,7 +80,7 @@ def capacity(
     from sim.sweep.capacity import load_key
 
     slos = [parse_slo(s) for s in slo]
-    load_key(search)  # refuses nodes (and unknown searches) before anything runs
+    load_key(search)  # refuses an unknown search before anything runs
     sets = parse_set(set_)
     out_dir = _out_dir(out)
     options: dict[str, Any] = dict(
@@ -175,15 +176,19 @@ def _print_one(r) -> None:
     c, a = r.capacity, r.analytic_estimate
     inp = a["inputs"]
     seeds = f"{r.seeds[0]}-{r.seeds[-1]}" if len(r.seeds) > 1 else f"{r.seeds[0]}"
+    what = "the smallest node count" if r.search == "nodes" else f"the largest {r.search}"
     typer.echo(
-        f"{Path(r.scenario).name}: the largest {r.search} meeting {', '.join(r.slos)} "
+        f"{Path(r.scenario).name}: {what} meeting {', '.join(r.slos)} "
         f"({len(r.seeds)} replications, seeds {seeds})"
     )
     ci = "" if c["ci95_low"] is None else f" (95% CI {_fmt(c['ci95_low'])} - {_fmt(c['ci95_high'])})"
     per = ", ".join(_fmt(x) for x in c["per_replication"])
     typer.echo(f"  capacity:  {_fmt(c['value'])} {c['unit']}{ci}; per replication {per}")
-    if not c["converged"]:
-        typer.echo("  (not converged within --max-points: the value is the largest load that passed)")
+    if c["value"] is None and r.search == "nodes":
+        typer.echo("  (no node count tried meets the SLOs)")
+    elif not c["converged"]:
+        best = "smallest count" if r.search == "nodes" else "largest load"
+        typer.echo(f"  (not converged within --max-points: the value is the {best} that passed)")
     if not inp:
         typer.echo(f"  analytic (F37): none: {a.get('unavailable')}")
     else:
@@ -193,8 +198,11 @@ def _print_one(r) -> None:
 
 
 def _print_estimate(a: dict, inp: dict) -> None:
+    per_node = ""
+    if "load_per_node" in inp:  # --search nodes: the load over what one node serves
+        per_node = f" nodes (load {_fmt(inp['load'])} over {_fmt(inp['load_per_node'])} per node)"
     typer.echo(
-        f"  analytic (F37, 10% headroom): {_fmt(a['value'])} with the time-averaged context "
+        f"  analytic (F37, 10% headroom): {_fmt(a['value'])}{per_node} with the time-averaged context "
         f"(M_avg {inp['M_avg_tokens']:,.0f} + K_avg {inp['K_avg_tokens']:,.0f} tokens, "
         f"S_shared {inp['S_shared_tokens']:,}); {_fmt(a['peak_value'])} with the peak "
         f"context ({inp['M_peak_tokens']:,.0f} tokens)"

@@ -1,8 +1,9 @@
 """``kvsim validate FILE [--set KEY=VALUE ...]``: check a scenario without running it.
 
-Invariant: a valid scenario prints one ``ok`` line with what it resolved to; an invalid
-one prints every problem found (schema errors all at once; then missing trace files, the
-profiles, the KV pool and the allocator), one ``kvsim: error: file:line: field: message``
+Invariant: a valid scenario prints one ``ok`` line with what it resolved to (for a
+cluster: its node groups, router and KV pool in all); an invalid one prints every problem
+found (schema errors all at once; then missing trace files, the profiles, the KV pool and
+the allocator), one ``kvsim: error: file:line: field: message``
 line each on stderr, at most ``MAX_PROBLEMS`` of them then ``... and N more``, and exits 2.
 """
 
@@ -49,12 +50,40 @@ def validate(
             typer.echo(f"kvsim: error: ... and {len(problems) - MAX_PROBLEMS} more", err=True)
         raise typer.Exit(code=2)
     sc = resolved.scenario
+    if sc.cluster is not None:
+        typer.echo(f"{file}: ok: {sc.name}: {cluster_line(resolved)}")
+        return
     typer.echo(
         f"{file}: ok: {sc.name}: {resolved.model.name} on {resolved.num_gpus} x "
         f"{resolved.accelerator.name} (tp {sc.hardware.tp}, pp {sc.hardware.pp}), KV pool "
         f"{resolved.pool_bytes / GB:,.2f} GB ({resolved.pool_bytes / resolved.kv_bytes_per_token:,.0f}"
         f" tokens), allocator {resolved.allocator_kind}, scheduler {sc.scheduler.kind}, "
         f"workload {sc.workload.kind}"
+    )
+
+
+def cluster_line(resolved) -> str:
+    """What a cluster scenario resolved to: its node groups (count x accelerator, tp
+    when above 1; equal groups merged), the router, the model and the KV pool in all."""
+    from sim.cluster.config import node_groups
+    from sim.run.cluster import preflight_cluster
+    from sim.units import GB
+
+    sc = resolved.scenario
+    groups = preflight_cluster(resolved.loaded)
+    counts: dict[str, int] = {}
+    for i, g in enumerate(sc.cluster.nodes):
+        r = groups[i]
+        tp = r.scenario.hardware.tp
+        name = r.accelerator.name + (f" (tp {tp})" if tp > 1 else "")
+        counts[name] = counts.get(name, 0) + g.count
+    pool = sum(groups[g].pool_bytes for g in node_groups(sc.cluster))
+    n = sc.cluster.n_nodes
+    nodes = ", ".join(f"{c} x {name}" for name, c in counts.items())
+    return (
+        f"cluster of {n} node{'s' if n > 1 else ''} ({nodes}), router {sc.cluster.router.kind}, "
+        f"{resolved.model.name}, KV pool {pool / GB:,.2f} GB in all, allocator "
+        f"{resolved.allocator_kind}, scheduler {sc.scheduler.kind}, workload {sc.workload.kind}"
     )
 
 

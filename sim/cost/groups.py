@@ -230,9 +230,12 @@ class GroupPricer:
                                         np.array([pairs], dtype=np.float64), n_seq, rate)  # fmt: skip
         return float(att[0]), float(mem[0]), float(comp[0])
 
-    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float) -> np.ndarray:
+    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float,
+                         span: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
         """Attention seconds of pure-decode steps reading ``kv_tokens`` each (h + 1 per
-        decode, so also their pairs); the same arithmetic as ``step_attention``."""
+        decode, so also their pairs); the same arithmetic as ``step_attention``. ``span``
+        (longest, shortest decode history per step) is for the kernel tables' skew
+        correction; a roofline reads the total KV, so it is not used here."""
         return self.attention(kv_tokens, kv_tokens, n_decode, rate)[0]
 
     def attention(self, kv_tokens: np.ndarray, pairs: np.ndarray, n_seq: int, rate: float):

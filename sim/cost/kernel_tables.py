@@ -21,6 +21,14 @@ kernel_tables`` in a version-2 calibration, imported by
   decodes than measured extends the last segment. Several prefill chunks in one step
   are one launch: they are looked up as one chunk of their summed tokens over their
   summed history (the profiler's convention).
+- ``SkewFit``: LLMServingSim's context-skew correction of the attention kernel. The grid
+  is measured with every decode at one context; a batch whose decodes differ runs slower
+  than the uniform batch at their mean (tile padding, SM imbalance), and upstream prices
+  it ``t_mean + alpha (t_max - t_mean)`` (``skewed_attention``), ``t_max`` the grid at the
+  longest decode's context, ``alpha`` looked up by bucket: the chunk's exact profiled
+  size, the number of decodes, the skew rate ``(mean - min) / (max - min)``, the longest
+  context and the chunk's history, else the pooled ``alpha_default``. No correction with
+  at most one decode, equal contexts, alpha 0 or ``t_max <= t_mean``.
 - ``MoeGrid``: the routed expert layer's time by tokens (rows) and activated experts
   (columns), linear in both; ``expected_active_experts`` gives the experts a step of n
   tokens activates when each picks k of E uniformly (E (1 - (1 - k/E)^n)).
@@ -135,6 +143,62 @@ def fill_attention_holes(pc: list[int], kp: list[int], nd: list[int], kd: list[i
     return g
 
 
+def _bucket(edges: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Bucket i holds (edges[i], edges[i + 1]] (upstream's ``_bucket_label``: ``n<=8``
+    includes 8); below the first edge the first bucket, above the last the last."""
+    return np.minimum(np.searchsorted(edges[1:], q, side="left"), len(edges) - 2)
+
+
+@dataclass(frozen=True)
+class SkewFit:
+    """The skew correction's alpha by bucket, at one TP degree (see the module docstring)."""
+
+    alpha_default: float  # the pooled fit: a batch whose bucket was not profiled
+    prefill_chunk: tuple[int, ...]  # chunk sizes with buckets (matched exactly, not bracketed)
+    n_decode_edges: tuple[float, ...]  # bucket edges of each axis (len = buckets + 1)
+    skew_rate_edges: tuple[float, ...]
+    kv_decode_max_edges: tuple[float, ...]
+    kv_prefill_edges: tuple[float, ...]
+    alpha: np.ndarray  # (len(pc), n, skew rate, longest context, history) buckets; NaN: none
+
+    def __post_init__(self) -> None:
+        edges = (self.n_decode_edges, self.skew_rate_edges, self.kv_decode_max_edges, self.kv_prefill_edges)
+        object.__setattr__(self, "_edges", tuple(np.asarray(e, dtype=np.float64) for e in edges))
+        object.__setattr__(self, "_pc", np.asarray(self.prefill_chunk, dtype=np.float64))
+
+    def alpha_at(self, pc, nd, skew_rate, kd_max, kp):
+        """alpha of each batch (arguments broadcast): its bucket's, else ``alpha_default``."""
+        pc, nd, sr, kd_max, kp = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64)
+                                                       for v in (pc, nd, skew_rate, kd_max, kp)))  # fmt: skip
+        i = np.minimum(np.searchsorted(self._pc, pc), len(self._pc) - 1)
+        found = self._pc[i] == pc
+        en, es, ek, ep = self._edges
+        # upstream buckets the integer count, context and history, the rate clamped to [0, 1]
+        a = self.alpha[i, _bucket(en, np.floor(nd)), _bucket(es, np.clip(sr, 0.0, 1.0)),
+                       _bucket(ek, np.floor(kd_max)), _bucket(ep, np.floor(kp))]  # fmt: skip
+        a = np.where(found & ~np.isnan(a), a, self.alpha_default)
+        return a if a.ndim else float(a)
+
+
+def skewed_attention(grid: AttentionGrid, fit: SkewFit, pc, kp, nd, kd, kd_max, kd_min, t_mean):
+    """One layer's attention seconds with the skew correction: ``t_mean`` (the grid at the
+    decodes' mean context ``kd``) moved by alpha toward the grid at the longest ``kd_max``;
+    ``t_mean`` itself where upstream applies nothing (see the module docstring). Contexts
+    count the new token (history + 1, as kvsim looks the grid up; upstream uses the
+    history, which moves no bucket but the longest context's at its edges, so the bucket
+    is looked up at ``kd_max - 1``). Scalars and arrays alike, the same arithmetic."""
+    pc, kp, nd, kd, kd_max, kd_min = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.float64) for v in (pc, kp, nd, kd, kd_max, kd_min)))  # fmt: skip
+    gap = kd_max - kd_min
+    rate = np.where(gap > 0, (kd - kd_min) / np.where(gap > 0, gap, 1.0), 0.5)
+    # upstream buckets the longest decode's history (its tokens in KV before the step)
+    alpha = np.asarray(fit.alpha_at(pc, nd, rate, kd_max - 1.0, kp))
+    t_max = np.asarray(grid.at(pc, kp, nd, kd_max))
+    on = (nd > 1) & (kd_max > kd) & (alpha != 0.0) & (t_max > t_mean)
+    out = np.where(on, np.maximum(t_mean + alpha * (t_max - t_mean), 0.0), t_mean)
+    return out if out.ndim else float(out)
+
+
 @dataclass(frozen=True)
 class MoeGrid:
     """Seconds of one routed-expert layer: ``time_s[tokens, activated experts]``."""
@@ -193,6 +257,7 @@ class TableSet:
     sequence: tuple[tuple[str, Curve], ...]  # operator -> time by sequences
     attention: AttentionGrid
     moe: MoeGrid | None = None  # the routed expert layer (MoE models)
+    skew: SkewFit | None = None  # the attention's context-skew correction, where profiled
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_dense", dict(self.dense))

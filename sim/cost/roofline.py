@@ -17,7 +17,10 @@ Terms (per TP rank):
   4 L d c (h + c/2) plus the diagonal, about half of the new-token square; a decode token
   (c = 1) attends h + 1. ``attention_mask: square`` prices the full c (h + c), so a
   monolithic prefill of S tokens gives F23's 4 L d S^2 as the chapter states it;
-- step = overhead + allocator calls + max(memory, compute) + TP all-reduce + HBM copies.
+- step = overhead + allocator calls + max(memory, compute) + TP all-reduce + HBM copies;
+  with ``async_scheduling`` (vLLM's async scheduler, set by the run from
+  ``scheduler.async_scheduling``) the host's ``overhead`` was spent while the previous step
+  ran, so step = max(overhead, the rest); with no overhead both are the same number.
 
 That is ``step_pricing: roofline_max``. ``per_group`` (``sim.cost.groups``) prices the
 operator groups a GPU runs one after the other (linear, LM head, embedding, element-wise,
@@ -29,7 +32,8 @@ calibration with kernel tables (which must cover the model), ``per_group`` with 
 version-2 calibration and ``roofline_max`` otherwise, so runs without one are priced as
 before.
 Both modes price a run of decode steps with numpy (``decode_run_times``), with or without
-a calibration, and the result equals pricing each step alone.
+a calibration, and the result equals pricing each step alone (the kernel tables' skew
+correction included: the longest and shortest decode history grow by one per step).
 """
 
 from __future__ import annotations
@@ -81,6 +85,10 @@ class CostConfig(BaseModel):
     weights_bytes: float | None = Field(None, gt=0)  # whole-model override (E20: 140e9)
     params: float | None = Field(None, gt=0)  # active parameter override
     calibration: str | None = None  # a file in hardware_profiles/calibration (opt-in)
+    # kernel_tables: LLMServingSim's correction for decodes of unequal contexts, where the
+    # calibration has a skew fit; off by default: it moves the Qwen3-32B dev run's TTFT
+    # mean from +1.3 % to +5.2 % of vLLM (docs/validation.md, "Skew correction")
+    skew_correction: bool = False
     block_size: int = Field(16, ge=1)  # for calibrated attention bandwidth
 
 
@@ -89,7 +97,9 @@ class StepWork:
     """The work of one engine step, as the scheduler planned it.
 
     Decode sequences are given in aggregate (their count and the sum of the tokens each
-    had in KV before the step): every cost term is linear in them.
+    had in KV before the step): every roofline term is linear in them. The longest and
+    shortest decode history (None: not known, priced as equal contexts) serve only the
+    kernel tables' skew correction.
     """
 
     n_decode: int = 0
@@ -97,6 +107,8 @@ class StepWork:
     prefill_chunks: tuple[tuple[int, int], ...] = ()  # (new tokens, cached tokens before)
     copy_bytes: float = 0.0  # HBM-to-HBM bytes copied by the allocator this step
     alloc_calls: int = 0  # cudaMalloc/cudaFree calls the allocator made this step
+    decode_max_history_tokens: int | None = None  # the longest decode's tokens in KV
+    decode_min_history_tokens: int | None = None  # the shortest decode's tokens in KV
 
     @property
     def prefill_tokens(self) -> int:
@@ -143,6 +155,9 @@ class CostModel:
     ):
         self.model, self.accelerator, self.tp, self.pp = model, accelerator, tp, pp
         self.config = config or CostConfig()
+        # vLLM's async scheduling (the scheduler's choice; the run sets it): the host's
+        # per-step work overlaps the GPU's previous step, so a step costs max(host, GPU)
+        self.async_scheduling = False
         c = self.config
         params = c.params or model.active_params
         w_total = c.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
@@ -188,7 +203,10 @@ class CostModel:
         copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0  # read + write
         alloc_s = work.alloc_calls * c.alloc_latency_s
         overhead_s = self._overhead_s()
-        total = overhead_s + alloc_s + max(mem_s, comp_s) + allreduce_s + copy_s
+        if self.async_scheduling:  # the host planned this step while the last one ran
+            total = max(overhead_s, alloc_s + max(mem_s, comp_s) + allreduce_s + copy_s)
+        else:
+            total = overhead_s + alloc_s + max(mem_s, comp_s) + allreduce_s + copy_s
         return StepCost(
             total_s=total,
             mem_s=mem_s,
@@ -209,19 +227,32 @@ class CostModel:
             + (kv_tokens * self.kv_bytes_per_token_per_gpu if c.kv_read else 0.0),
         )
 
-    def decode_run_times(self, n_decode: int, history_tokens: int, n_steps: int) -> np.ndarray:
+    def decode_run_times(
+        self,
+        n_decode: int,
+        history_tokens: int,
+        n_steps: int,
+        max_history_tokens: int | None = None,
+        min_history_tokens: int | None = None,
+    ) -> np.ndarray:
         """Durations of ``n_steps`` pure-decode steps of the same ``n_decode`` sequences.
 
-        Step i sees ``history_tokens + i * n_decode`` cached tokens; the result equals
-        calling ``iteration_time`` step by step (the fast engine path relies on it), with
-        or without a calibration: the terms that change from step to step are computed
-        with the same numpy arithmetic here as for one step.
+        Step i sees ``history_tokens + i * n_decode`` cached tokens, its longest and
+        shortest decode ``max/min_history_tokens + i`` (every context grows by one); the
+        result equals calling ``iteration_time`` step by step (the fast engine path relies
+        on it), with or without a calibration: the terms that change from step to step are
+        computed with the same numpy arithmetic here as for one step.
         """
         i = np.arange(n_steps, dtype=np.float64)
         kv_tokens = history_tokens + i * n_decode + n_decode
         if self.groups is not None:
             fixed = self.groups.fixed(n_decode, n_decode, False)
-            att = self.groups.decode_attention(kv_tokens, n_decode, fixed.attention_rate)
+            span = None
+            if max_history_tokens is not None and min_history_tokens is not None:
+                span = (max_history_tokens + i, min_history_tokens + i)
+            att = self.groups.decode_attention(kv_tokens, n_decode, fixed.attention_rate, span)
+            if self.async_scheduling:
+                return np.maximum(self._overhead_s(), 0.0 + fixed.total_s + att + 0.0)
             return self._overhead_s() + 0.0 + fixed.total_s + att + 0.0
         c = self.config
         weights_s, kv_s = self._mem_arrays(n_decode, n_decode, kv_tokens)
@@ -231,6 +262,9 @@ class CostModel:
         mem_s = weights_s + kv_s
         comp_s = (gemm_f + attn_f) / rate
         # the same order of additions as iteration_time (no allocator calls, no copies)
+        if self.async_scheduling:
+            gpu_s = 0.0 + np.maximum(mem_s, comp_s) + self._allreduce_s(n_decode) + 0.0
+            return np.maximum(self._overhead_s(), gpu_s)
         return self._overhead_s() + 0.0 + np.maximum(mem_s, comp_s) + self._allreduce_s(n_decode) + 0.0
 
     def prefill_time_s(self, tokens: int, history_tokens: int = 0) -> float:
@@ -306,7 +340,10 @@ class CostModel:
         copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
         alloc_s = work.alloc_calls * c.alloc_latency_s
         overhead_s = self._overhead_s()
-        total = overhead_s + alloc_s + fixed.total_s + att + copy_s
+        if self.async_scheduling:  # the host planned this step while the last one ran
+            total = max(overhead_s, alloc_s + fixed.total_s + att + copy_s)
+        else:
+            total = overhead_s + alloc_s + fixed.total_s + att + copy_s
         mem_s, comp_s = fixed.linear_mem_s + att_mem, fixed.linear_comp_s + att_comp
         attn_f = g.attn_flops_per_pair_per_gpu * pairs if c.attention_flops else 0.0
         lm_f = 2.0 * n_seq * g.lm_shape[0] * g.lm_shape[1] if g.lm_shape and c.gemm_flops else 0.0

@@ -16,7 +16,10 @@ both alike):
                activate (``expected_active_experts``), MoE geometries only;
   attention    L x the attention kernel for the batch's exact mix: the prefill chunks
                (summed tokens, summed history) beside ``n`` decodes of their mean context
-               (tokens attended: history + the new one);
+               (tokens attended: history + the new one); with the calibration's skew fit
+               (and ``cost.skew_correction``) and the step's longest and shortest decode
+               context known, LLMServingSim's correction for decodes of unequal contexts
+               (``kernel_tables.skewed_attention``);
   allreduce    under TP, (2 L + 1) all-reduces of tokens x d_model (after the output and
                down projections, and the vocabulary-parallel embedding) and one gather of
                the logits (sequences x vocabulary), each ``latency + bytes x ring factor /
@@ -34,7 +37,7 @@ import numpy as np
 
 from sim.cost.calibration import Calibration
 from sim.cost.groups import FixedTerms, GroupPricer
-from sim.cost.kernel_tables import TableSet, expected_active_experts
+from sim.cost.kernel_tables import TableSet, expected_active_experts, skewed_attention
 from sim.errors import ConfigError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 
@@ -76,6 +79,7 @@ class TablePricer(GroupPricer):
         self.num_experts = model.num_experts or 0
         self.top_k = model.experts_per_token or 0
         self.vocab = model.vocab_size or 0
+        self.skew = self.tables.skew if config.skew_correction else None
 
     def _fixed_terms(self, n_tok: int, n_logits: int, prefill: bool) -> FixedTerms:
         t, L = self.tables, self.L
@@ -132,13 +136,24 @@ class TablePricer(GroupPricer):
         kp = sum(h for _, h in work.prefill_chunks)
         nd = work.n_decode
         kd = (work.decode_history_tokens + nd) / nd if nd else 0.0  # as decode_attention's
-        s = self.L * float(self.tables.attention.at(float(pc), float(kp), float(nd), kd))
+        t = self.tables.attention.at(float(pc), float(kp), float(nd), kd)
+        hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens
+        if self.skew is not None and nd > 1 and hi is not None and lo is not None:
+            t = skewed_attention(self.tables.attention, self.skew, float(pc), float(kp), float(nd), kd,
+                                 float(hi + 1), float(lo + 1), t)  # fmt: skip
+        s = self.L * float(t)
         comp = pairs * self.attn_flops_per_pair_per_gpu / self.peak
         return s, float(self._kv_bytes(kv_tokens)), comp
 
-    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float) -> np.ndarray:
-        """Pure-decode steps: ``kv_tokens`` = history + the new token of every decode."""
+    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float,
+                         span: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
+        """Pure-decode steps: ``kv_tokens`` = history + the new token of every decode;
+        ``span``: each step's longest and shortest decode history (skew correction)."""
         if not (self.config.kv_read or self.config.attention_flops):
             return 0.0 * kv_tokens
         kd = kv_tokens / n_decode
-        return self.L * self.tables.attention.at(0.0, 0.0, float(n_decode), kd)
+        t = self.tables.attention.at(0.0, 0.0, float(n_decode), kd)
+        if self.skew is not None and n_decode > 1 and span is not None:
+            t = skewed_attention(self.tables.attention, self.skew, 0.0, 0.0, float(n_decode), kd,
+                                 span[0] + 1.0, span[1] + 1.0, t)  # fmt: skip
+        return self.L * t

@@ -20,6 +20,14 @@ numbers, ``nan`` where a grid point was not measured)::
                         kv_decode: [..], time_us: "..."}   # C order over the four axes
             moe: {tokens: [..], activated_experts: [..], time_us: "..."}  # MoE models
                                     # (needed at the lowest degree; the others reuse it)
+            skew_fit:               # optional: the attention's context-skew correction
+              alpha_default: 0.0649          # pooled alpha (a batch with no bucket)
+              prefill_chunk: [0, 16, ..]     # chunk sizes with buckets (exact match)
+              n_decode_edges: [0, 2, ..]     # bucket (e[i], e[i+1]] of each axis
+              skew_rate_edges: [..]
+              kv_decode_max_edges: [..]
+              kv_prefill_edges: [..]
+              alpha: "..."                   # C order over the five axes, nan = no bucket
 
 Invariant: a validated section builds without error: axes strictly increasing, grids the
 size of their axes, every operator a ``*_ops`` list names present in every TP degree's
@@ -40,6 +48,7 @@ from sim.cost.kernel_tables import (
     Curve,
     ModelTables,
     MoeGrid,
+    SkewFit,
     TableSet,
     fill_attention_holes,
     fill_moe_holes,
@@ -180,6 +189,46 @@ class MoeGridSpec(_Strict):
                        fill_moe_holes(self.tokens, self.activated_experts, grid))  # fmt: skip
 
 
+class SkewFitSpec(_Strict):
+    """LLMServingSim's skew correction of one TP degree (``sim.cost.kernel_tables.SkewFit``)."""
+
+    alpha_default: float = Field(allow_inf_nan=False)
+    prefill_chunk: list[int]
+    n_decode_edges: list[float]
+    skew_rate_edges: list[float]
+    kv_decode_max_edges: list[float]
+    kv_prefill_edges: list[float]
+    alpha: list[float]
+
+    _lists = field_validator("prefill_chunk", "n_decode_edges", "skew_rate_edges", "kv_decode_max_edges",
+                             "kv_prefill_edges", "alpha", mode="before")(lambda cls, v: _numbers(v))  # fmt: skip
+
+    @model_validator(mode="after")
+    def _shape(self) -> SkewFitSpec:
+        _axis(self.prefill_chunk, "prefill_chunk", first=0)
+        size = len(self.prefill_chunk)
+        for name in ("n_decode_edges", "skew_rate_edges", "kv_decode_max_edges", "kv_prefill_edges"):
+            edges = getattr(self, name)
+            if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+                raise ValueError(f"{name} must be at least two strictly increasing bucket edges")
+            if not all(np.isfinite(edges)):
+                raise ValueError(f"{name} must be finite")
+            size *= len(edges) - 1
+        if len(self.alpha) != size:
+            raise ValueError(f"alpha needs {size} values (prefill_chunk x the buckets of each axis), "
+                             f"got {len(self.alpha)}")  # fmt: skip
+        if np.isinf(np.asarray(self.alpha, dtype=np.float64)).any():
+            raise ValueError("alpha values must be finite (nan = no bucket)")
+        return self
+
+    def build(self) -> SkewFit:
+        edges = (self.n_decode_edges, self.skew_rate_edges, self.kv_decode_max_edges, self.kv_prefill_edges)
+        shape = [len(self.prefill_chunk)] + [len(e) - 1 for e in edges]
+        return SkewFit(self.alpha_default, tuple(int(x) for x in self.prefill_chunk),
+                       *(tuple(float(x) for x in e) for e in edges),
+                       np.asarray(self.alpha, dtype=np.float64).reshape(shape))  # fmt: skip
+
+
 class TpTablesSpec(_Strict):
     """The tables measured at one TP degree (per-GPU shapes)."""
 
@@ -187,6 +236,7 @@ class TpTablesSpec(_Strict):
     per_sequence: PerSequenceSpec
     attention: AttentionGridSpec
     moe: MoeGridSpec | None = None
+    skew_fit: SkewFitSpec | None = None
 
 
 class ModelTablesSpec(_Strict):
@@ -242,6 +292,7 @@ class ModelTablesSpec(_Strict):
             tp=tp, layer_ops=tuple(self.layer_ops.items()), step_ops=tuple(self.step_ops),
             sequence_ops=tuple(self.sequence_ops), dense=dense, sequence=seq,
             attention=t.attention.build(), moe=moe.build() if moe is not None else None,
+            skew=t.skew_fit.build() if t.skew_fit is not None else None,
         )  # fmt: skip
 
 
@@ -278,4 +329,11 @@ def _tp_mapping(t: TableSet) -> dict:
     if t.moe is not None:
         out["moe"] = {"tokens": list(t.moe.tokens), "activated_experts": list(t.moe.activated_experts),
                       "time_us": _us(t.moe.time_s)}  # fmt: skip
+    if t.skew is not None:
+        k = t.skew
+        out["skew_fit"] = {"alpha_default": k.alpha_default, "prefill_chunk": list(k.prefill_chunk),
+                           "n_decode_edges": list(k.n_decode_edges), "skew_rate_edges": list(k.skew_rate_edges),
+                           "kv_decode_max_edges": list(k.kv_decode_max_edges),
+                           "kv_prefill_edges": list(k.kv_prefill_edges),
+                           "alpha": [float(v) for v in np.ravel(k.alpha)]}  # fmt: skip
     return out

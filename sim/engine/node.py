@@ -1,8 +1,9 @@
 """The node: one SimPy process that repeats schedule -> price -> timeout -> commit.
 
 Responsibility: the only place where engine steps take time. Each loop iteration lets
-same-time processes act (``settle``), applies what the workload posted (submissions,
-forks, releases, cancellations, in order), asks the scheduler for a batch, prices it with
+same-time processes act (``settle``: at a priority below every other event of that time,
+so the nodes of a cluster, on one environment, settle together), applies what the
+workload posted (submissions, forks, releases, cancellations, in order), asks the scheduler for a batch, prices it with
 the cost model, waits ``step.total_s``, commits it and reports what happened to the
 recorder and to the waiting trajectories.
 
@@ -184,8 +185,8 @@ class Node:
                     self._too_long()
                 self.end_s = self.horizon_s  # woken idle, past the horizon: it ends there
                 return
-            while env.peek() <= env.now:  # let same-time processes post first
-                yield env.timeout(0)
+            while _busy_now(env):  # let same-time processes post first
+                yield _settle(env)
             self._apply_inbox()
             now = env.now
             if self.horizon_s is not None and now >= self.horizon_s:
@@ -295,7 +296,8 @@ class Node:
         else:
             allocated = [float(m[1])] * (k - 1)
         if chunks is None:
-            times = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k)
+            hi, lo = plan.decode_span()
+            times = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k, hi, lo)
             durations = times.tolist()
         else:
             durations = self._prefill_run_durations(plan, cost, chunks, prefill, k)
@@ -305,19 +307,24 @@ class Node:
         self, plan: BatchPlan, cost: StepCost, chunks: list[int], prefill: Request, k: int
     ) -> list[float]:
         """Decodes plus one prefill advancing by ``chunks``, then (if the run goes on)
-        every request decoding."""
+        every request decoding. Every decode's context grows by one per step, so do the
+        longest and shortest (the skew correction's); the prefill joins at its prompt."""
         n_pre = min(len(chunks), k)
         cached, n_dec = plan.prefill_chunks[0][1], plan.n_decode
         out = [cost.total_s]
         hist = plan.decode_history_tokens
+        hi, lo = plan.decode_span()
         price = self.cost.iteration_time
         for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec
-            out.append(price(StepWork(n_dec, hist, ((chunks[i], cached),))).total_s)
+            span = (hi + i, lo + i) if n_dec else (None, None)
+            out.append(price(StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)).total_s)
         if k > n_pre:  # the prompt is done: n_dec + 1 decodes
             hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens
-            out += self.cost.decode_run_times(n_dec + 1, hist, k - n_pre).tolist()
+            joined = prefill.num_tokens
+            hi, lo = (max(hi + n_pre, joined), min(lo + n_pre, joined)) if n_dec else (joined, joined)
+            out += self.cost.decode_run_times(n_dec + 1, hist, k - n_pre, hi, lo).tolist()
         return out
 
     # ----------------------------------------------------------------- commit
@@ -399,7 +406,7 @@ class Node:
         nxt = kv.request_bytes(sched.waiting[0]) if sched.waiting else None
         return self.rec.memory(
             now, m, kv.paused_bytes, kv.n_paused, len(sched.running), len(sched.waiting), extra,
-            nxt,
+            nxt, kv.kv_slots(),
         )
 
     # ------------------------------------------------------------------ inbox
@@ -478,6 +485,25 @@ class Node:
             f"engine stuck at t={self.env.now:.6f}s: {why} {info}".rstrip()
             + f"; free {self.kv.free_bytes:.4g} B; stuck: {names}{extra}"
         )
+
+
+#: a node settles after every other event of the same time (simpy: URGENT 0, NORMAL 1), so
+#: several nodes settling at once do not wait on each other's settling forever
+SETTLE_PRIORITY = 2
+
+
+def _busy_now(env: simpy.Environment) -> bool:
+    """Whether an event other than a node's settling is due now."""
+    queue = env._queue  # simpy's heap of (time, priority, id, event)
+    return bool(queue) and queue[0][0] <= env.now and queue[0][1] < SETTLE_PRIORITY
+
+
+def _settle(env: simpy.Environment) -> simpy.Event:
+    """An event due now, after every URGENT and NORMAL event due now."""
+    event = simpy.Event(env)
+    event._ok, event._value = True, None
+    env.schedule(event, SETTLE_PRIORITY)
+    return event
 
 
 def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:

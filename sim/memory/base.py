@@ -5,12 +5,19 @@ Responsibility: the public methods (``allocate``, ``append``, ``fork``, ``free``
 misuse, keep the token counts, the fork lineage (useful bytes) and the copy counters, and
 delegate the placement decision to a kind's ``_allocate``/``_append``/``_fork``/``_free``
 (``_free_uncached`` for ``free_uncached``, ``_free`` unless a kind has a cache). Optional
-abilities (``set_time``, ``prefix_metrics``, ``free_uncached``, ``uses_content``) are
-declared here with no-op defaults; ``PagedAllocator`` answers them through its prefix index.
+abilities (``set_time``, ``prefix_metrics``, ``free_uncached``, ``uses_content``,
+``subscribe_prefix``) are declared here with no-op defaults; ``PagedAllocator`` answers
+them through its prefix index.
+``set_held`` marks a live sequence as held (paused) or active, so that ``kv_slots`` can say
+where the pool's slots are physically (active, paused, unfilled, cached, free) from
+counters kept as operations happen (a kind with shared blocks keeps per-block counts), never
+by scanning at query time.
 
 Invariants (checked by ``check_invariants`` after any operation):
   * free + allocated + cached + remainder = pool, in bytes;
   * useful <= allocated and useful <= logical;
+  * ``kv_slots``: allocated + cached + free = usable slots; unfilled + paused <= allocated;
+    held sequences are live, and their tokens sum to ``_held_tokens``;
   * a miss (falsy return) changes nothing; misuse raises ``AllocatorError`` and changes
     nothing; a freed id may be allocated again.
 """
@@ -33,7 +40,7 @@ from sim.memory.errors import (
 )
 from sim.memory.fragmentation import eta_alloc, eta_effective, phi_ext
 from sim.memory.lineage import TokenLineage
-from sim.memory.metrics import Activity, AllocResult, MemoryMetrics, PrefixMetrics
+from sim.memory.metrics import Activity, AllocResult, KVSlots, MemoryMetrics, PrefixMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +128,11 @@ class Allocator(ABC):
         at allocation: just its tokens here; a reserving kind (``reservation``) more."""
         return n_tokens
 
+    def subscribe_prefix(self, listener: Any) -> bool:
+        """Install a ``PrefixListener`` on the prefix cache (``PrefixIndex.subscribe``);
+        False for a kind without a prefix cache."""
+        return False
+
     def free_uncached(self, seq_id: Hashable) -> None:
         """Free a sequence and drop its context from a prefix cache too (a pause dropped for
         recompute that must really recompute); a kind without a cache just frees it."""
@@ -135,6 +147,8 @@ class Allocator(ABC):
         self._mark = _Counters()  # counters at the last take_activity()
         self._copied_mark = 0  # bytes_copied at the last take_copied_bytes()
         self._peak_allocated_bytes = 0
+        self._held: set[Hashable] = set()  # live sequences held (paused): set_held
+        self._held_tokens = 0  # their tokens
 
     # ----------------------------------------------------------------- public operations
     def allocate(
@@ -171,6 +185,8 @@ class Allocator(ABC):
         tokens = self._tokens.get(seq_id)
         if tokens is None:
             raise self._unknown("append", seq_id)
+        if self._held and seq_id in self._held:  # rare: the KV manager never grows one
+            return self._append_held(seq_id, n_tokens, content)
         if n_tokens.__class__ is int and n_tokens > 0:  # the hot path: skip the full check
             n = n_tokens
         else:
@@ -208,9 +224,53 @@ class Allocator(ABC):
         tokens = self._tokens.get(seq_id)
         if tokens is None:
             raise self._unknown("free", seq_id)
+        if seq_id in self._held:
+            self.set_held(seq_id, False)
         release(seq_id, tokens)
         del self._tokens[seq_id]
         self._lineage.remove(seq_id, tokens)
+
+    # ------------------------------------------------------- held (paused) sequences
+    def set_held(self, seq_id: Hashable, held: bool) -> None:
+        """Mark a live sequence held (paused: its KV idles between two turns) or active
+        again; ``kv_slots`` counts the filled slots only held sequences map as paused.
+        O(1) for buffer kinds, O(blocks of the sequence) for block kinds."""
+        tokens = self._live_tokens(seq_id, "set_held")
+        if (seq_id in self._held) == held:
+            return
+        if held:
+            self._held.add(seq_id)
+            self._held_tokens += tokens
+        else:
+            self._held.discard(seq_id)
+            self._held_tokens -= tokens
+        self._held_changed(seq_id, tokens, held)
+
+    def is_held(self, seq_id: Hashable) -> bool:
+        return seq_id in self._held
+
+    def _append_held(self, seq_id: Hashable, n_tokens: int, content: Any) -> bool:
+        """Append to a held sequence: as active for the write, held again after."""
+        self.set_held(seq_id, False)
+        try:
+            return self.append(seq_id, n_tokens, content=content)
+        finally:
+            self.set_held(seq_id, True)
+
+    def _held_changed(self, seq_id: Hashable, tokens: int, held: bool) -> None:  # noqa: B027
+        """A kind whose blocks can be shared updates its per-block counts (none here)."""
+
+    def kv_slots(self) -> KVSlots:
+        """Where the usable slots are now (``KVSlots``), from the books: exact for kinds
+        whose sequences share nothing (each holds its own tokens); the paged core and the
+        buffer kinds answer from their own counters in O(1)."""
+        b = self._books()
+        m = self.kv_bytes_per_token
+        allocated, cached, free = (round(x / m) for x in (b.allocated_bytes, b.cached_bytes,
+                                                          b.free_bytes))  # fmt: skip
+        unfilled = allocated - self._lineage.logical_tokens
+        return KVSlots(allocated, unfilled, self._held_tokens, cached, free,
+                       allocated + cached + free)  # fmt: skip
 
     # ------------------------------------------------------------------------ queries
     def seq_tokens(self, seq_id: Hashable) -> int:
@@ -323,6 +383,24 @@ class Allocator(ABC):
             raise InvariantError(f"{self.kind}: useful tokens exceed logical tokens")
         if b.allocated_bytes > self._peak_allocated_bytes:
             raise InvariantError(f"{self.kind}: allocated bytes above the recorded peak")
+        self._check_slots()
+
+    def _check_slots(self) -> None:
+        """``kv_slots`` against the books and the held sequences."""
+        if not self._held <= self._tokens.keys():
+            raise InvariantError(f"{self.kind}: a held sequence is not live")
+        if sum(self._tokens[s] for s in self._held) != self._held_tokens:
+            raise InvariantError(f"{self.kind}: held tokens counter != their sum")
+        s, m = self.kv_slots(), self.kv_bytes_per_token
+        b = self._books()
+        if s.allocated + s.cached + s.free != s.usable or not _same(
+            s.usable * m + b.remainder_bytes, self.pool_bytes
+        ):
+            raise InvariantError(f"{self.kind}: slots {s} do not tile the pool")
+        if min(s) < 0 or s.unfilled + s.paused > s.allocated:
+            raise InvariantError(f"{self.kind}: slots {s} out of range")
+        if not _same(s.allocated * m, b.allocated_bytes):
+            raise InvariantError(f"{self.kind}: allocated slots {s.allocated} != the books")
 
     # ------------------------------------------------------------- hooks for the kinds
     @abstractmethod

@@ -14,7 +14,9 @@ E9's 768 MiB hole does); a request also needs alignment, so a hole can be larger
 block the allocator can hand out: Phi_ext (F9) is then a lower bound of buddy's refusals.
 
 ``reservation`` (``contiguous.Reserving``) sizes a sequence's first block for its future
-(window, next power of two, or exact true length), rounded up to a buddy block.
+(window, prompt + the next power of two of the output, or exact true length), rounded up
+to a buddy block: the rounding (``reserve_rounding_tokens``) is the allocator's, not the
+policy's (the vLLM paper's Orca baselines place reservations this way).
 
 Invariant: free blocks are aligned to their size, never have a free buddy of the same order
 (they would have merged), and with the live blocks tile the addressable units exactly.

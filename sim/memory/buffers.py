@@ -9,6 +9,9 @@ the old buffer as a hole. With ``grow_in_place`` a buffer first tries to extend 
 hole right after it (no copy). A fork is a deep copy: the child gets a buffer of the
 parent's capacity and the parent's tokens are copied.
 
+Nothing is shared (a fork copies), so ``kv_slots`` is counters alone: a buffer's slots
+past its tokens are unfilled, a held sequence's tokens are paused.
+
 Invariant: each live sequence has exactly one buffer with tokens <= size; the buffers and
 the space's free extents tile the addressable slots; ``_allocated_tokens`` = sum of sizes.
 """
@@ -21,7 +24,7 @@ from typing import Any, Protocol
 
 from sim.memory.base import Allocator, Books, checked_count
 from sim.memory.errors import InvariantError
-from sim.memory.metrics import ADMITTED, MISSED, AllocResult
+from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots
 
 GROWTH = ("double",)
 
@@ -169,6 +172,12 @@ class BufferAllocator(Allocator):
     # ---------------------------------------------------------------------- books
     def _allocated_bytes(self) -> float:
         return self._allocated_tokens * self.kv_bytes_per_token
+
+    def kv_slots(self) -> KVSlots:
+        """O(1): buffers less the tokens written are unfilled; held tokens are paused."""
+        allocated, space = self._allocated_tokens, self._space
+        return KVSlots(allocated, allocated - self._lineage.logical_tokens, self._held_tokens,
+                       0, space.free_tokens, space.total_tokens)  # fmt: skip
 
     def _books(self) -> Books:
         m = self.kv_bytes_per_token

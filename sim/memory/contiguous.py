@@ -9,13 +9,18 @@ ties to the lowest address); ``grow_in_place`` (default off, as std::vector) fir
 the adjacent hole.
 
 ``reservation`` (``Reserving``, shared with ``buddy``) sizes the first buffer for the
-future instead of the prompt alone: ``window`` reserves ``window_tokens`` (the longest
-sequence; Orca-Max), ``pow2`` the next power of two of the sequence's true final length
-(Orca-Pow2), ``oracle`` exactly that length (Orca-Oracle); the final length reaches
+future instead of the prompt alone (the vLLM paper's Orca baselines, Kwon et al. 2023,
+section 6.1): ``window`` reserves ``window_tokens`` (the longest sequence; Orca-Max),
+``pow2`` the prompt plus the next power of two of the sequence's true output length
+(Orca-Pow2: "over-reserves the space for outputs by at most 2x", an output of 25 tokens
+gets 32 slots), never past ``window_tokens`` when that is set (no sequence grows beyond
+it), ``oracle`` exactly the true final length (Orca-Oracle); the final length reaches
 ``allocate`` as its declared ``final_tokens`` argument (the KV manager passes prompt +
 output limit). ``none`` (the default) is the plain behaviour above. Without
 ``final_tokens``, ``pow2`` and ``oracle`` reserve the prompt; ``window`` always reserves
-the window.
+the window. The address space may round a reserve up (``buddy``: to a power-of-two block;
+``reserve_rounding_tokens``); the allocator study counts that rounding as the allocator's
+external fragmentation, not as the policy's over-reservation (``sim.report.pool``).
 
 Invariant: as ``buffers``; without a reservation, capacity = prompt * 2^k for the number
 k of growths; with one, a buffer starts at least as large as its reservation.
@@ -63,7 +68,20 @@ class Reserving(BufferAllocator):
         if final_tokens is None or r == "none":
             return n_tokens
         final = max(final_tokens, n_tokens)
-        return 1 << (final - 1).bit_length() if r == "pow2" else final
+        if r == "oracle":
+            return final
+        output = final - n_tokens  # pow2 rounds the output, not prompt + output
+        reserve = n_tokens + (1 << (output - 1).bit_length() if output else 0)
+        if self.window_tokens is not None:  # slots past the longest sequence never fill
+            reserve = min(reserve, max(self.window_tokens, final))
+        return reserve
+
+    def reserve_rounding_tokens(self, n_tokens: int, final_tokens: int | None) -> int:
+        """Slots the address space adds to the policy's reserve for a new sequence (a
+        ``buddy`` block beyond it; 0 on ``contiguous``): held by the sequence, asked for by
+        no policy."""
+        reserve = self.reserve_tokens(n_tokens, final_tokens)
+        return self._space.reserved_size(reserve) - reserve
 
     def _initial_tokens(self, n_tokens: int) -> int | None:
         return self.reserve_tokens(n_tokens, None)

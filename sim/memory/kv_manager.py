@@ -18,7 +18,9 @@ abilities (``set_time``, ``prefix_metrics``, ``free_uncached``, ``uses_content``
 declared on ``Allocator`` with no-op defaults. Memory never calls up into the engine.
 
 Invariants: a sequence is held (paused) only while it is live and no request of it is
-running or waiting; ``paused_tokens`` = the sum of the held sequences' tokens; held
+running or waiting; ``paused_tokens`` = the sum of the held sequences' tokens (logical:
+a block shared by several counts once per sequence), and the allocator marks exactly the
+held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots); held
 token-seconds only grow; every operation that fails (a miss) leaves the allocator
 unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
 """
@@ -32,6 +34,7 @@ from typing import Any, Protocol
 from sim.memory.base import Allocator, MemoryMetrics
 from sim.memory.deferred import DecodeRun, DeferredAppends
 from sim.memory.errors import InvariantError
+from sim.memory.metrics import KVSlots
 
 
 class KVRequest(Protocol):
@@ -123,6 +126,11 @@ class KVManager:
     def prefix_metrics(self) -> Any:
         """The prefix cache's own statistics, or None without one."""
         return self.alloc.prefix_metrics()
+
+    def subscribe_prefix(self, listener: Any) -> bool:
+        """Tell ``listener`` (a ``PrefixListener``: a cluster's prefix directory) which
+        blocks the prefix cache caches and evicts from now on; False without a cache."""
+        return self.alloc.subscribe_prefix(listener)
 
     # ----------------------------------------------------------------- time
     def set_time(self, now: float) -> None:
@@ -272,12 +280,14 @@ class KVManager:
     def _hold(self, seq: Hashable, owner: int, tokens: int, key: Hashable | None) -> None:
         self.paused[seq] = Hold(seq, owner, tokens, self.now, key)
         self.paused_tokens += tokens
+        self.alloc.set_held(seq, True)
 
     def _unhold(self, seq: Hashable) -> None:
         held = self.paused.pop(seq, None)
         if held is None:
             return
         self.paused_tokens -= held.tokens
+        self.alloc.set_held(seq, False)
         token_s = held.tokens * (self.now - held.start_s)
         self._token_s += token_s
         self._token_s_owner[held.owner] = self._token_s_owner.get(held.owner, 0.0) + token_s
@@ -310,6 +320,13 @@ class KVManager:
         """(the allocator's ``MemoryMetrics``, bytes of deferred tokens to add to its
         useful and logical bytes): the cheap form of ``metrics()`` for the recorder."""
         return self.alloc.metrics(), self.ledger.pending_tokens * self.kv_bytes_per_token
+
+    def kv_slots(self) -> KVSlots:
+        """Where the pool's slots are physically (``Allocator.kv_slots``), deferred tokens
+        written (they fill slots their sequences already hold): O(1)."""
+        slots = self.alloc.kv_slots()
+        pending = self.ledger.pending_tokens
+        return slots._replace(unfilled=slots.unfilled - pending) if pending else slots
 
     def request_bytes(self, req: KVRequest) -> float:
         """KV bytes admitting waiting ``req`` would ask for (memory.parquet's
@@ -381,8 +398,12 @@ class KVManager:
             if self.alloc.seq_tokens(seq) != held.tokens:
                 raise InvariantError(f"paused sequence {seq!r} changed size while paused")
             total += held.tokens
+            if not self.alloc.is_held(seq):
+                raise InvariantError(f"paused sequence {seq!r} is not held in the allocator")
         if total != self.paused_tokens:
             raise InvariantError(f"paused tokens {self.paused_tokens} != {total}")
+        if sum(map(self.alloc.is_held, self.alloc.sequences())) != len(self.paused):
+            raise InvariantError("the allocator holds sequences the KV manager does not")
 
 
 __all__ = ["DecodeRun", "HeldTokenSeconds", "Hold", "KVManager", "KVRequest"]

@@ -9,6 +9,7 @@ snapshots, so a caller can keep them in a time series without copying.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,25 @@ class MemoryMetrics:
         d = asdict(self)
         d["free_extents"] = list(self.free_extents)
         return d
+
+
+class KVSlots(NamedTuple):
+    """Where the pool's usable token slots are, physically (``Allocator.kv_slots``): the
+    same count on every GPU of the instance (a slot is one token's KV, split over them).
+
+    ``allocated + cached + free = usable``; of ``allocated``, ``unfilled`` slots hold no
+    token (the rest of partly filled blocks, reserved but unused buffer slots), ``paused``
+    filled slots belong to blocks or buffers only held (paused) sequences map, and the rest
+    are filled slots an active sequence maps (a block shared by an active and a paused
+    sequence is active). A block mapped by several tables counts once.
+    """
+
+    allocated: int  # slots of live sequences' blocks or buffers
+    unfilled: int  # of which hold no token (internal waste)
+    paused: int  # of which are filled and mapped only by held (paused) sequences
+    cached: int  # slots of dormant blocks a prefix cache keeps (refcount 0)
+    free: int  # slots free for reuse now
+    usable: int  # slots of whole blocks or slots the pool holds (pool less its remainder)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,21 @@ fill, fork or are released; ``useful_tokens``, ``prefix_metrics``, ``set_time`` 
 prefix kinds (``radix``, ``paged_hash``) are this class composed with an index from
 ``sim.prefix``, where they are defined and registered; this module never imports them.
 
+Physical slots (``kv_slots``) are counters kept as blocks change hands, never a scan:
+``_unfilled`` is the empty slots of distinct partly filled blocks (only a table's last
+block can be partial, and a shared one counts once); ``_held_refs`` counts, per block,
+the tables of held (paused) sequences that map it, ``_rc`` mirrors the pool's refcounts
+(numpy arrays, made at the first hold, then kept where the core changes a refcount), and
+``_paused_slots`` is the filled slots of blocks that only held tables map (a block shared
+by an active and a held sequence is active). ``_unfilled`` moves in O(1) per operation;
+the held counts a table at a time in numpy (a hold or resume, and a free, fork or prefix
+hit while something is held), never at query time.
+
 Invariants: len(table) = ceil(tokens / B) for every sequence; the refcount of every block
 = the number of tables that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
-remainder = pool; with an index, also the index's own (``PrefixIndex.check``).
+remainder = pool; ``_unfilled``, ``_held_refs`` and ``_paused_slots`` equal a scan of the
+tables; with an index, also the index's own (``PrefixIndex.check``).
 """
 
 from __future__ import annotations
@@ -31,11 +42,13 @@ import math
 from collections.abc import Hashable
 from typing import Any
 
+import numpy as np
+
 from sim.memory.base import Allocator, Books, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, PagedPool
 from sim.memory.errors import InvariantError
-from sim.memory.metrics import ADMITTED, MISSED, AllocResult, PrefixMetrics
-from sim.memory.prefix_index import PrefixIndex
+from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
+from sim.memory.prefix_index import PrefixIndex, PrefixListener
 
 
 class PagedAllocator(Allocator):
@@ -52,6 +65,11 @@ class PagedAllocator(Allocator):
         self.pool: PagedPool = BlockPool(math.floor(self.pool_bytes / self.block_bytes))
         self._tables: dict[Hashable, list[int]] = {}  # seq -> physical block ids, by logical
         self.index: PrefixIndex | None = None  # the prefix cache, if composed with one
+        self._unfilled = 0  # empty slots of distinct partly filled allocated blocks
+        self._held_refs: np.ndarray | None = None  # block -> held tables mapping it
+        self._rc: np.ndarray | None = None  # the pool's refcounts, from the first hold on
+        self._held_idx: dict[Hashable, np.ndarray] = {}  # a held table as an index array
+        self._paused_slots = 0  # filled slots of blocks only held tables map
 
     def compose(self, index: PrefixIndex) -> None:
         """Give this empty allocator a prefix cache (once); blocks come from ``index.pool``."""
@@ -67,8 +85,11 @@ class PagedAllocator(Allocator):
         if index is None:
             if n_new > pool.num_free:
                 return MISSED
-            self._tables[seq_id] = pool.take(n_new)
+            self._tables[seq_id] = ids = pool.take(n_new)
+            if self._rc is not None:
+                self._rc[ids] = 1
             self._count.blocks_taken += n_new
+            self._unfilled += -n_tokens % self.block_size  # the new last block's rest
             return ADMITTED
         hit = index.match(n_tokens, content)
         if hit is None:
@@ -85,6 +106,13 @@ class PagedAllocator(Allocator):
         table = shared + pool.take(n_new)
         self._tables[seq_id] = table
         self._count.blocks_taken += n_new
+        self._unfilled += -n_tokens % self.block_size  # hit blocks are whole: the tail is new
+        if self._rc is not None:
+            self._rc[table[len(shared) :]] = 1
+            if shared:
+                self._rc[shared] += 1
+                if self._held:  # full cached blocks only held tables mapped
+                    self._mapped_by_active(shared, n_tokens)
         copied = index.admitted(seq_id, n_tokens, table, hit)
         if copied:  # a cached partial block copied into the private tail (radix cow_tail)
             self._count.cow_copies += 1
@@ -105,9 +133,18 @@ class PagedAllocator(Allocator):
         if need > pool.num_free and (index is None or not index.make_room(need - pool.num_free)):
             return False
         if cow:
+            old = table[-1]
             self._copy_on_write(table)
+            self._unfilled += -(tokens + n_tokens) % bs  # the shared block keeps its rest
+            if self._held:
+                self._unmapped_by_active([old], tokens % bs)
+        else:  # the last block, if partial, is the writer's own
+            self._unfilled += -(tokens + n_tokens) % bs - -tokens % bs
         if n_new:
-            table.extend(pool.take(n_new))
+            new = pool.take(n_new)
+            table.extend(new)
+            if self._rc is not None:
+                self._rc[new] = 1
             self._count.blocks_taken += n_new
         if index is not None:
             index.appended(seq_id, tokens, n_tokens, content, table)
@@ -117,6 +154,9 @@ class PagedAllocator(Allocator):
         """Give the writer a private copy of its shared last block."""
         (new,) = self.pool.take(1)
         self.pool.decref((table[-1],))  # stays >= 1: other tables still map it
+        if self._rc is not None:
+            self._rc[new] = 1
+            self._rc[table[-1]] -= 1
         table[-1] = new
         self._count.cow_copies += 1
         self._count.blocks_taken += 1
@@ -126,22 +166,82 @@ class PagedAllocator(Allocator):
         table = list(self._tables[parent_id])
         self.pool.incref(table)
         self._tables[child_id] = table
+        if self._rc is not None:
+            self._rc[table] += 1
+        if self._held:  # the child is active: blocks only held tables mapped are not
+            self._mapped_by_active(table, tokens)
         if self.index is not None:
             self.index.forked(parent_id, child_id, table)
         return True
 
     def _free(self, seq_id: Hashable, tokens: int) -> None:
-        self._release(seq_id, uncache=False)
+        self._release(seq_id, tokens, uncache=False)
 
     def _free_uncached(self, seq_id: Hashable, tokens: int) -> None:
-        self._release(seq_id, uncache=True)
+        self._release(seq_id, tokens, uncache=True)
 
-    def _release(self, seq_id: Hashable, *, uncache: bool) -> None:
-        """Drop the sequence's references, last block first (vLLM's order)."""
+    def _release(self, seq_id: Hashable, tokens: int, *, uncache: bool) -> None:
+        """Drop the sequence's references, last block first (vLLM's order). The sequence
+        is active (``free`` ends a hold first)."""
         table = self._tables.pop(seq_id)
+        if self.pool.refcount[table[-1]] == 1:  # its last block leaves the allocated set
+            self._unfilled -= -tokens % self.block_size
         self._count.blocks_returned += self.pool.decref(reversed(table))
+        if self._rc is not None:
+            self._rc[table] -= 1
+        if self._held:
+            self._unmapped_by_active(table, tokens)
         if self.index is not None:
             self.index.released(seq_id, table, uncache)
+
+    # ------------------------------------------------- held (paused) block counts
+    def _held_changed(self, seq_id: Hashable, tokens: int, held: bool) -> None:
+        """One table more (or fewer) of a held sequence maps each of its blocks; a block
+        all of whose tables are held has its filled slots counted paused."""
+        if self._rc is None:  # the first hold: start the per-block counts
+            self._rc = np.array(self.pool.refcount, dtype=np.int32)
+            self._held_refs = np.zeros(self.pool.num_blocks, dtype=np.int32)
+        refs = self._held_refs
+        if held:  # a held table does not change until it is resumed or freed
+            idx = self._held_idx[seq_id] = np.array(self._tables[seq_id], dtype=np.intp)
+            refs[idx] += 1
+            self._paused_slots += self._fill_where(refs[idx] == self._rc[idx], tokens)
+        else:
+            idx = self._held_idx.pop(seq_id)
+            self._paused_slots -= self._fill_where(refs[idx] == self._rc[idx], tokens)
+            refs[idx] -= 1
+
+    def _fill_where(self, mask: np.ndarray, tokens: int) -> int:
+        """Filled slots of the blocks ``mask`` picks among the first of a ``tokens``-long
+        table (all full but its last)."""
+        bs = self.block_size
+        last = -(-tokens // bs) - 1
+        moved = int(np.count_nonzero(mask[:last])) * bs
+        if len(mask) > last and mask[last]:
+            moved += tokens - last * bs
+        return moved
+
+    def _mapped_by_active(self, blocks: list[int], tokens: int) -> None:
+        """An active table now maps ``blocks`` too (the first of a ``tokens``-long table,
+        references already taken): those only held tables mapped are active again."""
+        idx = np.array(blocks, dtype=np.intp)
+        held = self._held_refs[idx]
+        mask = (held > 0) & (held == self._rc[idx] - 1)
+        self._paused_slots -= self._fill_where(mask, tokens)
+
+    def _unmapped_by_active(self, blocks: list[int], tokens: int) -> None:
+        """An active table stopped mapping ``blocks`` (the first of a ``tokens``-long
+        table, references already dropped; one partial block: ``tokens`` is its fill)."""
+        idx = np.array(blocks, dtype=np.intp)
+        held = self._held_refs[idx]
+        mask = (held > 0) & (held == self._rc[idx])
+        self._paused_slots += self._fill_where(mask, tokens)
+
+    def kv_slots(self) -> KVSlots:
+        """O(1): the pool's block counts and the counters above, in slots."""
+        pool, bs = self.pool, self.block_size
+        return KVSlots(pool.num_allocated * bs, self._unfilled, self._paused_slots,
+                       pool.num_cached * bs, pool.num_empty * bs, pool.usable_blocks * bs)  # fmt: skip
 
     # ---------------------------------------------------------------------- queries
     def blocks_needed(self, seq_id: Hashable, n_tokens: int = 1) -> int:
@@ -208,6 +308,10 @@ class PagedAllocator(Allocator):
         """The index's F17 counters and cached/active bytes; None without an index."""
         return None if self.index is None else self.index.prefix_metrics(self.block_bytes)
 
+    def subscribe_prefix(self, listener: PrefixListener) -> bool:
+        """Install a ``PrefixListener`` on the index; False without an index."""
+        return self.index is not None and self.index.subscribe(listener)
+
     def set_time(self, now_s: float) -> None:
         """Simulation time for the index's access stamps (no-op without an index)."""
         if self.index is not None:
@@ -256,5 +360,26 @@ class PagedAllocator(Allocator):
                     f"paged: block {b} has refcount {self.pool.refcount[b]} but "
                     f"{mapped[b]} tables map it"
                 )
+        self._check_counters(fill)
         if self.index is not None:
             self.index.check(self._tables, self._tokens)
+
+    def _check_counters(self, fill: dict[int, int]) -> None:
+        """``_unfilled``, ``_held_refs`` and ``_paused_slots`` against a scan."""
+        unfilled = sum(self.block_size - f for f in fill.values())
+        if unfilled != self._unfilled:
+            raise InvariantError(f"paged: unfilled slots {self._unfilled}, scan {unfilled}")
+        refs: dict[int, int] = {}
+        for seq_id in self._held:
+            for b in self._tables[seq_id]:
+                refs[b] = refs.get(b, 0) + 1
+        counted = self._held_refs
+        if self._rc is not None and self._rc.tolist() != self.pool.refcount:
+            raise InvariantError("paged: the refcount mirror differs from the pool")
+        nonzero = {} if counted is None else {int(b): int(counted[b]) for b in np.flatnonzero(counted)}
+        if refs != nonzero:
+            raise InvariantError("paged: held block references differ from a scan")
+        rc = self.pool.refcount
+        paused = sum(fill[b] for b, h in refs.items() if h == rc[b])
+        if paused != self._paused_slots:
+            raise InvariantError(f"paged: paused slots {self._paused_slots}, scan {paused}")

@@ -16,6 +16,8 @@ Calls, per operation (hooks run only when the operation succeeds unless said):
     free            released(uncache=False); free_uncached: released(uncache=True)
     queries         can_allocate, evictable_blocks, excess_tokens, prefix_metrics
     clock, books    set_time, check
+    observers       subscribe (a ``PrefixListener``: told what becomes and stops being
+                    cached, e.g. a cluster's prefix directory; memory never calls it)
 
 Invariant: the index never changes a refcount or a block table (the core does) and never
 calls the core; it may change which blocks the pool keeps cached (retain/unretain, hashes)
@@ -25,7 +27,7 @@ the cached content as it was.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +42,23 @@ class PrefixHit:
     block_ids: list[int]  # cached whole blocks the sequence will map, logical block 0 first
     hit_tokens: int  # prompt tokens those blocks serve: len(block_ids) * block_size
     state: object = None  # the index's own lookup state, handed back to admitted/cancel
+
+
+class PrefixListener(Protocol):
+    """Told which full blocks a prefix index holds as reusable content (installed by
+    ``PrefixIndex.subscribe``). A *key* names one cached block's content and position in
+    the index's own terms (the radix tree's block id, the hash index's chained block
+    hash): the same content from token 0 while it stays cached. The index calls it only
+    when a listener is installed (no listener: one attribute check)."""
+
+    def cached(self, parent: Hashable | None, keys: Sequence[Hashable], content: Any) -> None:
+        """Full blocks ``keys`` (in order: each continues the one before) are cached and
+        hold ``content`` (normal segments, ``len(keys) * block_size`` tokens); the first
+        continues the cached block ``parent`` (None: it starts at token 0). A key already
+        cached may be reported again (another copy of the same content): it is not new."""
+
+    def evicted(self, keys: Sequence[Hashable]) -> None:
+        """These keys are no longer cached (each reported once, when its last copy goes)."""
 
 
 class PrefixIndex(Protocol):
@@ -94,6 +113,10 @@ class PrefixIndex(Protocol):
 
     def set_time(self, now_s: float) -> None:
         """Simulation time for the next operations' access stamps."""
+
+    def subscribe(self, listener: PrefixListener) -> bool:
+        """Report to ``listener`` (replacing any earlier one) the blocks that become cached
+        and stop being cached from now on; False (nothing installed) if it cannot."""
 
     def prefix_metrics(self, block_bytes: float) -> PrefixMetrics:
         """F17 counters and cached/active bytes (blocks of ``block_bytes``)."""

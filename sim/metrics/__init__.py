@@ -9,6 +9,7 @@ from sim.metrics.recorder import (
     REQUEST_COLUMNS,
     STEP_COLUMNS,
     TRAJECTORY_COLUMNS,
+    HbmLayout,
     Recorder,
 )
 from sim.metrics.stats import TimeWeighted, describe, describe_weighted, weighted_percentile
@@ -20,6 +21,7 @@ __all__ = [
     "STEP_COLUMNS",
     "TRAJECTORY_COLUMNS",
     "WALL_CLOCK_KEYS",
+    "HbmLayout",
     "Recorder",
     "TimeWeighted",
     "describe",

@@ -9,18 +9,24 @@ emits in consecutive steps has gaps equal to those steps' durations, so each ste
 the number of such gaps it closes (its *ITL weight*); only gaps that span several steps
 (after a stall or a preemption) are stored one by one. Memory rows carry F9 (``phi_ext``)
 for the scenario's reference request and for the head-of-queue request: 0 for block kinds
-with anything free, NaN (None) with nothing free or no request.
+with anything free, NaN (None) with nothing free or no request. They also carry the HBM
+of one GPU split into eight parts (``GPU_PARTS``: weights, reserve, active, paused and
+cached KV, internal and external waste, free) from the KV manager's ``kv_slots`` (O(1),
+counters the allocators keep) and the run's ``HbmLayout``: physical bytes, a block shared
+by several sequences once, a block shared by an active and a paused sequence active.
 
 Invariant: records are only appended (never edited) until ``frames()``; every time is
 simulation time; the number of regular gaps plus irregular gaps equals the sum over
 requests of (tokens emitted - 1); the step table's ``preempted``, ``rejected`` and
-``held_drops`` columns sum to the run's preemptions, rejected requests and held drops.
+``held_drops`` columns sum to the run's preemptions, rejected requests and held drops; on
+every memory row the ``GPU_PARTS`` columns are integers that sum exactly to the GPU's HBM.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
+from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
@@ -87,8 +93,42 @@ MEMORY_SCHEMA = [
     ("n_free_extents", _I),  # free holes (block kinds: 1 when anything is free)
     ("phi_ext", _F),  # F9 for the reference request (metrics.phi_ext_request_tokens)
     ("phi_ext_next", _F),  # F9 for the head-of-queue request (NaN: nothing waiting)
+    # one GPU's HBM, physically, in bytes; the eight sum to hbm_bytes_per_gpu (GPU_PARTS)
+    ("gpu_weights_bytes", _L),
+    ("gpu_reserve_bytes", _L),
+    ("gpu_active_kv_bytes", _L),
+    ("gpu_paused_kv_bytes", _L),
+    ("gpu_cached_kv_bytes", _L),
+    ("gpu_internal_waste_bytes", _L),
+    ("gpu_external_waste_bytes", _L),
+    ("gpu_free_bytes", _L),
 ]
 MEMORY_COLUMNS = tuple(n for n, _ in MEMORY_SCHEMA)
+#: the per-GPU HBM partition of memory.parquet, in stacking order (weights first)
+GPU_PARTS = MEMORY_COLUMNS[MEMORY_COLUMNS.index("gpu_weights_bytes") :]
+
+
+@dataclass(frozen=True, slots=True)
+class HbmLayout:
+    """One GPU of the engine instance: its HBM, its share of the weights, the KV bytes of
+    one token slot on it (every GPU holds its share of every slot: TP splits the heads, PP
+    the layers, the most loaded stage sets the figure). What is neither weights nor the
+    KV pool's whole slots or blocks is the reserve."""
+
+    hbm_bytes_per_gpu: int
+    weights_bytes_per_gpu: int
+    kv_bytes_per_token_per_gpu: float
+    num_gpus: int = 1
+
+    @classmethod
+    def of(cls, resolved) -> HbmLayout:
+        """From a resolved scenario (``sim.scenario.resolve.Resolved``)."""
+        return cls(
+            int(resolved.accelerator.memory_bytes),
+            round(resolved.weights_bytes_per_gpu),
+            resolved.kv_bytes_per_token_per_gpu,
+            resolved.num_gpus,
+        )
 
 REQUEST_SCHEMA = [
     ("req_id", _L),
@@ -156,8 +196,12 @@ class Recorder:
         pool_bytes: float,
         phi_ext_request_bytes: float | None = None,
         block_kind: bool = False,
+        hbm: HbmLayout | None = None,
     ) -> None:
         self.pool_bytes = pool_bytes
+        # without a layout (a recorder fed by hand): one GPU whose HBM is the pool, slot
+        # bytes read off the books (0.0 = unknown)
+        self.hbm = hbm or HbmLayout(math.ceil(pool_bytes), 0, 0.0)
         # memory.parquet's phi_ext: F9 for a request of these bytes (None: NaN column)
         self.phi_ext_request_bytes = phi_ext_request_bytes
         # block kinds (paged, radix, ...): any free block serves any block request, so
@@ -176,6 +220,8 @@ class Recorder:
         self.eta_alloc = TimeWeighted()
         self.eta_effective = TimeWeighted(0.0, 0.0)
         self.paused_bytes = TimeWeighted(0.0, 0.0)
+        self.paused_hbm_bytes = TimeWeighted(0.0, 0.0)  # physical, all GPUs
+        self.paused_hbm_bytes_peak = 0
         self.preemptions = 0
         self.held_drops = 0
         self.output_tokens = 0
@@ -321,15 +367,18 @@ class Recorder:
         n_waiting: int,
         extra_bytes: float = 0.0,
         next_request_bytes: float | None = None,
+        slots=None,
     ) -> tuple[float, float]:
         """The allocator's state ``m`` from ``t`` on (after a step was scheduled, or when
         idle); ``extra_bytes`` of deferred tokens count as useful and logical;
         ``next_request_bytes`` is what the head-of-queue request still needs (None:
-        nothing waits). Returns (useful, allocated) bytes."""
+        nothing waits); ``slots`` is the KV manager's ``kv_slots()`` (None: the books'
+        bytes stand in, with nothing paused). Returns (useful, allocated) bytes."""
         useful = m.useful_bytes + extra_bytes
         allocated = m.allocated_bytes
         eta_alloc = useful / allocated if allocated > 0 else None
         eta_eff = useful / self.pool_bytes
+        parts, paused_hbm = self._gpu_parts(m, slots, useful)
         self._memory.append(
             (
                 t,
@@ -349,12 +398,60 @@ class Recorder:
                 len(m.free_extents),
                 self._phi_ext(m, self.phi_ext_request_bytes),
                 self._phi_ext(m, next_request_bytes),
+                *parts,
             )
         )
         self.eta_alloc.observe(t, eta_alloc)
         self.eta_effective.observe(t, eta_eff)
         self.paused_bytes.observe(t, paused_bytes)
+        self.paused_hbm_bytes.observe(t, paused_hbm)
+        if paused_hbm > self.paused_hbm_bytes_peak:
+            self.paused_hbm_bytes_peak = paused_hbm
         return useful, allocated
+
+    def _gpu_parts(self, m, slots, useful: float) -> tuple[tuple[int, ...], float]:
+        """One GPU's HBM in ``GPU_PARTS`` order (integers summing to its HBM exactly), and
+        the physical paused KV of the whole instance in bytes.
+
+        KV parts are counted in slots (or, without ``slots``, in node bytes) and turned
+        into bytes by cumulative rounding, so they add up to the rounded pool; the reserve
+        is the rest of the HBM (negative only if an explicit pool overcommits it)."""
+        lay = self.hbm
+        if slots is None:  # bytes stand in for slots
+            unit_node = 1.0
+            unit_gpu = 1.0 / lay.num_gpus
+            allocated, cached, free = m.allocated_bytes, m.cached_bytes, m.free_bytes
+            unfilled, paused = max(allocated - useful, 0.0), 0
+            usable = m.pool_bytes - m.remainder_bytes
+        else:
+            allocated, unfilled, paused, cached, free, usable = slots
+            unit_gpu = lay.kv_bytes_per_token_per_gpu
+            if not unit_gpu:
+                unit_gpu = (m.pool_bytes - m.remainder_bytes) / usable if usable else 1.0
+            unit_node = unit_gpu * lay.num_gpus
+        external = self._external(m, free, unit_node)
+        active = allocated - unfilled - paused
+        c1 = active
+        c2 = c1 + paused
+        c3 = c2 + cached
+        c4 = c3 + unfilled
+        c5 = c4 + external
+        r1, r2, r3 = round(c1 * unit_gpu), round(c2 * unit_gpu), round(c3 * unit_gpu)
+        r4, r5 = round(c4 * unit_gpu), round(c5 * unit_gpu)
+        kv = round(usable * unit_gpu)
+        weights = lay.weights_bytes_per_gpu
+        parts = (weights, lay.hbm_bytes_per_gpu - weights - kv, r1, r2 - r1, r3 - r2, r4 - r3,
+                 r5 - r4, kv - r5)  # fmt: skip
+        return parts, paused * unit_node
+
+    def _external(self, m, free: float, unit_node: float) -> float:
+        """Free units in holes too small for the reference request (phi_ext's numerator):
+        0 for block kinds, without a reference, or with nothing free."""
+        request = self.phi_ext_request_bytes
+        if self.block_kind or request is None or free <= 0:
+            return 0
+        small = sum(h for h in m.free_extents if h < request)
+        return round(small / unit_node)
 
     def _phi_ext(self, m, request_bytes: float | None) -> float | None:
         """F9 of ``m``'s free holes for ``request_bytes``; None (NaN) when nothing is free

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 #: summary value kinds: int (JSON integer), float (number), str, bool, dist
-#: ({mean, p50, p90, p99} of numbers or nulls), counts ({name: int}), texts (list of str),
+#: ({mean, p50, p90, p95, p99} of numbers or nulls), counts ({name: int}), texts (list of str),
 #: argv (list of str), versions ({package: version string})
-KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions")
-DIST_KEYS = ("mean", "p50", "p90", "p99")
+KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions", "nodes")
+DIST_KEYS = ("mean", "p50", "p90", "p95", "p99")  # = sim.metrics.stats.SUMMARY_KEYS (a test)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,7 @@ def _k(name, kind, unit, meaning, **kw) -> Key:
 
 _NULL = {"nullable": True}
 _PREFIX = {"optional": True, "when": "allocators with a prefix cache (radix, paged_hash)"}
+_CLUSTER = {"optional": True, "when": "cluster runs (a `cluster` section)"}
 
 SUMMARY_KEYS: tuple[Key, ...] = (
     # ---- the scenario (the run layer's ``meta``)
@@ -76,7 +77,7 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("trajectories_total", "int", "count", "Trajectories the workload will start."),
     _k("command", "argv", "-", "`kvsim` argv as given (null from the Python API).", **_NULL),
     _k("scenario_path", "str", "-", "Scenario file, absolute (null for a dict).", **_NULL),
-    _k("config_sha256", "str", "-", "SHA-256 of the resolved config's canonical JSON."),
+    _k("config_sha256", "str", "-", "SHA-256 of the resolved config, its files by content."),
     # ---- volume
     _k("requests_completed", "int", "count", "Requests that finished (stop or length)."),
     _k("requests_submitted", "int", "count", "Requests submitted (every row of requests)."),
@@ -118,6 +119,12 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "Logical paused KV (each paused sequence's tokens; shared blocks per sequence), "
        "time-weighted.", **_NULL),
     _k("paused_kv_bytes_peak", "int", "bytes", "Largest logical paused KV."),
+    _k("paused_hbm_bytes_mean", "float", "bytes",
+       "Physical paused KV of the engine instance (all GPUs), time-weighted: the filled "
+       "slots of blocks or buffers that only paused sequences map, a shared block once; a "
+       "block an active sequence also maps is active (memory.parquet gpu_paused_kv_bytes "
+       "x GPUs). <= paused_kv_bytes_mean; equal without sharing.", **_NULL),
+    _k("paused_hbm_bytes_peak", "int", "bytes", "Largest physical paused KV (all GPUs)."),
     _k("hold_gb_s", "float", "GB*s",
        "F29 over every hold: GB (1e9 B) of KV held idle x seconds, pauses and the fork "
        "children held with them (>= paused_hbm_gb_s; equal without forks)."),
@@ -161,9 +168,46 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("paused_hbm_usd", "float", "USD",
        "paused_hbm_gb_s priced as HBM GB-seconds: the logical F29 figure (each pause's "
        "own tokens, so a block shared by several paused sequences is paid once per pause; "
-       "tokens, not whole blocks). kvsim does not compute the physical paused bytes yet, "
-       "so this is not the HBM those pauses really occupied.", **_NULL),
+       "tokens, not whole blocks), so not the HBM those pauses really occupied: "
+       "paused_hbm_bytes_mean is the physical figure.", **_NULL),
+    # ---- cluster runs (sim.run.cluster; docs/cluster.md): every key above is the whole
+    # cluster's (sums, pooled samples; see sim.cluster.aggregate), plus
+    _k("n_nodes", "int", "count", "Nodes of the cluster.", **_CLUSTER),
+    _k("router", "str", "-", "Router kind (cluster.router.kind).", **_CLUSTER),
+    _k("routing_decisions", "int", "count",
+       "Requests the router placed (in `nodes`: placed on that node).", **_CLUSTER),
+    _k("rejected_by_router", "int", "count",
+       "Requests the router refused (ttft_estimate above its SLO).", **_CLUSTER),
+    _k("sequence_moves", "int", "count",
+       "Requests routed away from the node holding their sequence (it was released "
+       "there and prefilled anew where its prefix cache allowed).", **_CLUSTER),
+    _k("directory_entries", "int", "count",
+       "(chunk hash, node) pairs in the prefix directory at the end (null: no directory).",
+       nullable=True, **_CLUSTER),
+    _k("directory_staleness_s", "float", "s",
+       "Mean delay of the directory's applied updates (null: no directory).",
+       nullable=True, **_CLUSTER),
+    _k("routed_match_rate", "float", "fraction",
+       "Prompt tokens the chosen node already held (directory or own sequence) / prompt "
+       "tokens routed, over requests whose router read the matches (null: none did).",
+       nullable=True, **_CLUSTER),
+    _k("global_match_rate", "float", "fraction",
+       "The same with the best node's match: what one global cache holding everything any "
+       "node holds would have served (routed_match_rate <= this; null: no matches read).",
+       nullable=True, **_CLUSTER),
+    _k("nodes", "nodes", "-",
+       "One summary per node (`node_id`, then every key above that describes a run's "
+       "engine, over that node alone; trajectories by the node of their latest call).",
+       **_CLUSTER),
+    _k("node_id", "int", "-", "The node (in `nodes` entries only).", optional=True,
+       when="entries of `nodes`"),
 )  # fmt: skip
+
+#: keys of the whole run that the ``nodes`` entries leave out
+RUN_ONLY_KEYS = ("versions", "command", "scenario_path", "config_sha256", "wall_time_s",
+                 "warnings", "n_nodes", "router", "rejected_by_router", "sequence_moves",
+                 "directory_entries", "directory_staleness_s", "routed_match_rate",
+                 "global_match_rate", "nodes")  # fmt: skip
 
 _F, _I, _S = "float", "int", "str"
 
@@ -179,7 +223,7 @@ REQUEST_TABLE = _cols(
     ("branch", _I, "-", "Branch index the workload gave the request."),
     ("status", _S, "-", "finished, rejected, cancelled, or waiting/running if unfinished."),
     ("finish_reason", _S, "-", "stop, length, rejected_too_long, rejected_never_fits, "
-     "cancelled; empty while unfinished."),
+     "cancelled, rejected_by_router; empty while unfinished."),
     ("arrival_s", _F, "s", "Submission time."),
     ("admitted_s", _F, "s", "First admission (NaN: never admitted)."),
     ("first_token_s", _F, "s", "First output token (NaN: none)."),
@@ -248,7 +292,8 @@ MEMORY_TABLE = _cols(
     ("eta_effective", _F, "fraction", "F10 useful/pool."),
     ("num_sequences", _I, "count", "Live sequences."),
     ("paused_kv_bytes", _F, "bytes", "Logical paused KV: each paused sequence's tokens, "
-     "shared blocks once per sequence (can exceed allocated_bytes)."),
+     "shared blocks once per sequence (can exceed allocated_bytes); the physical figure is "
+     "gpu_paused_kv_bytes."),
     ("n_paused", _I, "count", "Paused (held) sequences."),
     ("n_running", _I, "count", "Running requests."),
     ("n_waiting", _I, "count", "Waiting requests."),
@@ -262,6 +307,31 @@ MEMORY_TABLE = _cols(
      "tokens not yet in its own sequence (prefix hits not subtracted), or a reserving kind's "
      "reservation for it (before the address space rounds it); as phi_ext, and NaN when "
      "nothing waits."),
+    # one GPU's HBM, physically (GPU_PARTS): the eight sum exactly to the accelerator's
+    # memory_bytes on every row; KV parts are the node's slots x the KV bytes of a slot
+    # on one GPU (TP/PP split every slot over the GPUs), rounded cumulatively
+    ("gpu_weights_bytes", _I, "bytes", "Per GPU: model weights (the weights / TP x PP)."),
+    ("gpu_reserve_bytes", _I, "bytes", "Per GPU: HBM given to neither weights nor the KV "
+     "pool's whole slots or blocks: the share gpu_memory_utilization leaves out, "
+     "reserve_bytes_per_gpu (activations, runtime), the pool's remainder that makes no whole "
+     "block (and a null block). Constant; negative only if an explicit "
+     "kv_pool_bytes_per_gpu overcommits the GPU."),
+    ("gpu_active_kv_bytes", _I, "bytes", "Per GPU: filled slots of blocks or buffers some "
+     "active (not paused) live sequence maps, a shared block once; a block shared by an "
+     "active and a paused sequence counts here (active wins)."),
+    ("gpu_paused_kv_bytes", _I, "bytes", "Per GPU: filled slots of blocks or buffers only "
+     "paused (held) sequences map, a shared block once: the physical paused KV "
+     "(paused_kv_bytes is the logical one, per sequence and all GPUs)."),
+    ("gpu_cached_kv_bytes", _I, "bytes", "Per GPU: whole blocks a prefix cache keeps with "
+     "refcount 0 (radix, paged_hash; 0 otherwise)."),
+    ("gpu_internal_waste_bytes", _I, "bytes", "Per GPU: allocated slots holding no token: "
+     "the rest of partly filled last blocks (a shared one once), reserved but unwritten "
+     "buffer slots of the contiguous kinds (static, contiguous, buddy)."),
+    ("gpu_external_waste_bytes", _I, "bytes", "Per GPU: free slots in holes too small for "
+     "the reference request (phi_ext x the free KV; 0 for block kinds and when nothing is "
+     "free)."),
+    ("gpu_free_bytes", _I, "bytes", "Per GPU: the rest of the free KV pool (free_bytes "
+     "less the external waste, per GPU)."),
 )  # fmt: skip
 
 TRAJECTORY_TABLE = _cols(
@@ -326,12 +396,21 @@ PAUSE_TABLE = _cols(
 )  # fmt: skip
 
 #: table name -> its declared columns, in file order
+#: the last column of every table: the node that recorded the row (0 on one node; in a
+#: cluster run -1 for requests the router refused and trajectories never placed)
+NODE_COLUMN = Column("node", _I, "-",
+                     "Node id (0 on one node; trajectories: the node of their latest call; "
+                     "-1: none, e.g. a request the router refused).")  # fmt: skip
+
 TABLES: dict[str, tuple[Column, ...]] = {
-    "requests": REQUEST_TABLE,
-    "steps": STEP_TABLE,
-    "memory": MEMORY_TABLE,
-    "trajectories": TRAJECTORY_TABLE,
-    "pauses": PAUSE_TABLE,
+    name: (*cols, NODE_COLUMN)
+    for name, cols in (
+        ("requests", REQUEST_TABLE),
+        ("steps", STEP_TABLE),
+        ("memory", MEMORY_TABLE),
+        ("trajectories", TRAJECTORY_TABLE),
+        ("pauses", PAUSE_TABLE),
+    )
 }
 _BY_NAME = {k.name: k for k in SUMMARY_KEYS}
 
@@ -360,6 +439,8 @@ def _value_problem(key: Key, v: Any) -> str | None:
         )
     elif kind in ("texts", "argv"):
         ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+    elif kind == "nodes":
+        ok = isinstance(v, list) and all(isinstance(x, dict) and "node_id" in x for x in v)
     else:  # versions
         ok = isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
     return None if ok else f"is {json.dumps(v)[:60]}, not a valid {kind}"
@@ -375,6 +456,27 @@ def check_summary(summary: dict) -> list[str]:
                 out.append(f"summary.json: {key.name}: missing")
             continue
         why = _value_problem(key, summary[key.name])
+        if why:
+            out.append(f"summary.json: {key.name}: {why}")
+    if not out and "nodes" in summary:
+        for entry in summary["nodes"]:
+            out += [p.replace("summary.json:", f"summary.json: nodes[{entry['node_id']}]:")
+                    for p in _check_node(entry)]  # fmt: skip
+    return out
+
+
+def _check_node(entry: dict) -> list[str]:
+    """A ``nodes`` entry: the run's keys but ``RUN_ONLY_KEYS``, with ``node_id``."""
+    out = [f"summary.json: {k}: not declared for a node" for k in entry
+           if k not in _BY_NAME or k in RUN_ONLY_KEYS]  # fmt: skip
+    for key in SUMMARY_KEYS:
+        if key.name in RUN_ONLY_KEYS:
+            continue
+        if key.name not in entry:
+            if not key.optional:
+                out.append(f"summary.json: {key.name}: missing")
+            continue
+        why = _value_problem(key, entry[key.name])
         if why:
             out.append(f"summary.json: {key.name}: {why}")
     return out
@@ -428,7 +530,7 @@ def metrics_markdown() -> str:
         "Every `kvsim run` writes `summary.json` and one Parquet table per record kind. "
         "Each is declared once in `sim/metrics/schema.py` (name, type, unit, meaning); a "
         "test checks every run's outputs against it (`sim.metrics.schema.check_run_folder`).",
-        "Distributions (`dist`) are `{mean, p50, p90, p99}`; `counts` are `{name: int}`. "
+        "Distributions (`dist`) are `{mean, p50, p90, p95, p99}`; `counts` are `{name: int}`. "
         "GB is 10^9 bytes. Counts and byte totals are integers.",
         "",
         "## summary.json",

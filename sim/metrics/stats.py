@@ -2,7 +2,9 @@
 
 Invariant: ``weighted_percentile(values, weights, q)`` equals ``numpy.percentile`` (linear
 interpolation) of the sample in which each value is repeated ``weight`` times, without
-building that sample; empty samples give ``None``, never NaN.
+building that sample; empty samples give ``None``, never NaN. A latency summary
+(``describe``, ``describe_weighted``) has exactly the keys ``SUMMARY_KEYS``, in that order;
+percentiles are only ever added (``p95`` was), never renamed or removed.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import math
 
 import numpy as np
 
-PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
+#: the keys of every summary ``describe`` / ``describe_weighted`` return, in order
+SUMMARY_KEYS = ("mean", *(k for k, _ in PERCENTILES))
 
 
 def describe(values: np.ndarray) -> dict[str, float | None]:
-    """``{mean, p50, p90, p99}`` of a plain sample (None when empty)."""
+    """``{mean, p50, p90, p95, p99}`` of a plain sample (None when empty)."""
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
     if v.size == 0:
@@ -55,7 +59,7 @@ def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> fl
 
 
 def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict[str, float | None]:
-    """``{mean, p50, p90, p99}`` of a weighted sample (None when empty)."""
+    """``{mean, p50, p90, p95, p99}`` of a weighted sample (None when empty)."""
     w = np.asarray(weights)
     total = float(w.sum())
     if total <= 0:

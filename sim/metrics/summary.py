@@ -108,6 +108,8 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "paused_kv_bytes_peak": round(frames["memory"].paused_kv_bytes.max())
         if len(frames["memory"])
         else 0,
+        "paused_hbm_bytes_mean": _num(rec.paused_hbm_bytes.mean(sim_time_s)),
+        "paused_hbm_bytes_peak": round(rec.paused_hbm_bytes_peak),
         "hold_gb_s": hold_byte_s / GB,
         "steps": int(rec.n_steps),
         "engine_decisions": int(rec.decisions),

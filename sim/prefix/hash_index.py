@@ -23,6 +23,11 @@ is also *takeable* (it is in the free queue): nothing is evictable apart from it
 Hashing is incremental: a sequence keeps its chain hash (its last block's) and the content
 past its last full block, so each block is hashed once, in O(its segments).
 
+Observers: ``subscribe(listener)`` (a ``sim.memory.PrefixListener``, keys = chained block
+hashes) is told of the hashes of the blocks each admission or append caches (some may be
+cached already: another copy) and, by the pool, of each hash whose last block loses it;
+without one, each costs one attribute check.
+
 Invariant (``check``): the pool's (``HashBlockPool.check``, run by the core); while a
 sequence's content is known, it has one hash per full block, each block of its table
 carries its hash in the pool, the last hash chains from the one before over the last full
@@ -37,7 +42,7 @@ from typing import Any
 from sim.errors import ConfigError, InvariantError
 from sim.memory.base import flag
 from sim.memory.metrics import PrefixMetrics
-from sim.memory.prefix_index import PrefixHit
+from sim.memory.prefix_index import PrefixHit, PrefixListener
 from sim.prefix.hashcache import HashBlockPool
 from sim.prefix.sharing import FamilyLedger
 from sim.prefix.spans import (
@@ -93,6 +98,12 @@ class HashIndex:
     def set_time(self, now_s: float) -> None:
         """No clock: the free queue's order is the LRU order."""
 
+    def subscribe(self, listener: PrefixListener) -> bool:
+        """Report hashes entering the pool's map (``admitted``, ``appended``) and leaving
+        it (the pool tells: an eviction or ``uncache_free`` took its last block)."""
+        self.pool.listener = listener
+        return True
+
     # ------------------------------------------------------------------ admission
     def _lookup(self, n_tokens: int, content: Any, op: str):
         """(hashed content, cached run, capped hit, whether it fits) of a new prompt."""
@@ -124,6 +135,14 @@ class HashIndex:
         (segs, hashes, tail), found = hit.state
         n_hit = len(hit.block_ids)
         self.pool.cache(table[n_hit : len(hashes)], hashes[n_hit:])
+        listener = self.pool.listener
+        if listener is not None and len(hashes) > n_hit:
+            bs = self.block_size
+            listener.cached(
+                hashes[n_hit - 1] if n_hit else None,
+                hashes[n_hit:],
+                slice_tokens(segs, n_hit * bs, len(hashes) * bs),
+            )
         self.ledger.new(seq_id)
         self.ledger.map(seq_id, table[: len(hashes)])
         self._content[seq_id] = None if segs is None else list(segs)
@@ -157,6 +176,9 @@ class HashIndex:
         self._tail[seq_id] = rest(tail, qi, qoff)
         blocks = table[len(have) : len(have) + len(new)]
         self.pool.cache(blocks, new)
+        if self.pool.listener is not None and new:
+            content = slice_tokens(tail, 0, len(new) * self.block_size)
+            self.pool.listener.cached(parent if have else None, new, content)
         self.ledger.map(seq_id, blocks)
         have.extend(new)
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from sim.memory.errors import InvariantError
+from sim.memory.prefix_index import PrefixListener
 
 
 class HashBlockPool:
@@ -63,6 +64,8 @@ class HashBlockPool:
         self._map: dict[int, dict[int, None]] = {}  # hash -> {block id: None}, oldest first
         self.num_cached = 0  # blocks in the queue that still have a hash (dormant)
         self.evictions = 0  # cached blocks whose hash was dropped when popped (cumulative)
+        #: told when a hash leaves the map (its last block lost it); set by ``HashIndex``
+        self.listener: PrefixListener | None = None
 
     # -------------------------------------------------------------- queries
     @property
@@ -134,6 +137,8 @@ class HashBlockPool:
         del blocks[b]
         if not blocks:
             del self._map[h]
+            if self.listener is not None:
+                self.listener.evicted((h,))
         self.block_hash[b] = None
 
     def uncache_free(self, block_ids) -> int:

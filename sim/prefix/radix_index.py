@@ -29,6 +29,10 @@ Semantics:
   back); until it is called an operation counter stands in (deterministic either way,
   never the wall clock).
 
+Observers: ``subscribe(listener)`` (a ``sim.memory.PrefixListener``, keys = block ids)
+is told of the blocks each insert or in-place extension adds to the tree and of every
+block evicted from it (``release_cached``); without one, each costs one attribute check.
+
 Books: cached = tree blocks with refcount 0; ``prefix_metrics`` adds F17 (match and hit
 rates), evictions and tail copies; ``excess_tokens`` makes a block shared by unrelated
 requests count once in ``useful_bytes``.
@@ -48,11 +52,19 @@ from sim.errors import ConfigError, InvariantError
 from sim.memory.base import choice
 from sim.memory.block_pool import BlockPool
 from sim.memory.metrics import PrefixMetrics
-from sim.memory.prefix_index import PrefixHit
+from sim.memory.prefix_index import PrefixHit, PrefixListener
 from sim.prefix.eviction import EVICTION_STRATEGIES, Watermark
 from sim.prefix.radix import Node, RadixTree
 from sim.prefix.sharing import FamilyLedger
-from sim.prefix.spans import Segments, advance, checked_content, extend_normal, rest, take
+from sim.prefix.spans import (
+    Segments,
+    advance,
+    checked_content,
+    extend_normal,
+    rest,
+    slice_tokens,
+    take,
+)
 from sim.prefix.stats import PrefixStats
 
 TAIL_POLICIES = ("truncate", "cow_tail")
@@ -90,6 +102,8 @@ class RadixIndex:
         self._tail: dict[Hashable, list | None] = {}
         self._now_s: float | None = None
         self._ops = 0
+        #: told which blocks enter and leave the tree (keys: block ids); None = nobody
+        self.listener: PrefixListener | None = None
 
     # ------------------------------------------------------------------ time, pool
     def set_time(self, now_s: float) -> None:
@@ -108,6 +122,13 @@ class RadixIndex:
     def release_cached(self, block_ids: list[int]) -> None:
         """The tree evicted these dormant blocks: they become free (``CachePool``)."""
         self.pool.unretain(block_ids)
+        if self.listener is not None:
+            self.listener.evicted(block_ids)
+
+    def subscribe(self, listener: PrefixListener) -> bool:
+        """Report blocks entering the tree (``_cache_full_blocks``) and leaving it."""
+        self.listener = listener
+        return True
 
     @property
     def evictable_blocks(self) -> int:
@@ -200,11 +221,22 @@ class RadixIndex:
             tree.extend(node, content, blocks, now)
             self.pool.retain(blocks)
             self.ledger.map(seq_id, blocks)
+            if self.listener is not None:  # they continue the node's old last block
+                self.listener.cached(node.block_ids[-len(blocks) - 1], blocks, content)
             return
         res = tree.insert(content, blocks, now, start=node)
-        if res.adopted_block_ids:
-            self.pool.retain(res.adopted_block_ids)
-            self.ledger.map(seq_id, res.adopted_block_ids)
+        adopted = res.adopted_block_ids
+        if adopted:
+            self.pool.retain(adopted)
+            self.ledger.map(seq_id, adopted)
+            if self.listener is not None:  # the new leaf res.node holds them
+                parent = res.node.parent
+                total = len(blocks) * bs
+                self.listener.cached(
+                    None if parent is tree.root else parent.block_ids[-1],
+                    adopted,
+                    slice_tokens(content, total - len(adopted) * bs, total),
+                )
         tree.lock(res.node)
         tree.unlock(node)
         self._node[seq_id] = res.node

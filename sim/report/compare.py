@@ -13,6 +13,11 @@ braces or brackets do not split values. A variant's name is ``KEY=VALUE`` (a map
 values joined by ``-``), several keys joined by ``,``; its folder name is that name with
 anything but letters, digits and ``._=,-`` replaced by ``_``.
 
+Cluster runs compare like single-node ones: their summary has the same keys for the
+cluster as a whole (a row also gets the routing figures, e.g. ``routing_decisions``;
+the per-node list ``nodes`` stays in each run's summary.json), and the pool shares are of
+the cluster's whole pool (``sim.report.pool``).
+
 Invariant: the executor is passed in (anything with ``run(fn, tasks)`` yielding
 ``(index, result)``, e.g. ``sim.sweep.make_executor``); without one, variants run one
 after the other in this process. A variant that fails is a row with its ``error``.
@@ -52,6 +57,7 @@ METRICS = (
     ("peak allocated", "peak_allocated_bytes", 1e-9, "GB"),
     ("preemptions", "preemptions", 1.0, "count"),
     ("rejected", "rejected", 1.0, "count"),
+    ("rejected by router", "rejected_by_router", 1.0, "count"),  # cluster runs only
     ("held KV", "hold_gb_s", 1.0, "GB*s"),
     ("USD per 1M output tokens", "usd_per_million_output_tokens", 1.0, "USD"),
 ) + tuple((f"pool: {s.replace('_', ' ')}", f"pool_{s}", 100.0, "%") for s in SHARES)

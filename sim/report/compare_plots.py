@@ -32,7 +32,7 @@ KEY_METRICS = (
     ("prefix hit rate (%)", "prefix_hit_rate", 100.0),
 )
 POOL_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
-               "internal": "internal fragmentation", "external": "external fragmentation / free",
+               "internal": "internal fragmentation", "external": "external frag. & others",
                "cached": "prefix cache"}  # fmt: skip
 
 

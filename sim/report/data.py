@@ -2,10 +2,12 @@
 
 Responsibility: give the plots one shape of input (``RunData``) whether the run is in
 memory (a ``sim.run.RunResult``, right after ``kvsim run``) or on disk (a run folder
-written by ``sim.run.output``). Tables a folder lacks are empty DataFrames.
+written by ``sim.run.output``). Tables a folder lacks are empty DataFrames. A cluster
+run (``nodes`` in its summary, a ``node`` column in every table) is one ``RunData``;
+``node_ids`` lists its nodes and ``select_node`` cuts out one node as a single-node run.
 
-Invariant: loading never changes the run folder; a path that is not a run folder is a
-one-line ``KvsimError`` naming it.
+Invariant: loading never changes the run folder; a path that is not a run folder, and a
+node the run does not have, are one-line ``KvsimError``s naming it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from sim.errors import KvsimError
@@ -33,6 +36,7 @@ class RunData:
     trajectories: pd.DataFrame
     pauses: pd.DataFrame
     folder: Path | None = None  # where it was read from (None: in memory)
+    config: dict | None = None  # the resolved scenario (config.resolved.yaml), when known
 
     @property
     def name(self) -> str:
@@ -49,7 +53,9 @@ def load_run(run: Any) -> RunData:
     if not hasattr(run, "summary"):
         raise KvsimError(f"not a run: {run!r} (give a RunResult or a run folder)")
     frames = {n: getattr(run, n, None) for n in TABLE_NAMES}
-    return RunData(run.summary, **{n: _frame(f) for n, f in frames.items()})
+    config = getattr(run, "config", None)
+    config = config if isinstance(config, dict) else None
+    return RunData(run.summary, config=config, **{n: _frame(f) for n, f in frames.items()})
 
 
 def read_run_folder(folder: Path) -> RunData:
@@ -68,7 +74,81 @@ def read_run_folder(folder: Path) -> RunData:
             frames[name] = pd.read_parquet(table) if table.is_file() else pd.DataFrame()
         except Exception as exc:  # a damaged parquet file: say which, in one line
             raise KvsimError(f"{table}: cannot read: {type(exc).__name__}") from None
-    return RunData(summary, folder=folder, **frames)
+    return RunData(summary, folder=folder, config=_resolved_config(folder), **frames)
+
+
+def _resolved_config(folder: Path) -> dict | None:
+    """The folder's config.resolved.yaml (safe, bounded YAML), None when absent."""
+    path = folder / "config.resolved.yaml"
+    if not path.is_file():
+        return None
+    from sim.yamlio import load_yaml
+
+    data, _ = load_yaml(path)  # a damaged file is a one-line ConfigError naming it
+    return data if isinstance(data, dict) else None
+
+
+def node_ids(run: RunData) -> list[int]:
+    """The run's node ids: its summary's ``nodes`` (a cluster run), else the ids in its
+    tables' ``node`` column (``[0]`` for a single-node run, ``[]`` for one without it)."""
+    nodes = run.summary.get("nodes")
+    if isinstance(nodes, list) and nodes:
+        return [int(n.get("node_id", i)) for i, n in enumerate(nodes)]
+    ids: set[int] = set()
+    for name in TABLE_NAMES:
+        frame = getattr(run, name)
+        if len(frame) and "node" in frame:
+            ids.update(int(v) for v in frame["node"].unique())
+    return sorted(ids)
+
+
+def is_cluster(run: RunData) -> bool:
+    """More than one node: the report draws per node (or the cluster's sum)."""
+    return len(node_ids(run)) > 1
+
+
+def node_summary(run: RunData, node: int) -> dict:
+    """The summary of one node: its ``nodes`` entry (a cluster run), else the summary."""
+    for entry in run.summary.get("nodes") or []:
+        if int(entry.get("node_id", -1)) == node:
+            return entry
+    return run.summary
+
+
+def select_node(run: Any, node: int) -> RunData:
+    """One node of a run as a single-node ``RunData``: each table's rows of that node, the
+    node's summary and allocator (a single-node run and node 0 give the run itself)."""
+    run = load_run(run)
+    ids = node_ids(run)
+    if isinstance(node, np.integer):
+        node = int(node)
+    if isinstance(node, bool) or not isinstance(node, int) or node not in (ids or [0]):
+        raise KvsimError(f"{run.name}: no node {node!r} (nodes: {', '.join(map(str, ids or [0]))})")
+    if not run.summary.get("nodes"):
+        return run
+    frames = {n: _rows_of(getattr(run, n), node) for n in TABLE_NAMES}
+    summary = {"scenario": run.summary.get("scenario"), **node_summary(run, node)}
+    return RunData(summary, folder=run.folder, config=_node_config(run.config, node), **frames)
+
+
+def _rows_of(frame: pd.DataFrame, node: int) -> pd.DataFrame:
+    if not len(frame) or "node" not in frame:
+        return frame
+    return frame[frame["node"].to_numpy() == node].reset_index(drop=True)
+
+
+def _node_config(config: dict | None, node: int) -> dict | None:
+    """The resolved config with the node's group allocator applied (a changed kind drops
+    the top-level kind's options, as ``sim.cluster.config.group_overrides`` does)."""
+    groups = ((config or {}).get("cluster") or {}).get("nodes") or []
+    owner = [g for g in groups if isinstance(g, dict) for _ in range(int(g.get("count") or 0))]
+    own = owner[node].get("allocator") if node < len(owner) else None
+    if not own:
+        return config
+    base = dict(config.get("allocator") or {})
+    if own.get("kind", base.get("kind")) != base.get("kind"):
+        base = {}
+    return {**config, "allocator": {**base, **own}}
 
 
 def _frame(f: pd.DataFrame | None) -> pd.DataFrame:

@@ -6,6 +6,12 @@ importing this module is cheap and rendering needs no GUI; matplotlib itself is 
 only when a figure is drawn. ``PLOTS`` lists every plot of a run report with its file name
 and the sentence that says how to read it (report.html and docs/reports.md show it).
 
+A cluster run: the time series (memory, efficiency, batch) get one small panel per node
+(each node samples at its own times, so its rows are its own series), up to
+``MAX_NODE_PANELS`` nodes, and beyond that one axes of the whole cluster (the sum of the
+nodes' step functions, ``series.node_sum``); the latency CDFs pool every request and add
+each node's TTFT; the prefix dots are coloured by node. ``node=`` draws one node alone.
+
 Invariant: every plot function returns a Figure (with a "nothing to show" note when the
 run has no data for it), so a report always has the same files; the first line or layer of
 each axes is the series ``sim.report.series`` computed, unchanged.
@@ -22,6 +28,8 @@ import numpy as np
 from sim.report import series
 
 FIGSIZE = (7.0, 3.2)
+#: a cluster run of up to this many nodes is drawn one panel per node; beyond, as a whole
+MAX_NODE_PANELS = 8
 DPI = 72
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
           "#8c8c8c", "#ccb974", "#64b5cd")  # fmt: skip
@@ -43,52 +51,121 @@ def _empty(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def plot_memory(run) -> Any:
-    """Memory over time, stacked by use (GB)."""
-    from sim.report.data import load_run
+def _node_grid(n: int):
+    """A figure of ``n`` small panels, two per row."""
+    cols = 1 if n == 1 else 2
+    rows = -(-n // cols)
+    fig = new_figure((9.0, 1.9 * rows + 0.9))
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.5 / (1.9 * rows + 0.9) + 0.04,
+                        top=1 - 0.45 / (1.9 * rows + 0.9), hspace=0.75, wspace=0.18)  # fmt: skip
+    axes = [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
+    return fig, axes
+
+
+def _node_label(run, node: int) -> str:
+    from sim.report.data import node_summary
+
+    acc = node_summary(run, node).get("accelerator")
+    return f"node {node}" + (f" ({acc})" if acc else "")
+
+
+def _draw(run, node: int | None, draw_ax: Callable, cluster_ax: Callable | None = None) -> Any:
+    """One axes for a single-node run (or ``node``); a cluster run: one panel per node
+    (``draw_ax`` on that node's rows) up to ``MAX_NODE_PANELS`` nodes, beyond that one
+    axes of the cluster as a whole (``cluster_ax``)."""
+    from sim.report.data import load_run, node_ids, select_node
 
     run = load_run(run)
-    st = series.memory_stack(run.memory)
-    fig = new_figure()
-    ax = fig.add_subplot()
+    if node is not None:
+        run = select_node(run, node)
+    ids = node_ids(run)
+    if len(ids) <= 1 or (len(ids) > MAX_NODE_PANELS and cluster_ax is not None):
+        fig = new_figure()
+        (draw_ax if len(ids) <= 1 else cluster_ax)(fig.add_subplot(), run, None)
+        return fig
+    fig, axes = _node_grid(len(ids))
+    for ax, i in zip(axes, ids, strict=True):
+        draw_ax(ax, select_node(run, i), _node_label(run, i), legend=ax is axes[0])
+    return fig
+
+
+def _title(ax, text: str, panel: str | None) -> None:
+    """The axes title: the default size alone, smaller in a node's panel."""
+    if panel is None:
+        ax.set_title(text)
+    else:
+        ax.set_title(text, fontsize=8)
+
+
+def _memory_ax(ax, run, panel: str | None, legend: bool = True,
+               st: series.Stack | None = None) -> None:  # fmt: skip
+    st = series.memory_stack(run.memory) if st is None else st
     if not len(st.t_s):
         _empty(ax, "no memory records")
-        return fig
+        return
     ax.stackplot(st.t_s, *st.layers.values(), labels=list(st.layers), step="post",
                  colors=COLORS[: len(st.layers)], alpha=0.85)  # fmt: skip
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("GB")
-    ax.set_title("KV memory by use")
-    ax.legend(loc="upper left", fontsize=7, ncols=2)
-    return fig
+    what = "HBM per GPU by use" if "weights" in st.layers else "KV memory by use"
+    _title(ax, what if panel is None else f"{panel}: {what}", panel)
+    if legend:
+        ax.legend(loc="upper left", fontsize=7 if panel is None else 6, ncols=2)
 
 
-def plot_efficiency(run) -> Any:
-    """Allocation efficiency and external fragmentation over time."""
-    from sim.report.data import load_run
+def _cluster_memory_ax(ax, run, _panel) -> None:
+    from sim.report.data import node_ids, node_summary
 
-    run = load_run(run)
-    eff = series.efficiency(run.memory)
-    fig = new_figure()
-    ax = fig.add_subplot()
+    ids = node_ids(run)
+    gpus = {i: float(node_summary(run, i).get("num_gpus") or 1) for i in ids}
+    _memory_ax(ax, run, None, st=series.cluster_memory_stack(run.memory, gpus))
+    ax.set_title(f"cluster HBM by use ({len(ids)} nodes, all GPUs)")
+
+
+def plot_memory(run, node: int | None = None) -> Any:
+    """One GPU's HBM over time, stacked by use (GB; the KV pool alone for older runs); a
+    cluster run: a panel per node (the cluster's sum beyond ``MAX_NODE_PANELS``)."""
+    return _draw(run, node, _memory_ax, _cluster_memory_ax)
+
+
+def _efficiency_ax(ax, run, panel: str | None, legend: bool = True, eff=None) -> None:
+    eff = series.efficiency(run.memory) if eff is None else eff
     if not len(eff["t_s"]):
         _empty(ax, "no memory records")
-        return fig
+        return
     for i, (name, values) in enumerate((k, v) for k, v in eff.items() if k != "t_s"):
         ax.step(eff["t_s"], values, where="post", label=name, color=COLORS[i], lw=1)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("fraction")
-    ax.set_title("allocation efficiency and external fragmentation")
-    ax.legend(loc="lower right", fontsize=7)
-    return fig
+    what = "allocation efficiency and external fragmentation"
+    _title(ax, what if panel is None else panel, panel)
+    if legend:
+        ax.legend(loc="lower right", fontsize=7 if panel is None else 6)
 
 
-def plot_latency_cdf(run) -> Any:
-    """CDFs of TTFT, ITL and resume latency (log time axis)."""
-    from sim.report.data import load_run
+def _cluster_efficiency_ax(ax, run, _panel) -> None:
+    from sim.report.data import node_ids, node_summary
+
+    pools = {i: float(node_summary(run, i).get("kv_pool_bytes") or np.nan) for i in node_ids(run)}
+    _efficiency_ax(ax, run, None, eff=series.cluster_efficiency(run.memory, pools))
+    ax.set_title(f"allocation efficiency of the cluster ({len(pools)} nodes)")
+
+
+def plot_efficiency(run, node: int | None = None) -> Any:
+    """Allocation efficiency and external fragmentation over time (a cluster run: a panel
+    per node; the cluster's ratios of summed bytes beyond ``MAX_NODE_PANELS``)."""
+    return _draw(run, node, _efficiency_ax, _cluster_efficiency_ax)
+
+
+def plot_latency_cdf(run, node: int | None = None) -> Any:
+    """CDFs of TTFT, ITL and resume latency (log time axis), over all requests; a cluster
+    run adds each node's TTFT CDF (thin, up to ``MAX_NODE_PANELS`` nodes)."""
+    from sim.report.data import load_run, node_ids, select_node
 
     run = load_run(run)
+    if node is not None:
+        run = select_node(run, node)
     cdfs = series.latency_cdfs(run)
     fig = new_figure()
     ax = fig.add_subplot()
@@ -97,6 +174,15 @@ def plot_latency_cdf(run) -> Any:
         return fig
     for i, (name, (x, y)) in enumerate(cdfs.items()):
         ax.step(x, y, where="post", label=name, color=COLORS[i], lw=1.2)
+    ids = node_ids(run)
+    if 1 < len(ids) <= MAX_NODE_PANELS and len(run.requests):
+        base = len(cdfs)
+        for k, i in enumerate(ids):
+            x, y = series.cdf(run.requests.ttft_s[run.requests.node == i])
+            if len(x):
+                cdfs[f"TTFT node {i}"] = (x, y)
+                ax.step(x, y, where="post", label=f"TTFT node {i}", lw=0.8, ls=":",
+                        color=COLORS[(base + k) % len(COLORS)])  # fmt: skip
     if all(x.min() > 0 for x, _ in cdfs.values()):
         ax.set_xscale("log")
     ax.set_ylim(0, 1.01)
@@ -104,15 +190,15 @@ def plot_latency_cdf(run) -> Any:
     ax.set_ylabel("fraction <= x")
     ax.set_title("latency CDFs")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="lower right", fontsize=7, ncols=2 if len(cdfs) > 4 else 1)
     return fig
 
 
-def plot_pauses(run) -> Any:
-    """Pause decisions (bars) split by outcome (stacked)."""
-    from sim.report.data import load_run
+def plot_pauses(run, node: int | None = None) -> Any:
+    """Pause decisions (bars) split by outcome (stacked), over all nodes (or ``node``)."""
+    from sim.report.data import load_run, select_node
 
-    run = load_run(run)
+    run = load_run(run) if node is None else select_node(run, node)
     counts = series.pause_counts(run.pauses)
     fig = new_figure()
     ax = fig.add_subplot()
@@ -132,43 +218,61 @@ def plot_pauses(run) -> Any:
     return fig
 
 
-def plot_prefix(run) -> Any:
-    """Prefix hit rate of each trajectory against its start time."""
-    from sim.report.data import load_run
+def plot_prefix(run, node: int | None = None) -> Any:
+    """Prefix hit rate of each trajectory against its start time (a cluster run: one
+    colour per node, up to ``MAX_NODE_PANELS`` nodes)."""
+    from sim.report.data import load_run, node_ids, select_node
 
-    run = load_run(run)
-    t, rate = series.prefix_hit_by_trajectory(run.trajectories)
+    run = load_run(run) if node is None else select_node(run, node)
     fig = new_figure()
     ax = fig.add_subplot()
-    if not len(t):
+    ids = node_ids(run)
+    traj = run.trajectories
+    if 1 < len(ids) <= MAX_NODE_PANELS and "node" in traj:
+        parts = [(f"node {i}", traj[traj.node == i]) for i in ids]
+    else:
+        parts = [(None, traj)]
+    drawn = 0
+    for k, (label, part) in enumerate(parts):
+        t, rate = series.prefix_hit_by_trajectory(part)
+        if len(t):
+            ax.plot(t, rate, ".", ms=3, color=COLORS[k % len(COLORS)], label=label)
+            drawn += 1
+    if not drawn:
         _empty(ax, "no prefix lookups")
         return fig
-    ax.plot(t, rate, ".", ms=3, color=COLORS[0])
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("trajectory start (simulated s)")
     ax.set_ylabel("hit tokens / looked up")
     ax.set_title("prefix hit rate per trajectory")
+    if len(parts) > 1:
+        ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
-def plot_batch(run) -> Any:
-    """Prefill and decode tokens per step over time (stacked)."""
-    from sim.report.data import load_run
-
-    run = load_run(run)
+def _batch_ax(ax, run, panel: str | None, legend: bool = True) -> None:
     b = series.batch_composition(run.steps)
-    fig = new_figure()
-    ax = fig.add_subplot()
     if not len(b["t_s"]):
         _empty(ax, "no engine steps")
-        return fig
+        return
     ax.stackplot(b["t_s"], b["decode"], b["prefill"], labels=["decode", "prefill"],
                  step="post", colors=COLORS[:2], alpha=0.85)  # fmt: skip
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("tokens per step")
-    ax.set_title("batch composition")
-    ax.legend(loc="upper right", fontsize=7)
-    return fig
+    _title(ax, "batch composition" if panel is None else panel, panel)
+    if legend:
+        ax.legend(loc="upper right", fontsize=7 if panel is None else 6)
+
+
+def _cluster_batch_ax(ax, run, _panel) -> None:
+    _batch_ax(ax, run, None)  # every node's steps binned together: the mean step's batch
+    ax.set_title("batch composition (mean step over all nodes)")
+
+
+def plot_batch(run, node: int | None = None) -> Any:
+    """Prefill and decode tokens per step over time (stacked; a cluster run: a panel per
+    node, the mean step over all nodes beyond ``MAX_NODE_PANELS``)."""
+    return _draw(run, node, _batch_ax, _cluster_batch_ax)
 
 
 @dataclass(frozen=True)
@@ -183,9 +287,10 @@ class Plot:
 
 PLOTS: tuple[Plot, ...] = (
     Plot("plot_memory.png", "Memory over time", plot_memory,
-         "The KV pool stacked by use at each moment: the token states at the bottom are the "
-         "useful part; whatever sits above them (held but not token states, prefix cache, "
-         "free) is memory that serves no token now."),
+         "One GPU's HBM stacked by use at each moment: weights and the reserve at the bottom "
+         "are fixed; active and paused KV are the token states of running and paused "
+         "sequences (a shared block once); whatever sits above them (prefix cache, internal "
+         "and external waste, free) is memory that serves no token now."),
     Plot("plot_efficiency.png", "Allocation efficiency and fragmentation", plot_efficiency,
          "eta_alloc is the share of allocated memory holding token states, eta_effective the "
          "share of the whole pool; phi_ext (when recorded) is the share of free memory too "

@@ -3,19 +3,29 @@
 Responsibility: split the pool, averaged over time, into the vLLM paper's four shares plus
 the rest: ``token_states`` (KV of tokens written: memory.parquet's ``useful_bytes``),
 ``reserved`` (slots held for tokens the sequences will still write), ``internal`` (slots
-held that no token will ever fill: over-reservation, rounding, partial blocks),
-``external`` (free memory: while requests wait, memory too scattered or too small to admit
-them) and ``cached`` (prefix-cache blocks). The shares sum to 1.
+held that no token will ever fill: a reservation policy's over-reservation, a growing
+buffer's doubling, partial blocks), ``external`` (the paper's "external fragmentation &
+others": free memory, which while requests wait is too scattered or too small to admit
+them, plus what the address space adds to a reservation policy's reserve, e.g. a buddy
+block's power-of-two rounding, which the paper attributes to the allocator, not to the
+policy) and ``cached`` (prefix-cache blocks). The shares sum to 1.
 
 How ``reserved`` is estimated: a request admitted at ``a``, with its first token at ``f``
 and finishing at ``e`` after ``n`` output tokens, still has ``n`` tokens to write until
 ``f`` and ``n (e - t) / (e - f)`` after (tokens come at a steady pace within a run of
 decode steps); the sum over requests at each memory row, capped by what the sequences hold
-beyond their tokens (``allocated - useful``), is the reserved share; the rest of that
+beyond their tokens (``allocated - useful``), is the reserved share. The address space's
+rounding of each reservation (``reserve_rounding_tokens`` of the run's allocator, from
+its resolved config: 0 without a ``reservation``) is summed over each request's stay from
+admission to finish and, capped by what remains, counted as external; the rest of that
 difference is internal fragmentation. ``busy_only`` averages over the time requests wait
 (``n_waiting > 0``: the memory-bound regime the paper measures) instead of the whole run.
 
-Invariant: pure function of a run's tables; the five shares are >= 0 and sum to 1.
+A cluster run's shares are of the cluster's whole pool: each node's byte-seconds over its
+own rows (its allocator, pool and requests), summed, over the nodes' pools x time.
+
+Invariant: pure function of a run's tables and resolved allocator config; the five
+shares are >= 0 and sum to 1.
 """
 
 from __future__ import annotations
@@ -45,6 +55,37 @@ def future_tokens_at(requests, t: np.ndarray) -> np.ndarray:
     return _active_linear_sum(starts, ends, const, slope, np.asarray(t, float))
 
 
+def rounding_tokens_at(run, t: np.ndarray) -> np.ndarray:
+    """Σ over live requests of the slots the address space added to their reservation
+    policy's reserve (``reserve_rounding_tokens``), at each time of ``t``: zeros unless the
+    run's allocator (its resolved config) has a ``reservation``. A request holds its
+    reserve from admission to finish; its final length is prompt + output written."""
+    t = np.asarray(t, float)
+    options = dict(((run.config or {}).get("allocator")) or {})
+    r = run.requests
+    kind = options.pop("kind", None)
+    if kind is None or options.get("reservation") in (None, "none") or not len(r):
+        return np.zeros(len(t))
+    from sim.memory import make_allocator
+
+    s = run.summary
+    alloc = make_allocator(
+        kind, pool_bytes=s["kv_pool_bytes"], kv_bytes_per_token=s["kv_bytes_per_token"], **options
+    )
+    if not hasattr(alloc, "reserve_rounding_tokens"):  # a kind whose space never rounds
+        return np.zeros(len(t))
+    r = r[r.admitted_s.notna()]
+    prompt = r.prompt_tokens.to_numpy(int)
+    final = prompt + r.output_tokens.to_numpy(int)
+    extra = np.array(
+        [alloc.reserve_rounding_tokens(int(n), int(f)) for n, f in zip(prompt, final, strict=True)],
+        dtype=float,
+    )
+    end_run = (float(np.nanmax(t)) if len(t) else 0.0) + 1.0
+    ends = np.where(np.isnan(r.finish_s.to_numpy(float)), end_run, r.finish_s.to_numpy(float))
+    return _active_linear_sum(r.admitted_s.to_numpy(float), ends, extra, np.zeros(len(r)), t)
+
+
 def _active_linear_sum(starts, ends, const, slope, t) -> np.ndarray:
     """Σ (const_i + slope_i t) over the i with starts_i <= t < ends_i, for each t."""
     so, eo = np.argsort(starts), np.argsort(ends)
@@ -59,37 +100,47 @@ def _active_linear_sum(starts, ends, const, slope, t) -> np.ndarray:
 
 def pool_shares(run, busy_only: bool = False) -> dict[str, float]:
     """The time-averaged shares of the pool (``SHARES``) of a RunData or RunResult; all
-    NaN when the run has no memory record (or, ``busy_only``, never had a request wait)."""
-    from sim.report.data import load_run
+    NaN when the run has no memory record (or, ``busy_only``, never had a request wait).
+    A cluster run: each node's byte-seconds over its own rows and requests, summed, over
+    the sum of every node's pool x time (the shares of the cluster's whole pool)."""
+    from sim.report.data import load_run, node_ids, select_node
 
     run = load_run(run)
-    m, s = run.memory, run.summary
+    ids = node_ids(run)
+    parts = [_byte_seconds(select_node(run, i)) for i in ids] if len(ids) > 1 else [
+        _byte_seconds(run)]  # fmt: skip
     nan = {k: float("nan") for k in SHARES}
-    if not len(m):
+    parts = [p for p in parts if p is not None]
+    denom = float(sum(d[1 if busy_only else 0] for _, d in parts))
+    if not parts or denom <= 0:
         return nan
+    shares = {k: sum(out[1 if busy_only else 0][k] for out, _ in parts) / denom
+              for k in ("token_states", "reserved", "internal", "cached")}  # fmt: skip
+    shares["external"] = max(1.0 - sum(shares.values()), 0.0)
+    return {k: shares[k] for k in SHARES}
+
+
+def _byte_seconds(run) -> tuple[tuple[dict, dict], tuple[float, float]] | None:
+    """One node's byte-seconds of each share but ``external`` and its pool x time, over
+    the whole run and over the time requests wait (``n_waiting > 0``); None without a
+    memory record."""
+    m, s = run.memory, run.summary
+    if not len(m):
+        return None
     t = m.t_s.to_numpy(float)
     end = max(float(s.get("sim_time_s") or t[-1]), t[-1])
-    dt = np.diff(np.append(t, end))
-    if busy_only:
-        dt = np.where(m.n_waiting.to_numpy() > 0, dt, 0.0)
-    total = dt.sum()
-    if total <= 0:
-        return nan
+    dt_all = np.diff(np.append(t, end))
     pool = float(s["kv_pool_bytes"])
     bpt = float(s["kv_bytes_per_token"])
     useful = m.useful_bytes.to_numpy(float)
     slack = np.maximum(m.allocated_bytes.to_numpy(float) - useful, 0.0)
-    mid = t + dt / 2  # one evaluation per row (rows change at every decision)
+    mid = t + dt_all / 2  # one evaluation per row (rows change at every decision)
     future = future_tokens_at(run.requests, mid) * bpt
     reserved = np.minimum(future, slack)
-    cached = m.cached_bytes.to_numpy(float)
-    out = {
-        "token_states": float((useful * dt).sum()),
-        "reserved": float((reserved * dt).sum()),
-        "internal": float(((slack - reserved) * dt).sum()),
-        "cached": float((cached * dt).sum()),
-    }
-    denom = pool * total
-    shares = {k: v / denom for k, v in out.items()}
-    shares["external"] = max(1.0 - sum(shares.values()), 0.0)
-    return {k: shares[k] for k in SHARES}
+    # the address space's rounding of reserves: held, asked for by no policy -> external
+    rounding = np.minimum(rounding_tokens_at(run, mid) * bpt, slack - reserved)
+    per = {"token_states": useful, "reserved": reserved,
+           "internal": slack - reserved - rounding, "cached": m.cached_bytes.to_numpy(float)}  # fmt: skip
+    dt_busy = np.where(m.n_waiting.to_numpy() > 0, dt_all, 0.0)
+    outs = tuple({k: float((v * dt).sum()) for k, v in per.items()} for dt in (dt_all, dt_busy))
+    return outs, (pool * float(dt_all.sum()), pool * float(dt_busy.sum()))

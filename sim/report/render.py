@@ -1,8 +1,8 @@
 """A run's report files: ``plot_*.png`` and a self-contained ``report.html``.
 
 Responsibility: render every plot of ``sim.report.plots.PLOTS`` once, write the PNGs and
-the page that embeds them (with the end-of-run table, the scenario facts and the
-warnings). ``render_report`` writes into a folder being built (``kvsim run`` passes the
+the page that embeds them (with the end-of-run table, the scenario facts, the
+warnings and, for a cluster run, one row per node). ``render_report`` writes into a folder being built (``kvsim run`` passes the
 run's temporary folder, before it is renamed into place); ``rebuild_report`` redoes the
 report of an existing run folder (``kvsim report``), touching only the report's own files.
 
@@ -21,12 +21,12 @@ from sim.errors import KvsimError
 from sim.report import html as H
 from sim.report.data import RunData, load_run
 from sim.report.plots import PLOTS, figure_png
-from sim.report.text import summary_rows, summary_title
+from sim.report.text import NODE_COLUMNS, node_table_rows, summary_rows, summary_title
 
 REPORT_HTML = "report.html"
 #: scenario facts shown at the top of a report
 FACTS = ("scenario", "model", "accelerator", "num_gpus", "allocator", "scheduler",
-         "pause_policy", "seed", "config_sha256")  # fmt: skip
+         "pause_policy", "n_nodes", "router", "seed", "config_sha256")  # fmt: skip
 
 
 def report_files() -> list[str]:
@@ -49,6 +49,8 @@ def report_html(run: RunData, pngs: dict[str, bytes]) -> str:
         "<h2>Summary</h2>",
         H.table(["metric", "value", "unit"], [list(r) for r in summary_rows(s)]),
     ]
+    if s.get("nodes"):  # a cluster run
+        parts += ["<h2>Nodes</h2>", H.table(list(NODE_COLUMNS), node_table_rows(s))]
     for p in PLOTS:
         parts += [f"<h2>{H.esc(p.title)}</h2>", H.image(pngs[p.file], p.title),
                   f'<p class="read">{H.esc(p.how_to_read)}</p>']  # fmt: skip

@@ -5,6 +5,11 @@ that a plot draws exactly its table's figures and the plots module only draws. L
 series are downsampled to at most ``MAX_POINTS`` points (rows picked at even strides, the
 first and last kept, so a step function keeps its shape); CDFs to ``MAX_POINTS`` quantiles.
 
+A cluster run's tables interleave its nodes (each samples at its own times): a per-node
+series is computed on that node's rows; a cluster-wide one (``node_sum``) holds each
+node's value as a step function (its last row at or before each time, nothing before its
+first row), evaluated on the union of every node's times, and sums the nodes.
+
 Invariant: with at most ``MAX_POINTS`` rows a series is the table's column itself, in
 table order; nothing here reads files or the clock.
 """
@@ -20,17 +25,18 @@ import pandas as pd
 MAX_POINTS = 1000
 GB = 1e9
 
-#: the physical HBM partition of memory.parquet, per GPU (bottom of the stack first)
-PHYSICAL_PARTS = (
-    "gpu_weights_bytes",
-    "gpu_reserve_bytes",
-    "gpu_active_kv_bytes",
-    "gpu_paused_kv_bytes",
-    "gpu_cached_kv_bytes",
-    "gpu_internal_waste_bytes",
-    "gpu_external_waste_bytes",
-    "gpu_free_bytes",
-)
+#: the physical HBM partition of memory.parquet, per GPU (bottom of the stack first), with
+#: the plot's label of each (= sim.metrics.recorder.GPU_PARTS; a test checks it)
+PHYSICAL_PARTS = {
+    "gpu_weights_bytes": "weights",
+    "gpu_reserve_bytes": "reserve",
+    "gpu_active_kv_bytes": "active KV",
+    "gpu_paused_kv_bytes": "paused KV",
+    "gpu_cached_kv_bytes": "prefix cache",
+    "gpu_internal_waste_bytes": "internal waste",
+    "gpu_external_waste_bytes": "external waste",
+    "gpu_free_bytes": "free",
+}
 
 
 def stride_index(n: int, max_points: int = MAX_POINTS) -> np.ndarray:
@@ -49,15 +55,15 @@ class Stack:
 
 
 def memory_stack(memory: pd.DataFrame) -> Stack:
-    """KV pool use over time, in GB: token states (useful), the rest of what sequences
-    hold (allocated - useful: reserved slots, partial blocks), prefix-cached blocks, free.
-    With the per-GPU physical partition in the table, that partition instead."""
+    """HBM use of one GPU over time, in GB: the per-GPU physical partition of the table
+    (weights, reserve, active and paused KV, prefix cache, internal and external waste,
+    free). A table without it (an older run folder): the KV pool's token states (useful),
+    the rest of what sequences hold (allocated - useful), prefix-cached blocks, free."""
     idx = stride_index(len(memory))
     m = memory.iloc[idx]
     t = m.t_s.to_numpy(dtype=float) if len(m) else np.empty(0)
     if len(m) and all(c in m for c in PHYSICAL_PARTS):
-        return Stack(t, {c.removeprefix("gpu_").removesuffix("_bytes"): m[c].to_numpy(float) / GB
-                         for c in PHYSICAL_PARTS})  # fmt: skip
+        return Stack(t, {label: m[c].to_numpy(float) / GB for c, label in PHYSICAL_PARTS.items()})
     if not len(m):
         return Stack(t, {})
     useful = m.useful_bytes.to_numpy(float)
@@ -71,6 +77,53 @@ def memory_stack(memory: pd.DataFrame) -> Stack:
             "free": m.free_bytes.to_numpy(float) / GB,
         },
     )
+
+
+def node_sum(frame: pd.DataFrame, cols: list[str],
+             weights: dict[int, float] | None = None) -> pd.DataFrame:  # fmt: skip
+    """``t_s`` (the union of the nodes' times, sorted, once each) and, for each column,
+    the sum over nodes of ``weight x`` the node's step function at that time (the node's
+    last row with ``t_s <= t``; 0 before its first row). A table without ``node`` is one
+    node."""
+    if not len(frame):
+        return pd.DataFrame({"t_s": np.empty(0), **{c: np.empty(0) for c in cols}})
+    nodes = frame["node"].to_numpy() if "node" in frame else np.zeros(len(frame), int)
+    t = np.unique(frame.t_s.to_numpy(float))
+    total = np.zeros((len(t), len(cols)))
+    for node in np.unique(nodes):
+        g = frame[nodes == node].sort_values("t_s", kind="stable")
+        last = np.searchsorted(g.t_s.to_numpy(float), t, side="right") - 1
+        vals = g[cols].to_numpy(float)[np.maximum(last, 0)]
+        w = 1.0 if weights is None else float(weights.get(int(node), 1.0))
+        total += np.where(last[:, None] >= 0, vals * w, 0.0)
+    return pd.DataFrame({"t_s": t, **{c: total[:, i] for i, c in enumerate(cols)}})
+
+
+def cluster_memory_stack(memory: pd.DataFrame, gpus: dict[int, float] | None = None) -> Stack:
+    """The cluster's HBM over time, stacked by use (GB): every node's per-GPU partition
+    times its GPUs (``gpus``: node id -> GPU count), summed (``node_sum``); a table without
+    the partition sums the nodes' KV pools instead."""
+    if len(memory) and all(c in memory for c in PHYSICAL_PARTS):
+        return memory_stack(node_sum(memory, list(PHYSICAL_PARTS), gpus))
+    cols = ["useful_bytes", "allocated_bytes", "cached_bytes", "free_bytes"]
+    return memory_stack(node_sum(memory, cols) if len(memory) else memory)
+
+
+def cluster_efficiency(memory: pd.DataFrame, pool_bytes: dict[int, float]) -> dict[str, np.ndarray]:
+    """``t_s``, eta_alloc and eta_effective of the cluster as a whole: summed token states
+    over summed allocated bytes, and over the summed pools of the nodes recording by then
+    (``pool_bytes``: node id -> KV pool). phi_ext is a node's own (no cluster figure)."""
+    if not len(memory):
+        return {"t_s": np.empty(0)}
+    nodes = memory["node"].to_numpy() if "node" in memory else np.zeros(len(memory), int)
+    pool = np.array([float(pool_bytes.get(int(n), np.nan)) for n in nodes])
+    s = node_sum(memory.assign(pool_bytes=pool), ["useful_bytes", "allocated_bytes", "pool_bytes"])
+    s = s.iloc[stride_index(len(s))]
+    useful, alloc = s.useful_bytes.to_numpy(float), s.allocated_bytes.to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"t_s": s.t_s.to_numpy(float),
+                "eta_alloc": np.where(alloc > 0, useful / alloc, np.nan),
+                "eta_effective": useful / s.pool_bytes.to_numpy(float)}  # fmt: skip
 
 
 def efficiency(memory: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -2,7 +2,8 @@
 
 Responsibility: what ``kvsim run`` shows while it runs (simulated time, finished
 trajectories, an ETA) and after (one table: every latency in ms, memory in GB, rates in
-percent), and the same rows for ``report.html``. No printing and no clock here: the CLI
+percent), and the same rows for ``report.html``; a cluster run adds the router, the
+node count and each node's routing decisions, and report.html's per-node table. No printing and no clock here: the CLI
 passes the elapsed wall time in.
 
 Invariant: the same inputs give the same text; a missing figure (None) prints as ``-``.
@@ -80,12 +81,45 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         ("eta_effective (mean)", _num(s.get("eta_effective_mean"), ".1f", 100), "%"),
         ("peak allocated", _num(s.get("peak_allocated_bytes"), ",.2f", 1e-9), "GB"),
         ("paused KV, logical (mean)", _num(s.get("paused_kv_bytes_mean"), ",.2f", 1e-9), "GB"),
+        ("paused KV, physical HBM (mean)",
+         _num(s.get("paused_hbm_bytes_mean"), ",.2f", 1e-9), "GB"),
         ("held KV", _num(s.get("hold_gb_s"), ",.1f"), "GB*s"),
         ("preemptions", _num(s.get("preemptions"), ",d"), "count"),
         ("rejected", _num(s.get("rejected"), ",d"), "count"),
         ("pauses", _num(s.get("pause_count"), ",d"), "count"),
         ("cost", _num(s.get("usd_total"), ",.4f"), "USD"),
     ]
+    return rows + cluster_rows(s)
+
+
+def cluster_rows(s: dict) -> list[tuple[str, str, str]]:
+    """A cluster run's rows (none for a single-node run): the router and node count, and
+    the routing decisions of each node in node order."""
+    nodes = s.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        return []
+    decisions = " / ".join(_num(n.get("routing_decisions"), ",d") for n in nodes)
+    return [
+        ("router", f"{s.get('router') or '-'}, {len(nodes)} nodes", ""),
+        ("routing decisions per node", decisions, "count"),
+    ]
+
+
+#: columns of report.html's per-node table (a cluster run)
+NODE_COLUMNS = ("node", "accelerator", "requests", "TTFT p99 (ms)", "prefix hit rate (%)",
+                "routing decisions", "KV pool (GB)")  # fmt: skip
+
+
+def node_table_rows(s: dict) -> list[list[str]]:
+    """One row per node of a cluster run (``NODE_COLUMNS``); none for a single node."""
+    rows = []
+    for n in s.get("nodes") or []:
+        ttft = n.get("ttft_s") if isinstance(n.get("ttft_s"), dict) else {}
+        rows.append([str(n.get("node_id")), str(n.get("accelerator") or "-"),
+                     _num(n.get("requests_completed"), ",d"), _ms(ttft.get("p99")),
+                     _num(n.get("prefix_hit_rate"), ".1f", 100),
+                     _num(n.get("routing_decisions"), ",d"),
+                     _num(n.get("kv_pool_bytes"), ",.2f", 1e-9)])  # fmt: skip
     return rows
 
 

@@ -2,9 +2,11 @@
 
 Responsibility: from a scenario (a YAML path, a dict, or an already loaded scenario) and
 dotted overrides, build the allocator, KV manager, scheduler, cost model, recorder, node
-and workload; run the SimPy environment until the node stops; collect the DataFrames and
-the summary into a ``RunResult``. This is the only place that reads the wall clock, to
-report ``wall_time_s`` (the simulation loop alone: no imports, loading or writing).
+and workload (a scenario with a ``cluster`` section: ``sim.run.cluster``, one node per
+entry); run the SimPy environment until the node stops; collect the DataFrames and
+the summary into a ``RunResult``. This (and ``sim.run.cluster``) is the only place that
+reads the wall clock, to report ``wall_time_s`` (the simulation loop alone: no imports,
+loading or writing).
 
 Invariant: the same scenario and seed give the same ``RunResult`` (``wall_time_s``
 aside); nothing here writes files (``RunResult.write`` does, under one folder).
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import simpy
 
@@ -26,7 +29,7 @@ from sim.engine.copy_engine import CopyEngines
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import ConfigError, KvsimError
 from sim.memory.kv_manager import KVManager
-from sim.metrics import Recorder, summarize
+from sim.metrics import HbmLayout, Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
 from sim.run.pricing import cost_summary
@@ -109,6 +112,10 @@ def preflight(loaded: LoadedScenario) -> Resolved:
         resolved = resolve(loaded)
         make_allocator_for(resolved)  # the allocator's options
         check_pause_policy(resolved)  # the tiers the policy needs
+        if getattr(loaded.scenario, "cluster", None) is not None:
+            from sim.run.cluster import preflight_cluster
+
+            preflight_cluster(loaded)  # every node group's scenario
     except KvsimError as exc:
         if str(exc) not in {str(p) for p in problems}:  # a missing file, found again
             problems.append(exc)
@@ -122,21 +129,34 @@ def preflight(loaded: LoadedScenario) -> Resolved:
     return resolved
 
 
-def build(source: Any, **overrides: Any) -> Simulation:
-    """Build a simulation from a scenario and dotted overrides (``seed=3``,
-    ``**{"allocator.kind": "static"}``)."""
-    resolved = preflight(_loaded(source, overrides))
+@dataclass
+class NodeParts:
+    """One node's engine and everything it owns (a cluster has one per node)."""
+
+    resolved: Resolved
+    node: Node
+    kv: KVManager
+    scheduler: Scheduler
+    cost: CostModel
+    recorder: Recorder
+    pauses: PauseLifecycle
+
+
+def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
+    """One node: cost model, allocator, KV manager, scheduler, recorder, pause lifecycle
+    and copy engines, as the resolved (node) scenario says."""
     sc = resolved.scenario
     cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost)
-    env = simpy.Environment()
     allocator = make_allocator_for(resolved)
     pauses = PauseLifecycle(env, sc.pause_policy, resolved, cost)
     kv = KVManager(allocator)
     scheduler = make_scheduler(sc.scheduler, kv)
+    cost.async_scheduling = scheduler.async_scheduling  # host work overlaps the GPU's step
     recorder = Recorder(
         pool_bytes=resolved.pool_bytes,
         phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * resolved.kv_bytes_per_token,
         block_kind=allocator.block_size is not None,
+        hbm=HbmLayout.of(resolved),
     )
     node = Node(
         env,
@@ -162,18 +182,36 @@ def build(source: Any, **overrides: Any) -> Simulation:
         nvme_bw_bytes_per_s=t.nvme_bw_bytes_per_s if t.nvme_pool_bytes > 0 else 0.0,
     )
     pauses.attach(node, kv, scheduler, copies, track=sc.engine.check_invariants)
+    return NodeParts(resolved, node, kv, scheduler, cost, recorder, pauses)
+
+
+def build(source: Any, **overrides: Any):
+    """Build a simulation from a scenario and dotted overrides (``seed=3``,
+    ``**{"allocator.kind": "static"}``); a scenario with a ``cluster`` section builds a
+    ``sim.run.cluster.ClusterSimulation``."""
+    loaded = _loaded(source, overrides)
+    if getattr(loaded.scenario, "cluster", None) is not None:
+        from sim.run.cluster import build_cluster
+
+        return build_cluster(loaded)
+    resolved = preflight(loaded)
+    sc = resolved.scenario
+    env = simpy.Environment()
+    p = build_node(env, resolved)
     kind = workload_kind(sc.workload.kind)
     ctx = WorkloadContext(
         env,
-        node,
+        p.node,
         Streams(sc.seed),
-        recorder,
+        p.recorder,
         resolved.loaded.base_dir,
         kind.count(sc.workload),
         context_window=resolved.context_window_tokens,
     )
     driver = kind.driver(sc.workload, ctx)
-    return Simulation(resolved, env, node, kv, scheduler, cost, recorder, ctx, driver, pauses)
+    return Simulation(
+        resolved, env, p.node, p.kv, p.scheduler, p.cost, p.recorder, ctx, driver, p.pauses
+    )
 
 
 def run_scenario(source: Any, *, progress=None, **overrides: Any) -> RunResult:
@@ -216,6 +254,8 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     summary.update(pause_summary(pauses))
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
     summary["wall_time_s"] = wall_time_s
+    for frame in (*frames.values(), pauses):
+        frame["node"] = np.zeros(len(frame), dtype=np.int64)  # one node: node 0
     return RunResult(
         summary,
         frames["requests"],

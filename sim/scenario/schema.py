@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
+from sim.cluster.config import ClusterSection
 from sim.cost import CostConfig
 from sim.policy import options_union, policy_class
 from sim.workload.config import Workload
@@ -170,6 +171,8 @@ class ScenarioBase(_Cfg):
     engine: EngineConfig = EngineConfig()
     pricing: PricingSection = PricingSection()
     metrics: MetricsSection = MetricsSection()
+    # several nodes behind a router (docs/cluster.md); None: one node (the sections above)
+    cluster: ClusterSection | None = None
 
     @model_validator(mode="after")
     def _tp_pp(self):

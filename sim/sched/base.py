@@ -57,6 +57,12 @@ class Scheduler(ABC):
         """Remove a queued or running request (a pruned branch); True if it was there."""
 
     @property
+    def async_scheduling(self) -> bool:
+        """The next step is planned while the current one runs (vLLM's async scheduling):
+        the cost model then overlaps the host's per-step work with the GPU's."""
+        return False
+
+    @property
     def has_work(self) -> bool:
         """Requests are running or waiting."""
         return bool(self.running or self.waiting)

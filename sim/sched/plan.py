@@ -54,13 +54,24 @@ class BatchPlan:
 
     def work(self) -> StepWork:
         """The step's work for the cost model."""
+        hi, lo = self.decode_span()
         return StepWork(
             n_decode=self.n_decode,
             decode_history_tokens=self.decode_history_tokens,
             prefill_chunks=tuple(self.prefill_chunks),
             copy_bytes=self.copy_bytes,
             alloc_calls=self.alloc_calls,
+            decode_max_history_tokens=hi,
+            decode_min_history_tokens=lo,
         )
+
+    def decode_span(self) -> tuple[int | None, int | None]:
+        """(longest, shortest) decode history before the step (None without decodes):
+        the kernel tables' skew correction prices decodes of unequal contexts."""
+        if not self.decodes:
+            return None, None
+        hist = [r.num_computed for r in self.decodes]
+        return max(hist), min(hist)
 
 
 @dataclass(slots=True)

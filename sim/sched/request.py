@@ -23,11 +23,19 @@ STATUS_NAMES = ("waiting", "running", "finished", "rejected", "cancelled")
 #: why a request ended (requests.parquet ``finish_reason``; null while unfinished):
 #: ``stop`` generated its whole target, ``length`` cut by the context window,
 #: ``rejected_too_long`` its prompt leaves no room for one output token in the window,
-#: ``rejected_never_fits`` it can never fit the KV pool, ``cancelled`` a pruned branch
-FINISH_REASONS = ("stop", "length", "rejected_too_long", "rejected_never_fits", "cancelled")
-STOP, LENGTH, TOO_LONG, NEVER_FITS, CANCELLED_REASON = FINISH_REASONS
+#: ``rejected_never_fits`` it can never fit the KV pool, ``cancelled`` a pruned branch,
+#: ``rejected_by_router`` a cluster router refused it (``ttft_estimate`` above its SLO)
+FINISH_REASONS = (
+    "stop",
+    "length",
+    "rejected_too_long",
+    "rejected_never_fits",
+    "cancelled",
+    "rejected_by_router",
+)
+STOP, LENGTH, TOO_LONG, NEVER_FITS, CANCELLED_REASON, BY_ROUTER = FINISH_REASONS
 #: the finish reasons that are rejections (summary.json ``rejected_by_reason``)
-REJECT_REASONS = (TOO_LONG, NEVER_FITS)
+REJECT_REASONS = (TOO_LONG, NEVER_FITS, BY_ROUTER)
 
 
 class Request:

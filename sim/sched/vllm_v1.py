@@ -69,6 +69,15 @@ class VllmV1Config(BaseModel):
     max_model_len: int | None = Field(None, ge=2)
     # allow max_model_len above the model's window (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN)
     allow_long_context: bool = False
+    # vLLM's async scheduling (step N + 1 is planned while step N runs): the cost model's
+    # per-step host overhead overlaps the GPU, a step costs max(host, GPU). auto = vLLM's
+    # default, on (docs/validation.md); it changes nothing when cost.step_overhead_s is 0
+    async_scheduling: bool | Literal["auto"] = "auto"
+
+    @property
+    def async_scheduling_on(self) -> bool:
+        """``async_scheduling`` with ``auto`` resolved: on, vLLM 0.19's default."""
+        return self.async_scheduling is not False
 
 
 @register_scheduler
@@ -79,6 +88,10 @@ class VllmV1Scheduler(Scheduler):
     Config = VllmV1Config
     supports_runs = True
     config: VllmV1Config
+
+    @property
+    def async_scheduling(self) -> bool:
+        return self.config.async_scheduling_on
 
     # ------------------------------------------------------------------ queues
     def add(self, req: Request) -> bool:

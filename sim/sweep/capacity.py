@@ -8,15 +8,20 @@ The load is ``workload.arrival.concurrency`` (``search="concurrency"``, a closed
 trajectory count is scaled with it, ``round(N0 x c / c0)`` and at least c, so each agent
 runs as many trajectories as in the scenario) or ``workload.arrival.rate_per_s``
 (``arrival_rate``, an open loop; the count scales with the rate, so the arrivals span the
-same time). ``nodes`` needs a cluster scenario, which kvsim does not have yet (refused).
+same time). ``nodes`` turns the other way: the load stays the scenario's and the node
+count of its cluster (``cluster.nodes.0.count``; a scenario without ``cluster:`` is one
+node of its hardware; a cluster of several node groups is refused) is searched for the
+*smallest* count that meets the SLOs.
 
 Search: replication i runs with seed ``s + i`` (``s`` the scenario's seed) at every load
 and in every configuration, so configurations are compared seed by seed. Each
 replication has its own search: bracketing from the analytic estimate (x1.5 up while it
 passes, /1.5 down while it fails), then bisection between the largest passing and the
 smallest failing load, down to 1 (concurrency) or 2 % (rate), at most ``max_points``
-runs. A replication's capacity is its largest passing load; the answer is their mean
-with Student's t 95 % interval. The replications of a round run in parallel on the
+runs. A replication's capacity is its largest passing load (``nodes``: the smallest
+passing count, over the integers up to ``MAX_NODES``, starting from F37's node estimate;
+None when no count up to it passes); the answer is their mean with Student's t 95 %
+interval. The replications of a round run in parallel on the
 executor.
 
 Invariant: a load is judged by ``sim.sweep.slo`` (window, warm-up, failures); the result's
@@ -38,6 +43,8 @@ from sim.sweep.stats import ci95, mean, paired_difference
 from sim.sweep.task import run_probe
 
 SEARCHES = ("concurrency", "arrival_rate", "nodes")
+#: the key ``--search nodes`` sets in a cluster scenario of one node group
+NODES_KEY = "cluster.nodes.0.count"
 #: a search grows by this factor while it passes (and shrinks while it fails)
 BRACKET_FACTOR = 1.5
 #: bisection on a rate stops when the bracket is this narrow (relative)
@@ -84,11 +91,15 @@ class _Search:
     """One replication's bracket."""
 
     integer: bool
-    lo: float | None = None  # the largest load that passed
-    hi: float | None = None  # the smallest load that failed
+    #: search the smallest passing load (``nodes``: more of them, less load on each);
+    #: ``lo`` and ``hi`` then hold the largest failing and the smallest passing load
+    fewest: bool = False
+    lo: float | None = None  # the largest load that passed (fewest: failed)
+    hi: float | None = None  # the smallest load that failed (fewest: passed)
     next: float | None = None
     probes: int = 0
     converged: bool = False
+    limit: int = MAX_CONCURRENCY  # the largest integer load tried
 
     @property
     def done(self) -> bool:
@@ -96,7 +107,7 @@ class _Search:
 
     def record(self, load: float, passed: bool, max_points: int) -> None:
         self.probes += 1
-        if passed:
+        if passed != self.fewest:  # the side the bracket grows from
             self.lo = load if self.lo is None else max(self.lo, load)
         else:
             self.hi = load if self.hi is None else min(self.hi, load)
@@ -105,13 +116,13 @@ class _Search:
     def _step(self, max_points: int) -> float | None:
         lo, hi = self.lo, self.hi
         nxt = None
-        if hi is None:  # still passing: grow
+        if hi is None:  # still passing (fewest: failing): grow
             nxt = max(lo + 1, math.ceil(lo * BRACKET_FACTOR)) if self.integer else lo * BRACKET_FACTOR
-            if self.integer and lo >= MAX_CONCURRENCY:
+            if self.integer and lo >= self.limit:
                 nxt = None
             elif self.integer:
-                nxt = min(nxt, MAX_CONCURRENCY)
-        elif lo is None:  # still failing: shrink
+                nxt = min(nxt, self.limit)
+        elif lo is None:  # still failing (fewest: passing): shrink
             if self.integer:
                 nxt = None if hi <= 1 else max(1, min(hi - 1, math.floor(hi / BRACKET_FACTOR)))
             else:
@@ -121,25 +132,37 @@ class _Search:
         else:
             nxt = None if hi - lo <= RATE_TOLERANCE * hi else (lo + hi) / 2
         if nxt is None:
-            self.converged = True
+            self.converged = not (self.fewest and hi is None)  # fewest: none passed
         elif self.probes >= max_points:
             nxt = None
         return nxt
 
     @property
-    def capacity(self) -> float:
+    def capacity(self) -> float | None:
+        if self.fewest:
+            return self.hi  # None: no load up to the limit passed
         return self.lo if self.lo is not None else 0
+
+    @property
+    def at(self) -> float | None:
+        """The load of the answer (the run at capacity)."""
+        return self.hi if self.fewest else self.lo
+
+    @property
+    def beyond(self) -> float | None:
+        """The load tried just past the answer, on the failing side."""
+        return self.lo if self.fewest else self.hi
 
 
 # ----------------------------------------------------------------------- the load
 def load_key(search: str) -> str:
-    """The scenario key a search sets."""
-    if search == "nodes":
-        raise KvsimError(
-            "--search nodes needs a cluster scenario (several nodes behind a router), which "
-            "kvsim does not have yet; search concurrency or arrival_rate"
-        )
-    keys = {"concurrency": "workload.arrival.concurrency", "arrival_rate": "workload.arrival.rate_per_s"}
+    """The scenario key a search sets (``nodes``: the one group's count; a scenario
+    without ``cluster:`` gets ``cluster.nodes: [{count: n}]``)."""
+    keys = {
+        "concurrency": "workload.arrival.concurrency",
+        "arrival_rate": "workload.arrival.rate_per_s",
+        "nodes": NODES_KEY,
+    }
     if search not in keys:
         raise KvsimError(f"--search {search!r}: valid: {', '.join(SEARCHES)}")
     return keys[search]
@@ -151,7 +174,10 @@ def _count_key(workload) -> str:
 
 def base_load(loaded, search: str) -> tuple[float, int, str]:
     """(the scenario's load, its trajectory or request count, the count's key); refuses a
-    scenario the search cannot turn."""
+    scenario the search cannot turn. ``nodes``: (the node count, the same, the key that
+    sets it)."""
+    if search == "nodes":
+        return _base_nodes(loaded)
     wl = loaded.scenario.workload
     arrival = getattr(wl, "arrival", None)
     if arrival is None:
@@ -176,9 +202,28 @@ def base_load(loaded, search: str) -> tuple[float, int, str]:
     return float(rate), int(count), _count_key(wl)
 
 
+def _base_nodes(loaded) -> tuple[float, int, str]:
+    cluster = loaded.scenario.cluster
+    if cluster is None:  # one node of the scenario's hardware
+        return 1.0, 1, "cluster.nodes"
+    groups = cluster.nodes
+    if len(groups) > 1:
+        counts = " + ".join(str(g.count) for g in groups)
+        raise KvsimError(
+            f"--search nodes scales one node group; the scenario's cluster.nodes has "
+            f"{len(groups)} groups ({counts} nodes): keep one group, or compare clusters "
+            "with --vary cluster.nodes.I.count"
+        )
+    return float(groups[0].count), int(groups[0].count), NODES_KEY
+
+
 def load_overrides(search: str, load: float, base: tuple[float, int, str]) -> dict[str, Any]:
-    """The overrides that set a load: the load itself and the scaled count."""
+    """The overrides that set a load: the load itself and the scaled count (``nodes``:
+    the node count alone; the workload stays the scenario's)."""
     load0, count0, count_key = base
+    if search == "nodes":
+        n = int(load)
+        return {count_key: n} if count_key == NODES_KEY else {count_key: [{"count": n}]}
     if search == "concurrency":
         c = int(load)
         return {load_key(search): c, count_key: max(c, round(count0 * c / load0))}
@@ -244,22 +289,22 @@ def _check(replications: int, max_points: int, warmup_fraction: float) -> None:
 
 
 def _find(scenario, slos, search, sets, replications, out, ex, max_points, warmup, progress):
-    from sim.scenario import load_scenario, resolve
-    from sim.sweep.analytic import analytic_estimate
+    from sim.scenario import load_scenario
 
     _check(replications, max_points, warmup)
     key = load_key(search)
-    loaded = load_scenario(str(scenario), sets)
+    run_sets = _one_node(scenario, sets) if search == "nodes" else sets
+    loaded = load_scenario(str(scenario), run_sets)
     base = base_load(loaded, search)
-    resolved = resolve(loaded)
     seed0 = loaded.scenario.seed
+    _preflight(loaded)  # a scenario that cannot run stops here, in one line
     try:
-        estimate = analytic_estimate(resolved, search, seed0)
+        estimate = _estimate(loaded, search, seed0)
     except KvsimError as exc:  # a workload F37 cannot describe (chat, a mix): search anyway
         estimate = {"value": None, "peak_value": None, "inputs": {}, "unavailable": str(exc)}
     start = _start(estimate["value"], base[0], search)
-    integer = search == "concurrency"
-    searches = [_Search(integer, next=start) for _ in range(replications)]
+    integer = search in ("concurrency", "nodes")
+    searches = [_new_search(search, start) for _ in range(replications)]
     out_dir = None if out is None else str(Path(out).resolve())
     points: list[dict] = []
     while not all(s.done for s in searches):
@@ -267,7 +312,7 @@ def _find(scenario, slos, search, sets, replications, out, ex, max_points, warmu
         for i, s in enumerate(searches):
             if not s.done:
                 load = int(s.next) if integer else float(s.next)
-                overrides = {**sets, **load_overrides(search, load, base)}
+                overrides = {**run_sets, **load_overrides(search, load, base)}
                 tasks.append({
                     "scenario": str(scenario), "overrides": overrides, "seed": seed0 + i,
                     "load": load, "replication": i, "slos": slos,
@@ -282,25 +327,96 @@ def _find(scenario, slos, search, sets, replications, out, ex, max_points, warmu
     return _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate, points)
 
 
+def _new_search(search: str, start: float) -> _Search:
+    if search == "nodes":
+        from sim.cluster.config import MAX_NODES
+
+        return _Search(True, fewest=True, next=start, limit=MAX_NODES)
+    return _Search(search == "concurrency", next=start)
+
+
+def _one_node(scenario, sets: dict[str, Any]) -> dict[str, Any]:
+    """``sets`` with, for a scenario without ``cluster:``, the one-node cluster it is
+    (so ``--set cluster.router.kind=...`` applies to the nodes the search adds)."""
+    from sim.scenario import load_scenario
+
+    if any(k == "cluster" or k.startswith("cluster.nodes") for k in sets):
+        return sets
+    if load_scenario(str(scenario)).scenario.cluster is not None:
+        return sets
+    return {"cluster.nodes": [{"count": 1}], **sets}
+
+
+def _preflight(loaded) -> None:
+    if loaded.scenario.cluster is not None:
+        from sim.run.cluster import preflight_cluster
+
+        preflight_cluster(loaded)
+    else:
+        from sim.scenario import resolve
+
+        resolve(loaded)
+
+
+def _estimate(loaded, search: str, seed: int) -> dict[str, Any]:
+    """F37's answer: the load one node serves; ``nodes``: the scenario's load over what
+    one node (of its one group) serves, rounded up."""
+    from sim.scenario import resolve
+    from sim.sweep.analytic import analytic_estimate
+
+    if search != "nodes":
+        return analytic_estimate(resolve(loaded), search, seed)
+    wl = loaded.scenario.workload
+    arrival = getattr(wl, "arrival", None)
+    closed = arrival is not None and arrival.kind == "closed_loop"
+    if arrival is None or not (closed or getattr(arrival, "rate_per_s", None)):
+        raise KvsimError("F37 estimates nodes for a closed loop or an arrival rate only")
+    node = loaded
+    if loaded.scenario.cluster is not None:
+        from sim.run.cluster import node_scenarios
+
+        node = node_scenarios(loaded)[0]
+    per_node = analytic_estimate(resolve(node), "concurrency" if closed else "arrival_rate", seed)
+    load = float(arrival.concurrency if closed else arrival.rate_per_s)
+
+    def nodes(x: float | None) -> int | None:
+        return max(1, math.ceil(load / x)) if x else None
+
+    return {
+        "value": nodes(per_node["value"]),
+        "peak_value": nodes(per_node["peak_value"]),
+        "inputs": {**per_node["inputs"], "load_per_node": per_node["value"], "load": load},
+    }
+
+
 def _start(estimate: float | None, load0: float, search: str) -> float:
     """The first load probed: the analytic estimate, else the scenario's own load."""
     x = estimate if estimate and estimate > 0 else load0
     if search == "concurrency":
         return float(min(MAX_CONCURRENCY, max(1, round(x))))
+    if search == "nodes":
+        from sim.cluster.config import MAX_NODES
+
+        return float(min(MAX_NODES, max(1, round(x))))
     return float(x)
+
+
+_UNITS = {"concurrency": "concurrent trajectories", "arrival_rate": "arrivals per second",
+          "nodes": "nodes"}  # fmt: skip
 
 
 def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate, points):
     caps = [s.capacity for s in searches]
-    interval = ci95(caps)
-    value = mean(caps)
+    found = all(c is not None for c in caps)  # nodes: None when no count passed
+    interval = ci95(caps) if found else None
+    value = mean(caps) if found else None
     capacity = {
         "value": value,
         "ci95_low": interval[0] if interval else None,
         "ci95_high": interval[1] if interval else None,
         "per_replication": caps,
         "converged": all(s.converged for s in searches),
-        "unit": "concurrent trajectories" if search == "concurrency" else "arrivals per second",
+        "unit": _UNITS[search],
     }
     from sim.sweep.gap import explain_gap
 

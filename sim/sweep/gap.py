@@ -1,7 +1,8 @@
 """Why the simulated capacity differs from F37's: the gap, in numbers.
 
-Responsibility: from the runs at each replication's capacity (its largest passing load)
-and just above it (its smallest failing load), the figures F37 leaves out or assumes:
+Responsibility: from the runs at each replication's capacity (its largest passing load;
+``nodes``: its smallest passing count) and just past it (its smallest failing load;
+``nodes``: its largest failing count), the figures F37 leaves out or assumes:
 KV per active trajectory as simulated against F37's ``(M_avg - S_shared + K_avg) x
 m_token``, the KV held by trajectories in tool pauses, allocator fragmentation
 (``1 - eta_alloc``), how full the pool ran, preemptions, and prefill queueing (queue p99),
@@ -54,8 +55,8 @@ def _mean_figures(probes: list[dict]) -> dict[str, Any]:
 
 def explain_gap(value: float | None, estimate: dict, searches: list, points: list[dict]) -> dict:
     """The ``gap`` object of a capacity answer (see the module docstring)."""
-    at = [_probe(points, i, s.lo) for i, s in enumerate(searches)]
-    above = [_probe(points, i, s.hi) for i, s in enumerate(searches)]
+    at = [_probe(points, i, s.at) for i, s in enumerate(searches)]
+    above = [_probe(points, i, s.beyond) for i, s in enumerate(searches)]
     inputs = estimate["inputs"]
     f37_bytes = None
     if inputs:  # none when the workload has no analytic estimate
@@ -116,7 +117,9 @@ def _sentences(gap: dict, at: dict, above: dict, reasons: list[str]) -> list[str
         )
     pre_at, pre_above = at.get("preemptions"), above.get("preemptions")
     if pre_at is not None or pre_above is not None:
-        out.append(f"preemptions: {pre_at} at capacity, {pre_above} at the next load tried")
+        out.append(  # a mean over replications: print it as a number, not 0.6666666666666666
+            f"preemptions: {_count(pre_at)} at capacity, {_count(pre_above)} at the next load tried"
+        )
     if at.get("queue_p99_s") is not None:
         out.append(
             f"prefill queueing: queue p99 {at['queue_p99_s']:.3g} s at capacity, "
@@ -125,3 +128,10 @@ def _sentences(gap: dict, at: dict, above: dict, reasons: list[str]) -> list[str
     if reasons:
         out.append("above capacity: " + "; ".join(reasons))
     return out
+
+
+def _count(x) -> str:
+    """A (mean) count for the printout: 3 stays 3, 0.6666666666666666 becomes 0.67."""
+    if x is None:
+        return "None"
+    return f"{x:.3g}" if isinstance(x, float) and not float(x).is_integer() else f"{x:g}"

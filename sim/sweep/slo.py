@@ -3,7 +3,8 @@
 An SLO is named ``<metric>_<stat>_s`` and maps to the summary's ``<metric>_s.<stat>``
 (``ttft_p99_s`` -> ``ttft_s.p99``) for ``ttft``, ``itl``, ``e2e``, ``queue`` and
 ``resume_latency`` (a paused trajectory's tool return to its next first token), with
-``stat`` one of ``mean``, ``p50``, ``p90``, ``p99``. A run meets an SLO when the metric,
+``stat`` one of ``mean``, ``p50``, ``p90``, ``p95``, ``p99`` (the keys of every latency
+summary, ``sim.metrics.stats.SUMMARY_KEYS``). A run meets an SLO when the metric,
 measured over the *measurement window*, is at most the value.
 
 The window: from the end of the warm-up to the start of the run's last trajectory (after
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import KvsimError
-from sim.metrics.stats import describe, describe_weighted
+from sim.metrics.stats import SUMMARY_KEYS, describe, describe_weighted
 
 #: SLO metrics and the summary key each measures
 METRICS = {
@@ -46,9 +47,9 @@ METRICS = {
     "queue": "queue_s",
     "resume_latency": "resume_latency_s",
 }
-STATS = ("mean", "p50", "p90", "p99")
+STATS = SUMMARY_KEYS  # mean, p50, p90, p95, p99: an SLO names any statistic a summary has
 DEFAULT_WARMUP_FRACTION = 0.2
-_NAME = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<stat>mean|p50|p90|p99)_s$")
+_NAME = re.compile(rf"^(?P<metric>[a-z0-9_]+?)_(?P<stat>{'|'.join(STATS)})_s$")
 
 
 @dataclass(frozen=True)

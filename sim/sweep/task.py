@@ -130,9 +130,14 @@ def memory_figures(result, measured: dict) -> dict[str, Any]:
 
 
 def _time_mean(frame, column: str, lo: float, hi: float | None) -> float | None:
-    """Time-weighted mean of a step-function column of ``memory.parquet`` over [lo, hi]."""
+    """Time-weighted mean of a step-function column of ``memory.parquet`` over [lo, hi]
+    (a cluster run's frame holds each node's samples in turn: the nodes' means, summed)."""
     if frame is None or not len(frame) or column not in frame:
         return None
+    if "node" in frame and frame["node"].nunique() > 1:
+        end = float(frame.t_s.max()) if hi is None else hi  # one span for every node
+        parts = [_time_mean(g.drop(columns="node"), column, lo, end) for _, g in frame.groupby("node")]
+        return float(sum(p for p in parts if p is not None))
     t = frame.t_s.to_numpy(dtype=np.float64)
     v = frame[column].to_numpy(dtype=np.float64)
     end = float(t[-1]) if hi is None else hi

@@ -57,7 +57,7 @@ def test_run_writes_the_run_folder(run_cli, tmp_path):
         "versions",
     ):
         assert key in summary
-    assert set(summary["itl_s"]) == {"mean", "p50", "p90", "p99"}
+    assert set(summary["itl_s"]) == {"mean", "p50", "p90", "p95", "p99"}
     assert summary["max_itl_s"] > 1.2  # the monolithic spike
     assert len(pd.read_parquet(out / "requests.parquet")) == 33
     assert "seed_chunked_prefill" in stdout and "wrote" in stdout

@@ -96,3 +96,10 @@ def test_unknown_metrics_key_is_refused():
 def test_the_printout_says_its_paused_kv_is_the_logical_figure():
     labels = [row[0] for row in summary_rows({"paused_kv_bytes_mean": 2.0e9})]
     assert "paused KV, logical (mean)" in labels
+
+
+def test_the_printout_gives_the_physical_paused_hbm_beside_the_logical():
+    rows = {row[0]: row[1] for row in summary_rows(
+        {"paused_kv_bytes_mean": 2.0e9, "paused_hbm_bytes_mean": 1.5e9})}
+    assert rows["paused KV, logical (mean)"] == "2.00"
+    assert rows["paused KV, physical HBM (mean)"] == "1.50"

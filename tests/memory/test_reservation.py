@@ -18,7 +18,7 @@ def _alloc(kind="contiguous", **options):
 
 
 @pytest.mark.parametrize(("reservation", "capacity"), [
-    ("none", 100), ("window", 2048), ("pow2", 512), ("oracle", 300),
+    ("none", 100), ("window", 2048), ("pow2", 100 + 256), ("oracle", 300),
 ])  # fmt: skip
 def test_first_buffer_is_the_policys_reserve(reservation, capacity):
     extra = {"window_tokens": 2048} if reservation == "window" else {}
@@ -36,6 +36,39 @@ def test_buddy_rounds_the_reserve_to_a_block():
     assert a.allocate("s", 100, final_tokens=300)
     assert a.seq_capacity_tokens("s") == 512  # 300 -> the next buddy block
     a.check_invariants()
+
+
+def test_pow2_rounds_the_output_up_to_a_power_of_two_as_the_paper():
+    """Kwon et al. 2023, 6.1: Orca (Pow2) "over-reserves the space for outputs by at most
+    2x": a true output of 25 tokens gets 32 slots after the prompt."""
+    a = _alloc(reservation="pow2")
+    assert a.reserve_tokens(100, 125) == 132
+    assert a.reserve_tokens(100, 100) == 100  # no output: nothing to reserve
+    assert a.reserve_tokens(100, 101) == 101
+    # never past the longest sequence when the window is known
+    capped = _alloc(reservation="pow2", window_tokens=2048)
+    assert capped.reserve_tokens(300, 1400) == 2048  # 300 + 2,048 would never fill
+    assert capped.reserve_tokens(100, 125) == 132
+    assert capped.allocate("s", 300, final_tokens=1400)
+    assert capped.seq_capacity_tokens("s") == 2048
+
+
+def test_on_buddy_pow2_and_oracle_differ_and_the_rounding_is_the_spaces():
+    pow2 = _alloc("buddy", min_block_tokens=16, reservation="pow2")
+    oracle = _alloc("buddy", min_block_tokens=16, reservation="oracle")
+    assert pow2.allocate("s", 100, final_tokens=300) and oracle.allocate("s", 100, final_tokens=300)
+    assert oracle.seq_capacity_tokens("s") == 512  # 300 -> one 512-slot block
+    assert pow2.seq_capacity_tokens("s") == 512  # 100 + 256 = 356 -> the same block
+    assert oracle.reserve_rounding_tokens(100, 300) == 512 - 300
+    assert pow2.reserve_rounding_tokens(100, 300) == 512 - 356
+    # the blocks differ once the output's power of two crosses the total's
+    assert pow2.allocate("t", 100, final_tokens=250) and oracle.allocate("t", 100, final_tokens=250)
+    assert (pow2.seq_capacity_tokens("t"), oracle.seq_capacity_tokens("t")) == (512, 256)
+    pow2.check_invariants()
+    oracle.check_invariants()
+    # a contiguous space places the reserve exactly: no rounding
+    assert _alloc(reservation="oracle").reserve_rounding_tokens(100, 300) == 0
+    assert _alloc(reservation="pow2").reserve_rounding_tokens(100, 300) == 0
 
 
 def test_without_a_final_length_only_the_window_reserves():

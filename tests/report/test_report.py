@@ -8,6 +8,7 @@ import json
 import numpy as np
 from report_helpers import E20, ROOT, SWARM, external_urls
 
+from sim.metrics.recorder import GPU_PARTS
 from sim.report import plot_latency_cdf, plot_memory, render_report, report_files, series
 from sim.report.plots import PLOTS, plot_efficiency, plot_prefix
 from sim.report.text import progress_text, summary_rows, summary_table
@@ -47,12 +48,15 @@ def test_plotted_series_equal_the_tables(agent_run):
     assert np.array_equal(lines["eta_alloc"].get_xdata(), mem.t_s.to_numpy())
     assert np.array_equal(lines["eta_alloc"].get_ydata(), mem.eta_alloc.to_numpy(), equal_nan=True)
     assert np.array_equal(lines["eta_effective"].get_ydata(), mem.eta_effective.to_numpy())
-    stack = series.memory_stack(mem)
-    assert np.array_equal(stack.layers["token states"], mem.useful_bytes.to_numpy() / 1e9)
-    assert np.array_equal(stack.layers["free"], mem.free_bytes.to_numpy() / 1e9)
-    top = sum(stack.layers.values())  # the stack's top is the pool (less its remainder)
-    pool_gb = agent_run.summary["kv_pool_bytes"] / 1e9
-    assert np.allclose(top, top[0]) and 0.999 * pool_gb < top[0] <= pool_gb
+    stack = series.memory_stack(mem)  # one GPU's HBM, physically (memory.parquet gpu_*)
+    assert list(series.PHYSICAL_PARTS) == list(GPU_PARTS)
+    for col, label in series.PHYSICAL_PARTS.items():
+        assert np.array_equal(stack.layers[label], mem[col].to_numpy() / 1e9), col
+    top = sum(stack.layers.values())  # the stack's top is the GPU's HBM
+    assert np.allclose(top, 85_899_345_920 / 1e9, rtol=1e-12)
+    old = series.memory_stack(mem.drop(columns=list(GPU_PARTS)))  # an older run folder
+    assert np.array_equal(old.layers["token states"], mem.useful_bytes.to_numpy() / 1e9)
+    assert np.array_equal(old.layers["free"], mem.free_bytes.to_numpy() / 1e9)
     lat = {ln.get_label(): ln for ln in plot_latency_cdf(agent_run).axes[0].lines}
     ttft = np.sort(agent_run.requests.ttft_s.dropna().to_numpy())
     assert np.array_equal(lat["TTFT"].get_xdata(), ttft)

@@ -36,12 +36,13 @@ def test_a_written_run_folder_follows_the_schema(agent_folder):
 
 
 def test_producers_columns_are_the_declared_ones_in_order():
+    # the run layer appends the ``node`` column to every producer's table
     declared = {n: [c.name for c in cols] for n, cols in TABLES.items()}
-    assert declared["requests"] == list(REQUEST_COLUMNS)
-    assert declared["steps"] == list(STEP_COLUMNS)
-    assert declared["memory"] == list(MEMORY_COLUMNS)
-    assert declared["trajectories"] == list(TRAJECTORY_COLUMNS)
-    assert declared["pauses"] == list(PAUSE_COLUMNS)
+    assert declared["requests"] == [*REQUEST_COLUMNS, "node"]
+    assert declared["steps"] == [*STEP_COLUMNS, "node"]
+    assert declared["memory"] == [*MEMORY_COLUMNS, "node"]
+    assert declared["trajectories"] == [*TRAJECTORY_COLUMNS, "node"]
+    assert declared["pauses"] == [*PAUSE_COLUMNS, "node"]
 
 
 def test_counts_and_bytes_are_integers_and_units_are_in_the_names():
@@ -78,4 +79,4 @@ def test_checks_catch_undeclared_missing_and_mistyped_keys(e20_run):
     assert check_table("requests", frame)[0].startswith("requests.parquet: columns differ")
     bad = e20_run.steps.assign(n_steps=e20_run.steps.n_steps.astype(float))
     assert check_table("steps", bad) == ["steps.parquet: n_steps: dtype float64, declared int"]
-    assert check_table("pauses", pd.DataFrame(columns=PAUSE_COLUMNS)) == []
+    assert check_table("pauses", pd.DataFrame(columns=[*PAUSE_COLUMNS, "node"])) == []

@@ -27,6 +27,7 @@ MEM = "hardware.accelerator_overrides.memory_bytes"
         ("itl_p50_s=0.05", "itl_s.p50"),
         ("e2e_mean_s=30", "e2e_s.mean"),
         ("queue_p90_s=1", "queue_s.p90"),
+        ("ttft_p95_s=2", "ttft_s.p95"),
         ("resume_latency_p99_s=1.5", "resume_latency_s.p99"),
     ],
 )
@@ -37,8 +38,8 @@ def test_slo_names_map_to_summary_keys(text, key):
 @pytest.mark.parametrize(
     "text, needle",
     [
-        ("ttft_p95_s=2", "ttft_<mean|p50|p90|p99>_s"),
-        ("tpot_p99_s=2", "resume_latency_<mean|p50|p90|p99>_s"),
+        ("ttft_p999_s=2", "ttft_<mean|p50|p90|p95|p99>_s"),
+        ("tpot_p99_s=2", "resume_latency_<mean|p50|p90|p95|p99>_s"),
         ("ttft_p99_s", "expected METRIC=SECONDS"),
         ("ttft_p99_s=-1", "positive, finite"),
         ("ttft_p99_s=nan", "positive, finite"),
@@ -148,8 +149,9 @@ def test_cli_json_is_one_object_and_nothing_is_written(run_cli, tiny, tmp_path, 
 
 
 def test_cli_refusals_are_one_line(run_cli, tiny):
-    code, _, err = run_cli(["capacity", str(tiny), "--slo", "ttft_p99_s=1", "--search", "nodes"])
-    assert code == 2 and "needs a cluster scenario" in err and len(err.splitlines()) == 1
+    code, _, err = run_cli(["capacity", str(tiny), "--slo", "ttft_p99_s=1", "--search", "nodes",
+                            "--set", "cluster.nodes=[{count: 1}, {count: 2}]"])  # fmt: skip
+    assert code == 2 and "scales one node group" in err and len(err.splitlines()) == 1
     code, _, err = run_cli(
         ["capacity", str(tiny), "--slo", "ttft_p99_s=1", "--search", "arrival_rate"]
     )

@@ -134,7 +134,11 @@ def test_mass_rejection_is_a_warning_with_reasons():
     }
     res = run_scenario(sc)
     s = res.summary
-    assert s["rejected_by_reason"] == {"rejected_too_long": 3, "rejected_never_fits": 0}
+    assert s["rejected_by_reason"] == {
+        "rejected_too_long": 3,
+        "rejected_never_fits": 0,
+        "rejected_by_router": 0,
+    }
     assert res.requests.finish_reason.tolist() == ["rejected_too_long"] * 3 + ["length"]
     assert res.requests.output_tokens.tolist()[-1] == 192  # 8,000 + 192 = the window
     assert s["warnings"][0].startswith("3 of 4 requests (75.0%) were rejected")

@@ -1,0 +1,304 @@
+"""One cluster run: a node per ``cluster.nodes`` entry behind the router, one workload.
+
+Responsibility: derive each node group's scenario from the top-level one (its sections
+override the defaults; ``sim.cluster.config.group_overrides``), check them all before a
+run, build every node (``sim.run.runner.build_node``) on one SimPy environment, the
+router, the prefix directory (when the router reads one) and the front the workload
+submits to; after the run, gather every node's tables (each with its ``node`` column),
+the cluster-wide summary (the single-node keys over the whole cluster, ``sim.cluster.
+aggregate``), one summary per node under ``nodes`` and the routing figures.
+
+Invariants: node ids are consecutive from 0 in the order the groups list them; the
+cluster's simulated time is the last node's; the same scenario and seed give the same
+result; nothing here writes files.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import simpy
+
+from sim.cluster.aggregate import KVSum, RecorderSum, cluster_cost
+from sim.cluster.config import group_overrides, node_groups
+from sim.cluster.front import ClusterFront
+from sim.cluster.routers import make_router
+from sim.errors import ConfigError, KvsimError
+from sim.metrics import Recorder, summarize
+from sim.metrics.pauses import pause_frame, pause_summary
+from sim.metrics.summary import fill_hold
+from sim.run.pricing import cost_summary
+from sim.run.provenance import config_sha256, resolved_config, scenario_path
+from sim.scenario import LoadedScenario, Resolved, load_scenario
+from sim.workload import Streams, WorkloadContext, workload_kind
+
+#: summary keys that describe the run, not a node (kept out of each ``nodes`` entry)
+_RUN_KEYS = ("versions", "command", "scenario_path", "config_sha256", "wall_time_s", "warnings")
+
+
+def node_scenarios(loaded: LoadedScenario) -> list[LoadedScenario]:
+    """One node scenario per ``cluster.nodes`` group (no ``cluster`` section in them);
+    a problem in a group is one line located at that group."""
+    section = loaded.scenario.cluster
+    data = loaded.scenario.model_dump(mode="json", exclude={"cluster"})
+    out = []
+    for i, group in enumerate(section.nodes):
+        try:
+            node = load_scenario(data, group_overrides(group))
+        except KvsimError as exc:
+            raise _at_group(loaded, i, exc) from None
+        node.source, node.base_dir, node.lines = loaded.source, loaded.base_dir, {}
+        node.overrides = {}
+        out.append(node)
+    return out
+
+
+def _at_group(loaded: LoadedScenario, i: int, exc: KvsimError) -> ConfigError:
+    msg = exc.message if isinstance(exc, ConfigError) else str(exc)
+    sub = exc.field if isinstance(exc, ConfigError) and exc.field else ""
+    sub = sub.removeprefix("--set ")
+    return ConfigError(
+        msg, location=loaded.where("cluster", "nodes", i), field=f"cluster.nodes.{i}.{sub}".rstrip(".")
+    )
+
+
+def preflight_cluster(loaded: LoadedScenario) -> list[Resolved]:
+    """Every node group's checks (``preflight`` of each node scenario), in group order."""
+    from sim.run.runner import preflight
+
+    out = []
+    for i, node in enumerate(node_scenarios(loaded)):
+        try:
+            out.append(preflight(node))
+        except KvsimError as exc:
+            raise _at_group(loaded, i, exc) from None
+    return out
+
+
+@dataclass
+class ClusterSimulation:
+    """A built, not yet run, cluster simulation."""
+
+    loaded: LoadedScenario
+    env: simpy.Environment
+    parts: list[Any]  # sim.run.runner.NodeParts, by node id
+    front: ClusterFront
+    directory: Any
+    recorder: Recorder  # the front's: trajectories and requests the router refused
+    ctx: WorkloadContext
+    driver: Any
+    resolved: Resolved = field(repr=False, default=None)  # node 0's (the defaults' view)
+
+    @property
+    def node(self):
+        return self.parts[0].node
+
+    def run(self, progress=None):
+        if progress is not None:
+            ctx = self.ctx
+            for p in self.parts:
+                p.node.progress = lambda now: progress(now, ctx.completed, ctx.total)
+        self.env.process(self.driver)
+        t0 = time.perf_counter()
+        self.env.run(until=simpy.AllOf(self.env, [p.node.process for p in self.parts]))
+        wall = time.perf_counter() - t0
+        return collect_cluster(self, wall)
+
+
+def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
+    from sim.run.runner import build_node
+
+    section = loaded.scenario.cluster
+    by_group = preflight_cluster(loaded)
+    resolved = [by_group[g] for g in node_groups(section)]
+    env = simpy.Environment()
+    parts = [build_node(env, r) for r in resolved]
+    router = make_router(section.router, len(parts))
+    directory = None
+    if router.uses_directory:
+        from sim.cluster.directory import PrefixDirectory
+
+        opts = section.router
+        directory = PrefixDirectory(
+            env,
+            len(parts),
+            chunk_tokens=opts.chunk_tokens,
+            update_delay_s=getattr(opts, "directory_update_delay_s", 0.0),
+        )
+        for j, p in enumerate(parts):
+            directory.attach(j, p.kv)
+    r0 = resolved[0]
+    sc = r0.scenario
+    recorder = Recorder(
+        pool_bytes=sum(r.pool_bytes for r in resolved),
+        phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * r0.kv_bytes_per_token,
+        block_kind=True,
+    )
+    front = ClusterFront(
+        env,
+        [p.node for p in parts],
+        router,
+        pool_bytes=[r.pool_bytes for r in resolved],
+        directory=directory,
+        network_delay_s=section.network_delay_s,
+        on_rejected=recorder.request_ended,
+    )
+    windows = [r.context_window_tokens for r in resolved if r.context_window_tokens]
+    kind = workload_kind(sc.workload.kind)
+    ctx = WorkloadContext(
+        env,
+        front,
+        Streams(sc.seed),
+        recorder,
+        loaded.base_dir,
+        kind.count(sc.workload),
+        context_window=min(windows) if windows else None,
+    )
+    driver = kind.driver(sc.workload, ctx)
+    return ClusterSimulation(loaded, env, parts, front, directory, recorder, ctx, driver, r0)
+
+
+# --------------------------------------------------------------------------- collect
+def _with_node(frame: pd.DataFrame, node: int | Any) -> pd.DataFrame:
+    frame = frame.copy() if frame is not None else pd.DataFrame()
+    frame["node"] = node
+    frame["node"] = frame["node"].astype("int64")
+    return frame
+
+
+def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
+    from sim.run.runner import RunResult
+
+    sim_time = max(p.node.end_s for p in sim.parts)
+    node_frames, node_pauses = [], []
+    for j, p in enumerate(sim.parts):
+        p.kv.flush_all()
+        for req in (*p.scheduler.running, *p.scheduler.waiting):
+            p.recorder.request_ended(req)  # unfinished at the horizon
+        f = p.recorder.frames()
+        node_frames.append({k: _with_node(v, j) for k, v in f.items()})
+        node_pauses.append(_with_node(pause_frame(p.pauses.records(sim_time)), j))
+    front = sim.recorder.frames()
+    traj = front["trajectories"]
+    homes = [sim.front.trajectory_node(int(t)) for t in traj.traj_id]
+    # a trajectory the router refused every call of was never on a node: -1
+    traj = _with_node(traj, [-1 if h is None else h for h in homes] if len(traj) else 0)
+    kv_all = KVSum([p.kv for p in sim.parts])
+    fill_hold(traj, kv_all, sim_time)
+    frames = {
+        "requests": _concat([_with_node(front["requests"], -1)]
+                            + [f["requests"] for f in node_frames], "req_id"),  # fmt: skip
+        "steps": _concat([f["steps"] for f in node_frames]),
+        "memory": _concat([f["memory"] for f in node_frames]),
+        "trajectories": traj,
+    }
+    pauses = _concat(node_pauses)
+    rec_all = RecorderSum([p.recorder for p in sim.parts])
+    config = resolved_config(sim.loaded)
+    meta = _meta(sim, config)
+    summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)
+    summary.update(pause_summary(pauses))
+    nodes = [
+        _node_summary(sim, j, node_frames[j], node_pauses[j], traj, sim_time)
+        for j in range(len(sim.parts))
+    ]
+    for key in ("paused_kv_bytes_peak", "paused_hbm_bytes_peak"):  # sums, as peak_allocated
+        summary[key] = int(sum(n[key] for n in nodes))
+    summary.update(cluster_cost(nodes, summary))
+    summary.update(_routing(sim))
+    summary["nodes"] = nodes
+    summary["wall_time_s"] = wall_time_s
+    return RunResult(
+        summary,
+        frames["requests"],
+        frames["steps"],
+        frames["memory"],
+        frames["trajectories"],
+        config,
+        sim.resolved,
+        pauses,
+    )
+
+
+def _concat(frames: list[pd.DataFrame], sort: str | None = None) -> pd.DataFrame:
+    frames = [f for f in frames if len(f.columns)]
+    nonempty = [f for f in frames if len(f)]
+    out = pd.concat(nonempty or frames[:1], ignore_index=True)
+    if sort is not None and len(out):
+        out = out.sort_values(sort, kind="stable").reset_index(drop=True)
+    return out
+
+
+def _meta(sim: ClusterSimulation, config: dict) -> dict:
+    rs = [p.resolved for p in sim.parts]
+    sc = rs[0].scenario
+
+    def names(values) -> str:
+        return "+".join(dict.fromkeys(values))
+
+    return {
+        "scenario": sim.loaded.scenario.name,
+        "schema_version": sc.schema_version,
+        "seed": sc.seed,
+        "model": names(r.model.name for r in rs),
+        "accelerator": names(r.accelerator.name for r in rs),
+        "num_gpus": sum(r.num_gpus for r in rs),
+        "allocator": names(r.allocator_kind for r in rs),
+        "scheduler": names(r.scenario.scheduler.kind for r in rs),
+        "pause_policy": names(r.scenario.pause_policy.kind for r in rs),
+        "exact": sc.engine.exact,
+        "kv_pool_bytes": sum(round(r.pool_bytes) for r in rs),  # = the nodes' own, summed
+        "kv_bytes_per_token": float(rs[0].kv_bytes_per_token),
+        "trajectories_total": sim.ctx.total,
+        "command": None,
+        "scenario_path": scenario_path(sim.loaded),
+        "config_sha256": config_sha256(config),
+    }
+
+
+def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_time: float):
+    p = sim.parts[j]
+    r = p.resolved
+    mine = {**frames, "trajectories": traj[traj.node == j].reset_index(drop=True)}
+    meta = {
+        "node_id": j,
+        "scenario": sim.loaded.scenario.name,
+        "schema_version": r.scenario.schema_version,
+        "seed": r.scenario.seed,
+        "model": r.model.name,
+        "accelerator": r.accelerator.name,
+        "num_gpus": r.num_gpus,
+        "allocator": r.allocator_kind,
+        "scheduler": r.scenario.scheduler.kind,
+        "pause_policy": r.scenario.pause_policy.kind,
+        "exact": r.scenario.engine.exact,
+        "kv_pool_bytes": round(r.pool_bytes),
+        "kv_bytes_per_token": float(r.kv_bytes_per_token),
+        "trajectories_total": int(len(mine["trajectories"])),
+    }
+    s = summarize(p.recorder, mine, sim_time_s=sim_time, kv=p.kv, meta=meta)
+    s.update(pause_summary(pauses))
+    s.update(cost_summary(r, s))
+    s["routing_decisions"] = int(sim.front.routed[j])
+    for k in _RUN_KEYS:
+        s.pop(k, None)
+    return s
+
+
+def _routing(sim: ClusterSimulation) -> dict:
+    d, f = sim.directory, sim.front
+    prompt = f.match_prompt_tokens
+    return {
+        "n_nodes": len(sim.parts),
+        "router": sim.loaded.scenario.cluster.router.kind,
+        "routing_decisions": int(sum(sim.front.routed)),
+        "rejected_by_router": int(sim.front.rejected),
+        "sequence_moves": int(sim.front.moves),
+        "directory_entries": int(d.entries) if d is not None else None,
+        "directory_staleness_s": float(d.mean_staleness_s) if d is not None else None,
+        "routed_match_rate": f.match_chosen_tokens / prompt if prompt else None,
+        "global_match_rate": f.match_best_tokens / prompt if prompt else None,
+    }
