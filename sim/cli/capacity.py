@@ -2,9 +2,11 @@
 
 Invariant: thin: flags are parsed here, the search is ``sim.sweep.find_capacity`` (or
 ``find_capacities`` with ``--vary``); ``--json`` prints one JSON object and nothing else
-on stdout (``{"capacity", "analytic_estimate", "gap", "points", ...}``; with ``--vary``
-``{"vary", "values", "configurations": [...], "comparisons": [...]}``); progress goes to
-stderr. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
+on stdout (``{"capacity", "analytic_estimate", "gap", "points", "warnings", ...}``; with
+``--vary`` ``{"vary", "values", "configurations": [...], "comparisons": [...]}``); progress
+goes to stderr, each probe's load in words (``load 12``, ``2 nodes``). The summary prints
+every ``warnings`` line (a measurement window that describes little of the runs) as
+``WARNING: ...``. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
 ``DIR/capacity.json`` and ``DIR/points.parquet`` (and ``DIR/capacity.png`` with
 ``--vary``).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -86,7 +89,7 @@ def capacity(
     options: dict[str, Any] = dict(
         search=search, replications=replications, out=out_dir, executor=executor,
         workers=workers, scheduler_address=scheduler_address, max_points=max_points,
-        warmup_fraction=warmup_fraction, progress=None if as_json else _progress,
+        warmup_fraction=warmup_fraction, progress=None if as_json else partial(_progress, search),
     )  # fmt: skip
     if vary is None:
         if figure is not None:
@@ -154,13 +157,15 @@ def _keep(out_dir: Path | None, doc: dict, results: list) -> None:
     os.replace(tmp, out_dir / "capacity.json")
 
 
-def _progress(probe: dict) -> None:
+def _progress(search: str, probe: dict) -> None:
+    from sim.sweep.capacity import load_label
+
     verdict = "meets" if probe["passed"] else "fails"
     why = "" if probe["passed"] else ": " + "; ".join(probe.get("reasons") or [])
     config = probe.get("config") or {}
     label = " ".join(f"{k}={v}" for k, v in config.items())
     typer.echo(
-        f"  {label + ' ' if label else ''}load {probe['load']:g} seed {probe['seed']}: "
+        f"  {label + ' ' if label else ''}{load_label(search, probe['load'])} seed {probe['seed']}: "
         f"{verdict} the SLOs{why}",
         err=True,
     )
@@ -183,7 +188,10 @@ def _print_one(r) -> None:
     )
     ci = "" if c["ci95_low"] is None else f" (95% CI {_fmt(c['ci95_low'])} - {_fmt(c['ci95_high'])})"
     per = ", ".join(_fmt(x) for x in c["per_replication"])
-    typer.echo(f"  capacity:  {_fmt(c['value'])} {c['unit']}{ci}; per replication {per}")
+    unit = "node" if c["unit"] == "nodes" and c["value"] == 1 else c["unit"]
+    typer.echo(f"  capacity:  {_fmt(c['value'])} {unit}{ci}; per replication {per}")
+    for line in r.warnings:
+        typer.echo(f"  {line}")
     if c["value"] is None and r.search == "nodes":
         typer.echo("  (no node count tried meets the SLOs)")
     elif not c["converged"]:
@@ -229,5 +237,8 @@ def _print_many(comp, fig: Path | None) -> None:
     if console.width < 120:  # a pipe or a narrow terminal: keep each row on one line
         console = Console(width=120)
     console.print(t)
+    for value, r in zip(comp.values, comp.results, strict=True):
+        for line in r.warnings:
+            typer.echo(f"{comp.key}={value}: {line}")
     if fig is not None:
         typer.echo(f"wrote {fig}")

@@ -127,12 +127,17 @@ def validate_sweep(file: Path, sets: list[str] | None, max_problems: int) -> Non
             typer.echo(f"kvsim: error: ... and {len(problems) - max_problems} more", err=True)
         raise typer.Exit(code=2)
     n = len(sweep.points)
+    if base.scenario.cluster is not None:  # the cluster it is, as `kvsim validate SCENARIO`
+        from sim.cli.validate import cluster_line
+
+        what = cluster_line(base)
+    else:
+        what = (f"{base.model.name} on {base.num_gpus} x {base.accelerator.name}, workload "
+                f"{base.scenario.workload.kind}")  # fmt: skip
     typer.echo(
         f"{file}: ok: sweep {sweep.name}: {n} point{'s' if n != 1 else ''} x "
         f"{sweep.replications} replication{'s' if sweep.replications != 1 else ''} = "
-        f"{n * sweep.replications} runs of {sweep.base_path.name} ({base.scenario.name}: "
-        f"{base.model.name} on {base.num_gpus} x {base.accelerator.name}, workload "
-        f"{base.scenario.workload.kind})"
+        f"{n * sweep.replications} runs of {sweep.base_path.name} ({base.scenario.name}: {what})"
     )
 
 

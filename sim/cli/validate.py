@@ -80,10 +80,12 @@ def cluster_line(resolved) -> str:
     pool = sum(groups[g].pool_bytes for g in node_groups(sc.cluster))
     n = sc.cluster.n_nodes
     nodes = ", ".join(f"{c} x {name}" for name, c in counts.items())
+    allocators = "+".join(dict.fromkeys(r.allocator_kind for r in groups))  # every group's
+    schedulers = "+".join(dict.fromkeys(r.scenario.scheduler.kind for r in groups))
     return (
         f"cluster of {n} node{'s' if n > 1 else ''} ({nodes}), router {sc.cluster.router.kind}, "
         f"{resolved.model.name}, KV pool {pool / GB:,.2f} GB in all, allocator "
-        f"{resolved.allocator_kind}, scheduler {sc.scheduler.kind}, workload {sc.workload.kind}"
+        f"{allocators}, scheduler {schedulers}, workload {sc.workload.kind}"
     )
 
 

@@ -57,7 +57,6 @@ class ClusterFront:
         self.routed = [0] * self.n_nodes  # routing decisions per node
         self.home: dict[Hashable, int] = {}  # sequence -> node that holds it
         self._traj_node: dict[int, int] = {}  # trajectory -> node of its latest call
-        self.traj_moves: dict[int, int] = {}  # trajectory -> times its sequence moved
         self.moves = 0  # sequences moved to another node
         self.rejected = 0  # requests the router refused
         # prefix matches seen by routers that read them (prefix_affinity, ttft_estimate):
@@ -86,7 +85,6 @@ class ClusterFront:
         if home is not None and home != j:  # the sequence moves: the old node lets it go
             self._send(home, "release", seq)
             self.moves += 1
-            self.traj_moves[req.traj_id] = self.traj_moves.get(req.traj_id, 0) + 1
         self.home[seq] = j
         self._traj_node[req.traj_id] = j
         self._outstanding[j] += 1
@@ -96,6 +94,8 @@ class ClusterFront:
         def ended(r: Request, j: int = j, done=done) -> None:
             self._outstanding[j] -= 1
             self._live[j].pop(r.req_id, None)
+            if (r.last_turn or r.status == REJECTED) and self.home.get(r.seq_id) == j:
+                del self.home[r.seq_id]  # the node released the sequence itself
             if done is not None:
                 done(r)
 
@@ -128,6 +128,11 @@ class ClusterFront:
             self._send(j, "workload_finished")
 
     # ------------------------------------------------------------ router view
+    def in_flight(self, node: int) -> list[Request]:
+        """Requests routed to ``node`` that have not ended (queued, running, waiting for
+        their context, in its inbox or on the network), in routing order."""
+        return list(self._live[node].values())
+
     def outstanding(self, node: int) -> int:
         return self._outstanding[node]
 
@@ -169,8 +174,7 @@ class ClusterFront:
         rate = self._rate_cache.get(node)
         if rate is None:
             n = self.nodes[node]
-            config = getattr(n.sched, "config", None)
-            budget = int(getattr(config, "max_num_batched_tokens", 2048))
+            budget = n.sched.token_budget
             step = n.cost.iteration_time(StepWork(prefill_chunks=((budget, 0),)))
             rate = self._rate_cache[node] = step.total_s / budget
         return rate

@@ -10,8 +10,8 @@ cluster.router.kind=least_load`` drops the old kind's options as ``allocator.kin
 The kinds (docs/cluster.md):
 
 * ``round_robin``: nodes in turn (Vidur's global scheduler).
-* ``least_load``: the fewest outstanding requests (queued + running; ``by: kv``: the
-  lowest KV use first), ties to the lowest node id.
+* ``least_load``: the fewest outstanding requests (queued + running), then the lowest
+  KV use, then the lowest node id (``by: kv``: KV use first, then outstanding requests).
 * ``prefix_affinity``: SPEC F20, ``argmax_j mu Match_j / S - (1 - mu) (L_j / L_max)^gamma``
   over the prefix directory (chained 16-token chunk hashes, F19) and the request's own
   resident sequence; ``l_max: auto`` is ``max_j L_j`` (0 load everywhere: no load term).
@@ -32,7 +32,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sim.errors import ConfigError
 
@@ -76,6 +76,11 @@ class Router(ABC):
     def uses_directory(self) -> bool:
         """Whether the router reads prefix matches (the front then keeps a directory)."""
         return False
+
+    @property
+    def directory_update_delay_s(self) -> float:
+        """How late the directory sees the nodes' cache changes (0: at once)."""
+        return 0.0
 
     @abstractmethod
     def route(self, req: Any, view: ClusterView) -> int | None:
@@ -128,6 +133,7 @@ class RoundRobin(Router):
     kind = "round_robin"
 
     class Options(_Options):
+        model_config = ConfigDict(title="RoundRobinRouter")
         kind: Literal["round_robin"] = "round_robin"
 
     def __init__(self, options, n_nodes: int) -> None:
@@ -145,6 +151,7 @@ class LeastLoad(Router):
     kind = "least_load"
 
     class Options(_Options):
+        model_config = ConfigDict(title="LeastLoadRouter")
         kind: Literal["least_load"] = "least_load"
         by: Literal["queue", "kv"] = "queue"  # outstanding requests first, or KV use first
 
@@ -157,16 +164,29 @@ class PrefixAffinity(Router):
     kind = "prefix_affinity"
 
     class Options(_Options):
+        model_config = ConfigDict(title="PrefixAffinityRouter")
         kind: Literal["prefix_affinity"] = "prefix_affinity"
         mu: float = Field(0.5, ge=0, le=1)  # affinity vs load weight (F20)
         gamma: float = Field(1.0, gt=0, le=16)  # load-penalty exponent (F20)
-        l_max: Literal["auto"] | int = "auto"  # normalizing load; auto = max_j L_j
+        # normalizing load (F20's L_max): auto = max_j L_j, else a fixed count >= 1
+        l_max: Literal["auto"] | int = "auto"
         directory_update_delay_s: float = Field(0.0, ge=0, le=3600)  # directory staleness
         chunk_tokens: int = Field(16, ge=1, le=4096)  # F19 chunk (16 in SPEC 3.15)
+
+        @field_validator("l_max", mode="before")
+        @classmethod
+        def _l_max(cls, v):
+            if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                return v
+            raise ValueError(f"l_max must be auto or an integer >= 1, got {v!r}")
 
     @property
     def uses_directory(self) -> bool:
         return True
+
+    @property
+    def directory_update_delay_s(self) -> float:
+        return self.options.directory_update_delay_s
 
     def route(self, req, view) -> int:
         from sim.cluster.score import best_node, routing_score
@@ -174,7 +194,7 @@ class PrefixAffinity(Router):
         o = self.options
         match = view.match_tokens(req)
         loads = [view.outstanding(j) for j in range(self.n_nodes)]
-        l_max = max(loads) if o.l_max == "auto" else max(int(o.l_max), 1)
+        l_max = max(loads) if o.l_max == "auto" else int(o.l_max)
         scores = [
             routing_score(m, req.prompt_tokens, load, l_max, mu=o.mu, gamma=o.gamma)
             for m, load in zip(match, loads, strict=True)
@@ -187,6 +207,7 @@ class SessionAffinity(Router):
     kind = "session_affinity"
 
     class Options(_Options):
+        model_config = ConfigDict(title="SessionAffinityRouter")
         kind: Literal["session_affinity"] = "session_affinity"
         overload_queue_depth: int = Field(64, ge=0, le=10**6)
 
@@ -202,6 +223,7 @@ class TtftEstimate(Router):
     kind = "ttft_estimate"
 
     class Options(_Options):
+        model_config = ConfigDict(title="TtftEstimateRouter")
         kind: Literal["ttft_estimate"] = "ttft_estimate"
         ttft_slo_s: float | None = Field(None, gt=0, le=86_400)  # refuse above it (None: never)
         chunk_tokens: int = Field(16, ge=1, le=4096)

@@ -273,7 +273,9 @@ STEP_TABLE = _cols(
     ("allreduce_s", _F, "s", "Cost term: tensor-parallel all-reduce."),
     ("copy_s", _F, "s", "Cost term: copies."),
     ("alloc_s", _F, "s", "Cost term: allocator calls."),
-    ("overhead_s", _F, "s", "Cost term: fixed overhead."),
+    ("overhead_s", _F, "s", "Cost term: fixed per-step host overhead; with async scheduling "
+     "(scheduler.async_scheduling, vLLM's default) it overlaps the GPU's work, so the step "
+     "is max(overhead, the other terms) and the terms do not add up to it."),
     ("mem_s", _F, "s", "Memory-bound time of the first step."),
     ("comp_s", _F, "s", "Compute-bound time of the first step."),
     ("bound", _S, "-", "memory, compute, or none (a zero-time row)."),

@@ -13,10 +13,13 @@ braces or brackets do not split values. A variant's name is ``KEY=VALUE`` (a map
 values joined by ``-``), several keys joined by ``,``; its folder name is that name with
 anything but letters, digits and ``._=,-`` replaced by ``_``.
 
+Every table shows the prefill tokens and the KV reuse rate beside the prefix hit rate.
 Cluster runs compare like single-node ones: their summary has the same keys for the
-cluster as a whole (a row also gets the routing figures, e.g. ``routing_decisions``;
-the per-node list ``nodes`` stays in each run's summary.json), and the pool shares are of
-the cluster's whole pool (``sim.report.pool``).
+cluster as a whole (a row also gets the routing figures, e.g. ``routing_decisions``; the
+per-node list ``nodes`` stays in each run's summary.json), the table adds their sequence
+moves and routed / global match rates (the figures that tell routers apart, where the
+prefix hit rate alone misleads), and the pool shares are of the cluster's whole pool
+(``sim.report.pool``).
 
 Invariant: the executor is passed in (anything with ``run(fn, tasks)`` yielding
 ``(index, result)``, e.g. ``sim.sweep.make_executor``); without one, variants run one
@@ -52,12 +55,17 @@ METRICS = (
     ("requests completed", "requests_completed", 1.0, "count"),
     ("trajectories completed", "trajectories_completed", 1.0, "count"),
     ("prefix hit rate", "prefix_hit_rate", 100.0, "%"),
+    ("KV reuse rate", "kv_reuse_rate", 100.0, "%"),
+    ("prefill tokens", "prefill_tokens", 1.0, "tokens"),
     ("eta_alloc (mean)", "eta_alloc_mean", 100.0, "%"),
     ("eta_effective (mean)", "eta_effective_mean", 100.0, "%"),
     ("peak allocated", "peak_allocated_bytes", 1e-9, "GB"),
     ("preemptions", "preemptions", 1.0, "count"),
     ("rejected", "rejected", 1.0, "count"),
     ("rejected by router", "rejected_by_router", 1.0, "count"),  # cluster runs only
+    ("sequence moves", "sequence_moves", 1.0, "count"),  # cluster runs only
+    ("routed match rate", "routed_match_rate", 100.0, "%"),  # routers that read matches
+    ("global match rate", "global_match_rate", 100.0, "%"),  # routers that read matches
     ("held KV", "hold_gb_s", 1.0, "GB*s"),
     ("USD per 1M output tokens", "usd_per_million_output_tokens", 1.0, "USD"),
 ) + tuple((f"pool: {s.replace('_', ' ')}", f"pool_{s}", 100.0, "%") for s in SHARES)
@@ -240,7 +248,7 @@ def compare_text(frame: pd.DataFrame) -> str:
             continue
         cells = []
         for i, v in enumerate(vals):
-            text = "-" if math.isnan(v) else f"{v * scale:,.4g}"
+            text = "-" if math.isnan(v) else _cell(v * scale)
             base = vals[0]
             if i and not math.isnan(v) and not math.isnan(base) and base != 0:
                 text += f" ({(v - base) / abs(base):+.1%})"
@@ -254,6 +262,12 @@ def compare_text(frame: pd.DataFrame) -> str:
              for r in [head, *body]]  # fmt: skip
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n"
+
+
+def _cell(x: float) -> str:
+    """4 significant digits, but whole numbers from 10,000 up (1,320,417 prefill tokens,
+    not 1.32e+06)."""
+    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}"
 
 
 # ------------------------------------------------------------------------ writing

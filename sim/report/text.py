@@ -2,9 +2,12 @@
 
 Responsibility: what ``kvsim run`` shows while it runs (simulated time, finished
 trajectories, an ETA) and after (one table: every latency in ms, memory in GB, rates in
-percent), and the same rows for ``report.html``; a cluster run adds the router, the
-node count and each node's routing decisions, and report.html's per-node table. No printing and no clock here: the CLI
-passes the elapsed wall time in.
+percent), and the same rows for ``report.html``. Every run shows its prefill tokens and
+KV reuse rate beside the prefix hit rate (under affinity routing the hit rate alone
+misleads, docs/cluster.md); a cluster run adds the router, the node count, each node's
+routing decisions, the sequence moves and the routed / global match rates, and
+report.html's per-node table. No printing and no clock here: the CLI passes the elapsed
+wall time in.
 
 Invariant: the same inputs give the same text; a missing figure (None) prints as ``-``.
 """
@@ -77,6 +80,8 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         ("max ITL", _ms(s.get("max_itl_s")), "ms"),
         ("output throughput", _num(s.get("output_tokens_per_s"), ",.0f"), "tokens/s"),
         ("prefix hit rate", _num(s.get("prefix_hit_rate"), ".1f", 100), "%"),
+        ("KV reuse rate", _num(s.get("kv_reuse_rate"), ".1f", 100), "%"),
+        ("prefill tokens", _num(s.get("prefill_tokens"), ",d"), "tokens"),
         ("eta_alloc (mean)", _num(s.get("eta_alloc_mean"), ".1f", 100), "%"),
         ("eta_effective (mean)", _num(s.get("eta_effective_mean"), ".1f", 100), "%"),
         ("peak allocated", _num(s.get("peak_allocated_bytes"), ",.2f", 1e-9), "GB"),
@@ -93,21 +98,26 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
 
 
 def cluster_rows(s: dict) -> list[tuple[str, str, str]]:
-    """A cluster run's rows (none for a single-node run): the router and node count, and
-    the routing decisions of each node in node order."""
+    """A cluster run's rows (none for a single-node run): the router and node count, the
+    routing decisions of each node in node order, the sequence moves (each one prefills
+    its context again on the new node) and the routed / global match rates (``-`` for a
+    router that reads no matches)."""
     nodes = s.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         return []
     decisions = " / ".join(_num(n.get("routing_decisions"), ",d") for n in nodes)
+    match = " / ".join(_num(s.get(k), ".1f", 100) for k in ("routed_match_rate", "global_match_rate"))
     return [
         ("router", f"{s.get('router') or '-'}, {len(nodes)} nodes", ""),
         ("routing decisions per node", decisions, "count"),
+        ("sequence moves", _num(s.get("sequence_moves"), ",d"), "count"),
+        ("routed / global match rate", match, "%"),
     ]
 
 
 #: columns of report.html's per-node table (a cluster run)
 NODE_COLUMNS = ("node", "accelerator", "requests", "TTFT p99 (ms)", "prefix hit rate (%)",
-                "routing decisions", "KV pool (GB)")  # fmt: skip
+                "KV reuse (%)", "prefill tokens", "routing decisions", "KV pool (GB)")  # fmt: skip
 
 
 def node_table_rows(s: dict) -> list[list[str]]:
@@ -118,6 +128,8 @@ def node_table_rows(s: dict) -> list[list[str]]:
         rows.append([str(n.get("node_id")), str(n.get("accelerator") or "-"),
                      _num(n.get("requests_completed"), ",d"), _ms(ttft.get("p99")),
                      _num(n.get("prefix_hit_rate"), ".1f", 100),
+                     _num(n.get("kv_reuse_rate"), ".1f", 100),
+                     _num(n.get("prefill_tokens"), ",d"),
                      _num(n.get("routing_decisions"), ",d"),
                      _num(n.get("kv_pool_bytes"), ",.2f", 1e-9)])  # fmt: skip
     return rows

@@ -109,9 +109,10 @@ class ClusterSimulation:
 
 
 def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
-    from sim.run.runner import build_node
+    from sim.run.runner import build_node, preflight
 
     section = loaded.scenario.cluster
+    preflight(loaded)  # the top-level sections (every node's defaults) are valid on their own
     by_group = preflight_cluster(loaded)
     resolved = [by_group[g] for g in node_groups(section)]
     env = simpy.Environment()
@@ -126,7 +127,7 @@ def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
             env,
             len(parts),
             chunk_tokens=opts.chunk_tokens,
-            update_delay_s=getattr(opts, "directory_update_delay_s", 0.0),
+            update_delay_s=router.directory_update_delay_s,
         )
         for j, p in enumerate(parts):
             directory.attach(j, p.kv)
@@ -176,8 +177,8 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     node_frames, node_pauses = [], []
     for j, p in enumerate(sim.parts):
         p.kv.flush_all()
-        for req in (*p.scheduler.running, *p.scheduler.waiting):
-            p.recorder.request_ended(req)  # unfinished at the horizon
+        for req in sim.front.in_flight(j):  # unfinished at the horizon, on the network too
+            p.recorder.request_ended(req)
         f = p.recorder.frames()
         node_frames.append({k: _with_node(v, j) for k, v in f.items()})
         node_pauses.append(_with_node(pause_frame(p.pauses.records(sim_time)), j))

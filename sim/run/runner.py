@@ -112,7 +112,7 @@ def preflight(loaded: LoadedScenario) -> Resolved:
         resolved = resolve(loaded)
         make_allocator_for(resolved)  # the allocator's options
         check_pause_policy(resolved)  # the tiers the policy needs
-        if getattr(loaded.scenario, "cluster", None) is not None:
+        if loaded.scenario.cluster is not None:
             from sim.run.cluster import preflight_cluster
 
             preflight_cluster(loaded)  # every node group's scenario
@@ -190,7 +190,7 @@ def build(source: Any, **overrides: Any):
     ``**{"allocator.kind": "static"}``); a scenario with a ``cluster`` section builds a
     ``sim.run.cluster.ClusterSimulation``."""
     loaded = _loaded(source, overrides)
-    if getattr(loaded.scenario, "cluster", None) is not None:
+    if loaded.scenario.cluster is not None:
         from sim.run.cluster import build_cluster
 
         return build_cluster(loaded)

@@ -63,6 +63,12 @@ class Scheduler(ABC):
         return False
 
     @property
+    def token_budget(self) -> int:
+        """Tokens one step may compute at most (a cluster router prices a full-budget
+        prefill chunk with it); 2,048 unless the kind declares its own."""
+        return 2048
+
+    @property
     def has_work(self) -> bool:
         """Requests are running or waiting."""
         return bool(self.running or self.waiting)

@@ -93,6 +93,10 @@ class VllmV1Scheduler(Scheduler):
     def async_scheduling(self) -> bool:
         return self.config.async_scheduling_on
 
+    @property
+    def token_budget(self) -> int:
+        return self.config.max_num_batched_tokens
+
     # ------------------------------------------------------------------ queues
     def add(self, req: Request) -> bool:
         """Queue a new request; False (and status REJECTED) if it can never run."""

@@ -25,7 +25,8 @@ interval. The replications of a round run in parallel on the
 executor.
 
 Invariant: a load is judged by ``sim.sweep.slo`` (window, warm-up, failures); the result's
-``points`` lists every run made; without ``out`` nothing is written.
+``points`` lists every run made, its ``warnings`` every way their measurement windows fall
+short (too little of the run, too few requests); without ``out`` nothing is written.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from sim.errors import KvsimError
 from sim.sweep.executor import Executor, make_executor
-from sim.sweep.slo import DEFAULT_WARMUP_FRACTION, SLO, parse_slo
+from sim.sweep.slo import DEFAULT_WARMUP_FRACTION, SLO, parse_slo, window_warnings
 from sim.sweep.stats import ci95, mean, paired_difference
 from sim.sweep.task import run_probe
 
@@ -69,6 +71,8 @@ class CapacityResult:
     analytic_estimate: dict[str, Any]  # value, peak_value, inputs
     gap: dict[str, Any]
     points: list[dict[str, Any]] = field(default_factory=list)
+    #: what makes the answer less than it looks (``sim.sweep.slo.window_warnings``)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,6 +170,33 @@ def load_key(search: str) -> str:
     if search not in keys:
         raise KvsimError(f"--search {search!r}: valid: {', '.join(SEARCHES)}")
     return keys[search]
+
+
+def load_label(search: str, load: float) -> str:
+    """A probe's load in words: ``load 12``; ``nodes``: ``1 node``, ``2 nodes``."""
+    if search == "nodes":
+        return f"{load:g} node{'' if load == 1 else 's'}"
+    return f"load {load:g}"
+
+
+def window_fix(loaded, search: str) -> str:
+    """How to widen a search's measurement windows (for ``window_warnings``)."""
+    wl = loaded.scenario.workload
+    arrival = getattr(wl, "arrival", None)
+    n = getattr(wl, "num_requests", None) or getattr(wl, "num_trajectories", None)
+    tail = ("(capacity has no window option: the window ends at the last trajectory's start; "
+            "--warmup-fraction only moves its start)")  # fmt: skip
+    if arrival is not None and arrival.kind == "closed_loop" and n is not None:
+        c = arrival.concurrency
+        keeps = "; the search keeps the ratio" if search == "concurrency" else ""
+        more = 3 * c if n < 3 * c else 2 * n  # at 3 x already: more of them still
+        return (
+            f"give more trajectories than agents, num_trajectories >= ~3 x concurrency: "
+            f"--set {_count_key(wl)}={more} (now {n} for concurrency {c}{keeps}) {tail}"
+        )
+    if n is not None:
+        return f"give more arrivals, so they outlast the drain: --set {_count_key(wl)}={2 * n} (now {n}) {tail}"
+    return f"give the workload more trajectories than run at once {tail}"
 
 
 def _count_key(workload) -> str:
@@ -401,6 +432,10 @@ def _start(estimate: float | None, load0: float, search: str) -> float:
     return float(x)
 
 
+def _at_label(search: str, load: float) -> str:
+    return f"with {load_label(search, load)}" if search == "nodes" else f"at {load_label(search, load)}"
+
+
 _UNITS = {"concurrency": "concurrent trajectories", "arrival_rate": "arrivals per second",
           "nodes": "nodes"}  # fmt: skip
 
@@ -421,6 +456,8 @@ def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate
     from sim.sweep.gap import explain_gap
 
     gap = explain_gap(value, estimate, searches, points)
+    label = partial(_at_label, search)
+    warnings = window_warnings(points, window_fix(loaded, search), label)
     return CapacityResult(
         scenario=str(scenario),
         search=search,
@@ -432,6 +469,7 @@ def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate
         analytic_estimate=estimate,
         gap=gap,
         points=points,
+        warnings=warnings,
     )
 
 

@@ -8,6 +8,11 @@ m_token``, the KV held by trajectories in tool pauses, allocator fragmentation
 (``1 - eta_alloc``), how full the pool ran, preemptions, and prefill queueing (queue p99),
 each a mean over the replications; and why the load above failed.
 
+The sentences name the failing side as the search turns: ``at the next load tried`` /
+``above`` for a load, ``with fewer nodes`` / ``below`` for ``nodes``; a figure with no failing
+run behind it prints ``n/a (no larger load failed)`` / ``n/a (no smaller count failed)``
+(the answer is the bottom of the range, or the budget ended the search first).
+
 Invariant: every figure is computed from the probes' own measurements (the measurement
 window of ``sim.sweep.slo``); a figure with no run behind it is None, never a guess.
 """
@@ -77,7 +82,8 @@ def explain_gap(value: float | None, estimate: dict, searches: list, points: lis
         "at_capacity": at_cap,
         "above_capacity": {**above_cap, "first_failure": reasons},
     }
-    gap["explanation"] = _sentences(gap, at_cap, above_cap, reasons)
+    fewest = bool(searches) and searches[0].fewest
+    gap["explanation"] = _sentences(gap, at_cap, above_cap, reasons, _SIDES[fewest])
     return gap
 
 
@@ -89,7 +95,15 @@ def _gb(x: float | None) -> str:
     return "-" if x is None else f"{x / 1e9:,.2f} GB"
 
 
-def _sentences(gap: dict, at: dict, above: dict, reasons: list[str]) -> list[str]:
+#: the failing side's words: (the run, its short form, the sentence head, no such run)
+_SIDES = {
+    False: ("at the next load tried", "above", "above capacity", "n/a (no larger load failed)"),
+    True: ("with fewer nodes", "below", "with fewer nodes", "n/a (no smaller count failed)"),
+}
+
+
+def _sentences(gap: dict, at: dict, above: dict, reasons: list[str], side: tuple) -> list[str]:
+    run, short, head, none = side
     out = []
     if gap["ratio"] is not None:
         out.append(
@@ -118,15 +132,17 @@ def _sentences(gap: dict, at: dict, above: dict, reasons: list[str]) -> list[str
     pre_at, pre_above = at.get("preemptions"), above.get("preemptions")
     if pre_at is not None or pre_above is not None:
         out.append(  # a mean over replications: print it as a number, not 0.6666666666666666
-            f"preemptions: {_count(pre_at)} at capacity, {_count(pre_above)} at the next load tried"
+            f"preemptions: {'n/a' if pre_at is None else _count(pre_at)} at capacity, "
+            + (none if pre_above is None else f"{_count(pre_above)} {run}")
         )
     if at.get("queue_p99_s") is not None:
+        q = above.get("queue_p99_s")
         out.append(
             f"prefill queueing: queue p99 {at['queue_p99_s']:.3g} s at capacity, "
-            f"{above.get('queue_p99_s') if above.get('queue_p99_s') is None else round(above['queue_p99_s'], 3)} s above"
+            + (none if q is None else f"{round(q, 3)} s {short}")
         )
     if reasons:
-        out.append("above capacity: " + "; ".join(reasons))
+        out.append(f"{head}: " + "; ".join(reasons))
     return out
 
 

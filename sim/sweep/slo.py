@@ -23,6 +23,14 @@ work was unfinished when it stopped (``duration_s`` reached with requests queued
 running, or trajectories not yet ended): a capacity search must never count a point that
 sheds or leaves load as meeting the SLOs.
 
+A window can describe almost nothing: when every agent of a closed loop starts at once
+(``num_trajectories == concurrency``, perhaps staggered by ``stagger_s``) the last start
+comes seconds into a run of minutes, and when they all start at t = 0 the whole run,
+start-up burst included, is measured. ``window_warnings`` says so, in one line per
+problem, over a search's probes: a window under ``MIN_WINDOW_SHARE`` of the simulated
+time, fewer than ``MIN_WINDOW_REQUESTS`` requests in it, or a whole-run window (one
+``WARNING`` line naming each shortfall and the fix).
+
 Invariant: the measured values equal the summary's percentiles of the same rows (same
 ``sim.metrics.stats`` functions); a metric with no sample in the window fails its SLO.
 """
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +58,11 @@ METRICS = {
 }
 STATS = SUMMARY_KEYS  # mean, p50, p90, p95, p99: an SLO names any statistic a summary has
 DEFAULT_WARMUP_FRACTION = 0.2
+#: a window shorter than this share of the simulated time is warned about
+MIN_WINDOW_SHARE = 0.10
+#: a window holding fewer requests than this is warned about (a p99 of fewer is about
+#: their maximum)
+MIN_WINDOW_REQUESTS = 100
 _NAME = re.compile(rf"^(?P<metric>[a-z0-9_]+?)_(?P<stat>{'|'.join(STATS)})_s$")
 
 
@@ -106,6 +120,7 @@ def measure(result, warmup_fraction: float = DEFAULT_WARMUP_FRACTION) -> dict[st
         "resume_latency_s": _resume(result.pauses, lo, hi),
     }
     out["window_s"] = {"start": lo, "end": None if math.isinf(hi) else hi}
+    out["window_requests"] = len(inside)
     return out
 
 
@@ -122,6 +137,51 @@ def _resume(pauses, lo: float, hi: float) -> dict:
         return describe(np.empty(0))
     p = pauses[(pauses.tool_return_s >= lo) & (pauses.tool_return_s <= hi)]
     return describe(p.resume_latency_s.to_numpy())
+
+
+def window_warnings(points: list[dict], fix: str, label: Callable[[float], str]) -> list[str]:
+    """``["WARNING: ..."]`` when the probes' windows fall short (see the docstring), one
+    line naming each shortfall, its worst run (``label`` names a load: ``at load 12``,
+    ``with 2 nodes``) and ``fix`` (how to widen the window); empty when none does."""
+    runs = [p for p in points if not p.get("error") and p.get("window_s")]
+    of = f"of {len(runs)} run{'s' if len(runs) != 1 else ''}"
+    found = []
+    short = [p for p in runs if _share(p) is not None and _share(p) < MIN_WINDOW_SHARE]
+    if short:
+        p = min(short, key=_share)
+        w = p["window_s"]
+        found.append(
+            f"the SLO window covers under {MIN_WINDOW_SHARE:.0%} of the simulated time in "
+            f"{len(short)} {of} (narrowest: {w['start']:,.2f} - {w['end']:,.2f} s of "
+            f"{p['memory']['sim_time_s']:,.0f} s, {_share(p):.1%}, {label(p['load'])})"
+        )
+    whole = [p for p in runs if p["window_s"]["end"] is None]
+    if whole:
+        found.append(
+            f"every trajectory starts at t = 0 in {len(whole)} {of}, so each is measured "
+            "whole, start-up burst and drain included (no warm-up left out)"
+        )
+    few = [p for p in runs if p.get("window_requests", MIN_WINDOW_REQUESTS) < MIN_WINDOW_REQUESTS]
+    if few:
+        p = min(few, key=lambda q: q["window_requests"])
+        found.append(
+            f"fewer than {MIN_WINDOW_REQUESTS} requests arrived in the SLO window in {len(few)} "
+            f"{of} (fewest: {p['window_requests']}, {label(p['load'])})"
+        )
+    if not found:
+        return []
+    return [
+        "WARNING: " + "; ".join(found) + ": the SLO verdicts and the gap describe little of "
+        f"the runs. Fix: {fix}"
+    ]
+
+
+def _share(p: dict) -> float | None:
+    """The share of a probe's simulated time its window spans (None: unknown, or whole)."""
+    w, sim_s = p["window_s"], (p.get("memory") or {}).get("sim_time_s")
+    if w["end"] is None or not sim_s:
+        return None
+    return (w["end"] - w["start"]) / sim_s
 
 
 def failures(summary: dict) -> list[str]:

@@ -94,6 +94,7 @@ def run_probe(task: dict) -> dict[str, Any]:
             reasons=reasons,
             slo_values=slo_values(measured, task["slos"]),
             window_s=measured["window_s"],
+            window_requests=measured["window_requests"],
             memory=memory_figures(result, measured),
         )
     except Exception as exc:  # noqa: BLE001  (a failed run fails its probe)

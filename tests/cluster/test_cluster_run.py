@@ -448,6 +448,10 @@ def test_kvsim_validate_names_the_cluster(run_cli, tmp_path):
     plain = _write(tmp_path, scenario(CL4), "plain.yaml")
     code, out, _ = run_cli(["validate", str(plain)])
     assert code == 0 and "cluster" not in out and "on 1 x h100-sxm-80gb" in out
+    mixed = copy.deepcopy(CL4["cluster"])
+    mixed["nodes"][1]["allocator"] = {"kind": "paged"}  # every group's allocator is named
+    code, out, _ = run_cli(["validate", str(_write(tmp_path, scenario(CL4, mixed), "m.yaml"))])
+    assert code == 0 and "allocator radix+paged," in out
 
 
 # ------------------------------------------------------------------------- bad input
@@ -526,3 +530,35 @@ def test_same_seed_same_summary():
     assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
     assert sa["directory_staleness_s"] > 0  # the delay took effect
     assert sa["routing_decisions"] == len(a.requests)
+
+
+# ------------------------------------------------------------- the review's findings
+def test_requests_on_the_network_at_the_horizon_are_recorded_unfinished():
+    """With a network delay and a horizon, requests routed but not yet arrived at a node
+    when the run ends are rows of requests.parquet (unfinished), never lost."""
+    sc = scenario(
+        REQUESTS,
+        {"nodes": [{"count": 2}], "router": {"kind": "round_robin"}, "network_delay_s": 0.05},
+        workload=requests_at(
+            {"count": 400, "at_s": 0.0, "interval_s": 0.0125, "prompt_tokens": 64,
+             "output_tokens": 4}
+        ),
+        duration_s=5.0,
+        engine={"exact": False},
+    )
+    res = run_scenario(sc)
+    s = res.summary
+    assert s["routing_decisions"] == 400
+    assert s["requests_submitted"] == len(res.requests) == 400
+    assert s["requests_completed"] + s["unfinished"] == 400
+    late = res.requests[res.requests.arrival_s > 5.0 - 0.05]
+    assert len(late) > 0 and (late.status == "waiting").all()
+
+
+def test_the_front_forgets_sequences_the_nodes_released():
+    """A last turn (or a refusal) releases its sequence on the node: the front's map of
+    sequence homes is empty at the end of an agent run."""
+    sim = build(scenario(CL4, CL4["cluster"]))
+    sim.run()
+    assert sim.front.home == {}
+    assert all(sim.front.outstanding(j) == 0 for j in range(4))

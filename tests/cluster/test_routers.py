@@ -205,3 +205,11 @@ def test_ttft_estimate_refuses_above_the_slo():
     assert r.route(req(), FakeView(2, ttft=[0.6, 0.7])) is None
     # no SLO: never refuses
     assert router("ttft_estimate", 2).route(req(), FakeView(2, ttft=[1e6, 2e6])) == 0
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True, "x"])
+def test_l_max_is_auto_or_a_positive_count(bad):
+    opts = router_class("prefix_affinity").Options
+    assert opts(l_max=7).l_max == 7
+    with pytest.raises(ValueError, match="l_max must be auto or an integer >= 1"):
+        opts(l_max=bad)

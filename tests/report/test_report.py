@@ -169,7 +169,7 @@ def test_end_of_run_table_has_one_unit_per_kind():
     assert not any(r[0].startswith("ITL") for r in rows)  # no samples: no row
     text = summary_table(s)
     assert text.startswith("x: 3 requests, 3 trajectories in 2.0 s simulated (0.50 s wall)\n")
-    assert {r[2] for r in rows} <= {"ms", "tokens/s", "%", "GB", "GB*s", "count", "USD"}
+    assert {r[2] for r in rows} <= {"ms", "tokens/s", "tokens", "%", "GB", "GB*s", "count", "USD"}
 
 
 # ------------------------------------------------------------------------ trace
