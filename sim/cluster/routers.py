@@ -72,10 +72,8 @@ class Router(ABC):
         self.options = options
         self.n_nodes = n_nodes
 
-    @property
-    def uses_directory(self) -> bool:
-        """Whether the router reads prefix matches (the front then keeps a directory)."""
-        return False
+    #: whether the router reads prefix matches (the front then keeps a directory)
+    uses_directory: ClassVar[bool] = False
 
     @property
     def directory_update_delay_s(self) -> float:
@@ -180,9 +178,7 @@ class PrefixAffinity(Router):
                 return v
             raise ValueError(f"l_max must be auto or an integer >= 1, got {v!r}")
 
-    @property
-    def uses_directory(self) -> bool:
-        return True
+    uses_directory = True
 
     @property
     def directory_update_delay_s(self) -> float:
@@ -228,9 +224,7 @@ class TtftEstimate(Router):
         ttft_slo_s: float | None = Field(None, gt=0, le=86_400)  # refuse above it (None: never)
         chunk_tokens: int = Field(16, ge=1, le=4096)
 
-    @property
-    def uses_directory(self) -> bool:
-        return True
+    uses_directory = True
 
     def route(self, req, view) -> int | None:
         match = view.match_tokens(req)

@@ -261,23 +261,15 @@ def _meta(sim: ClusterSimulation, config: dict) -> dict:
 
 
 def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_time: float):
+    from sim.run.runner import engine_meta
+
     p = sim.parts[j]
     r = p.resolved
     mine = {**frames, "trajectories": traj[traj.node == j].reset_index(drop=True)}
     meta = {
         "node_id": j,
+        **engine_meta(r),
         "scenario": sim.loaded.scenario.name,
-        "schema_version": r.scenario.schema_version,
-        "seed": r.scenario.seed,
-        "model": r.model.name,
-        "accelerator": r.accelerator.name,
-        "num_gpus": r.num_gpus,
-        "allocator": r.allocator_kind,
-        "scheduler": r.scenario.scheduler.kind,
-        "pause_policy": r.scenario.pause_policy.kind,
-        "exact": r.scenario.engine.exact,
-        "kv_pool_bytes": round(r.pool_bytes),
-        "kv_bytes_per_token": float(r.kv_bytes_per_token),
         "trajectories_total": int(len(mine["trajectories"])),
     }
     s = summarize(p.recorder, mine, sim_time_s=sim_time, kv=p.kv, meta=meta)

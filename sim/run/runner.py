@@ -219,19 +219,10 @@ def run_scenario(source: Any, *, progress=None, **overrides: Any) -> RunResult:
     return build(source, **overrides).run(progress)
 
 
-def collect(sim: Simulation, wall_time_s: float) -> RunResult:
-    """Gather the record tables and the summary after a run."""
-    rec = sim.recorder
-    sim.kv.flush_all()
-    for req in (*sim.scheduler.running, *sim.scheduler.waiting):
-        rec.request_ended(req)  # unfinished at the horizon
-    frames = rec.frames()
-    sim_time = sim.node.end_s
-    fill_hold(frames["trajectories"], sim.kv, sim_time)
-    r = sim.resolved
+def engine_meta(r: Resolved) -> dict[str, Any]:
+    """The summary's facts about one engine (a run's, or a cluster node's)."""
     sc = r.scenario
-    config = resolved_config(r.loaded)
-    meta = {
+    return {
         "scenario": sc.name,
         "schema_version": sc.schema_version,
         "seed": sc.seed,
@@ -244,6 +235,22 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "exact": sc.engine.exact,
         "kv_pool_bytes": round(r.pool_bytes),  # byte totals are integers (sim/metrics/schema)
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
+    }
+
+
+def collect(sim: Simulation, wall_time_s: float) -> RunResult:
+    """Gather the record tables and the summary after a run."""
+    rec = sim.recorder
+    sim.kv.flush_all()
+    for req in (*sim.scheduler.running, *sim.scheduler.waiting):
+        rec.request_ended(req)  # unfinished at the horizon
+    frames = rec.frames()
+    sim_time = sim.node.end_s
+    fill_hold(frames["trajectories"], sim.kv, sim_time)
+    r = sim.resolved
+    config = resolved_config(r.loaded)
+    meta = {
+        **engine_meta(r),
         "trajectories_total": sim.ctx.total,
         "command": None,  # the command line, set by the CLI (None from the Python API)
         "scenario_path": scenario_path(r.loaded),
