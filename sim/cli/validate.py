@@ -82,6 +82,19 @@ def cluster_line(resolved) -> str:
     nodes = ", ".join(f"{c} x {name}" for name, c in counts.items())
     allocators = "+".join(dict.fromkeys(r.allocator_kind for r in groups))  # every group's
     schedulers = "+".join(dict.fromkeys(r.scenario.scheduler.kind for r in groups))
+    dp = sc.cluster.data_parallel
+    if dp is not None:  # one engine's data-parallel ranks
+        if resolved.model.num_experts:
+            how = "expert parallel" if dp.expert_parallel else "experts sharded as TP"
+            how += ", stepping in lockstep"
+        else:
+            how = "a dense model: each rank steps alone"
+        return (
+            f"one engine of {n} data-parallel rank{'s' if n > 1 else ''} ({nodes}; {how}), "
+            f"router {sc.cluster.router.kind}, {resolved.model.name}, KV pool "
+            f"{pool / GB:,.2f} GB in all, allocator {allocators}, scheduler {schedulers}, "
+            f"workload {sc.workload.kind}"
+        )
     return (
         f"cluster of {n} node{'s' if n > 1 else ''} ({nodes}), router {sc.cluster.router.kind}, "
         f"{resolved.model.name}, KV pool {pool / GB:,.2f} GB in all, allocator "

@@ -1,10 +1,14 @@
-"""The scenario's ``cluster:`` section: node groups, the router, the network delay.
+"""The scenario's ``cluster:`` section: node groups, the router, the network delay, and
+whether the nodes are one engine's data-parallel ranks (``data_parallel``).
 
 Responsibility: declare the section (frozen pydantic models) and turn each node group
 into the dotted overrides that make that node's own scenario out of the top-level one
 (the top-level ``hardware`` / ``allocator`` / ``scheduler`` are every node's defaults;
 a group's sections override them key by key, and a group's ``allocator.kind`` or
 ``scheduler.kind`` that differs drops the default kind's options, as ``--set`` does).
+
+Data-parallel ranks are one identical group; each rank's scenario also gets
+``hardware.expert_shards`` = the number of ranks (``node_extra_overrides``).
 
 Invariant: a group's section keys are checked against the section's fields here (one
 line naming the valid ones); their values are checked when the node's scenario is
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.cluster.routers import router_class, router_options_union
 
@@ -58,12 +62,45 @@ class NodeGroup(_Cfg):
 RouterOptions = router_options_union()
 
 
+class DataParallel(_Cfg):
+    """The nodes are the data-parallel ranks of one vLLM engine on one machine
+    (``--data-parallel-size`` = the number of nodes): identical ranks behind vLLM's load
+    balancer (router ``vllm_dp`` unless one is given); with a MoE model the routed
+    experts are spread over the ranks and the ranks step in lockstep
+    (``sim.engine.lockstep``)."""
+
+    # --enable-expert-parallel: each GPU holds whole experts (E / ranks x TP of them);
+    # false: every expert sharded over all the GPUs as tensor parallelism
+    expert_parallel: bool = True
+
+
 class ClusterSection(_Cfg):
     """Several nodes behind one router (docs/cluster.md)."""
 
     nodes: list[NodeGroup] = Field(min_length=1, max_length=MAX_NODES)
     router: RouterOptions = router_class("round_robin").Options()  # type: ignore[valid-type]
     network_delay_s: float = Field(0.0, ge=0, le=60)  # router -> node, each message
+    data_parallel: DataParallel | None = None  # the nodes are one engine's DP ranks
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dp_router(cls, data):
+        """vLLM's own balancer in front of data-parallel ranks unless a router is named."""
+        if isinstance(data, dict) and data.get("data_parallel") is not None and "router" not in data:
+            return {**data, "router": {"kind": "vllm_dp"}}
+        return data
+
+    @model_validator(mode="after")
+    def _dp_identical(self):
+        if self.data_parallel is not None:
+            g = self.nodes
+            if len(g) != 1 or g[0].hardware or g[0].allocator or g[0].scheduler or g[0].tiers:
+                raise ValueError(
+                    "data_parallel ranks are identical: one nodes group ({count: R}, R = "
+                    "--data-parallel-size) without its own hardware, allocator, scheduler or "
+                    "tiers (the top-level sections are every rank's)"
+                )
+        return self
 
     @property
     def n_nodes(self) -> int:
@@ -90,6 +127,14 @@ def group_overrides(group: NodeGroup) -> dict[str, Any]:
     for k, v in {**(group.hardware or {}), **(group.tiers or {})}.items():
         out[f"hardware.{k}"] = v
     return out
+
+
+def node_extra_overrides(section: ClusterSection) -> dict[str, Any]:
+    """Overrides every node of the section gets: a data-parallel rank holds 1 / ranks of
+    the routed experts (its weights, hence its KV pool)."""
+    if section.data_parallel is None:
+        return {}
+    return {"hardware.expert_shards": section.n_nodes}
 
 
 def node_groups(section: ClusterSection) -> list[int]:

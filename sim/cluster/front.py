@@ -136,6 +136,9 @@ class ClusterFront:
     def outstanding(self, node: int) -> int:
         return self._outstanding[node]
 
+    def running(self, node: int) -> int:
+        return len(self.nodes[node].sched.running)
+
     def kv_used_fraction(self, node: int) -> float:
         pool = self.pool_bytes[node]
         return 1.0 - self.nodes[node].kv.free_bytes / pool if pool > 0 else 1.0

@@ -18,6 +18,11 @@ The kinds (docs/cluster.md):
 * ``session_affinity``: a trajectory stays on the node that served its previous call
   unless that node has more than ``overload_queue_depth`` outstanding requests; new and
   displaced trajectories go to the least loaded node.
+* ``vllm_dp``: vLLM's data-parallel load balancer (its API server in front of DP ranks,
+  ``DPLBAsyncMPClient``): the lowest ``4 x waiting + running``, ties to the lowest rank;
+  waiting counts every request routed there that is not running (queued, in its inbox,
+  on the network). vLLM reads the counts from its coordinator (refreshed about every
+  100 ms, plus its own placements since); kvsim reads them exactly.
 * ``ttft_estimate``: Mooncake's cache-aware choice: the lowest predicted TTFT (the node's
   queued prefill plus the unmatched suffix, at its prefill rate); above ``ttft_slo_s`` the
   request is refused (``rejected_by_router``).
@@ -56,6 +61,9 @@ class ClusterView(Protocol):
 
     def trajectory_node(self, traj_id: int) -> int | None:
         """The node that served the trajectory's latest call (None: none yet)."""
+
+    def running(self, node: int) -> int:
+        """Requests ``node``'s scheduler is running (the rest of ``outstanding`` waits)."""
 
 
 class _Options(BaseModel):
@@ -232,3 +240,23 @@ class TtftEstimate(Router):
         j = min(range(self.n_nodes), key=lambda i: (est[i], i))
         slo = self.options.ttft_slo_s
         return None if slo is not None and est[j] > slo else j
+
+
+@register
+class VllmDp(Router):
+    kind = "vllm_dp"
+
+    class Options(_Options):
+        model_config = ConfigDict(title="VllmDpRouter")
+        kind: Literal["vllm_dp"] = "vllm_dp"
+
+    #: vLLM's weight of a waiting request against a running one
+    WAITING_WEIGHT: ClassVar[int] = 4
+
+    def route(self, req, view) -> int:
+        def score(j: int) -> tuple[int, int]:
+            running = view.running(j)
+            waiting = max(view.outstanding(j) - running, 0)
+            return self.WAITING_WEIGHT * waiting + running, j
+
+        return min(range(view.n_nodes), key=score)

@@ -152,8 +152,11 @@ class CostModel:
         tp: int = 1,
         pp: int = 1,
         config: CostConfig | None = None,
+        expert_shards: int = 1,
     ):
         self.model, self.accelerator, self.tp, self.pp = model, accelerator, tp, pp
+        # data-parallel ranks the routed experts are spread over (this engine holds 1 / n)
+        self.expert_shards = expert_shards
         self.config = config or CostConfig()
         # vLLM's async scheduling (the scheduler's choice; the run sets it): the host's
         # per-step work overlaps the GPU's previous step, so a step costs max(host, GPU)
@@ -163,6 +166,9 @@ class CostModel:
         w_total = c.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
         # PP stages run in turn, so a step streams every stage's share: whole model / TP
         self.weight_bytes_per_gpu = w_total / tp
+        if expert_shards > 1:  # a DP rank streams its own share of the routed experts
+            w_exp = w_total * min(model.routed_expert_params / model.params_total, 1.0)
+            self.weight_bytes_per_gpu = (w_total - w_exp) / tp + w_exp / (tp * expert_shards)
         self.kv_bytes_per_token_per_gpu = kv_bytes_per_token_per_gpu(model, tp, 1)
         self.gemm_flops_per_token_per_gpu = 2 * params / tp
         d_attn = model.num_q_heads * model.head_dim
@@ -179,6 +185,8 @@ class CostModel:
             from sim.cost.table_pricer import TablePricer
 
             self.groups = TablePricer(model, accelerator, tp, c, self.calibration)
+        if self.groups is not None and expert_shards > 1:
+            self.groups.whole_weight_bytes_per_gpu = self.weight_bytes_per_gpu
 
     # -- public -------------------------------------------------------------------------
 
@@ -327,16 +335,35 @@ class CostModel:
 
     # -- per-group pricing (sim.cost.groups) ---------------------------------------------
 
-    def _per_group(self, work: StepWork) -> StepCost:
-        g, c = self.groups, self.config
+    def gpu_terms(self, work: StepWork, pad_tokens: int = 0) -> tuple[float, float]:
+        """(GPU seconds of the step without the routed expert layers, their seconds) under
+        a per-group pricing, the dense operators run at ``max(tokens, pad_tokens)`` (a
+        data-parallel rank padded to its group's largest batch); host overhead excluded.
+        ``sim.cost.expert_parallel`` prices the expert layers of a lockstep group itself."""
+        if self.groups is None:
+            raise ValueError("gpu_terms needs a per-group pricing (per_group, kernel_tables)")
+        c = self.config
+        fixed, att, *_ = self._group_terms(work, pad_tokens)
+        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
+        alloc_s = work.alloc_calls * c.alloc_latency_s
+        return alloc_s + fixed.total_s - fixed.moe_s + att + copy_s, fixed.moe_s
+
+    def _group_terms(self, work: StepWork, pad_tokens: int = 0):
+        g = self.groups
         n_tok, n_seq = work.n_tokens, work.n_decode + len(work.prefill_chunks)
         pairs = work.decode_history_tokens + work.n_decode
         kv_tokens = pairs
         for new, hist in work.prefill_chunks:
             pairs += self._chunk_pairs(new, hist)
             kv_tokens += hist + new
-        fixed = g.fixed(n_tok, n_seq, bool(work.prefill_chunks))
+        fixed = g.fixed(max(n_tok, pad_tokens), n_seq, bool(work.prefill_chunks))
         att, att_mem, att_comp = g.step_attention(work, kv_tokens, pairs, n_seq, fixed.attention_rate)
+        return fixed, att, att_mem, att_comp, pairs, kv_tokens
+
+    def _per_group(self, work: StepWork) -> StepCost:
+        g, c = self.groups, self.config
+        n_tok, n_seq = work.n_tokens, work.n_decode + len(work.prefill_chunks)
+        fixed, att, att_mem, att_comp, pairs, kv_tokens = self._group_terms(work)
         copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
         alloc_s = work.alloc_calls * c.alloc_latency_s
         overhead_s = self._overhead_s()

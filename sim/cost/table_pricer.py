@@ -12,7 +12,7 @@ both alike):
   embedding    the step operators (embedding gather, final norm) at the step's tokens;
   lm_head      the sequence operators (LM head on each sequence's last token, sampler)
                at the number of scheduled sequences;
-  moe          L x the routed expert layer at the step's tokens and the experts they
+  moe          the MoE layers x the routed expert layer at the step's tokens and the experts they
                activate (``expected_active_experts``), MoE geometries only;
   attention    L x the attention kernel for the batch's exact mix: the prefill chunks
                (summed tokens, summed history) beside ``n`` decodes of their mean context
@@ -91,7 +91,7 @@ class TablePricer(GroupPricer):
             emb = sum(float(t.dense_s(op, n_tok)) for op in t.step_ops)
             if t.moe is not None and self.num_experts:
                 experts = expected_active_experts(n_tok, self.num_experts, self.top_k)
-                moe = L * float(t.moe.at(n_tok, experts))
+                moe = self.model.moe_layers * float(t.moe.at(n_tok, experts))
         if n_logits > 0:
             seq = sum(float(t.sequence_s(op, n_logits)) for op in t.sequence_ops)
         mem, comp, flops = self._roofline_sides(n_tok)

@@ -15,6 +15,10 @@ event. A workload post during the run wakes the engine at the end of the step in
 so the run is cut exactly where step-by-step execution (``exact=True``) would have seen
 the post; both modes give the same results (tested to 1e-9).
 
+Lockstep (``lockstep``, ``sim.engine.lockstep``): the node is one data-parallel rank of
+a MoE engine; each step is priced with the other ranks' and ends with theirs, one step at
+a time (no runs), and while the group steps an idle rank waits for the step's end.
+
 Invariants: one SimPy event per step or run (never per token or per sequence); workload
 operations take effect only at step boundaries, in the order they were posted; the batch
 is never empty while work is runnable (otherwise ``EngineStuckError`` names the stuck
@@ -31,7 +35,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter, sub
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import simpy
 
@@ -41,6 +45,9 @@ from sim.errors import KvsimError
 from sim.memory.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.sched import BatchPlan, Request, Scheduler
+
+if TYPE_CHECKING:
+    from sim.engine.lockstep import Lockstep
 
 #: zero-time reschedules (preemptions, drops, rejections without a step) before giving up
 MAX_ZERO_TIME_DECISIONS = 100_000
@@ -118,6 +125,10 @@ class Node:
         #: the pause lifecycle (``sim.engine.pauses``): owns every pause, gates submissions of
         #: trajectories whose KV is away, and acts at step boundaries
         self.pauses = pauses
+        #: the data-parallel group this node steps with (``sim.engine.lockstep``) and its
+        #: rank there; None: the node steps alone
+        self.lockstep: Lockstep | None = None
+        self.rank = 0
         self.process = env.process(self._loop())
 
     # --------------------------------------------------------------- workload API
@@ -185,6 +196,11 @@ class Node:
                     self._too_long()
                 self.end_s = self.horizon_s  # woken idle, past the horizon: it ends there
                 return
+            group = self.lockstep
+            if group is not None and group.busy_until > env.now:
+                # the group is stepping: this rank runs its dummy batch until the step ends
+                yield group.step_end
+                continue
             while _busy_now(env):  # let same-time processes post first
                 yield _settle(env)
             self._apply_inbox()
@@ -221,6 +237,10 @@ class Node:
     def _run(self, plan: BatchPlan, now: float):
         """Price, wait for and commit one step or one run of steps of the same batch."""
         m = self._record_memory(now)
+        if self.lockstep is not None:  # one step, priced and ended with the group's ranks
+            priced = yield self.lockstep.join(self.rank, plan.work())
+            self._commit(plan, now, [now + priced.total_s], priced.costs[self.rank], m, None)
+            return
         cost = self.cost.iteration_time(plan.work())
         run = self._plan_run(plan, m, cost)
         if run is None:

@@ -57,6 +57,7 @@ def _k(name, kind, unit, meaning, **kw) -> Key:
 
 
 _NULL = {"nullable": True}
+_DP = {"optional": True, "when": "clusters with data_parallel (one engine's DP ranks)"}
 _PREFIX = {"optional": True, "when": "allocators with a prefix cache (radix, paged_hash)"}
 _CLUSTER = {"optional": True, "when": "cluster runs (a `cluster` section)"}
 
@@ -195,6 +196,31 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "The same with the best node's match: what one global cache holding everything any "
        "node holds would have served (routed_match_rate <= this; null: no matches read).",
        nullable=True, **_CLUSTER),
+    _k("dp_ranks", "int", "count",
+       "Data-parallel ranks of the engine (cluster.data_parallel: its nodes).", **_DP),
+    _k("expert_parallel", "bool", "-",
+       "Routed experts spread whole over the ranks (else sharded as TP).", **_DP),
+    _k("lockstep_steps", "int", "count",
+       "Steps the ranks took together (null: a dense model, whose ranks step alone).",
+       nullable=True, **_DP),
+    _k("dummy_rank_steps", "int", "count",
+       "Rank-steps run as vLLM's one-token dummy batch (a rank with nothing to do while "
+       "the others step; null: no lockstep).", nullable=True, **_DP),
+    _k("lockstep_busy_s", "float", "s",
+       "Seconds the ranks were stepping (null: no lockstep).", nullable=True, **_DP),
+    _k("lockstep_moe_s", "float", "s",
+       "Of lockstep_busy_s, the routed expert layers at the ranks' global token count "
+       "(null: no lockstep, or no measured expert table: the experts are then inside each "
+       "rank's own price).", nullable=True, **_DP),
+    _k("lockstep_comm_s", "float", "s",
+       "Of lockstep_busy_s, the expert dispatch and combine collectives and the per-step "
+       "sync (null: no lockstep).", nullable=True, **_DP),
+    _k("lockstep_wait_s", "float", "s",
+       "Rank-seconds a rank with a batch waited for a slower rank's attention and dense "
+       "work (load imbalance; null: no lockstep).", nullable=True, **_DP),
+    _k("dp_padded_tokens", "int", "tokens",
+       "Tokens the ranks' padding to the largest batch added, dummy batches included "
+       "(null: no lockstep).", nullable=True, **_DP),
     _k("nodes", "nodes", "-",
        "One summary per node (`node_id`, then every key above that describes a run's "
        "engine, over that node alone; trajectories by the node of their latest call).",
@@ -207,7 +233,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
 RUN_ONLY_KEYS = ("versions", "command", "scenario_path", "config_sha256", "wall_time_s",
                  "warnings", "n_nodes", "router", "rejected_by_router", "sequence_moves",
                  "directory_entries", "directory_staleness_s", "routed_match_rate",
-                 "global_match_rate", "nodes")  # fmt: skip
+                 "global_match_rate", "nodes", "dp_ranks", "expert_parallel", "lockstep_steps",
+                 "dummy_rank_steps", "lockstep_busy_s", "lockstep_moe_s", "lockstep_comm_s",
+                 "lockstep_wait_s", "dp_padded_tokens")  # fmt: skip
 
 _F, _I, _S = "float", "int", "str"
 

@@ -127,6 +127,8 @@ class ModelProfile(_Spec):
     num_experts: PositiveInt | None = None
     experts_per_token: PositiveInt | None = None
     moe_intermediate_size: PositiveInt | None = None  # one expert's MLP width
+    # leading layers with a dense MLP instead of experts (DeepSeek's first_k_dense_replace)
+    first_dense_layers: int = Field(0, ge=0)
     notes: str = ""
 
     @model_validator(mode="after")
@@ -143,12 +145,34 @@ class ModelProfile(_Spec):
             raise ValueError("num_experts and experts_per_token go together (MoE), or neither")
         if self.num_experts is not None and self.experts_per_token > self.num_experts:
             raise ValueError("experts_per_token cannot exceed num_experts")
+        if self.first_dense_layers >= self.num_layers:
+            raise ValueError("first_dense_layers must leave at least one MoE layer")
         return self
 
     @property
     def active_params(self) -> float:
         """Parameters multiplied per token (MoE: the active experts only)."""
         return self.params_active or self.params_total
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (0: a dense model)."""
+        return self.num_layers - self.first_dense_layers if self.num_experts else 0
+
+    @property
+    def routed_expert_params(self) -> float:
+        """Parameters of the routed experts of every MoE layer (0: dense): moe_layers x E x
+        (2 or 3) x d_model x moe_intermediate_size, else estimated from the totals as
+        (total - active) x E / (E - k) (the inactive share of the experts is (E - k) / E)."""
+        E, k = self.num_experts, self.experts_per_token
+        if not E:
+            return 0.0
+        if self.moe_intermediate_size:
+            mats = 3 if self.gated_mlp else 2
+            return float(self.moe_layers * E * mats * self.d_model * self.moe_intermediate_size)
+        if E == k or self.params_active is None:
+            return 0.0
+        return (self.params_total - self.params_active) * E / (E - k)
 
     def layer_kinds(self) -> list[str]:
         """'full' or 'sliding' for every layer, in order."""

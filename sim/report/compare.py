@@ -66,6 +66,8 @@ METRICS = (
     ("sequence moves", "sequence_moves", 1.0, "count"),  # cluster runs only
     ("routed match rate", "routed_match_rate", 100.0, "%"),  # routers that read matches
     ("global match rate", "global_match_rate", 100.0, "%"),  # routers that read matches
+    ("dummy rank-steps", "dummy_rank_steps", 1.0, "count"),  # data-parallel MoE ranks only
+    ("lockstep comm", "lockstep_comm_s", 1.0, "s"),  # data-parallel MoE ranks only
     ("held KV", "hold_gb_s", 1.0, "GB*s"),
     ("USD per 1M output tokens", "usd_per_million_output_tokens", 1.0, "USD"),
 ) + tuple((f"pool: {s.replace('_', ' ')}", f"pool_{s}", 100.0, "%") for s in SHARES)

@@ -107,12 +107,30 @@ def cluster_rows(s: dict) -> list[tuple[str, str, str]]:
         return []
     decisions = " / ".join(_num(n.get("routing_decisions"), ",d") for n in nodes)
     match = " / ".join(_num(s.get(k), ".1f", 100) for k in ("routed_match_rate", "global_match_rate"))
-    return [
+    rows = [
         ("router", f"{s.get('router') or '-'}, {len(nodes)} nodes", ""),
         ("routing decisions per node", decisions, "count"),
         ("sequence moves", _num(s.get("sequence_moves"), ",d"), "count"),
         ("routed / global match rate", match, "%"),
     ]
+    return rows + lockstep_rows(s)
+
+
+def lockstep_rows(s: dict) -> list[tuple[str, str, str]]:
+    """A MoE engine's data-parallel ranks stepping together (none otherwise): the group
+    steps and the dummy rank-steps, and how the busy time splits (expert layers,
+    collectives, the wait for the slowest rank in rank-seconds)."""
+    if s.get("lockstep_steps") is None:
+        return []
+    busy = s.get("lockstep_busy_s") or 0.0
+    split = " / ".join(_num(s.get(k), ",.2f") for k in ("lockstep_busy_s", "lockstep_moe_s",
+                                                          "lockstep_comm_s", "lockstep_wait_s"))  # fmt: skip
+    return [
+        ("lockstep steps / dummy rank-steps",
+         f"{_num(s.get('lockstep_steps'), ',d')} / {_num(s.get('dummy_rank_steps'), ',d')}", "count"),
+        ("busy / experts / comm / rank wait", split, "s"),
+        ("experts share of busy", _num(s["lockstep_moe_s"] / busy if busy else None, ".1f", 100), "%"),
+    ]  # fmt: skip
 
 
 #: columns of report.html's per-node table (a cluster run)

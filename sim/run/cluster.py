@@ -23,7 +23,7 @@ import pandas as pd
 import simpy
 
 from sim.cluster.aggregate import KVSum, RecorderSum, cluster_cost
-from sim.cluster.config import group_overrides, node_groups
+from sim.cluster.config import group_overrides, node_extra_overrides, node_groups
 from sim.cluster.front import ClusterFront
 from sim.cluster.routers import make_router
 from sim.errors import ConfigError, KvsimError
@@ -47,11 +47,12 @@ def node_scenarios(loaded: LoadedScenario) -> list[LoadedScenario]:
     out = []
     for i, group in enumerate(section.nodes):
         try:
-            node = load_scenario(data, group_overrides(group))
+            node = load_scenario(data, {**group_overrides(group), **node_extra_overrides(section)})
         except KvsimError as exc:
             raise _at_group(loaded, i, exc) from None
         node.source, node.base_dir, node.lines = loaded.source, loaded.base_dir, {}
         node.overrides = {}
+        node.data_parallel_rank = section.data_parallel is not None
         out.append(node)
     return out
 
@@ -91,6 +92,7 @@ class ClusterSimulation:
     ctx: WorkloadContext
     driver: Any
     resolved: Resolved = field(repr=False, default=None)  # node 0's (the defaults' view)
+    lockstep: Any = None  # sim.engine.lockstep.Lockstep of data-parallel MoE ranks
 
     @property
     def node(self):
@@ -117,6 +119,7 @@ def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
     resolved = [by_group[g] for g in node_groups(section)]
     env = simpy.Environment()
     parts = [build_node(env, r) for r in resolved]
+    lockstep = _lockstep(env, section, parts)
     router = make_router(section.router, len(parts))
     directory = None
     if router.uses_directory:
@@ -159,7 +162,24 @@ def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
         context_window=min(windows) if windows else None,
     )
     driver = kind.driver(sc.workload, ctx)
-    return ClusterSimulation(loaded, env, parts, front, directory, recorder, ctx, driver, r0)
+    return ClusterSimulation(loaded, env, parts, front, directory, recorder, ctx, driver, r0,
+                             lockstep)  # fmt: skip
+
+
+def _lockstep(env: simpy.Environment, section, parts: list[Any]):
+    """The data-parallel ranks of a MoE model step together (None: each node alone; a
+    dense model's ranks are independent engines in vLLM too)."""
+    dp = section.data_parallel
+    if dp is None or not parts[0].resolved.model.num_experts:
+        return None
+    from sim.cost.expert_parallel import LockstepPricer
+    from sim.engine.lockstep import Lockstep
+
+    pricer = LockstepPricer(parts[0].cost, len(parts))
+    group = Lockstep(env, pricer)
+    for j, p in enumerate(parts):
+        p.node.lockstep, p.node.rank = group, j
+    return group
 
 
 # --------------------------------------------------------------------------- collect
@@ -294,4 +314,21 @@ def _routing(sim: ClusterSimulation) -> dict:
         "directory_staleness_s": float(d.mean_staleness_s) if d is not None else None,
         "routed_match_rate": f.match_chosen_tokens / prompt if prompt else None,
         "global_match_rate": f.match_best_tokens / prompt if prompt else None,
+        **_data_parallel(sim),
     }
+
+
+def _data_parallel(sim: ClusterSimulation) -> dict:
+    """The data-parallel engine's figures (nothing for a cluster of separate nodes)."""
+    dp = sim.loaded.scenario.cluster.data_parallel
+    if dp is None:
+        return {}
+    g = sim.lockstep
+    out = {"dp_ranks": len(sim.parts), "expert_parallel": dp.expert_parallel}
+    keys = ("lockstep_steps", "dummy_rank_steps", "lockstep_busy_s", "lockstep_moe_s",
+            "lockstep_comm_s", "lockstep_wait_s", "dp_padded_tokens")  # fmt: skip
+    if g is None:
+        return {**out, **dict.fromkeys(keys)}
+    moe = g.moe_s if g.pricer.split else None  # else inside each rank's own price
+    vals = (g.steps, g.dummy_rank_steps, g.busy_s, moe, g.comm_s, g.wait_s, g.padded_tokens)
+    return {**out, **dict(zip(keys, vals, strict=True))}

@@ -109,7 +109,9 @@ def preflight(loaded: LoadedScenario) -> Resolved:
     problems: list[KvsimError] = list(missing_files(loaded))  # each with its scenario line
     resolved = None
     try:
+        _check_expert_shards(loaded)
         resolved = resolve(loaded)
+        _check_ranks_per_expert(resolved)
         make_allocator_for(resolved)  # the allocator's options
         check_pause_policy(resolved)  # the tiers the policy needs
         if loaded.scenario.cluster is not None:
@@ -129,6 +131,36 @@ def preflight(loaded: LoadedScenario) -> Resolved:
     return resolved
 
 
+def _check_expert_shards(loaded: LoadedScenario) -> None:
+    """``hardware.expert_shards`` is each data-parallel rank's (set by
+    ``cluster.data_parallel``): an engine alone holds every expert."""
+    if loaded.scenario.hardware.expert_shards > 1 and not loaded.data_parallel_rank:
+        raise ConfigError(
+            "expert_shards is set for each rank by cluster.data_parallel (an engine alone "
+            "holds every expert and steps alone): remove it, or make the engine data-parallel "
+            "with cluster: {nodes: [{count: N}], data_parallel: {}}",
+            location=loaded.where("hardware", "expert_shards"),
+            field="hardware.expert_shards",
+        )
+
+
+def _check_ranks_per_expert(resolved: Resolved) -> None:
+    """Every GPU of a data-parallel MoE engine holds at least one routed expert."""
+    sc, model = resolved.scenario, resolved.model
+    section = sc.cluster
+    if section is None or section.data_parallel is None or not model.num_experts:
+        return
+    gpus = section.n_nodes * sc.hardware.tp
+    if gpus > model.num_experts:
+        raise ConfigError(
+            f"{section.n_nodes} data-parallel ranks x tp {sc.hardware.tp} = {gpus} GPUs for "
+            f"{model.num_experts} routed experts of {model.name}: at most {model.num_experts} "
+            "(each GPU holds at least one expert)",
+            location=resolved.loaded.where("cluster", "nodes", 0, "count"),
+            field="cluster.nodes.0.count",
+        )
+
+
 @dataclass
 class NodeParts:
     """One node's engine and everything it owns (a cluster has one per node)."""
@@ -146,7 +178,8 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
     """One node: cost model, allocator, KV manager, scheduler, recorder, pause lifecycle
     and copy engines, as the resolved (node) scenario says."""
     sc = resolved.scenario
-    cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost)
+    cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost,
+                     expert_shards=sc.hardware.expert_shards)  # fmt: skip
     allocator = make_allocator_for(resolved)
     pauses = PauseLifecycle(env, sc.pause_policy, resolved, cost)
     kv = KVManager(allocator)

@@ -36,6 +36,9 @@ class LoadedScenario:
     base_dir: Path  # relative paths (traces) resolve here
     lines: LineMap = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: a data-parallel rank's scenario made by ``sim.run.cluster.node_scenarios`` (the
+    #: only place ``hardware.expert_shards`` may be above 1)
+    data_parallel_rank: bool = False
 
     def where(self, *loc) -> str:
         """``file:line`` of a field (its nearest written ancestor), or the ``--set`` behind it."""

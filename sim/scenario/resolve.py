@@ -117,15 +117,23 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     n_gpus = hw.tp * hw.pp
     w_total = sc.cost.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
     w_gpu = w_total / n_gpus
+    shards = hw.expert_shards  # a data-parallel rank holds 1 / shards of the routed experts
+    if sc.cluster is not None and sc.cluster.data_parallel is not None:
+        shards = sc.cluster.n_nodes  # the top-level sections are every rank's
+    if shards > 1:
+        w_exp = w_total * min(model.routed_expert_params / model.params_total, 1.0)
+        w_gpu = (w_total - w_exp) / n_gpus + w_exp / (n_gpus * shards)
     if hw.kv_pool_bytes_per_gpu is not None:
         pool_gpu = hw.kv_pool_bytes_per_gpu
     else:
         pool_gpu = acc.memory_bytes * hw.gpu_memory_utilization - w_gpu - hw.reserve_bytes_per_gpu
         if pool_gpu <= 0:
+            moe_hint = ", spread the routed experts over data-parallel ranks (cluster." \
+                "data_parallel)" if model.num_experts else ""  # fmt: skip
             raise ConfigError(
                 f"no memory left for KV: {acc.memory_bytes:.4g} B x {hw.gpu_memory_utilization} "
                 f"- {w_gpu:.4g} B of weights - {hw.reserve_bytes_per_gpu:.4g} B reserved per GPU "
-                f"(raise tp/pp or set kv_pool_bytes_per_gpu)",
+                f"(raise tp/pp{moe_hint} or set kv_pool_bytes_per_gpu)",
                 location=loaded.where("hardware"),
                 field="hardware",
             )

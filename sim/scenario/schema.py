@@ -59,6 +59,9 @@ class HardwareSection(_Cfg):
     accelerator_overrides: dict[str, Any] = Field(default_factory=dict)
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
+    # data-parallel ranks the routed experts of a MoE model are spread over (set for each
+    # rank by cluster.data_parallel; 1: this engine holds every expert)
+    expert_shards: int = Field(1, ge=1, le=256)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vLLM's share of HBM it may use
     reserve_bytes_per_gpu: float = Field(0.0, ge=0)  # activations, runtime (F34 M_act)
     kv_pool_bytes_per_gpu: float | None = Field(None, gt=0)  # explicit pool: skips F34

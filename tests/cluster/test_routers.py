@@ -24,6 +24,7 @@ class FakeView:
     match: list[int] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
     traj: dict[int, int] = field(default_factory=dict)
+    run: list[int] = field(default_factory=list)
     ttft_calls: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -49,6 +50,9 @@ class FakeView:
     def trajectory_node(self, traj_id: int) -> int | None:
         return self.traj.get(traj_id)
 
+    def running(self, node: int) -> int:
+        return self.run[node] if self.run else 0
+
 
 def req(prompt_tokens: int = 40_000, traj_id: int = 0):
     return SimpleNamespace(prompt_tokens=prompt_tokens, traj_id=traj_id)
@@ -65,6 +69,7 @@ def test_the_registered_kinds():
         "prefix_affinity",
         "session_affinity",
         "ttft_estimate",
+        "vllm_dp",
     )
 
 
@@ -213,3 +218,15 @@ def test_l_max_is_auto_or_a_positive_count(bad):
     assert opts(l_max=7).l_max == 7
     with pytest.raises(ValueError, match="l_max must be auto or an integer >= 1"):
         opts(l_max=bad)
+
+
+def test_vllm_dp_weighs_a_waiting_request_four_times_a_running_one():
+    """vLLM's DPLBAsyncMPClient: the lowest 4 x waiting + running, ties to the lowest rank."""
+    r = router("vllm_dp", 3)
+    # rank 0: 1 waiting + 2 running = 6; rank 1: 5 running = 5; rank 2: 2 waiting = 8
+    assert r.route(req(), FakeView(3, load=[3, 5, 2], run=[2, 5, 0])) == 1
+    # rank 1 with one more running: 6 = rank 0's 6, the tie goes to rank 0
+    assert r.route(req(), FakeView(3, load=[3, 6, 2], run=[2, 6, 0])) == 0
+    assert r.route(req(), FakeView(3)) == 0  # all idle: rank 0
+    # outstanding counts requests still on their way (not yet running): they wait
+    assert r.route(req(), FakeView(2, load=[1, 3], run=[0, 3])) == 1  # 4 vs 3

@@ -79,3 +79,25 @@ def test_fast_path_equals_stepping_under_kernel_table_pricing(name):
     for col in ("ttft_s", "e2e_s", "itl_mean_s", "preemptions"):
         assert np.allclose(a[col].to_numpy(dtype=float), b[col].to_numpy(dtype=float), rtol=1e-9, atol=0)
     assert len(fast.steps) < len(exact.steps)
+
+
+#: docs/validation.md, "Expert parallelism with data-parallel attention": the predicted
+#: DP 2 + EP 2 run (no vLLM log): kvsim's own figures, mean / median / p90
+DP_EP = ROOT / "workloads/validation/rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml"
+DP_EP_RECORDED = {"ttft": (0.958, 0.140, 4.284), "tpot": (46.6e-3, 47.9e-3, 51.8e-3),
+                  "latency": (31.73, 31.04, 37.72)}  # fmt: skip
+
+
+def test_the_dp_ep_prediction_is_as_documented(run_cli):
+    """The shipped DP 2 + EP 2 scenario runs through the documented command (against the
+    Qwen3-32B log, whose requests it replays) and gives the figures the page records."""
+    run = DEV_RUNS["rtxpro6000"][0]
+    code, out, err = run_cli(["validate-e2e", str(run), "--scenario", str(DP_EP), "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["requests"] == 300 and report["kvsim_preemptions"] == 0
+    assert round(report["kvsim_sim_time_s"], 1) == 61.8
+    for metric, values in DP_EP_RECORDED.items():
+        for stat, want in zip(("mean", "median", "p90"), values, strict=True):
+            got = report["metrics"][metric][stat]["kvsim_s"]
+            assert got == pytest.approx(want, rel=2e-3), (metric, stat, got, want)
