@@ -72,6 +72,10 @@ class DataParallel(_Cfg):
     # --enable-expert-parallel: each GPU holds whole experts (E / ranks x TP of them);
     # false: every expert sharded over all the GPUs as tensor parallelism
     expert_parallel: bool = True
+    # vLLM's max_cudagraph_capture_size: a step whose largest rank batch fits a CUDA graph
+    # is padded to it on every rank (DP padding); larger steps run eagerly, unpadded.
+    # 0: enforce_eager (never padded)
+    cudagraph_max_tokens: int = Field(512, ge=0, le=1 << 20)
 
 
 class ClusterSection(_Cfg):
@@ -82,11 +86,27 @@ class ClusterSection(_Cfg):
     network_delay_s: float = Field(0.0, ge=0, le=60)  # router -> node, each message
     data_parallel: DataParallel | None = None  # the nodes are one engine's DP ranks
 
+    @field_validator("data_parallel", mode="before")
+    @classmethod
+    def _dp_form(cls, v):
+        """``true`` is ``{}`` (the defaults), ``false`` is none; else a mapping."""
+        if v is True:
+            return {}
+        if v is False:
+            return None
+        if v is not None and not isinstance(v, dict):
+            raise ValueError(
+                f"data_parallel is true, false or a mapping {{expert_parallel: true|false, "
+                f"cudagraph_max_tokens: N}}, got {v!r}"
+            )
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _dp_router(cls, data):
         """vLLM's own balancer in front of data-parallel ranks unless a router is named."""
-        if isinstance(data, dict) and data.get("data_parallel") is not None and "router" not in data:
+        dp = data.get("data_parallel") if isinstance(data, dict) else None
+        if dp is not None and dp is not False and "router" not in data:
             return {**data, "router": {"kind": "vllm_dp"}}
         return data
 

@@ -7,13 +7,15 @@ collective over all ranks (the routed experts are sharded over them), so the ran
 synchronise at every layer and a rank with nothing to do runs a dummy batch of one
 token (``execute_dummy_batch``). Per step:
 
-  padding      every rank's batch is padded to the group's largest token count
-               ``n_max`` (vLLM's DP padding, so the collectives and CUDA graphs match):
-               the dense operators run at ``n_max`` on every rank, attention and the LM
-               head on the rank's own requests;
+  padding      a step whose largest rank batch ``n_max`` fits a CUDA graph (at most
+               ``cudagraph_max_tokens``, vLLM's ``max_cudagraph_capture_size``) is padded
+               to ``n_max`` on every rank (vLLM's DP padding): the dense operators run at
+               ``n_max`` everywhere, attention and the LM head on the rank's own requests,
+               and ``T = R x n_max`` tokens go through the experts; a larger step runs
+               eagerly, unpadded: ``T`` = the ranks' tokens summed (a dummy's one);
   ranks        ``rank_r`` = the rank's GPU seconds without the expert layers
                (``CostModel.gpu_terms``), dummy ranks as a one-token decode;
-  experts      the global batch is ``T = R x n_max`` tokens over S = R x TP GPUs. With
+  experts      the global batch is ``T`` tokens over S = R x TP GPUs. With
                expert parallelism each GPU holds E / S whole experts and computes the
                token-expert pairs routed to them, on average ``T k / S``: the measured
                expert layer (the profiler's table, whole experts on one GPU) at ``T / S``
@@ -24,19 +26,22 @@ token (``execute_dummy_batch``). Per step:
                priced by the same lookup (no table of TP-sharded experts is measured);
   collectives  per MoE layer a dispatch (all-gather of the ranks' hidden states) and a
                combine (reduce-scatter of the expert outputs), vLLM's default
-               ``allgather_reducescatter`` backend: each ``latency + (R - 1) n_max d_model
-               x bytes / bandwidth`` over the accelerator's link (the all-reduce figures
-               of ``groups._allreduce_fit`` at R ranks), plus one latency per step for the
-               ranks' agreement on the batch sizes;
+               ``allgather_reducescatter`` backend: each ``latency + received x d_model x
+               bytes / bandwidth``, ``received`` the most tokens one rank receives from the
+               others (``(R - 1) n_max`` padded, ``T - min n`` eager), over the
+               accelerator's link (``groups._allreduce_fit`` at R ranks, or at the
+               profile's nearest stated degree: ``link_degree``), plus one latency per
+               step for the ranks' agreement on the batch sizes;
   step         ``GPU = max_r rank_r + L_moe (expert layer + dispatch + combine) + sync``
                (``L_moe``: the layers with routed experts, ``ModelProfile.moe_layers``); the
                step costs ``max(host, GPU)`` with async scheduling, else ``host + GPU``,
                and every rank's step ends then.
 
 A pricing without the expert layer apart (``roofline_*``, or ``per_group`` with no
-measured expert table) keeps each rank's own price (its expert layers inside, as one
-engine's, its weights the rank's share: ``CostModel(expert_shards=R)``) and adds the
-collectives; ``moe_s`` is then None.
+measured expert table) keeps each rank's own price (its expert layers inside, its
+weights the rank's share: ``CostModel(expert_shards=R)``; under a roofline its GEMM
+FLOPs re-spread: the dense part at the padded tokens, the experts' part at ``T / R``
+tokens) and adds the collectives; ``moe_s`` is then None.
 
 Invariant: pure; the common duration is the same for every rank and at least every
 rank's own GPU seconds; a group of one rank with no collectives is priced exactly as its
@@ -64,8 +69,10 @@ class LockstepCost:
     total_s: float
     costs: tuple[StepCost, ...]  # per rank (a dummy rank's too)
     dummy: tuple[bool, ...]  # per rank: ran a dummy batch
-    pad_tokens: int  # n_max
-    global_tokens: int  # T = R x n_max
+    n_max: int  # the largest rank's tokens
+    padded: bool  # every rank padded to n_max (a CUDA-graph step)
+    padding_tokens: int  # tokens the padding and the dummy batches added
+    global_tokens: int  # T: tokens through the expert layer
     moe_s: float | None  # MoE layers x the expert layer (None: inside each rank's price)
     comm_s: float  # MoE layers x (dispatch + combine) + the per-step sync
     rank_gpu_s: tuple[float, ...]  # each rank's own GPU seconds (no experts, no comm)
@@ -74,10 +81,11 @@ class LockstepCost:
 class LockstepPricer:
     """Prices lockstep steps of ``ranks`` DP ranks sharing one cost model (see module)."""
 
-    def __init__(self, cost: CostModel, ranks: int) -> None:
+    def __init__(self, cost: CostModel, ranks: int, *, cudagraph_max_tokens: int = 512) -> None:
         if ranks < 1:
             raise ValueError("a lockstep group needs at least one rank")
         self.cost, self.R = cost, ranks
+        self.cudagraph_max_tokens = cudagraph_max_tokens
         m = cost.model
         self.L, self.d = m.moe_layers, m.d_model  # the layers with an expert collective
         self.ab = dtype_bytes(cost.config.activation_dtype)
@@ -87,7 +95,13 @@ class LockstepPricer:
         self.moe: MoeGrid | None = self._moe_table() if self.split else None
         if self.split and self.moe is None:
             self.split = False  # a per-group pricing without a measured expert layer
-        fit = _allreduce_fit(cost.config, cost.calibration, cost.accelerator, ranks)
+        # the routed experts' share of a token's GEMM FLOPs (the roofline's re-spread)
+        active = m.active_params
+        self.expert_flop_share = (
+            min(m.routed_expert_params * self.k / self.E / active, 1.0) if self.E and active else 0.0
+        )
+        self.link_degree = link_degree(cost, ranks)
+        fit = _allreduce_fit(cost.config, cost.calibration, cost.accelerator, self.link_degree)
         self.latency_s, self.bw = fit.latency_s, fit.bus_bw_bytes_per_s
         self.collectives = cost.config.allreduce and ranks > 1
 
@@ -107,11 +121,12 @@ class LockstepPricer:
         E, k, S, T = self.E, self.k, self.shards, global_tokens
         return float(self.moe.at(T / S, E / S * (1.0 - (1.0 - k / E) ** T)))
 
-    def collective_s(self, pad_tokens: int) -> float:
-        """One dispatch or combine: each rank moves (R - 1) padded batches of hidden state."""
+    def collective_s(self, received_tokens: int) -> float:
+        """One dispatch or combine: the rank that receives the most hidden states (the
+        other ranks' tokens) finishes last."""
         if not self.collectives:
             return 0.0
-        return self.latency_s + (self.R - 1) * pad_tokens * self.d * self.ab / self.bw
+        return self.latency_s + received_tokens * self.d * self.ab / self.bw
 
     # -- one step ----------------------------------------------------------------------
 
@@ -122,18 +137,25 @@ class LockstepPricer:
         cost = self.cost
         dummy = tuple(w is None for w in works)
         ws = [DUMMY_WORK if w is None else w for w in works]
-        n_max = max(max(w.n_tokens for w in ws), 1)
-        T = self.R * n_max
+        n = [max(w.n_tokens, 1) for w in ws]
+        n_max = max(n)
+        padded = n_max <= self.cudagraph_max_tokens  # a CUDA-graph step: DP padding
+        if padded:
+            pad_to, T, received = n_max, self.R * n_max, (self.R - 1) * n_max
+            padding = sum(n_max - (w.n_tokens if w is not None else 0) for w in works)
+        else:  # eager: every rank its own tokens (a dummy its one), variable-size collectives
+            pad_to, T, received = 0, sum(n), sum(n) - min(n)
+            padding = sum(dummy)
         own = [cost.iteration_time(w) for w in ws]
         if self.split:
-            gpu = [cost.gpu_terms(w, n_max)[0] for w in ws]
+            gpu = [cost.gpu_terms(w, pad_to)[0] for w in ws]
             moe = self.L * self.expert_layer_s(T)
-        else:  # each rank's own price stands (its experts inside), without its host overhead
-            gpu = [self._own_gpu_s(w) for w in ws]
+        else:  # each rank's own price (its experts inside), without its host overhead
+            gpu = [self._own_gpu_s(w, pad_to, T) for w in ws]
             moe = None
         comm = 0.0
         if self.collectives:
-            comm = 2 * self.L * self.collective_s(n_max) + self.latency_s
+            comm = 2 * self.L * self.collective_s(received) + self.latency_s
         host = cost._overhead_s()
         g = max(gpu) + (moe or 0.0) + comm
         total = max(host, g) if cost.async_scheduling else host + g
@@ -143,23 +165,47 @@ class LockstepPricer:
                 total_s=total,
                 overhead_s=host,
                 extra={**c.extra, "lockstep": True, "moe_s": moe, "ep_comm_s": comm,
-                       "lockstep_wait_s": max(gpu) - gpu[r],
-                       "dummy": dummy[r]},
+                       "lockstep_wait_s": max(gpu) - gpu[r], "dummy": dummy[r]},
             )  # fmt: skip
             for r, c in enumerate(own)
         )
-        return LockstepCost(total, costs, dummy, n_max, T, moe, comm, tuple(gpu))
+        return LockstepCost(total, costs, dummy, n_max, padded, padding, T, moe, comm, tuple(gpu))
 
-    def _own_gpu_s(self, work: StepWork) -> float:
-        """A step's GPU seconds under a pricing without per-group terms: its price with
-        the host overhead added in turn (async scheduling off for the call), less it."""
+    def _own_gpu_s(self, work: StepWork, pad_to: int, global_tokens: int) -> float:
+        """A rank's GPU seconds when the expert layer is not priced apart: its price with
+        the host overhead added in turn (async scheduling off for the call), less it.
+        Under a roofline pricing the GEMM FLOPs are re-spread as the group runs them:
+        the dense part at the padded tokens, the routed experts' part at the global
+        tokens over the ranks (``T / R`` per rank instead of its own ``n``)."""
         cost = self.cost
         saved, cost.async_scheduling = cost.async_scheduling, False
         try:
             c = cost.iteration_time(work)
         finally:
             cost.async_scheduling = saved
-        return c.total_s - c.overhead_s
+        gpu = c.total_s - c.overhead_s
+        n = max(work.n_tokens, 1)
+        if cost.groups is None and c.gemm_s > 0:
+            f = self.expert_flop_share
+            dense = (max(pad_to, n) / n - 1.0) * (1.0 - f)
+            experts = (global_tokens / (self.R * n) - 1.0) * f
+            comp = c.comp_s + c.gemm_s * (dense + experts)
+            gpu += max(c.mem_s, comp) - max(c.mem_s, c.comp_s)
+        return gpu
 
 
-__all__ = ["DUMMY_WORK", "LockstepCost", "LockstepPricer"]
+def link_degree(cost: CostModel, ranks: int) -> int:
+    """The degree whose all-reduce line prices the ranks' collectives: ``ranks`` when the
+    calibration or the accelerator profile states it, else the profile's nearest stated
+    degree (the same link, fewer or more GPUs on it; ties to the larger), else ``ranks``
+    (the chapter's fallback line)."""
+    cal, acc = cost.calibration, cost.accelerator
+    if cal is not None and cal.allreduce_fit(ranks) is not None:
+        return ranks
+    stated = sorted(acc.allreduce.by_tp) if acc.allreduce is not None else []
+    if not stated or ranks in stated:
+        return ranks
+    return min(stated, key=lambda t: (abs(t - ranks), -t))
+
+
+__all__ = ["DUMMY_WORK", "LockstepCost", "LockstepPricer", "link_degree"]

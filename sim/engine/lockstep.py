@@ -77,7 +77,7 @@ class Lockstep:
         self.comm_s += priced.comm_s
         top = max(priced.rank_gpu_s)
         self.wait_s += sum(top - g for g, w in zip(priced.rank_gpu_s, works, strict=True) if w)
-        self.padded_tokens += sum(priced.pad_tokens - (w.n_tokens if w else 0) for w in works)
+        self.padded_tokens += priced.padding_tokens
         self.env.timeout(d).callbacks.append(lambda _ev: done.succeed(priced))
 
 

@@ -122,14 +122,14 @@ def lockstep_rows(s: dict) -> list[tuple[str, str, str]]:
     collectives, the wait for the slowest rank in rank-seconds)."""
     if s.get("lockstep_steps") is None:
         return []
-    busy = s.get("lockstep_busy_s") or 0.0
+    busy, moe = s.get("lockstep_busy_s") or 0.0, s.get("lockstep_moe_s")
     split = " / ".join(_num(s.get(k), ",.2f") for k in ("lockstep_busy_s", "lockstep_moe_s",
                                                           "lockstep_comm_s", "lockstep_wait_s"))  # fmt: skip
     return [
         ("lockstep steps / dummy rank-steps",
          f"{_num(s.get('lockstep_steps'), ',d')} / {_num(s.get('dummy_rank_steps'), ',d')}", "count"),
         ("busy / experts / comm / rank wait", split, "s"),
-        ("experts share of busy", _num(s["lockstep_moe_s"] / busy if busy else None, ".1f", 100), "%"),
+        ("experts share of busy", _num(moe / busy if busy and moe is not None else None, ".1f", 100), "%"),
     ]  # fmt: skip
 
 

@@ -175,7 +175,7 @@ def _lockstep(env: simpy.Environment, section, parts: list[Any]):
     from sim.cost.expert_parallel import LockstepPricer
     from sim.engine.lockstep import Lockstep
 
-    pricer = LockstepPricer(parts[0].cost, len(parts))
+    pricer = LockstepPricer(parts[0].cost, len(parts), cudagraph_max_tokens=dp.cudagraph_max_tokens)
     group = Lockstep(env, pricer)
     for j, p in enumerate(parts):
         p.node.lockstep, p.node.rank = group, j

@@ -157,6 +157,17 @@ def test_bad_data_parallel_sections_are_one_line(cluster, words):
     assert words in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_data_parallel_true_is_the_defaults_and_false_is_none():
+    on = load_scenario(sc(cluster={"nodes": [{"count": 2}], "data_parallel": True})).scenario.cluster
+    assert on.data_parallel.expert_parallel and on.data_parallel.cudagraph_max_tokens == 512
+    assert on.router.kind == "vllm_dp"
+    off = load_scenario(sc(cluster={"nodes": [{"count": 2}], "data_parallel": False})).scenario.cluster
+    assert off.data_parallel is None and off.router.kind == "round_robin"
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(sc(cluster={"nodes": [{"count": 2}], "data_parallel": 3}))
+    assert "true, false or a mapping" in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_a_named_router_is_kept():
     loaded = load_scenario(sc(cluster={"nodes": [{"count": 2}], "data_parallel": {},
                                        "router": {"kind": "round_robin"}}))  # fmt: skip
@@ -224,6 +235,10 @@ def test_deepseek_v3_fits_an_h200_only_as_one_of_eight_expert_parallel_ranks():
     assert s["dp_ranks"] == 8 and s["lockstep_moe_s"] is None and s["lockstep_comm_s"] > 0
     assert sorted(res.requests.node.unique().tolist()) == list(range(8))
     _group_invariants(res.steps)
+    from sim.report.text import summary_rows
+
+    rows = {label: value for label, value, _ in summary_rows(s)}
+    assert rows["experts share of busy"] == "-"  # inside each rank's price: not apart
     one = copy.deepcopy(ds)
     one["cluster"]["nodes"][0]["count"] = 1
     with pytest.raises(ConfigError, match="spread the routed experts over data-parallel ranks"):

@@ -57,7 +57,8 @@ def test_a_decode_beside_a_prefill_chunk_ep2_by_hand(tmp_path):
     moe = 2 * moe_at(8, local)
     comm = 4 * collective(8) + LAT
     rank = [m.gpu_terms(DECODE, 8)[0], m.gpu_terms(CHUNK8, 8)[0]]
-    assert out.pad_tokens == 8 and out.global_tokens == 16 and out.dummy == (False, False)
+    assert out.n_max == 8 and out.padded and out.global_tokens == 16 and out.dummy == (False, False)
+    assert out.padding_tokens == 7  # the decode's 1 token padded to 8
     assert out.moe_s == pytest.approx(moe, rel=1e-12)
     assert out.comm_s == pytest.approx(comm, rel=1e-12)
     assert out.total_s == pytest.approx(1e-3 + max(rank) + moe + comm, rel=1e-12)
@@ -76,7 +77,7 @@ def test_a_rank_without_work_runs_the_one_token_dummy_batch(tmp_path):
     assert out.costs[1].n_tokens == 1 and out.costs[1].extra["dummy"]
     # two idle ranks never step (the engine does not ask), but the price is defined
     both = LockstepPricer(m, 2).price([None, None])
-    assert both.pad_tokens == 1 and both.dummy == (True, True)
+    assert both.n_max == 1 and both.dummy == (True, True)
 
 
 def test_one_rank_without_collectives_is_its_engine(tmp_path):
@@ -99,9 +100,9 @@ def test_async_scheduling_hides_the_host_behind_the_common_step(tmp_path):
 def test_more_ranks_move_more_bytes_per_collective(tmp_path):
     m = tiny_cost(tmp_path, model=TINY_MOE)
     out = LockstepPricer(m, 4).price([CHUNK8, DECODE, None, None])
-    # the all-reduce line of the profile at 4 ranks is not stated: the legacy 450 GB/s + 5 us
-    lat, bw = 5e-6, 450e9
-    assert out.comm_s == pytest.approx(4 * (lat + 3 * 8 * 64 * 2 / bw) + lat, rel=1e-12)
+    # the profile states its PCIe line at 2 GPUs only: 4 ranks use that link (nearest)
+    assert out.comm_s == pytest.approx(4 * collective(8, ranks=4) + LAT, rel=1e-12)
+    assert out.padding_tokens == 0 + 7 + 8 + 8
     assert out.global_tokens == 32  # each GPU: 2 of 8 experts, T k / S = 16 pairs = 8 tokens
     assert out.moe_s == pytest.approx(2 * moe_at(8, 2 * (1 - 0.75**32)), rel=1e-12)
 
@@ -138,3 +139,36 @@ def test_a_rank_streams_its_share_of_the_routed_experts():
     assert rank.weight_bytes_per_gpu == pytest.approx(671e9 - w_exp + w_exp / 8, rel=1e-12)
     work = StepWork(n_decode=64, decode_history_tokens=64 * 2000)
     assert rank.iteration_time(work).weights_s < one.iteration_time(work).weights_s / 6
+
+
+def test_a_step_beyond_the_cuda_graphs_runs_unpadded(tmp_path):
+    """cudagraph_max_tokens 4 < the 8-token chunk: an eager step, each rank at its own
+    tokens, T = 8 + 1 = 9 through the experts (T / S = 4.5 tokens per GPU over 4 (1 -
+    (3/4)^9) local experts), collectives of the most one rank receives: 9 - 1 = 8."""
+    m = tiny_cost(tmp_path, model=TINY_MOE)
+    out = LockstepPricer(m, 2, cudagraph_max_tokens=4).price([DECODE, CHUNK8])
+    assert not out.padded and out.global_tokens == 9 and out.padding_tokens == 0
+    assert out.rank_gpu_s == (m.gpu_terms(DECODE)[0], m.gpu_terms(CHUNK8)[0])
+    assert out.moe_s == pytest.approx(2 * moe_at(4.5, 4 * (1 - 0.75**9)), rel=1e-12)
+    assert out.comm_s == pytest.approx(4 * (LAT + 8 * 64 * 2 / BW) + LAT, rel=1e-12)
+    dummy = LockstepPricer(m, 2, cudagraph_max_tokens=0).price([CHUNK8, None])
+    assert dummy.global_tokens == 9 and dummy.padding_tokens == 1  # the dummy's one token
+
+
+def test_the_roofline_re_spreads_the_experts_flops_over_the_ranks(tmp_path):
+    """No expert table: a 2,048-token chunk beside a dummy, eager. Its routed experts'
+    FLOPs (f = 0.5 of its GEMM FLOPs: 0.8 M routed parameters x 2 / 8 of 0.4 M active)
+    run at T / R = 2,049 / 2 tokens per GPU instead of 2,048."""
+    model = TINY_MOE.model_copy(update={"params_active": 0.4e6})
+    assert model.routed_expert_params == pytest.approx(0.8e6)
+    m = tiny_cost(tmp_path, model=model, step_pricing="roofline_max")
+    big = StepWork(prefill_chunks=((2048, 0),))
+    p = LockstepPricer(m, 2, cudagraph_max_tokens=0)
+    assert p.expert_flop_share == pytest.approx(0.5)
+    c = m.iteration_time(big)
+    assert c.comp_s > c.mem_s  # compute-bound: the re-spread shows
+    comp = c.comp_s + c.gemm_s * 0.5 * (2049 / (2 * 2048) - 1)
+    out = p.price([big, None])
+    expected = c.total_s - c.overhead_s - c.comp_s + max(c.mem_s, comp)
+    assert out.rank_gpu_s[0] == pytest.approx(expected, rel=1e-12)
+    assert out.rank_gpu_s[0] < c.total_s - c.overhead_s

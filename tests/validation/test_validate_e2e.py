@@ -84,8 +84,8 @@ def test_fast_path_equals_stepping_under_kernel_table_pricing(name):
 #: docs/validation.md, "Expert parallelism with data-parallel attention": the predicted
 #: DP 2 + EP 2 run (no vLLM log): kvsim's own figures, mean / median / p90
 DP_EP = ROOT / "workloads/validation/rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml"
-DP_EP_RECORDED = {"ttft": (0.958, 0.140, 4.284), "tpot": (46.6e-3, 47.9e-3, 51.8e-3),
-                  "latency": (31.73, 31.04, 37.72)}  # fmt: skip
+DP_EP_RECORDED = {"ttft": (0.921, 0.148, 4.045), "tpot": (46.2e-3, 47.5e-3, 51.3e-3),
+                  "latency": (31.46, 30.78, 37.45)}  # fmt: skip
 
 
 def test_the_dp_ep_prediction_is_as_documented(run_cli):
@@ -100,4 +100,4 @@ def test_the_dp_ep_prediction_is_as_documented(run_cli):
     for metric, values in DP_EP_RECORDED.items():
         for stat, want in zip(("mean", "median", "p90"), values, strict=True):
             got = report["metrics"][metric][stat]["kvsim_s"]
-            assert got == pytest.approx(want, rel=2e-3), (metric, stat, got, want)
+            assert got == pytest.approx(want, rel=5e-3), (metric, stat, got, want)  # as rounded
