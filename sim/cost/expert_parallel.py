@@ -53,6 +53,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from sim.cost.groups import _allreduce_fit
 from sim.cost.kernel_tables import MoeGrid
 from sim.cost.roofline import CostModel, StepCost, StepWork
@@ -60,6 +62,16 @@ from sim.units import dtype_bytes
 
 #: what a rank with no work runs while the others step (vLLM's dummy batch: one token)
 DUMMY_WORK = StepWork(n_decode=1, decode_history_tokens=0)
+
+
+@dataclass(frozen=True)
+class DecodeRank:
+    """A rank decoding the same sequences through a run of steps (``decode_run``)."""
+
+    n_decode: int
+    history_tokens: int  # cached tokens of its decodes before the run's first step
+    max_history_tokens: int | None = None  # the longest decode's, then + 1 a step
+    min_history_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,12 @@ class LockstepCost:
     moe_s: float | None  # MoE layers x the expert layer (None: inside each rank's price)
     comm_s: float  # MoE layers x (dispatch + combine) + the per-step sync
     rank_gpu_s: tuple[float, ...]  # each rank's own GPU seconds (no experts, no comm)
+
+    @property
+    def wait_s(self) -> float:
+        """Rank-seconds the ranks with a batch waited for the slowest rank's own work."""
+        top = max(self.rank_gpu_s)
+        return sum(top - g for g, d in zip(self.rank_gpu_s, self.dummy, strict=True) if not d)
 
 
 class LockstepPricer:
@@ -171,6 +189,81 @@ class LockstepPricer:
         )
         return LockstepCost(total, costs, dummy, n_max, padded, padding, T, moe, comm, tuple(gpu))
 
+    # -- a run of decode steps -----------------------------------------------------------
+
+    def decode_run(self, runs: Sequence[DecodeRank | None], n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(durations, rank-seconds waited) of ``n_steps`` lockstep steps in which every
+        rank with a batch decodes the same sequences (their contexts grow by one a step:
+        ``DecodeRank``) and the others (None) run dummies. Equals ``price`` step by step
+        (the engine's group runs rely on it, tested to 1e-9): the batch sizes, hence the
+        padding, the global tokens, the experts and the collectives, do not change in
+        such a run; only the ranks' attention does, computed with numpy arrays the way
+        one step computes it."""
+        if len(runs) != self.R:
+            raise ValueError(f"{len(runs)} runs for {self.R} ranks")
+        cost = self.cost
+        i = np.arange(n_steps, dtype=np.float64)
+        n = [r.n_decode if r is not None else 1 for r in runs]
+        n_max = max(n)
+        if n_max <= self.cudagraph_max_tokens:
+            pad_to, T, received = n_max, self.R * n_max, (self.R - 1) * n_max
+        else:
+            pad_to, T, received = 0, sum(n), sum(n) - min(n)
+        gpus = []
+        for r in runs:
+            if r is None:  # the dummy batch is the same every step
+                one = (cost.gpu_terms(DUMMY_WORK, pad_to)[0] if self.split
+                       else self._own_gpu_s(DUMMY_WORK, pad_to, T))  # fmt: skip
+                gpus.append(np.full(n_steps, one))
+            else:
+                gpus.append(self._decode_gpu(r, i, pad_to, T))
+        top = np.maximum.reduce(gpus) if len(gpus) > 1 else gpus[0]
+        moe = self.L * self.expert_layer_s(T) if self.split else None
+        comm = 0.0
+        if self.collectives:
+            comm = 2 * self.L * self.collective_s(received) + self.latency_s
+        host = cost._overhead_s()
+        g = top + (moe or 0.0) + comm
+        total = np.maximum(host, g) if cost.async_scheduling else host + g
+        wait = np.zeros(n_steps)
+        for gp, r in zip(gpus, runs, strict=True):
+            if r is not None:
+                wait = wait + (top - gp)
+        return total, wait
+
+    def _decode_gpu(self, r: DecodeRank, i: np.ndarray, pad_to: int, global_tokens: int) -> np.ndarray:
+        """A decoding rank's GPU seconds at each step of a run (``gpu_terms`` /
+        ``_own_gpu_s`` of each step's work, in arrays)."""
+        cost, nd = self.cost, r.n_decode
+        kv_tokens = r.history_tokens + i * nd + nd
+        span = None
+        if r.max_history_tokens is not None and r.min_history_tokens is not None:
+            span = (r.max_history_tokens + i, r.min_history_tokens + i)
+        g = cost.groups
+        if g is not None:
+            fixed = g.fixed(max(nd, pad_to), nd, False) if self.split else g.fixed(nd, nd, False)
+            att = g.decode_attention(kv_tokens, nd, fixed.attention_rate, span)
+            if self.split:
+                return 0.0 + fixed.total_s - fixed.moe_s + att + 0.0
+            host = cost._overhead_s()  # the rank's own sync price, less its host overhead
+            return host + 0.0 + fixed.total_s + att + 0.0 - host
+        c = cost.config
+        weights_s, kv_s = cost._mem_arrays(nd, nd, kv_tokens)
+        rate = c.mfu_decode * cost.peak
+        gemm_f = cost.gemm_flops_per_token_per_gpu * nd if c.gemm_flops else 0.0
+        attn_f = cost.attn_flops_per_pair_per_gpu * kv_tokens if c.attention_flops else 0.0 * i
+        mem, comp = weights_s + kv_s, (gemm_f + attn_f) / rate
+        host = cost._overhead_s()
+        gpu = host + 0.0 + np.maximum(mem, comp) + cost._allreduce_s(nd) + 0.0 - host
+        gemm_s = gemm_f / rate
+        if gemm_s > 0:
+            f = self.expert_flop_share
+            dense = (max(pad_to, nd) / nd - 1.0) * (1.0 - f)
+            experts = (global_tokens / (self.R * nd) - 1.0) * f
+            comp2 = comp + gemm_s * (dense + experts)
+            gpu = gpu + (np.maximum(mem, comp2) - np.maximum(mem, comp))
+        return gpu
+
     def _own_gpu_s(self, work: StepWork, pad_to: int, global_tokens: int) -> float:
         """A rank's GPU seconds when the expert layer is not priced apart: its price with
         the host overhead added in turn (async scheduling off for the call), less it.
@@ -208,4 +301,4 @@ def link_degree(cost: CostModel, ranks: int) -> int:
     return min(stated, key=lambda t: (abs(t - ranks), -t))
 
 
-__all__ = ["DUMMY_WORK", "LockstepCost", "LockstepPricer", "link_degree"]
+__all__ = ["DUMMY_WORK", "DecodeRank", "LockstepCost", "LockstepPricer", "link_degree"]

@@ -6,9 +6,19 @@ instant (the group closes at a priority below every node's settling,
 ``CLOSE_PRIORITY``), the step is priced for all ranks at once
 (``sim.cost.expert_parallel.LockstepPricer``: ranks without a batch run vLLM's dummy
 batch) and every joined rank's step ends at the same time. While a step is in progress
-the group is busy (``busy_until``): a rank that was idle and gets work meanwhile waits
-for that step's end before it plans (it was running the dummy batch), as vLLM's ranks
-do.
+the group is busy (``busy_until``, ``step_end``): a rank that was idle and gets work
+meanwhile waits for that step's end before it plans (it was running the dummy batch),
+as vLLM's ranks do.
+
+Group runs (the fast path, ``runs=True``, i.e. not ``engine.exact``): when every joined
+rank offers a run of pure-decode steps (``RunOffer``: the same decodes until one
+finishes, as far as its memory allows), the group waits for the run at once: its length
+is the shortest offer, its step durations ``LockstepPricer.decode_run``. A post to any
+rank of the group during the run (``cut``) ends the run at the end of the step in
+progress, for every rank, exactly where stepping (``runs=False``) would have let the
+post act, and a post that reaches a rank after it joined, before the group closes (a
+rank's commit at that instant can post to another), keeps that step a single one; both
+give the same results (tested to 1e-9).
 
 Invariants: every step of the group starts and ends at the same instants on every rank
 that runs it; no rank starts a step while the group is busy; the same posts give the
@@ -18,28 +28,76 @@ same steps (ranks in index order, no clock but SimPy's).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
 
+import numpy as np
 import simpy
 
 from sim.cost import StepWork
-from sim.cost.expert_parallel import LockstepCost, LockstepPricer
+from sim.cost.expert_parallel import DecodeRank, LockstepCost, LockstepPricer
 
 #: the group closes after every node has settled at that instant (node settle: 2)
 CLOSE_PRIORITY = 3
 
 
+@dataclass(frozen=True)
+class RunOffer:
+    """What a rank whose batch can repeat offers the group: its decodes (``DecodeRank``),
+    the most steps before one of them finishes, and how memory limits a run
+    (``plan_memory(extra_steps)`` -> the rank's ``DecodeRun``: steps after the first it
+    can take, allocated bytes during them)."""
+
+    decode: DecodeRank
+    max_steps: int
+    plan_memory: Callable[[int], Any]
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    """What every joined rank gets at the end: the first step's prices, the end of each
+    step it ran, and (a run) the memory each rank's steps 2.. held."""
+
+    priced: LockstepCost
+    ends: list[float]
+    durations: list[float] | None = None  # a run's step durations (None: one step)
+    allocated: dict[int, list[float]] | None = None  # per rank, allocated bytes, steps 2..
+
+
+@dataclass
+class _Run:
+    ends: list[float]
+    durations: list[float]
+    wait: np.ndarray
+    deadline: int  # index in ends of the step the run ends after
+    done: simpy.Event
+    priced: LockstepCost
+    allocated: dict[int, list[float]]
+    n_dummy: int
+
+
 class Lockstep:
     """A group of ``pricer.R`` ranks that step together (see the module docstring)."""
 
-    def __init__(self, env: simpy.Environment, pricer: LockstepPricer) -> None:
+    def __init__(self, env: simpy.Environment, pricer: LockstepPricer, *, runs: bool = True,
+                 horizon_s: float | None = None) -> None:  # fmt: skip
         self.env, self.pricer = env, pricer
         self.n_ranks = pricer.R
+        self.runs, self.horizon_s = runs, horizon_s
         self.busy_until = -math.inf
-        #: succeeds at the end of the step in progress (what an idle rank waits for: a delay
-        #: recomputed from ``busy_until`` could land one rounding step after it)
+        #: succeeds at the end of the step (or run) in progress: what an idle rank waits
+        #: for (a delay recomputed from ``busy_until`` could land a rounding step after it)
         self.step_end: simpy.Event | None = None
         self._works: dict[int, StepWork] = {}
+        self._offers: dict[int, RunOffer | None] = {}
         self._done: simpy.Event | None = None
+        self._run: _Run | None = None  # the group run in progress
+        # a post reached a rank after it joined the step now closing: that step runs alone
+        # (the post acts at its end, as stepping would let it)
+        self._one_step = False
         # what the summary reports (sim.run.cluster)
         self.steps = 0  # lockstep steps run
         self.dummy_rank_steps = 0  # rank-steps run as a dummy batch
@@ -49,9 +107,9 @@ class Lockstep:
         self.wait_s = 0.0  # rank-seconds a joined rank waited for a slower one
         self.padded_tokens = 0  # tokens the padding added (dummies included)
 
-    def join(self, rank: int, work: StepWork) -> simpy.Event:
-        """Rank ``rank`` runs ``work`` in the step starting now; the event's value is the
-        ``LockstepCost`` at the step's end."""
+    def join(self, rank: int, work: StepWork, offer: RunOffer | None = None) -> simpy.Event:
+        """Rank ``rank`` runs ``work`` in the step starting now (``offer``: it could
+        repeat it); the event's value is the ``GroupStep`` at the end."""
         if rank in self._works:
             raise RuntimeError(f"rank {rank} joined the step at t={self.env.now} twice")
         if self._done is None:
@@ -61,24 +119,108 @@ class Lockstep:
             close.callbacks.append(self._close)
             self.env.schedule(close, CLOSE_PRIORITY)
         self._works[rank] = work
+        self._offers[rank] = offer
         return self._done
 
+    def cut(self, now: float) -> None:
+        """A post reached a rank of the group: a run in progress ends after the step in
+        progress (at once when ``now`` is a step's end)."""
+        run = self._run
+        if run is None:
+            if self._done is not None:  # ranks have joined the step about to close
+                self._one_step = True
+            return
+        i = bisect_left(run.ends, now)
+        if i < run.deadline:
+            run.deadline = i
+            self.busy_until = run.ends[i]
+            self._arm(run, i)
+
+    # ------------------------------------------------------------------ internals
     def _close(self, _event) -> None:
         works = [self._works.get(r) for r in range(self.n_ranks)]
-        done, self._done, self._works = self._done, None, {}
+        offers = [self._offers.get(r) for r in range(self.n_ranks)]
+        done, self._done, self._works, self._offers = self._done, None, {}, {}
+        one_step, self._one_step = self._one_step, False
         priced: LockstepCost = self.pricer.price(works)
+        run = self._plan_run(works, offers, priced, done) if self.runs and not one_step else None
+        if run is not None:
+            self._run, self.busy_until, self.step_end = run, run.ends[run.deadline], done
+            self._arm(run, run.deadline)
+            return
         d = priced.total_s
         self.busy_until = self.env.now + d
         self.step_end = done
-        self.steps += 1
+        self._count(priced, 1, d, priced.wait_s)
+        end = self.busy_until
+
+        def finish(_ev) -> None:
+            self.busy_until = self.env.now
+            done.succeed(GroupStep(priced, [end]))
+
+        self.env.timeout(d).callbacks.append(finish)
+
+    def _plan_run(self, works, offers, priced: LockstepCost, done) -> _Run | None:
+        """A run when every rank with a batch offers one: as long as the shortest offer,
+        as far as every rank's memory allows, and steps starting before the horizon."""
+        joined = [r for r, w in enumerate(works) if w is not None]
+        if any(offers[r] is None for r in joined):
+            return None
+        k = min(offers[r].max_steps for r in joined)
+        if k <= 1:
+            return None
+        mem = {}
+        for r in joined:
+            m = offers[r].plan_memory(k - 1)
+            mem[r] = m
+            k = min(k, 1 + m.steps)
+            if k <= 1:
+                return None
+        decode = [offers[r].decode if works[r] is not None else None for r in range(self.n_ranks)]
+        durations, wait = self.pricer.decode_run(decode, k)
+        durations = durations.tolist()
+        durations[0] = priced.total_s  # the first step as priced alone (equal to 1e-9)
+        now = self.env.now
+        ends = list(accumulate(durations, initial=now))
+        del ends[0]
+        if self.horizon_s is not None:  # steps must start before the horizon
+            k = min(k, bisect_left(ends, self.horizon_s) + 1)
+            if k <= 1:
+                return None
+        allocated = {r: m.allocated_bytes.tolist()[: k - 1] for r, m in mem.items()}
+        n_dummy = self.n_ranks - len(joined)
+        return _Run(ends[:k], durations[:k], wait[:k], k - 1, done, priced, allocated, n_dummy)
+
+    def _arm(self, run: _Run, i: int) -> None:
+        timer = self.env.timeout(max(0.0, run.ends[i] - self.env.now))
+        timer.callbacks.append(lambda _ev: self._ring(run, i))
+
+    def _ring(self, run: _Run, i: int) -> None:
+        if self._run is not run or run.deadline != i or run.done.triggered:
+            return
+        k = i + 1
+        self._run = None
+        self.busy_until = self.env.now
+        p = run.priced
+        self.steps += k - 1  # the first step is counted by _count below
+        self.dummy_rank_steps += (k - 1) * run.n_dummy
+        self.padded_tokens += (k - 1) * p.padding_tokens
+        self.moe_s += (k - 1) * (p.moe_s or 0.0)
+        self.comm_s += (k - 1) * p.comm_s
+        self._count(p, 1, sum(run.durations[:k]), float(run.wait[1:k].sum()) + p.wait_s)
+        allocated = {r: a[: k - 1] for r, a in run.allocated.items()}
+        ends = run.ends[:k]
+        ends[-1] = self.env.now  # the clock (a delay added to now may miss ends[i] by an ulp)
+        run.done.succeed(GroupStep(p, ends, run.durations[:k], allocated))
+
+    def _count(self, priced: LockstepCost, steps: int, busy_s: float, wait_s: float) -> None:
+        self.steps += steps
         self.dummy_rank_steps += sum(priced.dummy)
-        self.busy_s += d
+        self.busy_s += busy_s
         self.moe_s += priced.moe_s or 0.0
         self.comm_s += priced.comm_s
-        top = max(priced.rank_gpu_s)
-        self.wait_s += sum(top - g for g, w in zip(priced.rank_gpu_s, works, strict=True) if w)
+        self.wait_s += wait_s
         self.padded_tokens += priced.padding_tokens
-        self.env.timeout(d).callbacks.append(lambda _ev: done.succeed(priced))
 
 
-__all__ = ["CLOSE_PRIORITY", "Lockstep"]
+__all__ = ["CLOSE_PRIORITY", "GroupStep", "Lockstep", "RunOffer"]

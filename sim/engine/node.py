@@ -16,8 +16,10 @@ so the run is cut exactly where step-by-step execution (``exact=True``) would ha
 the post; both modes give the same results (tested to 1e-9).
 
 Lockstep (``lockstep``, ``sim.engine.lockstep``): the node is one data-parallel rank of
-a MoE engine; each step is priced with the other ranks' and ends with theirs, one step at
-a time (no runs), and while the group steps an idle rank waits for the step's end.
+a MoE engine; each step is priced with the other ranks' and ends with theirs; runs are
+the group's (every rank with a batch offers a run of pure-decode steps, ``RunOffer``, and
+a post to any rank cuts it), and while the group steps an idle rank waits for the step's
+end.
 
 Invariants: one SimPy event per step or run (never per token or per sequence); workload
 operations take effect only at step boundaries, in the order they were posted; the batch
@@ -40,6 +42,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
+from sim.cost.expert_parallel import DecodeRank
+from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import KvsimError
 from sim.memory.errors import InvariantError
@@ -160,6 +164,8 @@ class Node:
     def _post(self, op) -> None:
         if op is not None:
             self.inbox.append(op)
+            if self.lockstep is not None:  # a group run ends after the step in progress
+                self.lockstep.cut(self.env.now)
         wake = self._wake
         if wake is None or wake.triggered:
             return
@@ -237,9 +243,12 @@ class Node:
     def _run(self, plan: BatchPlan, now: float):
         """Price, wait for and commit one step or one run of steps of the same batch."""
         m = self._record_memory(now)
-        if self.lockstep is not None:  # one step, priced and ended with the group's ranks
-            priced = yield self.lockstep.join(self.rank, plan.work())
-            self._commit(plan, now, [now + priced.total_s], priced.costs[self.rank], m, None)
+        if self.lockstep is not None:  # priced and ended with the group's ranks
+            step = yield self.lockstep.join(self.rank, plan.work(), self._run_offer(plan, m))
+            run = None
+            if step.durations is not None and len(step.ends) > 1:
+                run = _Run(step.durations, step.allocated[self.rank], None, None)
+            self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run)
             return
         cost = self.cost.iteration_time(plan.work())
         run = self._plan_run(plan, m, cost)
@@ -322,6 +331,33 @@ class Node:
         else:
             durations = self._prefill_run_durations(plan, cost, chunks, prefill, k)
         return _Run(durations, allocated, chunks, late)
+
+    def _run_offer(self, plan: BatchPlan, m: tuple[float, float]) -> RunOffer | None:
+        """A lockstep rank's offer of a run of pure-decode steps (``_plan_run``'s rules
+        for a batch of decodes alone; the group decides the run's length), or None."""
+        sched = self.sched
+        if (
+            self.exact
+            or not sched.supports_runs
+            or len(plan.scheduled) != len(sched.running)
+            or plan.preempted
+            or plan.rejected
+            or plan.held_drops
+            or plan.copy_bytes
+            or plan.alloc_calls
+            or plan.prefill_chunks
+            or plan.admitted
+            or not plan.decodes
+        ):
+            return None
+        decodes = plan.decodes
+        k = min(map(sub, map(_limit, decodes), map(_output, decodes)))
+        if k <= 1:
+            return None
+        hi, lo = plan.decode_span()
+        kv, base = self.kv, m[1]
+        rank = DecodeRank(plan.n_decode, plan.decode_history_tokens, hi, lo)
+        return RunOffer(rank, k, lambda steps: kv.plan_decode_run(decodes, steps, base))
 
     def _prefill_run_durations(
         self, plan: BatchPlan, cost: StepCost, chunks: list[int], prefill: Request, k: int

@@ -176,7 +176,8 @@ def _lockstep(env: simpy.Environment, section, parts: list[Any]):
     from sim.engine.lockstep import Lockstep
 
     pricer = LockstepPricer(parts[0].cost, len(parts), cudagraph_max_tokens=dp.cudagraph_max_tokens)
-    group = Lockstep(env, pricer)
+    node = parts[0].resolved.scenario.engine
+    group = Lockstep(env, pricer, runs=not node.exact, horizon_s=parts[0].resolved.scenario.duration_s)
     for j, p in enumerate(parts):
         p.node.lockstep, p.node.rank = group, j
     return group

@@ -60,7 +60,7 @@ def moe_run():
 def test_the_ranks_step_together_and_a_late_rank_joins_at_the_boundary(moe_run):
     req, steps = moe_run.requests, moe_run.steps
     assert req.node.tolist() == [0, 1]  # vLLM's balancer: rank 0 busy (1 running): rank 1
-    assert (steps.n_steps == 1).all()  # lockstep ranks step one step at a time
+    assert (steps.n_steps > 1).any()  # group runs of decode steps (the fast path)
     s0, s1 = steps[steps.node == 0], steps[steps.node == 1]
     # the request of rank 1 arrives at 0.05 s, inside a step of rank 0: it starts at the
     # end of that step, the first group boundary after its arrival (the rank ran dummies)
@@ -97,11 +97,7 @@ def test_the_summary_counts_the_group_steps_and_dummies(moe_run):
     s, steps = moe_run.summary, moe_run.steps
     assert check_summary(json.loads(json.dumps(s))) == []
     assert s["dp_ranks"] == 2 and s["expert_parallel"] is True and s["router"] == "vllm_dp"
-    starts = sorted(set(steps.start_s))
-    assert s["lockstep_steps"] == len(starts)
-    per_start = steps.groupby("start_s").node.nunique()
-    assert s["dummy_rank_steps"] == int((2 - per_start).sum())
-    assert s["lockstep_busy_s"] == pytest.approx(steps.groupby("start_s").duration_s.first().sum())
+    _group_counts(steps, s, 2)
     assert 0 < s["lockstep_moe_s"] < s["lockstep_busy_s"]
     assert 0 < s["lockstep_comm_s"] < s["lockstep_busy_s"]
     assert s["lockstep_wait_s"] >= 0 and s["dp_padded_tokens"] > 0
@@ -185,11 +181,23 @@ def test_same_seed_same_run(moe_run):
 
 
 # ------------------------------------------------------------------ group invariants
+def _group_counts(steps, s: dict, ranks: int) -> None:
+    """The summary's group figures from the steps table (a row: one step or a run; rows
+    of no step, a refusal at submission, left out)."""
+    steps = steps[steps.n_steps > 0]
+    group = steps.groupby("start_s").agg(k=("n_steps", "first"), ranks=("node", "nunique"),
+                                          d=("duration_s", "first"))  # fmt: skip
+    assert s["lockstep_steps"] == int(group.k.sum())
+    assert s["dummy_rank_steps"] == int(((ranks - group.ranks) * group.k).sum())
+    assert s["lockstep_busy_s"] == pytest.approx(group.d.sum(), rel=1e-12)
+
+
 def _group_invariants(steps) -> None:
-    """Every step of every rank is a group step: steps that start together end together,
-    and no step starts while another rank's step is in progress."""
-    by_start = steps.groupby("start_s").end_s.nunique()
-    assert (by_start == 1).all()
+    """Every step of every rank is a group step: steps (or runs) that start together end
+    together after as many steps, and no step starts while another rank's is in progress."""
+    steps = steps[steps.n_steps > 0]
+    by_start = steps.groupby("start_s").agg(ends=("end_s", "nunique"), k=("n_steps", "nunique"))
+    assert (by_start.ends == 1).all() and (by_start.k == 1).all()
     spans = steps.groupby("start_s").end_s.first().sort_index()
     starts, ends = spans.index.to_numpy(), spans.to_numpy()
     assert (starts[1:] >= ends[:-1]).all()  # group steps never overlap
@@ -211,8 +219,7 @@ def test_any_arrivals_keep_the_group_in_lockstep(arrivals, ranks, horizon):
     res = run_scenario(data)
     _group_invariants(res.steps)
     s = res.summary
-    assert s["lockstep_steps"] == res.steps.start_s.nunique()
-    assert s["dummy_rank_steps"] == int((ranks - res.steps.groupby("start_s").node.nunique()).sum())
+    _group_counts(res.steps, s, ranks)
     done = res.requests[res.requests.finish_s.notna()]
     if horizon is None:
         assert len(done) == len(reqs)  # every request ends
@@ -294,3 +301,66 @@ def test_deepseek_collectives_run_on_its_moe_layers_only():
     ds = load_model("deepseek-v3")
     assert ds.moe_layers == 58 and load_model("qwen3-30b-a3b").moe_layers == 48
     assert load_model("llama-3.1-8b").moe_layers == 0
+
+
+# ------------------------------------------------------------ group runs = stepping
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    arrivals=st.lists(st.floats(0.0, 1.5, allow_nan=False), min_size=1, max_size=8),
+    ranks=st.integers(2, 3),
+    pricing=st.sampled_from(["kernel_tables", "roofline_max"]),
+    horizon=st.sampled_from([None, 1.2]),
+    small_pool=st.booleans(),
+)
+def test_group_runs_give_the_stepping_results(arrivals, ranks, pricing, horizon, small_pool):
+    """The fast path (group runs of decode steps, cut by any rank's post) against one step
+    at a time (engine.exact): the same requests' times and the same group figures."""
+    reqs = [{"count": 1, "at_s": round(t, 3), "prompt_tokens": 100 + 131 * i, "output_tokens": 9 + 23 * i}
+            for i, t in enumerate(sorted(arrivals))]  # fmt: skip
+    data = sc(workload={"kind": "requests", "requests": reqs},
+              cluster={"nodes": [{"count": ranks}], "data_parallel": {}},
+              **{"cost.step_pricing": pricing})  # fmt: skip
+    if small_pool:  # memory ends runs early (and may preempt)
+        data["hardware"]["kv_pool_bytes_per_gpu"] = 64 * 16 * 98304
+    if horizon is not None:
+        data["duration_s"] = horizon
+    fast = run_scenario(data)
+    data["engine"] = {"exact": True, "check_invariants": True}
+    step = run_scenario(data)
+    a, b = fast.requests, step.requests
+    assert a.node.tolist() == b.node.tolist()
+    for col in ("arrival_s", "admitted_s", "first_token_s", "finish_s"):
+        assert a[col].tolist() == pytest.approx(b[col].tolist(), abs=1e-9, nan_ok=True), col
+    fs, ss = fast.summary, step.summary
+    for k in ("lockstep_steps", "dummy_rank_steps", "dp_padded_tokens", "preemptions"):
+        assert fs[k] == ss[k], k
+    for k in ("lockstep_busy_s", "lockstep_comm_s", "lockstep_wait_s", "sim_time_s"):
+        assert fs[k] == pytest.approx(ss[k], rel=1e-9, abs=1e-12), k
+    if fs["lockstep_moe_s"] is not None:
+        assert fs["lockstep_moe_s"] == pytest.approx(ss["lockstep_moe_s"], rel=1e-9)
+    _group_invariants(fast.steps)
+    _group_counts(fast.steps, fs, ranks)
+
+
+@pytest.mark.parametrize("n_agents,ranks,pause_s", [(5, 2, 0.0), (5, 3, 0.0), (3, 2, 0.01)])
+def test_group_runs_with_agents_posting_at_step_ends(n_agents, ranks, pause_s):
+    """Agents whose next call comes the instant the last one finishes: a rank's commit
+    posts to another rank that has already joined the next step (found when building the
+    group runs: that step must stay a single one, as stepping lets the post act at its
+    end; (5, 2, 0) fails without it)."""
+    data = sc(workload={"kind": "agent", "num_trajectories": n_agents,
+                        "turns": {"kind": "constant", "value": 6},
+                        "output_tokens": {"kind": "uniform", "low": 5, "high": 20},
+                        "observation_tokens": {"kind": "constant", "value": 64},
+                        "pause_s": {"kind": "constant", "value": pause_s},
+                        "arrival": {"kind": "closed_loop", "concurrency": n_agents}},
+              cluster={"nodes": [{"count": ranks}], "data_parallel": {}}, seed=2)  # fmt: skip
+    data["engine"] = {}
+    fast = run_scenario(data)
+    data["engine"] = {"exact": True}
+    step = run_scenario(data)
+    assert fast.summary["sim_time_s"] == step.summary["sim_time_s"]
+    for col in ("admitted_s", "first_token_s", "finish_s"):
+        assert fast.requests[col].tolist() == step.requests[col].tolist(), col
+    assert fast.summary["lockstep_steps"] == step.summary["lockstep_steps"]
+    assert fast.summary["engine_decisions"] < step.summary["engine_decisions"]  # runs happened
