@@ -195,7 +195,7 @@ class LockstepPricer:
         """(durations, rank-seconds waited) of ``n_steps`` lockstep steps in which every
         rank with a batch decodes the same sequences (their contexts grow by one a step:
         ``DecodeRank``) and the others (None) run dummies. Equals ``price`` step by step
-        (the engine's group runs rely on it, tested to 1e-9): the batch sizes, hence the
+        (the engine's group runs rely on it; bit for bit, tested): the batch sizes, hence the
         padding, the global tokens, the experts and the collectives, do not change in
         such a run; only the ranks' attention does, computed with numpy arrays the way
         one step computes it."""

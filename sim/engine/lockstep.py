@@ -18,7 +18,7 @@ rank of the group during the run (``cut``) ends the run at the end of the step i
 progress, for every rank, exactly where stepping (``runs=False``) would have let the
 post act, and a post that reaches a rank after it joined, before the group closes (a
 rank's commit at that instant can post to another), keeps that step a single one; both
-give the same results (tested to 1e-9).
+give the same results, bit for bit (the run's timer rings at its end time itself; tested).
 
 Invariants: every step of the group starts and ends at the same instants on every rank
 that runs it; no rank starts a step while the group is busy; the same posts give the
@@ -31,14 +31,16 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
+from heapq import heappush
 from itertools import accumulate
-from typing import Any
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from sim.cost import StepWork
 from sim.cost.expert_parallel import DecodeRank, LockstepCost, LockstepPricer
+from sim.memory.deferred import DecodeRun
 
 #: the group closes after every node has settled at that instant (node settle: 2)
 CLOSE_PRIORITY = 3
@@ -53,7 +55,7 @@ class RunOffer:
 
     decode: DecodeRank
     max_steps: int
-    plan_memory: Callable[[int], Any]
+    plan_memory: Callable[[int], DecodeRun]
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ class Lockstep:
         d = priced.total_s
         self.busy_until = self.env.now + d
         self.step_end = done
-        self._count(priced, 1, d, priced.wait_s)
+        self._count(priced, d, priced.wait_s)
         end = self.busy_until
 
         def finish(_ev) -> None:
@@ -192,29 +194,29 @@ class Lockstep:
         return _Run(ends[:k], durations[:k], wait[:k], k - 1, done, priced, allocated, n_dummy)
 
     def _arm(self, run: _Run, i: int) -> None:
-        timer = self.env.timeout(max(0.0, run.ends[i] - self.env.now))
+        """Ring at ``ends[i]`` itself: a delay added to now may miss it by a rounding step,
+        while stepping reaches each end as the same running sum (bit-equal results)."""
+        timer = simpy.Event(self.env)
+        timer._ok, timer._value = True, None
         timer.callbacks.append(lambda _ev: self._ring(run, i))
+        env = self.env
+        heappush(env._queue, (max(run.ends[i], env.now), NORMAL, next(env._eid), timer))
 
     def _ring(self, run: _Run, i: int) -> None:
-        if self._run is not run or run.deadline != i or run.done.triggered:
+        if self._run is not run or run.deadline != i:
             return
         k = i + 1
         self._run = None
         self.busy_until = self.env.now
         p = run.priced
-        self.steps += k - 1  # the first step is counted by _count below
-        self.dummy_rank_steps += (k - 1) * run.n_dummy
-        self.padded_tokens += (k - 1) * p.padding_tokens
-        self.moe_s += (k - 1) * (p.moe_s or 0.0)
-        self.comm_s += (k - 1) * p.comm_s
-        self._count(p, 1, sum(run.durations[:k]), float(run.wait[1:k].sum()) + p.wait_s)
+        for j in range(k):  # the same additions, in the same order, as stepping
+            self._count(p, run.durations[j], p.wait_s if j == 0 else float(run.wait[j]))
         allocated = {r: a[: k - 1] for r, a in run.allocated.items()}
-        ends = run.ends[:k]
-        ends[-1] = self.env.now  # the clock (a delay added to now may miss ends[i] by an ulp)
-        run.done.succeed(GroupStep(p, ends, run.durations[:k], allocated))
+        run.done.succeed(GroupStep(p, run.ends[:k], run.durations[:k], allocated))
 
-    def _count(self, priced: LockstepCost, steps: int, busy_s: float, wait_s: float) -> None:
-        self.steps += steps
+    def _count(self, priced: LockstepCost, busy_s: float, wait_s: float) -> None:
+        """One group step's figures."""
+        self.steps += 1
         self.dummy_rank_steps += sum(priced.dummy)
         self.busy_s += busy_s
         self.moe_s += priced.moe_s or 0.0

@@ -314,7 +314,7 @@ def test_deepseek_collectives_run_on_its_moe_layers_only():
 )
 def test_group_runs_give_the_stepping_results(arrivals, ranks, pricing, horizon, small_pool):
     """The fast path (group runs of decode steps, cut by any rank's post) against one step
-    at a time (engine.exact): the same requests' times and the same group figures."""
+    at a time (engine.exact): the same requests' times and group figures, bit for bit."""
     reqs = [{"count": 1, "at_s": round(t, 3), "prompt_tokens": 100 + 131 * i, "output_tokens": 9 + 23 * i}
             for i, t in enumerate(sorted(arrivals))]  # fmt: skip
     data = sc(workload={"kind": "requests", "requests": reqs},
@@ -330,14 +330,12 @@ def test_group_runs_give_the_stepping_results(arrivals, ranks, pricing, horizon,
     a, b = fast.requests, step.requests
     assert a.node.tolist() == b.node.tolist()
     for col in ("arrival_s", "admitted_s", "first_token_s", "finish_s"):
-        assert a[col].tolist() == pytest.approx(b[col].tolist(), abs=1e-9, nan_ok=True), col
+        assert a[col].fillna(-1.0).tolist() == b[col].fillna(-1.0).tolist(), col
     fs, ss = fast.summary, step.summary
-    for k in ("lockstep_steps", "dummy_rank_steps", "dp_padded_tokens", "preemptions"):
+    for k in ("lockstep_steps", "dummy_rank_steps", "dp_padded_tokens", "preemptions",
+              "lockstep_busy_s", "lockstep_comm_s", "lockstep_wait_s", "lockstep_moe_s",
+              "sim_time_s", "ttft_s", "e2e_s"):  # fmt: skip
         assert fs[k] == ss[k], k
-    for k in ("lockstep_busy_s", "lockstep_comm_s", "lockstep_wait_s", "sim_time_s"):
-        assert fs[k] == pytest.approx(ss[k], rel=1e-9, abs=1e-12), k
-    if fs["lockstep_moe_s"] is not None:
-        assert fs["lockstep_moe_s"] == pytest.approx(ss["lockstep_moe_s"], rel=1e-9)
     _group_invariants(fast.steps)
     _group_counts(fast.steps, fs, ranks)
 

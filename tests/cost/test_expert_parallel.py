@@ -172,3 +172,26 @@ def test_the_roofline_re_spreads_the_experts_flops_over_the_ranks(tmp_path):
     expected = c.total_s - c.overhead_s - c.comp_s + max(c.mem_s, comp)
     assert out.rank_gpu_s[0] == pytest.approx(expected, rel=1e-12)
     assert out.rank_gpu_s[0] < c.total_s - c.overhead_s
+
+
+@pytest.mark.parametrize("pricing", ["kernel_tables", "roofline_max"])
+@pytest.mark.parametrize("async_on", [False, True])
+@pytest.mark.parametrize("cudagraph", [512, 2])
+def test_a_decode_run_is_each_steps_price_bit_for_bit(tmp_path, pricing, async_on, cudagraph):
+    """The engine's group runs take their step durations from ``decode_run``: they must
+    equal ``price`` of each step exactly (rank-seconds waited too), for decoding ranks
+    of unequal sizes and contexts beside a dummy, padded and eager."""
+    from sim.cost.expert_parallel import DecodeRank
+
+    model = TINY_MOE.model_copy(update={"params_active": 0.4e6})
+    m = tiny_cost(tmp_path, model=model, step_pricing=pricing, skew_correction=True)
+    m.async_scheduling = async_on
+    p = LockstepPricer(m, 3, cudagraph_max_tokens=cudagraph)
+    ranks = [DecodeRank(3, 3 * 40 + 7, 60, 20), None, DecodeRank(1, 33, 33, 33)]
+    durations, wait = p.decode_run(ranks, 7)
+    for i in range(7):
+        works = [None if r is None else StepWork(r.n_decode, r.history_tokens + i * r.n_decode,
+                 decode_max_history_tokens=r.max_history_tokens + i,
+                 decode_min_history_tokens=r.min_history_tokens + i) for r in ranks]  # fmt: skip
+        one = p.price(works)
+        assert durations[i] == one.total_s and wait[i] == one.wait_s, i
