@@ -181,7 +181,7 @@ class Lockstep:
         decode = [offers[r].decode if works[r] is not None else None for r in range(self.n_ranks)]
         durations, wait = self.pricer.decode_run(decode, k)
         durations = durations.tolist()
-        durations[0] = priced.total_s  # the first step as priced alone (equal to 1e-9)
+        durations[0] = priced.total_s  # the first step as priced alone (the same number)
         now = self.env.now
         ends = list(accumulate(durations, initial=now))
         del ends[0]
