@@ -132,6 +132,30 @@ class LockstepPricer:
 
     # -- the parts ---------------------------------------------------------------------
 
+    def batch_shape(self, tokens: Sequence[int]) -> tuple[int, int, int]:
+        """(tokens every rank's dense operators run at (0: its own), T through the experts,
+        the most tokens one rank receives in a collective) for the ranks' ``tokens``
+        (a dummy's is 1): padded when the largest fits a CUDA graph, else eager."""
+        n_max = max(tokens)
+        if n_max <= self.cudagraph_max_tokens:
+            return n_max, self.R * n_max, (self.R - 1) * n_max
+        return 0, sum(tokens), sum(tokens) - min(tokens)
+
+    def _comm_s(self, received: int) -> float:
+        """A step's collectives: dispatch and combine per MoE layer, and the sync."""
+        if not self.collectives:
+            return 0.0
+        return 2 * self.L * self.collective_s(received) + self.latency_s
+
+    def _respread_s(self, mem, comp, gemm_s, n: int, pad_to: int, global_tokens: int):
+        """What re-spreading a roofline step's GEMM FLOPs adds to max(memory, compute):
+        the dense part at the padded tokens, the routed experts' part at ``T / R`` tokens
+        (scalars or arrays alike)."""
+        f = self.expert_flop_share
+        dense = (max(pad_to, n) / n - 1.0) * (1.0 - f)
+        experts = (global_tokens / (self.R * n) - 1.0) * f
+        return np.maximum(mem, comp + gemm_s * (dense + experts)) - np.maximum(mem, comp)
+
     def expert_layer_s(self, global_tokens: int) -> float:
         """Seconds of one MoE layer's experts on each GPU for ``global_tokens`` tokens."""
         if self.moe is None or global_tokens <= 0:
@@ -157,12 +181,11 @@ class LockstepPricer:
         ws = [DUMMY_WORK if w is None else w for w in works]
         n = [max(w.n_tokens, 1) for w in ws]
         n_max = max(n)
-        padded = n_max <= self.cudagraph_max_tokens  # a CUDA-graph step: DP padding
+        pad_to, T, received = self.batch_shape(n)
+        padded = pad_to > 0  # a CUDA-graph step: DP padding
         if padded:
-            pad_to, T, received = n_max, self.R * n_max, (self.R - 1) * n_max
             padding = sum(n_max - (w.n_tokens if w is not None else 0) for w in works)
         else:  # eager: every rank its own tokens (a dummy its one), variable-size collectives
-            pad_to, T, received = 0, sum(n), sum(n) - min(n)
             padding = sum(dummy)
         own = [cost.iteration_time(w) for w in ws]
         if self.split:
@@ -171,9 +194,7 @@ class LockstepPricer:
         else:  # each rank's own price (its experts inside), without its host overhead
             gpu = [self._own_gpu_s(w, pad_to, T) for w in ws]
             moe = None
-        comm = 0.0
-        if self.collectives:
-            comm = 2 * self.L * self.collective_s(received) + self.latency_s
+        comm = self._comm_s(received)
         host = cost._overhead_s()
         g = max(gpu) + (moe or 0.0) + comm
         total = max(host, g) if cost.async_scheduling else host + g
@@ -203,12 +224,7 @@ class LockstepPricer:
             raise ValueError(f"{len(runs)} runs for {self.R} ranks")
         cost = self.cost
         i = np.arange(n_steps, dtype=np.float64)
-        n = [r.n_decode if r is not None else 1 for r in runs]
-        n_max = max(n)
-        if n_max <= self.cudagraph_max_tokens:
-            pad_to, T, received = n_max, self.R * n_max, (self.R - 1) * n_max
-        else:
-            pad_to, T, received = 0, sum(n), sum(n) - min(n)
+        pad_to, T, received = self.batch_shape([r.n_decode if r is not None else 1 for r in runs])
         gpus = []
         for r in runs:
             if r is None:  # the dummy batch is the same every step
@@ -219,9 +235,7 @@ class LockstepPricer:
                 gpus.append(self._decode_gpu(r, i, pad_to, T))
         top = np.maximum.reduce(gpus) if len(gpus) > 1 else gpus[0]
         moe = self.L * self.expert_layer_s(T) if self.split else None
-        comm = 0.0
-        if self.collectives:
-            comm = 2 * self.L * self.collective_s(received) + self.latency_s
+        comm = self._comm_s(received)
         host = cost._overhead_s()
         g = top + (moe or 0.0) + comm
         total = np.maximum(host, g) if cost.async_scheduling else host + g
@@ -257,11 +271,7 @@ class LockstepPricer:
         gpu = host + 0.0 + np.maximum(mem, comp) + cost._allreduce_s(nd) + 0.0 - host
         gemm_s = gemm_f / rate
         if gemm_s > 0:
-            f = self.expert_flop_share
-            dense = (max(pad_to, nd) / nd - 1.0) * (1.0 - f)
-            experts = (global_tokens / (self.R * nd) - 1.0) * f
-            comp2 = comp + gemm_s * (dense + experts)
-            gpu = gpu + (np.maximum(mem, comp2) - np.maximum(mem, comp))
+            gpu = gpu + self._respread_s(mem, comp, gemm_s, nd, pad_to, global_tokens)
         return gpu
 
     def _own_gpu_s(self, work: StepWork, pad_to: int, global_tokens: int) -> float:
@@ -277,13 +287,9 @@ class LockstepPricer:
         finally:
             cost.async_scheduling = saved
         gpu = c.total_s - c.overhead_s
-        n = max(work.n_tokens, 1)
         if cost.groups is None and c.gemm_s > 0:
-            f = self.expert_flop_share
-            dense = (max(pad_to, n) / n - 1.0) * (1.0 - f)
-            experts = (global_tokens / (self.R * n) - 1.0) * f
-            comp = c.comp_s + c.gemm_s * (dense + experts)
-            gpu += max(c.mem_s, comp) - max(c.mem_s, c.comp_s)
+            n = max(work.n_tokens, 1)
+            gpu += float(self._respread_s(c.mem_s, c.comp_s, c.gemm_s, n, pad_to, global_tokens))
         return gpu
 
 

@@ -281,19 +281,10 @@ class Node:
         without a miss or a copy.
         """
         sched = self.sched
-        if (
-            self.exact
-            or not sched.supports_runs
-            or len(plan.scheduled) != len(sched.running)
-            or plan.preempted
-            or plan.rejected
-            or plan.held_drops
-            or plan.copy_bytes
-            or plan.alloc_calls
-        ):
+        if not self._repeatable(plan):
             return None
         decodes = plan.decodes
-        k = min(map(sub, map(_limit, decodes), map(_output, decodes)), default=1 << 30)
+        k = _steps_to_first_finish(decodes)
         chunks = prefill = late = None
         if plan.prefill_chunks:
             chunks = sched.run_chunks(plan, k)
@@ -332,11 +323,12 @@ class Node:
             durations = self._prefill_run_durations(plan, cost, chunks, prefill, k)
         return _Run(durations, allocated, chunks, late)
 
-    def _run_offer(self, plan: BatchPlan, m: tuple[float, float]) -> RunOffer | None:
-        """A lockstep rank's offer of a run of pure-decode steps (``_plan_run``'s rules
-        for a batch of decodes alone; the group decides the run's length), or None."""
+    def _repeatable(self, plan: BatchPlan) -> bool:
+        """Whether the fast path may repeat this batch: every running request scheduled,
+        and nothing in the decision (preemption, rejection, drop, copy, allocator call)
+        that the next step would not do again."""
         sched = self.sched
-        if (
+        return not (
             self.exact
             or not sched.supports_runs
             or len(plan.scheduled) != len(sched.running)
@@ -345,13 +337,15 @@ class Node:
             or plan.held_drops
             or plan.copy_bytes
             or plan.alloc_calls
-            or plan.prefill_chunks
-            or plan.admitted
-            or not plan.decodes
-        ):
+        )
+
+    def _run_offer(self, plan: BatchPlan, m: tuple[float, float]) -> RunOffer | None:
+        """A lockstep rank's offer of a run of pure-decode steps (``_plan_run``'s rules
+        for a batch of decodes alone; the group decides the run's length), or None."""
+        if not self._repeatable(plan) or plan.prefill_chunks or plan.admitted or not plan.decodes:
             return None
         decodes = plan.decodes
-        k = min(map(sub, map(_limit, decodes), map(_output, decodes)))
+        k = _steps_to_first_finish(decodes)
         if k <= 1:
             return None
         hi, lo = plan.decode_span()
@@ -560,6 +554,12 @@ def _settle(env: simpy.Environment) -> simpy.Event:
     event._ok, event._value = True, None
     env.schedule(event, SETTLE_PRIORITY)
     return event
+
+
+def _steps_to_first_finish(decodes) -> int:
+    """Steps until the first of ``decodes`` reaches its output limit (a large number
+    without decodes)."""
+    return min(map(sub, map(_limit, decodes), map(_output, decodes)), default=1 << 30)
 
 
 def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:
