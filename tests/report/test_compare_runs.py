@@ -31,7 +31,7 @@ def test_vary_runs_each_variant_and_writes_the_comparison(run_cli, tmp_path):
         assert row["max_itl_s"] == s["max_itl_s"] and row["ttft_s.p99"] == s["ttft_s"]["p99"]
         assert (out / row.variant / "report.html").is_file()
     chunked, mono = frame.max_itl_s
-    assert chunked == pytest.approx(0.1587, abs=1e-3) and mono > 1.2  # SPEC E20's spike
+    assert chunked == pytest.approx(0.1587, abs=1e-3) and mono > 1.2  # E20's spike
     line = next(ln for ln in stdout.splitlines() if ln.startswith("ITL p99"))
     assert "%)" in line  # the second variant's delta against the first
     html = (out / "compare.html").read_text()
