@@ -205,6 +205,24 @@ def file_citations(path: Path, root: Path = ROOT) -> list[Citation]:
     return find_citations(text, path.relative_to(root).as_posix())
 
 
+# --- the convention, stated where the code lives -----------------------------------------
+README = "sim/README.md"
+CONVENTION = (
+    "Citations in docstrings and comments (`F17`, `rule 3.7`, `rule 3.6.4`, `E24`, `T19`) name\n"
+    "the formulas, rules, worked examples and acceptance checks of\n"
+    "[docs/model.md](../docs/model.md), one heading each; `tests/test_model_doc.py` checks\n"
+    "that every one resolves.\n"
+)
+_README_ANCHOR = "Lower layers never import upper ones. Each module's docstring states its invariant.\n"
+
+
+def with_convention(text: str) -> str:
+    """sim/README.md with the citation convention after its opening line (added once)."""
+    if CONVENTION in text or _README_ANCHOR not in text:
+        return text
+    return text.replace(_README_ANCHOR, _README_ANCHOR + "\n" + CONVENTION, 1)
+
+
 # --- the command ---------------------------------------------------------------------------
 def _targets(args: list[str]) -> list[Path]:
     if not args:
@@ -227,6 +245,8 @@ def main(argv: list[str]) -> int:
     for path in _targets([a for a in argv if a != "--check"]):
         old = path.read_text(encoding="utf-8")
         new = rewrite(old)
+        if path.resolve() == ROOT / README:
+            new = with_convention(new)
         if new != old:
             changed.append(path)
             if not check:
@@ -234,7 +254,7 @@ def main(argv: list[str]) -> int:
     verb = "would rewrite" if check else "rewrote"
     for p in changed:
         print(f"{verb} {p.relative_to(ROOT) if p.is_relative_to(ROOT) else p}")
-    print(f"{len(changed)} file(s) {verb.split()[-1]}" if changed else "citations already point to docs/model.md")
+    print(f"{verb} {len(changed)} file(s)" if changed else "citations already point to docs/model.md")
     return 1 if check and changed else 0
 
 

@@ -144,6 +144,13 @@ def test_rewrite_of_the_old_form():
     assert rw("spec = replace(SPEC)\nEXAMPLE_SPEC = 1") == "spec = replace(SPEC)\nEXAMPLE_SPEC = 1"
 
 
+def test_the_convention_goes_into_sim_readme_once():
+    readme = (ROOT / TOOL.README).read_text(encoding="utf-8")
+    once = TOOL.with_convention(readme)
+    assert TOOL.CONVENTION in once and TOOL.with_convention(once) == once
+    assert once.count(TOOL.CONVENTION) == 1
+
+
 _TOKENS = st.sampled_from(
     ["SPEC", " ", "\n", ", ", " / ", " and ", "F12", "E24", "T2", "3.7", "3.6.4b", "3.11-3.13",
      "2.5", "2.11", "4.1", "5.3", "section", "5", "(", ")", '"""', "sim", "decision", "rule"]
