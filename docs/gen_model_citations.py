@@ -60,7 +60,8 @@ SECTION_FORMULAS = {
 
 _ID = r"[FET]\d{1,2}(?:-[FET]\d{1,2})?"
 _RULE = r"3\.\d{1,2}(?:\.\d{1,2}[a-z]?)?(?:-3\.\d{1,2})?"
-_SECTION = r"2\.\d{1,2}(?:-2\.\d{1,2})?(?:\s+F\d{1,2})?"
+_SEC2 = r"2\.(?:1[0-2]|[1-9])(?![\d.]\d)"  # the old sections 2.1-2.12 (SECTION_FORMULAS)
+_SECTION = rf"{_SEC2}(?:-{_SEC2})?(?:[ \t]+F\d{{1,2}})?"
 _TABLE = r"[45]\.\d"  # the old constants (4.x) and corrections (5.x) sections
 _ITEM = rf"(?:{_ID}|{_RULE}|{_SECTION}|{_TABLE})"
 _SEP = r"(?:,\s+|\s*/\s*|\s+and\s+)"
@@ -68,12 +69,23 @@ _OLD_LIST = re.compile(rf"( ?)\bSPEC(\s+)({_ITEM}(?:{_SEP}{_ITEM})*)(?![\d.]\d)"
 _LINE_START = re.compile(r'\s*(?:"""|#:?\s*|[-*]\s+)?')
 _SEP_SPLIT = re.compile(rf"({_SEP})")
 
+
+def _keeping_breaks(text: str):
+    """A replacement that keeps the line breaks of the whitespace it drops (so line numbers
+    and indentation survive a rewrite)."""
+
+    def repl(m: re.Match) -> str:
+        return text + "".join(g[g.index("\n"):] for g in m.groups() if g and "\n" in g)
+
+    return repl
+
+
 #: whole phrases of the old text with no identifier of their own
 _PHRASES = (
-    (re.compile(r"\bSPEC\s+section\s+5\b"), "docs/model.md"),
-    (re.compile(r"\bSPEC\s+section\s+4\.\d\b"), "docs/model.md"),
-    (re.compile(r"\bSPEC\s+5\.3\b"), "rule 3.14"),
-    (re.compile(r"\bSPEC\s+[45]\.\d\b"), "docs/model.md"),
+    (re.compile(r"\bSPEC(\s+)section(\s+)[45]\b(?!\.\d)"), _keeping_breaks("docs/model.md")),
+    (re.compile(r"\bSPEC(\s+)section(\s+)4\.\d\b"), _keeping_breaks("docs/model.md")),
+    (re.compile(r"\bSPEC(\s+)5\.3\b"), r"rule\g<1>3.14"),
+    (re.compile(r"\bSPEC(\s+)[45]\.\d\b"), _keeping_breaks("docs/model.md")),
     (re.compile(r"\bSPEC(\s+)sim(\s+)decision"), r"kvsim's\1own\2decision"),
     (re.compile(r"\bref_count of the SPEC\b"), "ref_count of rule 3.6"),
     (re.compile(r"\bThe SPEC's arithmetic"), "Rule 3.15's arithmetic"),
@@ -122,7 +134,11 @@ def rewrite(text: str) -> str:
         return text
     for pattern, repl in _PHRASES:
         text = pattern.sub(repl, text)
-    return _OLD_LIST.sub(lambda m: _rewrite_match(m, text), text)
+    while True:  # again until nothing changes: "SPEC SPEC 3.7" needs two passes
+        new = _OLD_LIST.sub(lambda m, t=text: _rewrite_match(m, t), text)
+        if new == text:
+            return text
+        text = new
 
 
 def _rewrite_match(m: re.Match, text: str) -> str:
@@ -138,7 +154,7 @@ def _rewrite_match(m: re.Match, text: str) -> str:
 
 # --- finding citations ---------------------------------------------------------------------
 # a letter first, its word boundary as a look-behind: several times faster on big data files
-_ID_RANGE = re.compile(r"([FET])(?<!\w[FET])(\d{1,2})(?:\s*-\s*([FET])(\d{1,2}))?\b")
+_ID_RANGE = re.compile(r"([FET])(?<!\w[FET])(\d{1,2})(?:\s*-\s*\1(\d{1,2}))?\b")
 _RULE_LIST = re.compile(
     rf"[Rr](?<!\w[Rr])ules?\s+({_RULE}(?:{_SEP}{_RULE})*)(?![\d.]\d)"
 )
@@ -166,10 +182,10 @@ def find_citations(text: str, path: str = "") -> list[Citation]:
     skip = NOT_CITATIONS.get(path, set())
     found: list[Citation] = []
     for m in _ID_RANGE.finditer(text):
-        kind, lo, kind_hi, hi = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        kind, lo, hi = m.group(1), int(m.group(2)), m.group(3)
         if f"{kind}{lo}" in skip:
             continue
-        top = int(hi) if hi and kind_hi == kind and int(hi) > lo else lo
+        top = int(hi) if hi and int(hi) > lo else lo
         line = _line_of(text, m.start())
         found += [Citation(f"{kind}{n}", None, path, line) for n in range(lo, top + 1)]
     for m in _RULE_LIST.finditer(text):
