@@ -204,15 +204,20 @@ def _notebook_text(raw: str) -> str:
     return "\n".join("".join(c.get("source", [])) for c in cells)
 
 
+def _text_files(base: Path) -> Iterator[Path]:
+    """``base`` itself, or the text files under it outside data folders, sorted."""
+    if base.is_file():
+        yield base
+        return
+    for p in sorted(base.rglob("*")):
+        if p.is_file() and p.suffix in SUFFIXES and not SKIP_PARTS & set(p.relative_to(base).parts[:-1]):
+            yield p
+
+
 def scanned_files(root: Path = ROOT) -> Iterator[Path]:
     """Text files under the scanned folders, sorted."""
     for name in SCANNED:
-        base = root / name
-        files = [base] if base.is_file() else sorted(base.rglob("*"))
-        for p in files:
-            rel = p.relative_to(root).parts
-            if p.is_file() and p.suffix in SUFFIXES and not SKIP_PARTS & set(rel[:-1]):
-                yield p
+        yield from _text_files(root / name)
 
 
 def file_citations(path: Path, root: Path = ROOT) -> list[Citation]:
@@ -241,13 +246,15 @@ def with_convention(text: str) -> str:
 
 # --- the command ---------------------------------------------------------------------------
 def _targets(args: list[str]) -> list[Path]:
-    if not args:
-        return [p for p in scanned_files() if p.suffix != ".ipynb" and _rewritable(p)]
-    out: list[Path] = []
+    """Files to rewrite: the scanned folders, or the named files and folders. Notebooks are
+    left out: notebooks/build.py writes them (run it after a rewrite)."""
+    paths = list(scanned_files()) if not args else []
     for a in args:
-        p = (Path.cwd() / a).resolve()
-        out += sorted(q for q in p.rglob("*") if q.suffix in SUFFIXES - {".ipynb"}) if p.is_dir() else [p]
-    return [p for p in out if p.is_file() and _rewritable(p)]
+        base = (Path.cwd() / a).resolve()
+        if not base.exists():
+            raise SystemExit(f"gen_model_citations: {a}: no such file or folder")
+        paths += _text_files(base)
+    return [p for p in paths if p.suffix != ".ipynb" and _rewritable(p)]
 
 
 def _rewritable(path: Path) -> bool:
