@@ -258,6 +258,17 @@ def test_worked_example_reproduces_its_number(call, value, tol):
         assert math.isclose(got, want, rel_tol=float(tol.split()[1]), abs_tol=0.0)
 
 
+def test_every_example_is_checked_tested_or_says_why_not():
+    """An example's number is reproduced here (Check:), by a unit test (Tested by:), by the
+    example it restates, or the page says no function computes it."""
+    checked = {i for i, body in SECTIONS.items() if re.search(r"^(Check|Tested by): ", body, re.M)}
+    for ident, body in SECTIONS.items():
+        if ident[0] not in "ET" or ident in checked:
+            continue
+        via = {c.ident for c in TOOL.find_citations(body)} & checked
+        assert via or "No kvsim function" in body or "not a test" in body, ident
+
+
 def test_tested_by_links_exist_and_cite_the_item():
     for ident, body in SECTIONS.items():
         for line in re.findall(r"^Tested by: (.+)$", body, re.M):
