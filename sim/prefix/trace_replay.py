@@ -285,11 +285,9 @@ def replay_sessions(
             hits.append(_hit_tokens(matched, bs, call.prompt_tokens, recompute_last_token))
             keep = len(call.block_ids) if cap is None else min(cap, len(call.block_ids))
             not_fitting += keep < len(call.block_ids)
-            if keep:
+            if keep:  # (keep 0: no blocks, or a cache of 0 blocks, which stays empty)
                 _cache_leading(tree, pool, block_content(key, call.block_ids[:keep], bs),
                                m.block_ids[:keep], keep, cap, now)  # fmt: skip
-            elif cap is not None and tree.total_blocks > cap:  # cap 0: nothing stays
-                tree.evict(tree.total_blocks - cap)
             peak = max(peak, tree.total_blocks)
             now += 1
     return _result(
