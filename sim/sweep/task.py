@@ -127,6 +127,7 @@ def memory_figures(result, measured: dict) -> dict[str, Any]:
         "preemptions": s.get("preemptions"),
         "queue_p99_s": measured["queue_s"]["p99"],
         "prefix_hit_rate": s.get("prefix_hit_rate"),
+        "prompt_reuse_rate": s.get("prompt_reuse_rate"),
         "kv_reuse_rate": s.get("kv_reuse_rate"),
         "sim_time_s": s.get("sim_time_s"),
         "trajectories_active_mean": _active_mean(result.trajectories, lo, hi),
