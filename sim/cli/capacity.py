@@ -8,7 +8,10 @@ goes to stderr, each probe's load in words (``load 12``, ``2 nodes``). The summa
 every ``warnings`` line (a measurement window that describes little of the runs) as
 ``WARNING: ...``. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
 ``DIR/capacity.json`` and ``DIR/points.parquet`` (and ``DIR/capacity.png`` with
-``--vary``).
+``--vary``). The summary puts each SLO's value in the measurement window beside the whole
+run's at the answer, prints the answer's ``notes`` and its cost per token. Exit status: 0
+an answer, 1 no load met the SLOs (with ``--vary``: in no configuration; the answer is
+still printed and kept), 2 a bad flag or scenario.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ estimate beside it.
 SLOs: <metric>_<stat>_s=SECONDS, metric ttft, itl, e2e, queue or resume_latency, stat
 mean, p50, p90, p95 or p99 (ttft_p99_s=2 is the summary's ttft_s.p99 at most 2 s), measured
 after a warm-up; a run with rejected requests, failed trajectories or unfinished work
-fails.
+fails. The answer shows each SLO over the window beside the whole run (a run that meets
+it inside the window only is named), the cost per million input, cached input and output
+tokens and per trajectory at the answer (GPU time split between prefill and decode tokens
+by their share of each step), and exits 1 when no load meets the SLOs.
 
   kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2
   kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2 --vary hardware.accelerator=h100-sxm-80gb,h200-141gb
@@ -98,6 +104,8 @@ def capacity(
         doc = result.to_dict()
         _keep(out_dir, doc, [result])
         typer.echo(json.dumps(doc, indent=2, default=str)) if as_json else _print_one(result)
+        if not result.capacity["met"]:
+            raise typer.Exit(code=1)
         return
     key, values = parse_vary(vary)
     comp = find_capacities(scenario, slos, (key, values), sets=sets, **options)
@@ -112,6 +120,8 @@ def capacity(
         typer.echo(json.dumps(doc, indent=2, default=str))
     else:
         _print_many(comp, fig)
+    if not any(r.capacity["met"] for r in comp.results):
+        raise typer.Exit(code=1)
 
 
 def parse_vary(text: str) -> tuple[str, list[Any]]:
@@ -189,12 +199,17 @@ def _print_one(r) -> None:
     ci = "" if c["ci95_low"] is None else f" (95% CI {_fmt(c['ci95_low'])} - {_fmt(c['ci95_high'])})"
     per = ", ".join(_fmt(x) for x in c["per_replication"])
     unit = "node" if c["unit"] == "nodes" and c["value"] == 1 else c["unit"]
-    typer.echo(f"  capacity:  {_fmt(c['value'])} {unit}{ci}; per replication {per}")
+    if c["met"]:
+        typer.echo(f"  capacity:  {_fmt(c['value'])} {unit}{ci}; per replication {per}")
+    else:  # the note says which load was the least demanding and why it failed
+        typer.echo(f"  capacity:  none: {r.notes[-1]}")
     for line in r.warnings:
         typer.echo(f"  {line}")
-    if c["value"] is None and r.search == "nodes":
-        typer.echo("  (no node count tried meets the SLOs)")
-    elif not c["converged"]:
+    for line in _side_by_side(r):
+        typer.echo(f"  {line}")
+    for line in r.notes if c["met"] else r.notes[:-1]:
+        typer.echo(f"  {line}")
+    if c["met"] and not c["converged"]:
         best = "smallest count" if r.search == "nodes" else "largest load"
         typer.echo(f"  (not converged within --max-points: the value is the {best} that passed)")
     if not inp:
@@ -203,6 +218,27 @@ def _print_one(r) -> None:
         _print_estimate(a, inp)
     for line in r.gap["explanation"]:
         typer.echo(f"  gap: {line}")
+
+
+def _side_by_side(r) -> list[str]:
+    """Each SLO at the answer: the window's value beside the whole run's, per replication."""
+    lines = []
+    for name in r.at_capacity[0]["window"] if r.at_capacity else []:
+        win = ", ".join(_fmt(x["window"].get(name)) for x in r.at_capacity)
+        whole = ", ".join(_fmt(x["whole_run"].get(name)) for x in r.at_capacity)
+        lines.append(f"{name} at capacity (s, per replication): window {win}; whole run {whole}")
+    cost = r.cost
+    if cost and cost.get("usd_per_gpu_hour") is not None:
+        lines.append(
+            f"cost at capacity: ${_fmt(cost['usd_per_million_input_tokens'])} per million input "
+            f"tokens, ${_fmt(cost['usd_per_million_cached_input_tokens'])} per million cached "
+            f"input tokens (hold cost), ${_fmt(cost['usd_per_million_output_tokens'])} per "
+            f"million output tokens, ${_fmt(cost['usd_per_trajectory'])} per trajectory "
+            f"(${_fmt(cost['usd_per_gpu_hour'])}/GPU-hour, {cost['price_source']})"
+        )
+    elif cost:
+        lines.append("cost at capacity: no price (set pricing.usd_per_gpu_hour)")
+    return lines
 
 
 def _print_estimate(a: dict, inp: dict) -> None:
@@ -238,7 +274,7 @@ def _print_many(comp, fig: Path | None) -> None:
         console = Console(width=120)
     console.print(t)
     for value, r in zip(comp.values, comp.results, strict=True):
-        for line in r.warnings:
+        for line in [*r.warnings, *r.notes]:
             typer.echo(f"{comp.key}={value}: {line}")
     if fig is not None:
         typer.echo(f"wrote {fig}")

@@ -98,16 +98,23 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("output_tokens", "int", "tokens", "Tokens generated."),
     _k("prefill_tokens", "int", "tokens", "Prompt tokens computed (recomputes included)."),
     _k("output_tokens_per_s", "float", "tokens/s", "output_tokens / sim_time_s.", **_NULL),
+    _k("prompt_reuse_rate", "float", "fraction",
+       "The headline reuse figure: prompt tokens not computed at admission (prefix-cache "
+       "hits and a held sequence's own KV) / prompt tokens of admitted requests. "
+       "kv_reuse_rate is its older name (the same value).", **_NULL),
     _k("prefix_hit_rate", "float", "fraction",
-       "F17 as served: prompt tokens served from the prefix cache at admission (after the "
-       "at-least-one-computed cap) / prompt tokens looked up. Every allocator; 0 without a "
-       "cache.", **_NULL),
+       "vLLM's cache-lookup hit rate (F17 as served): prompt tokens served from the prefix "
+       "cache at admission (after the at-least-one-computed cap) / prompt tokens looked up. "
+       "It counts lookups only: a request resumed on its own held KV is not looked up, so "
+       "it can read high while most prompt tokens are computed (see prompt_reuse_rate). "
+       "Every allocator; 0 without a cache.", **_NULL),
     _k("prefix_match_rate", "float", "fraction",
        "The prefix cache's own raw match: matched / prompt tokens before the cap and "
        "truncation (>= prefix_hit_rate).", nullable=True, **_PREFIX),
     _k("prefix_evicted_blocks", "int", "count", "Blocks the prefix cache evicted.", **_PREFIX),
     _k("kv_reuse_rate", "float", "fraction",
-       "(held + hit tokens) / prompt tokens of admitted requests.", **_NULL),
+       "(held + hit tokens) / prompt tokens of admitted requests: the older name of "
+       "prompt_reuse_rate, kept (the same value).", **_NULL),
     # ---- memory
     _k("eta_alloc_mean", "float", "fraction",
        "F8 useful/allocated, time-weighted over the time anything is allocated.", **_NULL),

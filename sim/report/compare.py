@@ -13,7 +13,8 @@ braces or brackets do not split values. A variant's name is ``KEY=VALUE`` (a map
 values joined by ``-``), several keys joined by ``,``; its folder name is that name with
 anything but letters, digits and ``._=,-`` replaced by ``_``.
 
-Every table shows the prefill tokens and the KV reuse rate beside the prefix hit rate.
+Every table shows the prompt reuse rate (cache hits and held KV over prompt tokens), the
+prefill tokens and the KV reuse rate beside the prefix hit rate (a cache-lookup rate).
 Cluster runs compare like single-node ones: their summary has the same keys for the
 cluster as a whole (a row also gets the routing figures, e.g. ``routing_decisions``; the
 per-node list ``nodes`` stays in each run's summary.json), the table adds their sequence
@@ -54,6 +55,7 @@ METRICS = (
     ("output throughput", "output_tokens_per_s", 1.0, "tokens/s"),
     ("requests completed", "requests_completed", 1.0, "count"),
     ("trajectories completed", "trajectories_completed", 1.0, "count"),
+    ("prompt reuse rate", "prompt_reuse_rate", 100.0, "%"),  # hits + held KV / prompt
     ("prefix hit rate", "prefix_hit_rate", 100.0, "%"),
     ("KV reuse rate", "kv_reuse_rate", 100.0, "%"),
     ("prefill tokens", "prefill_tokens", 1.0, "tokens"),
