@@ -218,7 +218,7 @@ def _print_table(r: PlanResult) -> None:
             f"{r.state_page_bytes_per_gpu:,.0f} B (padded to {r.state_page_padded_bytes_per_gpu:,.0f} B)",
         )
     console.print(head)
-    if r.contexts:
+    if r.contexts and len(r.contexts[0].groups) > 1:  # one group would repeat the totals
         console.print(_groups_table(r))
     table = Table(title="Concurrent trajectories per node")
     for col in ("context", "+output", "KV per trajectory", "max concurrent"):

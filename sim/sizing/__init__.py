@@ -26,8 +26,12 @@ from sim.sizing.compute import (
     reload_time_s,
     ridge_point,
 )
+from sim.sizing.groups import GroupBytes, group_bytes
+from sim.sizing.hybrid_pages import PageUnification, unify_pages
 from sim.sizing.kv import (
+    GroupKV,
     block_bytes,
+    kv_breakdown,
     kv_bytes_for_context,
     kv_bytes_per_token,
     kv_bytes_per_token_f1,
@@ -51,6 +55,12 @@ from sim.sizing.paging import (
 )
 
 __all__ = [
+    "GroupBytes",
+    "GroupKV",
+    "PageUnification",
+    "group_bytes",
+    "kv_breakdown",
+    "unify_pages",
     "block_bytes",
     "blocks_for_tokens",
     "break_even_wait_s",

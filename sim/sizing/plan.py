@@ -24,7 +24,7 @@ from sim.errors import KvsimError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
 from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
-from sim.sizing.hybrid_pages import unify_pages
+from sim.sizing.hybrid_pages import PageUnification, unify_pages
 from sim.sizing.kv import (
     GroupKV,
     kv_breakdown,
@@ -212,7 +212,7 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     )
 
 
-def raised_block_warning(model: str, pages) -> str:
+def raised_block_warning(model: str, pages: PageUnification) -> str:
     """The note for a block size raised so an attention page holds a state page (vLLM)."""
     waste = expected_tail_waste_tokens(pages.block_size_tokens) * pages.attention_page_bytes_per_token
     return (

@@ -162,3 +162,16 @@ def test_plan_json_keeps_its_keys_and_adds_groups(run_cli):
     assert [g["name"] for g in ctx["groups"]] == ["full", "deltanet"]
     assert (got["requested_block_size_tokens"], got["block_size_tokens"]) == (16, 272)
     assert "raised to 272" in err
+
+
+def test_plan_table_breaks_kv_down_by_group(run_cli):
+    code, out, _ = run_cli("plan --model gpt-oss-20b --gpu h200-141gb --num-gpus 1 --context 8192")
+    assert code == 0 and "KV by layer group" in out
+    rows = [line for line in out.splitlines() if "sliding_window (128)" in line]
+    # 12 sliding layers x 128 tokens x 2,048 B = 3,145,728 B = 0.003 GB
+    cells = [c.strip() for c in rows[0].split("│") if c.strip()]
+    assert len(rows) == 1
+    assert cells[3:8] == ["12", "bf16", "128", f"{12 * 2048:,}", "-"]
+    assert cells[8].startswith("0.003 GB")
+    code, out, _ = run_cli("plan --model llama-3.1-8b --gpu h200-141gb --num-gpus 1 --context 8192")
+    assert "KV by layer group" not in out  # one group would only repeat the totals
