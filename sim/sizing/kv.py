@@ -127,6 +127,18 @@ def kv_bytes_for_context(
     )
 
 
+def kv_bytes_for_context_all_gpus(
+    model: ModelProfile, tokens: int, tp: int = 1, pp: int = 1, kv_dtype: str | None = None
+) -> float:
+    """One trajectory's KV summed over the ``tp x pp`` GPUs of a replica: the whole-model
+    figure plus what TP replicates (heads when TP > H_kv, MLA latents and indexer keys)."""
+    groups = group_bytes(model, tp, kv_dtype)
+    return tp * sum(
+        sum(counts.get(g.name, 0) * g.bytes_per_layer(tokens, per_gpu=True) for g in groups)
+        for counts in _stage_counts(model, pp)
+    )
+
+
 @dataclass(frozen=True)
 class GroupKV:
     """One layer group's share of one trajectory's KV (``kvsim plan``'s breakdown)."""

@@ -29,6 +29,7 @@ from sim.sizing.kv import (
     GroupKV,
     kv_breakdown,
     kv_bytes_for_context,
+    kv_bytes_for_context_all_gpus,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
 )
@@ -103,6 +104,9 @@ class ContextPlan:
     shared_prefix_bytes: float | None = None
     # one running state per state-space layer, whole model (included in the totals above)
     state_bytes_per_trajectory: float = 0.0
+    # the trajectory over the tp x pp GPUs of its replica, TP replication included (what a
+    # run's allocator charges for one request)
+    kv_bytes_per_trajectory_all_gpus: float = 0.0
     groups: list[GroupKV] = field(default_factory=list)  # the totals, group by group
 
 
@@ -265,6 +269,9 @@ def _context_plan(
         kv_bytes_per_trajectory_per_gpu=traj_gpu,
         max_concurrent=replicas * math.floor(usable_gpu / traj_gpu),
         groups=kv_breakdown(model, total, tp, pp, kv_dtype),
+        kv_bytes_per_trajectory_all_gpus=kv_bytes_for_context_all_gpus(
+            model, total, tp, pp, kv_dtype
+        ),
     )
     result["state_bytes_per_trajectory"] = sum(g.state_bytes for g in result["groups"])
     window = model.max_context_tokens

@@ -12,9 +12,17 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sim.profiles import load_accelerator, load_model
-from sim.sizing import kv_bytes_for_context, kv_bytes_per_token
+from sim.errors import KvsimError
+from sim.profiles import available, load_accelerator, load_model
+from sim.sizing import (
+    kv_breakdown,
+    kv_bytes_for_context,
+    kv_bytes_for_context_all_gpus,
+    kv_bytes_per_token,
+)
 from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.plan import PlanInputs, plan_capacity
 
@@ -122,7 +130,11 @@ def test_states_count_once_per_sequence_and_layer():
         assert sum(g.bytes for g in c.groups) == c.kv_bytes_per_trajectory
         assert sum(g.bytes_per_gpu for g in c.groups) == c.kv_bytes_per_trajectory_per_gpu
     # TP 4: two KV heads replicate to one per rank; the state splits four ways
-    assert r.contexts[1].kv_bytes_per_trajectory_per_gpu == 12 * 2 * 256 * 2 * 131072 + 39_518_208 / 4
+    per_gpu = 12 * 2 * 1 * 256 * 2 * 131072 + 39_518_208 / 4
+    assert r.contexts[1].kv_bytes_per_trajectory_per_gpu == per_gpu
+    # over the 4 GPUs: the replicated heads count twice, the state once
+    assert r.contexts[1].kv_bytes_per_trajectory_all_gpus == 4 * per_gpu
+    assert 4 * per_gpu - r.contexts[1].kv_bytes_per_trajectory == 12 * 2 * 2 * 256 * 2 * 131072
 
 
 @pytest.mark.parametrize(
@@ -175,3 +187,28 @@ def test_plan_table_breaks_kv_down_by_group(run_cli):
     assert cells[8].startswith("0.003 GB")
     code, out, _ = run_cli("plan --model llama-3.1-8b --gpu h200-141gb --num-gpus 1 --context 8192")
     assert "KV by layer group" not in out  # one group would only repeat the totals
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    name=st.sampled_from(sorted(available("model"))),
+    tokens=st.integers(1, 400_000),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.integers(1, 4),
+    dtype=st.sampled_from([None, "fp8", "nvfp4"]),
+)
+def test_group_shares_sum_to_the_totals(name, tokens, tp, pp, dtype):
+    model = load_model(name)
+    try:
+        per_gpu = kv_bytes_for_context(model, tokens, tp, pp, dtype, per_gpu=True)
+    except KvsimError:
+        return  # a layout the model refuses
+    groups = kv_breakdown(model, tokens, tp, pp, dtype)
+    assert math.isclose(sum(g.bytes for g in groups), kv_bytes_for_context(model, tokens, kv_dtype=dtype))
+    assert math.isclose(sum(g.bytes_per_gpu for g in groups), per_gpu)
+    # a longer context never holds less; TP replication never makes the replica hold less
+    assert kv_bytes_for_context(model, tokens + 1, kv_dtype=dtype) >= kv_bytes_for_context(
+        model, tokens, kv_dtype=dtype
+    )
+    all_gpus = kv_bytes_for_context_all_gpus(model, tokens, tp, pp, dtype)
+    assert all_gpus >= kv_bytes_for_context(model, tokens, kv_dtype=dtype) * (1 - 1e-12)
