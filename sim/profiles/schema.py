@@ -169,6 +169,10 @@ class ModelProfile(_Spec):
                 "give sliding layers either as sliding_window or as a layer group, not both"
             )
         check_groups(self.layer_groups, self.layer_pattern, self.num_layers)
+        for g in self.layer_groups:  # one latent shape, stated twice, must agree
+            if g.kind == "mla" and (self.mla is None or g.kv_lora_rank != self.mla.kv_lora_rank
+                                    or g.qk_rope_head_dim != self.mla.qk_rope_head_dim):  # fmt: skip
+                raise ValueError(f"layer group {g.name!r} must match the model's 'mla' block")
 
     @property
     def active_params(self) -> float:
@@ -236,7 +240,8 @@ class ModelProfile(_Spec):
         ]
 
     def layer_kinds(self) -> list[str]:
-        """'full' or 'sliding' for every layer, in order."""
+        """'full' or 'sliding' for every layer, in order, from ``sliding_window`` only (the
+        layer groups of a hybrid profile: ``layer_group_names``)."""
         if self.sliding_window is None:
             return ["full"] * self.num_layers
         pat = self.sliding_window.pattern

@@ -123,6 +123,8 @@ GROUP = "layer_groups:\n  - {name: a, kind: full, num_kv_heads: 8, head_dim: 128
          " state_head_dim: 4, state_dim: 4, kv_dtype: fp8}\nlayer_pattern: [a, m]\n",
          "kv_dtype"),
         ("layer_pattern: [a]\n", "layer_pattern needs layer_groups"),
+        ("layer_groups:\n  - {name: m, kind: mla, kv_lora_rank: 512, qk_rope_head_dim: 64}\n",
+         "must match the model's 'mla' block"),
         ("layer_groups:\n  - {name: a, kind: rnn}\n", "kind"),
     ],
 )  # fmt: skip
