@@ -31,6 +31,7 @@ import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator k
 from sim.cluster.config import ClusterSection
 from sim.cost import CostConfig
 from sim.policy import options_union, policy_class
+from sim.profiles.layer_groups import DType
 from sim.workload.config import Workload
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
 
@@ -50,6 +51,15 @@ class ModelSection(_Cfg):
 
     profile: str
     overrides: dict[str, Any] = Field(default_factory=dict)  # e.g. {params_total: 70e9}
+    # the KV element type (FP8-KV, NVFP4-KV variants): the profile's kv_dtype, set for the
+    # layer groups that do not pin their own; same as overrides: {kv_dtype: ...}
+    kv_dtype: DType | None = None
+
+    def profile_overrides(self) -> dict[str, Any]:
+        """The profile field overrides, ``kv_dtype`` included when set."""
+        if self.kv_dtype is None:
+            return dict(self.overrides)
+        return {**self.overrides, "kv_dtype": self.kv_dtype}
 
 
 class HardwareSection(_Cfg):
