@@ -309,6 +309,10 @@ def write_calibration(mapping: dict, path: Path) -> None:
             "# are fractions of `reference`. Schema: sim/cost/calibration.py, docs/kernels_validation.md.",
             f"# Remake: python kernels_validation/calibrate.py DATA --vidur {mapping['gpu_key']} --out FILE",
         ]
+        if "cross_validation" in mapping:
+            header[-1] += " --cross-validate"
+            header.insert(-1, "# cross_validation: held-out error of a refit without each model / "
+                              "token range (crossval.py).")  # fmt: skip
         mapping = {k: v for k, v in mapping.items() if k != "gpu_key"}
     elif mapping["source"] != "gpu":
         header.insert(0, f"# {mapping['source'].upper()} -- not a GPU measurement.")
@@ -340,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vidur", metavar="GPU", help="results is Vidur profiling data; fit this GPU "
                     "(a100, h100) into a schema-2 calibration (needs --out)")  # fmt: skip
     ap.add_argument("--date", default=None, help="the file's date (default: today, UTC)")
+    ap.add_argument("--cross-validate", action="store_true", help="with --vidur: also store "
+                    "the held-out error (leave one model out, leave one token range out; "
+                    "crossval.py) and the fitted domain in the file")  # fmt: skip
     args = ap.parse_args(argv)
     if args.vidur:
         return _main_vidur(args)
@@ -371,6 +378,10 @@ def _main_vidur(args) -> int:
         data = vidur_data.read_vidur(args.results)
         date = args.date or dt.datetime.now(dt.UTC).date().isoformat()
         mapping = vidur_fit.build_mapping(data, args.vidur, date)
+        if args.cross_validate:
+            import crossval
+
+            mapping["cross_validation"] = crossval.cross_validation(data, args.vidur, date)
         write_calibration({**mapping, "gpu_key": args.vidur}, args.out)
     except (KvsimError, vidur_data.VidurDataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
