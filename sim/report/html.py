@@ -55,12 +55,12 @@ def accuracy_block(acc: dict | None) -> str:
     if not acc:
         return "<h2>Accuracy</h2><p>not recorded (a run made before kvsim stated it)</p>"
 
-    def pct(x):
-        return "n/a" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
+    def pct(x, sign: str = ""):
+        return "n/a" if x is None else f"{x:{sign}.1%}"
 
     rows = [["basis", acc["basis"]], ["source", acc["source"] or "-"],
             ["median relative error", pct(acc["median_rel_error"])],
-            ["worst relative error", pct(acc["worst_rel_error"])],
+            ["worst relative error", pct(acc["worst_rel_error"], "+")],
             ["outside the fitted domain", "; ".join(acc["outside_domain"]) or "no"],
             ["detail", acc["detail"]]]  # fmt: skip
     return "<h2>Accuracy</h2>" + table(["", ""], rows)

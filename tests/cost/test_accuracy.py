@@ -114,6 +114,12 @@ def test_an_out_of_domain_run_warns_with_the_expected_error(tmp_path, run_cli):
     (line,) = [x for x in err.splitlines() if "outside its fitted domain" in x]
     assert line.startswith("WARNING: calibration cv is used") and "8.0%" in line
     assert s["warnings"] == []  # the list of what makes a run pathological: unchanged
+    from sim.report.html import accuracy_block
+
+    html = accuracy_block(s["accuracy"])  # the report's section
+    assert "<h2>Accuracy</h2>" in html and "calibration, cross-validated" in html
+    assert "steps up to 544 tokens" in html and "-40.0%" in html and "8.0%" in html
+    assert "not recorded" in accuracy_block(None)  # a run folder from before
 
 
 def _model(scale: float, cal=None) -> CostModel:
