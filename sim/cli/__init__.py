@@ -34,6 +34,7 @@ COMMAND_MODULES: list[str] = [
     "validate_e2e",
     "report",
     "compare",
+    "calibrate",
 ]
 
 app = typer.Typer(

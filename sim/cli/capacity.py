@@ -6,7 +6,9 @@ on stdout (``{"capacity", "analytic_estimate", "gap", "points", "warnings", ...}
 ``--vary`` ``{"vary", "values", "configurations": [...], "comparisons": [...]}``); progress
 goes to stderr, each probe's load in words (``load 12``, ``2 nodes``). The summary prints
 every ``warnings`` line (a measurement window that describes little of the runs) as
-``WARNING: ...``. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
+``WARNING: ...``. Unless ``--no-error-band``, the answer is searched again at step times
+-/+ the cost model's error (``sim.sweep.error_band``; JSON ``error_band``) and printed with
+the run's ``accuracy``. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
 ``DIR/capacity.json`` and ``DIR/points.parquet`` (and ``DIR/capacity.png`` with
 ``--vary``). The summary puts each SLO's value in the measurement window beside the whole
 run's at the answer, prints the answer's ``notes`` and its cost per token. Exit status: 0
@@ -82,6 +84,10 @@ def capacity(
     figure: Annotated[
         Path | None, typer.Option("--figure", help="With --vary: write the figure here (PNG).")
     ] = None,
+    error_band: Annotated[
+        bool, typer.Option("--error-band/--no-error-band",
+                           help="Also answer at step times -/+ the cost model's error.")
+    ] = True,
 ) -> None:
     """Search the capacity and print it (or one JSON object)."""
     from sim.scenario import parse_set
@@ -102,8 +108,13 @@ def capacity(
             raise KvsimError("--figure needs --vary (one bar per configuration)")
         result = find_capacity(scenario, slos, sets=sets, **options)
         doc = result.to_dict()
+        band = _band(error_band, scenario, slos, sets, options)  # the accuracy hook
+        if band is not None:
+            doc["error_band"] = band
         _keep(out_dir, doc, [result])
         typer.echo(json.dumps(doc, indent=2, default=str)) if as_json else _print_one(result)
+        if band is not None and not as_json:
+            _print_band(band, result.capacity["unit"])
         if not result.capacity["met"]:
             raise typer.Exit(code=1)
         return
@@ -122,6 +133,31 @@ def capacity(
         _print_many(comp, fig)
     if not any(r.capacity["met"] for r in comp.results):
         raise typer.Exit(code=1)
+
+
+def _band(on: bool, scenario, slos, sets, options) -> dict | None:
+    """The answer again at step times -/+ the cost model's error (``sim.sweep.error_band``)."""
+    if not on:
+        return None
+    from sim.sweep import find_capacity
+    from sim.sweep.error_band import capacity_error_band
+
+    return capacity_error_band(find_capacity, scenario, slos, sets=sets, **options)
+
+
+def _print_band(band: dict, unit: str) -> None:
+    acc = band["accuracy"]
+    err = "" if acc["median_rel_error"] is None else (
+        f": median {acc['median_rel_error']:.1%}, worst {acc['worst_rel_error']:+.1%}")
+    typer.echo(f"  accuracy:  {acc['basis']}{err}")
+    for line in acc["outside_domain"]:
+        typer.echo(f"  WARNING: outside the calibration's fitted domain: {line}")
+    if band["faster"] is None:
+        typer.echo(f"  error band: none ({band['note']})")
+        return
+    f, s = band["faster"], band["slower"]
+    typer.echo(f"  error band: {_fmt(s['value'])} - {_fmt(f['value'])} {unit} at step times "
+               f"+/-{band['step_time_error']:.1%} (slower - faster)")  # fmt: skip
 
 
 def parse_vary(text: str) -> tuple[str, list[Any]]:

@@ -151,6 +151,12 @@ def _after_run(result) -> None:
     text = warning_block(result.summary.get("warnings") or [])
     if text:
         sys.stderr.write(text)
+    from sim.cost.accuracy import accuracy_warning
+
+    acc = result.summary.get("accuracy")
+    extrapolated = accuracy_warning(acc) if acc else None  # a calibration outside its domain
+    if extrapolated:
+        sys.stderr.write(f"WARNING: {extrapolated}\n")
 
 
 def warning_block(warnings: list[str]) -> str:

@@ -30,6 +30,7 @@ from sim.errors import ConfigError, KvsimError
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
+from sim.run.accuracy import add_accuracy
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved, load_scenario
@@ -231,6 +232,8 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
         summary[key] = int(sum(n[key] for n in nodes))
     summary.update(cluster_cost(nodes, summary))
     summary.update(_routing(sim))
+    add_accuracy(summary, [(p.resolved, p.cost, node_frames[j]["steps"])
+                           for j, p in enumerate(sim.parts)])
     summary["nodes"] = nodes
     summary["wall_time_s"] = wall_time_s
     return RunResult(

@@ -32,6 +32,7 @@ from sim.memory.kv_manager import KVManager
 from sim.metrics import HbmLayout, Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
+from sim.run.accuracy import add_accuracy
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved, load_scenario, make_allocator_for, resolve
@@ -293,6 +294,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     pauses = pause_frame(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
+    add_accuracy(summary, [(r, sim.cost, frames["steps"])])  # how far to trust the step times
     summary["wall_time_s"] = wall_time_s
     for frame in (*frames.values(), pauses):
         frame["node"] = np.zeros(len(frame), dtype=np.int64)  # one node: node 0
