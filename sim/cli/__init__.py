@@ -4,7 +4,8 @@ Invariant: user errors (``KvsimError``) print one line on stderr and exit with s
 never a traceback; each sub-command lives in its own module of this package and
 registers itself through ``register(app)``; modules are listed in ``COMMAND_MODULES``.
 ``kvsim --version`` prints the installed distribution's version (its metadata, what pip
-reports).
+reports). Ctrl-C, while the commands import or in a command that does not handle it
+itself, prints ``kvsim: interrupted`` and exits 130, never a traceback.
 """
 
 from __future__ import annotations
@@ -80,7 +81,14 @@ def _register_all() -> None:
         importlib.import_module(f"sim.cli.{name}").register(app)
 
 
-_register_all()
+#: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_INTERRUPTED = 130
+
+try:
+    _register_all()
+except KeyboardInterrupt:  # Ctrl-C while the commands import (start-up): no traceback
+    print("kvsim: interrupted", file=sys.stderr)
+    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except typer.Exit as exc:
         return exc.exit_code
-    except typer.Abort:
+    except KeyboardInterrupt:  # a command that says nothing of its own about Ctrl-C
+        print("kvsim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click's wrapping of Ctrl-C
+            print("kvsim: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         print("kvsim: aborted", file=sys.stderr)
         return 1
     except typer.TyperException as exc:  # usage errors: missing or bad flags
