@@ -141,7 +141,8 @@ def _interrupted(tasks: list[dict], out_dir: Path) -> None:
     from sim.report.compare import finished
 
     kept = sum(finished(t) for t in tasks)
-    typer.echo(f"\ninterrupted: {kept} of {len(tasks)} runs are complete in {out_dir}/ and kept; "
+    end_progress = "\n" if kept else ""  # the progress line has no newline until the end
+    typer.echo(f"{end_progress}interrupted: {kept} of {len(tasks)} runs are complete in {out_dir}/ and kept; "
                "no comparison written: rerun the same command with --force to run the rest "
                "(complete runs are skipped)", err=True)  # fmt: skip
     raise typer.Exit(code=130)
