@@ -186,3 +186,38 @@ def test_killed_worker_loses_no_finished_run_and_a_rerun_completes(sweep_file, t
     kept = after.merge(before[["point", "replication"]], on=["point", "replication"])
     cols = [c for c in before.columns if not is_wall_column(c) and not before[c].isna().all()]
     pd.testing.assert_frame_equal(before[cols], kept[cols], check_dtype=False)
+
+
+def _session_members(sid: int) -> list[str]:
+    """'pid name state' of every process in session ``sid`` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        name, rest = text.split("(", 1)[1].rsplit(")", 1)
+        fields = rest.split()
+        if int(fields[3]) == sid:  # state, ppid, pgrp, session
+            out.append(f"{stat.parent.name} {name} {fields[0]}")
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_a_sweep_leaves_no_process_in_its_session(tiny, tmp_path, executor):
+    """Workers, the forkserver and the resource tracker are all stopped and reaped before
+    the command exits (before: they outlived it, as zombies until the system reaped them)."""
+    if executor == "dask":
+        pytest.importorskip("distributed")
+    path = tiny.with_name("two.yaml")
+    path.write_text("sweep:\n  base: tiny.yaml\n  grid: {workload.num_trajectories: [2, 3]}\n")
+    cmd = [*KVSIM, "sweep", str(path), "--out", str(tmp_path / "out"), "--workers", "2",
+           "--executor", executor, "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own session: its id is proc.pid
+    _, err = proc.communicate(timeout=600)  # a hang guard only
+    left = _session_members(proc.pid)
+    assert proc.returncode == 0, err
+    assert left == [], left
+    assert len(pd.read_parquet(tmp_path / "out" / "results.parquet")) == 2
