@@ -21,7 +21,8 @@ import typer
 HELP = """Compare variants side by side: run a scenario under each combination of --vary
 values (or read existing run folders), print one table with deltas against the first
 variant, and write DIR/compare.html (+ PNGs), DIR/compare.parquet (one row per variant)
-and DIR/<variant>/ run folders.
+and DIR/<variant>/ run folders. After Ctrl-C, the same command with --force runs only the
+variants not yet complete.
 
   kvsim compare workloads/agent_swarm.yaml --vary pause_policy.kind=hold,offload_host --out runs/cmp
   kvsim compare workloads/chat_azure.yaml --vary 'allocator={kind: buddy, reservation: pow2},{kind: paged}' --out runs/alloc
