@@ -65,7 +65,9 @@ def sweep(
             "to complete the rest"
         ) from None
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: the finished runs are in {out}/results.parquet", err=True)
+        table = Path(out) / "results.parquet"
+        what = f"the finished runs are in {table}" if table.is_file() else "no run finished"
+        typer.echo(f"interrupted: {what}", err=True)
         raise typer.Exit(code=130) from None
     failed = int(table["error"].notna().sum()) if len(table) else 0
     note = f" ({failed} failed: see the error column)" if failed else ""

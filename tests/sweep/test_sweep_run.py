@@ -221,3 +221,16 @@ def test_a_sweep_leaves_no_process_in_its_session(tiny, tmp_path, executor):
     assert proc.returncode == 0, err
     assert left == [], left
     assert len(pd.read_parquet(tmp_path / "out" / "results.parquet")) == 2
+
+
+def test_ctrl_c_before_any_run_says_no_run_finished(run_cli, sweep_file, tmp_path, monkeypatch):
+    import sim.sweep.runner as runner
+
+    def ctrl_c(sweep):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "check_sweep", ctrl_c)  # Ctrl-C while the points are checked
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli(["sweep", str(sweep_file), "--out", str(out), "--quiet"])
+    assert (code, stdout, stderr) == (130, "", "interrupted: no run finished\n")
+    assert not out.exists()
