@@ -72,8 +72,11 @@ def _stand_in(tmp_path, body: str):
 def test_run_all_without_torch_exits_1_saying_why(tmp_path, kv_dir):
     """Every piece fails (a Python without torch): exit 1 and one line why (before: exit 0,
     with every CSV "missing")."""
-    fake = _stand_in(tmp_path, 'case "$1" in *summarize.py) exit 0;; esac\n'
-                               'echo "ModuleNotFoundError: No module named torch" >&2; exit 1')
+    fake = _stand_in(
+        tmp_path,
+        'case "$1" in *summarize.py) exit 0;; esac\n'
+        'echo "ModuleNotFoundError: No module named torch" >&2; exit 1',
+    )
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": str(fake)}
     proc = subprocess.run(["bash", str(kv_dir / "run_all.sh")], env=env, capture_output=True,
