@@ -4,7 +4,9 @@ Invariant: user errors (``KvsimError``) print one line on stderr and exit with s
 never a traceback; each sub-command lives in its own module of this package and
 registers itself through ``register(app)``; modules are listed in ``COMMAND_MODULES``.
 ``kvsim --version`` prints the installed distribution's version (its metadata, what pip
-reports).
+reports). Ctrl-C while the commands import prints ``kvsim: interrupted`` and exits 130,
+never a traceback (inside a command, typer turns it into exit 130; ``run``, ``sweep`` and
+``compare`` say what is on disk).
 """
 
 from __future__ import annotations
@@ -81,7 +83,14 @@ def _register_all() -> None:
         importlib.import_module(f"sim.cli.{name}").register(app)
 
 
-_register_all()
+#: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_INTERRUPTED = 130
+
+try:
+    _register_all()
+except KeyboardInterrupt:  # Ctrl-C while the commands import (start-up): no traceback
+    print("kvsim: interrupted", file=sys.stderr)
+    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except typer.Exit as exc:
         return exc.exit_code
+    except KeyboardInterrupt:  # outside a command (typer exits 130 on one inside)
+        print("kvsim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except typer.Abort:
         print("kvsim: aborted", file=sys.stderr)
         return 1

@@ -198,8 +198,18 @@ def _run_with_progress(sim):
                              time.monotonic() - t0, horizon)  # fmt: skip
         bar.update(task, completed=1.0, text=done)
     if horizon is not None:
-        console.print(f"stopped at duration_s = {horizon:g} s of simulated time")
+        console.print(end_line(result.summary["sim_time_s"], horizon))
     return result
+
+
+def end_line(sim_time_s: float, horizon_s: float) -> str:
+    """How a run with a ``duration_s`` ended: cut there only when the horizon was reached
+    (work was still going on), else when all its work was done, so the reader knows
+    whether the figures cover the whole workload."""
+    if sim_time_s >= horizon_s:
+        return f"stopped at duration_s = {horizon_s:g} s of simulated time (work was still going on)"
+    return (f"finished at {sim_time_s:,.1f} s of simulated time: all work done before "
+            f"duration_s = {horizon_s:g} s")  # fmt: skip
 
 
 def _print_summary(s: dict, out: Path) -> None:

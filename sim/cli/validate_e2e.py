@@ -72,6 +72,11 @@ def request_log(run_folder: Path) -> Path:
     p = Path(run_folder)
     if p.is_file():
         return p
+    if not p.exists():
+        raise KvsimError(f"{run_folder}: no such folder (give a vLLM run folder or its "
+                         "requests.jsonl)")  # fmt: skip
+    if not p.is_dir():
+        raise KvsimError(f"{run_folder}: not a folder nor a file")
     for candidate in (p / "vllm" / "requests.jsonl", p / "requests.jsonl"):
         if candidate.is_file():
             return candidate

@@ -99,6 +99,10 @@ def test_metrics_are_the_authors_definitions():
 def test_bad_inputs_are_one_line_errors(run_cli, tmp_path):
     code, _, err = run_cli(["validate-e2e", str(tmp_path), "--scenario", str(DEV_RUNS["rtx4090"][1])])
     assert code == 2 and "no vllm/requests.jsonl" in err and len(err.strip().splitlines()) == 1
+    missing = tmp_path / "absent"
+    code, _, err = run_cli(["validate-e2e", str(missing), "--scenario", str(DEV_RUNS["rtx4090"][1])])
+    assert (code, err) == (2, f"kvsim: error: {missing}: no such folder (give a vLLM run folder "
+                              "or its requests.jsonl)\n")  # fmt: skip
     code, _, err = run_cli(["validate-e2e", str(DEV_RUNS["rtx4090"][0]),
                             "--scenario", str(ROOT / "workloads/seed_chunked_prefill.yaml")])  # fmt: skip
     assert code == 2 and "workload.kind must be vllm_requests" in err and len(err.strip().splitlines()) == 1
