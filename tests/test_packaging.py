@@ -98,8 +98,10 @@ def test_version_flag_prints_the_installed_distribution_version(run_cli):
     code, out, err = run_cli(["--version"])
     assert code == 0, err
     assert out == f"kvsim {importlib.metadata.version(DIST)}\n"
-    # one source of truth: pyproject reads the version from the package
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "sim.__version__"}
+    # one source of truth: pyproject reads the version from sim.version (statically)
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "sim.version.__version__"
+    }
     assert importlib.metadata.version(DIST) == sim.__version__
 
 
