@@ -156,7 +156,7 @@ def plot_pool(named_runs: dict, frame=None) -> Any:
     layers = _pool_layers(named_runs, frame)
     fig = new_figure((max(8.0, 1.5 * len(names) + 2.0), 4.2))
     lines = max(n.count("\n") + 1 for n in names) if names else 1
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.08 + 0.045 * lines, top=0.76)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.04 + 0.04 * lines, top=0.8)
     ax = fig.add_subplot()
     x = np.arange(len(names))
     bottom = np.zeros(len(names))
@@ -165,13 +165,16 @@ def plot_pool(named_runs: dict, frame=None) -> Any:
         bottom += h
     if "pool_token_states" in frame:
         for j, v in enumerate(frame.pool_token_states.to_numpy(float) * 100):
-            if not np.isnan(v):
-                ax.text(j, v / 2, f"{v:.1f}%", ha="center", va="center", fontsize=8, color="white")
+            if not np.isnan(v):  # inside a bar tall enough for it, else just above it
+                inside = v >= 8
+                ax.text(j, v / 2 if inside else v + 1, f"{v:.1f}%", ha="center",
+                        va="center" if inside else "bottom", fontsize=8,
+                        color="white" if inside else "black")  # fmt: skip
     ax.set_xticks(x, names, fontsize=7)
     ax.set_ylim(0, 100)
     ax.set_ylabel("% of the KV pool (time-averaged)")
     fig.suptitle("where the KV pool went", fontsize=10, y=0.985)
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.93),
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.95),
                ncols=3, fontsize=7, frameon=False)  # fmt: skip
     return fig
 

@@ -344,7 +344,9 @@ PLOTS: tuple[Plot, ...] = (
          "eta_alloc is the share of allocated memory holding token states, eta_effective the "
          "share of the whole pool; phi_ext (when recorded) is the share of free memory too "
          "scattered to fit a request, so high phi_ext with free memory left means "
-         "fragmentation, not capacity, is refusing work."),
+         "fragmentation, not capacity, is refusing work. A run of many memory rows draws "
+         "each ratio as its time-weighted mean per bin (the bin's length under the axis) "
+         "over the raw series, drawn light."),
     Plot("plot_latency.png", "Latency CDFs", plot_latency_cdf,
          "Each curve gives the fraction of samples at or below a latency: read the p99 where "
          "a curve crosses 0.99, and a long flat tail as rare slow requests."),
