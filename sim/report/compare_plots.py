@@ -44,7 +44,7 @@ POOL_LABELS = {"token_states": "token states", "reserved": "reserved (future tok
 POOL_LAYERS = ("token_states", "reserved", "internal", "external_fragmentation", "free",
                "cached")  # fmt: skip
 #: a variant name wraps at this many characters on an axis
-NAME_WRAP = 26
+NAME_WRAP = 30
 
 
 def _wrap(name: str) -> str:
@@ -66,6 +66,8 @@ def plot_metrics(named_runs: dict, frame=None) -> Any:
     """One small horizontal bar chart per key metric, a bar per variant, the variants
     named on the shared vertical axis and each bar's value at its end; a metric that every
     variant reports as 0 (or none reports) is a note, not an empty axis."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     frame = _rows(named_runs, frame)
     names = [_wrap(str(n)) for n in frame.variant]
     lines = max(n.count("\n") + 1 for n in names) if names else 1
@@ -82,14 +84,22 @@ def plot_metrics(named_runs: dict, frame=None) -> Any:
             _empty(ax, "not reported" if np.all(np.isnan(vals)) else "all variants 0")
             continue
         bars = ax.barh(y, np.nan_to_num(vals), color=[COLORS[j % len(COLORS)] for j in range(len(y))])
-        ax.bar_label(bars, [f"{v:,.4g}" if not np.isnan(v) else "n/a" for v in vals],
-                     fontsize=6, padding=2)  # fmt: skip
-        ax.set_xlim(0, np.nanmax(np.abs(vals)) * 1.3)
+        ax.bar_label(bars, [_number(v) for v in vals], fontsize=6, padding=2)
+        ax.set_xlim(0, np.nanmax(np.abs(vals)) * 1.45)  # room for the labels
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # ticks that never crowd
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}" if abs(x) >= 1e3 else f"{x:g}"))
         ax.set_yticks(y, names if i % 3 == 0 else [""] * len(y), fontsize=7)
         ax.invert_yaxis()  # the first variant on top, as in the table
         ax.tick_params(axis="x", labelsize=7)
     fig.suptitle("key metrics by variant", fontsize=9)
     return fig
+
+
+def _number(x: float) -> str:
+    """A bar's value: 4 significant digits, whole numbers from 10,000 up (as the table)."""
+    if np.isnan(x):
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}"
 
 
 def plot_ttft(named_runs: dict, frame=None) -> Any:

@@ -148,7 +148,7 @@ def test_time_binned_mean_is_the_step_functions_mean():
 # ------------------------------------------------------------------ compare figures
 FRAME = pd.DataFrame({
     "variant": ["allocator=buddy-window", "allocator=paged-but-with-a-very-long-name-x"],
-    "ttft_s.p99": [0.120, 0.080], "itl_s.p99": [0.05, 0.04],
+    "ttft_s.p99": [0.120, 0.080], "itl_s.p99": [114.9, 33.48],  # 114,900 ms: whole numbers
     "output_tokens_per_s": [900.0, 1200.0], "eta_alloc_mean": [0.25, 0.97],
     "preemptions": [0.0, 0.0],  # all 0: a note, not an empty +/-0.04 axis
 })  # prefix_hit_rate absent: "not reported"  # fmt: skip
@@ -163,6 +163,9 @@ def test_compare_metrics_names_the_variants_on_the_axis():
     bars = first.patches
     assert [b.get_width() for b in bars] == pytest.approx([120.0, 80.0])  # TTFT p99 in ms
     assert _tick_labels_overlap(fig, lambda ax: ax.yaxis) == []
+    assert _tick_labels_overlap(fig, lambda ax: ax.xaxis) == []
+    itl = {ax.get_title(): ax for ax in fig.axes}["ITL p99 (ms)"]
+    assert [t.get_text() for t in itl.texts] == ["114,900", "33,480"]  # no 1.149e+05
     r = _renderer(fig)
     for ax in fig.axes:  # names stay inside the canvas
         for t in ax.get_yticklabels():
