@@ -234,7 +234,9 @@ NB03 = [
     ("md", """\
 # 03: How many coding agents does a node serve under a TTFT SLO, H100 vs H200?
 
-The chapter's F37 arithmetic (E27/E28 with `sim.sizing`) against the simulated capacity of
+The simulated answer is for Llama-3.1-405B with FP8 weights, TP 8 on one 8-GPU node (the
+usual single-node 405B deployment; `workloads/coding_agents_capacity.yaml`); the first
+cell's E27 arithmetic is the chapter's Llama-3.1-70B example. The chapter's F37 arithmetic (E27/E28 with `sim.sizing`) against the simulated capacity of
 `sim.find_capacity` (closed-loop coding agents with tool pauses, `ttft_p99_s <= 2`,
 replications with a 95 % interval), on 8 x H100 and 8 x H200, with dollars per trajectory."""),
     ("code", SETUP),
@@ -272,6 +274,40 @@ for gpu, c in caps.items():
                  "ratio": c.gap["ratio"], "converged": c.capacity["converged"]})
 table = pd.DataFrame(rows).set_index("gpu")
 table"""),
+    ("md", """\
+The same answer as a figure: the simulated capacity with its 95 % interval beside F37's two
+analytic answers (each agent at its time-averaged context, and at its peak context).
+The scenario is Llama-3.1-405B with FP8 weights at TP 8 on one node of 8 GPUs."""),
+    ("code", """\
+import numpy as np
+
+from sim.report.plots import COLORS, new_figure
+
+gpus = list(caps)
+value = np.array([caps[g].capacity["value"] for g in gpus], dtype=float)
+low = np.array([caps[g].capacity["ci95_low"] if caps[g].capacity["ci95_low"] is not None else np.nan
+                for g in gpus], dtype=float)
+high = np.array([caps[g].capacity["ci95_high"] if caps[g].capacity["ci95_high"] is not None else np.nan
+                 for g in gpus], dtype=float)
+f37 = [caps[g].analytic_estimate["value"] for g in gpus]
+peak = [caps[g].analytic_estimate["peak_value"] for g in gpus]
+fig = new_figure((7.5, 3.4))
+fig.subplots_adjust(left=0.1, right=0.62, bottom=0.15, top=0.88)
+ax = fig.add_subplot()
+x = np.arange(len(gpus))
+# a capacity is never below 0: the interval is drawn from max(0, low); a search whose
+# replications give no interval is marked so on its bar
+err = np.nan_to_num(np.vstack([value - np.maximum(low, 0), high - value]))
+bars = ax.bar(x, value, 0.5, yerr=err, capsize=5, color=COLORS[0], label="simulated (95 % CI)")
+ax.bar_label(bars, [f"{v:g}" + ("" if np.isfinite(lo_) else "\\n(no interval)")
+                    for v, lo_ in zip(value, low, strict=True)], label_type="center", color="white", fontsize=8)
+ax.plot(x, f37, "D", color=COLORS[1], ms=8, label="F37, time-averaged context")
+ax.plot(x, peak, "v", color=COLORS[3], ms=8, label="F37, peak context")
+ax.set_xticks(x, ["8 x H100 (80 GB)" if "h100" in g else "8 x H200 (141 GB)" for g in gpus])
+ax.set_ylabel("concurrent coding agents")
+ax.set_title("Llama-3.1-405B FP8 (TP 8): agents within TTFT p99 <= 2 s", fontsize=9)
+ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
+show(fig)"""),
     ("code", """\
 for gpu, c in caps.items():
     print(gpu)

@@ -9,9 +9,8 @@ first.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from sim import prefix as prefix  # noqa: E402  (registers the prefix-cache allocator kinds)
+from sim import prefix as prefix  # registers the prefix-cache allocator kinds
+from sim.version import __version__  # one source of truth (summary.json, pyproject)
 
 __all__ = ["__version__", "find_capacity", "run_scenario", "run_sweep"]
 

@@ -27,13 +27,26 @@ DIST = "kvcache-sim"
 OPTIONAL_MODULES = {"torch", "triton"}
 
 
+def _folders(top: Path) -> set[Path]:
+    """Every folder at or under ``top`` that holds a file (caches aside)."""
+    return {
+        p.parent for p in top.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".")
+    }  # fmt: skip
+
+
 def test_every_sim_package_is_shipped_and_the_profiles_are_mapped_in():
     config = PYPROJECT["tool"]["setuptools"]
-    on_disk = {
-        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "sim").rglob("__init__.py")
+    # every folder Python can import (with or without __init__.py: a data folder is a
+    # namespace package): setuptools warns about any missing from `packages`, and a new
+    # sub-package missing there is absent from wheels
+    on_disk = {".".join(d.relative_to(ROOT).parts) for d in _folders(ROOT / "sim")}
+    profiles = {
+        ".".join(("sim", "_profiles", *d.relative_to(ROOT / "hardware_profiles").parts))
+        for d in _folders(ROOT / "hardware_profiles")
     }
-    # a new sub-package must be added to [tool.setuptools] packages, or wheels lack it
-    assert set(config["packages"]) == on_disk | {"sim._profiles"}
+    assert "sim.workload.fitted" in on_disk and "sim._profiles.models" in profiles
+    assert set(config["packages"]) == on_disk | profiles | {"sim._profiles"}
     assert config["package-dir"] == {"sim._profiles": "hardware_profiles"}
     globs = PYPROJECT["tool"]["setuptools"]["package-data"]["sim._profiles"]
     shipped = {p for g in globs for p in (ROOT / "hardware_profiles").glob(g)}
@@ -85,8 +98,10 @@ def test_version_flag_prints_the_installed_distribution_version(run_cli):
     code, out, err = run_cli(["--version"])
     assert code == 0, err
     assert out == f"kvsim {importlib.metadata.version(DIST)}\n"
-    # one source of truth: pyproject reads the version from the package
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "sim.__version__"}
+    # one source of truth: pyproject reads the version from sim.version (statically)
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "sim.version.__version__"
+    }
     assert importlib.metadata.version(DIST) == sim.__version__
 
 
@@ -96,6 +111,23 @@ def test_version_flag_is_listed_in_help_and_commands_still_run(run_cli):
     code, out, err = run_cli(["profiles", "list", "--kind", "model", "--json"])
     assert code == 0, err
     assert "llama-3-8b" in out
+
+
+def test_license_is_an_spdx_string_and_setuptools_reads_it():
+    # a TOML table is deprecated (setuptools >= 77 warns); the string needs 77 to build
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in PYPROJECT["build-system"]["requires"]
+
+
+def test_wheel_builds_without_setuptools_warnings():
+    # builds the wheel in an isolated build environment (setuptools from the index or
+    # cache) and fails on any deprecation or "absent from packages" warning (~10-20 s)
+    proc = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "check_wheel"), "--build-only", sys.executable],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ci: wheel: built without warnings" in proc.stderr
 
 
 @pytest.mark.slow

@@ -159,6 +159,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        **_NULL),
     _k("steps", "int", "count", "Engine iterations."),
     _k("engine_decisions", "int", "count", "Engine decisions (a run of decode steps is one)."),
+    _k("kvsim_version", "str", "-", "The kvsim version that made the run (`sim.version`; "
+       "CHANGELOG.md lists the versions whose results moved). Not a metric: `kvsim "
+       "regress` compares numbers only."),
     _k("versions", "versions", "-", "Python and package versions."),
     _k("warnings", "texts", "-", "Sentences saying a run went pathological (empty if healthy)."),
     # ---- pauses (sim.metrics.pauses)
@@ -255,8 +258,8 @@ SUMMARY_KEYS: tuple[Key, ...] = (
 )  # fmt: skip
 
 #: keys of the whole run that the ``nodes`` entries leave out
-RUN_ONLY_KEYS = ("versions", "command", "scenario_path", "config_sha256", "wall_time_s",
-                 "warnings", "n_nodes", "router", "rejected_by_router", "sequence_moves",
+RUN_ONLY_KEYS = ("kvsim_version", "versions", "command", "scenario_path", "config_sha256",
+                 "wall_time_s", "warnings", "n_nodes", "router", "rejected_by_router", "sequence_moves",
                  "directory_entries", "directory_staleness_s", "routed_match_rate",
                  "global_match_rate", "nodes", "dp_ranks", "expert_parallel", "lockstep_steps",
                  "dummy_rank_steps", "lockstep_busy_s", "lockstep_moe_s", "lockstep_comm_s",

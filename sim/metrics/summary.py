@@ -3,8 +3,10 @@
 Responsibility: reduce the recorder's tables to the summary fields the issue lists
 (``requests_completed``, ``trajectories_completed``, ``sim_time_s``, ``wall_time_s``,
 ``ttft_s``/``itl_s``/``e2e_s`` with mean/p50/p90/p99, ``output_tokens_per_s``,
-``prefix_hit_rate`` (vLLM's cache-lookup hit rate), ``eta_alloc_mean``, ``eta_effective_mean``, ``peak_allocated_bytes``,
-``preemptions``, ``rejected``, ``max_itl_s``) plus more, with the seed and package versions;
+``prefix_hit_rate`` (vLLM's cache-lookup hit rate), ``eta_alloc_mean``,
+``eta_effective_mean``, ``peak_allocated_bytes``, ``preemptions``, ``rejected``,
+``max_itl_s``) plus more, with the seed, the kvsim version (``kvsim_version``) and package
+versions;
 ``rejected_by_reason``, ``trajectories_by_status``, ``compactions`` and ``warnings`` (the
 sentences that say a run went pathological: mass rejection, thrashing, failed
 trajectories; the CLI prints them as a WARNING block); ``prefill_tokens`` (prompt tokens
@@ -30,6 +32,7 @@ from sim.metrics.recorder import Recorder
 from sim.metrics.stats import describe, describe_weighted
 from sim.sched.request import REJECT_REASONS
 from sim.units import GB
+from sim.version import __version__
 from sim.workload.context import TRAJECTORY_STATUSES
 
 #: summary keys that are wall-clock measurements (excluded from determinism checks)
@@ -115,6 +118,7 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "hold_gb_s": hold_byte_s / GB,
         "steps": int(rec.n_steps),
         "engine_decisions": int(rec.decisions),
+        "kvsim_version": __version__,  # a string: regress never compares it
         "versions": package_versions(),
     }
     out["warnings"] = run_warnings(out, req)

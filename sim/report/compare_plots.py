@@ -4,10 +4,15 @@ Responsibility: draw ``compare.html``'s PNGs and the notebook helper ``plot_comp
 from variant rows (``sim.report.compare.variant_row``) and runs; the pool view is the
 allocator study of the vLLM paper (Kwon et al. 2023, Fig. 2): per variant, the
 time-averaged share of the KV pool holding token states, reserved for future tokens,
-lost to internal and to external fragmentation (``sim.report.pool``).
+lost to internal and to external fragmentation, and free (``sim.report.pool``: the
+paper's "external fragmentation & others" split into real fragmentation and free memory).
 
-Invariant: draws only (numbers come from the rows and ``series``); every function
-returns a Figure.
+Readable at report size: the variants are named on the axes (wrapped, never numbered), a
+metric every variant reports as 0 (or not at all) says so instead of drawing an empty
+axis, each bar carries its value, and legends stand outside the data.
+
+Invariant: draws only (numbers come from the rows, ``series`` and ``pool``); every
+function returns a Figure.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from sim.report import series
-from sim.report.plots import COLORS, _empty, new_figure
-from sim.report.pool import SHARES
+from sim.report.plots import COLORS, _empty, _legend_outside, _log_ticks, new_figure
+from sim.report.pool import SHARES, external_parts
 
 #: the bars of the key-metrics figure: (title, row key, scale)
 KEY_METRICS = (
@@ -32,8 +37,21 @@ KEY_METRICS = (
     ("prefix hit rate (%)", "prefix_hit_rate", 100.0),
 )
 POOL_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
-               "internal": "internal fragmentation", "external": "external frag. & others",
+               "internal": "internal fragmentation", "external": "external frag. & free",
+               "external_fragmentation": "external fragmentation", "free": "free (unallocated)",
                "cached": "prefix cache"}  # fmt: skip
+#: the pool figure's layers, bottom first: ``external`` drawn as its two parts
+POOL_LAYERS = ("token_states", "reserved", "internal", "external_fragmentation", "free",
+               "cached")  # fmt: skip
+#: a variant name wraps at this many characters on an axis
+NAME_WRAP = 30
+
+
+def _wrap(name: str) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(name, NAME_WRAP, break_on_hyphens=False,
+                                   break_long_words=True)) or name  # fmt: skip
 
 
 def _rows(named_runs, frame):
@@ -45,71 +63,129 @@ def _rows(named_runs, frame):
 
 
 def plot_metrics(named_runs: dict, frame=None) -> Any:
-    """One small bar chart per key metric, a bar per variant."""
+    """One small horizontal bar chart per key metric, a bar per variant, the variants
+    named on the shared vertical axis and each bar's value at its end; a metric that every
+    variant reports as 0 (or none reports) is a note, not an empty axis."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     frame = _rows(named_runs, frame)
-    names = list(frame.variant)
-    fig = new_figure((9.0, 4.8))
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.2, top=0.92, wspace=0.35, hspace=0.6)
-    x = np.arange(len(names))
+    names = [_wrap(str(n)) for n in frame.variant]
+    lines = max(n.count("\n") + 1 for n in names) if names else 1
+    height = max(4.0, 0.62 + 2 * (0.3 + len(names) * (0.16 + 0.1 * lines)) + 0.9)
+    fig = new_figure((11.0, height))
+    left = min(0.32, 0.03 + 0.0072 * max((len(r) for n in names for r in n.split("\n")), default=4))
+    fig.subplots_adjust(left=left, right=0.97, bottom=0.07, top=0.9, wspace=0.45, hspace=0.5)
+    y = np.arange(len(names))
     for i, (title, key, scale) in enumerate(KEY_METRICS):
         ax = fig.add_subplot(2, 3, i + 1)
-        vals = frame[key].to_numpy(float) * scale if key in frame else np.full(len(x), np.nan)
-        ax.bar(x, np.nan_to_num(vals), color=[COLORS[j % len(COLORS)] for j in range(len(x))])
+        vals = frame[key].to_numpy(float) * scale if key in frame else np.full(len(y), np.nan)
         ax.set_title(title, fontsize=8)
-        ax.set_xticks(x, [str(j + 1) for j in range(len(x))], fontsize=7)
-        ax.tick_params(labelsize=7)
-    fig.text(0.01, 0.02, "  ".join(f"{j + 1}: {n}" for j, n in enumerate(names))[:220], fontsize=7)
+        if np.all(np.isnan(vals)) or np.all(np.nan_to_num(vals) == 0):
+            _empty(ax, "not reported" if np.all(np.isnan(vals)) else "all variants 0")
+            continue
+        bars = ax.barh(y, np.nan_to_num(vals), color=[COLORS[j % len(COLORS)] for j in range(len(y))])
+        ax.bar_label(bars, [_number(v) for v in vals], fontsize=6, padding=2)
+        ax.set_xlim(0, np.nanmax(np.abs(vals)) * 1.45)  # room for the labels
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # ticks that never crowd
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}" if abs(x) >= 1e3 else f"{x:g}"))
+        ax.set_yticks(y, names if i % 3 == 0 else [""] * len(y), fontsize=7)
+        ax.invert_yaxis()  # the first variant on top, as in the table
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle("key metrics by variant", fontsize=9)
     return fig
+
+
+def _number(x: float) -> str:
+    """A bar's value: 4 significant digits, whole numbers from 10,000 up (as the table)."""
+    if np.isnan(x):
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}"
 
 
 def plot_ttft(named_runs: dict, frame=None) -> Any:
     """TTFT CDF of every variant (first replication)."""
     fig = new_figure()
     ax = fig.add_subplot()
-    drawn = 0
+    drawn, lo, hi = 0, np.inf, 0.0
     for i, (name, runs) in enumerate(named_runs.items()):
         if not runs or not len(runs[0].requests):
             continue
         x, y = series.cdf(runs[0].requests.ttft_s)
         if len(x):
-            ax.step(x, y, where="post", label=name, color=COLORS[i % len(COLORS)], lw=1.2)
+            ax.step(x, y, where="post", label=_wrap(str(name)), color=COLORS[i % len(COLORS)],
+                    lw=1.2)  # fmt: skip
+            lo, hi = min(lo, x[x > 0].min(initial=np.inf)), max(hi, x.max())
             drawn += 1
     if not drawn:
         _empty(ax, "no TTFT samples")
         return fig
     ax.set_xscale("log")
+    if np.isfinite(lo):
+        _log_ticks(ax.xaxis, lo, hi)
     ax.set_ylim(0, 1.01)
-    ax.set_xlabel("TTFT (s)")
+    ax.set_xlabel("TTFT (s, log scale)")
     ax.set_ylabel("fraction <= x")
     ax.set_title("TTFT CDF by variant")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
     return fig
+
+
+def _pool_layers(named_runs: dict, frame) -> dict[str, np.ndarray]:
+    """Each layer of the pool figure (% of the pool), one value per variant: the frame's
+    shares, ``external`` split by ``pool.external_parts`` over the variant's runs (the
+    mean over replications, as the frame's rows); without runs, ``external`` whole."""
+    n = len(frame)
+    layers = {s: (np.nan_to_num(frame[f"pool_{s}"].to_numpy(float) * 100) if f"pool_{s}" in frame
+                  else np.zeros(n)) for s in SHARES}  # fmt: skip
+    runs = [named_runs.get(v) or [] for v in frame.variant]
+    if not all(runs):
+        return layers
+    frag = np.array([np.nanmean([external_parts(r, busy_only=_busy(r))["external_fragmentation"]
+                                 for r in rs]) for rs in runs]) * 100  # fmt: skip
+    external = layers.pop("external")
+    frag = np.minimum(np.nan_to_num(frag), external)
+    out = {}
+    for k in POOL_LAYERS:
+        out[k] = frag if k == "external_fragmentation" else external - frag if k == "free" else layers[k]
+    return out
+
+
+def _busy(run) -> bool:
+    from sim.report.compare import _busy as busy
+
+    return busy(run)
 
 
 def plot_pool(named_runs: dict, frame=None) -> Any:
     """The allocator-study view: time-averaged shares of the KV pool, one stacked bar per
-    variant, the token-state share printed on its bar."""
+    variant (named under it), the token-state share printed on its bar; free memory apart
+    from real external fragmentation; the legend above the bars, across the canvas."""
     frame = _rows(named_runs, frame)
-    names = list(frame.variant)
-    fig = new_figure((max(6.0, 1.5 * len(names) + 3.5), 3.6))
-    fig.subplots_adjust(left=0.08, right=0.7, bottom=0.22, top=0.9)
+    names = [_wrap(str(n)) for n in frame.variant]
+    layers = _pool_layers(named_runs, frame)
+    fig = new_figure((max(8.0, 1.5 * len(names) + 2.0), 4.2))
+    lines = max(n.count("\n") + 1 for n in names) if names else 1
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.04 + 0.04 * lines, top=0.8)
     ax = fig.add_subplot()
     x = np.arange(len(names))
     bottom = np.zeros(len(names))
-    for i, share in enumerate(SHARES):
-        key = f"pool_{share}"
-        h = np.nan_to_num(frame[key].to_numpy(float) * 100) if key in frame else np.zeros(len(x))
-        ax.bar(x, h, bottom=bottom, label=POOL_LABELS[share], color=COLORS[i])
+    for i, (share, h) in enumerate(layers.items()):
+        ax.bar(x, h, bottom=bottom, label=POOL_LABELS[share], color=COLORS[i], width=0.6)
         bottom += h
     if "pool_token_states" in frame:
         for j, v in enumerate(frame.pool_token_states.to_numpy(float) * 100):
-            if not np.isnan(v):
-                ax.text(j, v / 2, f"{v:.1f}%", ha="center", va="center", fontsize=8, color="white")
-    ax.set_xticks(x, names, fontsize=7, rotation=15)
+            if not np.isnan(v):  # inside a bar tall enough for it, else just above it
+                inside = v >= 8
+                ax.text(j, v / 2 if inside else v + 1, f"{v:.1f}%", ha="center",
+                        va="center" if inside else "bottom", fontsize=8,
+                        color="white" if inside else "black")  # fmt: skip
+    ax.set_xticks(x, names, fontsize=7)
     ax.set_ylim(0, 100)
     ax.set_ylabel("% of the KV pool (time-averaged)")
-    ax.set_title("where the KV pool went")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("where the KV pool went", fontsize=10, y=0.985)
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.95),
+               ncols=3, fontsize=7, frameon=False)  # fmt: skip
     return fig
 
 
@@ -123,15 +199,18 @@ class ComparePlot:
 
 COMPARE_PLOTS = (
     ComparePlot("compare_metrics.png", "Key metrics by variant", plot_metrics,
-                "One panel per metric, one bar per variant (numbered as under the panels): "
-                "compare heights within a panel; the table above gives the deltas."),
+                "One panel per metric, one bar per variant (named on the left, its value at "
+                "the bar's end): compare lengths within a panel; the table above gives the "
+                "deltas."),
     ComparePlot("compare_ttft.png", "TTFT CDFs", plot_ttft,
                 "A curve further left reaches a given fraction of requests sooner; where "
                 "curves cross, one variant wins at the median and loses in the tail."),
     ComparePlot("compare_pool.png", "Where the KV pool went (allocator study)", plot_pool,
                 "Each bar is the KV pool averaged over the memory-bound time: the bottom "
                 "segment is token states (the useful share, as in the vLLM paper's Fig. 2), "
-                "the rest is memory reserved, fragmented or free while requests wait."),
+                "above it memory reserved for future tokens, internal and external "
+                "fragmentation (holes too small to use, a buddy block's rounding), then free "
+                "memory and prefix-cache blocks, all while requests wait."),
 )  # fmt: skip
 
 

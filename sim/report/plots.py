@@ -12,6 +12,12 @@ A cluster run: the time series (memory, efficiency, batch) get one small panel p
 nodes' step functions, ``series.node_sum``); the latency CDFs pool every request and add
 each node's TTFT; the prefix dots are coloured by node. ``node=`` draws one node alone.
 
+Readable at report size: a PNG is ``FIGSIZE`` at ``DPI`` (at least 1000 px wide; the
+page shows it at up to 980 px), every legend stands outside the data (right of the axes,
+or right of a node grid), log axes label only as many ticks as fit, and a ratio that
+flips at every admission (a contiguous allocator's eta) is drawn time-binned over its raw
+series, which stays as a light line (``series.SMOOTH_ROWS``).
+
 Invariant: every plot function returns a Figure (with a "nothing to show" note when the
 run has no data for it), so a report always has the same files; the first line or layer of
 each axes is the series ``sim.report.series`` computed, unchanged.
@@ -27,10 +33,12 @@ import numpy as np
 
 from sim.report import series
 
-FIGSIZE = (7.0, 3.2)
+FIGSIZE = (8.0, 3.4)  # inches: 1152 x 490 px at DPI
 #: a cluster run of up to this many nodes is drawn one panel per node; beyond, as a whole
 MAX_NODE_PANELS = 8
-DPI = 72
+DPI = 144  # pixels per inch of the PNGs (fonts are in points: the same size on the page)
+#: the right edge of the axes when a legend stands to their right (figure fraction)
+LEGEND_RIGHT = 0.79
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
           "#8c8c8c", "#ccb974", "#64b5cd")  # fmt: skip
 
@@ -45,6 +53,27 @@ def new_figure(figsize: tuple[float, float] = FIGSIZE):
     return fig
 
 
+def _legend_outside(ax, **kw) -> None:
+    """The axes' legend to the right of its data (the figure's right margin makes room)."""
+    ax.figure.subplots_adjust(right=LEGEND_RIGHT)
+    if kw.get("handles") is None:
+        kw.pop("handles", None)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              fontsize=kw.pop("fontsize", 7), **kw)  # fmt: skip
+
+
+def _log_ticks(axis, lo: float, hi: float) -> None:
+    """Log-axis ticks that never crowd: 1-2-5 per decade over up to two decades, every
+    decade up to eight, every other decade beyond; plain numbers, no minor labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    decades = np.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10 if decades <= 8 else 100, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_xticks([])
@@ -52,12 +81,12 @@ def _empty(ax, text: str) -> None:
 
 
 def _node_grid(n: int):
-    """A figure of ``n`` small panels, two per row."""
+    """A figure of ``n`` small panels, two per row (the legend goes to their right)."""
     cols = 1 if n == 1 else 2
     rows = -(-n // cols)
-    fig = new_figure((9.0, 1.9 * rows + 0.9))
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.5 / (1.9 * rows + 0.9) + 0.04,
-                        top=1 - 0.45 / (1.9 * rows + 0.9), hspace=0.75, wspace=0.18)  # fmt: skip
+    fig = new_figure((10.0, 1.9 * rows + 0.9))
+    fig.subplots_adjust(left=0.07, right=0.83, bottom=0.5 / (1.9 * rows + 0.9) + 0.04,
+                        top=1 - 0.45 / (1.9 * rows + 0.9), hspace=0.75, wspace=0.2)  # fmt: skip
     axes = [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
     return fig, axes
 
@@ -85,7 +114,11 @@ def _draw(run, node: int | None, draw_ax: Callable, cluster_ax: Callable | None 
         return fig
     fig, axes = _node_grid(len(ids))
     for ax, i in zip(axes, ids, strict=True):
-        draw_ax(ax, select_node(run, i), _node_label(run, i), legend=ax is axes[0])
+        draw_ax(ax, select_node(run, i), _node_label(run, i), legend=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # one legend for every panel, right of the grid
+        fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.845, axes[0].get_position().y1),
+                   fontsize=6, borderaxespad=0.0)  # fmt: skip
     return fig
 
 
@@ -110,7 +143,7 @@ def _memory_ax(ax, run, panel: str | None, legend: bool = True,
     what = "HBM per GPU by use" if "weights" in st.layers else "KV memory by use"
     _title(ax, what if panel is None else f"{panel}: {what}", panel)
     if legend:
-        ax.legend(loc="upper left", fontsize=7 if panel is None else 6, ncols=2)
+        _legend_outside(ax)
 
 
 def _cluster_memory_ax(ax, run, _panel) -> None:
@@ -129,19 +162,32 @@ def plot_memory(run, node: int | None = None) -> Any:
 
 
 def _efficiency_ax(ax, run, panel: str | None, legend: bool = True, eff=None) -> None:
+    full = series.efficiency(run.memory, max_points=None) if eff is None else eff
     eff = series.efficiency(run.memory) if eff is None else eff
     if not len(eff["t_s"]):
         _empty(ax, "no memory records")
         return
-    for i, (name, values) in enumerate((k, v) for k, v in eff.items() if k != "t_s"):
-        ax.step(eff["t_s"], values, where="post", label=name, color=COLORS[i], lw=1)
+    smooth = len(full["t_s"]) > series.SMOOTH_ROWS
+    names = [k for k in eff if k != "t_s"]
+    for i, name in enumerate(names):  # the raw series: light when a binned mean is drawn over it
+        ax.step(eff["t_s"], eff[name], where="post", color=COLORS[i],
+                label=f"{name} (raw)" if smooth else name,
+                lw=0.6 if smooth else 1, alpha=0.3 if smooth else 1.0)  # fmt: skip
+    handles = None
+    if smooth:  # the legend: one entry per series (its binned mean) and one for the raw
+        from matplotlib.lines import Line2D
+
+        span = (full["t_s"][-1] - full["t_s"][0]) / series.SMOOTH_BINS
+        handles = [ax.plot(*series.time_binned_mean(full["t_s"], full[name]), color=COLORS[i],
+                           lw=1.4, label=name)[0] for i, name in enumerate(names)]  # fmt: skip
+        handles.append(Line2D([], [], color="#888", lw=0.6, alpha=0.5, label="light: raw"))
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("simulated time (s)")
+    ax.set_xlabel("simulated time (s)" + (f"; lines: mean per {span:.3g} s" if smooth else ""))
     ax.set_ylabel("fraction")
     what = "allocation efficiency and external fragmentation"
     _title(ax, what if panel is None else panel, panel)
     if legend:
-        ax.legend(loc="lower right", fontsize=7 if panel is None else 6)
+        _legend_outside(ax, handles=handles)
 
 
 def _cluster_efficiency_ax(ax, run, _panel) -> None:
@@ -185,12 +231,14 @@ def plot_latency_cdf(run, node: int | None = None) -> Any:
                         color=COLORS[(base + k) % len(COLORS)])  # fmt: skip
     if all(x.min() > 0 for x, _ in cdfs.values()):
         ax.set_xscale("log")
+        _log_ticks(ax.xaxis, min(x.min() for x, _ in cdfs.values()),
+                   max(x.max() for x, _ in cdfs.values()))  # fmt: skip
     ax.set_ylim(0, 1.01)
-    ax.set_xlabel("seconds")
+    ax.set_xlabel("seconds (log scale)" if ax.get_xscale() == "log" else "seconds")
     ax.set_ylabel("fraction <= x")
     ax.set_title("latency CDFs")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7, ncols=2 if len(cdfs) > 4 else 1)
+    _legend_outside(ax)
     return fig
 
 
@@ -212,9 +260,10 @@ def plot_pauses(run, node: int | None = None) -> Any:
         ax.bar(x, h, bottom=bottom, label=str(outcome), color=COLORS[i % len(COLORS)])
         bottom += h
     ax.set_xticks(x, [str(d) for d in counts.index])
+    ax.set_xlabel("pause-policy decision")
     ax.set_ylabel("pauses")
     ax.set_title("pause decisions and outcomes")
-    ax.legend(fontsize=7, title="outcome", title_fontsize=7)
+    _legend_outside(ax, title="outcome", title_fontsize=7)
     return fig
 
 
@@ -246,7 +295,7 @@ def plot_prefix(run, node: int | None = None) -> Any:
     ax.set_ylabel("hit tokens / looked up")
     ax.set_title("prefix hit rate per trajectory")
     if len(parts) > 1:
-        ax.legend(fontsize=7, loc="lower right")
+        _legend_outside(ax)
     return fig
 
 
@@ -261,7 +310,7 @@ def _batch_ax(ax, run, panel: str | None, legend: bool = True) -> None:
     ax.set_ylabel("tokens per step")
     _title(ax, "batch composition" if panel is None else panel, panel)
     if legend:
-        ax.legend(loc="upper right", fontsize=7 if panel is None else 6)
+        _legend_outside(ax)
 
 
 def _cluster_batch_ax(ax, run, _panel) -> None:
@@ -295,7 +344,9 @@ PLOTS: tuple[Plot, ...] = (
          "eta_alloc is the share of allocated memory holding token states, eta_effective the "
          "share of the whole pool; phi_ext (when recorded) is the share of free memory too "
          "scattered to fit a request, so high phi_ext with free memory left means "
-         "fragmentation, not capacity, is refusing work."),
+         "fragmentation, not capacity, is refusing work. A run of many memory rows draws "
+         "each ratio as its time-weighted mean per bin (the bin's length under the axis) "
+         "over the raw series, drawn light."),
     Plot("plot_latency.png", "Latency CDFs", plot_latency_cdf,
          "Each curve gives the fraction of samples at or below a latency: read the p99 where "
          "a curve crosses 0.99, and a long flat tail as rare slow requests."),

@@ -21,11 +21,18 @@ admission to finish and, capped by what remains, counted as external; the rest o
 difference is internal fragmentation. ``busy_only`` averages over the time requests wait
 (``n_waiting > 0``: the memory-bound regime the paper measures) instead of the whole run.
 
+``external_parts`` splits ``external`` in two for the figure: ``external_fragmentation``
+(the address space's rounding, plus the free bytes in holes too small for the reference
+request: memory.parquet's ``phi_ext`` x ``free_bytes``, 0 for block kinds, where any free
+block serves) and ``free`` (the rest: free memory that would fit a request, idle because
+nothing asks for it or the scheduler holds it back). A paged run thus shows no
+fragmentation, however much of its pool is free.
+
 A cluster run's shares are of the cluster's whole pool: each node's byte-seconds over its
 own rows (its allocator, pool and requests), summed, over the nodes' pools x time.
 
 Invariant: pure function of a run's tables and resolved allocator config; the five
-shares are >= 0 and sum to 1.
+shares are >= 0 and sum to 1; the two ``EXTERNAL_PARTS`` are >= 0 and sum to ``external``.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from __future__ import annotations
 import numpy as np
 
 SHARES = ("token_states", "reserved", "internal", "external", "cached")
+#: the split of ``external`` (``external_parts``)
+EXTERNAL_PARTS = ("external_fragmentation", "free")
 
 
 def future_tokens_at(requests, t: np.ndarray) -> np.ndarray:
@@ -103,6 +112,23 @@ def pool_shares(run, busy_only: bool = False) -> dict[str, float]:
     NaN when the run has no memory record (or, ``busy_only``, never had a request wait).
     A cluster run: each node's byte-seconds over its own rows and requests, summed, over
     the sum of every node's pool x time (the shares of the cluster's whole pool)."""
+    return _shares(run, busy_only)[0]
+
+
+def external_parts(run, busy_only: bool = False) -> dict[str, float]:
+    """``external`` (of ``pool_shares``) split into ``EXTERNAL_PARTS``: real external
+    fragmentation (rounding + free bytes in holes too small for the reference request)
+    and free memory; both NaN when ``external`` is."""
+    shares, fragmented = _shares(run, busy_only)
+    external = shares["external"]
+    if np.isnan(external):
+        return dict.fromkeys(EXTERNAL_PARTS, float("nan"))
+    frag = min(max(fragmented, 0.0), external)
+    return {"external_fragmentation": frag, "free": external - frag}
+
+
+def _shares(run, busy_only: bool) -> tuple[dict[str, float], float]:
+    """``pool_shares`` and the fragmented share (``external_parts``)."""
     from sim.report.data import load_run, node_ids, select_node
 
     run = load_run(run)
@@ -111,19 +137,22 @@ def pool_shares(run, busy_only: bool = False) -> dict[str, float]:
         _byte_seconds(run)]  # fmt: skip
     nan = {k: float("nan") for k in SHARES}
     parts = [p for p in parts if p is not None]
-    denom = float(sum(d[1 if busy_only else 0] for _, d in parts))
+    which = 1 if busy_only else 0
+    denom = float(sum(d[which] for _, d in parts))
     if not parts or denom <= 0:
-        return nan
-    shares = {k: sum(out[1 if busy_only else 0][k] for out, _ in parts) / denom
+        return nan, float("nan")
+    shares = {k: sum(out[which][k] for out, _ in parts) / denom
               for k in ("token_states", "reserved", "internal", "cached")}  # fmt: skip
     shares["external"] = max(1.0 - sum(shares.values()), 0.0)
-    return {k: shares[k] for k in SHARES}
+    fragmented = sum(out[which]["fragmented"] for out, _ in parts) / denom
+    return {k: shares[k] for k in SHARES}, fragmented
 
 
 def _byte_seconds(run) -> tuple[tuple[dict, dict], tuple[float, float]] | None:
-    """One node's byte-seconds of each share but ``external`` and its pool x time, over
-    the whole run and over the time requests wait (``n_waiting > 0``); None without a
-    memory record."""
+    """One node's byte-seconds of each share but ``external`` (and of ``fragmented``, the
+    part of it that is rounding or free bytes in holes too small for the reference
+    request) and its pool x time, over the whole run and over the time requests wait
+    (``n_waiting > 0``); None without a memory record."""
     m, s = run.memory, run.summary
     if not len(m):
         return None
@@ -139,8 +168,13 @@ def _byte_seconds(run) -> tuple[tuple[dict, dict], tuple[float, float]] | None:
     reserved = np.minimum(future, slack)
     # the address space's rounding of reserves: held, asked for by no policy -> external
     rounding = np.minimum(rounding_tokens_at(run, mid) * bpt, slack - reserved)
+    # free bytes in holes too small for the reference request (phi_ext: 0 for block kinds,
+    # NaN with nothing free; absent from older run folders, whose holes are not known)
+    phi = np.nan_to_num(m.phi_ext.to_numpy(float)) if "phi_ext" in m else np.zeros(len(m))
+    holes = phi * m.free_bytes.to_numpy(float)
     per = {"token_states": useful, "reserved": reserved,
-           "internal": slack - reserved - rounding, "cached": m.cached_bytes.to_numpy(float)}  # fmt: skip
+           "internal": slack - reserved - rounding, "cached": m.cached_bytes.to_numpy(float),
+           "fragmented": rounding + holes}  # fmt: skip
     dt_busy = np.where(m.n_waiting.to_numpy() > 0, dt_all, 0.0)
     outs = tuple({k: float((v * dt).sum()) for k, v in per.items()} for dt in (dt_all, dt_busy))
     return outs, (pool * float(dt_all.sum()), pool * float(dt_busy.sum()))

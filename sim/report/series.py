@@ -23,6 +23,10 @@ import pandas as pd
 
 #: the most points a plotted series keeps (drawing cost grows with points)
 MAX_POINTS = 1000
+#: a ratio over time with more rows than this is drawn time-binned (``time_binned_mean``)
+#: over the raw: a contiguous allocator's eta flips between 0 and 1 at every admission
+SMOOTH_ROWS = 200
+SMOOTH_BINS = 120
 GB = 1e9
 
 #: the physical HBM partition of memory.parquet, per GPU (bottom of the stack first), with
@@ -126,16 +130,41 @@ def cluster_efficiency(memory: pd.DataFrame, pool_bytes: dict[int, float]) -> di
                 "eta_effective": useful / s.pool_bytes.to_numpy(float)}  # fmt: skip
 
 
-def efficiency(memory: pd.DataFrame) -> dict[str, np.ndarray]:
+def efficiency(memory: pd.DataFrame, max_points: int | None = MAX_POINTS) -> dict[str, np.ndarray]:
     """``t_s`` and the ratios over time: eta_alloc, eta_effective and, when recorded, the
-    external fragmentation columns (``phi_ext*``)."""
-    idx = stride_index(len(memory))
+    external fragmentation columns (``phi_ext*``); every row with ``max_points=None``."""
+    idx = stride_index(len(memory), max_points) if max_points else np.arange(len(memory))
     m = memory.iloc[idx]
     out = {"t_s": m.t_s.to_numpy(float) if len(m) else np.empty(0)}
     for col in m.columns:
         if col in ("eta_alloc", "eta_effective") or col.startswith("phi_ext"):
             out[col] = m[col].to_numpy(float)
     return out
+
+
+def time_binned_mean(t_s: np.ndarray, values: np.ndarray,
+                     bins: int = SMOOTH_BINS) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(bin centres, time-weighted mean per bin) of a step function (``values[i]`` holds
+    from ``t_s[i]`` to ``t_s[i + 1]``; the last row has no length) over ``bins`` equal bins
+    from the first to the last time. NaN values carry no weight; a bin with no weight is
+    NaN. The mean of the bin means, weighted by their widths, is the function's mean."""
+    t = np.asarray(t_s, float)
+    v = np.asarray(values, float)
+    if len(t) < 2 or t[-1] <= t[0]:
+        return t.copy(), v.copy()
+    valid = ~np.isnan(v)
+    filled = np.where(valid, v, 0.0)
+    dt = np.diff(t)
+    area = np.concatenate([[0.0], np.cumsum(filled[:-1] * dt)])  # integral up to t[k]
+    weight = np.concatenate([[0.0], np.cumsum(valid[:-1] * dt)])
+    edges = np.linspace(t[0], t[-1], bins + 1)
+    k = np.clip(np.searchsorted(t, edges, side="right") - 1, 0, len(t) - 1)
+    into = edges - t[k]
+    a = area[k] + filled[k] * into
+    w = weight[k] + valid[k] * into
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(np.diff(w) > 0, np.diff(a) / np.diff(w), np.nan)
+    return (edges[:-1] + edges[1:]) / 2, mean
 
 
 def cdf(values, weights=None, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:

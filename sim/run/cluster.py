@@ -37,7 +37,7 @@ from sim.scenario import LoadedScenario, Resolved, load_scenario
 from sim.workload import Streams, WorkloadContext, workload_kind
 
 #: summary keys that describe the run, not a node (kept out of each ``nodes`` entry)
-_RUN_KEYS = ("versions", "command", "scenario_path", "config_sha256", "wall_time_s", "warnings")
+_RUN_KEYS = ("kvsim_version", "versions", "command", "scenario_path", "config_sha256", "wall_time_s", "warnings")
 
 
 def node_scenarios(loaded: LoadedScenario) -> list[LoadedScenario]:

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from sim.errors import KvsimError
+from sim.version import __version__
 
 #: section order of config.resolved.yaml (what a person reads first)
 _ORDER = (
@@ -51,7 +52,7 @@ TABLES = ("requests", "steps", "memory", "trajectories", "pauses")
 def resolved_yaml(config: dict, source: str) -> str:
     ordered = {k: config[k] for k in _ORDER if k in config}
     ordered.update({k: v for k, v in config.items() if k not in ordered})
-    head = f"# kvsim: the scenario {source} with every default filled in\n"
+    head = f"# kvsim {__version__}: the scenario {source} with every default filled in\n"
     return head + yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
 
 

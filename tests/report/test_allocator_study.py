@@ -13,7 +13,7 @@ from report_helpers import ROOT
 from sim.report.compare import variant_row
 from sim.report.compare_plots import plot_pool
 from sim.report.data import load_run
-from sim.report.pool import SHARES, pool_shares
+from sim.report.pool import SHARES, external_parts, pool_shares
 from sim.run import run_scenario
 
 STUDY = str(ROOT / "workloads" / "allocator_study.yaml")
@@ -65,6 +65,29 @@ def test_external_fragmentation_includes_the_buddy_rounding(study):
     assert s["Orca (Max)"]["external"] < 0.1
     for name in ("Orca (Pow2)", "Orca (Oracle)"):
         assert 0.25 < s[name]["external"] < 0.5, name
+
+
+def test_the_figure_splits_free_memory_from_real_fragmentation(study):
+    """compare_pool.png draws ``external`` as fragmentation (the buddy rounding, holes too
+    small for the reference request) and free memory: paging has no fragmentation, the
+    buddy reservations mostly rounding."""
+    runs, shares = study
+    parts = {name: external_parts(run, busy_only=True) for name, run in runs.items()}
+    for name, p in parts.items():
+        assert p["external_fragmentation"] + p["free"] == pytest.approx(shares[name]["external"])
+        assert min(p.values()) >= 0, name
+    assert parts["vLLM"]["external_fragmentation"] == 0.0
+    for name in ("Orca (Pow2)", "Orca (Oracle)"):  # ~21-24 points of rounding (docs/reports.md)
+        assert parts[name]["external_fragmentation"] > 0.15, name
+    fig = plot_pool({n: [r] for n, r in runs.items()})
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    ax = fig.axes[0]
+    n = len(VARIANTS)
+    layer = {lab: ax.patches[i * n:(i + 1) * n] for i, lab in enumerate(labels)}
+    for bar, name in zip(layer["external fragmentation"], VARIANTS, strict=True):
+        assert bar.get_height() == pytest.approx(100 * parts[name]["external_fragmentation"])
+    for bar, name in zip(layer["free (unallocated)"], VARIANTS, strict=True):
+        assert bar.get_height() == pytest.approx(100 * parts[name]["free"])
 
 
 def test_the_breakdown_follows_the_policies(study):

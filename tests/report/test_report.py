@@ -44,7 +44,8 @@ def test_plotted_series_equal_the_tables(agent_run):
     mem = agent_run.memory
     assert len(mem) <= series.MAX_POINTS  # no downsampling here: the series is the column
     eff = plot_efficiency(agent_run).axes[0]
-    lines = {ln.get_label(): ln for ln in eff.lines}
+    assert len(mem) > series.SMOOTH_ROWS  # the raw series, light under a time-binned mean
+    lines = {ln.get_label().removesuffix(" (raw)"): ln for ln in eff.lines if ln.get_alpha()}
     assert np.array_equal(lines["eta_alloc"].get_xdata(), mem.t_s.to_numpy())
     assert np.array_equal(lines["eta_alloc"].get_ydata(), mem.eta_alloc.to_numpy(), equal_nan=True)
     assert np.array_equal(lines["eta_effective"].get_ydata(), mem.eta_effective.to_numpy())
