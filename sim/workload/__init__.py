@@ -17,10 +17,6 @@ fork, release, cancel); randomness comes only from the named streams of ``rng``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
-
-from sim.errors import UnknownNameError
 from sim.workload.agent import agent_driver
 from sim.workload.agent_trace import agent_trace_driver
 from sim.workload.arrivals import ARRIVALS, arrival_strategy
@@ -47,6 +43,7 @@ from sim.workload.context import WorkloadContext
 from sim.workload.function_calling import function_calling_driver
 from sim.workload.human_in_loop import human_in_loop_driver
 from sim.workload.interactive import interactive_driver
+from sim.workload.kinds import WORKLOADS, WorkloadKind, register_workload, workload_kind
 from sim.workload.mix import mix_count, mix_driver
 from sim.workload.mooncake import mooncake_count, mooncake_driver
 from sim.workload.multi_agent import multi_agent_driver
@@ -57,34 +54,6 @@ from sim.workload.vllm_requests import (
     vllm_requests_count,
     vllm_requests_driver,
 )
-
-
-@dataclass(frozen=True)
-class WorkloadKind:
-    """A registered workload: how many trajectories it starts and its driver."""
-
-    name: str
-    config: type
-    count: Any  # config -> int
-    driver: Any  # (config, WorkloadContext) -> SimPy generator
-
-
-WORKLOADS: dict[str, WorkloadKind] = {}
-
-
-def register_workload(kind: WorkloadKind) -> WorkloadKind:
-    """Register ``kind``; its driver labels an unlabelled context with the kind's name."""
-    driver = kind.driver
-
-    def labelled(cfg, ctx: WorkloadContext):
-        if not ctx.label:
-            ctx.label = kind.name
-        return driver(cfg, ctx)
-
-    kind = replace(kind, driver=labelled)
-    WORKLOADS[kind.name] = kind
-    return kind
-
 
 register_workload(WorkloadKind("chat", ChatWorkload, lambda c: c.num_requests, chat_driver))
 register_workload(WorkloadKind("agent", AgentWorkload, lambda c: c.num_trajectories, agent_driver))
@@ -112,13 +81,6 @@ for _name, _config, _driver in (
     ("interactive_coding_agent", InteractiveCodingAgentWorkload, interactive_driver),
 ):
     register_workload(WorkloadKind(_name, _config, _trajectories, _driver))
-
-
-def workload_kind(name: str) -> WorkloadKind:
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise UnknownNameError("workload", name, list(WORKLOADS)) from None
 
 
 __all__ = [
