@@ -81,7 +81,7 @@ class StepRecorder(Protocol):
     def step(
         self,
         start_s: float,
-        ends: Sequence[float] | np.ndarray,
+        ends: list[float] | np.ndarray,
         plan: BatchPlan,
         cost: StepCost,
         n_running: int,

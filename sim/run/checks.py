@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.cluster.config import group_overrides, node_extra_overrides
-from sim.errors import ConfigError, KvsimError
+from sim.errors import ConfigError, InvariantError, KvsimError
 from sim.scenario import LoadedScenario, Resolved, load_scenario, make_allocator_for, resolve
 from sim.scenario.paths import missing_files
 
@@ -57,6 +57,8 @@ def preflight_node(
         raise ConfigError(
             f"{problems[0]} (and {n} more problem{'s' if n > 1 else ''})", problems=problems
         )
+    if resolved is None:  # every failure above raised
+        raise InvariantError("preflight: no problem and no resolved scenario")
     return resolved
 
 

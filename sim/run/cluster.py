@@ -56,7 +56,7 @@ class ClusterSimulation:
     recorder: Recorder  # the front's: trajectories and requests the router refused
     ctx: WorkloadContext
     driver: Any
-    resolved: Resolved = field(repr=False, default=None)  # node 0's (the defaults' view)
+    resolved: Resolved | None = field(repr=False, default=None)  # node 0's (the defaults' view)
     lockstep: Any = None  # sim.engine.lockstep.Lockstep of data-parallel MoE ranks
 
     @property
@@ -183,7 +183,8 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     rec_all = RecorderSum([p.recorder for p in sim.parts])
     config = resolved_config(sim.loaded)
     meta = _meta(sim, config)
-    summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)
+    # RecorderSum has the Recorder's read side (the metrics layer declares no protocol yet)
+    summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)  # type: ignore[arg-type]
     summary.update(pause_summary(pauses))
     nodes = [
         _node_summary(sim, j, node_frames[j], node_pauses[j], traj, sim_time)

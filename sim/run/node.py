@@ -23,6 +23,7 @@ from sim.cost import CostModel
 from sim.engine import Node
 from sim.engine.copy_engine import CopyEngines
 from sim.engine.pauses import PauseLifecycle
+from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import HbmLayout, Recorder
 from sim.scenario import Resolved, make_allocator_for
@@ -92,6 +93,8 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
         pauses=pauses,
     )
     t = resolved.tiers
+    if t is None:  # resolve() sets the tiers of every scenario it resolves
+        raise InvariantError(f"{sc.name}: resolved without tiers")
     copies = CopyEngines(  # the link per direction: scenario, else calibration, else profile
         env,
         resolved.num_gpus,

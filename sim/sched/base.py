@@ -59,7 +59,7 @@ class Scheduler(ABC):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("schedule")
         if own is not None and not isinstance(own, _CompletingSchedule):
-            cls.schedule = _CompletingSchedule(own)  # type: ignore[method-assign]
+            cls.schedule = _CompletingSchedule(own)  # type: ignore[method-assign, assignment]
 
     def __init__(self, config: BaseModel, kv: KVManager) -> None:
         self.config = config
@@ -236,7 +236,9 @@ def scheduler_class(kind: str) -> type[Scheduler]:
 
 def make_scheduler(config: BaseModel, kv: KVManager) -> Scheduler:
     """A scheduler from its validated config and the KV manager it talks to."""
-    return scheduler_class(config.kind)(config, kv)
+    # every registered Config declares its ``kind`` (the registry's invariant)
+    kind: str = config.kind  # type: ignore[attr-defined]
+    return scheduler_class(kind)(config, kv)
 
 
 def scheduler_configs() -> tuple[type[BaseModel], ...]:

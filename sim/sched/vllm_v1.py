@@ -33,6 +33,7 @@ except for a monolithic prefill alone in its step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter
 from typing import Literal
@@ -354,7 +355,7 @@ def _decodes_from(running: list[Request], i: int, end: int) -> int:
     return i
 
 
-def _add_decodes(plan: BatchPlan, reqs) -> None:
+def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:
     plan.n_decode += len(reqs)
     plan.decode_history_tokens += sum(map(_computed, reqs))
     plan.decodes.extend(reqs)
