@@ -19,7 +19,7 @@ def _load_prefix_kinds() -> None:
     import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
 
 
-_plugins.add_loader(_load_prefix_kinds)
+_plugins.add_loader("allocators", _load_prefix_kinds)
 
 __all__ = ["__version__", "find_capacity", "run_scenario", "run_sweep"]
 

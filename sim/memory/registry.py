@@ -70,13 +70,13 @@ def _qualified(cls: type) -> str:
 
 def allocator_kinds() -> list[str]:
     """Registered kind names, sorted."""
-    load_plugins()
+    load_plugins("allocators")
     return sorted(_REGISTRY)
 
 
 def allocator_class(kind: str) -> type[Allocator]:
     """The class of a kind."""
-    load_plugins()
+    load_plugins("allocators")
     cls = _REGISTRY.get(kind)
     if cls is None:
         raise UnknownNameError("allocator kind", str(kind), list(_REGISTRY))

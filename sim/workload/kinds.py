@@ -3,7 +3,7 @@
 Invariant: a kind is looked up by name at the moment it is used (never copied into a
 table at import time), so a kind registered late is as usable as a shipped one; an unknown
 name is a one-line ``UnknownNameError`` listing the registered kinds. The shipped kinds are
-registered by ``sim.workload``; drivers that dispatch on a kind (``mix``) import this module,
+registered by ``sim.workload.builtin`` on the first look-up; drivers that dispatch on a kind (``mix``) import this module,
 not the package, so the package's imports stay acyclic.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.errors import UnknownNameError
+from sim.plugins import load_plugins
 from sim.workload.context import WorkloadContext
 
 
@@ -44,6 +45,8 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
 
 
 def workload_kind(name: str) -> WorkloadKind:
+    """The registered kind ``name`` (the shipped kinds load on the first look-up)."""
+    load_plugins("workloads")
     try:
         return WORKLOADS[name]
     except KeyError:
