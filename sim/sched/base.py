@@ -11,8 +11,8 @@ and preempt.
 Two duties of every decision are the base class's, not the subclass's (``complete_plan``
 runs after every subclass's ``schedule``, wrapped in by ``__init_subclass__``): relieving
 memory pressure when nothing runs and the head of the queue was not admitted (held KV of
-paused trajectories and idle waiting requests is dropped, or the head rejected when the
-pool holds nothing: ``relieve``), and putting the allocator's activity since the last
+paused trajectories and idle waiting requests is dropped: ``relieve``; rejecting a request
+stays the scheduler's decision), and putting the allocator's activity since the last
 priced step (copies, cudaMalloc/cudaFree calls) on the next plan that runs a step, where
 the cost model prices it. A scheduler that relieves itself (``vllm_v1`` does, before
 admitting), or collects the activity onto a plan that runs a step, changes nothing: both
@@ -104,25 +104,29 @@ class Scheduler(ABC):
     def complete_plan(self, plan: BatchPlan) -> BatchPlan:
         """The duties of every decision, run after the subclass's ``schedule``: when the
         plan is empty, nothing runs and requests wait (the head was not admitted), relieve
-        the pressure once (``relieve``: the engine then decides again at the same time);
+        the pressure once by dropping held KV (``relieve`` without rejecting: the engine
+        then decides again at the same time);
         then put the allocator's copies and cudaMalloc/cudaFree calls since the last
         priced step on the plan, so the step prices them (a decision that runs no step,
         e.g. a preemption, leaves them to the next one rather than dropping them)."""
         if plan.empty and not self.running and self.waiting and not plan.held_drops:
             if not plan.rejected and not plan.preempted:
-                self.relieve(plan, self.waiting[0])
+                self.relieve(plan, self.waiting[0], reject=False)
         if not plan.empty:  # a decision that runs no step prices nothing: its activity
             copied, calls = self.kv.take_step_activity()  # waits for the next step
             plan.copy_bytes += copied
             plan.alloc_calls += calls
         return plan
 
-    def relieve(self, plan: BatchPlan, head: Request) -> bool:
+    def relieve(self, plan: BatchPlan, head: Request, *, reject: bool = True) -> bool:
         """Nothing runs and ``head`` (the first waiting request) does not fit: drop the KV
         held by a paused trajectory (most recent first), else another waiting request's
-        held KV (newest first), else the head's own; when the pool holds nothing at all,
-        reject the head (it can never fit). Each is one event on ``plan``; True when
-        something changed (admission is worth trying again)."""
+        held KV (newest first), else the head's own; with ``reject``, when the pool holds
+        nothing at all, reject the head (its admission failed in an empty pool: it can
+        never fit). Each is one event on ``plan``; True when something changed (admission
+        is worth trying again). ``complete_plan`` never rejects: it cannot know whether
+        the head's admission was tried, so a scheduler that admits nothing into an empty
+        pool stays visibly stuck (``EngineStuckError``) instead of rejecting work."""
         kv = self.kv
         if kv.drop_paused() is not None:
             plan.held_drops += 1
@@ -134,7 +138,7 @@ class Scheduler(ABC):
         if kv.drop_idle(head.seq_id):
             plan.held_drops += 1
             return True
-        if kv.num_sequences == 0:
+        if reject and kv.num_sequences == 0:
             if not self.waiting or self.waiting[0] is not head:
                 raise InvariantError(f"relieve: {head!r} is not the head of waiting")
             self.waiting.popleft()
