@@ -20,87 +20,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sim.cost.calibrate import (  # noqa: F401  (StepShape, read_steps: this module's names)
+    Predictor,
+    StepShape,
+    calibrated_predictor,
+    read_steps,
+)
 from sim.cost.calibration import Calibration, load_calibration
 from sim.errors import KvsimError
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """One measured step, as bench_layer wrote it (whole stack of ``n_layers``)."""
-
-    geometry: str
-    n_layers: int
-    d_model: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    d_ff: int
-    dtype: str
-    dtype_bytes: int
-    phase: str
-    prefill_chunk_tokens: int
-    prefill_history_tokens: int
-    decode_seqs: int
-    decode_context_tokens: int
-    block_size: int
-    tokens_in_step: int
-    weight_bytes: float
-    kv_bytes_read: float
-    kv_bytes_written: float
-    linear_flops: float
-    attention_flops: float
-
-    @property
-    def n_seqs(self) -> int:
-        return self.decode_seqs + (1 if self.prefill_chunk_tokens else 0)
-
-    @property
-    def mean_context_tokens(self) -> int:
-        """KV tokens read per sequence, averaged over the step's sequences."""
-        kv = self.decode_seqs * self.decode_context_tokens
-        kv += self.prefill_history_tokens + self.prefill_chunk_tokens
-        return max(1, round(kv / max(1, self.n_seqs)))
-
-    @property
-    def label(self) -> str:
-        parts = []
-        if self.prefill_chunk_tokens:
-            parts.append(f"chunk {self.prefill_chunk_tokens}+hist {self.prefill_history_tokens}")
-        if self.decode_seqs:
-            parts.append(f"{self.decode_seqs} dec x ctx {self.decode_context_tokens}")
-        return f"{self.phase}: " + ", ".join(parts)
-
-
-Predictor = Callable[[StepShape], float]
-_SHAPE_FIELDS = [f.name for f in fields(StepShape)]
-
-
-def read_steps(layer_csv: str | Path) -> tuple[list[StepShape], np.ndarray]:
-    """(shapes, measured median seconds) from a bench_layer CSV."""
-    path = Path(layer_csv)
-    if not path.is_file():
-        raise KvsimError(f"{path}: no such file (bench_layer.py writes layer.csv)")
-    df = pd.read_csv(path)
-    missing = [c for c in [*_SHAPE_FIELDS, "time_s_median"] if c not in df.columns]
-    if missing:
-        raise KvsimError(f"{path}: not a bench_layer CSV; missing columns: {', '.join(missing)}")
-    if df.empty:
-        raise KvsimError(f"{path}: no rows")
-    shapes = []
-    for rec in df[_SHAPE_FIELDS].to_dict("records"):
-        kw = {}
-        for f in fields(StepShape):
-            v = rec[f.name]
-            kw[f.name] = str(v) if f.type == "str" else (int(v) if f.type == "int" else float(v))
-        shapes.append(StepShape(**kw))
-    return shapes, df["time_s_median"].to_numpy(dtype=float)
 
 
 def roofline_predictor(cal: Calibration) -> Predictor:
@@ -110,21 +43,6 @@ def roofline_predictor(cal: Calibration) -> Predictor:
         mem_s = (s.weight_bytes + s.kv_bytes_read) / cal.reference_hbm_bw_bytes_per_s
         comp_s = (s.linear_flops + s.attention_flops) / cal.reference_peak_flops_per_s
         return max(mem_s, comp_s)
-
-    return predict
-
-
-def calibrated_predictor(cal: Calibration, *, with_overhead: bool = True) -> Predictor:
-    """Roofline terms scaled by the measured efficiencies, plus the fixed step overhead."""
-
-    def predict(s: StepShape) -> float:
-        hbm = cal.reference_hbm_bw_bytes_per_s
-        weights_s = s.weight_bytes / (hbm * cal.decode_bw_efficiency(s.tokens_in_step))
-        kv_eff = cal.attention_bw_efficiency(s.block_size, s.mean_context_tokens)
-        mem_s = weights_s + s.kv_bytes_read / (hbm * kv_eff)
-        rate = cal.reference_peak_flops_per_s * cal.gemm_efficiency(s.tokens_in_step)
-        comp_s = (s.linear_flops + s.attention_flops) / rate
-        return max(mem_s, comp_s) + (cal.step_overhead_s if with_overhead else 0.0)
 
     return predict
 

@@ -9,6 +9,8 @@
 # (timeout kills it); the hard limits are also cut so the whole run stays under
 # TOTAL_S seconds. Without CUDA (or with --quick) every piece runs its tiny CPU mode.
 # Needs only python3 with torch (and Triton on a GPU). PYTHON overrides the interpreter.
+# Exits 1, saying why, when no check or benchmark succeeded (no torch: every piece fails;
+# or the total budget ran out first); 0 when at least one ran to the end.
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -22,6 +24,10 @@ export PYTHONUNBUFFERED=1
 
 quick=""
 [ "${1:-}" = "--quick" ] && quick="--quick"
+why=""  # why nothing may run, said at the end when no piece succeeded
+if ! "$PY" -c 'import torch' 2>>"$log"; then
+  why="$PY cannot import torch (install torch, or set PYTHON to an interpreter that has it)"
+fi
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>>"$log"; then
   quick="--quick"
   echo "no CUDA device visible to torch: running the CPU quick mode" | tee -a "$log"
@@ -37,6 +43,7 @@ run() {
   local left=$((TOTAL_S - (SECONDS - start)))
   if [ "$left" -lt "$MIN_PIECE_S" ]; then
     echo "=== $name: not started, ${left}s of the ${TOTAL_S}s total left" | tee -a "$log"
+    [ "$name" != env_info ] && skipped=$((skipped + 1))
     return
   fi
   [ "$hard" -gt "$left" ] && hard=$left
@@ -48,7 +55,13 @@ run() {
   local rc=$?
   [ "$rc" -eq 124 ] && echo "=== $name: killed at its hard limit" | tee -a "$log"
   echo "=== $name: rc=$rc after $((SECONDS - start))s in all" | tee -a "$log"
+  if [ "$name" != env_info ]; then
+    if [ "$rc" -eq 0 ]; then ran=$((ran + 1)); else failed=$((failed + 1)); fi
+  fi
 }
+ran=0     # checks and benchmarks that ended with rc=0
+failed=0  # ... that failed or were killed
+skipped=0  # ... not started (the total budget ran out)
 
 run env_info 0 30 --out "$OUT/env.json" --mode "$mode"
 run check_correctness 20 40 $quick --out "$OUT/correctness.csv"
@@ -59,3 +72,10 @@ run bench_gemm 25 40 $quick --out "$OUT/gemm.csv"
 
 echo "=== summary ($mode mode, $((SECONDS - start))s)" | tee -a "$log"
 timeout -k 5 20 "$PY" "$here/summarize.py" "$OUT" 2>&1 | tee -a "$log"
+# exit 1 when no check or benchmark ran to the end: nothing measured is not a success
+if [ "$ran" -eq 0 ]; then
+  echo "run_all.sh: no check or benchmark succeeded ($failed failed, $skipped not" \
+    "started)${why:+: $why}; see $log" | tee -a "$log" >&2
+  exit 1
+fi
+exit 0

@@ -26,6 +26,9 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1.0,
     "int8": 1.0,
     "int4": 0.5,
+    # NVFP4 (Blackwell): 4-bit E2M1 values plus one fp8 (E4M3) scale per 16 values, so
+    # 4 + 8/16 = 4.5 bits per element; the per-tensor fp32 scale is negligible
+    "nvfp4": 0.5625,
 }
 
 

@@ -4,7 +4,9 @@ Invariant: user errors (``KvsimError``) print one line on stderr and exit with s
 never a traceback; each sub-command lives in its own module of this package and
 registers itself through ``register(app)``; ``COMMANDS`` maps each command to its module
 (``COMMAND_MODULES``, in help order). ``kvsim --version`` prints the installed
-distribution's version (its metadata, what pip reports).
+distribution's version (its metadata, what pip reports). Ctrl-C while the commands
+import prints ``kvsim: interrupted`` and exits 130, never a traceback (inside a command,
+typer turns it into exit 130; ``run``, ``sweep`` and ``compare`` say what is on disk).
 
 Start-up: a command's module (and what it imports: pandas, pyarrow, matplotlib, rich,
 the engine) is imported only when that command runs, or when the help lists every
@@ -40,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "validate-e2e": "validate_e2e",
     "report": "report",
     "compare": "compare",
+    "calibrate": "calibrate",
 }
 #: sub-command modules of this package, each exposing ``register(app: typer.Typer)``
 COMMAND_MODULES: list[str] = list(dict.fromkeys(COMMANDS.values()))
@@ -124,6 +127,10 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning user errors into one line."""
     from sim.cli._common import Invocation
@@ -141,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except typer.Exit as exc:
         return exc.exit_code
+    except KeyboardInterrupt:  # outside a command (typer exits 130 on one inside)
+        print("kvsim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except typer.Abort:
         print("kvsim: aborted", file=sys.stderr)
         return 1

@@ -6,9 +6,14 @@ on stdout (``{"capacity", "analytic_estimate", "gap", "points", "warnings", ...}
 ``--vary`` ``{"vary", "values", "configurations": [...], "comparisons": [...]}``); progress
 goes to stderr, each probe's load in words (``load 12``, ``2 nodes``). The summary prints
 every ``warnings`` line (a measurement window that describes little of the runs) as
-``WARNING: ...``. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
+``WARNING: ...``. Unless ``--no-error-band``, the answer is searched again at step times
+-/+ the cost model's error (``sim.sweep.error_band``; JSON ``error_band``) and printed with
+the run's ``accuracy``. Without ``--out`` nothing is written (no run folders); with it, ``DIR/runs/``,
 ``DIR/capacity.json`` and ``DIR/points.parquet`` (and ``DIR/capacity.png`` with
-``--vary``).
+``--vary``). The summary puts each SLO's value in the measurement window beside the whole
+run's at the answer, prints the answer's ``notes`` and its cost per token. Exit status: 0
+an answer, 1 no load met the SLOs (with ``--vary``: in no configuration; the answer is
+still printed and kept), 2 a bad flag or scenario.
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ estimate beside it.
 SLOs: <metric>_<stat>_s=SECONDS, metric ttft, itl, e2e, queue or resume_latency, stat
 mean, p50, p90, p95 or p99 (ttft_p99_s=2 is the summary's ttft_s.p99 at most 2 s), measured
 after a warm-up; a run with rejected requests, failed trajectories or unfinished work
-fails.
+fails. The answer shows each SLO over the window beside the whole run (a run that meets
+it inside the window only is named), the cost per million input, cached input and output
+tokens and per trajectory at the answer (GPU time split between prefill and decode tokens
+by their share of each step), and exits 1 when no load meets the SLOs.
 
   kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2
   kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2 --vary hardware.accelerator=h100-sxm-80gb,h200-141gb
@@ -76,6 +84,10 @@ def capacity(
     figure: Annotated[
         Path | None, typer.Option("--figure", help="With --vary: write the figure here (PNG).")
     ] = None,
+    error_band: Annotated[
+        bool, typer.Option("--error-band/--no-error-band",
+                           help="Also answer at step times -/+ the cost model's error.")
+    ] = True,
 ) -> None:
     """Search the capacity and print it (or one JSON object)."""
     from sim.scenario import parse_set
@@ -96,8 +108,15 @@ def capacity(
             raise KvsimError("--figure needs --vary (one bar per configuration)")
         result = find_capacity(scenario, slos, sets=sets, **options)
         doc = result.to_dict()
+        band = _band(error_band, scenario, slos, sets, options)  # the accuracy hook
+        if band is not None:
+            doc["error_band"] = band
         _keep(out_dir, doc, [result])
         typer.echo(json.dumps(doc, indent=2, default=str)) if as_json else _print_one(result)
+        if band is not None and not as_json:
+            _print_band(band, result.capacity["unit"])
+        if not result.capacity["met"]:
+            raise typer.Exit(code=1)
         return
     key, values = parse_vary(vary)
     comp = find_capacities(scenario, slos, (key, values), sets=sets, **options)
@@ -112,6 +131,33 @@ def capacity(
         typer.echo(json.dumps(doc, indent=2, default=str))
     else:
         _print_many(comp, fig)
+    if not any(r.capacity["met"] for r in comp.results):
+        raise typer.Exit(code=1)
+
+
+def _band(on: bool, scenario, slos, sets, options) -> dict | None:
+    """The answer again at step times -/+ the cost model's error (``sim.sweep.error_band``)."""
+    if not on:
+        return None
+    from sim.sweep import find_capacity
+    from sim.sweep.error_band import capacity_error_band
+
+    return capacity_error_band(find_capacity, scenario, slos, sets=sets, **options)
+
+
+def _print_band(band: dict, unit: str) -> None:
+    acc = band["accuracy"]
+    err = "" if acc["median_rel_error"] is None else (
+        f": median {acc['median_rel_error']:.1%}, worst {acc['worst_rel_error']:+.1%}")
+    typer.echo(f"  accuracy:  {acc['basis']}{err}")
+    for line in acc["outside_domain"]:
+        typer.echo(f"  WARNING: outside the calibration's fitted domain: {line}")
+    if band["faster"] is None:
+        typer.echo(f"  error band: none ({band['note']})")
+        return
+    f, s = band["faster"], band["slower"]
+    typer.echo(f"  error band: {_fmt(s['value'])} - {_fmt(f['value'])} {unit} at step times "
+               f"+/-{band['step_time_error']:.1%} (slower - faster)")  # fmt: skip
 
 
 def parse_vary(text: str) -> tuple[str, list[Any]]:
@@ -189,12 +235,17 @@ def _print_one(r) -> None:
     ci = "" if c["ci95_low"] is None else f" (95% CI {_fmt(c['ci95_low'])} - {_fmt(c['ci95_high'])})"
     per = ", ".join(_fmt(x) for x in c["per_replication"])
     unit = "node" if c["unit"] == "nodes" and c["value"] == 1 else c["unit"]
-    typer.echo(f"  capacity:  {_fmt(c['value'])} {unit}{ci}; per replication {per}")
+    if c["met"]:
+        typer.echo(f"  capacity:  {_fmt(c['value'])} {unit}{ci}; per replication {per}")
+    else:  # the note says which load was the least demanding and why it failed
+        typer.echo(f"  capacity:  none: {r.notes[-1]}")
     for line in r.warnings:
         typer.echo(f"  {line}")
-    if c["value"] is None and r.search == "nodes":
-        typer.echo("  (no node count tried meets the SLOs)")
-    elif not c["converged"]:
+    for line in _side_by_side(r):
+        typer.echo(f"  {line}")
+    for line in r.notes if c["met"] else r.notes[:-1]:
+        typer.echo(f"  {line}")
+    if c["met"] and not c["converged"]:
         best = "smallest count" if r.search == "nodes" else "largest load"
         typer.echo(f"  (not converged within --max-points: the value is the {best} that passed)")
     if not inp:
@@ -203,6 +254,27 @@ def _print_one(r) -> None:
         _print_estimate(a, inp)
     for line in r.gap["explanation"]:
         typer.echo(f"  gap: {line}")
+
+
+def _side_by_side(r) -> list[str]:
+    """Each SLO at the answer: the window's value beside the whole run's, per replication."""
+    lines = []
+    for name in r.at_capacity[0]["window"] if r.at_capacity else []:
+        win = ", ".join(_fmt(x["window"].get(name)) for x in r.at_capacity)
+        whole = ", ".join(_fmt(x["whole_run"].get(name)) for x in r.at_capacity)
+        lines.append(f"{name} at capacity (s, per replication): window {win}; whole run {whole}")
+    cost = r.cost
+    if cost and cost.get("usd_per_gpu_hour") is not None:
+        lines.append(
+            f"cost at capacity: ${_fmt(cost['usd_per_million_input_tokens'])} per million input "
+            f"tokens, ${_fmt(cost['usd_per_million_cached_input_tokens'])} per million cached "
+            f"input tokens (hold cost), ${_fmt(cost['usd_per_million_output_tokens'])} per "
+            f"million output tokens, ${_fmt(cost['usd_per_trajectory'])} per trajectory "
+            f"(${_fmt(cost['usd_per_gpu_hour'])}/GPU-hour, {cost['price_source']})"
+        )
+    elif cost:
+        lines.append("cost at capacity: no price (set pricing.usd_per_gpu_hour)")
+    return lines
 
 
 def _print_estimate(a: dict, inp: dict) -> None:
@@ -238,7 +310,7 @@ def _print_many(comp, fig: Path | None) -> None:
         console = Console(width=120)
     console.print(t)
     for value, r in zip(comp.values, comp.results, strict=True):
-        for line in r.warnings:
+        for line in [*r.warnings, *r.notes]:
             typer.echo(f"{comp.key}={value}: {line}")
     if fig is not None:
         typer.echo(f"wrote {fig}")

@@ -1,11 +1,14 @@
 """``kvsim compare (RUN_DIR... | SCENARIO --vary KEY=V1,V2 [--vary ...]) --out DIR``.
 
 Invariant: thin: variants, runs, the table and the figures are ``sim.report.compare``;
+a variant that sets ``seed`` (``--vary seed=1,2``) runs that seed, and its replications
+never run another variant's seed (``sim.sweep.spec.seed_stride``);
 the runs go through ``sim.sweep``'s executor (a local process pool with ``--workers`` >
 1, else this process). Every variant's overrides are validated before anything runs (a
 bad value is a one-line error, exit 2); a variant whose run fails is a row with its error
 and the command still writes the comparison. Writes only under ``--out``: a non-empty one
-is refused unless ``--force``.
+is refused unless ``--force``. Ctrl-C exits 130 and says which runs are complete and kept;
+the same command with ``--force`` then runs only the rest (``sim.report.compare.finished``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import typer
 HELP = """Compare variants side by side: run a scenario under each combination of --vary
 values (or read existing run folders), print one table with deltas against the first
 variant, and write DIR/compare.html (+ PNGs), DIR/compare.parquet (one row per variant)
-and DIR/<variant>/ run folders.
+and DIR/<variant>/ run folders. After Ctrl-C, the same command with --force runs only the
+variants not yet complete.
 
   kvsim compare workloads/agent_swarm.yaml --vary pause_policy.kind=hold,offload_host --out runs/cmp
   kvsim compare workloads/chat_azure.yaml --vary 'allocator={kind: buddy, reservation: pow2},{kind: paged}' --out runs/alloc
@@ -65,6 +69,10 @@ def compare(
         named, errors, overrides = _run_variants(inputs, out_dir, vary, set_ or [],
                                                  replications, workers, not no_report, quiet)  # fmt: skip
     else:
+        scenarios = [str(d) for d in inputs if d.is_file()]
+        if scenarios:
+            raise KvsimError(f"{scenarios[0]}: a scenario file: give --vary KEY=V1,V2 to compare "
+                             "variants of it (or give run folders to compare runs)")  # fmt: skip
         if set_ or replications != 1:
             raise KvsimError("--set and --replications need a scenario and --vary")
         named = {}
@@ -89,6 +97,7 @@ def _run_variants(inputs, out_dir, vary, sets, replications, workers, report, qu
     from sim.run.checks import preflight
     from sim.scenario import load_scenario, parse_set
     from sim.sweep import make_executor
+    from sim.sweep.spec import seed_stride
 
     if len(inputs) != 1 or not inputs[0].is_file():
         raise KvsimError("--vary needs exactly one scenario file (got "
@@ -101,11 +110,19 @@ def _run_variants(inputs, out_dir, vary, sets, replications, workers, report, qu
     base_seed = load_scenario(scenario, fixed).scenario.seed
     for v in variants:  # one-line errors (schema, profiles, pool, options) before any run
         preflight(load_scenario(scenario, {**fixed, **v.overrides}))
-    tasks = variant_tasks(scenario, variants, out_dir, fixed, replications, base_seed, report)
+    # --vary seed=1,2: each variant's own first seed, its replications never another's
+    stride = seed_stride([int(v.overrides.get("seed", base_seed)) for v in variants], replications)
+    tasks = variant_tasks(scenario, variants, out_dir, fixed, replications, base_seed, report,
+                          seed_stride=stride)  # fmt: skip
     n = workers if workers is not None else None
     executor = make_executor("local", n) if len(tasks) > 1 and (n is None or n > 1) else None
     try:
         results = run_variants(tasks, executor, None if quiet else _progress)
+    except KeyboardInterrupt:
+        if executor is not None:
+            executor.close()
+            executor = None
+        _interrupted(tasks, out_dir)
     finally:
         if executor is not None:
             executor.close()
@@ -117,6 +134,19 @@ def _run_variants(inputs, out_dir, vary, sets, replications, workers, report, qu
         else:
             named[task["variant"]].append(load_run(Path(res["dir"])))
     return named, errors, {v.name: v.overrides for v in variants}
+
+
+def _interrupted(tasks: list[dict], out_dir: Path) -> None:
+    """Ctrl-C while the variants run: say what is kept (each run folder is complete or
+    absent: ``sim.run.output``) and how to finish; exit 130."""
+    from sim.report.compare import finished
+
+    kept = sum(finished(t) for t in tasks)
+    end_progress = "\n" if kept else ""  # the progress line has no newline until the end
+    typer.echo(f"{end_progress}interrupted: {kept} of {len(tasks)} runs are complete in {out_dir}/ and kept; "
+               "no comparison written: rerun the same command with --force to run the rest "
+               "(complete runs are skipped)", err=True)  # fmt: skip
+    raise typer.Exit(code=130)
 
 
 def _progress(done: int, total: int) -> None:

@@ -59,7 +59,19 @@ OutputTokens = Annotated[
     int, typer.Option(help="Generated tokens K_avg added to each trajectory (F35-F37).")
 ]
 KvDtype = Annotated[
-    str | None, typer.Option(help="KV element type: bf16, fp16 or fp8 [default: model's].")
+    str | None,
+    typer.Option(
+        help="KV element type: bf16, fp16, fp8 or nvfp4 (4.5 bits with its scales) "
+        "[default: model's]; layer groups that pin their own (an fp8 indexer, Mamba states) "
+        "keep it."
+    ),
+]
+BlockSize = Annotated[
+    int,
+    typer.Option(
+        help="KV block size in tokens; a hybrid model with Mamba or linear-attention layers "
+        "gets the larger block vLLM raises it to."
+    ),
 ]
 WeightDtype = Annotated[
     str | None, typer.Option(help="Weight element type: bf16, fp8 or int4 [default: model's].")
@@ -116,6 +128,7 @@ def plan(
     gpu_memory_utilization: Utilization = None,
     headroom: Headroom = 0.0,
     shared_prefix_tokens: SharedPrefix = None,
+    block_size: BlockSize = 16,
     profiles: Profiles = None,
     set_: Sets = None,
     json_out: JsonOut = False,
@@ -146,6 +159,7 @@ def plan(
         headroom=headroom,
         shared_prefix_tokens=shared_prefix_tokens,
         gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
     )
     _show(plan_capacity(inputs), json_out)
 
@@ -194,7 +208,18 @@ def _print_table(r: PlanResult) -> None:
         "KV pool per GPU / node", f"{_both(r.kv_pool_bytes_per_gpu)} / {_both(r.kv_pool_bytes)}"
     )
     head.add_row(f"usable KV pool (headroom {r.headroom:.0%})", _both(r.usable_kv_pool_bytes))
+    block = f"{r.block_size_tokens:,} tokens"
+    if r.block_size_tokens != r.requested_block_size_tokens:
+        block += f" (raised from {r.requested_block_size_tokens}, as vLLM does)"
+    head.add_row("KV block size", block)
+    if r.state_page_bytes_per_gpu:
+        head.add_row(
+            "state page per layer per GPU",
+            f"{r.state_page_bytes_per_gpu:,.0f} B (padded to {r.state_page_padded_bytes_per_gpu:,.0f} B)",
+        )
     console.print(head)
+    if r.contexts and len(r.contexts[0].groups) > 1:  # one group would repeat the totals
+        console.print(_groups_table(r))
     table = Table(title="Concurrent trajectories per node")
     for col in ("context", "+output", "KV per trajectory", "max concurrent"):
         table.add_column(col, justify="right")
@@ -212,3 +237,27 @@ def _print_table(r: PlanResult) -> None:
             row.append(f"{c.max_concurrent_shared:,}")
         table.add_row(*row)
     console.print(table)
+
+
+def _groups_table(r: PlanResult) -> Table:
+    """KV by layer group for each context: per-token and per-sequence state, and totals."""
+    table = Table(title="KV by layer group (whole model, one copy; per GPU: most loaded stage)")
+    for col in ("context", "group", "kind", "layers", "dtype", "held tokens", "B per token",
+                "state per seq", "KV per trajectory", "per GPU"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for c in r.contexts:
+        for g in c.groups:
+            kind = g.kind + (f" ({g.window_tokens:,})" if g.window_tokens else "")
+            table.add_row(
+                f"{c.context_tokens:,}",
+                g.name,
+                kind,
+                f"{g.num_layers}",
+                g.dtype,
+                f"{g.held_tokens:,}" if not g.state_bytes else "-",
+                f"{g.bytes_per_token:,.0f}",
+                f"{g.state_bytes:,.0f}" if g.state_bytes else "-",
+                _both(g.bytes),
+                _both(g.bytes_per_gpu),
+            )
+    return table

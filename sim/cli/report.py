@@ -2,7 +2,8 @@
 
 Invariant: thin: everything is ``sim.report``; only the report's own files
 (``report.html``, ``plot_*.png``, with ``--trace`` ``trace.json``) are rewritten, each
-renamed into place whole; a folder that is not a run is a one-line error (exit 2).
+renamed into place whole; a folder that is not a run, or that lacks a record table the
+run wrote (``steps.parquet`` deleted), is a one-line error naming it (exit 2).
 """
 
 from __future__ import annotations
@@ -34,9 +35,31 @@ def report(
     """Rebuild the report of RUN_DIR."""
     from sim.report import rebuild_report
 
+    missing_tables(run_dir)
     written = rebuild_report(run_dir)
     if trace:
         from sim.report.trace import write_trace
 
         written.append(write_trace(run_dir, run_dir))
     typer.echo(f"wrote {written[0]} ({len(written)} files)")
+
+
+def missing_tables(run_dir: Path) -> None:
+    """A one-line error naming the first record table ``kvsim run`` writes that the folder
+    lacks (a report drawn without it would say "no engine steps", blaming the run, not the
+    missing file). ``pauses.parquet`` is needed only by runs whose summary counts pauses
+    (``pause_count``): folders of older versions have none."""
+    import json
+
+    from sim.errors import KvsimError
+    from sim.run.output import TABLES
+
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # not a run folder, or a damaged summary: load_run says so in one line
+    needed = [t for t in TABLES if t != "pauses" or "pause_count" in summary]
+    for name in needed:
+        if not (run_dir / f"{name}.parquet").is_file():
+            raise KvsimError(f"{run_dir}: {name}.parquet is missing (the run folder is "
+                             "incomplete: run the scenario again with kvsim run)")  # fmt: skip

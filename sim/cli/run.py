@@ -142,6 +142,12 @@ def _after_run(result) -> None:
     text = warning_block(result.summary.get("warnings") or [])
     if text:
         sys.stderr.write(text)
+    from sim.cost.accuracy import accuracy_warning
+
+    acc = result.summary.get("accuracy")
+    extrapolated = accuracy_warning(acc) if acc else None  # a calibration outside its domain
+    if extrapolated:
+        sys.stderr.write(f"WARNING: {extrapolated}\n")
 
 
 def warning_block(warnings: list[str]) -> str:
@@ -183,8 +189,18 @@ def _run_with_progress(sim):
                              time.monotonic() - t0, horizon)  # fmt: skip
         bar.update(task, completed=1.0, text=done)
     if horizon is not None:
-        console.print(f"stopped at duration_s = {horizon:g} s of simulated time")
+        console.print(end_line(result.summary["sim_time_s"], horizon))
     return result
+
+
+def end_line(sim_time_s: float, horizon_s: float) -> str:
+    """How a run with a ``duration_s`` ended: cut there only when the horizon was reached
+    (work was still going on), else when all its work was done, so the reader knows
+    whether the figures cover the whole workload."""
+    if sim_time_s >= horizon_s:
+        return f"stopped at duration_s = {horizon_s:g} s of simulated time (work was still going on)"
+    return (f"finished at {sim_time_s:,.1f} s of simulated time: all work done before "
+            f"duration_s = {horizon_s:g} s")  # fmt: skip
 
 
 def _print_summary(s: dict, out: Path) -> None:

@@ -1,8 +1,10 @@
 """``kvsim sweep FILE --out DIR [--executor local|dask] [--workers N] [--scheduler-address ADDR]``.
 
 Invariant: thin: flags are parsed here and everything else is ``sim.sweep.run_sweep``;
-progress (one bar over the runs) goes to stderr, one closing line to stdout. A failed run
-is a row with its ``error`` and the exit status stays 0; a dead worker ends the command
+progress (one bar over the runs) goes to stderr, one closing line to stdout. An invalid
+point refuses the whole sweep before any run (one line at the sweep file's line, exit 2,
+nothing written); a run that fails once it runs is a row with its ``error`` and the exit
+status stays 0; a dead worker ends the command
 with a one-line error (exit 2) after every finished run is in ``results.parquet``, and
 rerunning the same command completes the rest.
 """
@@ -20,8 +22,9 @@ HELP = """Run every point of a sweep file (a base scenario, a grid and/or points
 replications) into DIR: DIR/results.parquet (one row per point and replication, rewritten
 after each finished run) and DIR/runs/<config_sha256>/ run folders.
 
-Rerunning into the same DIR skips the finished runs (it resumes); a DIR of another sweep is
-refused.
+Every point is validated first: one invalid point refuses the whole sweep (nothing
+written). Rerunning into the same DIR skips the finished runs (it resumes); a DIR of
+another sweep is refused.
 
   kvsim sweep workloads/coding_agents_sweep.yaml --out runs/sweep --workers 2
   kvsim sweep workloads/coding_agents_sweep.yaml --out runs/sweep --executor dask --workers 2
@@ -64,7 +67,9 @@ def sweep(
             "to complete the rest"
         ) from None
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: the finished runs are in {out}/results.parquet", err=True)
+        table = Path(out) / "results.parquet"
+        what = f"the finished runs are in {table}" if table.is_file() else "no run finished"
+        typer.echo(f"interrupted: {what}", err=True)
         raise typer.Exit(code=130) from None
     failed = int(table["error"].notna().sum()) if len(table) else 0
     note = f" ({failed} failed: see the error column)" if failed else ""

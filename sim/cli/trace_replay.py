@@ -25,7 +25,9 @@ _PARAGRAPHS = [
     "blocks x B, input_length); then all its blocks are cached as the most recently used; "
     "while the cache holds more than --cache-tokens (counted in whole blocks of B tokens), "
     "dormant leaves are evicted oldest first by the --eviction strategy (ties: deepest "
-    "first). No recompute cap is applied (the engine keeps at least one prompt token to "
+    "first), the request's own blocks included, so the cache never holds more than "
+    "--cache-tokens (a request larger than the cache keeps, with lru, its leading blocks "
+    "that fit; calls_not_fitting counts them). No recompute cap is applied (the engine keeps at least one prompt token to "
     "compute; this mode does not) unless --recompute-last-token: then hit tokens = "
     "floor(min(matched blocks x B, input_length - 1) / B) x B, the engine's radix-cache rule "
     "(whole blocks only; a prompt cached whole recomputes its last block); what is cached "
@@ -42,7 +44,8 @@ _PARAGRAPHS = [
     "(capped at its prompt); then all its blocks are inserted or touched at the call's time "
     "(its index in the replay); over --cache-tokens, the least recently used leaf block "
     "(one no cached block extends) that the current call does not use is evicted, deeper "
-    "first on ties.",
+    "first on ties; a call of more blocks than the cache holds caches its leading "
+    "floor(--cache-tokens / B) blocks only and counts in calls_not_fitting.",
     "hit_rate_last_half is the same ratio over the requests from index requests // 2 on "
     "(after warm-up).",
     "Example: kvsim trace-replay workloads/data/mooncake/synthetic_trace.jsonl "
@@ -133,6 +136,8 @@ def trace_replay(
     typer.echo(f"  hit rate           {result.hit_rate:.4f}")
     typer.echo(f"  hit rate last half {result.hit_rate_last_half:.4f}")
     typer.echo(f"  evicted blocks     {result.evicted_blocks:,}")
+    typer.echo(f"  peak cached tokens {result.peak_cached_tokens:,}")
+    typer.echo(f"  calls not fitting  {result.calls_not_fitting:,}")
 
 
 def _claude_code(file: Path, block_size: int | None, capacity, eviction: str, recompute: bool):

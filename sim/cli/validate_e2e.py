@@ -10,7 +10,13 @@ TTFT = first token - queued, TPOT = (last token - first token) / (output tokens 
 (requests of one output token have none), latency = last token - queued; kvsim's are
 the same instants of its replay (arrival = the row's queued time).
 
-Invariant: requests are paired by order (row i of the log is kvsim's trajectory i); the
+A data-parallel vLLM writes the log from several engine cores, not in ``queued_ts`` order:
+the rows are sorted by ``queued_ts`` (the replay reads them the same way) and the report
+says how many were out of order (``rows_out_of_order``); a row with impossible timestamps
+(a negative TTFT, first token after the last) is refused with its file:line.
+
+Invariant: requests are paired in ``queued_ts`` order (the i-th row by queued time is
+kvsim's trajectory i); the
 command runs one simulation and writes nothing; a request kvsim did not finish is a
 one-line error, never a silent drop.
 """
@@ -33,7 +39,10 @@ HELP = (
     "output_toks, queued_ts, first_token_ts, last_token_ts) through a scenario whose workload "
     "is kind vllm_requests, and print vLLM vs kvsim TTFT, TPOT and latency (mean, median, p90, "
     "p95, p99) with the difference in percent. TTFT = first token - queued; TPOT = (last - "
-    "first token) / (output - 1); latency = last token - queued.\n\n"
+    "first token) / (output - 1); latency = last token - queued. Rows are sorted by "
+    "queued_ts (a data-parallel vLLM logs from several engine cores; the output says how "
+    "many were out of order); a row with a negative TTFT or a first token after its last "
+    "is refused.\n\n"
     "Example: kvsim validate-e2e workloads/data/llmservingsim_perf/vllm_runs/RTX4090/"
     "Llama-3.1-8B --scenario workloads/validation/rtx4090_llama31_8b.yaml"
 )
@@ -63,6 +72,11 @@ def request_log(run_folder: Path) -> Path:
     p = Path(run_folder)
     if p.is_file():
         return p
+    if not p.exists():
+        raise KvsimError(f"{run_folder}: no such folder (give a vLLM run folder or its "
+                         "requests.jsonl)")  # fmt: skip
+    if not p.is_dir():
+        raise KvsimError(f"{run_folder}: not a folder nor a file")
     for candidate in (p / "vllm" / "requests.jsonl", p / "requests.jsonl"):
         if candidate.is_file():
             return candidate
@@ -126,10 +140,10 @@ def compare_run(run_folder: Path, scenario: Path) -> dict[str, Any]:
     """Replay ``run_folder``'s log through ``scenario`` and compare (the report)."""
     from sim.run import build
     from sim.scenario import load_scenario
-    from sim.workload.vllm_requests import load_vllm_requests
+    from sim.workload.vllm_requests import read_vllm_log
 
     log = request_log(run_folder)
-    rows = load_vllm_requests(log)
+    rows, out_of_order = read_vllm_log(log)
     loaded = load_scenario(str(scenario))
     kind = loaded.scenario.workload.kind
     if kind != "vllm_requests":
@@ -138,8 +152,8 @@ def compare_run(run_folder: Path, scenario: Path) -> dict[str, Any]:
     result = sim.run()
     report = {
         "run": str(run_folder), "request_log": str(log), "scenario": str(scenario),
-        "requests": len(rows), "vllm_span_s": float(rows[-1].last_token_ts - rows[0].queued_ts)
-        if rows[-1].last_token_ts is not None else None,
+        "requests": len(rows), "rows_out_of_order": out_of_order,
+        "vllm_span_s": _span(rows),
         "kvsim_sim_time_s": float(result.summary["sim_time_s"]),
         "kvsim_preemptions": int(result.summary["preemptions"]),
         "metrics": compare(vllm_metrics(rows), kvsim_metrics(result.requests)),
@@ -147,10 +161,19 @@ def compare_run(run_folder: Path, scenario: Path) -> dict[str, Any]:
     return report
 
 
+def _span(rows) -> float | None:
+    """First queued to last token (None when a row has no last token)."""
+    last = [r.last_token_ts for r in rows]
+    return None if None in last else float(max(last) - rows[0].queued_ts)
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The comparison as a fixed-width table."""
+    order = report.get("rows_out_of_order", 0)
     lines = [
         f"vLLM run: {report['run']} ({report['requests']} requests)",
+        *([f"          {order} rows were not in queued_ts order (several engine cores "
+           "write the log): sorted by queued_ts"] if order else []),
         f"kvsim:    {report['scenario']} (simulated {report['kvsim_sim_time_s']:.1f} s, "
         f"{report['kvsim_preemptions']} preemptions)",
         f"{'metric':<8} {'stat':<7} {'vllm_s':>10} {'kvsim_s':>10} {'diff_%':>8}",

@@ -220,6 +220,46 @@ V2_SECTIONS = ("attention", "decode", "gemm", "copy", "linear", "elementwise", "
                "allreduce", "kernel_tables")  # fmt: skip
 
 
+class HeldOutErrorSpec(_Strict):
+    """Relative errors (predicted / measured - 1) of one cross-validation split, each group
+    predicted by a calibration fitted without it."""
+
+    median_rel_error: float = Field(ge=0)  # median of |error| over the held-out points
+    worst_rel_error: float  # the error largest in magnitude, signed
+    points: int = Field(ge=1)  # held-out points predicted
+    held_out: list[str] = Field(min_length=1)  # the groups held out in turn
+
+
+class DomainSpec(_Strict):
+    """What the calibration was fitted on: a run outside it is extrapolated."""
+
+    accelerator: str | None = None  # the accelerator profile measured (None: not stated)
+    models: list[str] = []  # model profiles measured (empty: not stated)
+    max_tokens: int | None = Field(None, ge=1)  # the largest step token count measured
+    tp: list[int] = []  # tensor-parallel degrees measured (empty: not stated)
+
+
+class CrossValidationSpec(_Strict):
+    """The calibration's held-out error (``kvsim calibrate``; docs/kernels_validation.md)."""
+
+    quantity: str = Field(min_length=1)  # what the errors are of, e.g. "operator time"
+    leave_one_model_out: HeldOutErrorSpec | None = None
+    leave_one_token_range_out: HeldOutErrorSpec | None = None
+    domain: DomainSpec = DomainSpec()
+
+    @model_validator(mode="after")
+    def _some_split(self) -> CrossValidationSpec:
+        if self.leave_one_model_out is None and self.leave_one_token_range_out is None:
+            raise ValueError("needs leave_one_model_out or leave_one_token_range_out")
+        return self
+
+    def splits(self) -> dict[str, HeldOutErrorSpec]:
+        """The splits present, by name."""
+        both = (("leave_one_model_out", self.leave_one_model_out),
+                ("leave_one_token_range_out", self.leave_one_token_range_out))  # fmt: skip
+        return {k: v for k, v in both if v is not None}
+
+
 class CalibrationFileV2(_Strict):
     """The YAML file's schema (``schema_version: 2``); version 1's sections become optional."""
 
@@ -246,6 +286,8 @@ class CalibrationFileV2(_Strict):
     # measured per-layer kernels of whole models (sim.cost.table_schema): name -> tables
     kernel_tables: dict[str, ModelTablesSpec] | None = None
     measured: dict[str, float] = {}
+    # held-out error and fitted domain (absent: the file states no held-out error)
+    cross_validation: CrossValidationSpec | None = None
 
     _date = field_validator("date", mode="before")(lambda cls, v: _iso_date(v))
     _copy = field_validator("copy_fits")(lambda cls, v: v if v is None else _both_directions(v))
@@ -397,6 +439,8 @@ class Calibration:
     sections: tuple[str, ...] = ()  # the optional sections the file has (v2)
     # measured per-layer kernels of whole models (kernel_tables pricing), by table name
     kernel_tables: tuple[tuple[str, ModelTables], ...] = ()
+    # held-out error and fitted domain (v2 files that state one; sim.cost.accuracy reads it)
+    cross_validation: CrossValidationSpec | None = None
 
     def __post_init__(self) -> None:
         tables = {(t.k, t.n): t for t in self.linear_tables}
@@ -571,7 +615,7 @@ def _from_v2(spec: CalibrationFileV2, path: str | None) -> Calibration:
         elementwise_fit=_kernel_fit(spec.elementwise), embedding_fit=_kernel_fit(spec.embedding),
         allreduce_by_tp=allreduce, not_measured=tuple(spec.not_measured.items()),
         sections=tuple(n for n in V2_SECTIONS if spec.section(n) is not None),
-        kernel_tables=_kernel_tables(spec, path),
+        kernel_tables=_kernel_tables(spec, path), cross_validation=spec.cross_validation,
     )  # fmt: skip
 
 
@@ -732,4 +776,6 @@ def _as_mapping_v2(cal: Calibration) -> dict:
 
         out["kernel_tables"] = {name: tables_mapping(t) for name, t in cal.kernel_tables}
     out["measured"] = dict(cal.measured)
+    if cal.cross_validation is not None:
+        out["cross_validation"] = cal.cross_validation.model_dump(exclude_none=True)
     return out

@@ -38,7 +38,7 @@ correction included: the longest and shortest decode history grow by one per ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -89,6 +89,9 @@ class CostConfig(BaseModel):
     # calibration has a skew fit; off by default: it moves the Qwen3-32B dev run's TTFT
     # mean from +1.3 % to +5.2 % of vLLM (docs/validation.md, "Skew correction")
     skew_correction: bool = False
+    # every step's total seconds times this (1: as priced); a sensitivity knob: `kvsim
+    # capacity` answers again at 1 -/+ the calibration's error (sim.sweep.error_band)
+    step_time_scale: float = Field(1.0, gt=0, le=100)
     block_size: int = Field(16, ge=1)  # for calibrated attention bandwidth
 
 
@@ -191,9 +194,13 @@ class CostModel:
     # -- public -------------------------------------------------------------------------
 
     def iteration_time(self, work: StepWork) -> StepCost:
-        """Price one step (F24 extended, or group by group); returns the breakdown."""
-        if self.groups is not None:
-            return self._per_group(work)
+        """Price one step (F24 extended, or group by group); returns the breakdown (with
+        ``step_time_scale`` != 1, the total scaled and the terms as priced)."""
+        cost = self._per_group(work) if self.groups is not None else self._roofline(work)
+        scale = self.config.step_time_scale
+        return cost if scale == 1.0 else replace(cost, total_s=cost.total_s * scale)
+
+    def _roofline(self, work: StepWork) -> StepCost:
         c = self.config
         n_tok = work.n_tokens
         pairs = work.decode_history_tokens + work.n_decode  # each decode attends h + 1
@@ -249,8 +256,15 @@ class CostModel:
         shortest decode ``max/min_history_tokens + i`` (every context grows by one); the
         result equals calling ``iteration_time`` step by step (the fast engine path relies
         on it), with or without a calibration: the terms that change from step to step are
-        computed with the same numpy arithmetic here as for one step.
+        computed with the same numpy arithmetic here as for one step (and scaled alike).
         """
+        times = self._decode_run(n_decode, history_tokens, n_steps, max_history_tokens,
+                                 min_history_tokens)  # fmt: skip
+        scale = self.config.step_time_scale
+        return times if scale == 1.0 else times * scale
+
+    def _decode_run(self, n_decode, history_tokens, n_steps, max_history_tokens,
+                    min_history_tokens) -> np.ndarray:  # fmt: skip
         i = np.arange(n_steps, dtype=np.float64)
         kv_tokens = history_tokens + i * n_decode + n_decode
         if self.groups is not None:

@@ -24,7 +24,15 @@ from typing import Any
 #: summary value kinds: int (JSON integer), float (number), str, bool, dist
 #: ({mean, p50, p90, p95, p99} of numbers or nulls), counts ({name: int}), texts (list of str),
 #: argv (list of str), versions ({package: version string})
-KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions", "nodes")
+#: ({basis, source, median_rel_error, worst_rel_error, outside_domain, detail}: how far to trust
+#: the step times; sim.cost.accuracy)
+KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions", "nodes",
+         "accuracy")  # fmt: skip
+#: the fields of an ``accuracy`` value, in order (= sim.cost.accuracy.KEYS, a test checks)
+ACCURACY_KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domain",
+                 "detail")  # fmt: skip
+#: its ``basis`` values (= sim.cost.accuracy.BASES)
+ACCURACY_BASES = ("calibration, cross-validated", "validation table", "roofline, unvalidated")
 DIST_KEYS = ("mean", "p50", "p90", "p95", "p99")  # = sim.metrics.stats.SUMMARY_KEYS (a test)
 
 
@@ -98,16 +106,23 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("output_tokens", "int", "tokens", "Tokens generated."),
     _k("prefill_tokens", "int", "tokens", "Prompt tokens computed (recomputes included)."),
     _k("output_tokens_per_s", "float", "tokens/s", "output_tokens / sim_time_s.", **_NULL),
+    _k("prompt_reuse_rate", "float", "fraction",
+       "The headline reuse figure: prompt tokens not computed at admission (prefix-cache "
+       "hits and a held sequence's own KV) / prompt tokens of admitted requests. "
+       "kv_reuse_rate is its older name (the same value).", **_NULL),
     _k("prefix_hit_rate", "float", "fraction",
-       "F17 as served: prompt tokens served from the prefix cache at admission (after the "
-       "at-least-one-computed cap) / prompt tokens looked up. Every allocator; 0 without a "
-       "cache.", **_NULL),
+       "vLLM's cache-lookup hit rate (F17 as served): prompt tokens served from the prefix "
+       "cache at admission (after the at-least-one-computed cap) / prompt tokens looked up. "
+       "It counts lookups only: a request resumed on its own held KV is not looked up, so "
+       "it can read high while most prompt tokens are computed (see prompt_reuse_rate). "
+       "Every allocator; 0 without a cache.", **_NULL),
     _k("prefix_match_rate", "float", "fraction",
        "The prefix cache's own raw match: matched / prompt tokens before the cap and "
        "truncation (>= prefix_hit_rate).", nullable=True, **_PREFIX),
     _k("prefix_evicted_blocks", "int", "count", "Blocks the prefix cache evicted.", **_PREFIX),
     _k("kv_reuse_rate", "float", "fraction",
-       "(held + hit tokens) / prompt tokens of admitted requests.", **_NULL),
+       "(held + hit tokens) / prompt tokens of admitted requests: the older name of "
+       "prompt_reuse_rate, kept (the same value).", **_NULL),
     # ---- memory
     _k("eta_alloc_mean", "float", "fraction",
        "F8 useful/allocated, time-weighted over the time anything is allocated.", **_NULL),
@@ -166,6 +181,16 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("usd_per_million_output_tokens", "float", "USD", "usd_total per 1e6 output tokens.",
        **_NULL),
     _k("usd_per_trajectory", "float", "USD", "usd_total per completed trajectory.", **_NULL),
+    # ---- accuracy (sim.cost.accuracy; docs/validation.md, "Accuracy of an answer")
+    _k("accuracy", "accuracy", "fraction",
+       "How far to trust the step times: `basis` (`calibration, cross-validated`: the "
+       "calibration's held-out operator-time error; `validation table`: kvsim vs a real "
+       "vLLM run on this accelerator and calibration; `roofline, unvalidated`), `source` "
+       "(the calibration, or null), `median_rel_error` and `worst_rel_error` (fractions, "
+       "the worst signed; null when unvalidated), `outside_domain` (what of the run lies "
+       "outside the fitted domain: extrapolated) and `detail` (one line). A cluster's is "
+       "its least trusted node's.", optional=True,
+       when="runs made by this version and later (older run folders lack it)"),
     _k("paused_hbm_usd", "float", "USD",
        "paused_hbm_gb_s priced as HBM GB-seconds: the logical F29 figure (each pause's "
        "own tokens, so a block shared by several paused sequences is paid once per pause; "
@@ -235,7 +260,7 @@ RUN_ONLY_KEYS = ("versions", "command", "scenario_path", "config_sha256", "wall_
                  "directory_entries", "directory_staleness_s", "routed_match_rate",
                  "global_match_rate", "nodes", "dp_ranks", "expert_parallel", "lockstep_steps",
                  "dummy_rank_steps", "lockstep_busy_s", "lockstep_moe_s", "lockstep_comm_s",
-                 "lockstep_wait_s", "dp_padded_tokens")  # fmt: skip
+                 "lockstep_wait_s", "dp_padded_tokens", "accuracy")  # fmt: skip
 
 _F, _I, _S = "float", "int", "str"
 
@@ -469,11 +494,26 @@ def _value_problem(key: Key, v: Any) -> str | None:
         )
     elif kind in ("texts", "argv"):
         ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+    elif kind == "accuracy":
+        ok = _accuracy_ok(v)
     elif kind == "nodes":
         ok = isinstance(v, list) and all(isinstance(x, dict) and "node_id" in x for x in v)
     else:  # versions
         ok = isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
     return None if ok else f"is {json.dumps(v)[:60]}, not a valid {kind}"
+
+
+def _accuracy_ok(v: Any) -> bool:
+    if not isinstance(v, dict) or tuple(v) != ACCURACY_KEYS or v["basis"] not in ACCURACY_BASES:
+        return False
+    errors = (v["median_rel_error"], v["worst_rel_error"])
+    return (
+        all(x is None or (isinstance(x, int | float) and math.isfinite(x)) for x in errors)
+        and (v["source"] is None or isinstance(v["source"], str))
+        and isinstance(v["outside_domain"], list)
+        and all(isinstance(x, str) for x in v["outside_domain"])
+        and isinstance(v["detail"], str)
+    )
 
 
 def check_summary(summary: dict) -> list[str]:

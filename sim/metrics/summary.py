@@ -3,7 +3,7 @@
 Responsibility: reduce the recorder's tables to the summary fields the issue lists
 (``requests_completed``, ``trajectories_completed``, ``sim_time_s``, ``wall_time_s``,
 ``ttft_s``/``itl_s``/``e2e_s`` with mean/p50/p90/p99, ``output_tokens_per_s``,
-``prefix_hit_rate``, ``eta_alloc_mean``, ``eta_effective_mean``, ``peak_allocated_bytes``,
+``prefix_hit_rate`` (vLLM's cache-lookup hit rate), ``eta_alloc_mean``, ``eta_effective_mean``, ``peak_allocated_bytes``,
 ``preemptions``, ``rejected``, ``max_itl_s``) plus more, with the seed and package versions;
 ``rejected_by_reason``, ``trajectories_by_status``, ``compactions`` and ``warnings`` (the
 sentences that say a run went pathological: mass rejection, thrashing, failed
@@ -68,6 +68,7 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
     lookup = float(req.lookup_tokens.sum())
     prompt = float(req.prompt_tokens[req.admitted_s.notna()].sum())
     reused = float((req.hit_tokens + req.held_tokens)[req.admitted_s.notna()].sum())
+    reuse_rate = reused / prompt if prompt else None  # also kv_reuse_rate, its older name
     out = {
         **meta,
         "requests_completed": int(len(done)),
@@ -84,8 +85,9 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "output_tokens": int(rec.output_tokens),
         "prefill_tokens": int(rec.prefill_tokens),
         "output_tokens_per_s": rec.output_tokens / sim_time_s if sim_time_s > 0 else None,
+        "prompt_reuse_rate": reuse_rate,
         "prefix_hit_rate": float(req.hit_tokens.sum()) / lookup if lookup else None,
-        "kv_reuse_rate": reused / prompt if prompt else None,
+        "kv_reuse_rate": reuse_rate,
         "eta_alloc_mean": _num(rec.eta_alloc.mean(sim_time_s)),
         "eta_effective_mean": _num(rec.eta_effective.mean(sim_time_s)),
         "peak_allocated_bytes": round(m.peak_allocated_bytes),  # byte totals: integers

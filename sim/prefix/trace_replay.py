@@ -13,7 +13,10 @@ Semantics (the CLI ``--help`` states the same):
   prompt that is cached whole recomputes its last block); what is cached is the same;
 - then all its blocks are cached as the most recently used (time = request index);
 - while the cache holds more than ``cache_tokens`` (counted in whole blocks of B tokens),
-  dormant leaves are evicted oldest first by the chosen strategy, ties deepest first;
+  dormant leaves are evicted oldest first by the chosen strategy, ties deepest first; the
+  request's own blocks are candidates too, so a request of more blocks than the cache
+  keeps (with ``lru``) only its leading blocks that fit, and counts in
+  ``calls_not_fitting``;
 - a trace block is 512 tokens; with ``block_size`` B (B divides 512) each trace block,
   the partial last one included, becomes 512/B blocks.
 
@@ -28,10 +31,12 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
   and are not evicted for that call: while the cache holds more than ``cache_tokens``,
   the least recently used leaf block (one no cached block extends) that the current call
   does not use goes first, deeper first on ties (the radix cache's leaf LRU, SPEC 3.7);
-  a call larger than the cache stays cached whole until the next call.
+  a call of more blocks than the cache holds caches its leading ``floor(cache_tokens /
+  B)`` blocks only (everything else is evicted) and counts in ``calls_not_fitting``.
 
-Invariant: replay is deterministic and does work per trace block (per run of consecutive
-block ids for sessions), never per token.
+Invariant: the cache never holds more than ``floor(cache_tokens / B)`` blocks after a
+request (``peak_cached_tokens <= cache_tokens``); replay is deterministic and does work
+per trace block (per run of consecutive block ids for sessions), never per token.
 """
 
 from __future__ import annotations
@@ -146,6 +151,8 @@ class ReplayResult:
     eviction: str
     evicted_blocks: int
     peak_cached_tokens: int  # whole blocks x B, after each request's eviction
+    #: requests of more blocks than the cache holds (only their leading blocks are cached)
+    calls_not_fitting: int = 0
     hits: list[int] = field(default_factory=list, repr=False)  # per request
     recompute_last_token: bool = False  # the engine's rule: at least one token is computed
 
@@ -173,8 +180,9 @@ def replay(
     cap = None if cache_tokens is None else cache_tokens // block_size
     per_trace_block = MOONCAKE_BLOCK_TOKENS // block_size
     hits: list[int] = []
-    peak = 0
+    peak = not_fitting = 0
     for i, req in enumerate(requests):
+        not_fitting += cap is not None and len(req.hash_ids) * per_trace_block > cap
         content = tuple((h, 0, MOONCAKE_BLOCK_TOKENS) for h in req.hash_ids)
         m = tree.match(content, now=i)
         matched = len(m.block_ids)
@@ -188,7 +196,9 @@ def replay(
             tree.evict(tree.total_blocks - cap)
         peak = max(peak, tree.total_blocks)
     prompts = [r.input_length for r in requests]
-    return _result(prompts, hits, tree, block_size, cache_tokens, peak, recompute_last_token)
+    return _result(
+        prompts, hits, tree, block_size, cache_tokens, peak, recompute_last_token, not_fitting
+    )
 
 
 def _result(
@@ -199,6 +209,7 @@ def _result(
     cache_tokens: int | None,
     peak_blocks: int,
     recompute_last_token: bool,
+    not_fitting: int,
 ) -> ReplayResult:
     prompt = sum(prompts)
     half = len(prompts) // 2
@@ -217,6 +228,7 @@ def _result(
         peak_cached_tokens=peak_blocks * block_size,
         hits=hits,
         recompute_last_token=recompute_last_token,
+        calls_not_fitting=not_fitting,
     )
 
 
@@ -262,7 +274,7 @@ def replay_sessions(
     cap = None if cache_tokens is None else cache_tokens // bs
     prompts: list[int] = []
     hits: list[int] = []
-    peak = now = 0
+    peak = now = not_fitting = 0
     for i, session in enumerate(sessions):
         key = i if session.scope == "local" else "global"
         for call in session.calls():
@@ -271,14 +283,23 @@ def replay_sessions(
             matched = len(m.block_ids)
             prompts.append(call.prompt_tokens)
             hits.append(_hit_tokens(matched, bs, call.prompt_tokens, recompute_last_token))
-            if call.block_ids:
-                ins = tree.insert(
-                    content, m.block_ids + pool.take(len(call.block_ids) - matched), now
-                )
-                if cap is not None and tree.total_blocks > cap:
-                    tree.lock(ins.node)  # the current call's blocks are not candidates
-                    tree.evict(tree.total_blocks - cap)
-                    tree.unlock(ins.node)
+            keep = len(call.block_ids) if cap is None else min(cap, len(call.block_ids))
+            not_fitting += keep < len(call.block_ids)
+            if keep:  # (keep 0: no blocks, or a cache of 0 blocks, which stays empty)
+                _cache_leading(tree, pool, block_content(key, call.block_ids[:keep], bs),
+                               m.block_ids[:keep], keep, cap, now)  # fmt: skip
             peak = max(peak, tree.total_blocks)
             now += 1
-    return _result(prompts, hits, tree, bs, cache_tokens, peak, recompute_last_token)
+    return _result(
+        prompts, hits, tree, bs, cache_tokens, peak, recompute_last_token, not_fitting
+    )
+
+
+def _cache_leading(tree, pool, content, matched: list[int], keep: int, cap, now: int) -> None:
+    """Insert or touch a call's leading ``keep`` blocks (``keep <= cap``), then evict other
+    blocks down to ``cap``: the call's own are locked, so they are never the victims."""
+    ins = tree.insert(content, matched + pool.take(keep - len(matched)), now)
+    if cap is not None and tree.total_blocks > cap:
+        tree.lock(ins.node)  # the current call's blocks are not candidates
+        tree.evict(tree.total_blocks - cap)
+        tree.unlock(ins.node)

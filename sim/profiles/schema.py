@@ -11,10 +11,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-from sim.units import DTYPE_BYTES
-
-DType = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
-assert set(DType.__args__) == set(DTYPE_BYTES)  # one list of dtypes
+from sim.profiles.layer_groups import (
+    AttentionGroup,
+    DType,
+    LayerGroup,
+    MLAGroup,
+    check_groups,
+    expand_pattern,
+)
 
 
 class _Spec(BaseModel):
@@ -129,6 +133,11 @@ class ModelProfile(_Spec):
     moe_intermediate_size: PositiveInt | None = None  # one expert's MLP width
     # leading layers with a dense MLP instead of experts (DeepSeek's first_k_dense_replace)
     first_dense_layers: int = Field(0, ge=0)
+    # layer groups (sim.profiles.layer_groups): hybrid models' KV shapes, one spec per group,
+    # and which group each layer belongs to (group names repeated from layer 0; 'none' for
+    # a block with no cache). None: derived from the fields above (mla, sliding_window)
+    layer_groups: list[LayerGroup] | None = Field(None, min_length=1)
+    layer_pattern: list[str] | None = Field(None, min_length=1)
     notes: str = ""
 
     @model_validator(mode="after")
@@ -147,7 +156,23 @@ class ModelProfile(_Spec):
             raise ValueError("experts_per_token cannot exceed num_experts")
         if self.first_dense_layers >= self.num_layers:
             raise ValueError("first_dense_layers must leave at least one MoE layer")
+        self._check_layer_groups()
         return self
+
+    def _check_layer_groups(self) -> None:
+        if self.layer_groups is None:
+            if self.layer_pattern is not None:
+                raise ValueError("layer_pattern needs layer_groups")
+            return
+        if self.sliding_window is not None:
+            raise ValueError(
+                "give sliding layers either as sliding_window or as a layer group, not both"
+            )
+        check_groups(self.layer_groups, self.layer_pattern, self.num_layers)
+        for g in self.layer_groups:  # one latent shape, stated twice, must agree
+            if g.kind == "mla" and (self.mla is None or g.kv_lora_rank != self.mla.kv_lora_rank
+                                    or g.qk_rope_head_dim != self.mla.qk_rope_head_dim):  # fmt: skip
+                raise ValueError(f"layer group {g.name!r} must match the model's 'mla' block")
 
     @property
     def active_params(self) -> float:
@@ -174,8 +199,49 @@ class ModelProfile(_Spec):
             return 0.0
         return (self.params_total - self.params_active) * E / (E - k)
 
+    def kv_groups(self) -> tuple[LayerGroup, ...]:
+        """The layer groups: as stated, or derived from ``mla`` / ``sliding_window``.
+
+        A profile without ``layer_groups`` maps to one group (``full`` or ``mla``) or two
+        (``full`` and ``sliding``), so its sizes are the same as before groups existed.
+        """
+        if self.layer_groups is not None:
+            return tuple(self.layer_groups)
+        if self.mla is not None:
+            return (MLAGroup(name="mla", kind="mla", **self.mla.model_dump()),)
+        heads = dict(num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        full = AttentionGroup(name="full", kind="full", **heads)
+        if self.sliding_window is None:
+            return (full,)
+        sliding = AttentionGroup(
+            name="sliding",
+            kind="sliding_window",
+            window_tokens=self.sliding_window.window_tokens,
+            **heads,
+        )
+        used = set(self.sliding_window.pattern)
+        return tuple(g for g in (full, sliding) if g.name in used)
+
+    def layer_group_names(self) -> list[tuple[str, ...]]:
+        """For every layer, in order, the groups it caches in (none, one, or with indexers)."""
+        groups = self.kv_groups()
+        if self.layer_groups is not None:
+            layered = [g.name for g in groups if g.kind != "indexer"]
+            pattern = self.layer_pattern or layered
+        else:
+            pattern = [groups[0].name] if self.sliding_window is None else self.sliding_window.pattern
+        companions: dict[str, list[str]] = {}
+        for g in groups:
+            if g.kind == "indexer":
+                companions.setdefault(g.alongside, []).append(g.name)
+        return [
+            () if name == "none" else (name, *companions.get(name, ()))
+            for name in expand_pattern(list(pattern), self.num_layers)
+        ]
+
     def layer_kinds(self) -> list[str]:
-        """'full' or 'sliding' for every layer, in order."""
+        """'full' or 'sliding' for every layer, in order, from ``sliding_window`` only (the
+        layer groups of a hybrid profile: ``layer_group_names``)."""
         if self.sliding_window is None:
             return ["full"] * self.num_layers
         pat = self.sliding_window.pattern

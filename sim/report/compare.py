@@ -13,7 +13,8 @@ braces or brackets do not split values. A variant's name is ``KEY=VALUE`` (a map
 values joined by ``-``), several keys joined by ``,``; its folder name is that name with
 anything but letters, digits and ``._=,-`` replaced by ``_``.
 
-Every table shows the prefill tokens and the KV reuse rate beside the prefix hit rate.
+Every table shows the prompt reuse rate (cache hits and held KV over prompt tokens), the
+prefill tokens and the KV reuse rate beside the prefix hit rate (a cache-lookup rate).
 Cluster runs compare like single-node ones: their summary has the same keys for the
 cluster as a whole (a row also gets the routing figures, e.g. ``routing_decisions``; the
 per-node list ``nodes`` stays in each run's summary.json), the table adds their sequence
@@ -23,12 +24,15 @@ prefix hit rate alone misleads), and the pool shares are of the cluster's whole 
 
 Invariant: the executor is passed in (anything with ``run(fn, tasks)`` yielding
 ``(index, result)``, e.g. ``sim.sweep.make_executor``); without one, variants run one
-after the other in this process. A variant that fails is a row with its ``error``.
+after the other in this process. A variant that fails is a row with its ``error``. A run
+whose folder already holds that very run (its ``config_sha256``) is not run again, so an
+interrupted compare resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import re
@@ -54,6 +58,7 @@ METRICS = (
     ("output throughput", "output_tokens_per_s", 1.0, "tokens/s"),
     ("requests completed", "requests_completed", 1.0, "count"),
     ("trajectories completed", "trajectories_completed", 1.0, "count"),
+    ("prompt reuse rate", "prompt_reuse_rate", 100.0, "%"),  # hits + held KV / prompt
     ("prefix hit rate", "prefix_hit_rate", 100.0, "%"),
     ("KV reuse rate", "kv_reuse_rate", 100.0, "%"),
     ("prefill tokens", "prefill_tokens", 1.0, "tokens"),
@@ -120,7 +125,11 @@ def parse_vary(items: list[str]) -> list[tuple[str, list[Any]]]:
         key = key.strip()
         if not sep or not key or not raw.strip() or any(not p for p in key.split(".")):
             raise ConfigError(f"expected KEY=V1,V2 with a dotted KEY, got {item!r}", field="--vary")
-        values = [load_value(v, f"--vary {key}") for v in split_values(raw)]
+        parts = split_values(raw)
+        if "" in parts:
+            raise ConfigError(f"{key}: value {parts.index('') + 1} of {raw!r} is empty",
+                              field="--vary")  # fmt: skip
+        values = [load_value(v, f"--vary {key}") for v in parts]
         if len(set(map(_label, values))) < len(values):
             raise ConfigError(f"{key}: a value is repeated in {raw!r}", field="--vary")
         out.append((key, values))
@@ -169,13 +178,16 @@ def run_variant(task: dict) -> dict:
 
 
 def variant_tasks(scenario: str, variants: list[Variant], out: Path, sets: dict[str, Any],
-                  replications: int, base_seed: int, report: bool = True) -> list[dict]:  # fmt: skip
+                  replications: int, base_seed: int, report: bool = True,
+                  seed_stride: int = 1) -> list[dict]:  # fmt: skip
     """The tasks of every variant and replication (``DIR/<variant>/`` or, with several
-    replications, ``DIR/<variant>/seed-<S>/``)."""
+    replications, ``DIR/<variant>/seed-<S>/``). A variant's own ``seed`` (``--vary
+    seed=1,2``) is its first seed, else ``base_seed``; replication r runs that seed plus
+    ``r * seed_stride`` (``sim.sweep.spec.seed_stride``: no two runs share a seed)."""
     tasks = []
     for v in variants:
         for r in range(replications):
-            seed = base_seed + r
+            seed = int(v.overrides.get("seed", base_seed)) + r * seed_stride
             d = out / v.folder if replications == 1 else out / v.folder / f"seed-{seed}"
             tasks.append({"scenario": scenario, "overrides": {**sets, **v.overrides, "seed": seed},
                           "dir": str(d), "variant": v.name, "report": report})  # fmt: skip
@@ -184,12 +196,43 @@ def variant_tasks(scenario: str, variants: list[Variant], out: Path, sets: dict[
     return tasks
 
 
+def finished(task: dict) -> bool:
+    """Whether the task's run folder already holds this very run (the resolved config's
+    ``config_sha256``, the seed included, and the report when the task asks for one): a
+    compare run again into the same folder skips it (it resumes)."""
+    from sim.run.provenance import config_sha256, resolved_config
+    from sim.scenario import load_scenario, resolve
+
+    folder = Path(task["dir"])
+    try:
+        done = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if task.get("report", True) and not (folder / "report.html").is_file():
+        return False
+    try:
+        config = resolved_config(resolve(load_scenario(task["scenario"], task["overrides"])).loaded)
+    except KvsimError:
+        return False
+    return isinstance(done, dict) and done.get("config_sha256") == config_sha256(config)
+
+
 def run_variants(tasks: list[dict], executor=None, progress=None) -> list[dict]:
-    """Run the tasks (on ``executor`` when given); results in task order."""
+    """Run the tasks (on ``executor`` when given) but those already ``finished`` in their
+    folders; results in task order."""
     results: list[dict | None] = [None] * len(tasks)
-    stream = executor.run(run_variant, tasks) if executor is not None else (
-        (i, run_variant(t)) for i, t in enumerate(tasks))  # fmt: skip
-    for i, res in stream:
+    todo = []
+    for i, t in enumerate(tasks):
+        if finished(t):
+            results[i] = {"index": i, "dir": t["dir"], "error": None}
+        else:
+            todo.append(t)
+    if progress is not None and len(todo) < len(tasks):
+        progress(len(tasks) - len(todo), len(tasks))
+    stream = executor.run(run_variant, todo) if executor is not None else (
+        (j, run_variant(t)) for j, t in enumerate(todo))  # fmt: skip
+    for j, res in stream:
+        i = todo[j]["index"]
         results[i] = res
         if progress is not None:
             progress(sum(r is not None for r in results), len(tasks))

@@ -49,6 +49,23 @@ def warnings_block(warnings: list[str]) -> str:
     return f'<div class="warn"><b>Warnings</b> (this run looks pathological)<ul>{items}</ul></div>'
 
 
+def accuracy_block(acc: dict | None) -> str:
+    """The run's ``accuracy`` section: how far to trust its step times (older run folders
+    have none: said so)."""
+    if not acc:
+        return "<h2>Accuracy</h2><p>not recorded (a run made before kvsim stated it)</p>"
+
+    def pct(x, sign: str = ""):
+        return "n/a" if x is None else f"{x:{sign}.1%}"
+
+    rows = [["basis", acc["basis"]], ["source", acc["source"] or "-"],
+            ["median relative error", pct(acc["median_rel_error"])],
+            ["worst relative error", pct(acc["worst_rel_error"], "+")],
+            ["outside the fitted domain", "; ".join(acc["outside_domain"]) or "no"],
+            ["detail", acc["detail"]]]  # fmt: skip
+    return "<h2>Accuracy</h2>" + table(["", ""], rows)
+
+
 def page(title: str, parts: list[str]) -> str:
     """The whole page; ``parts`` are HTML fragments made with the helpers above."""
     return (

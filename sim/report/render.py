@@ -1,10 +1,11 @@
 """A run's report files: ``plot_*.png`` and a self-contained ``report.html``.
 
 Responsibility: render every plot of ``sim.report.plots.PLOTS`` once, write the PNGs and
-the page that embeds them (with the end-of-run table, the scenario facts, the
-warnings and, for a cluster run, one row per node). ``render_report`` writes into a folder being built (``kvsim run`` passes the
-run's temporary folder, before it is renamed into place); ``rebuild_report`` redoes the
-report of an existing run folder (``kvsim report``), touching only the report's own files.
+the page that embeds them (with the end-of-run table, the scenario facts, the warnings,
+the accuracy section (how far to trust the step times) and, for a cluster run, one row per
+node). ``render_report`` writes into a folder being built (``kvsim run`` passes the run's
+temporary folder, before it is renamed into place); ``rebuild_report`` redoes the report
+of an existing run folder (``kvsim report``), touching only the report's own files.
 
 Invariant: the report's files are exactly ``report_files()``; ``rebuild_report`` renders
 into a hidden temporary folder inside the run folder and renames each file into place, so
@@ -48,6 +49,7 @@ def report_html(run: RunData, pngs: dict[str, bytes]) -> str:
         H.warnings_block(s.get("warnings") or []),
         "<h2>Summary</h2>",
         H.table(["metric", "value", "unit"], [list(r) for r in summary_rows(s)]),
+        H.accuracy_block(s.get("accuracy")),
     ]
     if s.get("nodes"):  # a cluster run
         parts += ["<h2>Nodes</h2>", H.table(list(NODE_COLUMNS), node_table_rows(s))]

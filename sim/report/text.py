@@ -2,9 +2,10 @@
 
 Responsibility: what ``kvsim run`` shows while it runs (simulated time, finished
 trajectories, an ETA) and after (one table: every latency in ms, memory in GB, rates in
-percent), and the same rows for ``report.html``. Every run shows its prefill tokens and
-KV reuse rate beside the prefix hit rate (under affinity routing the hit rate alone
-misleads, docs/cluster.md); a cluster run adds the router, the node count, each node's
+percent), and the same rows for ``report.html``. Every run shows its prompt reuse rate
+(prompt tokens not computed: cache hits and held KV) first, then vLLM's cache-lookup
+prefix hit rate, the KV reuse rate (the reuse rate's older name) and the prefill tokens
+(under affinity routing the hit rate alone misleads, docs/cluster.md); a cluster run adds the router, the node count, each node's
 routing decisions, the sequence moves and the routed / global match rates, and
 report.html's per-node table. No printing and no clock here: the CLI passes the elapsed
 wall time in.
@@ -79,6 +80,8 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
     rows += [
         ("max ITL", _ms(s.get("max_itl_s")), "ms"),
         ("output throughput", _num(s.get("output_tokens_per_s"), ",.0f"), "tokens/s"),
+        ("prompt reuse rate (cache hits + held KV)",
+         _num(s.get("prompt_reuse_rate", s.get("kv_reuse_rate")), ".1f", 100), "%"),
         ("prefix hit rate", _num(s.get("prefix_hit_rate"), ".1f", 100), "%"),
         ("KV reuse rate", _num(s.get("kv_reuse_rate"), ".1f", 100), "%"),
         ("prefill tokens", _num(s.get("prefill_tokens"), ",d"), "tokens"),

@@ -29,6 +29,7 @@ from sim.cluster.routers import make_router
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
+from sim.run.accuracy import add_accuracy
 from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old home)
     node_scenarios,
     preflight_cluster,
@@ -194,6 +195,8 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
         summary[key] = int(sum(n[key] for n in nodes))
     summary.update(cluster_cost(nodes, summary))
     summary.update(_routing(sim))
+    add_accuracy(summary, [(p.resolved, p.cost, node_frames[j]["steps"])
+                           for j, p in enumerate(sim.parts)])
     summary["nodes"] = nodes
     summary["wall_time_s"] = wall_time_s
     return RunResult(

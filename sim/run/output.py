@@ -4,7 +4,8 @@ Invariant: a run folder is either absent, as it was, or complete. Every file is 
 into a temporary sibling folder (``.NAME.PID.N.partial``, N the first free number) that
 is renamed to the target only once all of them are written; a failure or an interrupt
 removes the temporary and leaves the target as it was. A non-empty existing target is
-refused unless ``force``, which replaces it whole (never mixes new files with old ones);
+refused unless ``force``, which replaces it whole (never mixes new files with old ones;
+Ctrl-C is held off while the previous run is swapped out, so it never strands it);
 a target whose nearest existing ancestor is not a writable folder is refused before the
 run. The files: ``config.resolved.yaml`` (the scenario with every default filled in and
 file paths absolute; running it again, from any folder, gives the same results),
@@ -18,7 +19,10 @@ import functools
 import json
 import os
 import shutil
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -157,26 +161,49 @@ def _install(
     tmp: Path, out: Path, force: bool, installed: Callable[[Path], object] | None
 ) -> None:
     """Rename the complete ``tmp`` to ``out``; a non-empty ``out`` is replaced only with
-    ``force`` (checked again: it may have been filled while the run went on)."""
-    old = None
-    try:
-        if out.is_dir() and any(out.iterdir()):
-            check_out_dir(out, force=force)
-            old = _make_temp(out.with_name(out.name + ".old"))
-            os.replace(out, old)  # onto the empty temporary: POSIX renames over it
-        elif out.is_dir():
-            out.rmdir()
-        os.replace(tmp, out)
+    ``force`` (checked again: it may have been filled while the run went on). Ctrl-C is
+    held off from the first rename to the removal of the previous run (``_sigint_deferred``),
+    so an interrupt never lands between the renames: it is raised once the new folder is
+    in place and ``installed`` has been told, and the previous run is gone."""
+    with _sigint_deferred():
+        old = None
+        try:
+            if out.is_dir() and any(out.iterdir()):
+                check_out_dir(out, force=force)
+                old = _make_temp(out.with_name(out.name + ".old"))
+                os.replace(out, old)  # onto the empty temporary: POSIX renames over it
+            elif out.is_dir():
+                out.rmdir()
+            os.replace(tmp, out)
+        except BaseException as exc:  # an error between the renames
+            if old is not None and not out.exists():
+                os.replace(old, out)  # put the previous run back
+            if isinstance(exc, OSError):
+                raise KvsimError(f"cannot write {str(out)!r}: {exc.strerror}") from None
+            raise
         if installed is not None:
             installed(out)
-    except BaseException as exc:  # an error or Ctrl-C between the renames
-        if old is not None and not out.exists():
-            os.replace(old, out)  # put the previous run back
-        if isinstance(exc, OSError):
-            raise KvsimError(f"cannot write {str(out)!r}: {exc.strerror}") from None
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block and deliver it (to the handler
+    that was in place) when the block ends; a no-op off the main thread, where Python
+    cannot install a handler, and where SIGINT is ignored or not Python's to handle."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    pending: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pending:
+        previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
 
 
 def _to_parquet(frame: pd.DataFrame, path: Path) -> None:

@@ -10,13 +10,27 @@ over the GPU's memory in GB), F29's hold cost in dollars. It is the logical figu
 pause's own tokens, so a block shared by several paused sequences is paid once per pause
 (the physical paused bytes are not computed yet; docs/capacity_planning.md says so too).
 
+``token_costs`` splits ``usd_total`` between the tokens the GPUs worked on (the capacity
+answer's ``cost``, docs/capacity_planning.md): each engine step's time goes to its prefill
+and decode tokens in proportion to their counts (``prefill_tokens`` against ``n_decode``:
+every token of a step costs the same GPU time, whatever it is), a coalesced decode run is
+decode only, and idle GPU time is spread in the same proportion as the busy time (the
+price is paid for every simulated hour). Prefill dollars over the prompt tokens computed
+give ``usd_per_million_input_tokens``; decode dollars over the output tokens give
+``usd_per_million_output_tokens``; ``usd_per_million_cached_input_tokens`` is the hold
+cost (``paused_hbm_usd``) over the prompt tokens not computed (prefix-cache hits and held
+KV): the HBM-seconds that kept them, a view of the same dollars, not added to the others.
+
 Invariant: no price -> every ``usd_*`` figure is None (never a made-up price); a figure
-whose denominator is 0 (no output, no completed trajectory) is None.
+whose denominator is 0 (no output, no completed trajectory) is None; the prefill and
+decode dollars of ``token_costs`` add up to ``usd_total``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from sim.units import GB
 
@@ -56,4 +70,49 @@ def cost_summary(resolved, summary: dict[str, Any]) -> dict[str, Any]:
     if gb_s is not None:
         usd_per_gb_s = usd_h / 3600.0 / (resolved.accelerator.memory_bytes / GB)
         out["paused_hbm_usd"] = gb_s * usd_per_gb_s
+    return out
+
+
+def step_time_split(steps) -> tuple[float, float]:
+    """(prefill seconds, decode seconds) of a steps table: each row's first step split by
+    its token counts, the rest of a coalesced row (``n_steps`` > 1) decode only."""
+    if steps is None or not len(steps):
+        return 0.0, 0.0
+    d = steps.duration_s.to_numpy(dtype=np.float64)
+    n = np.maximum(steps.n_steps.to_numpy(dtype=np.float64), 1.0)
+    pt = steps.prefill_tokens.to_numpy(dtype=np.float64)
+    tokens = pt + steps.n_decode.to_numpy(dtype=np.float64)
+    share = np.divide(pt, tokens, out=np.zeros_like(pt), where=tokens > 0)
+    prefill = float((d / n * share).sum())
+    return prefill, float(d.sum()) - prefill
+
+
+def token_costs(summary: dict[str, Any], steps, requests) -> dict[str, Any]:
+    """USD per million input, cached input and output tokens, and per trajectory, with
+    the GPU time attributed by ``step_time_split`` (the module docstring)."""
+    out: dict[str, Any] = {
+        "usd_per_million_input_tokens": None,
+        "usd_per_million_cached_input_tokens": None,
+        "usd_per_million_output_tokens": None,
+        "usd_per_trajectory": summary.get("usd_per_trajectory"),
+        "prefill_time_share": None,
+        "usd_per_gpu_hour": summary.get("usd_per_gpu_hour"),
+        "price_source": summary.get("price_source"),
+    }
+    prefill_s, decode_s = step_time_split(steps)
+    if prefill_s + decode_s > 0:
+        out["prefill_time_share"] = prefill_s / (prefill_s + decode_s)
+    total = summary.get("usd_total")
+    if total is None or out["prefill_time_share"] is None:
+        return out
+    usd_prefill = total * out["prefill_time_share"]
+    if summary.get("prefill_tokens"):
+        out["usd_per_million_input_tokens"] = usd_prefill / summary["prefill_tokens"] * 1e6
+    if summary.get("output_tokens"):
+        out["usd_per_million_output_tokens"] = (total - usd_prefill) / summary["output_tokens"] * 1e6
+    admitted = requests[requests.admitted_s.notna()] if len(requests) else requests
+    reused = float((admitted.hit_tokens + admitted.held_tokens).sum()) if len(admitted) else 0.0
+    hold = summary.get("paused_hbm_usd")
+    if hold is not None and reused > 0:
+        out["usd_per_million_cached_input_tokens"] = hold / reused * 1e6
     return out

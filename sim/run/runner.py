@@ -28,6 +28,7 @@ from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
+from sim.run.accuracy import _least_trusted, add_accuracy, run_accuracy
 from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names survive)
     TIER_KEYS,
     TIER_NAMES,
@@ -139,6 +140,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     pauses = pause_frame(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
+    add_accuracy(summary, [(r, sim.cost, frames["steps"])])  # how far to trust the step times
     summary["wall_time_s"] = wall_time_s
     for frame in (*frames.values(), pauses):
         frame["node"] = np.zeros(len(frame), dtype=np.int64)  # one node: node 0
@@ -154,3 +156,11 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     )
 
 
+def scenario_accuracy(source, **overrides: Any) -> dict[str, Any]:
+    """The ``accuracy`` a run of ``source`` (with dotted ``overrides``) would report, from
+    its built engines, without running it (here, not in ``sim.run.accuracy``: it builds,
+    and the builders import that module)."""
+    sim = build(source, **overrides)
+    parts = getattr(sim, "parts", None)  # a cluster: one engine per node
+    engines = [(p.resolved, p.cost) for p in parts] if parts else [(sim.resolved, sim.cost)]
+    return _least_trusted([run_accuracy(r, c) for r, c in engines])

@@ -101,7 +101,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     sc = loaded.scenario
     hw = sc.hardware
     try:
-        model = load_model(sc.model.profile, overrides=sc.model.overrides)
+        model = load_model(sc.model.profile, overrides=sc.model.profile_overrides())
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None
     loaded = _context_window(loaded, model)

@@ -34,6 +34,7 @@ from sim.cluster.config import ClusterSection
 from sim.cost import CostConfig
 from sim.policy import options_union, policy_class
 from sim.policy.base import policy_options_models
+from sim.profiles.layer_groups import DType
 from sim.workload.config import Workload
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
 
@@ -53,6 +54,15 @@ class ModelSection(_Cfg):
 
     profile: str
     overrides: dict[str, Any] = Field(default_factory=dict)  # e.g. {params_total: 70e9}
+    # the KV element type (FP8-KV, NVFP4-KV variants): the profile's kv_dtype, set for the
+    # layer groups that do not pin their own; same as overrides: {kv_dtype: ...}
+    kv_dtype: DType | None = None
+
+    def profile_overrides(self) -> dict[str, Any]:
+        """The profile field overrides, ``kv_dtype`` included when set."""
+        if self.kv_dtype is None:
+            return dict(self.overrides)
+        return {**self.overrides, "kv_dtype": self.kv_dtype}
 
 
 class HardwareSection(_Cfg):

@@ -26,9 +26,14 @@ from sim.sizing.compute import (
     reload_time_s,
     ridge_point,
 )
+from sim.sizing.groups import GroupBytes, group_bytes
+from sim.sizing.hybrid_pages import PageUnification, unify_pages
 from sim.sizing.kv import (
+    GroupKV,
     block_bytes,
+    kv_breakdown,
     kv_bytes_for_context,
+    kv_bytes_for_context_all_gpus,
     kv_bytes_per_token,
     kv_bytes_per_token_f1,
     kv_bytes_per_token_per_gpu,
@@ -51,6 +56,13 @@ from sim.sizing.paging import (
 )
 
 __all__ = [
+    "GroupBytes",
+    "GroupKV",
+    "PageUnification",
+    "group_bytes",
+    "kv_breakdown",
+    "kv_bytes_for_context_all_gpus",
+    "unify_pages",
     "block_bytes",
     "blocks_for_tokens",
     "break_even_wait_s",

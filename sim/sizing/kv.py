@@ -1,17 +1,22 @@
-"""KV bytes per token and per trajectory: F1-F3, with GQA, MLA, TP, PP and sliding windows.
+"""KV bytes per token and per trajectory: F1-F3, with GQA, MLA, TP, PP and layer groups.
 
 Invariant: every function returns bytes (floats only where an element is a fraction of a
 byte). ``kv_bytes_per_token`` is the whole model over all layers (F1); the ``_per_gpu``
 forms are what one rank of the most loaded pipeline stage holds. An MLA latent is held
 whole on every tensor-parallel rank; when TP exceeds the KV heads, heads are replicated so
-each rank holds at least one (as vLLM does).
+each rank holds at least one (as vLLM does). A model's layers are summed group by group
+(``sim.sizing.groups``): sliding windows and chunks cap what their layers hold, and a
+state-space layer holds one fixed state per sequence. The ``kv_elems_*`` helpers describe
+the profile's own attention fields (``num_kv_heads``, ``head_dim``, ``mla``) only.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
-from sim.units import dtype_bytes
+from sim.sizing.groups import group_bytes
 
 
 def kv_bytes_per_token_f1(
@@ -66,28 +71,37 @@ def layers_per_stage(n_layers: int, pp: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(pp)]
 
 
+def _stage_counts(model: ModelProfile, pp: int) -> list[dict[str, int]]:
+    """For each pipeline stage, how many of its layers each group has."""
+    names = model.layer_group_names()
+    stages, start = [], 0
+    for n in layers_per_stage(model.num_layers, pp):
+        counts: dict[str, int] = {}
+        for layer in names[start : start + n]:
+            for name in layer:
+                counts[name] = counts.get(name, 0) + 1
+        stages.append(counts)
+        start += n
+    return stages
+
+
 def kv_bytes_per_token(model: ModelProfile, kv_dtype: str | None = None) -> float:
-    """F1 for the whole model (all layers, one copy), ignoring sliding windows."""
-    b = dtype_bytes(kv_dtype or model.kv_dtype)
-    return model.num_layers * kv_elems_per_token_per_layer(model) * b
+    """F1 for the whole model (all layers of every token group, one copy), ignoring windows.
+
+    State groups (Mamba, linear attention) store nothing per token and add nothing here.
+    """
+    return sum(g.num_layers * g.bytes_per_token_per_layer for g in group_bytes(model, 1, kv_dtype))
 
 
 def kv_bytes_per_token_per_gpu(
     model: ModelProfile, tp: int = 1, pp: int = 1, kv_dtype: str | None = None
 ) -> float:
     """F1 on one rank of the most loaded stage (``m_token / TP`` for even GQA splits)."""
-    b = dtype_bytes(kv_dtype or model.kv_dtype)
-    return (
-        max(layers_per_stage(model.num_layers, pp))
-        * kv_elems_per_token_per_layer_per_gpu(model, tp)
-        * b
+    groups = group_bytes(model, tp, kv_dtype)
+    return max(
+        sum(counts.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
+        for counts in _stage_counts(model, pp)
     )
-
-
-def _held_tokens_per_layer(model: ModelProfile, tokens: int) -> list[int]:
-    """Tokens each layer holds for a context: all of them, or the window for sliding layers."""
-    window = model.sliding_window.window_tokens if model.sliding_window else None
-    return [tokens if k == "full" else min(tokens, window) for k in model.layer_kinds()]
 
 
 def kv_bytes_for_context(
@@ -98,18 +112,74 @@ def kv_bytes_for_context(
     kv_dtype: str | None = None,
     per_gpu: bool = False,
 ) -> float:
-    """KV bytes for one trajectory of ``tokens``, capped by sliding windows.
+    """KV bytes for one trajectory of ``tokens``: windows and chunks capped, states added.
 
-    ``per_gpu=False``: the whole model, one copy (F2 when no layer slides).
+    ``per_gpu=False``: the whole model, one copy (F2 when no layer slides and no layer
+    keeps a state; one running state per state-space layer otherwise).
     ``per_gpu=True``: one rank of the most loaded pipeline stage.
     """
-    b = dtype_bytes(kv_dtype or model.kv_dtype)
-    held = _held_tokens_per_layer(model, tokens)
     if not per_gpu:
-        return sum(held) * kv_elems_per_token_per_layer(model) * b
-    per_layer = kv_elems_per_token_per_layer_per_gpu(model, tp) * b
-    stages, start = [], 0
-    for n in layers_per_stage(model.num_layers, pp):
-        stages.append(sum(held[start : start + n]) * per_layer)
-        start += n
-    return max(stages)
+        return sum(g.num_layers * g.bytes_per_layer(tokens) for g in group_bytes(model, 1, kv_dtype))
+    groups = group_bytes(model, tp, kv_dtype)
+    return max(
+        sum(counts.get(g.name, 0) * g.bytes_per_layer(tokens, per_gpu=True) for g in groups)
+        for counts in _stage_counts(model, pp)
+    )
+
+
+def kv_bytes_for_context_all_gpus(
+    model: ModelProfile, tokens: int, tp: int = 1, pp: int = 1, kv_dtype: str | None = None
+) -> float:
+    """One trajectory's KV summed over the ``tp x pp`` GPUs of a replica: the whole-model
+    figure plus what TP replicates (heads when TP > H_kv, MLA latents and indexer keys)."""
+    groups = group_bytes(model, tp, kv_dtype)
+    return tp * sum(
+        sum(counts.get(g.name, 0) * g.bytes_per_layer(tokens, per_gpu=True) for g in groups)
+        for counts in _stage_counts(model, pp)
+    )
+
+
+@dataclass(frozen=True)
+class GroupKV:
+    """One layer group's share of one trajectory's KV (``kvsim plan``'s breakdown)."""
+
+    name: str
+    kind: str
+    num_layers: int
+    dtype: str
+    window_tokens: int | None
+    held_tokens: int  # per layer (0 for a state group)
+    bytes_per_token: float  # all the group's layers, one copy (0 for a state group)
+    state_bytes: float  # one sequence's state over all the group's layers (0: token group)
+    bytes: float  # the trajectory's bytes in this group, whole model, one copy
+    bytes_per_gpu: float  # the same on one rank of the stage that holds the most
+
+
+def kv_breakdown(
+    model: ModelProfile, tokens: int, tp: int = 1, pp: int = 1, kv_dtype: str | None = None
+) -> list[GroupKV]:
+    """Each group's share of a trajectory of ``tokens``; the shares sum to the totals of
+    ``kv_bytes_for_context`` (whole model, and per GPU on the most loaded stage)."""
+    whole = {g.name: g for g in group_bytes(model, 1, kv_dtype)}
+    per_gpu = group_bytes(model, tp, kv_dtype)
+    stages = _stage_counts(model, pp)
+    loads = [sum(c.get(g.name, 0) * g.bytes_per_layer(tokens, True) for g in per_gpu) for c in stages]
+    heaviest = stages[loads.index(max(loads))]
+    out = []
+    for g in per_gpu:
+        w = whole[g.name]
+        out.append(
+            GroupKV(
+                name=g.name,
+                kind=g.kind,
+                num_layers=g.num_layers,
+                dtype=g.dtype,
+                window_tokens=g.window_tokens,
+                held_tokens=g.held_tokens(tokens),
+                bytes_per_token=g.num_layers * w.bytes_per_token_per_layer,
+                state_bytes=g.num_layers * w.state_bytes_per_layer,
+                bytes=g.num_layers * w.bytes_per_layer(tokens),
+                bytes_per_gpu=heaviest.get(g.name, 0) * g.bytes_per_layer(tokens, True),
+            )
+        )
+    return out

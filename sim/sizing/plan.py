@@ -8,7 +8,11 @@ pool per GPU is F34's ``memory x utilization - weights - reserve``, clamped at 0
 Conditions that leave a plan computable but doubtful (a context beyond the model's window,
 weights that leave no pool, nothing fitting) are returned as ``warnings``, never raised;
 every number in ``PlanInputs`` is finite and in range (``sim.sizing.bounds``), checked when
-the object is built.
+the object is built. KV is broken down by layer group (``sim.sizing.kv.kv_breakdown``): the
+groups of a context sum to its totals. A hybrid model with Mamba or linear-attention layers
+gets the block size vLLM raises it to (``sim.sizing.hybrid_pages``), stated, not refused;
+capacity itself ignores paging granularity (block rounding and state-page padding), as it
+always has, and the padded state page is reported beside it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,16 @@ from sim.errors import KvsimError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
 from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
-from sim.sizing.kv import kv_bytes_for_context, kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from sim.sizing.hybrid_pages import PageUnification, unify_pages
+from sim.sizing.kv import (
+    GroupKV,
+    kv_breakdown,
+    kv_bytes_for_context,
+    kv_bytes_for_context_all_gpus,
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_gpu,
+)
+from sim.sizing.paging import expected_tail_waste_tokens
 from sim.units import GB, dtype_bytes
 
 #: ``kvsim plan``'s utilization when no memory or reserve figure is given (as ``kvsim run``)
@@ -53,6 +66,7 @@ class PlanInputs:
     headroom: float = 0.0
     shared_prefix_tokens: int | None = None
     gpu_memory_utilization: float = FIGURES_GPU_MEMORY_UTILIZATION  # F34's u, in (0, 1]
+    block_size: int = 16  # tokens per KV block asked for (vLLM's --block-size)
 
     def __post_init__(self) -> None:
         """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
@@ -74,6 +88,7 @@ class PlanInputs:
         if self.shared_prefix_tokens is not None:
             check_number(self.shared_prefix_tokens, "--shared-prefix-tokens", 0, MAX_TOKENS)
         check_number(self.gpu_memory_utilization, "--gpu-memory-utilization", 0, 1, low_open=True)
+        check_number(self.block_size, "--block-size", 1, MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,12 @@ class ContextPlan:
     max_concurrent: int
     max_concurrent_shared: int | None = None
     shared_prefix_bytes: float | None = None
+    # one running state per state-space layer, whole model (included in the totals above)
+    state_bytes_per_trajectory: float = 0.0
+    # the trajectory over the tp x pp GPUs of its replica, TP replication included (what a
+    # run's allocator charges for one request)
+    kv_bytes_per_trajectory_all_gpus: float = 0.0
+    groups: list[GroupKV] = field(default_factory=list)  # the totals, group by group
 
 
 @dataclass(frozen=True)
@@ -117,6 +138,12 @@ class PlanResult:
     shared_prefix_tokens: int | None
     contexts: list[ContextPlan] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # paging (vLLM's unified page size): the block size asked for, the one a hybrid model
+    # with state layers runs with, and one state layer's page per GPU, exact and padded
+    requested_block_size_tokens: int = 16
+    block_size_tokens: int = 16
+    state_page_bytes_per_gpu: float = 0.0
+    state_page_padded_bytes_per_gpu: float = 0.0
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -154,6 +181,9 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     warnings = [w for _, found in planned for w in found]
     if pool_gpu == 0:  # why nothing fits, once (the per-context reasons would repeat it)
         warnings.append(no_pool_warning(mem, util, w_gpu, reserve))
+    pages = unify_pages(model, inputs.block_size, tp, kv_dtype)
+    if pages.raised:
+        warnings.append(raised_block_warning(model.name, pages))
     return PlanResult(
         model=model.name,
         gpu=gpu.name,
@@ -179,6 +209,22 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         shared_prefix_tokens=inputs.shared_prefix_tokens,
         contexts=contexts,
         warnings=warnings,
+        requested_block_size_tokens=pages.requested_block_size_tokens,
+        block_size_tokens=pages.block_size_tokens,
+        state_page_bytes_per_gpu=pages.state_page_bytes,
+        state_page_padded_bytes_per_gpu=pages.state_page_padded_bytes,
+    )
+
+
+def raised_block_warning(model: str, pages: PageUnification) -> str:
+    """The note for a block size raised so an attention page holds a state page (vLLM)."""
+    waste = expected_tail_waste_tokens(pages.block_size_tokens) * pages.attention_page_bytes_per_token
+    return (
+        f"block size {pages.requested_block_size_tokens} raised to {pages.block_size_tokens} "
+        f"tokens for {model}, as vLLM does: an attention page must hold one state layer's "
+        f"state ({pages.state_page_bytes:,.0f} B per GPU, padded to "
+        f"{pages.state_page_padded_bytes:,.0f} B); block rounding then costs about "
+        f"{waste:,.0f} B per attention layer per sequence per GPU, not in the capacity above"
     )
 
 
@@ -222,7 +268,12 @@ def _context_plan(
         kv_bytes_per_trajectory=kv_bytes_for_context(model, total, kv_dtype=kv_dtype),
         kv_bytes_per_trajectory_per_gpu=traj_gpu,
         max_concurrent=replicas * math.floor(usable_gpu / traj_gpu),
+        groups=kv_breakdown(model, total, tp, pp, kv_dtype),
+        kv_bytes_per_trajectory_all_gpus=kv_bytes_for_context_all_gpus(
+            model, total, tp, pp, kv_dtype
+        ),
     )
+    result["state_bytes_per_trajectory"] = sum(g.state_bytes for g in result["groups"])
     window = model.max_context_tokens
     warnings = []
     if window is not None and total > window:

@@ -24,9 +24,16 @@ None when no count up to it passes); the answer is their mean with Student's t 9
 interval. The replications of a round run in parallel on the
 executor.
 
+What qualifies the number (``sim.sweep.answer``): ``at_capacity`` puts each SLO's value
+over the window beside the whole run's at every replication's answer, ``notes`` say when
+an SLO is met inside the window only, when the interval was clipped at 0 or is missing
+(too few replications), and when no load met the SLOs (then ``capacity.value`` is None
+and ``capacity.met`` false); ``cost`` is the cost per token at the answer.
+
 Invariant: a load is judged by ``sim.sweep.slo`` (window, warm-up, failures); the result's
 ``points`` lists every run made, its ``warnings`` every way their measurement windows fall
-short (too little of the run, too few requests); without ``out`` nothing is written.
+short (too little of the run, too few requests); every option and, with ``--vary``,
+every configuration is checked before any run; without ``out`` nothing is written.
 """
 
 from __future__ import annotations
@@ -39,9 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import KvsimError
+from sim.sweep import answer
 from sim.sweep.executor import Executor, make_executor
 from sim.sweep.slo import DEFAULT_WARMUP_FRACTION, SLO, parse_slo, window_warnings
-from sim.sweep.stats import ci95, mean, paired_difference
+from sim.sweep.stats import mean, paired_difference
 from sim.sweep.task import run_probe
 
 SEARCHES = ("concurrency", "arrival_rate", "nodes")
@@ -67,12 +75,20 @@ class CapacityResult:
     slos: list[str]
     config: dict[str, Any]  # the --set / --vary overrides of this configuration
     seeds: list[int]
-    capacity: dict[str, Any]  # value, ci95_low, ci95_high, per_replication, converged
+    #: value, ci95_low, ci95_high (clipped at 0: ci95_clipped), per_replication,
+    #: converged, met (False: no load met the SLOs, value None)
+    capacity: dict[str, Any]
     analytic_estimate: dict[str, Any]  # value, peak_value, inputs
     gap: dict[str, Any]
     points: list[dict[str, Any]] = field(default_factory=list)
     #: what makes the answer less than it looks (``sim.sweep.slo.window_warnings``)
     warnings: list[str] = field(default_factory=list)
+    #: per replication, its run at the answer: SLO values in the window and whole run
+    at_capacity: list[dict[str, Any]] = field(default_factory=list)
+    #: what qualifies the number (window-only SLOs, a clipped or missing interval, no pass)
+    notes: list[str] = field(default_factory=list)
+    #: cost per token at the answer (``sim.sweep.answer.cost_at_capacity``; None: no run)
+    cost: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,8 +99,11 @@ class CapacityResult:
 
         rows = []
         for p in self.points:
-            row = {k: v for k, v in p.items() if k not in ("slo_values", "memory", "window_s")}
+            skip = ("slo_values", "slo_values_whole_run", "memory", "window_s", "cost")
+            row = {k: v for k, v in p.items() if k not in skip}
             row.update(p.get("slo_values") or {})
+            row.update({f"{k}.whole_run": v for k, v in (p.get("slo_values_whole_run") or {}).items()})
+            row.update({f"cost.{k}": v for k, v in (p.get("cost") or {}).items()})
             row["reasons"] = "; ".join(p.get("reasons") or [])
             rows.append(row)
         return pd.DataFrame(rows)
@@ -278,6 +297,7 @@ def find_capacity(
     progress: Progress | None = None,
 ) -> CapacityResult:
     """Search one configuration (see the module docstring)."""
+    _check(replications, max_points, warmup_fraction)  # before the executor sizes itself
     with _executor(executor, workers, scheduler_address, replications) as ex:
         return _find(scenario, _slos(slos), search, dict(sets or {}), replications, out, ex,
                      max_points, warmup_fraction, progress)  # fmt: skip
@@ -319,16 +339,23 @@ def _check(replications: int, max_points: int, warmup_fraction: float) -> None:
         raise KvsimError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
 
 
-def _find(scenario, slos, search, sets, replications, out, ex, max_points, warmup, progress):
+def _load(scenario, search: str, sets: dict[str, Any]):
+    """(loaded scenario, the overrides every run gets, the base load) of one
+    configuration; a configuration that cannot run stops here, in one line."""
     from sim.scenario import load_scenario
 
-    _check(replications, max_points, warmup)
-    key = load_key(search)
     run_sets = _one_node(scenario, sets) if search == "nodes" else sets
     loaded = load_scenario(str(scenario), run_sets)
     base = base_load(loaded, search)
+    _preflight(loaded)
+    return loaded, run_sets, base
+
+
+def _find(scenario, slos, search, sets, replications, out, ex, max_points, warmup, progress):
+    _check(replications, max_points, warmup)
+    key = load_key(search)
+    loaded, run_sets, base = _load(scenario, search, sets)
     seed0 = loaded.scenario.seed
-    _preflight(loaded)  # a scenario that cannot run stops here, in one line
     try:
         estimate = _estimate(loaded, search, seed0)
     except KvsimError as exc:  # a workload F37 cannot describe (chat, a mix): search anyway
@@ -442,15 +469,18 @@ _UNITS = {"concurrency": "concurrent trajectories", "arrival_rate": "arrivals pe
 
 def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate, points):
     caps = [s.capacity for s in searches]
-    found = all(c is not None for c in caps)  # nodes: None when no count passed
-    interval = ci95(caps) if found else None
+    met = any(p["passed"] for p in points)
+    found = met and all(c is not None for c in caps)  # nodes: None when no count passed
     value = mean(caps) if found else None
+    low, high, notes = answer.interval(caps) if found else (None, None, [])
     capacity = {
         "value": value,
-        "ci95_low": interval[0] if interval else None,
-        "ci95_high": interval[1] if interval else None,
+        "ci95_low": low,
+        "ci95_high": high,
+        "ci95_clipped": bool(notes) and low is not None,
         "per_replication": caps,
         "converged": all(s.converged for s in searches),
+        "met": met,
         "unit": _UNITS[search],
     }
     from sim.sweep.gap import explain_gap
@@ -458,6 +488,9 @@ def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate
     gap = explain_gap(value, estimate, searches, points)
     label = partial(_at_label, search)
     warnings = window_warnings(points, window_fix(loaded, search), label)
+    rows = answer.at_capacity(searches, points) if met else []
+    if not met:
+        notes = [answer.no_pass_note(search, points)]
     return CapacityResult(
         scenario=str(scenario),
         search=search,
@@ -470,6 +503,9 @@ def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate
         gap=gap,
         points=points,
         warnings=warnings,
+        at_capacity=rows,
+        notes=answer.window_only_notes(rows, slos) + notes,
+        cost=answer.cost_at_capacity(searches, points) if met else None,
     )
 
 
@@ -528,6 +564,16 @@ def find_capacities(
     key, values = vary
     if len(values) < 1:
         raise KvsimError(f"--vary {key}: give at least one value")
+    _check(replications, options.get("max_points", DEFAULT_MAX_POINTS),
+           options.get("warmup_fraction", DEFAULT_WARMUP_FRACTION))  # fmt: skip
+    search = options.get("search", "concurrency")
+    load_key(search)
+    for value in values:  # every configuration checked before any search
+        try:
+            _load(scenario, search, {**(sets or {}), key: value})
+        except KvsimError as exc:
+            text = str(exc).removeprefix(f"--set {key}: ")
+            raise KvsimError(f"--vary {key}={value}: {text}") from None
     results = []
     with _executor(executor, workers, scheduler_address, replications) as ex:
         for i, value in enumerate(values):

@@ -5,14 +5,16 @@ profiles, KV pool, allocator, pause-policy tiers), for the base scenario and for
 point of a sweep, so that a bad grid value is found before hours of runs.
 
 Invariant: every problem is one ``KvsimError`` line; a problem of a point names the point
-(``point 3 (workload.arrival.concurrency=0): ...``); the base scenario is loaded once
+and the sweep file's line of the refused key (``sweep.yaml:4: sweep.grid.KEY: point 3
+(workload.arrival.concurrency=0): ...``); the base scenario is loaded once
 and each point's overrides are applied to it, as ``kvsim sweep`` will.
 """
 
 from __future__ import annotations
 
-from sim.errors import KvsimError
-from sim.sweep.spec import Sweep, point_label
+from sim.errors import ConfigError, KvsimError
+from sim.sweep.spec import Sweep, location_in, point_label
+from sim.yamlio import load_yaml
 
 
 def check_scenario(source, overrides: dict) -> tuple[list[KvsimError], object]:
@@ -32,10 +34,39 @@ def check_sweep(sweep: Sweep) -> tuple[list[KvsimError], object]:
     problems, base = check_scenario(sweep.base_path, {})
     if problems:
         return problems, None
+    _, lines = load_yaml(sweep.path)
     for i, point in enumerate(sweep.points):
         found, _ = check_scenario(sweep.base_path, {k: v for k, v in point.items()})
         for exc in found:
-            # an override's error is located at "--set KEY"; here the key is the point's
-            text = str(exc).removeprefix("--set ")
-            problems.append(KvsimError(f"point {i} ({point_label(point)}): {text}"))
+            problems.append(_point_problem(sweep, lines, i, point, exc))
     return problems, base
+
+
+def _point_problem(sweep: Sweep, lines, i: int, point: dict, exc: KvsimError) -> KvsimError:
+    """``FILE:LINE: sweep.grid.KEY: point I (...): message``, located at the sweep file's
+    line of the key whose override is refused (an override's error is located at
+    ``--set KEY``); a problem of the combination as a whole is located at ``sweep``."""
+    text = str(exc)
+    location = getattr(exc, "location", None) or ""
+    key = location.removeprefix("--set ") if location.startswith("--set ") else None
+    if key in point:
+        text = text.removeprefix(f"--set {key}: ")
+        listed = sweep.spec.sweep.points
+        j = i % len(listed) if listed else None
+        if j is not None and key in listed[j]:
+            loc: tuple = ("sweep", "points", j, key)
+        else:
+            loc = ("sweep", "grid", key)
+    else:
+        text, loc = text.removeprefix("--set "), ("sweep",)
+    field = ".".join(str(p) for p in loc)
+    return ConfigError(f"point {i} ({point_label(point)}): {text}",
+                       location=location_in(sweep.path, lines, loc), field=field)  # fmt: skip
+
+
+def first_problem(problems: list[KvsimError]) -> KvsimError:
+    """The first problem as one line, counting the others (``kvsim sweep`` refuses a
+    sweep with any invalid point before it runs or writes anything)."""
+    n = len(problems) - 1
+    more = f" (and {n} more problem{'s' if n > 1 else ''}: kvsim validate lists them)" if n else ""
+    return KvsimError(f"{problems[0]}{more}")

@@ -14,8 +14,9 @@ worker process that died (killed, out of memory) or a lost cluster, raised as
   with the executor. Needs ``dask[distributed]`` (the ``dev`` extra); without it, a
   one-line ``KvsimError``.
 
-Invariant: an executor is a context manager that leaves no worker process behind when it
-exits (also on an error or Ctrl-C); results are never lost once yielded.
+Invariant: an executor is a context manager that leaves no process behind when it exits
+(also on an error or Ctrl-C): its workers, and multiprocessing's forkserver and resource
+tracker (``stop_helper_processes``); results are never lost once yielded.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class LocalExecutor(Executor):
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        stop_helper_processes()
 
 
 class DaskExecutor(Executor):
@@ -146,6 +148,26 @@ class DaskExecutor(Executor):
             client.close()
         if cluster is not None:
             cluster.close()
+            stop_helper_processes()
+
+
+def stop_helper_processes() -> None:
+    """Stop and reap multiprocessing's helper processes (the forkserver the local pool's
+    workers are forked from, the resource tracker both executors start), so that none is
+    left in the process group once the executor is closed: left alone, they end only
+    after this process does, as zombies until the system reaps them. Both are started
+    again on demand by the next pool. ``_stop`` is CPython's own (3.8 and later); a Python
+    without it keeps the old behaviour."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (getattr(forkserver, "_forkserver", None),
+                   getattr(resource_tracker, "_resource_tracker", None)):  # fmt: skip
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            try:
+                stop()
+            except (OSError, ChildProcessError):  # already gone
+                pass
 
 
 def _lost(n: int, exc: BaseException | None = None) -> str:

@@ -48,6 +48,7 @@ def _figures(p: dict) -> dict[str, Any]:
         "preemptions": m.get("preemptions"),
         "queue_p99_s": m.get("queue_p99_s"),
         "prefix_hit_rate": m.get("prefix_hit_rate"),
+        "prompt_reuse_rate": m.get("prompt_reuse_rate"),
     }
 
 

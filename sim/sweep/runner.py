@@ -3,8 +3,9 @@
     from sim.sweep import run_sweep
     table = run_sweep("workloads/coding_agents_sweep.yaml", "runs/sweep", workers=2)
 
-Responsibility: expand the sweep (``sim.sweep.spec``), skip the runs the folder already
-holds, send the rest to an executor (``sim.sweep.executor``), and rewrite
+Responsibility: expand the sweep (``sim.sweep.spec``), check every point as ``kvsim
+validate`` does (``sim.sweep.check``: one invalid point refuses the whole sweep, before
+anything runs or is written), skip the runs the folder already holds, send the rest to an executor (``sim.sweep.executor``), and rewrite
 ``results.parquet`` after each finished run (``sim.sweep.results``); a failed run is a row
 with its ``error`` and never stops the sweep. Returns the results table.
 
@@ -24,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import KvsimError
+from sim.sweep.check import check_sweep, first_problem
 from sim.sweep.executor import Executor, make_executor
 from sim.sweep.results import ID_COLUMNS, claim_folder, read_rows, write_results
 from sim.sweep.spec import Sweep, SweepRun, load_sweep, sweep_sha256
@@ -43,13 +45,15 @@ def run_sweep(
 ) -> pd.DataFrame:
     """Run (or resume) a sweep into ``out``; returns ``results.parquet`` as a DataFrame."""
     from sim.run.provenance import resolved_config
-    from sim.scenario import load_scenario, resolve
 
     sweep = load_sweep(sweep_file)
-    base = resolve(load_scenario(str(sweep.base_path))).loaded
-    out_dir = Path(out)
     if str(out).strip() == "":
         raise KvsimError("--out: an empty path; give the folder the sweep goes into")
+    problems, resolved = check_sweep(sweep)  # every point, before any run or write
+    if problems:
+        raise first_problem(problems)
+    base = resolved.loaded
+    out_dir = Path(out)
     claim_folder(out_dir, sweep_sha256(sweep, resolved_config(base)), sweep.path)
     keys = [k for k in sweep.keys if k not in ID_COLUMNS]
     rows = {(r["point"], r["replication"]): r for r in read_rows(out_dir)}

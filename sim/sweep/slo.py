@@ -215,3 +215,13 @@ def verdict(summary: dict, measured: dict, slos: list[SLO]) -> tuple[bool, list[
 def slo_values(measured: dict, slos: list[SLO]) -> dict[str, Any]:
     """``{slo name: measured seconds}``."""
     return {s.name: measured[METRICS[s.metric]][s.stat] for s in slos}
+
+
+def whole_run_values(summary: dict, slos: list[SLO]) -> dict[str, Any]:
+    """``{slo name: the summary's whole-run seconds}`` (start-up and drain included), to
+    show beside the window's (None where the summary has no value)."""
+    out: dict[str, Any] = {}
+    for s in slos:
+        stats = summary.get(METRICS[s.metric])
+        out[s.name] = stats.get(s.stat) if isinstance(stats, dict) else None
+    return out

@@ -12,12 +12,14 @@ A sweep file is YAML with one top-level ``sweep:`` mapping (``schema_version: 1`
 Responsibility: validate the file (``file:line: field: message``), expand it into the
 ordered list of points (the grid's product, each merged with every listed point; the grid
 alone; or the points alone), each with its replications (replication i runs with seed
-``s + i``, ``s`` the point's ``seed`` or the base scenario's), and identify the sweep by a
-hash of what it runs.
+``s + i * stride``, ``s`` the point's ``seed`` or the base scenario's, ``stride`` 1 unless
+two points' seeds would overlap: ``seed_stride``), and identify the sweep by a hash of
+what it runs.
 
 Invariant: points are in a fixed order (the grid's keys as written, each key's values as
 written, the slowest key first; then the listed points in order) and each (point,
-replication) has one seed; ``sweep_sha256`` changes exactly when the expanded runs change
+replication) has one seed, and two runs of points with different first seeds never share
+a seed (``seed_stride``); ``sweep_sha256`` changes exactly when the expanded runs change
 (the spec or the base scenario's resolved config).
 """
 
@@ -51,7 +53,7 @@ class SweepSection(_Cfg):
     base: str = Field(min_length=1)  # a scenario file, relative to the sweep file
     grid: dict[str, list[Any]] = Field(default_factory=dict)  # dotted key -> values
     points: list[dict[str, Any]] = Field(default_factory=list)  # each {dotted key: value}
-    replications: int = Field(1, ge=1, le=MAX_REPLICATIONS)  # seeds s, s+1, ...
+    replications: int = Field(1, ge=1, le=MAX_REPLICATIONS)  # seeds s, s+1, ... (seed_stride)
 
 
 class SweepFile(_Cfg):
@@ -99,14 +101,29 @@ class Sweep:
         return self.spec.sweep.replications
 
     def runs(self, base_seed: int) -> list[SweepRun]:
-        """Every run, point by point, replications together."""
+        """Every run, point by point, replications together; replication r of a point
+        whose first seed is s runs ``s + r * seed_stride(first seeds)``."""
+        firsts = [int(point.get("seed", base_seed)) for point in self.points]
+        stride = seed_stride(firsts, self.replications)
         out = []
-        for i, point in enumerate(self.points):
-            seed0 = point.get("seed", base_seed)
+        for i, (point, seed0) in enumerate(zip(self.points, firsts, strict=True)):
             overrides = {k: v for k, v in point.items() if k != "seed"}
             for r in range(self.replications):
-                out.append(SweepRun(i, r, int(seed0) + r, overrides))
+                out.append(SweepRun(i, r, seed0 + r * stride, overrides))
         return out
+
+
+def seed_stride(first_seeds: list[int], replications: int) -> int:
+    """How far apart a point's replication seeds are: 1 (seeds s, s+1, ...) unless two
+    points' seed runs would overlap (first seeds that differ by less than
+    ``replications``), then the width of the first seeds (max - min + 1). Every first
+    seed lies within one width of the others, so ``s + r * width`` never gives two points
+    with different first seeds the same seed (``seed: [1, 2]`` with 2 replications runs
+    seeds 1, 3 and 2, 4, not 1, 2 and 2, 3: the same run twice)."""
+    seeds = sorted(set(first_seeds))
+    if all(b - a >= replications for a, b in itertools.pairwise(seeds)):
+        return 1
+    return seeds[-1] - seeds[0] + 1
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -125,7 +142,7 @@ def load_sweep(path: str | Path) -> Sweep:
     if not base.is_file():
         raise ConfigError(
             f"no such scenario file: {sec.base} (looked for {base})",
-            location=_where(path, lines, ("sweep", "base")),
+            location=location_in(path, lines, ("sweep", "base")),
             field="sweep.base",
         )
     points = _expand(sec, path, lines)
@@ -139,7 +156,7 @@ def _expand(sec: SweepSection, path: Path, lines) -> list[dict[str, Any]]:
         if not values:
             raise ConfigError(
                 "a grid key needs at least one value",
-                location=_where(path, lines, ("sweep", "grid", key)),
+                location=location_in(path, lines, ("sweep", "grid", key)),
                 field=f"sweep.grid.{key}",
             )
     for i, point in enumerate(sec.points):
@@ -153,7 +170,7 @@ def _expand(sec: SweepSection, path: Path, lines) -> list[dict[str, Any]]:
         raise ConfigError(
             f"the sweep expands to {n_points * sec.replications:,} runs (points x "
             f"replications); at most {MAX_RUNS:,}",
-            location=_where(path, lines, ("sweep",)),
+            location=location_in(path, lines, ("sweep",)),
             field="sweep",
         )
     grid = [dict(zip(sec.grid, combo, strict=True)) for combo in itertools.product(*sec.grid.values())]
@@ -166,12 +183,13 @@ def _check_key(key: str, path: Path, lines, loc: tuple) -> None:
     if not key or any(not part for part in str(key).split(".")):
         raise ConfigError(
             f"{key!r} is not a dotted scenario key (e.g. workload.arrival.concurrency)",
-            location=_where(path, lines, loc),
+            location=location_in(path, lines, loc),
             field=".".join(str(p) for p in loc),
         )
 
 
-def _where(path: Path, lines, loc: tuple) -> str:
+def location_in(path: Path, lines, loc: tuple) -> str:
+    """``FILE:LINE`` of the YAML node at ``loc`` (just ``FILE`` when it has no line)."""
     from sim.yamlio import line_for
 
     line = line_for(lines, loc)
@@ -190,7 +208,7 @@ def _one_line(exc: ValidationError, path: Path, lines) -> ConfigError:
     n = len(exc.errors()) - 1
     more = f" (and {n} more problem{'s' if n > 1 else ''})" if n else ""
     field = ".".join(str(p) for p in loc) or "(top level)"
-    return ConfigError(msg + more, location=_where(path, lines, loc), field=field)
+    return ConfigError(msg + more, location=location_in(path, lines, loc), field=field)
 
 
 def point_label(point: dict[str, Any]) -> str:

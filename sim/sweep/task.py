@@ -6,9 +6,9 @@ takes a plain dict (picklable), runs one scenario with overrides and a seed thro
 
 - ``run_point``: a sweep row (``seed``, ``replication``, ``config_sha256``, ``run_dir``,
   every summary metric flattened with dots, ``error``);
-- ``run_probe``: a capacity probe (the SLO metrics over the measurement window, the
-  verdict and its reasons, the memory figures that explain the gap to the analytic
-  estimate).
+- ``run_probe``: a capacity probe (the SLO metrics over the measurement window and over
+  the whole run, the verdict and its reasons, the memory figures that explain the gap to
+  the analytic estimate, the cost per token of ``sim.run.pricing.token_costs``).
 
 Invariant: a failed run never raises out of a worker: it returns its ``error`` (one line);
 only the executor's own failures (a dead worker) are exceptions. The run folder of a
@@ -75,7 +75,8 @@ def run_point(task: dict) -> dict[str, Any]:
 
 def run_probe(task: dict) -> dict[str, Any]:
     """Run one capacity probe (a load, one replication) and judge it against the SLOs."""
-    from sim.sweep.slo import measure, slo_values, verdict
+    from sim.run.pricing import token_costs
+    from sim.sweep.slo import measure, slo_values, verdict, whole_run_values
 
     out: dict[str, Any] = {
         "load": task["load"],
@@ -93,9 +94,11 @@ def run_probe(task: dict) -> dict[str, Any]:
             passed=passed,
             reasons=reasons,
             slo_values=slo_values(measured, task["slos"]),
+            slo_values_whole_run=whole_run_values(result.summary, task["slos"]),
             window_s=measured["window_s"],
             window_requests=measured["window_requests"],
             memory=memory_figures(result, measured),
+            cost=token_costs(result.summary, result.steps, result.requests),
         )
     except Exception as exc:  # noqa: BLE001  (a failed run fails its probe)
         out.update(passed=False, reasons=[f"run failed: {error_line(exc)}"], error=error_line(exc))
@@ -124,6 +127,7 @@ def memory_figures(result, measured: dict) -> dict[str, Any]:
         "preemptions": s.get("preemptions"),
         "queue_p99_s": measured["queue_s"]["p99"],
         "prefix_hit_rate": s.get("prefix_hit_rate"),
+        "prompt_reuse_rate": s.get("prompt_reuse_rate"),
         "kv_reuse_rate": s.get("kv_reuse_rate"),
         "sim_time_s": s.get("sim_time_s"),
         "trajectories_active_mean": _active_mean(result.trajectories, lo, hi),

@@ -67,7 +67,19 @@ class _Dist(BaseModel):
 
     def sample_tokens(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` whole token counts in [1, MAX_TOKENS] (a heavy tail cannot overflow)."""
-        return np.clip(np.rint(self.sample(rng, n)), 1, MAX_TOKENS).astype(np.int64)
+        return self._whole(self.sample(rng, n))
+
+    def tokens_at(self, u: np.ndarray) -> np.ndarray:
+        """Whole token counts at probabilities ``u`` through the quantile function (kinds
+        with a ``ppf``: ``empirical`` and ``quantiles``), clipped as ``sample_tokens``."""
+        x = np.asarray(self.ppf(u), dtype=np.float64)  # type: ignore[attr-defined]
+        if self.min is not None or self.max is not None:
+            x = np.clip(x, self.min, self.max)
+        return self._whole(x)
+
+    @staticmethod
+    def _whole(x: np.ndarray) -> np.ndarray:
+        return np.clip(np.rint(x), 1, MAX_TOKENS).astype(np.int64)
 
 
 class Constant(_Dist):
@@ -174,6 +186,16 @@ class Empirical(_Dist):
             w = np.asarray(self.weights, dtype=np.float64)
             p = w / w.sum()
         return rng.choice(np.asarray(self.values, dtype=np.float64), size=n, p=p)
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        """The quantile function at probabilities ``u`` (in [0, 1]): the smallest value
+        whose cumulative share exceeds ``u`` (the values in ascending order)."""
+        order = np.argsort(np.asarray(self.values, dtype=np.float64), kind="stable")
+        vals = np.asarray(self.values, dtype=np.float64)[order]
+        w = np.ones(vals.size) if self.weights is None else np.asarray(self.weights)[order]
+        cum = np.cumsum(w) / w.sum()
+        i = np.searchsorted(cum, np.asarray(u, dtype=np.float64), side="right")
+        return vals[np.minimum(i, vals.size - 1)]
 
     def _written(self):
         return [(f"values[{i}]", v) for i, v in enumerate(self.values)]

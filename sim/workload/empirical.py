@@ -84,6 +84,43 @@ def copula_uniforms(z: np.ndarray, rank_correlation: float) -> np.ndarray:
     return _phi(z)
 
 
+def shared_factor_uniforms(z: np.ndarray, correlation: float) -> np.ndarray:
+    """``len(z) - 1`` uniforms whose normal scores share one factor: ``z[0]`` is the group's
+    factor, ``z[1:]`` each draw's own part, and any two draws' normal scores have Pearson
+    correlation ``correlation`` (in [0, 1)). Each draw alone stays uniform, so a marginal
+    drawn through its quantile function keeps its fitted shares. The caller draws ``z``."""
+    r = max(0.0, min(1.0, correlation))
+    z = np.asarray(z, dtype=np.float64)
+    return _phi(math.sqrt(r) * z[0] + math.sqrt(1.0 - r) * z[1:])
+
+
+def intraclass_correlation(groups: Sequence[Sequence[float]]) -> float:
+    """The one-way ANOVA intraclass correlation of values grouped (e.g. a session's turns),
+    over groups of two or more values; 0 when there are too few or it comes out negative."""
+    g = [np.asarray(v, dtype=np.float64) for v in groups if len(v) >= 2]
+    n_total = sum(v.size for v in g)
+    if len(g) < 2 or n_total <= len(g):
+        return 0.0
+    grand = np.concatenate(g).mean()
+    ms_between = sum(v.size * (v.mean() - grand) ** 2 for v in g) / (len(g) - 1)
+    ms_within = sum(((v - v.mean()) ** 2).sum() for v in g) / (n_total - len(g))
+    n0 = (n_total - sum(v.size**2 for v in g) / n_total) / (len(g) - 1)
+    denom = ms_between + (n0 - 1.0) * ms_within
+    return max(0.0, float((ms_between - ms_within) / denom)) if denom > 0 else 0.0
+
+
+def normal_scores(pool: Sequence[float], x: Sequence[float]) -> np.ndarray:
+    """The normal scores of ``x`` within ``pool``: the inverse normal CDF of each value's
+    mid-rank share of the pool (ties share the middle of their step)."""
+    from statistics import NormalDist
+
+    p = np.sort(np.asarray(pool, dtype=np.float64))
+    xs = np.asarray(x, dtype=np.float64)
+    mid = (np.searchsorted(p, xs, "left") + np.searchsorted(p, xs, "right")) / (2.0 * p.size)
+    inv = NormalDist().inv_cdf
+    return np.array([inv(min(max(u, 1e-9), 1 - 1e-9)) for u in mid.tolist()])
+
+
 def _phi(z: np.ndarray) -> np.ndarray:
     """The standard normal CDF (vectorised ``erf``)."""
     erf = np.vectorize(math.erf, otypes=[np.float64])

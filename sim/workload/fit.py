@@ -16,7 +16,10 @@ mixture component of their own.
 - ``interactive_coding_agent``: Claude Code sessions (kv-cache-tester ``.jsonl[.gz]`` or a
   folder of ``.json``; ``sim.workload.interactive``).
 
-Invariant: a fit is a pure function of the file's content (no randomness, no clock), so
+Invariant: every value a fit reads is checked first: a negative or NaN token count or
+time, text where a number belongs, or bytes that are not UTF-8 text, is a one-line
+error naming the file, line and field (``sim.workload.turns_file``); a fit is a pure
+function of the file's content (no randomness, no clock), so
 re-running ``workloads/fit/fit_all.py`` on the same data writes the same files; every
 result validates against its params model before it is returned.
 """
@@ -24,16 +27,18 @@ result validates against its params model before it is returned.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import ConfigError, UnknownNameError
+from sim.workload.distributions import MAX_TOKENS
 from sim.workload.empirical import count_table, quantile_table, shares, spearman
 from sim.workload.interactive import fit_interactive_coding_agent
 from sim.workload.params import FITTED_KINDS, fit_source, validate_params
-from sim.workload.turns_file import Call, growth, read_turns
+from sim.workload.turns_file import Call, growth, read_turns, text_line
 
 #: a category with fewer tool calls than this is pooled into ``other``
 MIN_CATEGORY_CALLS = 20
@@ -153,6 +158,9 @@ def _read_csv(path: Path, columns: list[str]):
         raise ConfigError("no such file", location=str(path))
     try:
         frame = pd.read_csv(path, usecols=lambda c: c in columns)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (a binary file?): byte {exc.object[exc.start]:#04x} "
+                          f"at byte {exc.start:,}", location=str(path)) from None  # fmt: skip
     except (ValueError, OSError, pd.errors.ParserError) as exc:
         raise ConfigError(f"cannot read: {str(exc).splitlines()[0]}", location=str(path)) from None
     missing = [c for c in columns if c not in frame.columns]
@@ -161,11 +169,30 @@ def _read_csv(path: Path, columns: list[str]):
     return frame
 
 
+def _check_counts(frame, path: Path, columns: dict[str, int]) -> None:
+    """Each column a whole number >= its low bound on every row (no negative or NaN token
+    count, no text); the first bad cell is a one-line error at its line of the CSV (the
+    header is line 1)."""
+    import pandas as pd
+
+    for col, low in columns.items():
+        values = pd.to_numeric(frame[col], errors="coerce")
+        bad = ~values.between(low, MAX_TOKENS) | (values != values.round())
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            cell = frame[col].iloc[row]
+            cell = cell.item() if hasattr(cell, "item") else cell  # numpy -> plain for the text
+            raise ConfigError(f"expected a whole number in [{low}, {MAX_TOKENS:,}], got {cell!r}",
+                              location=f"{path}:{row + 2}", field=col)  # fmt: skip
+
+
 def fit_function_calling(path: str | Path, licence: str = "unknown", data: str | None = None):
     """Fit ``function_calling`` parameters from a BFCL ``steps.csv``."""
     path = Path(path)
     cols = ["run", "model", "id", "turn", "step", "input_tokens", "output_tokens", "tool_calls"]
-    d = _read_csv(path, cols).sort_values(["run", "model", "id", "turn", "step"], kind="stable")
+    d = _read_csv(path, cols)
+    _check_counts(d, path, {"turn": 0, "step": 0, "input_tokens": 1, "output_tokens": 0})
+    d = d.sort_values(["run", "model", "id", "turn", "step"], kind="stable")
     g = d.groupby(["run", "model", "id"], sort=False)
     nxt_in, nxt_turn = g.input_tokens.shift(-1), g.turn.shift(-1)
     delta = nxt_in - d.input_tokens
@@ -205,19 +232,34 @@ def fit_function_calling(path: str | Path, licence: str = "unknown", data: str |
 
 
 # ---------------------------------------------------------------------- human in loop
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line; a line that is not a JSON object
+    (or not UTF-8 text) is a one-line error naming it."""
     if not path.is_file():
         raise ConfigError("no such file", location=str(path))
     rows = []
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             if raw.strip():
+                where = f"{path}:{lineno}"
                 try:
-                    rows.append(json.loads(raw))
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    where = f"{path}:{lineno}"
+                    obj = json.loads(text_line(raw, where))
+                except json.JSONDecodeError as exc:
                     raise ConfigError(f"not JSON: {str(exc).splitlines()[0]}", location=where) from None
+                if not isinstance(obj, dict):
+                    raise ConfigError("expected a JSON object per line", location=where)
+                rows.append((lineno, obj))
     return rows
+
+
+def _count(value, where: str, field: str, low: int = 0) -> int:
+    """A token count read from a log: a whole number in [low, MAX_TOKENS] (no negative
+    count, no NaN), else a one-line error naming the file, line and field."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value != int(value) or not low <= value <= MAX_TOKENS:
+        raise ConfigError(f"expected a whole number in [{low}, {MAX_TOKENS:,}], got {value!r}",
+                          location=where, field=field)  # fmt: skip
+    return int(value)
 
 
 def conversations(path: Path) -> list[list[dict]]:
@@ -225,10 +267,11 @@ def conversations(path: Path) -> list[list[dict]]:
     rows = _read_jsonl(path)
     need = ("task_id", "trial", "idx", "role", "est_tokens")
     groups: dict[tuple, list[dict]] = {}
-    for i, r in enumerate(rows, 1):
+    for lineno, r in rows:
         for f in need:
             if f not in r:
-                raise ConfigError("missing field", location=f"{path}:{i}", field=f)
+                raise ConfigError("missing field", location=f"{path}:{lineno}", field=f)
+        _count(r["est_tokens"], f"{path}:{lineno}", "est_tokens")
         groups.setdefault((r["task_id"], r["trial"]), []).append(r)
     return [sorted(v, key=lambda r: r["idx"]) for v in groups.values()]
 
@@ -346,7 +389,7 @@ def team_rounds(folder: Path) -> list[list[dict]]:
         raise ConfigError("no log_*.jsonl files (Parrot MetaGPT logs)", location=str(folder))
     rounds: dict[int, list[dict]] = {}
     for f in files:
-        for lineno, obj in enumerate(_read_jsonl(f), 1):
+        for lineno, obj in _read_jsonl(f):
             for key, queries in obj.items():
                 if not key.endswith("_queries"):
                     continue
@@ -357,11 +400,13 @@ def team_rounds(folder: Path) -> list[list[dict]]:
                     usage = responses.get(name, {}).get("usage")
                     if usage is None:
                         raise ConfigError(f"round {r}: no usage for {name!r}", location=f"{f}:{lineno}")
+                    where = f"{f}:{lineno}"
                     calls.append(
                         {
                             "file": name,
-                            "prompt": int(usage["prompt_tokens"]),
-                            "completion": int(usage["completion_tokens"]),
+                            "prompt": _count(usage.get("prompt_tokens"), where, "prompt_tokens", 1),
+                            "completion": _count(usage.get("completion_tokens"), where,
+                                                 "completion_tokens"),  # fmt: skip
                             "system": q.get("system", ""),
                             "user": q.get("user_msg", ""),
                         }

@@ -3,7 +3,7 @@ real Claude Code sessions (``sim/workload/fitted/interactive_coding_agent.yaml``
 
 A session is ``user_turns`` user messages (the task is the first), each answered by
 ``calls_per_user_turn`` LLM calls (fitted by the session's length: longer sessions have
-shorter turns); every call but a turn's last issues tools, whose results are the next
+shorter turns; one session's turns alike by ``calls_session_correlation``); every call but a turn's last issues tools, whose results are the next
 call's input. The pause before a call is ``think_s`` of its input kind: ``tool`` (a tool
 result: seconds, with a tail of minutes) or ``human`` (a user message: minutes, with a tail
 of hours), the request's ``tool_name``. The first prompt is ``first_prompt_tokens``: the
@@ -40,7 +40,13 @@ from sim.workload.agent import Harness, SpawnSpec, TurnSpec, run_trajectory, wit
 from sim.workload.arrivals import arrival_strategy
 from sim.workload.claude_code import HUMAN, TOOL, grown_turn, rebuilt_turn
 from sim.workload.context import WorkloadContext
-from sim.workload.empirical import count_table, quantile_table
+from sim.workload.empirical import (
+    count_table,
+    intraclass_correlation,
+    normal_scores,
+    quantile_table,
+    shared_factor_uniforms,
+)
 from sim.workload.observe import observables
 from sim.workload.params import InteractiveCodingAgentParams, calls_for, load_params
 
@@ -115,13 +121,24 @@ def _keep(spec: TurnSpec, kept: int) -> TurnSpec:
     return replace(spec, kept_output_tokens=kept)
 
 
+def _calls_per_turn(cfg, fit, users: int, rng) -> np.ndarray:
+    """Calls answering each of ``users`` user turns. The fitted table is drawn through a
+    session-level factor (``calls_session_correlation``): one session's turns are alike
+    (drawn alone, sums of heavy-tailed turns crowd the mean, and the median session had
+    53-59 calls against the data's 46); a configured distribution, or a fitted one without
+    a quantile function (a hand-written parametric one), is drawn turn by turn."""
+    dist = cfg.calls_per_user_turn or calls_for(fit.calls_per_user_turn, users)
+    if cfg.calls_per_user_turn is not None or not hasattr(dist, "ppf"):
+        return dist.sample_tokens(rng, users)
+    u = shared_factor_uniforms(rng.standard_normal(users + 1), fit.calls_session_correlation)
+    return dist.tokens_at(u)
+
+
 def _main_plan(cfg, fit, ctx: WorkloadContext) -> tuple[int, list, list[str]]:
     """(the shared zone's tokens, the main line's turns, each later call's input kind)."""
     rng_n, tok, pau = ctx.streams("turns"), ctx.streams("tokens"), ctx.streams("pauses")
     users = int((cfg.user_turns or fit.user_turns).sample_tokens(rng_n, 1)[0])
-    per_turn = (cfg.calls_per_user_turn or calls_for(fit.calls_per_user_turn, users)).sample_tokens(
-        rng_n, users
-    )
+    per_turn = _calls_per_turn(cfg, fit, users, rng_n)
     kinds = [HUMAN if j == 0 else TOOL for c in per_turn.tolist() for j in range(max(1, c))][1:]
     first = int((cfg.first_prompt_tokens or fit.first_prompt_tokens).sample_tokens(tok, 1)[0])
     shared = (
@@ -325,14 +342,32 @@ def _subagent_params(groups: list[list[Subagent]], tool_calls: int) -> dict:
     }
 
 
-def _calls_by_length(turns: list[list[int]]) -> list[dict]:
+def _length_bins(turns: list[list[int]]) -> list[tuple[int, list[list[int]]]]:
+    """(the bin's most user turns, its sessions' calls per turn) for each non-empty bin."""
     out, lo = [], 0
     for hi in (*TURN_BINS, max(len(t) for t in turns)):
-        pool = [c for t in turns if lo < len(t) <= hi for c in t]
-        if pool:
-            out.append({"max_user_turns": int(hi), "calls": count_table(pool)})
+        sessions = [t for t in turns if lo < len(t) <= hi]
+        if sessions:
+            out.append((int(hi), sessions))
         lo = hi
     return out
+
+
+def _calls_by_length(turns: list[list[int]]) -> list[dict]:
+    return [
+        {"max_user_turns": hi, "calls": count_table([c for t in s for c in t])}
+        for hi, s in _length_bins(turns)
+    ]
+
+
+def _session_correlation(turns: list[list[int]]) -> float:
+    """The intraclass correlation of a session's turns' normal scores (each turn scored
+    within its length bin's pool: the scale ``_calls_per_turn`` draws them on)."""
+    scores = []
+    for _, sessions in _length_bins(turns):
+        pool = [c for t in sessions for c in t]
+        scores.extend(normal_scores(pool, t) for t in sessions)
+    return round(intraclass_correlation(scores), 4)
 
 
 def fit_interactive_coding_agent(
@@ -350,6 +385,7 @@ def fit_interactive_coding_agent(
         "shared_prefix_tokens": int(np.median(v["shared"])),
         "user_turns": count_table([len(t) for t in v["turns"]]),
         "calls_per_user_turn": _calls_by_length(v["turns"]),
+        "calls_session_correlation": _session_correlation(v["turns"]),
         "first_prompt_tokens": quantile_table(v["first"]),
         "completion_tokens": {
             k: quantile_table([max(1, x) for x in v[f"out:{k}"]]) for k in (TOOL, HUMAN, "final")

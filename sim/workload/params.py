@@ -177,6 +177,9 @@ class InteractiveCodingAgentParams(_P):
     # LLM calls answering one user message, by the session's user turns (longer sessions
     # have shorter turns)
     calls_per_user_turn: list[CallsByLength] = Field(min_length=1)
+    # how alike one session's turns are: the correlation of their calls' normal scores (a
+    # session-level factor; 0 = every turn drawn alone, as fits written before it)
+    calls_session_correlation: float = Field(0.0, ge=0.0, lt=1.0)
     first_prompt_tokens: Dist  # the first call's whole prompt
     # by what follows the call: "tool" (a tool result), "human" (a user message), "final"
     completion_tokens: dict[str, Quantiles]

@@ -9,7 +9,8 @@ Responsibility: parse a recorded trajectory file into calls grouped by trajector
 (the tool and its category), ``tool_returncodes`` (-1 = the harness killed it at its
 timeout) or ``timed_out`` (bool), ``ctx_growth_next``, ``cache_hit_tokens``.
 
-Invariant: every row is checked (types and ranges) with a one-line error naming the file,
+Invariant: every row is checked (types and ranges: no negative token count, no time
+below ``-MAX_CLOCK_SKEW_S``, no NaN, UTF-8 text) with a one-line error naming the file,
 line and field; reading is bounded (at most ``MAX_CALLS`` calls, lines of at most
 ``MAX_LINE_BYTES``); calls come back sorted by ``turn`` within each trajectory, and
 trajectories in order of first appearance.
@@ -28,6 +29,10 @@ from sim.workload.distributions import MAX_TIME_S, MAX_TOKENS
 
 MAX_CALLS = 5_000_000
 MAX_LINE_BYTES = 1 << 20
+#: a recorded tool time down to this far below 0 is clock skew between the harness's and
+#: the provider's clocks (the SWE-agent data has 5, the largest -1.1 s): the reader keeps it
+#: and the fit drops it; a time further below 0 is a broken log, refused
+MAX_CLOCK_SKEW_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +73,27 @@ def _seconds(obj: dict, name: str, where: str) -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ConfigError(f"expected seconds, got {v!r}", location=where, field=name)
-    if abs(v) > MAX_TIME_S:
-        raise ConfigError(f"{v!r} is out of range (|s| <= 1e9)", location=where, field=name)
+    if not -MAX_CLOCK_SKEW_S <= v <= MAX_TIME_S:
+        raise ConfigError(
+            f"{v!r} is out of range [-{MAX_CLOCK_SKEW_S:g}, 1e9] s (a time is not negative; "
+            f"down to -{MAX_CLOCK_SKEW_S:g} s is taken as clock skew and the call's time dropped)",
+            location=where,
+            field=name,
+        )
     return float(v)
+
+
+def text_line(raw: bytes, where: str) -> str:
+    """One line of a text file as UTF-8 (a leading byte-order mark dropped); bytes that are
+    not UTF-8 (a binary file) are a one-line error naming the line and column, never a
+    codec's message (``json.loads`` of bytes would guess UTF-16 or UTF-32 for them)."""
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text (a binary file?): byte {raw[exc.start]:#04x} at column {exc.start + 1}",
+            location=where,
+        ) from None
 
 
 def _text(obj: dict, name: str, where: str, default: str) -> str:
@@ -123,8 +146,8 @@ def read_turns(path: str | Path) -> dict[str, list[Call]]:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                obj = json.loads(text_line(raw, where))
+            except json.JSONDecodeError as exc:
                 raise ConfigError(f"not JSON: {str(exc).splitlines()[0]}", location=where) from None
             key, call = parse_call(obj, where)
             out.setdefault(key, []).append(call)

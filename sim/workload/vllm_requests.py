@@ -9,10 +9,18 @@ prompt tokens of its own (no content shared with another request) and exactly
 ``output_toks`` output tokens (the runs use fixed output lengths). ``load_vllm_requests``
 is also what ``kvsim validate-e2e`` reads the measured side with.
 
-Invariant: rows are replayed in file order, which must be ``queued_ts`` order; a file is
-read once, before the simulation runs, in bounded memory (``MAX_FILE_BYTES``, at most
-``MAX_ROWS`` rows); a bad row is a one-line ``ConfigError`` naming the file, the line and
-the field. This module imports nothing of ``sim.workload.config`` at import time (that
+A data-parallel vLLM writes its log from several engine cores, so rows need not be in
+``queued_ts`` order: they are sorted by ``queued_ts`` (stable: equal times keep file
+order) and ``read_vllm_log`` says how many rows were out of order (earlier than a row
+above them). A row whose timestamps cannot happen is refused with its file:line:
+``scheduled_ts`` or ``first_token_ts`` before ``queued_ts`` (a negative TTFT),
+``first_token_ts`` before ``scheduled_ts``, ``last_token_ts`` before ``first_token_ts``
+(or before ``queued_ts``).
+
+Invariant: rows are replayed in ``queued_ts`` order (``num_requests``: the first N of
+them); a file is read once, before the simulation runs, in bounded memory
+(``MAX_FILE_BYTES``, at most ``MAX_ROWS`` rows); a bad row is a one-line ``ConfigError``
+naming the file, the line and the field. This module imports nothing of ``sim.workload.config`` at import time (that
 module imports the config class from here).
 """
 
@@ -77,6 +85,25 @@ def _time_field(row: dict, name: str, where: str, required: bool) -> float | Non
     return float(v)
 
 
+#: (earlier, later): a row whose ``later`` time is before its ``earlier`` one is refused
+_ORDER = (
+    ("queued_ts", "scheduled_ts", "scheduled before it was queued"),
+    ("queued_ts", "first_token_ts", "a negative TTFT: first token before it was queued"),
+    ("scheduled_ts", "first_token_ts", "first token before it was scheduled"),
+    ("first_token_ts", "last_token_ts", "first token after the last token"),
+    ("queued_ts", "last_token_ts", "last token before it was queued"),
+)
+
+
+def _check_times(times: dict, where: str) -> None:
+    """Refuse a row whose timestamps cannot happen (``_ORDER``)."""
+    for early, late, what in _ORDER:
+        a, b = times[early], times[late]
+        if a is not None and b is not None and b < a:
+            raise ConfigError(f"impossible row: {what} ({late} {b!r} < {early} {a!r})",
+                              location=where, field=late)  # fmt: skip
+
+
 def _row(line: str, where: str) -> VllmRequest:
     try:
         row = json.loads(line)
@@ -85,18 +112,27 @@ def _row(line: str, where: str) -> VllmRequest:
     if not isinstance(row, dict):
         raise ConfigError("each line must be a JSON object", location=where)
     times = {n: _time_field(row, n, where, n == "queued_ts") for n in TIMESTAMPS}
+    _check_times(times, where)
     return VllmRequest(str(row.get("request_id", "")), _int_field(row, "input_toks", where),
                        _int_field(row, "output_toks", where), **times)  # fmt: skip
 
 
 def load_vllm_requests(path: Path) -> list[VllmRequest]:
-    """Every row of a ``requests.jsonl`` in file order (raises a one-line ConfigError)."""
+    """Every row of a ``requests.jsonl`` in ``queued_ts`` order (raises a one-line
+    ConfigError)."""
+    return read_vllm_log(path)[0]
+
+
+def read_vllm_log(path: Path) -> tuple[list[VllmRequest], int]:
+    """(every row in ``queued_ts`` order, how many rows the file had out of that order)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError("request log not found", location=str(path))
     if path.stat().st_size > MAX_FILE_BYTES:
         raise ConfigError(f"request log larger than {MAX_FILE_BYTES >> 20} MiB", location=str(path))
     rows: list[VllmRequest] = []
+    out_of_order = 0
+    latest = -math.inf
     try:
         with path.open(encoding="utf-8") as fh:
             for i, line in enumerate(fh, start=1):
@@ -105,15 +141,16 @@ def load_vllm_requests(path: Path) -> list[VllmRequest]:
                 if len(rows) >= MAX_ROWS:
                     raise ConfigError(f"more than {MAX_ROWS:,} rows", location=f"{path}:{i}")
                 row = _row(line, f"{path}:{i}")
-                if rows and row.queued_ts < rows[-1].queued_ts:
-                    raise ConfigError("rows are not in queued_ts order (this one is earlier than "
-                                      "the one above)", location=f"{path}:{i}", field="queued_ts")  # fmt: skip
+                out_of_order += row.queued_ts < latest
+                latest = max(latest, row.queued_ts)
                 rows.append(row)
     except UnicodeDecodeError:
         raise ConfigError("request log is not UTF-8 text", location=str(path)) from None
     if not rows:
         raise ConfigError("request log has no rows", location=str(path))
-    return rows
+    if out_of_order:  # several engine cores: stable, so equal times keep file order
+        rows.sort(key=lambda r: r.queued_ts)
+    return rows, out_of_order
 
 
 def vllm_requests_count(cfg: VllmRequestsWorkload) -> int:

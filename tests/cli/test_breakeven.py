@@ -1,4 +1,4 @@
-"""`kvsim breakeven`: SPEC E22 and E24 as the documented command lines, and bad input."""
+"""`kvsim breakeven`: E22 and E24 as the documented command lines, and bad input."""
 
 import json
 import re

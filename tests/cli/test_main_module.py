@@ -25,3 +25,25 @@ def test_python_m_sim_cli_reports_user_errors_in_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvsim: error: "), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+_CTRL_C_WHILE_IMPORTING = """
+import sys
+
+class CtrlC:  # Ctrl-C lands while a command module is being imported (start-up)
+    def find_spec(self, name, path=None, target=None):
+        if name == "sim.cli.compare":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from sim.cli import main  # what the kvsim console script does
+
+sys.exit(main(["--help"]))  # the help imports every command module (--version: none)
+"""
+
+
+def test_ctrl_c_while_importing_is_one_line_and_exit_130():
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (130, "kvsim: interrupted\n")

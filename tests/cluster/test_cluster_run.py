@@ -1,5 +1,5 @@
 """Cluster runs through the real engine (sim/run/cluster.py, sim/cluster/front.py): exact
-timelines per router, the 1-node cluster equal to the plain run, SPEC E17 / check T19
+timelines per router, the 1-node cluster equal to the plain run, E17 / check T19
 through the API, the run folder and its per-node summaries, the scenario section through
 ``--set``, ``kvsim schema`` and ``kvsim validate``, bad input as one line, determinism."""
 
@@ -257,7 +257,7 @@ def test_the_shipped_swarm_as_a_one_node_cluster(kind):
     _identical(plain, clustered)
 
 
-# ------------------------------------------------------------- SPEC E17 / check T19
+# ------------------------------------------------------------- E17 / check T19
 E17 = {
     "name": "e17",
     "seed": 0,
@@ -292,7 +292,7 @@ def _check_e17(res) -> None:
 
 
 def test_e17_t19_forty_thousand_token_prompt_goes_to_the_worker_holding_32000():
-    """SPEC E17 (check T19): node 1 holds the first 32,000 tokens of a 40,000-token prompt;
+    """E17 (check T19): node 1 holds the first 32,000 tokens of a 40,000-token prompt;
     under pure affinity (mu = 1) the prompt goes to node 1, 2,000 chunks of 16 are skipped
     and 8,000 tokens are prefilled. The first request is placed on node 1 by hand (mu = 1
     with nothing cached anywhere would tie to node 0)."""

@@ -1,4 +1,4 @@
-"""The global prefix directory (SPEC 3.15, F19): exact against each node's own cache, fed
+"""The global prefix directory (rule 3.15, F19): exact against each node's own cache, fed
 by the ``PrefixListener`` seam of the radix and paged_hash indexes, delayed on a simpy
 clock, bounded by what the caches hold, and cheap (chunk hashes made once per block)."""
 
@@ -170,7 +170,7 @@ def test_paged_hash_with_blocks_of_8_never_understates(steps):
 
 # ---------------------------------------------------------------- worked examples
 def test_e17_through_the_directory():
-    """SPEC E17 / T19: a 40 000-token prompt, 32 000 of it cached on worker 1 of four:
+    """E17 / T19: a 40 000-token prompt, 32 000 of it cached on worker 1 of four:
     Match = 32 000 there (0 elsewhere), 2 000 chunks skipped, 8 000 tokens prefilled,
     Match/S = 0.8, and F20 routes it to worker 1."""
     nodes = [("radix", 16, {})] * 4

@@ -1,4 +1,4 @@
-"""SPEC F20 (the routing score), its argmax, and the chunk arithmetic of E17 / check T19."""
+"""F20 (the routing score), its argmax, and the chunk arithmetic of E17 / check T19."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sim.cluster.score import (
 
 def test_e17_t19_worked_example():
     """S = 40 000, 32 000 cached on worker 1: 2 500 chunks, 2 000 skipped, 8 000 prefilled,
-    Match/S = 0.8 (SPEC 3.15.4, E17, T19)."""
+    Match/S = 0.8 (rule 3.15.4, E17, T19)."""
     s, cached = 40_000, 32_000
     assert CHUNK_TOKENS == 16
     assert chunks_skipped(s) == 2_500

@@ -123,7 +123,7 @@ def test_allreduce_precedence_scenario_then_calibration_then_profile_then_chapte
     assert ar() == pytest.approx(calls * (line.latency_s + 1.75 * msg / line.bus_bw_bytes_per_s))
     assert ar(allreduce_bw_bytes_per_s=450e9) == pytest.approx(
         calls * (line.latency_s + 1.75 * msg / 450e9))
-    # roofline_max keeps the chapter's figures (SPEC examples stay exact)
+    # roofline_max keeps the chapter's figures (worked examples stay exact)
     legacy = cm(L70, H100, 8).iteration_time(work).allreduce_s
     assert legacy == pytest.approx(160 * (5e-6 + 1.75 * msg / 450e9))
     # an accelerator nobody measured: the chapter's figures

@@ -1,4 +1,4 @@
-"""The roofline cost model: SPEC E20 exactly, every term switchable, fast decode runs equal
+"""The roofline cost model: E20 exactly, every term switchable, fast decode runs equal
 step-by-step pricing."""
 
 import numpy as np
@@ -47,7 +47,7 @@ def test_e20_hybrid_512_plus_32_is_158_7_ms(e20):
 
 
 def test_e20_balanced_chunk_is_128(e20):
-    """t_comp = t_mem with 32 decodes at chunk 128 (SPEC E20 derived check)."""
+    """t_comp = t_mem with 32 decodes at chunk 128 (E20 derived check)."""
     c = e20.iteration_time(StepWork(n_decode=32, prefill_chunks=((128, 0),)))
     assert c.comp_s == pytest.approx(c.mem_s, rel=1e-12)
     c_more = e20.iteration_time(StepWork(n_decode=32, prefill_chunks=((129, 0),)))

@@ -73,7 +73,7 @@ def test_the_scenarios_own_link_figures_win():
     out_s, in_s, _ = _copies(
         **{"hardware.host_link_bw_bytes_per_s": 64e9, "hardware.host_link_overhead_s": 0.0}
     )
-    assert out_s == pytest.approx(STATE / 64e9, rel=1e-12)  # SPEC E24's link, no latency
+    assert out_s == pytest.approx(STATE / 64e9, rel=1e-12)  # E24's link, no latency
     assert in_s == pytest.approx(STATE / 64e9, rel=1e-12)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 from engine_helpers import WORKLOADS, assert_same_summary
 
@@ -247,6 +249,49 @@ def test_ctrl_c_after_the_folder_is_in_place_says_it_is_complete(run_cli, tmp_pa
         assert _names(out) == RUN_FILES
         assert json.loads((out / "summary.json").read_text())["command"][:2] == ["kvsim", "run"]
     assert _names(tmp_path) == ["_after_run", "_print_summary"]
+
+
+def test_ctrl_c_between_the_renames_of_force_is_held_until_the_new_run_is_in_place(
+    run_cli, tmp_path, monkeypatch
+):
+    """A real SIGINT right after the new folder is renamed into place (before the previous
+    run is removed): the message says the run is complete, and no hidden copy of the
+    previous run is left behind (before: 'nothing written' and a stranded .old folder)."""
+    import os
+    import signal
+
+    import sim.run.output as output
+
+    out = tmp_path / "run"
+    assert run_cli(["run", E20, "--out", str(out), "--quiet", "--no-report"])[0] == 0
+    real = os.replace
+    hits = []
+
+    def replace_then_ctrl_c(src, dst):
+        real(src, dst)
+        if Path(dst) == out and ".old." not in Path(src).name:  # the new run, in place
+            hits.append(dst)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(output.os, "replace", replace_then_ctrl_c)
+    code, _, stderr = run_cli(["run", E20, "--out", str(out), "--quiet", "--force",
+                               "--set", "seed=7"])  # fmt: skip
+    monkeypatch.undo()
+    assert hits == [out]
+    assert (code, stderr) == (130, f"interrupted: the run folder {out} is complete\n")
+    assert json.loads((out / "summary.json").read_text())["seed"] == 7  # the new run
+    assert _names(tmp_path) == ["run"]  # the previous run removed, nothing hidden left
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+@pytest.mark.parametrize(("duration", "line"), [
+    ("100", "finished at 19.7 s of simulated time: all work done before duration_s = 100 s\n"),
+    ("0.05", "stopped at duration_s = 0.05 s of simulated time (work was still going on)\n"),
+])  # fmt: skip
+def test_the_end_line_says_whether_the_horizon_cut_the_work(run_cli, tmp_path, duration, line):
+    code, _, stderr = run_cli(["run", E20, "--out", str(tmp_path / "r"), "--no-report",
+                               "--set", f"duration_s={duration}"])  # fmt: skip
+    assert code == 0 and stderr.endswith(line), stderr
 
 
 def test_command_is_the_argv_main_received(tmp_path):

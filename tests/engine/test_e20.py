@@ -1,4 +1,4 @@
-"""SPEC E20 through the engine: 46.7 ms decode, 1,194.7 ms prefill, 158.7 ms hybrid step."""
+"""E20 through the engine: 46.7 ms decode, 1,194.7 ms prefill, 158.7 ms hybrid step."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_chunking_raises_the_long_prompts_ttft_by_a_few_percent():
     _, mono, _ = _e20(False)
     assert chunked.queue_s == mono.queue_s
     growth = chunked.ttft_s / mono.ttft_s - 1
-    assert 0.05 < growth < 0.15  # SPEC 3.10.5: +5-15 %
+    assert 0.05 < growth < 0.15  # rule 3.10.5: +5-15 %
     prefill_only = (chunked.ttft_s - chunked.queue_s) / PREFILL_S - 1
     assert prefill_only == pytest.approx(0.0625, abs=1e-9)  # E20: 8 x 158.67 = +6.25 %
 

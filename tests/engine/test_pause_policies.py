@@ -1,4 +1,4 @@
-"""Pause policies through the engine (issue 6): SPEC E24 on exact timelines, every policy
+"""Pause policies through the engine (issue 6): E24 on exact timelines, every policy
 on an agent swarm with invariants checked, the tiers' capacity, the gate, config errors."""
 
 from __future__ import annotations

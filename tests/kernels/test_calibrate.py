@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import calibrate
@@ -186,3 +187,22 @@ def test_here_side_tools_do_not_import_torch(kv_dir):
             "import calibrate, compare_steps, synthetic_run; print('torch' in sys.modules)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_kvsim_calibrate_writes_what_the_script_writes(run_cli, synthetic, tmp_path):
+    folder, _, script_cal = synthetic
+    out = tmp_path / "cal.yaml"
+    args = ["calibrate", str(folder), "--out", str(out), "--accelerator", "h200-141gb"]
+    code, stdout, _ = run_cli(args)
+    assert code == 0 and f"wrote {out}" in stdout
+    cal = load_calibration(str(out))
+    # one implementation: the same fit, field for field, but where it came from
+    assert replace(cal, path=None) == replace(script_cal, path=None)
+    assert [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]  # no partial file left
+    code, _, err = run_cli(args)  # never overwrites silently
+    assert code == 2 and "--force" in err and len(err.strip().splitlines()) == 1
+    assert run_cli([*args, "--force"])[0] == 0
+    code, _, err = run_cli(["calibrate", str(folder), "--out", str(tmp_path / "x.txt")])
+    assert code == 2 and ".yaml" in err
+    code, _, err = run_cli(["calibrate", str(tmp_path / "nope"), "--out", str(tmp_path / "y.yaml")])
+    assert code == 2 and "not a folder" in err and not (tmp_path / "y.yaml").exists()

@@ -57,7 +57,46 @@ def test_run_all_respects_its_total_budget(tmp_path, kv_dir):
     for piece in ("check_correctness", "bench_paged_attention", "bench_copies", "bench_layer",
                   "bench_gemm"):  # fmt: skip
         assert f"=== {piece}: not started" in log
-    assert proc.returncode == 0
+    # nothing measured: exit 1, saying so (before: 0)
+    assert proc.returncode == 1
+    assert "run_all.sh: no check or benchmark succeeded (0 failed, 5 not started)" in proc.stderr
+
+
+def _stand_in(tmp_path, body: str):
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_run_all_without_torch_exits_1_saying_why(tmp_path, kv_dir):
+    """Every piece fails (a Python without torch): exit 1 and one line why (before: exit 0,
+    with every CSV "missing")."""
+    fake = _stand_in(
+        tmp_path,
+        'case "$1" in *summarize.py) exit 0;; esac\n'
+        'echo "ModuleNotFoundError: No module named torch" >&2; exit 1',
+    )
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": str(fake)}
+    proc = subprocess.run(["bash", str(kv_dir / "run_all.sh")], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr == (f"run_all.sh: no check or benchmark succeeded (5 failed, 0 not started): "
+                           f"{fake} cannot import torch (install torch, or set PYTHON to an "
+                           f"interpreter that has it); see {out}/run_all.log\n")  # fmt: skip
+
+
+def test_run_all_exits_0_when_a_piece_ran(tmp_path, kv_dir):
+    """Pieces that ran (one failing among them): exit 0, the log says which failed."""
+    fake = _stand_in(tmp_path, 'case "$1" in -c) exit 1;; *bench_gemm.py) exit 3;; esac\nexit 0')
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": str(fake)}
+    proc = subprocess.run(["bash", str(kv_dir / "run_all.sh")], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    log = (out / "run_all.log").read_text()
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert "=== bench_gemm: rc=3" in log and "=== bench_layer: rc=0" in log
 
 
 def test_run_all_requires_out(kv_dir):

@@ -39,7 +39,7 @@ def test_growth_leaves_the_old_buffer_as_a_hole():
 
 
 def test_three_n_transient_peak_can_make_growth_miss():
-    """SPEC 3.2: 2N must be found while N still exists; 3N does not fit in 2.5N."""
+    """Rule 3.2: 2N must be found while N still exists; 3N does not fit in 2.5N."""
     a = contiguous(250)
     a.allocate(0, 100)
     assert not a.can_append(0, 1) and a.append(0, 1) is False

@@ -1,7 +1,7 @@
-"""The chapter's worked examples (SPEC section 5) as exact tests through the allocators.
+"""The chapter's worked examples (docs/model.md) as exact tests through the allocators.
 
 Where the chapter's stated figure is wrong, the test asserts the corrected value and its
-docstring says so (SPEC 5.1 gives the recomputation).
+docstring says so (docs/model.md gives the recomputation).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def test_e5_geometric_slack_1025_in_2048():
 
 
 def test_e6_contiguous_holes_corrected_phi_ext_20_percent():
-    """E6 (SPEC T9): A 4 GiB, B 1 GiB, C 6 GiB, free B, D needs 2 GiB.
+    """E6 (T9): A 4 GiB, B 1 GiB, C 6 GiB, free B, D needs 2 GiB.
 
     The chapter says D stalls (Phi_ext 100 %); with the 4 GiB unallocated tail the free
     holes are {1 GiB, 4 GiB}, so Phi_ext(2 GiB) = 1 - 4/5 = 20 % and D fits in the tail.
@@ -225,7 +225,7 @@ def test_e14_t16_cow_fork_shares_blocks_7_and_3():
 
 
 def test_cow_inside_a_shared_partial_block_copies_for_the_writer_only():
-    """F16 / SPEC 3.5: a fork at 9 tokens (B = 4) shares a partly filled block; the first
+    """F16 / rule 3.5: a fork at 9 tokens (B = 4) shares a partly filled block; the first
     writer gets a private copy (one block copied), the other keeps the original block."""
     a = _pool_handing_out([7, 3, 1, 12, 5], n_blocks=13, block_size=4)
     a.allocate("A", 9)

@@ -1,4 +1,4 @@
-"""Host-DRAM and NVMe frame pools and the tiered block table (SPEC 3.12, 3.14)."""
+"""Host-DRAM and NVMe frame pools and the tiered block table (rules 3.12, 3.14)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pause-policy decisions at the boundaries of SPEC E21-E26 (exact thresholds from F29-F33)."""
+"""Pause-policy decisions at the boundaries of E21-E26 (exact thresholds from F29-F33)."""
 
 from __future__ import annotations
 

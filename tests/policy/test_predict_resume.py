@@ -1,4 +1,4 @@
-"""Wait prediction (running statistics, oracle), resume timelines (SPEC 3.13), the registry."""
+"""Wait prediction (running statistics, oracle), resume timelines (rule 3.13), the registry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC worked examples of the prefix cache through the radix allocator: E15 (partial block
+"""Worked examples (docs/model.md) of the prefix cache through the radix allocator: E15 (partial block
 match) and E16 (TTFT saving, F23 through ``sim.sizing``). T33 is in ``test_radix_tree``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from sim.memory import make_allocator
 from sim.sizing import prefill_flops, prefill_time_s
 from sim.units import GiB, KiB
 
-M_TOKEN = 320 * KiB  # Llama-3-70B, bf16: 80 layers x 2 x 8 heads x 128 x 2 B (SPEC T1)
+M_TOKEN = 320 * KiB  # Llama-3-70B, bf16: 80 layers x 2 x 8 heads x 128 x 2 B (T1)
 
 
 def test_e15_s_match_100_b16_serves_96():

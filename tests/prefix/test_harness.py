@@ -1,4 +1,4 @@
-"""Agent prompts by zones and the SPEC 3.8 perturbations: one test per perturbation with
+"""Agent prompts by zones and the rule 3.8 perturbations: one test per perturbation with
 the hit rate it breaks, computed by hand for a small harness (B = 16):
 
 system 1024, 4 tools x 256, task 256, reply 128, tool result 256, recent_turns 1, 4 calls.

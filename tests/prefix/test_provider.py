@@ -1,4 +1,4 @@
-"""Provider prompt caching (SPEC 3.9): TTL expiry with refresh, breakpoints with look-back,
+"""Provider prompt caching (rule 3.9): TTL expiry with refresh, breakpoints with look-back,
 automatic granularity, minimum cacheable prefix and the bill, on the 4-call harness of
 ``test_harness`` (calls of 2304, 2688, 3072, 3456 tokens)."""
 

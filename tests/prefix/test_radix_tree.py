@@ -21,7 +21,7 @@ from sim.prefix.spans import segments, slice_tokens
 
 
 def t33_tree():
-    """SPEC T33: root -> N1 system (pinned) -> {N2 python (pinned), N3 bash -> N4 git}."""
+    """T33: root -> N1 system (pinned) -> {N2 python (pinned), N3 bash -> N4 git}."""
     tree, pool, nodes = t33_tree_unpinned()
     tree.lock(nodes[1])  # a running Python-workspace request pins N2 and N1
     return tree, pool, nodes

@@ -68,12 +68,12 @@ def test_hand_checked_unbounded(tmp_path):
 
 def test_hand_checked_three_blocks_of_cache(tmp_path):
     r = replay_sessions(load_sessions(_write(tmp_path)), cache_tokens=12)
-    # c2 (4 blocks > 3) keeps them all: they are the current call's. c3 evicts A4, A3, A2
+    # c2 (4 blocks > 3) does not fit: it caches its leading 3 (A1-A3). c3 evicts A3, A2
     # (time 1, deepest first); c4 matches A1 only (4 tokens), then evicts S11, S10 (time 2);
     # c5 evicts A5, A2 (time 3); c6 hits B1.
     assert r.hits == [0, 8, 0, 4, 0, 4]
-    assert r.hit_tokens == 16 and r.evicted_blocks == 7
-    assert r.peak_cached_tokens == 16  # c2's four blocks, the call larger than the cache
+    assert r.hit_tokens == 16 and r.evicted_blocks == 6
+    assert r.peak_cached_tokens == 12 and r.calls_not_fitting == 1
     assert r.hit_rate_last_half == pytest.approx(8 / 25)
 
 
@@ -110,7 +110,8 @@ def _independent_lru(path: Path, cache_tokens: int | None) -> tuple[list[int], i
 
     A block's parent is the block before it in the prompt; a leaf is a cached block with no
     cached child; over capacity the leaf with the oldest last use that the current call does
-    not use goes, the deeper first on equal last use.
+    not use goes, the deeper first on equal last use. A call of more blocks than the
+    capacity caches (and touches) its leading ``cache_tokens // bs`` blocks only.
     """
     hits, evicted, peak, now = [], 0, 0, 0
     last: dict = {}  # cached block -> last use
@@ -136,7 +137,8 @@ def _independent_lru(path: Path, cache_tokens: int | None) -> tuple[list[int], i
             while k < len(keys) and keys[k] in last:
                 k += 1
             hits.append(min(k * bs, c["in"]))
-            for j, key in enumerate(keys):
+            keep = len(keys) if cache_tokens is None else min(len(keys), cache_tokens // bs)
+            for j, key in enumerate(keys[:keep]):
                 if key not in last:
                     par = keys[j - 1] if j else None
                     parent[key], depth[key], kids[key] = par, j + 1, 0
@@ -146,11 +148,9 @@ def _independent_lru(path: Path, cache_tokens: int | None) -> tuple[list[int], i
                         leaves.discard(par)
                 last[key] = now
             if cache_tokens is not None:
-                mine = set(keys)
+                mine = set(keys[:keep])
                 while len(last) * bs > cache_tokens:
                     free = [b for b in leaves if b not in mine]
-                    if not free:
-                        break
                     victim = min(free, key=lambda b: (last[b], -depth[b]))
                     del last[victim]
                     leaves.discard(victim)
@@ -172,6 +172,8 @@ def test_shipped_sessions_match_an_independent_lru(cache_tokens):
     hits, evicted, peak = _independent_lru(SHIPPED, cache_tokens)
     assert r.hits == hits
     assert r.evicted_blocks == evicted and r.peak_cached_tokens == peak * 64
+    if cache_tokens is not None:
+        assert r.peak_cached_tokens <= cache_tokens
     assert r.requests == 1521 and len(sessions) == 32
     if cache_tokens is None:
         assert r.hit_rate == pytest.approx(0.95288, abs=1e-5)  # within-session reuse

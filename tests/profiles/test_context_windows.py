@@ -131,7 +131,7 @@ def test_shipped_scenarios_name_long_window_models(scenario, name):
 
 def test_e24_keeps_the_chapter_parameter_count_and_fits_the_window():
     m = _model("workloads/seed_tool_wait_45s.yaml")
-    assert m.params_total == 70.6e9  # SPEC E24's figures (the profile has 70.55e9)
+    assert m.params_total == 70.6e9  # E24's figures (the profile has 70.55e9)
     assert 32_768 + 1 + 512 + 1 <= m.max_context_tokens  # task, reply, observation, reply
 
 

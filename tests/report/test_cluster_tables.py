@@ -22,7 +22,8 @@ SINGLE_NODE_LABELS = [
     "TTFT mean / p50 / p90 / p99", "ITL mean / p50 / p90 / p99",
     "end-to-end mean / p50 / p90 / p99", "queue mean / p50 / p90 / p99",
     "resume latency mean / p50 / p90 / p99", "max ITL", "output throughput",
-    "prefix hit rate", "KV reuse rate", "prefill tokens", "eta_alloc (mean)",
+    "prompt reuse rate (cache hits + held KV)", "prefix hit rate", "KV reuse rate",
+    "prefill tokens", "eta_alloc (mean)",
     "eta_effective (mean)", "peak allocated", "paused KV, logical (mean)",
     "paused KV, physical HBM (mean)", "held KV", "preemptions", "rejected", "pauses", "cost",
 ]  # fmt: skip

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from report_helpers import E20, ROOT, external_urls
+from report_helpers import E20, ROOT, SWARM, external_urls
 
 from sim.errors import ConfigError
 from sim.report.compare import parse_vary, split_values, variants_from_vary
@@ -31,7 +31,7 @@ def test_vary_runs_each_variant_and_writes_the_comparison(run_cli, tmp_path):
         assert row["max_itl_s"] == s["max_itl_s"] and row["ttft_s.p99"] == s["ttft_s"]["p99"]
         assert (out / row.variant / "report.html").is_file()
     chunked, mono = frame.max_itl_s
-    assert chunked == pytest.approx(0.1587, abs=1e-3) and mono > 1.2  # SPEC E20's spike
+    assert chunked == pytest.approx(0.1587, abs=1e-3) and mono > 1.2  # E20's spike
     line = next(ln for ln in stdout.splitlines() if ln.startswith("ITL p99"))
     assert "%)" in line  # the second variant's delta against the first
     html = (out / "compare.html").read_text()
@@ -118,3 +118,93 @@ def test_readme_report_and_compare_block_works(run_cli, tmp_path, monkeypatch):
     assert "pool: token states" in stdout
     frame = pd.read_parquet(tmp_path / "study" / "compare.parquet")
     assert frame.pool_token_states.is_monotonic_increasing  # Max < Pow2 < Oracle < paging
+
+
+# ------------------------------------------------------------ seeds, resume, interrupt
+_SMALL = ["--set", "workload.num_trajectories=3", "--no-report", "--workers", "1", "--quiet"]
+
+
+def _seeds(folder):
+    return {p.parent.relative_to(folder).as_posix(): json.loads(p.read_text())["seed"]
+            for p in folder.rglob("summary.json")}  # fmt: skip
+
+
+def test_vary_seed_runs_each_variants_own_seed(run_cli, tmp_path):
+    out = tmp_path / "seeds"
+    code, _, stderr = run_cli(["compare", SWARM, "--vary", "seed=1,2", "--out", str(out), *_SMALL])
+    assert code == 0, stderr
+    assert _seeds(out) == {"seed=1": 1, "seed=2": 2}  # not the scenario's own seed twice
+    frame = pd.read_parquet(out / "compare.parquet")
+    assert frame.seed.tolist() == [1.0, 2.0]
+    assert frame["ttft_s.p99"][0] != frame["ttft_s.p99"][1]  # two different runs
+    rep = tmp_path / "rep"
+    code, _, stderr = run_cli(["compare", SWARM, "--vary", "seed=1,2", "--out", str(rep),
+                               "--replications", "2", *_SMALL])  # fmt: skip
+    assert code == 0, stderr
+    # seeds 1 and 2 are one apart: replications step by 2, no run twice
+    assert _seeds(rep) == {"seed=1/seed-1": 1, "seed=1/seed-3": 3,
+                           "seed=2/seed-2": 2, "seed=2/seed-4": 4}  # fmt: skip
+
+
+def test_compare_again_with_force_skips_the_runs_it_has(run_cli, tmp_path):
+    out = tmp_path / "again"
+    argv = ["compare", SWARM, "--vary", "seed=1,2", "--out", str(out), *_SMALL]
+    assert run_cli(argv)[0] == 0
+    first = pd.read_parquet(out / "compare.parquet")
+    stamp = (out / "seed=1" / "summary.json").stat().st_mtime_ns
+    gone = out / "seed=2"
+    for p in gone.iterdir():
+        p.unlink()
+    gone.rmdir()
+    assert run_cli([*argv, "--force"])[0] == 0
+    assert (out / "seed=1" / "summary.json").stat().st_mtime_ns == stamp  # kept, not rerun
+    assert _seeds(out) == {"seed=1": 1, "seed=2": 2}  # the missing one ran again
+    again = pd.read_parquet(out / "compare.parquet")
+    cols = [c for c in first.columns if "wall" not in c]
+    pd.testing.assert_frame_equal(first[cols], again[cols])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--vary", "seed=1,,2"], "kvsim: error: --vary: seed: value 2 of '1,,2' is empty\n"),
+    ([], "a scenario file: give --vary KEY=V1,V2 to compare variants of it"),
+])  # fmt: skip
+def test_compare_messages_blame_the_right_flag(run_cli, tmp_path, argv, message):
+    code, _, stderr = run_cli(["compare", E20, "--out", str(tmp_path / "x"), *argv])
+    assert code == 2 and stderr.count("\n") == 1 and message in stderr
+    assert "--set" not in stderr and "not a run folder" not in stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_interrupted_compare_says_what_it_kept_and_resumes(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "cut"
+    cmd = [sys.executable, "-m", "sim.cli", "compare", SWARM, "--vary", "seed=1,2,3",
+           "--out", str(out), "--set", "workload.num_trajectories=4", "--no-report",
+           "--workers", "1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600  # a hang guard only, never a speed budget
+        while not [p for p in out.glob("*/summary.json") if not p.parent.name.startswith(".")]:
+            assert proc.poll() is None and time.monotonic() < deadline, "no variant finished"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground process group
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    kept = sorted(p.name for p in out.iterdir())
+    assert f"interrupted: {len(kept)} of 3 runs are complete in {out}/ and kept" in err
+    assert 1 <= len(kept) < 3 and all((out / k / "summary.json").is_file() for k in kept)
+    assert not (out / "compare.parquet").exists()  # no comparison claims to be complete
+    stamps = {k: (out / k / "summary.json").stat().st_mtime_ns for k in kept}
+    done = subprocess.run([*cmd, "--force", "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert {k: (out / k / "summary.json").stat().st_mtime_ns for k in kept} == stamps
+    assert len(pd.read_parquet(out / "compare.parquet")) == 3

@@ -120,6 +120,23 @@ def test_kvsim_report_on_a_folder_that_is_not_a_run(run_cli, tmp_path):
     assert code == 2 and stderr == f"kvsim: error: {tmp_path}: not a run folder (no summary.json)\n"
 
 
+def test_kvsim_report_names_a_deleted_table(run_cli, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    assert run_cli(["run", E20, "--out", str(run), "--quiet", "--no-report"])[0] == 0
+    for table in ("steps", "requests", "memory", "trajectories", "pauses"):
+        out = tmp_path / table
+        shutil.copytree(run, out)
+        (out / f"{table}.parquet").unlink()
+        before = sorted(p.name for p in out.iterdir())
+        code, stdout, stderr = run_cli(["report", str(out)])
+        assert (code, stdout) == (2, "")
+        assert stderr == (f"kvsim: error: {out}: {table}.parquet is missing (the run folder "
+                          "is incomplete: run the scenario again with kvsim run)\n")  # fmt: skip
+        assert sorted(p.name for p in out.iterdir()) == before  # no report drawn without it
+
+
 def test_a_report_that_fails_to_render_does_not_lose_the_run(run_cli, tmp_path, monkeypatch):
     import sim.report.render as render
 

@@ -13,7 +13,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -65,8 +64,9 @@ def deadline(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-def kvsim_limited(*args: str, as_bytes: int = 1 << 30, timeout_s: int = 60):
-    """``kvsim ARGS`` in a subprocess under an address-space limit."""
+def kvsim_limited(*args: str, as_bytes: int = 1 << 30, timeout_s: int = 600):
+    """``kvsim ARGS`` in a subprocess under an address-space limit; ``timeout_s`` is a hang
+    guard only (a loaded machine may be slow; a hang never ends)."""
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
@@ -85,12 +85,10 @@ def kvsim_limited(*args: str, as_bytes: int = 1 << 30, timeout_s: int = 60):
 # ------------------------------------------------------------------------- YAML loader
 def test_alias_bomb_is_refused_in_bounded_time_and_memory(tmp_path):
     """A 10-level billion laughs under a scenario key: refused at the line where the
-    expansion passes the bound, under a 1 GiB address-space limit, in seconds."""
+    expansion passes the bound, under a 1 GiB address-space limit."""
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(billion_laughs() + SWARM.read_text())
-    t0 = time.perf_counter()
-    proc = kvsim_limited("validate", str(bomb))
-    assert time.perf_counter() - t0 < 30
+    proc = kvsim_limited("validate", str(bomb))  # its timeout is the hang guard
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     # a5 is the first level past 200,000 nodes (10^6 scalars); one line names file and line
@@ -101,10 +99,19 @@ def test_alias_bomb_is_refused_in_bounded_time_and_memory(tmp_path):
 
 
 def test_alias_bomb_in_process_is_refused_before_any_expansion():
-    t0 = time.perf_counter()
-    with pytest.raises(ConfigError, match=r"^bomb.yaml:6: YAML document expands"):
-        loads_yaml(billion_laughs(), "bomb.yaml")
-    assert time.perf_counter() - t0 < 1.0
+    """Counted in bytes, not seconds: refusing the bomb allocates next to nothing (the
+    expansion it refuses would be 10^10 scalars; even the 200,000 nodes of the bound
+    would take megabytes)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=r"^bomb.yaml:6: YAML document expands"):
+            loads_yaml(billion_laughs(), "bomb.yaml")
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 1 << 20
 
 
 def test_node_bound_counts_aliases_exactly():

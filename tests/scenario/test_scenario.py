@@ -173,7 +173,7 @@ def test_pool_and_kv_bytes_are_engine_totals(tmp_path):
         ),
     )
     r = resolve(load_scenario(p))
-    assert r.kv_bytes_per_token == 327680  # 40,960 B per GPU x 8 (SPEC T2)
+    assert r.kv_bytes_per_token == 327680  # 40,960 B per GPU x 8 (T2)
     per_gpu = 85899345920 * 0.9 - 70.6e9 * 2 / 8
     assert r.pool_bytes == pytest.approx(8 * per_gpu)
 

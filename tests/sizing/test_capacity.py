@@ -1,4 +1,4 @@
-"""F4, F5, F34-F37 through the public functions (SPEC E1, E2, E27, E28)."""
+"""F4, F5, F34-F37 through the public functions (E1, E2, E27, E28)."""
 
 import math
 
@@ -68,7 +68,7 @@ def test_e28_36_vs_122():
 
 
 def test_e28_with_80_gib_gpus_gives_40_and_134():
-    """SPEC E28 cross-note: with H100 = 80 GiB the same method gives 40 and 134."""
+    """E28 cross-note: with H100 = 80 GiB the same method gives 40 and 134."""
     pool = 8 * (80 * GiB - 22e9)
     assert capacity_unshared(pool, M, 32768, 2048, 0.10) == 40
     assert capacity_shared(pool, M, 8192, 2048, 24576, 0.10) == 134

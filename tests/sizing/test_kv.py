@@ -1,4 +1,4 @@
-"""F1-F3 with GQA, MLA, TP, PP and sliding windows (SPEC 2.1, E3, E31)."""
+"""F1-F3 with GQA, MLA, TP, PP and sliding windows (E3, E31)."""
 
 import pytest
 
@@ -32,7 +32,7 @@ def test_f1_fp8_halves(llama70):
 
 
 def test_tp_splits_gqa_heads(llama70):
-    """SPEC 4.2: 160 KiB/GPU at TP=2 and 40 KiB/GPU at TP=8."""
+    """T2: 160 KiB/GPU at TP=2 and 40 KiB/GPU at TP=8."""
     assert kv_bytes_per_token_per_gpu(llama70, tp=2) == 160 * KiB
     assert kv_bytes_per_token_per_gpu(llama70, tp=8) == 40 * KiB
 

@@ -1,4 +1,4 @@
-"""F6, F12-F16, F21, F23, F29-F33 through the public functions (SPEC E4-E5, E10-E13, E16,
+"""F6, F12-F16, F21, F23, F29-F33 through the public functions (E4-E5, E10-E13, E16,
 E18, E21-E26)."""
 
 import math
@@ -69,7 +69,7 @@ def test_e10_tail_waste_share_and_16x_concurrency():
 
 
 def test_e11_block_counts_and_tail_fragmentation():
-    """E11 with the stated 60 GiB pool (its derivation mixes GB and GiB; SPEC 5.1)."""
+    """E11 with the stated 60 GiB pool (its derivation mixes GB and GiB; docs/model.md)."""
     m_gpu = 40 * KiB
     pool = 60 * GiB
     assert pool_blocks(pool, 16 * m_gpu) == 98_304

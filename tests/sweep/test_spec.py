@@ -9,9 +9,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sim.errors import ConfigError
-from sim.sweep.spec import load_sweep
+from sim.sweep.spec import load_sweep, seed_stride
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "workloads").glob("*_sweep.yaml"))
@@ -38,6 +40,27 @@ def test_a_point_seed_moves_its_replications(tiny):
     runs = load_sweep(path).runs(base_seed=3)
     assert [r.seed for r in runs] == [10, 11, 12, 3, 4, 5]
     assert all("seed" not in r.overrides for r in runs)
+
+
+def test_a_seed_grid_with_replications_never_runs_a_seed_twice(tiny):
+    path = tiny.with_name("s.yaml")
+    path.write_text("sweep:\n  base: tiny.yaml\n  grid: {seed: [1, 2], workload.turns: [2, 3]}\n"
+                    "  replications: 2\n")  # fmt: skip
+    runs = load_sweep(path).runs(base_seed=3)
+    # seeds 1, 2 are one apart, 2 replications: they step by 2 (1, 3 | 2, 4), not 1, 2 | 2, 3
+    assert [(r.overrides["workload.turns"], r.seed) for r in runs] == [
+        (2, 1), (2, 3), (3, 1), (3, 3), (2, 2), (2, 4), (3, 2), (3, 4)]  # fmt: skip
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=6), st.integers(1, 5))
+def test_seed_stride_gives_distinct_seeds_to_distinct_first_seeds(firsts, replications):
+    stride = seed_stride(firsts, replications)
+    owner: dict[int, int] = {}
+    for s in firsts:
+        for r in range(replications):
+            assert owner.setdefault(s + r * stride, s) == s  # no seed of two first seeds
+    if all(abs(a - b) >= replications or a == b for a in firsts for b in firsts):
+        assert stride == 1  # runs that never overlapped keep seeds s, s+1, ...
 
 
 @pytest.mark.parametrize(
@@ -69,8 +92,11 @@ def test_validate_checks_every_point(run_cli, sweep_file):
     lines = err.strip().splitlines()
     assert code == 2 and out == ""
     assert len(lines) == 4  # (paged, -1), (pagd, 2), and both problems of (pagd, -1)
-    assert all(line.startswith("kvsim: error: point ") for line in lines)
-    assert "point 1 (allocator.kind=\"paged\", workload.turns=-1): workload.turns: " in err
+    # each at the sweep file's line of the refused key
+    assert all(line.startswith(f"kvsim: error: {bad}:3: sweep.grid.") for line in lines)
+    assert ("3: sweep.grid.workload.turns: point 1 (allocator.kind=\"paged\", "
+            "workload.turns=-1): workload.turns: ") in err  # fmt: skip
+    assert "3: sweep.grid.allocator.kind: point 2 (allocator.kind=\"pagd\"" in err
     assert "'pagd'" in err and "workload.turns" in err
 
 

@@ -49,6 +49,43 @@ def test_text_report_lists_every_metric_and_stat(run_cli):
                                             for s in ("mean", "median", "p90", "p95", "p99")]  # fmt: skip
 
 
+def test_a_log_from_several_engine_cores_is_sorted_and_said(run_cli, tmp_path):
+    """The rtx4090 log as two engine cores would write it (alternate blocks of 20 rows from
+    each core's share) gives the same comparison as the ordered log, and says so."""
+    run, sc, _ = DEV_RUNS["rtx4090"]
+    lines = (run / "vllm/requests.jsonl").read_text().splitlines()
+    cores = [lines[0::2], lines[1::2]]  # core 0 and core 1, each in its own order
+    mixed = [row for k in range(0, 150, 20) for core in cores for row in core[k : k + 20]]
+    assert sorted(mixed) == sorted(lines) and mixed != lines
+    log = tmp_path / "requests.jsonl"
+    log.write_text("\n".join(mixed) + "\n")
+    code, out, err = run_cli(["validate-e2e", str(log), "--scenario", str(sc), "--json"])
+    assert code == 0, err
+    got = json.loads(out)
+    code, out, _ = run_cli(["validate-e2e", str(run), "--scenario", str(sc), "--json"])
+    want = json.loads(out)
+    assert got["metrics"] == want["metrics"] and want["rows_out_of_order"] == 0
+    # each block of core 1 starts one row below the end of core 0's block before it
+    assert got["rows_out_of_order"] == 7 * 19 + 9
+    code, out, _ = run_cli(["validate-e2e", str(log), "--scenario", str(sc)])
+    assert f"{got['rows_out_of_order']} rows were not in queued_ts order" in out
+    rows = [line.split() for line in out.splitlines()[4:]]
+    assert rows[0][:2] == ["ttft", "mean"]
+
+
+def test_an_impossible_row_is_refused_with_its_line(run_cli, tmp_path):
+    run, sc, _ = DEV_RUNS["rtx4090"]
+    lines = (run / "vllm/requests.jsonl").read_text().splitlines()
+    row = json.loads(lines[4])
+    row["first_token_ts"] = row["queued_ts"] - 0.1
+    lines[4] = json.dumps(row)
+    log = tmp_path / "requests.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    code, _, err = run_cli(["validate-e2e", str(log), "--scenario", str(sc)])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{log}:5" in err and "negative TTFT" in err
+
+
 def test_metrics_are_the_authors_definitions():
     """TPOT = (last - first) / (output - 1); a one-token request has none; diff in % of vLLM."""
     v = {"ttft": np.array([1.0, 3.0]), "tpot": np.array([0.1, np.nan]), "latency": np.array([2.0, 4.0])}
@@ -62,6 +99,10 @@ def test_metrics_are_the_authors_definitions():
 def test_bad_inputs_are_one_line_errors(run_cli, tmp_path):
     code, _, err = run_cli(["validate-e2e", str(tmp_path), "--scenario", str(DEV_RUNS["rtx4090"][1])])
     assert code == 2 and "no vllm/requests.jsonl" in err and len(err.strip().splitlines()) == 1
+    missing = tmp_path / "absent"
+    code, _, err = run_cli(["validate-e2e", str(missing), "--scenario", str(DEV_RUNS["rtx4090"][1])])
+    assert (code, err) == (2, f"kvsim: error: {missing}: no such folder (give a vLLM run folder "
+                              "or its requests.jsonl)\n")  # fmt: skip
     code, _, err = run_cli(["validate-e2e", str(DEV_RUNS["rtx4090"][0]),
                             "--scenario", str(ROOT / "workloads/seed_chunked_prefill.yaml")])  # fmt: skip
     assert code == 2 and "workload.kind must be vllm_requests" in err and len(err.strip().splitlines()) == 1

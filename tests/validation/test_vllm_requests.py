@@ -8,7 +8,7 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.run.runner import run_scenario
-from sim.workload.vllm_requests import load_vllm_requests
+from sim.workload.vllm_requests import load_vllm_requests, read_vllm_log
 
 ROWS = [
     {"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1000.25},
@@ -61,7 +61,16 @@ def test_num_requests_and_time_scale(tmp_path):
         ({"input_toks": 1.5, "output_toks": 2, "queued_ts": 1001.0}, ":2: input_toks: input_toks must be a whole"),
         ({"input_toks": 0, "output_toks": 2, "queued_ts": 1001.0}, ":2: input_toks: input_toks must be in [1,"),
         ({"input_toks": 10, "output_toks": True, "queued_ts": 1001.0}, "output_toks must be a whole"),
-        ({"input_toks": 10, "output_toks": 2, "queued_ts": 999.0}, ":2: queued_ts: rows are not in queued_ts order"),
+        ({"input_toks": 10, "output_toks": 2, "queued_ts": 1001.0, "first_token_ts": 1000.5},
+         ":2: first_token_ts: impossible row: a negative TTFT"),
+        ({"input_toks": 10, "output_toks": 2, "queued_ts": 1001.0, "first_token_ts": 1002.0,
+          "last_token_ts": 1001.5}, ":2: last_token_ts: impossible row: first token after the last token"),
+        ({"input_toks": 10, "output_toks": 2, "queued_ts": 1001.0, "scheduled_ts": 1000.0},
+         ":2: scheduled_ts: impossible row: scheduled before it was queued"),
+        ({"input_toks": 10, "output_toks": 2, "queued_ts": 1001.0, "scheduled_ts": 1001.5,
+          "first_token_ts": 1001.2}, ":2: first_token_ts: impossible row: first token before it was scheduled"),
+        ({"input_toks": 10, "output_toks": 2, "queued_ts": 1001.0, "last_token_ts": 1000.0},
+         ":2: last_token_ts: impossible row: last token before it was queued"),
         ([1, 2], ":2: each line must be a JSON object"),
     ],
 )
@@ -71,6 +80,20 @@ def test_bad_rows_are_one_line_errors_naming_file_line_and_field(tmp_path, bad, 
         load_vllm_requests(log)
     text = str(exc.value)
     assert "\n" not in text and "requests.jsonl" in text and message in text
+
+
+def test_rows_of_several_engine_cores_are_sorted_and_counted(tmp_path):
+    """Two engine cores flush in turn: rows out of queued_ts order are sorted (stable)."""
+    c, a, b = ROWS[2], ROWS[0], ROWS[1]
+    same = {**ROWS[1], "request_id": "b2"}  # the same queued_ts as b, later in the file
+    log = write_log(tmp_path, [b, c, a, same])
+    rows, out_of_order = read_vllm_log(log)
+    assert [r.request_id for r in rows] == ["a", "b", "b2", "c"]
+    assert out_of_order == 2  # a (earlier than b and c) and b2 (earlier than c)
+    assert load_vllm_requests(log) == rows
+    assert read_vllm_log(write_log(tmp_path, ROWS, "ordered.jsonl"))[1] == 0
+    r = run_scenario(scenario(log))  # the replay reads them in the same order
+    assert sorted(r.requests["arrival_s"]) == [0.0, 0.5, 0.5, 2.0]
 
 
 def test_missing_empty_and_non_utf8_logs(tmp_path):

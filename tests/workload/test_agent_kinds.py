@@ -227,6 +227,51 @@ def test_fit_errors_name_file_line_and_field(tmp_path, capsys):
     assert "unknown fitted workload kind 'chess'" in capsys.readouterr().err
 
 
+_TURN = '{"instance_id": "a", "turn": %d, "prompt_tokens": 10, "completion_tokens": 5%s}\n'
+
+
+@pytest.mark.parametrize(("kind", "name", "text", "message"), [
+    ("coding_agent", "t.jsonl", _TURN % (0, ', "tool_s": -5.0') + _TURN % (1, ""),
+     ":1: tool_s: -5.0 is out of range [-2, 1e9] s"),
+    ("coding_agent", "t.jsonl", _TURN % (0, ', "tool_s": NaN'), ":1: tool_s: expected seconds, got nan"),
+    ("coding_agent", "t.jsonl", _TURN % (0, "") + (_TURN % (1, "")).replace("5}", "-5}"),
+     ":2: completion_tokens: expected a whole number in [1, "),
+    ("human_in_loop", "m.jsonl",
+     '{"task_id": 1, "trial": 0, "idx": 0, "role": "system", "est_tokens": 50}\n\n'
+     '{"task_id": 1, "trial": 0, "idx": 1, "role": "user", "est_tokens": -3}\n',
+     ":3: est_tokens: expected a whole number in [0, "),
+    ("function_calling", "steps.csv",
+     "run,model,id,turn,step,input_tokens,output_tokens,tool_calls\n"
+     "r,m,1,0,0,100,20,f\nr,m,1,0,1,130,nan,\n", ":3: output_tokens: expected a whole number"),
+    ("coding_agent", "junk.jsonl", b"\xff\xfe\x00\x00abc\n",
+     ":1: not UTF-8 text (a binary file?): byte 0xff at column 1"),
+    ("human_in_loop", "junk.jsonl", b'{"a": 1}\n\x00\x00\x00\x7b\xf1\n',
+     ":2: not UTF-8 text (a binary file?): byte 0xf1 at column 5"),
+    ("function_calling", "junk.csv", b"run,model\n\xff\xfe\x00",
+     ": not UTF-8 text (a binary file?): byte 0xff"),
+])  # fmt: skip
+def test_fit_refuses_negative_nan_and_binary_input_in_one_line(tmp_path, capsys, kind, name,
+                                                               text, message):  # fmt: skip
+    src = tmp_path / name
+    src.write_bytes(text if isinstance(text, bytes) else text.encode())
+    out = tmp_path / "p.yaml"
+    assert main(["workload", "fit", str(src), "--kind", kind, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim: error: {src}{message}") and err.count("\n") == 1, err
+    assert "codec" not in err and not out.exists()
+
+
+def test_fit_keeps_clock_skew_of_a_second_out_of_the_tool_times(tmp_path, capsys):
+    rows = "".join(_TURN % (t, f', "tool_s": {s}') for t, s in enumerate([-1.1, 2.0, 4.0]))
+    src = tmp_path / "skew.jsonl"
+    src.write_text(rows + _TURN % (3, ""))
+    out = tmp_path / "p.yaml"
+    assert main(["workload", "fit", str(src), "--kind", "coding_agent", "--out", str(out)]) == 0
+    fit = load_params("coding_agent", out)
+    tool = fit.categories["other"].tool_s.values  # (fewer than 20 calls: pooled)
+    assert min(tool) == 2.0 and max(tool) == 4.0  # -1.1 s dropped as skew, not clipped to 0
+
+
 def test_the_manual_agent_numbers_branches_uniquely_across_its_forks():
     fork = {"probability": 1.0, "branches": 3, "branch_turns": 2, "mode": "join"}
     res = _run({"kind": "agent", "turns": 3, "fork": fork}, seed=1)

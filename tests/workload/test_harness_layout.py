@@ -1,4 +1,4 @@
-"""The harness layout in the engine (``workload.harness``, SPEC 3.8), the provider view
+"""The harness layout in the engine (``workload.harness``, rule 3.8), the provider view
 (``workload.provider_cache``) and ``prefill_tokens``: what each harness choice costs."""
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def test_bad_layout_values_are_refused_by_the_schema(run_cli, tmp_path):
 
 # --------------------------------------------------------------- what it costs
 def test_the_layout_moves_hit_rate_prefill_and_ttft():
-    """SPEC 3.8 through the engine: a timestamp at the front makes every prompt new (no
+    """Rule 3.8 through the engine: a timestamp at the front makes every prompt new (no
     hit, every token prefilled, slower first tokens); at the end it costs one reply per
     call; compaction loses the history's reuse at each summary."""
     over = {"workload.num_trajectories": 16}

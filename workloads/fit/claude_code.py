@@ -13,7 +13,7 @@ from the data folder and writes:
 - ``workloads/fit/fixtures/interactive_coding_agent.json``: the sessions' quantiles of
   each observable (``sim.workload.interactive.session_observables`` over the sessions
   replayed by the ``claude_code`` kind, listed as ``kvsim workload sample`` lists them)
-  with their bootstrap standard deviations over sessions (``fixtures.py``'s method);
+  with their bootstrap standard deviations and 95 % intervals over sessions (``fixtures.py``'s method);
 - with ``--plots``: ``docs/img/workloads/interactive_coding_agent.png``.
 Deterministic: the fit has no randomness and the bootstrap has a fixed seed.
 """
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixtures import BOOTSTRAP, SEED, _bootstrap  # noqa: E402
+from fixtures import BOOTSTRAP, SEED, _bootstrap_both  # noqa: E402
 
 from sim.workload.observe import pooled, summary  # noqa: E402
 
@@ -127,11 +127,8 @@ def write_fixture(data: Path) -> None:
     }
     for name, per in sorted(obs.items()):
         vals = pooled(per)
-        out["observables"][name] = {
-            "n": int(vals.size),
-            **summary(vals),
-            "sd": _bootstrap(per, rng),
-        }
+        sd, ci95 = _bootstrap_both(per, rng)
+        out["observables"][name] = {"n": int(vals.size), **summary(vals), "sd": sd, "ci95": ci95}
     FIXTURE.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 

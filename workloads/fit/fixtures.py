@@ -2,8 +2,8 @@
 
 For each fitted kind, the source (converted to the sample format by ``sources.py``) is
 measured by ``sim.workload.observe``; for every observable the fixture keeps ``n`` and
-p10/p50/p90/p99, and for each quantile its standard deviation over ``BOOTSTRAP``
-resamples of the source's trajectories (calls, for the single team run of
+p10/p50/p90/p99, and for each quantile its standard deviation (``sd``) and 95 % percentile
+interval (``ci95``) over ``BOOTSTRAP`` resamples of the source's trajectories (calls, for the single team run of
 ``multi_agent_team``). Rank correlations of (tool time, growth) per category come with
 theirs. The tests' tolerances are built from these deviations (docs/workloads.md).
 """
@@ -53,8 +53,9 @@ def _select(kind: str, obs: dict) -> dict:
     return keep
 
 
-def _bootstrap(per_traj: list[list], rng: np.random.Generator) -> dict[str, float]:
-    """The standard deviation of each quantile over resamples of trajectories."""
+def _bootstrap_both(per_traj: list[list], rng: np.random.Generator) -> tuple[dict, dict]:
+    """Each quantile's standard deviation and its 95 % percentile interval ``[p2.5,
+    p97.5]`` over the same resamples of trajectories."""
     n = len(per_traj)
     draws = []
     for _ in range(BOOTSTRAP):
@@ -62,8 +63,14 @@ def _bootstrap(per_traj: list[list], rng: np.random.Generator) -> dict[str, floa
         vals = pooled([per_traj[i] for i in pick])
         if vals.size:
             draws.append(np.percentile(vals, QUANTILES))
-    sd = np.std(np.asarray(draws), axis=0, ddof=1)
-    return {f"p{p}": float(s) for p, s in zip(QUANTILES, sd, strict=True)}
+    arr = np.asarray(draws)
+    sd = np.std(arr, axis=0, ddof=1)
+    lo, hi = np.percentile(arr, [2.5, 97.5], axis=0)
+    names = [f"p{p}" for p in QUANTILES]
+    return (
+        {k: float(s) for k, s in zip(names, sd, strict=True)},
+        {k: [float(a), float(b)] for k, a, b in zip(names, lo, hi, strict=True)},
+    )
 
 
 def _rho(pairs_per_traj: list[list], rng: np.random.Generator) -> dict[str, float]:
@@ -100,11 +107,8 @@ def build_fixture(kind: str, data: Path) -> dict:
     }
     for name, per in sorted(obs.items()):
         vals = pooled(per)
-        out["observables"][name] = {
-            "n": int(vals.size),
-            **summary(vals),
-            "sd": _bootstrap(per, rng),
-        }
+        sd, ci95 = _bootstrap_both(per, rng)
+        out["observables"][name] = {"n": int(vals.size), **summary(vals), "sd": sd, "ci95": ci95}
     if kind == "coding_agent":
         pairs = {k: v for k, v in observables(trajs).items() if k.startswith("pair:")}
         out["rank_correlation"] = {

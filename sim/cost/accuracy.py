@@ -1,0 +1,158 @@
+"""How far to trust a run's step times: the ``accuracy`` section of ``summary.json``.
+
+Responsibility: name the evidence behind the cost model a run used, in this order:
+1. ``calibration, cross-validated``: the calibration states its held-out error
+   (``cross_validation``, written by ``kvsim calibrate``): the median and worst relative
+   error of operator times predicted by a calibration fitted without them (leave one model
+   out, leave one token range out); a run outside the calibration's fitted domain (another
+   model, accelerator, TP degree, or steps above the largest token count measured) is
+   extrapolated, and says so (``outside_domain``);
+2. ``validation table``: a shipped end-to-end table for the run's accelerator and
+   calibration (``hardware_profiles/validation/e2e.yaml``; docs/validation.md): kvsim vs a
+   real vLLM run, TTFT / TPOT / latency at mean, median and p90;
+3. ``roofline, unvalidated``: nothing measured backs the step times (datasheet figures
+   and assumed efficiencies).
+
+Invariant: a pure function of the cost model's calibration, the run's accelerator, model,
+TP degree and step budget, and the shipped tables; errors are fractions (0.05 = 5 %), the
+worst one signed (kvsim above the measurement is positive).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.errors import ConfigError
+from sim.profiles.registry import builtin_profiles_dir
+from sim.yamlio import format_validation_error, load_yaml
+
+BASIS_CALIBRATION = "calibration, cross-validated"
+BASIS_VALIDATION = "validation table"
+BASIS_ROOFLINE = "roofline, unvalidated"
+BASES = (BASIS_CALIBRATION, BASIS_VALIDATION, BASIS_ROOFLINE)
+#: the keys of the section, in order (sim/metrics/schema.py declares them)
+KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domain", "detail")
+VALIDATION_FILE = ("validation", "e2e.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ValidationTable(_Strict):
+    """One end-to-end validation: (kvsim - vLLM) / vLLM in percent per metric at
+    [mean, median, p90]."""
+
+    accelerator: str
+    model: str
+    calibration: str
+    run: str
+    scenario: str
+    diff_percent: dict[str, list[float]] = Field(min_length=1)
+
+
+class _ValidationFile(_Strict):
+    tables: list[ValidationTable]
+
+
+@lru_cache(maxsize=4)
+def validation_tables(path: Path | None = None) -> tuple[ValidationTable, ...]:
+    """The shipped end-to-end validation tables (or the file at ``path``)."""
+    p = path or builtin_profiles_dir().joinpath(*VALIDATION_FILE)
+    if not p.is_file():
+        return ()
+    data, lines = load_yaml(p)
+    try:
+        return tuple(_ValidationFile.model_validate(data).tables)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(p), lines).splitlines()[0]) from None
+
+
+def _calibration_name(cal) -> str | None:
+    return None if cal is None or cal.path is None else Path(cal.path).stem
+
+
+def accuracy_section(
+    calibration, *, accelerator: str, model, tp: int, max_step_tokens: int | None
+) -> dict[str, Any]:
+    """The ``accuracy`` object of a run of ``model`` (a ModelProfile) priced with
+    ``calibration`` (None: roofline)."""
+    cv = getattr(calibration, "cross_validation", None)
+    if cv is not None:
+        outside = outside_domain(calibration, accelerator, model, tp, max_step_tokens)
+        return _from_cross_validation(calibration, cv, outside)
+    name = _calibration_name(calibration)
+    for t in validation_tables():
+        if t.accelerator == accelerator and t.calibration == name:
+            return _from_table(t, model.name)
+    detail = "datasheet figures and assumed efficiencies; no measurement backs the step times"
+    if calibration is not None:
+        detail = f"calibration {name or calibration.device} states no held-out error"
+    return dict(zip(KEYS, (BASIS_ROOFLINE, name, None, None, [], detail), strict=True))
+
+
+def _from_cross_validation(cal, cv, outside: list[str]) -> dict:
+    splits = cv.splits()
+    median = max(s.median_rel_error for s in splits.values())
+    worst = max((s.worst_rel_error for s in splits.values()), key=abs)
+    parts = [f"{k.replace('_', ' ')}: median {s.median_rel_error:.1%}, worst "
+             f"{s.worst_rel_error:+.1%} ({s.points:,} points)" for k, s in splits.items()]
+    detail = f"held-out {cv.quantity}: " + "; ".join(parts)
+    if outside:
+        detail += f"; outside the fitted domain: extrapolated, errors up to {worst:+.1%} or more"
+    name = _calibration_name(cal) or cal.device
+    return dict(zip(KEYS, (BASIS_CALIBRATION, name, median, worst, outside, detail), strict=True))
+
+
+def _shapes_measured(cal, model, tp: int) -> bool:
+    """Whether every per-GPU GEMM shape of ``model`` at ``tp`` has a measured table (a
+    model of a measured layer geometry under another name, e.g. Llama-3.1 of Llama-3)."""
+    from sim.cost.groups import gemm_shapes
+
+    shapes = gemm_shapes(model, tp)
+    return bool(shapes) and all(cal.gemm_table(k, n) is not None for k, n in shapes)
+
+
+def outside_domain(cal, accelerator: str, model, tp: int, max_step_tokens) -> list[str]:
+    """What of the run lies outside ``cal``'s fitted domain, one phrase each."""
+    domain, out = cal.cross_validation.domain, []
+    if domain.accelerator is not None and domain.accelerator != accelerator:
+        out.append(f"accelerator {accelerator} (fitted on {domain.accelerator})")
+    if domain.tp and tp not in domain.tp:
+        out.append(f"TP {tp} (fitted on TP {', '.join(map(str, domain.tp))})")
+    if domain.models and model.name not in domain.models and not _shapes_measured(cal, model, tp):
+        out.append(f"model {model.name} (fitted on {', '.join(domain.models)})")
+    if domain.max_tokens is not None and max_step_tokens is not None:
+        if max_step_tokens > domain.max_tokens:
+            out.append(f"steps up to {max_step_tokens:,} tokens (measured up to "
+                       f"{domain.max_tokens:,})")  # fmt: skip
+    return out
+
+
+def _from_table(t: ValidationTable, model: str) -> dict:
+    diffs = np.asarray([v for vals in t.diff_percent.values() for v in vals]) / 100.0
+    median = float(np.median(np.abs(diffs)))
+    worst = float(diffs[np.argmax(np.abs(diffs))])
+    detail = (f"kvsim vs real vLLM ({t.run}): " + ", ".join(
+        f"{m} {'/'.join(f'{v:+.1f}' for v in vals)} %" for m, vals in t.diff_percent.items())
+        + " (mean/median/p90)")  # fmt: skip
+    outside = [] if model == t.model else [f"model {model} (validated on {t.model})"]
+    if outside:
+        detail += f"; validated on {t.model}, not {model}"
+    return dict(zip(KEYS, (BASIS_VALIDATION, t.calibration, median, worst, outside, detail),
+                    strict=True))  # fmt: skip
+
+
+def accuracy_warning(section: dict) -> str | None:
+    """The run warning of a calibration used outside its fitted domain (None: inside)."""
+    if section["basis"] != BASIS_CALIBRATION or not section["outside_domain"]:
+        return None
+    return (f"calibration {section['source']} is used outside its fitted domain ("
+            + ", ".join(section["outside_domain"]) + f"): expect step-time errors of "
+            f"{section['median_rel_error']:.1%} (median held-out) up to "
+            f"{section['worst_rel_error']:+.1%} (worst held-out) or more")  # fmt: skip

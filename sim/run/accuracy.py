@@ -1,0 +1,43 @@
+"""A run's ``accuracy`` section (``sim.cost.accuracy``), after a run or before one.
+
+Invariant: reads only the resolved scenario, the cost model the run priced its steps with
+and its steps table; adds the top-level ``accuracy`` object (a cluster's is its least
+trusted node's), nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.cost.accuracy import BASES, accuracy_section
+
+
+def run_accuracy(resolved, cost, steps=None) -> dict[str, Any]:
+    """The ``accuracy`` object of a run whose engine priced its steps with ``cost``: its
+    largest step from its ``steps`` table, or before a run the scheduler's token budget."""
+    sc = resolved.scenario
+    if steps is not None:
+        largest = int(steps["batch_tokens"].max()) if len(steps) else None
+    else:
+        largest = getattr(sc.scheduler, "max_num_batched_tokens", None)
+    return accuracy_section(
+        getattr(cost, "calibration", None),
+        accelerator=resolved.accelerator.name,
+        model=resolved.model,
+        tp=sc.hardware.tp,
+        max_step_tokens=largest,
+    )
+
+
+def _least_trusted(sections: list[dict[str, Any]]) -> dict[str, Any]:
+    """The weakest evidence (roofline before a table before a calibration), then the
+    largest median error: a cluster's answer is as trustworthy as its weakest node."""
+    return max(sections, key=lambda s: (BASES.index(s["basis"]), s["median_rel_error"] or 0.0))
+
+
+def add_accuracy(summary: dict[str, Any], engines: list[tuple[Any, Any, Any]]) -> None:
+    """Put ``accuracy`` into ``summary``: the least trusted of the ``(resolved, cost, steps
+    table)`` engines (one for a run, one per node of a cluster). Its out-of-domain warning
+    (``sim.cost.accuracy.accuracy_warning``) is ``kvsim run``'s to print: ``warnings``
+    stays the list of what makes a run pathological."""
+    summary["accuracy"] = _least_trusted([run_accuracy(r, c, s) for r, c, s in engines])
