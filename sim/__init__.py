@@ -1,16 +1,24 @@
 """kvsim: a discrete-event simulator of KV-cache memory on LLM accelerator nodes.
 
-Invariant: importing ``sim`` is cheap and never imports torch, SimPy-heavy engine code or
-plotting; the entry points below load their layers lazily. It does import ``sim.prefix``
-(pure Python), which registers the prefix-cache allocator kinds (``radix``,
-``paged_hash``), so ``sim.memory.make_allocator`` knows every kind whatever is imported
-first.
+Invariant: importing ``sim`` is cheap: it never imports torch, numpy, pandas, pyarrow,
+matplotlib, rich, pydantic, SimPy or the engine (tests/cli/test_startup_imports.py); the
+entry points below load their layers lazily. It adds ``sim.prefix`` (which registers the
+prefix-cache allocator kinds ``radix`` and ``paged_hash``) as a plug-in loader
+(``sim.plugins``) that the allocator registry runs before its first look-up, so
+``sim.memory.make_allocator`` knows every kind whatever is imported first.
 """
 
 from __future__ import annotations
 
-from sim import prefix as prefix  # registers the prefix-cache allocator kinds
+from sim import plugins as _plugins
 from sim.version import __version__  # one source of truth (summary.json, pyproject)
+
+
+def _load_prefix_kinds() -> None:
+    import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
+
+
+_plugins.add_loader("allocators", _load_prefix_kinds)
 
 __all__ = ["__version__", "find_capacity", "run_scenario", "run_sweep"]
 

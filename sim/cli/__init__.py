@@ -2,11 +2,17 @@
 
 Invariant: user errors (``KvsimError``) print one line on stderr and exit with status 2,
 never a traceback; each sub-command lives in its own module of this package and
-registers itself through ``register(app)``; modules are listed in ``COMMAND_MODULES``.
-``kvsim --version`` prints the installed distribution's version (its metadata, what pip
-reports). Ctrl-C while the commands import prints ``kvsim: interrupted`` and exits 130,
-never a traceback (inside a command, typer turns it into exit 130; ``run``, ``sweep`` and
-``compare`` say what is on disk).
+registers itself through ``register(app)``; ``COMMANDS`` maps each command to its module
+(``COMMAND_MODULES``, in help order). ``kvsim --version`` prints the installed
+distribution's version (its metadata, what pip reports). Ctrl-C while the commands
+import prints ``kvsim: interrupted`` and exits 130, never a traceback (inside a command,
+typer turns it into exit 130; ``run``, ``sweep`` and ``compare`` say what is on disk).
+
+Start-up: a command's module (and what it imports: pandas, pyarrow, matplotlib, rich,
+the engine) is imported only when that command runs, or when the help lists every
+command; ``kvsim --version`` imports none (``tests/cli/test_startup_imports.py`` checks
+which heavy modules each path leaves out). ``app`` is the fully registered Typer app,
+built on first access.
 """
 
 from __future__ import annotations
@@ -19,27 +25,29 @@ import typer
 
 from sim.errors import KvsimError
 
+#: command name -> the module of this package that registers it, in help order
+COMMANDS: dict[str, str] = {
+    "plan": "plan",
+    "profiles": "profiles",
+    "breakeven": "breakeven",
+    "trace-replay": "trace_replay",
+    "alloc-replay": "alloc_replay",
+    "regress": "regress",
+    "run": "run",
+    "validate": "validate",
+    "schema": "schema",
+    "workload": "workload",
+    "sweep": "sweep",
+    "capacity": "capacity",
+    "validate-e2e": "validate_e2e",
+    "report": "report",
+    "compare": "compare",
+    "calibrate": "calibrate",
+}
 #: sub-command modules of this package, each exposing ``register(app: typer.Typer)``
-COMMAND_MODULES: list[str] = [
-    "plan",
-    "profiles",
-    "breakeven",
-    "trace_replay",
-    "alloc_replay",
-    "regress",
-    "run",
-    "validate",
-    "schema",
-    "workload",
-    "sweep",
-    "capacity",
-    "validate_e2e",
-    "report",
-    "compare",
-    "calibrate",
-]
+COMMAND_MODULES: list[str] = list(dict.fromkeys(COMMANDS.values()))
 
-app = typer.Typer(
+_app = typer.Typer(
     name="kvsim",
     help="kvsim: KV-cache memory simulator for LLM agent serving.",
     no_args_is_help=True,
@@ -68,7 +76,7 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@_app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", is_eager=True, callback=_print_version,
@@ -78,19 +86,49 @@ def _root(
     """kvsim: KV-cache memory simulator for LLM agent serving."""
 
 
-def _register_all() -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"sim.cli.{name}").register(app)
+_registered: set[str] = set()
+
+
+def _register(modules: list[str]) -> typer.Typer:
+    """Import and register ``modules`` (once each); the commands stay in help order."""
+    for name in modules:
+        if name not in _registered:
+            importlib.import_module(f"sim.cli.{name}").register(_app)
+            _registered.add(name)
+    order = {name: i for i, name in enumerate(COMMANDS)}
+    _app.registered_commands.sort(key=lambda c: order.get(c.name or "", len(order)))
+    _app.registered_groups.sort(key=lambda g: order.get(g.name or "", len(order)))
+    return _app
+
+
+def _modules_for(argv: list[str]) -> list[str]:
+    """The command modules ``argv`` needs: its command's alone, none for ``--version``
+    without a command, every one otherwise (help, a mistyped command: they list all)."""
+    i = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
+    before = argv[:i]  # the root's own flags
+    if "--help" in before or "-h" in before:
+        return COMMAND_MODULES
+    if i < len(argv) and argv[i] in COMMANDS:
+        return [COMMANDS[argv[i]]]
+    if i == len(argv) and "--version" in before:
+        return []
+    return COMMAND_MODULES
+
+
+def get_app() -> typer.Typer:
+    """The Typer app with every command registered."""
+    return _register(COMMAND_MODULES)
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # ``sim.cli.app``: the whole app, registered on first access (PEP 562)
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
 EXIT_INTERRUPTED = 130
-
-try:
-    _register_all()
-except KeyboardInterrupt:  # Ctrl-C while the commands import (start-up): no traceback
-    print("kvsim: interrupted", file=sys.stderr)
-    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # without standalone mode click returns a command's typer.Exit code instead of exiting;
         # obj hands the argv to the commands (``kvsim run`` records it in summary.json)
+        app = _register(_modules_for(argv))
         code = app(args=argv, standalone_mode=False, obj=Invocation(argv))
         if isinstance(code, int) and not isinstance(code, bool):
             return code

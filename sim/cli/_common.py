@@ -1,4 +1,6 @@
-"""Shared CLI helpers: number lists, unit flags, ``--set`` overrides, JSON output, warnings.
+"""Shared CLI helpers: number lists, unit flags, ``--set`` overrides, JSON output, warnings,
+and the lines several commands print (a rebuilt ``kvsim run`` command line, a cluster's
+summary line).
 
 Invariant: flag values are turned into bytes/seconds here, once; GB means 10^9 B and GiB
 2^30 B, and a pair of GB/GiB flags for the same quantity is mutually exclusive. A numeric
@@ -11,12 +13,12 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
 
 from sim.errors import KvsimError
-from sim.sizing.bounds import MAX_MEMORY_GB, check_number
 from sim.units import GB, GiB
 from sim.yamlio import load_value
 
@@ -66,6 +68,10 @@ def gb_or_gib(
     """Bytes from a ``--X-gb[SUFFIX]`` / ``--X-gib[SUFFIX]`` pair; None when neither is
     given. Each value must be finite, positive (or 0 with ``allow_zero``) and at most
     ``MAX_MEMORY_GB``."""
+    # imported here: the sizing layer loads the profiles (pydantic), which ``kvsim
+    # --version`` (``sim.cli.main`` uses ``Invocation``) must not pay for
+    from sim.sizing.bounds import MAX_MEMORY_GB, check_number
+
     gb_flag, gib_flag = f"{flag}-gb{suffix}", f"{flag}-gib{suffix}"
     if gb is not None and gib is not None:
         raise KvsimError(f"give {gb_flag} or {gib_flag}, not both")
@@ -101,3 +107,52 @@ def print_warnings(warnings: list[str]) -> None:
     """Each warning as one ``kvsim: warning:`` line on stderr (stdout keeps its contract)."""
     for warning in warnings:
         print(f"kvsim: warning: {warning}", file=sys.stderr)
+
+
+def command_line(file: Path, out: str, sets: list[str], quiet: bool, force: bool) -> list[str]:
+    """A command line rebuilt from parsed flags (``kvsim run`` itself records the argv it
+    was given, ``command_argv``)."""
+    argv = ["kvsim", "run", str(file), "--out", out]
+    for item in sets:
+        argv += ["--set", item]
+    return argv + (["--quiet"] if quiet else []) + (["--force"] if force else [])
+
+
+def cluster_line(resolved) -> str:
+    """What a cluster scenario resolved to: its node groups (count x accelerator, tp
+    when above 1; equal groups merged), the router, the model and the KV pool in all."""
+    from sim.cluster.config import node_groups
+    from sim.run.checks import preflight_cluster
+    from sim.units import GB
+
+    sc = resolved.scenario
+    groups = preflight_cluster(resolved.loaded)
+    counts: dict[str, int] = {}
+    for i, g in enumerate(sc.cluster.nodes):
+        r = groups[i]
+        tp = r.scenario.hardware.tp
+        name = r.accelerator.name + (f" (tp {tp})" if tp > 1 else "")
+        counts[name] = counts.get(name, 0) + g.count
+    pool = sum(groups[g].pool_bytes for g in node_groups(sc.cluster))
+    n = sc.cluster.n_nodes
+    nodes = ", ".join(f"{c} x {name}" for name, c in counts.items())
+    allocators = "+".join(dict.fromkeys(r.allocator_kind for r in groups))  # every group's
+    schedulers = "+".join(dict.fromkeys(r.scenario.scheduler.kind for r in groups))
+    dp = sc.cluster.data_parallel
+    if dp is not None:  # one engine's data-parallel ranks
+        if resolved.model.num_experts:
+            how = "expert parallel" if dp.expert_parallel else "experts sharded as TP"
+            how += ", stepping in lockstep"
+        else:
+            how = "a dense model: each rank steps alone"
+        return (
+            f"one engine of {n} data-parallel rank{'s' if n > 1 else ''} ({nodes}; {how}), "
+            f"router {sc.cluster.router.kind}, {resolved.model.name}, KV pool "
+            f"{pool / GB:,.2f} GB in all, allocator {allocators}, scheduler {schedulers}, "
+            f"workload {sc.workload.kind}"
+        )
+    return (
+        f"cluster of {n} node{'s' if n > 1 else ''} ({nodes}), router {sc.cluster.router.kind}, "
+        f"{resolved.model.name}, KV pool {pool / GB:,.2f} GB in all, allocator "
+        f"{allocators}, scheduler {schedulers}, workload {sc.workload.kind}"
+    )

@@ -94,7 +94,7 @@ def _run_variants(inputs, out_dir, vary, sets, replications, workers, report, qu
     from sim.errors import KvsimError
     from sim.report.compare import parse_vary, run_variants, variant_tasks, variants_from_vary
     from sim.report.data import load_run
-    from sim.run.runner import preflight
+    from sim.run.checks import preflight
     from sim.scenario import load_scenario, parse_set
     from sim.sweep import make_executor
     from sim.sweep.spec import seed_stride

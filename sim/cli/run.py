@@ -136,15 +136,6 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
     return result
 
 
-def command_line(file: Path, out: str, sets: list[str], quiet: bool, force: bool) -> list[str]:
-    """A command line rebuilt from parsed flags (``kvsim run`` itself records the argv it
-    was given, ``command_argv``)."""
-    argv = ["kvsim", "run", str(file), "--out", out]
-    for item in sets:
-        argv += ["--set", item]
-    return argv + (["--quiet"] if quiet else []) + (["--force"] if force else [])
-
-
 def _after_run(result) -> None:
     """A pathological run says so: its ``warnings`` as a WARNING block on stderr (also
     with ``--quiet``); the exit status stays 0, since the run folder is complete."""

@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from sim.cli._common import cluster_line, command_line
+
 HELP = """Run every point of a sweep file (a base scenario, a grid and/or points,
 replications) into DIR: DIR/results.parquet (one row per point and replication, rewritten
 after each finished run) and DIR/runs/<config_sha256>/ run folders.
@@ -133,8 +135,6 @@ def validate_sweep(file: Path, sets: list[str] | None, max_problems: int) -> Non
         raise typer.Exit(code=2)
     n = len(sweep.points)
     if base.scenario.cluster is not None:  # the cluster it is, as `kvsim validate SCENARIO`
-        from sim.cli.validate import cluster_line
-
         what = cluster_line(base)
     else:
         what = (f"{base.model.name} on {base.num_gpus} x {base.accelerator.name}, workload "
@@ -154,7 +154,6 @@ def run_replicated(
     import os
     import shutil
 
-    from sim.cli.run import command_line
     from sim.run.output import check_out_dir
     from sim.scenario import parse_set
     from sim.sweep import run_replications

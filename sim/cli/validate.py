@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from sim.cli._common import cluster_line
 from sim.errors import KvsimError
 
 #: problems listed before the rest are only counted
@@ -62,51 +63,11 @@ def validate(
     )
 
 
-def cluster_line(resolved) -> str:
-    """What a cluster scenario resolved to: its node groups (count x accelerator, tp
-    when above 1; equal groups merged), the router, the model and the KV pool in all."""
-    from sim.cluster.config import node_groups
-    from sim.run.cluster import preflight_cluster
-    from sim.units import GB
-
-    sc = resolved.scenario
-    groups = preflight_cluster(resolved.loaded)
-    counts: dict[str, int] = {}
-    for i, g in enumerate(sc.cluster.nodes):
-        r = groups[i]
-        tp = r.scenario.hardware.tp
-        name = r.accelerator.name + (f" (tp {tp})" if tp > 1 else "")
-        counts[name] = counts.get(name, 0) + g.count
-    pool = sum(groups[g].pool_bytes for g in node_groups(sc.cluster))
-    n = sc.cluster.n_nodes
-    nodes = ", ".join(f"{c} x {name}" for name, c in counts.items())
-    allocators = "+".join(dict.fromkeys(r.allocator_kind for r in groups))  # every group's
-    schedulers = "+".join(dict.fromkeys(r.scenario.scheduler.kind for r in groups))
-    dp = sc.cluster.data_parallel
-    if dp is not None:  # one engine's data-parallel ranks
-        if resolved.model.num_experts:
-            how = "expert parallel" if dp.expert_parallel else "experts sharded as TP"
-            how += ", stepping in lockstep"
-        else:
-            how = "a dense model: each rank steps alone"
-        return (
-            f"one engine of {n} data-parallel rank{'s' if n > 1 else ''} ({nodes}; {how}), "
-            f"router {sc.cluster.router.kind}, {resolved.model.name}, KV pool "
-            f"{pool / GB:,.2f} GB in all, allocator {allocators}, scheduler {schedulers}, "
-            f"workload {sc.workload.kind}"
-        )
-    return (
-        f"cluster of {n} node{'s' if n > 1 else ''} ({nodes}), router {sc.cluster.router.kind}, "
-        f"{resolved.model.name}, KV pool {pool / GB:,.2f} GB in all, allocator "
-        f"{allocators}, scheduler {schedulers}, workload {sc.workload.kind}"
-    )
-
-
 def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], object]:
     """(every problem found, the resolved scenario when there is none): loading, then the
-    checks a run makes before it starts (``sim.run.runner.preflight``)."""
+    checks a run makes before it starts (``sim.run.checks.preflight``)."""
     from sim.errors import ConfigError
-    from sim.run.runner import preflight
+    from sim.run.checks import preflight
     from sim.scenario import load_scenario, parse_set
 
     try:

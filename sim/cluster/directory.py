@@ -58,7 +58,7 @@ from math import lcm
 from operator import and_
 from typing import Any
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.prefix.spans import (
     HASH_BYTES,

@@ -33,21 +33,22 @@ horizon comes first, in which case the run ends at the horizon.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter, sub
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
 from sim.cost.expert_parallel import DecodeRank
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
-from sim.errors import KvsimError
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError, KvsimError
 from sim.memory.kv_manager import KVManager
+from sim.memory.metrics import KVSlots, MemoryMetrics
 from sim.sched import BatchPlan, Request, Scheduler
 
 if TYPE_CHECKING:
@@ -72,17 +73,44 @@ _limit, _output = attrgetter("output_limit"), attrgetter("num_output")
 
 class StepRecorder(Protocol):
     """What the node reports to (``sim.metrics.Recorder``; declared here so the engine
-    imports nothing above it)."""
+    imports nothing above it). Every call the node makes, with the recorder's signature:
+    mypy checks ``Recorder`` against it where ``sim.run`` hands one to a ``Node``."""
 
-    decisions: int
+    decisions: int  # engine decisions so far (the node's progress callback reads it)
 
-    def step(self, start_s, ends, plan, cost, n_running: int, n_waiting: int) -> int: ...
-    def events(self, plan, now: float, n_running: int, n_waiting: int) -> None: ...
-    def rejected_at_submit(self, now: float, n: int, n_running: int, n_waiting: int) -> None: ...
-    def emit(self, requests, s0: int, k: int, durations=None) -> None: ...
-    def memory(self, t, m, paused_bytes, n_paused, n_running, n_waiting, extra_bytes=0.0): ...
-    def memory_run(self, starts, useful, allocated) -> None: ...
-    def request_ended(self, req) -> None: ...
+    def step(
+        self,
+        start_s: float,
+        ends: list[float] | np.ndarray,
+        plan: BatchPlan,
+        cost: StepCost,
+        n_running: int,
+        n_waiting: int,
+    ) -> int: ...
+    def run_prefill(self, tokens: int) -> None: ...
+    def events(self, plan: BatchPlan, now_s: float, n_running: int, n_waiting: int) -> None: ...
+    def rejected_at_submit(
+        self, now_s: float, count: int, n_running: int, n_waiting: int
+    ) -> None: ...
+    def emit(
+        self, requests: Iterable[Request], s0: int, k: int, durations: np.ndarray | None = None
+    ) -> None: ...
+    def memory(
+        self,
+        t: float,
+        m: MemoryMetrics,
+        paused_bytes: float,
+        n_paused: int,
+        n_running: int,
+        n_waiting: int,
+        extra_bytes: float = 0.0,
+        next_request_bytes: float | None = None,
+        slots: KVSlots | None = None,
+    ) -> tuple[float, float]: ...
+    def memory_run(
+        self, starts: Sequence[float], useful: Sequence[float], allocated: Sequence[float]
+    ) -> None: ...
+    def request_ended(self, req: Request) -> None: ...
 
 
 class EngineStuckError(KvsimError):

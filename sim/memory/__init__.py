@@ -22,7 +22,6 @@ from sim.memory.buffers import BufferAllocator
 from sim.memory.contiguous import ContiguousAllocator
 from sim.memory.errors import (
     AllocatorError,
-    InvariantError,
     LiveSequenceError,
     UnknownSequenceError,
 )
@@ -49,7 +48,6 @@ __all__ = [
     "BuddyAllocator",
     "BufferAllocator",
     "ContiguousAllocator",
-    "InvariantError",
     "LiveSequenceError",
     "MemoryMetrics",
     "PagedAllocator",

@@ -31,10 +31,9 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, InvariantError
 from sim.memory.errors import (
     AllocatorError,
-    InvariantError,
     LiveSequenceError,
     UnknownSequenceError,
 )

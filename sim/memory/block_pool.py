@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 
 
 class PagedPool(Protocol):

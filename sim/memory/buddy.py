@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from sim.errors import InvariantError
 from sim.memory.base import flag, positive_int
 from sim.memory.buffers import pool_slots
 from sim.memory.contiguous import Reserving
-from sim.memory.errors import InvariantError
 from sim.memory.extents import _check_tiling
 
 

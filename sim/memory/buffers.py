@@ -22,8 +22,8 @@ import math
 from collections.abc import Hashable
 from typing import Any, Protocol
 
+from sim.errors import InvariantError
 from sim.memory.base import Allocator, Books, checked_count
-from sim.memory.errors import InvariantError
 from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots
 
 GROWTH = ("double",)

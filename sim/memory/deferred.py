@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 
 
 @dataclass(frozen=True, slots=True)

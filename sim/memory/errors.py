@@ -4,17 +4,16 @@ Invariant: a *miss* (the request does not fit) is never an exception, it is a fa
 value; an exception here always means the caller asked for something meaningless (an
 unknown or already live sequence id, a negative token count) or the allocator's own books
 no longer balance. Misuse errors are ``KvsimError`` so a bad trace file prints one line;
-``InvariantError`` is ``sim.errors.InvariantError`` (the one invariant-failure mechanism of
-every layer), importable from here too.
+broken books raise ``sim.errors.InvariantError`` (the one invariant-failure mechanism of
+every layer, defined and imported from there alone).
 """
 
 from __future__ import annotations
 
-from sim.errors import InvariantError, KvsimError
+from sim.errors import KvsimError
 
 __all__ = [
     "AllocatorError",
-    "InvariantError",
     "LiveSequenceError",
     "UnknownSequenceError",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 
 PLACEMENTS = ("first_fit", "best_fit")
 

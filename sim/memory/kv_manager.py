@@ -31,9 +31,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from sim.errors import InvariantError
 from sim.memory.base import Allocator, MemoryMetrics
 from sim.memory.deferred import DecodeRun, DeferredAppends
-from sim.memory.errors import InvariantError
 from sim.memory.metrics import KVSlots
 
 

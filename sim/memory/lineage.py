@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 
 
 class _Node:

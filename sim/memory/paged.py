@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
+from sim.errors import InvariantError
 from sim.memory.base import Allocator, Books, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, PagedPool
-from sim.memory.errors import InvariantError
 from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
 from sim.memory.prefix_index import PrefixIndex, PrefixListener
 

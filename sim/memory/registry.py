@@ -6,7 +6,8 @@ Responsibility: turn a kind name and options into an allocator, with one-line er
 layer registers its own kinds (``static``, ``contiguous``, ``buddy``, ``paged``); a kind
 built above it registers itself from the module that defines it, which imports this one:
 ``sim.prefix`` registers ``radix`` and ``paged_hash`` (the paged core composed with a prefix
-index), and ``import sim`` imports ``sim.prefix``. Nothing here imports an upper layer.
+index), and ``sim`` adds it as a plug-in loader (``sim.plugins``) that every look-up here
+runs first. Nothing here imports an upper layer.
 
 Invariant: the options a kind accepts are exactly the keyword-only parameters of its class's
 ``__init__`` besides ``pool_bytes`` and ``kv_bytes_per_token``.
@@ -23,6 +24,7 @@ from sim.memory.buddy import BuddyAllocator
 from sim.memory.contiguous import ContiguousAllocator
 from sim.memory.paged import PagedAllocator
 from sim.memory.static import StaticAllocator
+from sim.plugins import load_plugins
 
 _COMMON = ("pool_bytes", "kv_bytes_per_token")
 
@@ -68,11 +70,13 @@ def _qualified(cls: type) -> str:
 
 def allocator_kinds() -> list[str]:
     """Registered kind names, sorted."""
+    load_plugins("allocators")
     return sorted(_REGISTRY)
 
 
 def allocator_class(kind: str) -> type[Allocator]:
     """The class of a kind."""
+    load_plugins("allocators")
     cls = _REGISTRY.get(kind)
     if cls is None:
         raise UnknownNameError("allocator kind", str(kind), list(_REGISTRY))

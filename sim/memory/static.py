@@ -10,9 +10,9 @@ Invariant: every buffer has exactly ``max_tokens`` slots.
 
 from __future__ import annotations
 
+from sim.errors import InvariantError
 from sim.memory.base import positive_int
 from sim.memory.buffers import BufferAllocator, pool_slots
-from sim.memory.errors import InvariantError
 from sim.memory.extents import ExtentSpace
 
 

@@ -25,7 +25,8 @@ from collections.abc import Hashable, Iterable
 from enum import IntEnum
 from typing import NamedTuple
 
-from sim.memory.errors import AllocatorError, InvariantError
+from sim.errors import InvariantError
+from sim.memory.errors import AllocatorError
 from sim.profiles.schema import NodeProfile
 
 

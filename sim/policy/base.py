@@ -43,7 +43,7 @@ class PolicyOptions(BaseModel):
     resume: Literal["naive", "speculative", "pipelined"] = "naive"  # SPEC 3.13
     prefetch_margin_s: float = Field(0.2, ge=0)  # speculative timer lead (E25: 0.2 s)
     # preemption by swap to host DRAM instead of drop-and-recompute: not run by the engine
-    # yet, so a scenario that sets it is refused (sim.run.runner.check_pause_policy)
+    # yet, so a scenario that sets it is refused (sim.run.checks.check_pause_policy)
     preempt_swap: bool = False
     predictor: PredictorOptions = PredictorOptions()
 
@@ -118,7 +118,15 @@ def parse_options(cls: type[PausePolicy], data: dict[str, Any]) -> PolicyOptions
         raise ConfigError(msg, field=field) from None
 
 
+def policy_options_models() -> tuple[type[PolicyOptions], ...]:
+    """Every registered policy's options model, in registration order (read at each call:
+    a policy registered late is as visible as a shipped one)."""
+    return tuple(cls.Options for cls in _REGISTRY.values())
+
+
 def options_union() -> Any:
     """The pydantic type of a ``pause_policy`` section: every policy's options by ``kind``."""
-    classes = tuple(cls.Options for cls in _REGISTRY.values())
+    classes = policy_options_models()
+    if len(classes) == 1:
+        return classes[0]
     return Annotated[Union[classes], Field(discriminator="kind")]  # noqa: UP007

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 from sim.memory.prefix_index import PrefixListener
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import ConfigError, UnknownNameError
+from sim.regress.runners.base import WALL_CLOCK_WORDS, wall_clock_word  # noqa: F401
 from sim.yamlio import LineMap, format_validation_error, line_for, load_yaml
 
 #: the suite format this code reads
@@ -29,8 +30,6 @@ SUITE_FILE_NAME = "suite.yaml"
 
 CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
-#: parts of a metric name that mean host time, not simulated time
-WALL_CLOCK_WORDS = ("wall", "elapsed", "cpu_time", "host_time", "runtime", "duration_real")
 
 
 class ToleranceDefaults(BaseModel):
@@ -107,15 +106,6 @@ class Suite:
             if n not in known:
                 raise UnknownNameError("case", n, list(known))
         return tuple(c for c in self.cases if c.name in names)
-
-
-def wall_clock_word(metric: str) -> str | None:
-    """The wall-clock word found in ``metric`` (any dotted part), or None."""
-    for part in metric.lower().split("."):
-        for word in WALL_CLOCK_WORDS:
-            if word in part:
-                return word
-    return None
 
 
 def load_suite(path: str | Path) -> Suite:

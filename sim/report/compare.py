@@ -45,7 +45,8 @@ import pandas as pd
 
 from sim.errors import ConfigError, KvsimError
 from sim.report.data import RunData, load_run
-from sim.report.pool import SHARES, pool_shares
+from sim.report.pool import SHARES
+from sim.report.variant_rows import _busy, _flat, compare_frame, variant_row  # noqa: F401
 
 #: (label, flattened summary key, display scale, unit) of the comparison table
 METRICS = (
@@ -239,46 +240,6 @@ def run_variants(tasks: list[dict], executor=None, progress=None) -> list[dict]:
 
 
 # ------------------------------------------------------------------------ the table
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        elif isinstance(v, int | float) and not isinstance(v, bool):
-            out[prefix + k] = float(v)
-    return out
-
-
-def variant_row(name: str, runs: list[RunData], overrides: dict | None = None,
-                errors: list[str] | None = None) -> dict:  # fmt: skip
-    """One row of compare.parquet: the mean over a variant's replications of every
-    numeric summary figure, and its pool shares (``pool_*``, memory-bound time)."""
-    flats = []
-    for run in runs:
-        f = _flat(run.summary)
-        f.update({f"pool_{k}": v for k, v in pool_shares(run, busy_only=_busy(run)).items()})
-        flats.append(f)
-    keys = sorted({k for f in flats for k in f})
-    row: dict[str, Any] = {"variant": name, "replications": len(runs),
-                           "overrides": json.dumps(overrides or {}, default=str, sort_keys=True),
-                           "run_dirs": json.dumps([str(r.folder) for r in runs if r.folder]),
-                           "error": "; ".join(errors or []) or None}  # fmt: skip
-    for k in keys:
-        vals = [f[k] for f in flats if k in f and not math.isnan(f[k])]
-        row[k] = float(np.mean(vals)) if vals else float("nan")
-    return row
-
-
-def _busy(run: RunData) -> bool:
-    """Average the pool over the memory-bound time when requests ever waited."""
-    m = run.memory
-    return bool(len(m) and "n_waiting" in m and (m.n_waiting > 0).any())
-
-
-def compare_frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows)
-
-
 def compare_text(frame: pd.DataFrame) -> str:
     """The side-by-side table: one column per variant, deltas against the first."""
     names = list(frame.variant)

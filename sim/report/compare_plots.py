@@ -1,7 +1,7 @@
 """The figures of a comparison: key metrics per variant, TTFT CDFs, where the pool went.
 
 Responsibility: draw ``compare.html``'s PNGs and the notebook helper ``plot_compare``
-from variant rows (``sim.report.compare.variant_row``) and runs; the pool view is the
+from variant rows (``sim.report.variant_rows.variant_row``) and runs; the pool view is the
 allocator study of the vLLM paper (Kwon et al. 2023, Fig. 2): per variant, the
 time-averaged share of the KV pool holding token states, reserved for future tokens,
 lost to internal and to external fragmentation, and free (``sim.report.pool``: the
@@ -26,6 +26,7 @@ import numpy as np
 from sim.report import series
 from sim.report.plots import COLORS, _empty, _legend_outside, _log_ticks, new_figure
 from sim.report.pool import SHARES, external_parts
+from sim.report.variant_rows import compare_frame, variant_row
 
 #: the bars of the key-metrics figure: (title, row key, scale)
 KEY_METRICS = (
@@ -56,8 +57,6 @@ def _wrap(name: str) -> str:
 
 def _rows(named_runs, frame):
     if frame is None:
-        from sim.report.compare import compare_frame, variant_row
-
         frame = compare_frame([variant_row(n, rs) for n, rs in named_runs.items()])
     return frame
 

@@ -41,14 +41,3 @@ def add_accuracy(summary: dict[str, Any], engines: list[tuple[Any, Any, Any]]) -
     (``sim.cost.accuracy.accuracy_warning``) is ``kvsim run``'s to print: ``warnings``
     stays the list of what makes a run pathological."""
     summary["accuracy"] = _least_trusted([run_accuracy(r, c, s) for r, c, s in engines])
-
-
-def scenario_accuracy(source, **overrides: Any) -> dict[str, Any]:
-    """The ``accuracy`` a run of ``source`` (with dotted ``overrides``) would report, from
-    its built engines, without running it."""
-    from sim.run.runner import build
-
-    sim = build(source, **overrides)
-    parts = getattr(sim, "parts", None)  # a cluster: one engine per node
-    engines = [(p.resolved, p.cost) for p in parts] if parts else [(sim.resolved, sim.cost)]
-    return _least_trusted([run_accuracy(r, c) for r, c in engines])

@@ -2,7 +2,7 @@
 
 Responsibility: derive each node group's scenario from the top-level one (its sections
 override the defaults; ``sim.cluster.config.group_overrides``), check them all before a
-run, build every node (``sim.run.runner.build_node``) on one SimPy environment, the
+run, build every node (``sim.run.node.build_node``) on one SimPy environment, the
 router, the prefix directory (when the router reads one) and the front the workload
 submits to; after the run, gather every node's tables (each with its ``node`` column),
 the cluster-wide summary (the single-node keys over the whole cluster, ``sim.cluster.
@@ -23,61 +23,26 @@ import pandas as pd
 import simpy
 
 from sim.cluster.aggregate import KVSum, RecorderSum, cluster_cost
-from sim.cluster.config import group_overrides, node_extra_overrides, node_groups
+from sim.cluster.config import node_groups
 from sim.cluster.front import ClusterFront
 from sim.cluster.routers import make_router
-from sim.errors import ConfigError, KvsimError
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
 from sim.run.accuracy import add_accuracy
+from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old home)
+    node_scenarios,
+    preflight_cluster,
+    preflight_node,
+)
+from sim.run.node import RunResult, build_node, engine_meta
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
-from sim.scenario import LoadedScenario, Resolved, load_scenario
+from sim.scenario import LoadedScenario, Resolved
 from sim.workload import Streams, WorkloadContext, workload_kind
 
 #: summary keys that describe the run, not a node (kept out of each ``nodes`` entry)
 _RUN_KEYS = ("kvsim_version", "versions", "command", "scenario_path", "config_sha256", "wall_time_s", "warnings")
-
-
-def node_scenarios(loaded: LoadedScenario) -> list[LoadedScenario]:
-    """One node scenario per ``cluster.nodes`` group (no ``cluster`` section in them);
-    a problem in a group is one line located at that group."""
-    section = loaded.scenario.cluster
-    data = loaded.scenario.model_dump(mode="json", exclude={"cluster"})
-    out = []
-    for i, group in enumerate(section.nodes):
-        try:
-            node = load_scenario(data, {**group_overrides(group), **node_extra_overrides(section)})
-        except KvsimError as exc:
-            raise _at_group(loaded, i, exc) from None
-        node.source, node.base_dir, node.lines = loaded.source, loaded.base_dir, {}
-        node.overrides = {}
-        node.data_parallel_rank = section.data_parallel is not None
-        out.append(node)
-    return out
-
-
-def _at_group(loaded: LoadedScenario, i: int, exc: KvsimError) -> ConfigError:
-    msg = exc.message if isinstance(exc, ConfigError) else str(exc)
-    sub = exc.field if isinstance(exc, ConfigError) and exc.field else ""
-    sub = sub.removeprefix("--set ")
-    return ConfigError(
-        msg, location=loaded.where("cluster", "nodes", i), field=f"cluster.nodes.{i}.{sub}".rstrip(".")
-    )
-
-
-def preflight_cluster(loaded: LoadedScenario) -> list[Resolved]:
-    """Every node group's checks (``preflight`` of each node scenario), in group order."""
-    from sim.run.runner import preflight
-
-    out = []
-    for i, node in enumerate(node_scenarios(loaded)):
-        try:
-            out.append(preflight(node))
-        except KvsimError as exc:
-            raise _at_group(loaded, i, exc) from None
-    return out
 
 
 @dataclass
@@ -86,13 +51,13 @@ class ClusterSimulation:
 
     loaded: LoadedScenario
     env: simpy.Environment
-    parts: list[Any]  # sim.run.runner.NodeParts, by node id
+    parts: list[Any]  # sim.run.node.NodeParts, by node id
     front: ClusterFront
     directory: Any
     recorder: Recorder  # the front's: trajectories and requests the router refused
     ctx: WorkloadContext
     driver: Any
-    resolved: Resolved = field(repr=False, default=None)  # node 0's (the defaults' view)
+    resolved: Resolved | None = field(repr=False, default=None)  # node 0's (the defaults' view)
     lockstep: Any = None  # sim.engine.lockstep.Lockstep of data-parallel MoE ranks
 
     @property
@@ -112,10 +77,9 @@ class ClusterSimulation:
 
 
 def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
-    from sim.run.runner import build_node, preflight
-
     section = loaded.scenario.cluster
-    preflight(loaded)  # the top-level sections (every node's defaults) are valid on their own
+    # the top-level sections (every node's defaults) are valid on their own, and every group
+    preflight_node(loaded, then=preflight_cluster)
     by_group = preflight_cluster(loaded)
     resolved = [by_group[g] for g in node_groups(section)]
     env = simpy.Environment()
@@ -193,8 +157,6 @@ def _with_node(frame: pd.DataFrame, node: int | Any) -> pd.DataFrame:
 
 
 def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
-    from sim.run.runner import RunResult
-
     sim_time = max(p.node.end_s for p in sim.parts)
     node_frames, node_pauses = [], []
     for j, p in enumerate(sim.parts):
@@ -222,7 +184,8 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     rec_all = RecorderSum([p.recorder for p in sim.parts])
     config = resolved_config(sim.loaded)
     meta = _meta(sim, config)
-    summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)
+    # RecorderSum has the Recorder's read side (the metrics layer declares no protocol yet)
+    summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)  # type: ignore[arg-type]
     summary.update(pause_summary(pauses))
     nodes = [
         _node_summary(sim, j, node_frames[j], node_pauses[j], traj, sim_time)
@@ -285,8 +248,6 @@ def _meta(sim: ClusterSimulation, config: dict) -> dict:
 
 
 def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_time: float):
-    from sim.run.runner import engine_meta
-
     p = sim.parts[j]
     r = p.resolved
     mine = {**frames, "trajectories": traj[traj.node == j].reset_index(drop=True)}

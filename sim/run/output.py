@@ -15,6 +15,7 @@ file paths absolute; running it again, from any folder, gives the same results),
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -23,11 +24,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from sim.errors import KvsimError
 from sim.version import __version__
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: section order of config.resolved.yaml (what a person reads first)
 _ORDER = (
@@ -150,7 +155,7 @@ def _write_files(result, folder: Path) -> None:
     for name in TABLES:
         frame = getattr(result, name)  # a RunResult field; None when there is no table
         if frame is not None:
-            _replace(folder / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False))
+            _replace(folder / f"{name}.parquet", functools.partial(_to_parquet, frame))
 
 
 def _install(
@@ -200,6 +205,10 @@ def _sigint_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if pending:
         previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
+
+
+def _to_parquet(frame: pd.DataFrame, path: Path) -> None:
+    frame.to_parquet(path, index=False)
 
 
 def _replace(target: Path, write: Callable[[Path], object]) -> None:

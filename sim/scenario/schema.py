@@ -3,12 +3,14 @@
 Responsibility: every section and its defaults, with ``kind:`` discriminators for the
 allocator, scheduler, pause policy, workload and arrival process. The allocator section
 is derived from the memory layer's registry (each kind's constructor options), so a kind
-that registers there is accepted here with exactly its options; schedulers come from the
-scheduler registry, workloads from ``sim.workload.config``.
+that registers there is accepted here with exactly its options; schedulers and pause
+policies come from their registries, workloads from ``sim.workload.config``.
 
 Invariant: every model forbids unknown fields (``extra="forbid"``) and is frozen;
-``schema_version`` is 1; byte figures are bytes, times seconds; the model is built once per
-process (``scenario_model()``).
+``schema_version`` is 1; byte figures are bytes, times seconds. The registries are read
+lazily: ``scenario_model()`` is built for the registries' contents at the call (cached by
+those contents), so an allocator, scheduler or pause policy registered after this module
+was imported, or after an earlier ``scenario_model()`` call, is accepted from then on.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator k
 from sim.cluster.config import ClusterSection
 from sim.cost import CostConfig
 from sim.policy import options_union, policy_class
+from sim.policy.base import policy_options_models
 from sim.profiles.layer_groups import DType
 from sim.workload.config import Workload
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
@@ -122,7 +125,8 @@ class EngineConfig(_Cfg):
     max_sim_time_s: float = Field(DEFAULT_MAX_SIM_TIME_S, gt=0, allow_inf_nan=False)
 
 
-#: the ``pause_policy`` section: every registered policy's options, by ``kind``
+#: the ``pause_policy`` section as registered when this module was imported (kept for
+#: readers of the name; ``scenario_model()`` reads the registry at each call)
 PausePolicy = options_union()
 
 
@@ -138,14 +142,24 @@ def _json_safe(tp: Any) -> Any:
         return Any
 
 
-@functools.cache
+def _allocator_registry() -> tuple[tuple[str, type], ...]:
+    from sim.memory import allocator_class, allocator_kinds
+
+    return tuple((kind, allocator_class(kind)) for kind in allocator_kinds())
+
+
 def allocator_models() -> tuple[type[BaseModel], ...]:
-    """One config model per registered allocator kind, from its constructor's options."""
-    from sim.memory import allocator_class, allocator_kinds, allocator_options
+    """One config model per registered allocator kind, from its constructor's options (the
+    kinds registered now)."""
+    return _allocator_models_for(_allocator_registry())
+
+
+@functools.lru_cache(maxsize=16)
+def _allocator_models_for(registry: tuple[tuple[str, type], ...]) -> tuple[type[BaseModel], ...]:
+    from sim.memory import allocator_options
 
     models = []
-    for kind in allocator_kinds():
-        cls = allocator_class(kind)
+    for kind, cls in registry:
         options = allocator_options(kind)
         hints = get_type_hints(cls.__init__)
         fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
@@ -194,18 +208,31 @@ class ScenarioBase(_Cfg):
         return self
 
 
-@functools.cache
 def scenario_model() -> type[BaseModel]:
-    """The full scenario model (allocator and scheduler unions from the registries)."""
-    from sim.sched import VllmV1Config, scheduler_configs
+    """The full scenario model: the allocator, scheduler and pause-policy unions of the
+    kinds registered now (the same class while the registries do not change)."""
+    from sim.sched import scheduler_configs
 
-    allocs = allocator_models()
+    return _scenario_model_for(_allocator_registry(), scheduler_configs(),
+                               policy_options_models())  # fmt: skip
+
+
+@functools.lru_cache(maxsize=16)
+def _scenario_model_for(
+    allocators: tuple[tuple[str, type], ...],
+    schedulers: tuple[type[BaseModel], ...],
+    policies: tuple[type[BaseModel], ...],
+) -> type[BaseModel]:
+    from sim.sched import VllmV1Config
+
+    allocs = _allocator_models_for(allocators)
     paged = next((m for m in allocs if m.model_fields["kind"].default == "paged"), allocs[0])
     return create_model(
         "Scenario",
         __base__=ScenarioBase,
         allocator=(_union(allocs), paged()),
-        scheduler=(_union(scheduler_configs()), VllmV1Config()),
+        scheduler=(_union(schedulers), VllmV1Config()),
+        pause_policy=(_union(policies), policy_class("hold").Options()),
     )
 
 

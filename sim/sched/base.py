@@ -6,8 +6,19 @@ lifecycle make, with types. A new scheduler subclasses ``Scheduler`` and impleme
 abstract methods; the optional abilities (runs of identical steps for the engine's fast
 path) have defaults that switch them off, so the engine asks, never probes. A scheduler
 is pure: no SimPy, no clock; it mutates its queues and asks the KV manager to admit, grow
-and preempt. ``tests/sched/test_protocol.py`` runs a scenario with a minimal FCFS
-scheduler written only to this contract.
+and preempt.
+
+Two duties of every decision are the base class's, not the subclass's (``complete_plan``
+runs after every subclass's ``schedule``, wrapped in by ``__init_subclass__``): relieving
+memory pressure when nothing runs and the head of the queue was not admitted (held KV of
+paused trajectories and idle waiting requests is dropped: ``relieve``; rejecting a request
+stays the scheduler's decision), and putting the allocator's activity since the last
+priced step (copies, cudaMalloc/cudaFree calls) on the next plan that runs a step, where
+the cost model prices it. A scheduler that relieves itself (``vllm_v1`` does, before
+admitting), or collects the activity onto a plan that runs a step, changes nothing: both
+are idempotent.
+``tests/sched/test_protocol.py`` runs scenarios with minimal schedulers written only to
+this contract, one of them under memory pressure on a copying allocator.
 
 Invariant: a request is in at most one of ``running`` and ``waiting``; every registered
 name maps to one class whose ``Config`` is a pydantic model with ``kind`` = that name;
@@ -16,17 +27,18 @@ name maps to one class whose ``Config`` is a pydantic model with ``kind`` = that
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable
 from typing import ClassVar
 
 from pydantic import BaseModel
 
-from sim.errors import UnknownNameError
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError, UnknownNameError
 from sim.memory.kv_manager import KVManager
 from sim.sched.plan import BatchPlan, CommitResult
-from sim.sched.request import RUNNING, WAITING, Request
+from sim.sched.request import NEVER_FITS, REJECTED, RUNNING, WAITING, Request
 
 
 class Scheduler(ABC):
@@ -39,6 +51,15 @@ class Scheduler(ABC):
     #: (``commit(plan, steps=k)``, ``run_chunks``, ``decodes_stay_alone``); False = one
     #: ``commit(plan)`` per step
     supports_runs: ClassVar[bool] = False
+    #: inside a (wrapped) ``schedule``: a subclass calling ``super().schedule()`` completes
+    #: its plan once, in the outermost call
+    _in_schedule: bool = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("schedule")
+        if own is not None and not isinstance(own, _CompletingSchedule):
+            cls.schedule = _CompletingSchedule(own)  # type: ignore[method-assign, assignment]
 
     def __init__(self, config: BaseModel, kv: KVManager) -> None:
         self.config = config
@@ -76,7 +97,55 @@ class Scheduler(ABC):
     # ------------------------------------------------------------ steps
     @abstractmethod
     def schedule(self) -> BatchPlan:
-        """The next step's batch, with the scheduling events that produced it."""
+        """The next step's batch, with the scheduling events that produced it. The base
+        class completes it (``complete_plan``): a subclass need not relieve memory
+        pressure nor collect the allocator's activity."""
+
+    def complete_plan(self, plan: BatchPlan) -> BatchPlan:
+        """The duties of every decision, run after the subclass's ``schedule``: when the
+        plan is empty, nothing runs and requests wait (the head was not admitted), relieve
+        the pressure once by dropping held KV (``relieve`` without rejecting: the engine
+        then decides again at the same time);
+        then put the allocator's copies and cudaMalloc/cudaFree calls since the last
+        priced step on the plan, so the step prices them (a decision that runs no step,
+        e.g. a preemption, leaves them to the next one rather than dropping them)."""
+        if plan.empty and not self.running and self.waiting and not plan.held_drops:
+            if not plan.rejected and not plan.preempted:
+                self.relieve(plan, self.waiting[0], reject=False)
+        if not plan.empty:  # a decision that runs no step prices nothing: its activity
+            copied, calls = self.kv.take_step_activity()  # waits for the next step
+            plan.copy_bytes += copied
+            plan.alloc_calls += calls
+        return plan
+
+    def relieve(self, plan: BatchPlan, head: Request, *, reject: bool = True) -> bool:
+        """Nothing runs and ``head`` (the first waiting request) does not fit: drop the KV
+        held by a paused trajectory (most recent first), else another waiting request's
+        held KV (newest first), else the head's own; with ``reject``, when the pool holds
+        nothing at all, reject the head (its admission failed in an empty pool: it can
+        never fit). Each is one event on ``plan``; True when something changed (admission
+        is worth trying again). ``complete_plan`` never rejects: it cannot know whether
+        the head's admission was tried, so a scheduler that admits nothing into an empty
+        pool stays visibly stuck (``EngineStuckError``) instead of rejecting work."""
+        kv = self.kv
+        if kv.drop_paused() is not None:
+            plan.held_drops += 1
+            return True
+        for req in reversed(self.waiting):
+            if req is not head and kv.drop_idle(req.seq_id):
+                plan.held_drops += 1
+                return True
+        if kv.drop_idle(head.seq_id):
+            plan.held_drops += 1
+            return True
+        if reject and kv.num_sequences == 0:
+            if not self.waiting or self.waiting[0] is not head:
+                raise InvariantError(f"relieve: {head!r} is not the head of waiting")
+            self.waiting.popleft()
+            head.end(REJECTED, NEVER_FITS)
+            plan.rejected.append(head)
+            return True
+        return False
 
     @abstractmethod
     def commit(
@@ -121,6 +190,30 @@ class Scheduler(ABC):
                 raise InvariantError(f"{r!r}: computed tokens out of range")
 
 
+class _CompletingSchedule:
+    """A subclass's ``schedule`` with the base class's duties run after it
+    (``Scheduler.complete_plan``), once per decision however deep ``super()`` calls go."""
+
+    def __init__(self, schedule: Callable[[Scheduler], BatchPlan]) -> None:
+        self.schedule = schedule
+        functools.update_wrapper(self, schedule)
+
+    def __get__(self, obj: Scheduler | None, owner: type | None = None) -> Callable[[], BatchPlan]:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        return functools.partial(self.__call__, obj)
+
+    def __call__(self, sched: Scheduler) -> BatchPlan:
+        if sched._in_schedule:
+            return self.schedule(sched)
+        sched._in_schedule = True
+        try:
+            plan = self.schedule(sched)
+        finally:
+            sched._in_schedule = False
+        return sched.complete_plan(plan)
+
+
 _REGISTRY: dict[str, type[Scheduler]] = {}
 
 
@@ -147,7 +240,9 @@ def scheduler_class(kind: str) -> type[Scheduler]:
 
 def make_scheduler(config: BaseModel, kv: KVManager) -> Scheduler:
     """A scheduler from its validated config and the KV manager it talks to."""
-    return scheduler_class(config.kind)(config, kv)
+    # every registered Config declares its ``kind`` (the registry's invariant)
+    kind: str = config.kind  # type: ignore[attr-defined]
+    return scheduler_class(kind)(config, kv)
 
 
 def scheduler_configs() -> tuple[type[BaseModel], ...]:

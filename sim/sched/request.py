@@ -14,6 +14,7 @@ a clock); ``None`` means "not yet".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sim.prefix.spans import Segments, concat, segments, slice_tokens
@@ -90,7 +91,7 @@ class Request:
         turn: int = 0,
         branch: int = 0,
         last_turn: bool = True,
-        on_done=None,
+        on_done: Callable[[Request], object] | None = None,
         tag: Any = None,
         tool_name: str = "tool",
         next_pause_s: float | None = None,

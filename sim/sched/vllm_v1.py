@@ -33,13 +33,14 @@ except for a monolithic prefill alone in its step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 from sim.sched.base import Scheduler, register_scheduler
 from sim.sched.plan import BatchPlan, CommitResult
 from sim.sched.request import (
@@ -130,8 +131,7 @@ class VllmV1Scheduler(Scheduler):
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
-        plan.copy_bytes, plan.alloc_calls = self.kv.take_step_activity()
-        return plan
+        return plan  # the base class adds the allocator's activity (complete_plan)
 
     def _new_tokens(self, req: Request, budget: int, has_prefill: bool) -> int:
         """Tokens to schedule for ``req`` now; 0 = it does not fit this step."""
@@ -208,7 +208,7 @@ class VllmV1Scheduler(Scheduler):
                     plan.waiting_blocked = True
                     break
             if not kv.admit(req):
-                if self.running or not self._relieve(plan, req):
+                if self.running or not self.relieve(plan, req):
                     plan.waiting_blocked = True
                     break
                 continue
@@ -219,29 +219,6 @@ class VllmV1Scheduler(Scheduler):
             plan.admitted.append(req)
             _add(plan, req, n)
             budget -= n
-
-    def _relieve(self, plan: BatchPlan, head: Request) -> bool:
-        """Nothing runs and ``head`` does not fit: free idle held KV, or reject ``head``.
-
-        Returns True when something changed (so admission is tried again).
-        """
-        kv = self.kv
-        if kv.drop_paused() is not None:
-            plan.held_drops += 1
-            return True
-        for req in reversed(self.waiting):
-            if req is not head and kv.drop_idle(req.seq_id):
-                plan.held_drops += 1
-                return True
-        if kv.drop_idle(head.seq_id):
-            plan.held_drops += 1
-            return True
-        if kv.num_sequences == 0:
-            self.waiting.popleft()
-            head.end(REJECTED, NEVER_FITS)
-            plan.rejected.append(head)
-            return True
-        return False
 
     # ------------------------------------------------------------------ runs
     def prefill_chunks(self, cached_tokens: int, new_tokens: int) -> list[int]:
@@ -378,7 +355,7 @@ def _decodes_from(running: list[Request], i: int, end: int) -> int:
     return i
 
 
-def _add_decodes(plan: BatchPlan, reqs) -> None:
+def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:
     plan.n_decode += len(reqs)
     plan.decode_history_tokens += sum(map(_computed, reqs))
     plan.decodes.extend(reqs)

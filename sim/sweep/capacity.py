@@ -407,7 +407,7 @@ def _one_node(scenario, sets: dict[str, Any]) -> dict[str, Any]:
 
 def _preflight(loaded) -> None:
     if loaded.scenario.cluster is not None:
-        from sim.run.cluster import preflight_cluster
+        from sim.run.checks import preflight_cluster
 
         preflight_cluster(loaded)
     else:
@@ -431,7 +431,7 @@ def _estimate(loaded, search: str, seed: int) -> dict[str, Any]:
         raise KvsimError("F37 estimates nodes for a closed loop or an arrival rate only")
     node = loaded
     if loaded.scenario.cluster is not None:
-        from sim.run.cluster import node_scenarios
+        from sim.run.checks import node_scenarios
 
         node = node_scenarios(loaded)[0]
     per_node = analytic_estimate(resolve(node), "concurrency" if closed else "arrival_rate", seed)

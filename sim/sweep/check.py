@@ -19,8 +19,8 @@ from sim.yamlio import load_yaml
 
 def check_scenario(source, overrides: dict) -> tuple[list[KvsimError], object]:
     """(every problem of a scenario with overrides, the resolved scenario when none): the
-    checks a run makes before it starts (``sim.run.runner.preflight``)."""
-    from sim.run.runner import preflight
+    checks a run makes before it starts (``sim.run.checks.preflight``)."""
+    from sim.run.checks import preflight
     from sim.scenario import load_scenario
 
     try:

@@ -30,7 +30,7 @@ def capacity_error_band(find, scenario, slos, *, sets: dict[str, Any], **options
     """``{"accuracy", "step_time_error", "faster", "slower", "note"}``: ``find`` is
     ``sim.sweep.find_capacity`` (called with the main search's ``options``, without
     ``out``); ``faster`` / ``slower`` are None when there is no error to band by."""
-    from sim.run.accuracy import scenario_accuracy
+    from sim.run.runner import scenario_accuracy
 
     acc = scenario_accuracy(scenario, **sets)
     err = acc["median_rel_error"]

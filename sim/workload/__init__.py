@@ -13,113 +13,38 @@ cache (``workload.provider_cache``, ``sim.workload.billing``).
 
 Invariant: this layer talks to the engine only through the node's workload API (submit,
 fork, release, cancel); randomness comes only from the named streams of ``rng``.
+Importing this package is cheap: the shipped kinds register on the first look-up
+(``sim.workload.builtin``, a plug-in loader that ``workload_kind`` runs) and the names
+below load their modules on first use (PEP 562).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from sim.errors import UnknownNameError
-from sim.workload.agent import agent_driver
-from sim.workload.agent_trace import agent_trace_driver
-from sim.workload.arrivals import ARRIVALS, arrival_strategy
-from sim.workload.chat import chat_driver, requests_count, requests_driver
-from sim.workload.claude_code import claude_code_driver
-from sim.workload.coding_agent import coding_agent_driver
-from sim.workload.config import (
-    AgentTraceWorkload,
-    AgentWorkload,
-    ChatWorkload,
-    ClaudeCodeWorkload,
-    CodingAgentWorkload,
-    FunctionCallingWorkload,
-    HumanInLoopWorkload,
-    InteractiveCodingAgentWorkload,
-    MixWorkload,
-    MooncakeWorkload,
-    MultiAgentTeamWorkload,
-    RequestsWorkload,
-    TreeSearchWorkload,
-    Workload,
-)
-from sim.workload.context import WorkloadContext
-from sim.workload.function_calling import function_calling_driver
-from sim.workload.human_in_loop import human_in_loop_driver
-from sim.workload.interactive import interactive_driver
-from sim.workload.mix import mix_count, mix_driver
-from sim.workload.mooncake import mooncake_count, mooncake_driver
-from sim.workload.multi_agent import multi_agent_driver
-from sim.workload.rng import Streams
-from sim.workload.tree_search import tree_search_driver
-from sim.workload.vllm_requests import (
-    VllmRequestsWorkload,
-    vllm_requests_count,
-    vllm_requests_driver,
-)
+from sim import plugins as _plugins
+
+if TYPE_CHECKING:
+    from sim.workload.arrivals import ARRIVALS, arrival_strategy
+    from sim.workload.config import (
+        AgentWorkload,
+        ChatWorkload,
+        MixWorkload,
+        MooncakeWorkload,
+        RequestsWorkload,
+        Workload,
+    )
+    from sim.workload.context import WorkloadContext
+    from sim.workload.kinds import WORKLOADS, WorkloadKind, register_workload, workload_kind
+    from sim.workload.rng import Streams
 
 
-@dataclass(frozen=True)
-class WorkloadKind:
-    """A registered workload: how many trajectories it starts and its driver."""
-
-    name: str
-    config: type
-    count: Any  # config -> int
-    driver: Any  # (config, WorkloadContext) -> SimPy generator
+def _load_builtin_kinds() -> None:
+    import sim.workload.builtin  # noqa: F401  (registers the shipped kinds)
 
 
-WORKLOADS: dict[str, WorkloadKind] = {}
-
-
-def register_workload(kind: WorkloadKind) -> WorkloadKind:
-    """Register ``kind``; its driver labels an unlabelled context with the kind's name."""
-    driver = kind.driver
-
-    def labelled(cfg, ctx: WorkloadContext):
-        if not ctx.label:
-            ctx.label = kind.name
-        return driver(cfg, ctx)
-
-    kind = replace(kind, driver=labelled)
-    WORKLOADS[kind.name] = kind
-    return kind
-
-
-register_workload(WorkloadKind("chat", ChatWorkload, lambda c: c.num_requests, chat_driver))
-register_workload(WorkloadKind("agent", AgentWorkload, lambda c: c.num_trajectories, agent_driver))
-register_workload(WorkloadKind("requests", RequestsWorkload, requests_count, requests_driver))
-register_workload(WorkloadKind("mooncake", MooncakeWorkload, mooncake_count, mooncake_driver))
-register_workload(WorkloadKind("mix", MixWorkload, mix_count, mix_driver))
-register_workload(WorkloadKind("vllm_requests", VllmRequestsWorkload, vllm_requests_count,
-                               vllm_requests_driver))  # fmt: skip
-
-
-
-def _trajectories(cfg) -> int:
-    return cfg.num_trajectories
-
-
-# agent kinds fitted from data, the tree search and the trace replay (docs/workloads.md)
-for _name, _config, _driver in (
-    ("coding_agent", CodingAgentWorkload, coding_agent_driver),
-    ("function_calling", FunctionCallingWorkload, function_calling_driver),
-    ("human_in_loop", HumanInLoopWorkload, human_in_loop_driver),
-    ("multi_agent_team", MultiAgentTeamWorkload, multi_agent_driver),
-    ("tree_search", TreeSearchWorkload, tree_search_driver),
-    ("agent_trace", AgentTraceWorkload, agent_trace_driver),
-    ("claude_code", ClaudeCodeWorkload, claude_code_driver),
-    ("interactive_coding_agent", InteractiveCodingAgentWorkload, interactive_driver),
-):
-    register_workload(WorkloadKind(_name, _config, _trajectories, _driver))
-
-
-def workload_kind(name: str) -> WorkloadKind:
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise UnknownNameError("workload", name, list(WORKLOADS)) from None
-
+_plugins.add_loader("workloads", _load_builtin_kinds)
 
 __all__ = [
     "ARRIVALS",
@@ -137,3 +62,22 @@ __all__ = [
     "register_workload",
     "workload_kind",
 ]
+
+#: each public name -> the module of this package that defines it
+_HOME = {
+    "ARRIVALS": "arrivals", "arrival_strategy": "arrivals",
+    "AgentWorkload": "config", "ChatWorkload": "config", "MixWorkload": "config",
+    "MooncakeWorkload": "config", "RequestsWorkload": "config", "Workload": "config",
+    "WorkloadContext": "context", "Streams": "rng",
+    "WORKLOADS": "kinds", "WorkloadKind": "kinds", "register_workload": "kinds",
+    "workload_kind": "kinds",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "WORKLOADS":  # the table, with the shipped kinds in it
+        _plugins.load_plugins("workloads")
+    return getattr(importlib.import_module(f"sim.workload.{home}"), name)

@@ -37,23 +37,13 @@ from sim.errors import ConfigError, UnknownNameError
 from sim.workload.distributions import MAX_TOKENS
 from sim.workload.empirical import count_table, quantile_table, shares, spearman
 from sim.workload.interactive import fit_interactive_coding_agent
-from sim.workload.params import FITTED_KINDS, validate_params
+from sim.workload.params import FITTED_KINDS, fit_source, validate_params
 from sim.workload.turns_file import Call, growth, read_turns, text_line
 
 #: a category with fewer tool calls than this is pooled into ``other``
 MIN_CATEGORY_CALLS = 20
 #: tool names kept per category (the rest pooled as ``other``)
 TOP_TOOLS = 6
-
-
-def _source(data: str, licence: str, trajectories: int, calls: int, notes: str = "") -> dict:
-    return {
-        "data": data,
-        "licence": licence,
-        "trajectories": int(trajectories),
-        "calls": int(calls),
-        "notes": notes,
-    }
 
 
 # ----------------------------------------------------------------------- coding agent
@@ -134,7 +124,7 @@ def fit_coding_agent(path: str | Path, licence: str = "unknown", data: str | Non
     sys_tokens = int(Counter(hits).most_common(1)[0][0]) if hits else 0
     out = {
         "kind": "coding_agent",
-        "source": _source(
+        "source": fit_source(
             data or Path(path).name,
             licence,
             len(trajs),
@@ -216,7 +206,7 @@ def fit_function_calling(path: str | Path, licence: str = "unknown", data: str |
     turns_per_task = [len(v) for v in per_task]
     out = {
         "kind": "function_calling",
-        "source": _source(
+        "source": fit_source(
             data or path.name,
             licence,
             g.ngroups,
@@ -323,7 +313,7 @@ def fit_human_in_loop(path: str | Path, licence: str = "unknown", data: str | No
         raise ConfigError("no system message or no assistant call", location=str(path))
     out = {
         "kind": "human_in_loop",
-        "source": _source(
+        "source": fit_source(
             data or path.name,
             licence,
             len(convs),
@@ -457,7 +447,7 @@ def fit_multi_agent_team(path: str | Path, licence: str = "unknown", data: str |
     }
     out = {
         "kind": "multi_agent_team",
-        "source": _source(
+        "source": fit_source(
             data or folder.name,
             licence,
             1,

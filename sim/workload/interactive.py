@@ -374,14 +374,13 @@ def fit_interactive_coding_agent(
     path: str | Path, licence: str = "unknown", data: str | None = None
 ) -> dict:
     """Fit ``interactive_coding_agent`` parameters from Claude Code sessions."""
-    from sim.workload.fit import _source
-    from sim.workload.params import validate_params
+    from sim.workload.params import fit_source, validate_params
 
     v, groups = _collect(path)
     n_calls = sum(sum(t) for t in v["turns"])
     out = {
         "kind": KIND,
-        "source": _source(data or str(path), licence, len(v["first"]), n_calls,
+        "source": fit_source(data or str(path), licence, len(v["first"]), n_calls,
                           "main lines fitted; subagents separately (docs/workloads.md)"),
         "shared_prefix_tokens": int(np.median(v["shared"])),
         "user_turns": count_table([len(t) for t in v["turns"]]),

@@ -22,6 +22,7 @@ component's driver is built (traces read, times drawn) before the simulation run
 from __future__ import annotations
 
 from sim.workload.context import WorkloadContext
+from sim.workload.kinds import workload_kind
 
 
 class ComponentContext(WorkloadContext):
@@ -85,15 +86,11 @@ class ComponentContext(WorkloadContext):
 
 def mix_count(cfg) -> int:
     """The trajectory count known from the config (the drivers may raise it: a whole trace)."""
-    from sim.workload import workload_kind
-
     return sum(workload_kind(c.kind).count(c) for c in cfg.components)
 
 
 def mix_driver(cfg, ctx: WorkloadContext):
     """Build every component's driver now; the returned generator starts them all at t=0."""
-    from sim.workload import workload_kind
-
     drivers, offset = [], 0
     for i, (label, comp) in enumerate(zip(cfg.labels(), cfg.components, strict=True)):
         kind = workload_kind(comp.kind)

@@ -31,6 +31,17 @@ FITTED_KINDS = (
 )  # fmt: skip
 
 
+def fit_source(data: str, licence: str, trajectories: int, calls: int, notes: str = "") -> dict:
+    """The ``source`` block of a fitted parameters file: the data, its licence and its size."""
+    return {
+        "data": data,
+        "licence": licence,
+        "trajectories": int(trajectories),
+        "calls": int(calls),
+        "notes": notes,
+    }
+
+
 class _P(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

@@ -39,7 +39,7 @@ class CtrlC:  # Ctrl-C lands while a command module is being imported (start-up)
 sys.meta_path.insert(0, CtrlC())
 from sim.cli import main  # what the kvsim console script does
 
-sys.exit(main(["--version"]))
+sys.exit(main(["--help"]))  # the help imports every command module (--version: none)
 """
 
 

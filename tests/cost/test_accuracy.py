@@ -23,7 +23,7 @@ from sim.cost.accuracy import (
 from sim.cost.calibration import CrossValidationSpec, load_calibration
 from sim.metrics.schema import ACCURACY_BASES, ACCURACY_KEYS, check_summary
 from sim.profiles import load_accelerator, load_model
-from sim.run.accuracy import scenario_accuracy
+from sim.run.runner import scenario_accuracy
 
 ROOT = Path(__file__).resolve().parents[2]
 RTX4090 = ROOT / "workloads/validation/rtx4090_llama31_8b.yaml"

@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.engine.pauses import PauseLifecycle
-from sim.errors import ConfigError
-from sim.memory.errors import InvariantError
+from sim.errors import ConfigError, InvariantError
 from sim.memory.tiers import BlockFrame, Tier
 from sim.policy import PrefetchPlan, resume_timeline
 from sim.run import build, run_scenario

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.memory import BlockPool, InvariantError, PagedAllocator, make_allocator
+from sim.errors import InvariantError
+from sim.memory import BlockPool, PagedAllocator, make_allocator
 
 
 def paged(n_blocks: int, block_size: int = 4, **kw) -> PagedAllocator:
@@ -162,9 +163,13 @@ def test_check_invariants_catches_a_leaked_block():
 
 
 def test_one_invariant_error_class_for_every_layer():
-    """``sim.errors.InvariantError`` is the one invariant failure; memory re-exports it."""
+    """``sim.errors.InvariantError`` is the one invariant failure, defined there alone and
+    imported from there by every module (no re-export to drift from)."""
     import sim.errors
+    import sim.memory
     import sim.memory.errors
 
-    assert sim.memory.errors.InvariantError is sim.errors.InvariantError is InvariantError
+    assert sim.errors.InvariantError is InvariantError
+    assert not hasattr(sim.memory.errors, "InvariantError")
+    assert not hasattr(sim.memory, "InvariantError")
     assert issubclass(InvariantError, AssertionError)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.memory import InvariantError, make_allocator
+from sim.errors import InvariantError
+from sim.memory import make_allocator
 from sim.memory.lineage import TokenLineage
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.memory import InvariantError
+from sim.errors import InvariantError
 from sim.memory.buddy import BuddySpace
 from sim.memory.extents import ExtentSpace
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.memory.errors import AllocatorError, InvariantError
+from sim.errors import InvariantError
+from sim.memory.errors import AllocatorError
 from sim.memory.tiers import (
     TIER_GPU,
     BlockFrame,

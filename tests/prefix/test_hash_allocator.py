@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.memory import InvariantError, make_allocator
+from sim.errors import InvariantError
+from sim.memory import make_allocator
 from sim.prefix.kinds import HashPagedAllocator
 from sim.prefix.spans import block_hashes, segments
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 from sim.memory.tiers import FramePool
 from sim.policy import PauseFacts
 

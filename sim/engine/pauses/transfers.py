@@ -19,7 +19,7 @@ import simpy
 
 from sim.engine.copy_engine import CopyEngines
 from sim.engine.pauses.state import Pause
-from sim.memory.errors import InvariantError
+from sim.errors import InvariantError
 from sim.memory.tiers import BlockFrame, FramePool, Tier, TieredBlockTable
 from sim.sched import Scheduler
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.errors import KvsimError
-from sim.regress.runners import MetricValue, RunContext, missing_layer, register_runner
+from sim.regress.runners.base import MetricValue, RunContext, missing_layer, register_runner
 
 #: ``MemoryMetrics`` fields reported (the others are inputs or tuples)
 REPORTED_FIELDS = (

@@ -15,14 +15,14 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.errors import KvsimError
-from sim.regress.runners import (
+from sim.regress.runners.base import (
     MetricValue,
     RunContext,
     flatten_metrics,
     missing_layer,
     register_runner,
+    wall_clock_word,
 )
-from sim.regress.suite import wall_clock_word
 
 
 class ScenarioInputs(BaseModel):

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.errors import KvsimError
-from sim.regress.runners import (
+from sim.regress.runners.base import (
     MetricValue,
     RunContext,
     flatten_metrics,

@@ -1,0 +1,76 @@
+"""Start-up time of the ``kvsim`` command line: ``--version`` and ``validate``.
+
+Runs each command as a fresh process (``python -m sim.cli ...``), interleaving the
+checkouts compared (``--tree DIR``, several allowed: before / after), ``--repeat`` times,
+and prints the median and the minimum wall time per command and tree, the median CPU time (user + system,
+less sensitive to other jobs on the machine), with the machine's
+load average before and after, and the modules each command imported (``-X importtime``
+count). Speed is measured here, never asserted in a test.
+
+    python benchmarks/bench_startup.py --tree /path/to/main --tree . --repeat 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COMMANDS = {
+    "--version": ["--version"],
+    "validate (one node)": ["validate", "workloads/seed_chunked_prefill.yaml"],
+    "validate (cluster)": ["validate", "workloads/cluster_coding_agents.yaml"],
+}
+
+
+def _env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
+def once(tree: Path, args: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s: user + system of the child) of one run."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=tree, env=_env(tree),
+                   check=True, capture_output=True)  # fmt: skip
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def modules(tree: Path, args: list[str]) -> int:
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "sim.cli", *args],
+                         cwd=tree, env=_env(tree), capture_output=True, text=True)  # fmt: skip
+    return sum(line.startswith("import time:") for line in out.stderr.splitlines()) - 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", action="append", type=Path, required=True)
+    ap.add_argument("--repeat", type=int, default=15)
+    a = ap.parse_args()
+    times: dict[tuple[str, Path], list[tuple[float, float]]] = {}
+    load0 = os.getloadavg()
+    for _ in range(a.repeat):
+        for name, args in COMMANDS.items():
+            for tree in a.tree:  # interleaved: the trees see the same load
+                times.setdefault((name, tree), []).append(once(tree, args))
+    load1 = os.getloadavg()
+    print(f"{os.cpu_count()} CPUs, load average {load0[0]:.1f} before, {load1[0]:.1f} after; "
+          f"{a.repeat} runs each, interleaved")  # fmt: skip
+    print("| command | tree | median wall s | min wall s | median CPU s | modules imported |")
+    print("|---|---|---:|---:|---:|---:|")
+    for (name, tree), ts in times.items():
+        walls, cpus = [w for w, _ in ts], [c for _, c in ts]
+        n = modules(tree, COMMANDS[name])
+        print(f"| `kvsim {' '.join(COMMANDS[name])}` | {tree} | {statistics.median(walls):.3f} "
+              f"| {min(walls):.3f} | {statistics.median(cpus):.3f} | {n} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The rows of ``kvsim compare``'s table: one per variant, from its runs' summaries.
+
+Responsibility: flatten each run's summary to its numeric figures (dotted keys), add its
+pool shares (``pool_*``), and average a variant's replications into one row
+(``variant_row``); ``compare_frame`` makes the table. Shared by ``sim.report.compare``
+(the table, the files) and ``sim.report.compare_plots`` (the figures), below both.
+
+Invariant: a row holds floats only besides its ``variant``, ``replications``,
+``overrides``, ``run_dirs`` and ``error`` cells; a figure missing from every replication is NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.report.data import RunData
+from sim.report.pool import pool_shares
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            out[prefix + k] = float(v)
+    return out
+
+
+def variant_row(name: str, runs: list[RunData], overrides: dict | None = None,
+                errors: list[str] | None = None) -> dict:  # fmt: skip
+    """One row of compare.parquet: the mean over a variant's replications of every
+    numeric summary figure, and its pool shares (``pool_*``, memory-bound time)."""
+    flats = []
+    for run in runs:
+        f = _flat(run.summary)
+        f.update({f"pool_{k}": v for k, v in pool_shares(run, busy_only=_busy(run)).items()})
+        flats.append(f)
+    keys = sorted({k for f in flats for k in f})
+    row: dict[str, Any] = {"variant": name, "replications": len(runs),
+                           "overrides": json.dumps(overrides or {}, default=str, sort_keys=True),
+                           "run_dirs": json.dumps([str(r.folder) for r in runs if r.folder]),
+                           "error": "; ".join(errors or []) or None}  # fmt: skip
+    for k in keys:
+        vals = [f[k] for f in flats if k in f and not math.isnan(f[k])]
+        row[k] = float(np.mean(vals)) if vals else float("nan")
+    return row
+
+
+def _busy(run: RunData) -> bool:
+    """Average the pool over the memory-bound time when requests ever waited."""
+    m = run.memory
+    return bool(len(m) and "n_waiting" in m and (m.n_waiting > 0).any())
+
+
+def compare_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows)

@@ -1,0 +1,130 @@
+"""One node of a run: its checks before a run, its parts, its facts, and the run's result.
+
+Responsibility: everything a single-node run and a cluster run share, below both
+(``sim.run.runner`` builds one node, ``sim.run.cluster`` one per entry): ``build_node`` (cost model, allocator, KV manager,
+scheduler, recorder, pause lifecycle, copy engines), ``engine_meta`` (the summary's facts
+about one engine) and ``RunResult``. Keeping them here keeps ``runner`` -> ``cluster`` ->
+``node`` acyclic.
+
+Invariant: nothing here reads the wall clock or writes files; the same resolved scenario
+builds the same node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import simpy
+
+from sim.cost import CostModel
+from sim.engine import Node
+from sim.engine.copy_engine import CopyEngines
+from sim.engine.pauses import PauseLifecycle
+from sim.errors import InvariantError
+from sim.memory.kv_manager import KVManager
+from sim.metrics import HbmLayout, Recorder
+from sim.scenario import Resolved, make_allocator_for
+from sim.sched import Scheduler, make_scheduler
+
+
+@dataclass
+class RunResult:
+    """What a run produced: the summary and the record tables."""
+
+    summary: dict
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    memory: pd.DataFrame
+    trajectories: pd.DataFrame
+    config: dict  # the resolved scenario (every default filled in, trace paths absolute)
+    resolved: Resolved | None = field(default=None, repr=False)
+    pauses: pd.DataFrame | None = None  # one row per tool pause (pauses.parquet)
+
+    def write(self, out_dir: str | Path, *, force: bool = False) -> Path:
+        """Write the run folder (see ``sim.run.output``); ``force`` replaces a non-empty one."""
+        from sim.run.output import write_run
+
+        return write_run(self, out_dir, force=force)
+
+
+@dataclass
+class NodeParts:
+    """One node's engine and everything it owns (a cluster has one per node)."""
+
+    resolved: Resolved
+    node: Node
+    kv: KVManager
+    scheduler: Scheduler
+    cost: CostModel
+    recorder: Recorder
+    pauses: PauseLifecycle
+
+
+def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
+    """One node: cost model, allocator, KV manager, scheduler, recorder, pause lifecycle
+    and copy engines, as the resolved (node) scenario says."""
+    sc = resolved.scenario
+    cost = CostModel(resolved.model, resolved.accelerator, sc.hardware.tp, sc.hardware.pp, sc.cost,
+                     expert_shards=sc.hardware.expert_shards)  # fmt: skip
+    allocator = make_allocator_for(resolved)
+    pauses = PauseLifecycle(env, sc.pause_policy, resolved, cost)
+    kv = KVManager(allocator)
+    scheduler = make_scheduler(sc.scheduler, kv)
+    cost.async_scheduling = scheduler.async_scheduling  # host work overlaps the GPU's step
+    recorder = Recorder(
+        pool_bytes=resolved.pool_bytes,
+        phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * resolved.kv_bytes_per_token,
+        block_kind=allocator.block_size is not None,
+        hbm=HbmLayout.of(resolved),
+    )
+    node = Node(
+        env,
+        scheduler,
+        kv,
+        cost,
+        recorder,
+        exact=sc.engine.exact,
+        check_invariants=sc.engine.check_invariants,
+        horizon_s=sc.duration_s,
+        max_sim_time_s=sc.engine.max_sim_time_s,
+        pauses=pauses,
+    )
+    t = resolved.tiers
+    if t is None:  # resolve() sets the tiers of every scenario it resolves
+        raise InvariantError(f"{sc.name}: resolved without tiers")
+    copies = CopyEngines(  # the link per direction: scenario, else calibration, else profile
+        env,
+        resolved.num_gpus,
+        t.link_bw_bytes_per_s,
+        overhead_s=t.link_overhead_s,
+        d2h_bw_bytes_per_s=t.d2h_bw_bytes_per_s,
+        d2h_overhead_s=t.d2h_overhead_s,
+        sharing=t.link_sharing,
+        nvme_bw_bytes_per_s=t.nvme_bw_bytes_per_s if t.nvme_pool_bytes > 0 else 0.0,
+    )
+    pauses.attach(node, kv, scheduler, copies, track=sc.engine.check_invariants)
+    return NodeParts(resolved, node, kv, scheduler, cost, recorder, pauses)
+
+
+def engine_meta(r: Resolved) -> dict[str, Any]:
+    """The summary's facts about one engine (a run's, or a cluster node's)."""
+    sc = r.scenario
+    return {
+        "scenario": sc.name,
+        "schema_version": sc.schema_version,
+        "seed": sc.seed,
+        "model": r.model.name,
+        "accelerator": r.accelerator.name,
+        "num_gpus": r.num_gpus,
+        "allocator": r.allocator_kind,
+        "scheduler": sc.scheduler.kind,
+        "pause_policy": sc.pause_policy.kind,
+        "exact": sc.engine.exact,
+        "kv_pool_bytes": round(r.pool_bytes),  # byte totals are integers (sim/metrics/schema)
+        "kv_bytes_per_token": float(r.kv_bytes_per_token),
+    }
+
+

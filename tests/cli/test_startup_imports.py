@@ -1,0 +1,66 @@
+"""Start-up imports only what the command uses (issue 25 item 4).
+
+Each case runs in a fresh interpreter (a subprocess: this process has imported
+everything already) and reports which heavy modules ended up in ``sys.modules``. How long
+start-up takes is measured in ``benchmarks/bench_startup.py``, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("pandas", "pyarrow", "matplotlib", "rich", "simpy", "numpy", "pydantic", "scipy")
+
+PROBE = """
+import contextlib, io, json, sys
+{body}
+heavy = sorted(m for m in {heavy!r} if m in sys.modules)
+engine = sorted(m for m in sys.modules if m.startswith(("sim.engine", "sim.metrics", "sim.report")))
+print(json.dumps({{"heavy": heavy, "engine": engine, "rc": rc}}))
+"""
+
+MAIN = """
+from sim.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main({argv!r})
+"""
+
+
+def _probe(body: str) -> dict:
+    code = PROBE.format(body=body, heavy=HEAVY)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, check=True)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_sim_imports_nothing_heavy():
+    got = _probe("import sim\nrc = 0")
+    assert got == {"heavy": [], "engine": [], "rc": 0}
+
+
+def test_kvsim_version_imports_no_command_and_nothing_heavy():
+    got = _probe(MAIN.format(argv=["--version"]))
+    assert got == {"heavy": [], "engine": [], "rc": 0}
+
+
+def test_kvsim_validate_imports_neither_the_engine_nor_pandas_nor_plotting():
+    for scenario in ("workloads/seed_chunked_prefill.yaml", "workloads/cluster_coding_agents.yaml"):
+        got = _probe(MAIN.format(argv=["validate", scenario]))
+        assert got["rc"] == 0, scenario
+        assert got["engine"] == [], scenario
+        # the scenario is validated by pydantic and sized with numpy: those two only
+        assert set(got["heavy"]) <= {"numpy", "pydantic"}, (scenario, got["heavy"])
+
+
+def test_a_command_still_loads_what_it_needs_and_help_lists_every_command():
+    from sim.cli import COMMANDS, get_app
+
+    names = [c.name for c in get_app().registered_commands]
+    names += [g.name for g in get_app().registered_groups]
+    assert sorted(names) == sorted(COMMANDS)
+    got = _probe(MAIN.format(argv=["schema"]))  # prints the scenario JSON Schema
+    assert got["rc"] == 0 and "pydantic" in got["heavy"]
