@@ -26,7 +26,7 @@ import numpy as np
 from sim.report import series
 from sim.report.plots import COLORS, _empty, _legend_outside, _log_ticks, new_figure
 from sim.report.pool import SHARES, external_parts
-from sim.report.variant_rows import compare_frame, variant_row
+from sim.report.variant_rows import _busy, compare_frame, variant_row
 
 #: the bars of the key-metrics figure: (title, row key, scale)
 KEY_METRICS = (
@@ -148,12 +148,6 @@ def _pool_layers(named_runs: dict, frame) -> dict[str, np.ndarray]:
     for k in POOL_LAYERS:
         out[k] = frag if k == "external_fragmentation" else external - frag if k == "free" else layers[k]
     return out
-
-
-def _busy(run) -> bool:
-    from sim.report.compare import _busy as busy
-
-    return busy(run)
 
 
 def plot_pool(named_runs: dict, frame=None) -> Any:
