@@ -21,7 +21,8 @@ separate LM head or embedding.
 
 Invariant: pure; a step's price is ``fixed(n_tokens, n_logits, prefill?) +
 attention(kv_tokens, pairs)`` and the attention part is computed with numpy arrays for
-a single step and for a run of decode steps alike, so the fast path equals stepping.
+a single step and for a run of decode steps alike (``attention_terms``, the pricer
+interface of ``sim.cost.pricer``), so a run equals its steps.
 """
 
 from __future__ import annotations
@@ -223,20 +224,16 @@ class GroupPricer:
 
     # -- attention ----------------------------------------------------------------------
 
-    def step_attention(self, work, kv_tokens: float, pairs: float, n_seq: int, rate: float):
-        """(seconds, memory s, compute s) of one step's attention group (``work`` is its
-        ``StepWork``; this pricer needs only the KV read and the pairs)."""
+    def attention_terms(self, work, i, kv_tokens, pairs, n_seq: int, rate: float):
+        """(seconds, memory s, compute s) of the attention group of step ``i`` of a run
+        starting with ``work`` (a ``StepWork``; ``i`` 0 for one step, floats back, or an
+        array of step offsets, arrays back); ``kv_tokens`` and ``pairs`` are that step's
+        (``CostModel._kv_pairs``). This pricer needs only those."""
+        if isinstance(kv_tokens, np.ndarray):
+            return self.attention(kv_tokens, pairs, n_seq, rate)
         att, mem, comp = self.attention(np.array([kv_tokens], dtype=np.float64),
                                         np.array([pairs], dtype=np.float64), n_seq, rate)  # fmt: skip
         return float(att[0]), float(mem[0]), float(comp[0])
-
-    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float,
-                         span: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
-        """Attention seconds of pure-decode steps reading ``kv_tokens`` each (h + 1 per
-        decode, so also their pairs); the same arithmetic as ``step_attention``. ``span``
-        (longest, shortest decode history per step) is for the kernel tables' skew
-        correction; a roofline reads the total KV, so it is not used here."""
-        return self.attention(kv_tokens, kv_tokens, n_decode, rate)[0]
 
     def attention(self, kv_tokens: np.ndarray, pairs: np.ndarray, n_seq: int, rate: float):
         """(seconds, memory s, compute s) arrays of the attention group for each step."""

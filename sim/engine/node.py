@@ -10,7 +10,7 @@ recorder and to the waiting trajectories.
 Fast path (``exact=False``): when nothing can change the batch before the next step (no
 arrival, completion, admission, block exhaustion or copy), the run of steps it will repeat
 (the same decodes, plus at most one chunked prefill that then decodes with them) is priced
-at once (``CostModel.decode_run_times`` and ``iteration_time``) and waited for in one SimPy
+at once (``CostModel.price_run`` and ``price``, ``sim.cost.pricer``) and waited for in one SimPy
 event. A workload post during the run wakes the engine at the end of the step in progress,
 so the run is cut exactly where step-by-step execution (``exact=True``) would have seen
 the post; both modes give the same results (tested to 1e-9).
@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
-from sim.cost.expert_parallel import DecodeRank
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import KvsimError
@@ -250,7 +249,7 @@ class Node:
                 run = _Run(step.durations, step.allocated[self.rank], None, None)
             self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run)
             return
-        cost = self.cost.iteration_time(plan.work())
+        cost = self.cost.price(plan.work())
         run = self._plan_run(plan, m, cost)
         if run is None:
             yield self.env.timeout(cost.total_s)
@@ -316,9 +315,7 @@ class Node:
         else:
             allocated = [float(m[1])] * (k - 1)
         if chunks is None:
-            hi, lo = plan.decode_span()
-            times = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k, hi, lo)
-            durations = times.tolist()
+            durations = self.cost.price_run(plan.work(), k).tolist()
         else:
             durations = self._prefill_run_durations(plan, cost, chunks, prefill, k)
         return _Run(durations, allocated, chunks, late)
@@ -348,10 +345,8 @@ class Node:
         k = _steps_to_first_finish(decodes)
         if k <= 1:
             return None
-        hi, lo = plan.decode_span()
         kv, base = self.kv, m[1]
-        rank = DecodeRank(plan.n_decode, plan.decode_history_tokens, hi, lo)
-        return RunOffer(rank, k, lambda steps: kv.plan_decode_run(decodes, steps, base))
+        return RunOffer(plan.work(), k, lambda steps: kv.plan_decode_run(decodes, steps, base))
 
     def _prefill_run_durations(
         self, plan: BatchPlan, cost: StepCost, chunks: list[int], prefill: Request, k: int
@@ -364,7 +359,7 @@ class Node:
         out = [cost.total_s]
         hist = plan.decode_history_tokens
         hi, lo = plan.decode_span()
-        price = self.cost.iteration_time
+        price = self.cost.price
         for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec
@@ -374,7 +369,8 @@ class Node:
             hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens
             joined = prefill.num_tokens
             hi, lo = (max(hi + n_pre, joined), min(lo + n_pre, joined)) if n_dec else (joined, joined)
-            out += self.cost.decode_run_times(n_dec + 1, hist, k - n_pre, hi, lo).tolist()
+            tail = StepWork(n_dec + 1, hist, (), 0.0, 0, hi, lo)
+            out += self.cost.price_run(tail, k - n_pre).tolist()
         return out
 
     # ----------------------------------------------------------------- commit
