@@ -79,7 +79,7 @@ class Fcfs(Scheduler):
         plan.copy_bytes, plan.alloc_calls = self.kv.take_step_activity()
         return plan
 
-    def commit(self, plan, steps=1, prefill_steps=0, prefill_tokens=0) -> CommitResult:
+    def commit(self, plan, steps=1) -> CommitResult:
         assert steps == 1  # no runs: supports_runs is False
         out = CommitResult()
         for req, n in plan.scheduled:
