@@ -8,6 +8,14 @@ loop second, whole-process time and peak RSS of ``kvsim run``.
 The 5,000-request rows are the median of ``--repeat`` runs (5 by default) by whole-process
 time; every other row is one run.
 
+    python benchmarks/bench_engine.py --compare /work/main   # this tree against another
+
+``--compare TREE`` runs each case alternately from this tree and from ``TREE`` (another
+checkout, put first on ``PYTHONPATH``), ``--repeat`` pairs, and prints the median of each
+figure and of the paired ratios (this tree / TREE), with the load average before and
+after: on a shared machine only interleaved pairs compare, and CPU seconds (user + system
+of the ``kvsim run`` process) move less with the load than wall seconds.
+
 ``wall_time_s`` (the simulation loop alone) comes from the run's summary; the whole
 process (imports, loading, simulation, writing the run folder) is timed around a
 ``kvsim run --quiet`` subprocess, whose peak RSS is read from ``getrusage``. Prints a
@@ -22,6 +30,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,8 +38,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-_SCRIPT = Path(sys.executable).with_name("kvsim")
-KVSIM = [str(_SCRIPT)] if _SCRIPT.exists() else ["kvsim"]
 
 
 def machine() -> str:
@@ -45,19 +52,50 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
-def run_once(scenario: str, sets: list[str]) -> dict:
-    """One ``kvsim run`` in a fresh process: its summary, wall time and peak RSS."""
+def run_once(scenario: str, sets: list[str], tree: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
+    """One ``kvsim run`` in a fresh process (from ``tree`` when given): its summary, wall
+    time, CPU seconds and peak RSS (the peak of every child so far: run the biggest last)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     with tempfile.TemporaryDirectory() as out:
-        cmd = [*KVSIM, "run", str(HERE / scenario), "--out", out, "--quiet"]
+        cmd = [sys.executable, "-m", "sim.cli", "run", str(HERE / scenario), "--out", out, "--quiet", *extra]
         for s in sets:
             cmd += ["--set", s]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, cwd=HERE.parent)
+        subprocess.run(cmd, check=True, cwd=tree or HERE.parent, env=env)
         process_s = time.perf_counter() - t0
-        rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         summary = json.loads((Path(out) / "summary.json").read_text())
-    return {"summary": summary, "process_s": process_s, "rss_mb": max(rss_kib, before) / 1024}
+    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"summary": summary, "process_s": process_s, "cpu_s": cpu_s,
+            "rss_mb": max(after.ru_maxrss, before.ru_maxrss) / 1024}  # fmt: skip
+
+
+def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tuple[str, ...]]]) -> None:
+    """Interleaved pairs: this tree, then ``tree``, ``repeat`` times per case."""
+    here = HERE.parent
+    print(f"Machine: {machine()}  \nDate: {datetime.datetime.now(datetime.UTC).isoformat(timespec='minutes')}"
+          f"  \nLoad average before: {os.getloadavg()}\n")  # fmt: skip
+    print("| case | tree | loop s | requests / loop s | process s | CPU s | peak RSS MB | "
+          "ratio loop (this / other) | ratio CPU |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, scenario, sets, extra in cases:
+        mine, other = [], []
+        for _ in range(repeat):
+            mine.append(run_once(scenario, sets, here, extra))
+            other.append(run_once(scenario, sets, tree, extra))
+        loop = [a["summary"]["wall_time_s"] / b["summary"]["wall_time_s"] for a, b in zip(mine, other, strict=True)]
+        cpu = [a["cpu_s"] / b["cpu_s"] for a, b in zip(mine, other, strict=True)]
+        for name, runs in (("this", mine), (str(tree), other)):
+            n = runs[0]["summary"]["requests_completed"]
+            lo = statistics.median(r["summary"]["wall_time_s"] for r in runs)
+            med = statistics.median
+            print(f"| {label} | {name} | {lo:.2f} | {n / lo:,.0f} | {med(r['process_s'] for r in runs):.2f} | "
+                  f"{med(r['cpu_s'] for r in runs):.2f} | {max(r['rss_mb'] for r in runs):.0f} | "
+                  f"{statistics.median(loop):.3f} | {statistics.median(cpu):.3f} |", flush=True)  # fmt: skip
+    print(f"\nLoad average after: {os.getloadavg()}")
 
 
 def row(label: str, r: dict) -> str:
@@ -76,7 +114,17 @@ def main() -> None:
     ap.add_argument("--only", choices=["chat", "agents"], default=None)
     ap.add_argument("--agents", type=int, default=500, help="trajectories for (b)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of (a); the median is kept")
+    ap.add_argument("--compare", type=Path, default=None, help="another tree: interleaved pairs")
     args = ap.parse_args()
+    if args.compare is not None:
+        cases = []
+        if args.only in (None, "chat"):
+            cases.append(("(a) chat 5,000, --no-report", "chat_azure_5000.yaml", [], ("--no-report",)))
+        if args.only in (None, "agents"):
+            cases.append((f"(b) agents {args.agents}", "agents_500.yaml",
+                          [f"workload.num_trajectories={args.agents}"], ("--no-report",)))  # fmt: skip
+        compare(args.compare.resolve(), args.repeat, cases)
+        return
     print(f"Machine: {machine()}  \nDate: {datetime.date.today().isoformat()}\n")
     print(
         "| run | requests | trajectories | simulated s | decisions | steps | loop s | "

@@ -43,6 +43,9 @@ weights the rank's share: ``CostModel(expert_shards=R)``; under a roofline its G
 FLOPs re-spread: the dense part at the padded tokens, the experts' part at ``T / R``
 tokens) and adds the collectives; ``moe_s`` is then None.
 
+``price`` and ``price_run`` are the pricer interface of ``sim.cost.pricer``: a run of
+steps is priced by the same code as one step, over step offsets, so it equals its steps.
+
 Invariant: pure; the common duration is the same for every rank and at least every
 rank's own GPU seconds; a group of one rank with no collectives is priced exactly as its
 single engine (tested).
@@ -57,6 +60,7 @@ import numpy as np
 
 from sim.cost.groups import _allreduce_fit
 from sim.cost.kernel_tables import MoeGrid
+from sim.cost.pricer import as_run, check_run, step_offsets, vmax
 from sim.cost.roofline import CostModel, StepCost, StepWork
 from sim.units import dtype_bytes
 
@@ -72,6 +76,11 @@ class DecodeRank:
     history_tokens: int  # cached tokens of its decodes before the run's first step
     max_history_tokens: int | None = None  # the longest decode's, then + 1 a step
     min_history_tokens: int | None = None
+
+    def work(self) -> StepWork:
+        """The rank's first step of the run."""
+        return StepWork(self.n_decode, self.history_tokens, (), 0.0, 0,
+                        self.max_history_tokens, self.min_history_tokens)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -170,7 +179,7 @@ class LockstepPricer:
             return 0.0
         return self.latency_s + received_tokens * self.d * self.ab / self.bw
 
-    # -- one step ----------------------------------------------------------------------
+    # -- the pricer interface (sim.cost.pricer): one step, or a run of decode steps -----
 
     def price(self, works: Sequence[StepWork | None]) -> LockstepCost:
         """The step of every rank (``None``: the rank has nothing to run, so a dummy)."""
@@ -187,109 +196,83 @@ class LockstepPricer:
             padding = sum(n_max - (w.n_tokens if w is not None else 0) for w in works)
         else:  # eager: every rank its own tokens (a dummy its one), variable-size collectives
             padding = sum(dummy)
-        own = [cost.iteration_time(w) for w in ws]
-        if self.split:
-            gpu = [cost.gpu_terms(w, pad_to)[0] for w in ws]
-            moe = self.L * self.expert_layer_s(T)
-        else:  # each rank's own price (its experts inside), without its host overhead
-            gpu = [self._own_gpu_s(w, pad_to, T) for w in ws]
-            moe = None
-        comm = self._comm_s(received)
-        host = cost._overhead_s()
-        g = max(gpu) + (moe or 0.0) + comm
-        total = max(host, g) if cost.async_scheduling else host + g
+        own = [cost.price(w) for w in ws]
+        gpu = [self._rank_gpu(w, 0, pad_to, T) for w in ws]
+        total, top, moe, comm, host, wait = self._group(gpu, dummy, T, received)
         costs = tuple(
             replace(
                 c,
                 total_s=total,
                 overhead_s=host,
                 extra={**c.extra, "lockstep": True, "moe_s": moe, "ep_comm_s": comm,
-                       "lockstep_wait_s": max(gpu) - gpu[r], "dummy": dummy[r]},
+                       "lockstep_wait_s": top - gpu[r], "dummy": dummy[r]},
             )  # fmt: skip
             for r, c in enumerate(own)
         )
         return LockstepCost(total, costs, dummy, n_max, padded, padding, T, moe, comm, tuple(gpu))
 
-    # -- a run of decode steps -----------------------------------------------------------
+    def price_run(self, works: Sequence[StepWork | None], n_steps: int) -> np.ndarray:
+        """Durations of ``n_steps`` lockstep steps starting with ``works``: every rank with
+        a batch decodes the same sequences (``sim.cost.pricer.advanced``), the others
+        (None) run dummies; equal to ``price`` step by step by construction (the same
+        code over step offsets)."""
+        return self.run_and_wait(works, n_steps)[0]
+
+    def run_and_wait(self, works: Sequence[StepWork | None], n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(durations, rank-seconds waited) of ``price_run``'s steps. The batch sizes, hence
+        the padding, the global tokens, the experts and the collectives, do not change in
+        such a run; only the ranks' attention does."""
+        if len(works) != self.R:
+            raise ValueError(f"{len(works)} works for {self.R} ranks")
+        for w in works:
+            if w is not None:
+                check_run(w, n_steps)
+        i = step_offsets(n_steps)
+        dummy = tuple(w is None for w in works)
+        pad_to, T, received = self.batch_shape([max(w.n_tokens, 1) if w is not None else 1 for w in works])
+        # a dummy batch is the same every step (a one-token decode of nothing)
+        gpu = [self._rank_gpu(DUMMY_WORK, 0, pad_to, T) if w is None else self._rank_gpu(w, i, pad_to, T)
+               for w in works]  # fmt: skip
+        total, _top, _moe, _comm, _host, wait = self._group(gpu, dummy, T, received)
+        return as_run(total, n_steps), as_run(wait, n_steps)
 
     def decode_run(self, runs: Sequence[DecodeRank | None], n_steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """(durations, rank-seconds waited) of ``n_steps`` lockstep steps in which every
-        rank with a batch decodes the same sequences (their contexts grow by one a step:
-        ``DecodeRank``) and the others (None) run dummies. Equals ``price`` step by step
-        (the engine's group runs rely on it; bit for bit, tested): the batch sizes, hence the
-        padding, the global tokens, the experts and the collectives, do not change in
-        such a run; only the ranks' attention does, computed with numpy arrays the way
-        one step computes it."""
-        if len(runs) != self.R:
-            raise ValueError(f"{len(runs)} runs for {self.R} ranks")
-        cost = self.cost
-        i = np.arange(n_steps, dtype=np.float64)
-        pad_to, T, received = self.batch_shape([r.n_decode if r is not None else 1 for r in runs])
-        gpus = []
-        for r in runs:
-            if r is None:  # the dummy batch is the same every step
-                one = (cost.gpu_terms(DUMMY_WORK, pad_to)[0] if self.split
-                       else self._own_gpu_s(DUMMY_WORK, pad_to, T))  # fmt: skip
-                gpus.append(np.full(n_steps, one))
-            else:
-                gpus.append(self._decode_gpu(r, i, pad_to, T))
-        top = np.maximum.reduce(gpus) if len(gpus) > 1 else gpus[0]
-        moe = self.L * self.expert_layer_s(T) if self.split else None
+        """``run_and_wait`` of ranks given as ``DecodeRank`` (the version-2 call)."""
+        return self.run_and_wait([None if r is None else r.work() for r in runs], n_steps)
+
+    def _group(self, gpu: list, dummy: tuple[bool, ...], global_tokens: int, received: int):
+        """(total, slowest rank's GPU s, experts, collectives, host, rank-seconds waited) of
+        a step (floats) or a run's steps (arrays) from each rank's GPU seconds."""
+        top = gpu[0]
+        for g in gpu[1:]:
+            top = vmax(top, g)
+        moe = self.L * self.expert_layer_s(global_tokens) if self.split else None
         comm = self._comm_s(received)
-        host = cost._overhead_s()
+        host = self.cost._overhead_s()
         g = top + (moe or 0.0) + comm
-        total = np.maximum(host, g) if cost.async_scheduling else host + g
-        wait = np.zeros(n_steps)
-        for gp, r in zip(gpus, runs, strict=True):
-            if r is not None:
+        total = vmax(host, g) if self.cost.async_scheduling else host + g
+        wait = 0.0
+        for gp, d in zip(gpu, dummy, strict=True):
+            if not d:
                 wait = wait + (top - gp)
-        return total, wait
+        return total, top, moe, comm, host, wait
 
-    def _decode_gpu(self, r: DecodeRank, i: np.ndarray, pad_to: int, global_tokens: int) -> np.ndarray:
-        """A decoding rank's GPU seconds at each step of a run (``gpu_terms`` /
-        ``_own_gpu_s`` of each step's work, in arrays)."""
-        cost, nd = self.cost, r.n_decode
-        kv_tokens = r.history_tokens + i * nd + nd
-        span = None
-        if r.max_history_tokens is not None and r.min_history_tokens is not None:
-            span = (r.max_history_tokens + i, r.min_history_tokens + i)
-        g = cost.groups
-        if g is not None:
-            fixed = g.fixed(max(nd, pad_to), nd, False) if self.split else g.fixed(nd, nd, False)
-            att = g.decode_attention(kv_tokens, nd, fixed.attention_rate, span)
-            if self.split:
-                return 0.0 + fixed.total_s - fixed.moe_s + att + 0.0
-            host = cost._overhead_s()  # the rank's own sync price, less its host overhead
-            return host + 0.0 + fixed.total_s + att + 0.0 - host
-        c = cost.config
-        weights_s, kv_s = cost._mem_arrays(nd, nd, kv_tokens)
-        rate = c.mfu_decode * cost.peak
-        gemm_f = cost.gemm_flops_per_token_per_gpu * nd if c.gemm_flops else 0.0
-        attn_f = cost.attn_flops_per_pair_per_gpu * kv_tokens if c.attention_flops else 0.0 * i
-        mem, comp = weights_s + kv_s, (gemm_f + attn_f) / rate
-        host = cost._overhead_s()
-        gpu = host + 0.0 + np.maximum(mem, comp) + cost._allreduce_s(nd) + 0.0 - host
-        gemm_s = gemm_f / rate
-        if gemm_s > 0:
-            gpu = gpu + self._respread_s(mem, comp, gemm_s, nd, pad_to, global_tokens)
-        return gpu
-
-    def _own_gpu_s(self, work: StepWork, pad_to: int, global_tokens: int) -> float:
-        """A rank's GPU seconds when the expert layer is not priced apart: its price with
-        the host overhead added in turn (async scheduling off for the call), less it.
-        Under a roofline pricing the GEMM FLOPs are re-spread as the group runs them:
-        the dense part at the padded tokens, the routed experts' part at the global
-        tokens over the ranks (``T / R`` per rank instead of its own ``n``)."""
+    def _rank_gpu(self, work: StepWork, i, pad_to: int, global_tokens: int):
+        """A rank's GPU seconds at step ``i`` (0, or a run's step offsets): with the
+        expert layer priced apart, its dense operators at the padded tokens
+        (``CostModel.gpu_terms``); otherwise its own price with the host overhead added in
+        turn, less it (``CostModel.own_gpu_terms``), and under a roofline pricing the GEMM
+        FLOPs re-spread as the group runs them: the dense part at the padded tokens, the
+        routed experts' part at the global tokens over the ranks (``T / R`` per rank
+        instead of its own ``n``)."""
         cost = self.cost
-        saved, cost.async_scheduling = cost.async_scheduling, False
-        try:
-            c = cost.iteration_time(work)
-        finally:
-            cost.async_scheduling = saved
-        gpu = c.total_s - c.overhead_s
-        if cost.groups is None and c.gemm_s > 0:
+        if self.split:
+            return cost.gpu_terms(work, pad_to, i)[0]
+        gpu, t = cost.own_gpu_terms(work, i)
+        if t is not None and t.gemm_s > 0:
             n = max(work.n_tokens, 1)
-            gpu += float(self._respread_s(c.mem_s, c.comp_s, c.gemm_s, n, pad_to, global_tokens))
+            extra = self._respread_s(t.mem_s, t.comp_s, t.gemm_s, n, pad_to, global_tokens)
+            gpu = gpu + (extra if isinstance(gpu, np.ndarray) else float(extra))
         return gpu
 
 

@@ -21,11 +21,13 @@ separate LM head or embedding.
 
 Invariant: pure; a step's price is ``fixed(n_tokens, n_logits, prefill?) +
 attention(kv_tokens, pairs)`` and the attention part is computed with numpy arrays for
-a single step and for a run of decode steps alike, so the fast path equals stepping.
+a single step and for a run of decode steps alike (``attention_terms``, the pricer
+interface of ``sim.cost.pricer``), so a run equals its steps.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +115,8 @@ class GroupPricer:
         self.attn_flops_per_pair_per_gpu = 4 * self.L * model.num_q_heads * model.head_dim / tp
         self.allreduce_fit = _allreduce_fit(config, calibration, accelerator, tp)
         self._fixed: dict[tuple[int, int, bool], FixedTerms] = {}
+        self._eff_by_ctx: dict[float, float] = {}  # calibrated attention efficiency by mean context
+        self._mem_fit: KernelFit | None = None
 
     # -- kernel laws --------------------------------------------------------------------
 
@@ -128,7 +132,14 @@ class GroupPricer:
 
     def _memory_fit(self) -> KernelFit:
         """Element-wise and attention kernels: the calibration's fit, else its fallback's
-        bandwidth, else the datasheet with ``bw_efficiency`` and ``kernel_floor_s``."""
+        bandwidth, else the datasheet with ``bw_efficiency`` and ``kernel_floor_s`` (made
+        once: it is asked every step)."""
+        fit = self._mem_fit
+        if fit is None:
+            fit = self._mem_fit = self._make_memory_fit()
+        return fit
+
+    def _make_memory_fit(self) -> KernelFit:
         c, cal = self.config, self.cal
         if cal is None:
             return KernelFit(c.kernel_floor_s, c.bw_efficiency)
@@ -223,20 +234,35 @@ class GroupPricer:
 
     # -- attention ----------------------------------------------------------------------
 
-    def step_attention(self, work, kv_tokens: float, pairs: float, n_seq: int, rate: float):
-        """(seconds, memory s, compute s) of one step's attention group (``work`` is its
-        ``StepWork``; this pricer needs only the KV read and the pairs)."""
-        att, mem, comp = self.attention(np.array([kv_tokens], dtype=np.float64),
-                                        np.array([pairs], dtype=np.float64), n_seq, rate)  # fmt: skip
-        return float(att[0]), float(mem[0]), float(comp[0])
+    def attention_terms(self, work, i, kv_tokens, pairs, n_seq: int, rate: float):
+        """(seconds, memory s, compute s) of the attention group of step ``i`` of a run
+        starting with ``work`` (a ``StepWork``; ``i`` 0 for one step, floats back, or an
+        array of step offsets, arrays back); ``kv_tokens`` and ``pairs`` are that step's
+        (``CostModel._kv_pairs``). This pricer needs only those."""
+        if isinstance(kv_tokens, np.ndarray):
+            return self.attention(kv_tokens, pairs, n_seq, rate)
+        return self._attention_one(kv_tokens, pairs, n_seq, rate)
 
-    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float,
-                         span: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
-        """Attention seconds of pure-decode steps reading ``kv_tokens`` each (h + 1 per
-        decode, so also their pairs); the same arithmetic as ``step_attention``. ``span``
-        (longest, shortest decode history per step) is for the kernel tables' skew
-        correction; a roofline reads the total KV, so it is not used here."""
-        return self.attention(kv_tokens, kv_tokens, n_decode, rate)[0]
+    def _attention_one(self, kv_tokens, pairs, n_seq: int, rate: float) -> tuple[float, float, float]:
+        """``attention`` of one step on floats: the same IEEE operations in the same order
+        (numpy's elementwise arithmetic is Python's), the calibrated efficiency looked up
+        once per mean context (the array call on one element, memoised), so a step costs
+        no numpy call; equal to ``attention`` of a one-element array, bit for bit."""
+        c, cal = self.config, self.cal
+        fit = self._memory_fit()
+        eff = c.bw_efficiency
+        if cal is not None:
+            ctx = float(math.floor(kv_tokens / max(1, n_seq)))
+            ctx = ctx if ctx > 1.0 else 1.0  # np.maximum(1.0, ctx) on a finite float
+            eff = self._eff_by_ctx.get(ctx)
+            if eff is None:
+                eff = float(cal.attention_bw_efficiencies(c.block_size, np.array([ctx]))[0])
+                if len(self._eff_by_ctx) < 65536:
+                    self._eff_by_ctx[ctx] = eff
+        mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read else 0.0
+        comp = pairs * self.attn_flops_per_pair_per_gpu / rate if c.attention_flops else 0.0
+        floors = self.L * fit.kernel_floor_s if (c.kv_read or c.attention_flops) else 0.0
+        return floors + (comp if comp > mem else mem), float(mem), float(comp)
 
     def attention(self, kv_tokens: np.ndarray, pairs: np.ndarray, n_seq: int, rate: float):
         """(seconds, memory s, compute s) arrays of the attention group for each step."""

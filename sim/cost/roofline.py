@@ -31,20 +31,23 @@ shape. ``auto`` (the default) is ``kernel_tables`` when the scenario names a ver
 calibration with kernel tables (which must cover the model), ``per_group`` with another
 version-2 calibration and ``roofline_max`` otherwise, so runs without one are priced as
 before.
-Both modes price a run of decode steps with numpy (``decode_run_times``), with or without
-a calibration, and the result equals pricing each step alone (the kernel tables' skew
-correction included: the longest and shortest decode history grow by one per step).
+``CostModel`` is a ``sim.cost.pricer.StepPricer``: ``price(work)`` prices one step,
+``price_run(work, k)`` a run of k decode steps (each decode's history one token longer a
+step, the kernel tables' skew correction included), with the same code written once over
+step offsets (0 for a step, ``arange(k)`` for a run), so a run equals its steps by
+construction. ``iteration_time`` and ``decode_run_times`` are the version-2 names of both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.groups import GroupPricer
+from sim.cost.pricer import as_run, check_run, step_offsets, step_total, vmax
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
@@ -191,56 +194,35 @@ class CostModel:
         if self.groups is not None and expert_shards > 1:
             self.groups.whole_weight_bytes_per_gpu = self.weight_bytes_per_gpu
 
-    # -- public -------------------------------------------------------------------------
+    # -- public: the pricer interface (sim.cost.pricer) ---------------------------------
 
-    def iteration_time(self, work: StepWork) -> StepCost:
-        """Price one step (F24 extended, or group by group); returns the breakdown (with
-        ``step_time_scale`` != 1, the total scaled and the terms as priced)."""
-        cost = self._per_group(work) if self.groups is not None else self._roofline(work)
-        scale = self.config.step_time_scale
+    def price(self, work: StepWork) -> StepCost:
+        """Price one step (F24 extended, or group by group); returns the breakdown."""
+        if self.groups is not None:
+            cost = self._per_group(work)
+        else:
+            cost = self._roofline(work, 0, self.async_scheduling).cost(work, self)
+        scale = self.config.step_time_scale  # capacity's error band (sim.sweep.error_band)
         return cost if scale == 1.0 else replace(cost, total_s=cost.total_s * scale)
 
-    def _roofline(self, work: StepWork) -> StepCost:
-        c = self.config
-        n_tok = work.n_tokens
-        pairs = work.decode_history_tokens + work.n_decode  # each decode attends h + 1
-        kv_tokens = pairs
-        for new, hist in work.prefill_chunks:
-            pairs += self._chunk_pairs(new, hist)
-            kv_tokens += hist + new
-        weights_s, kv_s = self._mem_terms(work, kv_tokens)
-        mfu = self._mfu(work)
-        gemm_f = self.gemm_flops_per_token_per_gpu * n_tok if c.gemm_flops else 0.0
-        attn_f = self.attn_flops_per_pair_per_gpu * pairs if c.attention_flops else 0.0
-        rate = mfu * self.peak
-        mem_s, comp_s = weights_s + kv_s, (gemm_f + attn_f) / rate
-        allreduce_s = self._allreduce_s(n_tok)
-        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0  # read + write
-        alloc_s = work.alloc_calls * c.alloc_latency_s
-        overhead_s = self._overhead_s()
-        if self.async_scheduling:  # the host planned this step while the last one ran
-            total = max(overhead_s, alloc_s + max(mem_s, comp_s) + allreduce_s + copy_s)
+    def price_run(self, work: StepWork, n_steps: int) -> np.ndarray:
+        """Durations of a run of ``n_steps`` steps starting with ``work`` (``work`` alone
+        for one step; more: its decodes, every history one token longer a step,
+        ``sim.cost.pricer.advanced``), computed by the code that prices one step, so the
+        durations equal ``price`` of each step exactly (the engine's fast path relies on it)."""
+        check_run(work, n_steps)
+        i = step_offsets(n_steps)
+        if self.groups is not None:
+            total = self._group_terms(work, i, self.async_scheduling)[0]
         else:
-            total = overhead_s + alloc_s + max(mem_s, comp_s) + allreduce_s + copy_s
-        return StepCost(
-            total_s=total,
-            mem_s=mem_s,
-            comp_s=comp_s,
-            weights_s=weights_s,
-            kv_read_s=kv_s,
-            gemm_s=gemm_f / rate,
-            attention_s=attn_f / rate,
-            allreduce_s=allreduce_s,
-            copy_s=copy_s,
-            alloc_s=alloc_s,
-            overhead_s=overhead_s,
-            bound="memory" if mem_s >= comp_s else "compute",
-            mfu=mfu,
-            n_tokens=n_tok,
-            flops_per_gpu=gemm_f + attn_f,
-            hbm_bytes_per_gpu=(self.weight_bytes_per_gpu if c.weights else 0.0)
-            + (kv_tokens * self.kv_bytes_per_token_per_gpu if c.kv_read else 0.0),
-        )
+            total = self._roofline(work, i, self.async_scheduling).total_s
+        durations = as_run(total, n_steps)
+        scale = self.config.step_time_scale  # as in ``price``: the same product per step
+        return durations if scale == 1.0 else durations * scale
+
+    def iteration_time(self, work: StepWork) -> StepCost:
+        """``price`` (the name the callers of version 2 use)."""
+        return self.price(work)
 
     def decode_run_times(
         self,
@@ -250,44 +232,11 @@ class CostModel:
         max_history_tokens: int | None = None,
         min_history_tokens: int | None = None,
     ) -> np.ndarray:
-        """Durations of ``n_steps`` pure-decode steps of the same ``n_decode`` sequences.
-
-        Step i sees ``history_tokens + i * n_decode`` cached tokens, its longest and
-        shortest decode ``max/min_history_tokens + i`` (every context grows by one); the
-        result equals calling ``iteration_time`` step by step (the fast engine path relies
-        on it), with or without a calibration: the terms that change from step to step are
-        computed with the same numpy arithmetic here as for one step (and scaled alike).
-        """
-        times = self._decode_run(n_decode, history_tokens, n_steps, max_history_tokens,
-                                 min_history_tokens)  # fmt: skip
-        scale = self.config.step_time_scale
-        return times if scale == 1.0 else times * scale
-
-    def _decode_run(self, n_decode, history_tokens, n_steps, max_history_tokens,
-                    min_history_tokens) -> np.ndarray:  # fmt: skip
-        i = np.arange(n_steps, dtype=np.float64)
-        kv_tokens = history_tokens + i * n_decode + n_decode
-        if self.groups is not None:
-            fixed = self.groups.fixed(n_decode, n_decode, False)
-            span = None
-            if max_history_tokens is not None and min_history_tokens is not None:
-                span = (max_history_tokens + i, min_history_tokens + i)
-            att = self.groups.decode_attention(kv_tokens, n_decode, fixed.attention_rate, span)
-            if self.async_scheduling:
-                return np.maximum(self._overhead_s(), 0.0 + fixed.total_s + att + 0.0)
-            return self._overhead_s() + 0.0 + fixed.total_s + att + 0.0
-        c = self.config
-        weights_s, kv_s = self._mem_arrays(n_decode, n_decode, kv_tokens)
-        rate = c.mfu_decode * self.peak
-        gemm_f = self.gemm_flops_per_token_per_gpu * n_decode if c.gemm_flops else 0.0
-        attn_f = self.attn_flops_per_pair_per_gpu * kv_tokens if c.attention_flops else 0.0 * i
-        mem_s = weights_s + kv_s
-        comp_s = (gemm_f + attn_f) / rate
-        # the same order of additions as iteration_time (no allocator calls, no copies)
-        if self.async_scheduling:
-            gpu_s = 0.0 + np.maximum(mem_s, comp_s) + self._allreduce_s(n_decode) + 0.0
-            return np.maximum(self._overhead_s(), gpu_s)
-        return self._overhead_s() + 0.0 + np.maximum(mem_s, comp_s) + self._allreduce_s(n_decode) + 0.0
+        """Durations of ``n_steps`` pure-decode steps of the same ``n_decode`` sequences
+        (``price_run`` of their first step; step i sees ``history_tokens + i * n_decode``
+        cached tokens, its longest and shortest decode ``max/min_history_tokens + i``)."""
+        work = StepWork(n_decode, history_tokens, (), 0.0, 0, max_history_tokens, min_history_tokens)
+        return self.price_run(work, n_steps)
 
     def prefill_time_s(self, tokens: int, history_tokens: int = 0) -> float:
         """One monolithic prefill step of ``tokens`` new tokens (recompute estimates)."""
@@ -303,10 +252,47 @@ class CostModel:
             return new * (hist + new)
         return new * hist + new * (new + 1) // 2
 
-    def _mem_terms(self, work: StepWork, kv_tokens: float) -> tuple[float, float]:
-        n_seq = work.n_decode + len(work.prefill_chunks)
+    def _kv_pairs(self, work: StepWork, i: Any) -> tuple[Any, Any]:
+        """(KV tokens read, attention (query, key) pairs) of step ``i`` (0, or an array of
+        step offsets: a run's decodes one token longer a step; each decode attends h + 1)."""
+        n = work.n_decode
+        kv_tokens = work.decode_history_tokens + i * n + n
+        pairs = kv_tokens
+        for new, hist in work.prefill_chunks:
+            pairs = pairs + self._chunk_pairs(new, hist)
+            kv_tokens = kv_tokens + (hist + new)
+        return kv_tokens, pairs
+
+    def _roofline(self, work: StepWork, i: Any, overlap: bool) -> _RooflineTerms:
+        """``roofline_max`` terms of step ``i`` (scalars) or of a run (arrays)."""
+        c = self.config
+        n_tok = work.n_tokens
+        kv_tokens, pairs = self._kv_pairs(work, i)
+        weights_s, kv_s = self._mem_terms(n_tok, work.n_decode + len(work.prefill_chunks), kv_tokens)
+        mfu = self._mfu(work)
+        gemm_f = self.gemm_flops_per_token_per_gpu * n_tok if c.gemm_flops else 0.0
+        attn_f = self.attn_flops_per_pair_per_gpu * pairs if c.attention_flops else 0.0 * pairs
+        rate = mfu * self.peak
+        mem_s, comp_s = weights_s + kv_s, (gemm_f + attn_f) / rate
+        allreduce_s = self._allreduce_s(n_tok)
+        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0  # read + write
+        alloc_s = work.alloc_calls * c.alloc_latency_s
+        overhead_s = self._overhead_s()
+        total = step_total(overhead_s, alloc_s, vmax(mem_s, comp_s), allreduce_s, copy_s, overlap)
+        return _RooflineTerms(total, mem_s, comp_s, weights_s, kv_s, gemm_f, attn_f, rate,
+                              allreduce_s, copy_s, alloc_s, overhead_s, mfu, kv_tokens)  # fmt: skip
+
+    def _mem_terms(self, n_tokens: int, n_seq: int, kv_tokens: Any) -> tuple[float, Any]:
+        """(weights s, KV-read s) of one step (scalars) or a run's steps (arrays)."""
+        if isinstance(kv_tokens, np.ndarray):
+            return self._mem_arrays(n_tokens, n_seq, kv_tokens)
+        if self.calibration is None:  # the same arithmetic as _mem_arrays', on floats
+            c = self.config
+            weights_s = self.weight_bytes_per_gpu / (self.hbm_bw * c.bw_efficiency) if c.weights else 0.0
+            kv_bytes = kv_tokens * self.kv_bytes_per_token_per_gpu
+            return weights_s, kv_bytes / (self.hbm_bw * c.bw_efficiency) if c.kv_read else 0.0
         kv = np.array([kv_tokens], dtype=np.float64)
-        weights_s, kv_s = self._mem_arrays(work.n_tokens, n_seq, kv)
+        weights_s, kv_s = self._mem_arrays(n_tokens, n_seq, kv)
         return weights_s, float(kv_s[0])
 
     def _mem_arrays(self, n_tokens: int, n_seq: int, kv_tokens: np.ndarray):
@@ -349,42 +335,54 @@ class CostModel:
 
     # -- per-group pricing (sim.cost.groups) ---------------------------------------------
 
-    def gpu_terms(self, work: StepWork, pad_tokens: int = 0) -> tuple[float, float]:
+    def gpu_terms(self, work: StepWork, pad_tokens: int = 0, i: Any = 0) -> tuple[Any, float]:
         """(GPU seconds of the step without the routed expert layers, their seconds) under
         a per-group pricing, the dense operators run at ``max(tokens, pad_tokens)`` (a
         data-parallel rank padded to its group's largest batch); host overhead excluded.
-        ``sim.cost.expert_parallel`` prices the expert layers of a lockstep group itself."""
+        ``i``: step offsets of a run (``sim.cost.pricer``). ``sim.cost.expert_parallel``
+        prices the expert layers of a lockstep group itself."""
         if self.groups is None:
             raise ValueError("gpu_terms needs a per-group pricing (per_group, kernel_tables)")
         c = self.config
-        fixed, att, *_ = self._group_terms(work, pad_tokens)
+        fixed, att, *_ = self._group_parts(work, i, pad_tokens)
         copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
         alloc_s = work.alloc_calls * c.alloc_latency_s
         return alloc_s + fixed.total_s - fixed.moe_s + att + copy_s, fixed.moe_s
 
-    def _group_terms(self, work: StepWork, pad_tokens: int = 0):
+    def own_gpu_terms(self, work: StepWork, i: Any = 0) -> tuple[Any, _RooflineTerms | None]:
+        """A step's GPU seconds (its price with the host overhead added in turn, less it:
+        what a lockstep rank contributes), and the roofline terms behind them (None under
+        a per-group pricing)."""
+        if self.groups is not None:
+            total, overhead_s = self._group_terms(work, i, False)[:2]
+            return total - overhead_s, None
+        t = self._roofline(work, i, False)
+        return t.total_s - t.overhead_s, t
+
+    def _group_parts(self, work: StepWork, i: Any, pad_tokens: int = 0):
         g = self.groups
         n_tok, n_seq = work.n_tokens, work.n_decode + len(work.prefill_chunks)
-        pairs = work.decode_history_tokens + work.n_decode
-        kv_tokens = pairs
-        for new, hist in work.prefill_chunks:
-            pairs += self._chunk_pairs(new, hist)
-            kv_tokens += hist + new
+        kv_tokens, pairs = self._kv_pairs(work, i)
         fixed = g.fixed(max(n_tok, pad_tokens), n_seq, bool(work.prefill_chunks))
-        att, att_mem, att_comp = g.step_attention(work, kv_tokens, pairs, n_seq, fixed.attention_rate)
+        att, att_mem, att_comp = g.attention_terms(work, i, kv_tokens, pairs, n_seq, fixed.attention_rate)
         return fixed, att, att_mem, att_comp, pairs, kv_tokens
+
+    def _group_terms(self, work: StepWork, i: Any, overlap: bool):
+        """(total, overhead, copy, alloc, the parts) of step ``i`` under a per-group pricing."""
+        c = self.config
+        parts = self._group_parts(work, i)
+        fixed, att = parts[0], parts[1]
+        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
+        alloc_s = work.alloc_calls * c.alloc_latency_s
+        overhead_s = self._overhead_s()
+        total = step_total(overhead_s, alloc_s, fixed.total_s, att, copy_s, overlap)
+        return total, overhead_s, copy_s, alloc_s, parts
 
     def _per_group(self, work: StepWork) -> StepCost:
         g, c = self.groups, self.config
         n_tok, n_seq = work.n_tokens, work.n_decode + len(work.prefill_chunks)
-        fixed, att, att_mem, att_comp, pairs, kv_tokens = self._group_terms(work)
-        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
-        alloc_s = work.alloc_calls * c.alloc_latency_s
-        overhead_s = self._overhead_s()
-        if self.async_scheduling:  # the host planned this step while the last one ran
-            total = max(overhead_s, alloc_s + fixed.total_s + att + copy_s)
-        else:
-            total = overhead_s + alloc_s + fixed.total_s + att + copy_s
+        total, overhead_s, copy_s, alloc_s, parts = self._group_terms(work, 0, self.async_scheduling)
+        fixed, att, att_mem, att_comp, pairs, kv_tokens = parts
         mem_s, comp_s = fixed.linear_mem_s + att_mem, fixed.linear_comp_s + att_comp
         attn_f = g.attn_flops_per_pair_per_gpu * pairs if c.attention_flops else 0.0
         lm_f = 2.0 * n_seq * g.lm_shape[0] * g.lm_shape[1] if g.lm_shape and c.gemm_flops else 0.0
@@ -403,6 +401,53 @@ class CostModel:
                    "attention_group_s": att, "moe_s": fixed.moe_s,
                    "logits_gather_s": fixed.logits_gather_s},
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _RooflineTerms:
+    """The ``roofline_max`` terms of one step (floats) or of a run's steps (arrays)."""
+
+    total_s: Any
+    mem_s: Any
+    comp_s: Any
+    weights_s: float
+    kv_s: Any
+    gemm_f: float
+    attn_f: Any
+    rate: float
+    allreduce_s: float
+    copy_s: float
+    alloc_s: float
+    overhead_s: float
+    mfu: float
+    kv_tokens: Any
+
+    @property
+    def gemm_s(self) -> float:
+        return self.gemm_f / self.rate
+
+    def cost(self, work: StepWork, model: CostModel) -> StepCost:
+        """The breakdown of one step."""
+        c = model.config
+        return StepCost(
+            total_s=self.total_s,
+            mem_s=self.mem_s,
+            comp_s=self.comp_s,
+            weights_s=self.weights_s,
+            kv_read_s=self.kv_s,
+            gemm_s=self.gemm_f / self.rate,
+            attention_s=self.attn_f / self.rate,
+            allreduce_s=self.allreduce_s,
+            copy_s=self.copy_s,
+            alloc_s=self.alloc_s,
+            overhead_s=self.overhead_s,
+            bound="memory" if self.mem_s >= self.comp_s else "compute",
+            mfu=self.mfu,
+            n_tokens=work.n_tokens,
+            flops_per_gpu=self.gemm_f + self.attn_f,
+            hbm_bytes_per_gpu=(model.weight_bytes_per_gpu if c.weights else 0.0)
+            + (self.kv_tokens * model.kv_bytes_per_token_per_gpu if c.kv_read else 0.0),
+        )
 
 
 def _pricing(step_pricing: str, calibration, model: ModelProfile, tp: int) -> str:

@@ -27,7 +27,8 @@ both alike):
                calibration, accelerator profile).
 
 Invariant: pure; the attention of a run of decode steps is computed with the same numpy
-call as one step's, so the fast path equals stepping; tables are per layer and per GPU
+call as one step's (``attention_terms``, the pricer interface of ``sim.cost.pricer``), so
+a run equals its steps; tables are per layer and per GPU
 (TP shards), so nothing here divides by TP.
 """
 
@@ -128,32 +129,22 @@ class TablePricer(GroupPricer):
     def _kv_bytes(self, kv_tokens):
         return kv_tokens * self.kv_bytes_per_token_per_gpu / self.hbm_bw
 
-    def step_attention(self, work, kv_tokens: float, pairs: float, n_seq: int, rate: float):
-        """(seconds, memory s, compute s) for the batch's mix (see the module docstring)."""
+    def attention_terms(self, work, i, kv_tokens, pairs, n_seq: int, rate: float):
+        """(seconds, memory s, compute s) for the batch's mix at step ``i`` of a run
+        starting with ``work`` (see the module docstring; ``i`` 0 or an array of step
+        offsets, as ``GroupPricer.attention_terms``)."""
         if not (self.config.kv_read or self.config.attention_flops):
-            return 0.0, 0.0, 0.0
-        pc = sum(c for c, _ in work.prefill_chunks)
-        kp = sum(h for _, h in work.prefill_chunks)
+            return 0.0 * kv_tokens, 0.0 * kv_tokens, 0.0 * kv_tokens
+        pc = float(sum(c for c, _ in work.prefill_chunks))
+        kp = float(sum(h for _, h in work.prefill_chunks))
         nd = work.n_decode
-        kd = (work.decode_history_tokens + nd) / nd if nd else 0.0  # as decode_attention's
-        t = self.tables.attention.at(float(pc), float(kp), float(nd), kd)
+        kd = (work.decode_history_tokens + i * nd + nd) / nd if nd else 0.0
+        t = self.tables.attention.at(pc, kp, float(nd), kd)
         hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens
         if self.skew is not None and nd > 1 and hi is not None and lo is not None:
-            t = skewed_attention(self.tables.attention, self.skew, float(pc), float(kp), float(nd), kd,
-                                 float(hi + 1), float(lo + 1), t)  # fmt: skip
-        s = self.L * float(t)
+            t = skewed_attention(self.tables.attention, self.skew, pc, kp, float(nd), kd,
+                                 hi + i + 1.0, lo + i + 1.0, t)  # fmt: skip
         comp = pairs * self.attn_flops_per_pair_per_gpu / self.peak
-        return s, float(self._kv_bytes(kv_tokens)), comp
-
-    def decode_attention(self, kv_tokens: np.ndarray, n_decode: int, rate: float,
-                         span: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
-        """Pure-decode steps: ``kv_tokens`` = history + the new token of every decode;
-        ``span``: each step's longest and shortest decode history (skew correction)."""
-        if not (self.config.kv_read or self.config.attention_flops):
-            return 0.0 * kv_tokens
-        kd = kv_tokens / n_decode
-        t = self.tables.attention.at(0.0, 0.0, float(n_decode), kd)
-        if self.skew is not None and n_decode > 1 and span is not None:
-            t = skewed_attention(self.tables.attention, self.skew, 0.0, 0.0, float(n_decode), kd,
-                                 span[0] + 1.0, span[1] + 1.0, t)  # fmt: skip
-        return self.L * t
+        if isinstance(kv_tokens, np.ndarray):
+            return self.L * t, self._kv_bytes(kv_tokens), comp
+        return self.L * float(t), float(self._kv_bytes(kv_tokens)), comp

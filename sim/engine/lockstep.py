@@ -13,7 +13,7 @@ as vLLM's ranks do.
 Group runs (the fast path, ``runs=True``, i.e. not ``engine.exact``): when every joined
 rank offers a run of pure-decode steps (``RunOffer``: the same decodes until one
 finishes, as far as its memory allows), the group waits for the run at once: its length
-is the shortest offer, its step durations ``LockstepPricer.decode_run``. A post to any
+is the shortest offer, its step durations ``LockstepPricer.run_and_wait``. A post to any
 rank of the group during the run (``cut``) ends the run at the end of the step in
 progress, for every rank, exactly where stepping (``runs=False``) would have let the
 post act, and a post that reaches a rank after it joined, before the group closes (a
@@ -39,7 +39,7 @@ import simpy
 from simpy.events import NORMAL
 
 from sim.cost import StepWork
-from sim.cost.expert_parallel import DecodeRank, LockstepCost, LockstepPricer
+from sim.cost.expert_parallel import LockstepCost, LockstepPricer
 from sim.memory.deferred import DecodeRun
 
 #: the group closes after every node has settled at that instant (node settle: 2)
@@ -48,12 +48,13 @@ CLOSE_PRIORITY = 3
 
 @dataclass(frozen=True)
 class RunOffer:
-    """What a rank whose batch can repeat offers the group: its decodes (``DecodeRank``),
+    """What a rank whose batch can repeat offers the group: its decodes (the run's first
+    step, a ``StepWork`` of decodes alone),
     the most steps before one of them finishes, and how memory limits a run
     (``plan_memory(extra_steps)`` -> the rank's ``DecodeRun``: steps after the first it
     can take, allocated bytes during them)."""
 
-    decode: DecodeRank
+    decode: StepWork
     max_steps: int
     plan_memory: Callable[[int], DecodeRun]
 
@@ -179,7 +180,7 @@ class Lockstep:
             if k <= 1:
                 return None
         decode = [offers[r].decode if works[r] is not None else None for r in range(self.n_ranks)]
-        durations, wait = self.pricer.decode_run(decode, k)
+        durations, wait = self.pricer.run_and_wait(decode, k)
         durations = durations.tolist()
         durations[0] = priced.total_s  # the first step as priced alone (the same number)
         now = self.env.now

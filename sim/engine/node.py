@@ -7,10 +7,11 @@ workload posted (submissions, forks, releases, cancellations, in order), asks th
 the cost model, waits ``step.total_s``, commits it and reports what happened to the
 recorder and to the waiting trajectories.
 
-Fast path (``exact=False``): when nothing can change the batch before the next step (no
-arrival, completion, admission, block exhaustion or copy), the run of steps it will repeat
-(the same decodes, plus at most one chunked prefill that then decodes with them) is priced
-at once (``CostModel.decode_run_times`` and ``iteration_time``) and waited for in one SimPy
+Fast path (``exact=False``): the scheduler's plan says how long its batch may repeat
+(``BatchPlan.run``: the same decodes, plus at most one chunked prefill that then decodes
+with them); the node alone decides to step or to run. When memory allows the run (no
+block exhaustion, miss or copy), it is priced
+at once (``CostModel.price_run`` and ``price``, ``sim.cost.pricer``) and waited for in one SimPy
 event. A workload post during the run wakes the engine at the end of the step in progress,
 so the run is cut exactly where step-by-step execution (``exact=True``) would have seen
 the post; both modes give the same results (tested to 1e-9).
@@ -36,14 +37,12 @@ from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from operator import attrgetter, sub
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
-from sim.cost.expert_parallel import DecodeRank
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError, KvsimError
@@ -64,11 +63,8 @@ class _Run:
 
     durations: list[float]  # every step's duration
     allocated: list[float]  # allocated bytes during steps 2..k
-    chunks: list[int] | None  # the prefill's chunks, one per step, while it lasts
+    chunks: tuple[int, ...] | None  # the prefill's chunks, one per step, while it lasts
     late: tuple | None  # (that prefill, its first decode step) when it decodes in the run
-
-
-_limit, _output = attrgetter("output_limit"), attrgetter("num_output")
 
 
 class StepRecorder(Protocol):
@@ -271,15 +267,16 @@ class Node:
     def _run(self, plan: BatchPlan, now: float):
         """Price, wait for and commit one step or one run of steps of the same batch."""
         m = self._record_memory(now)
+        work = plan.work()
         if self.lockstep is not None:  # priced and ended with the group's ranks
-            step = yield self.lockstep.join(self.rank, plan.work(), self._run_offer(plan, m))
+            step = yield self.lockstep.join(self.rank, work, self._run_offer(plan, work, m))
             run = None
             if step.durations is not None and len(step.ends) > 1:
                 run = _Run(step.durations, step.allocated[self.rank], None, None)
             self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run)
             return
-        cost = self.cost.iteration_time(plan.work())
-        run = self._plan_run(plan, m, cost)
+        cost = self.cost.price(work)
+        run = self._plan_run(plan, work, m, cost)
         if run is None:
             yield self.env.timeout(cost.total_s)
             self._commit(plan, now, [now + cost.total_s], cost, m, None)
@@ -298,45 +295,18 @@ class Node:
         self._wake, self._ends = None, None
         self._commit(plan, now, ends[:k], cost, m, run)
 
-    def _plan_run(
-        self, plan: BatchPlan, m: tuple[float, float], cost: StepCost
-    ) -> _Run | None:
-        """A run of several steps of this batch, or None for a single step.
-
-        A run repeats the batch while nothing can change it: the same decodes up to the
-        first completion, plus at most one chunked prefill (``scheduler.run_chunks``) that,
-        once its prompt is done, decodes with the others; only as far as memory allows
-        without a miss or a copy.
-        """
-        sched = self.sched
-        if not self._repeatable(plan):
+    def _plan_run(self, plan: BatchPlan, work: StepWork, m: tuple[float, float], cost: StepCost) -> _Run | None:
+        """A run of several steps of this batch, or None for a single step: as long as
+        the scheduler's ``plan.run`` allows (the same decodes up to the first completion,
+        plus at most one chunked prefill that, once its prompt is done, may decode with
+        the others), and as far as memory allows without a miss or a copy."""
+        lim = plan.run
+        if self.exact or lim is None:
             return None
-        decodes = plan.decodes
-        k = _steps_to_first_finish(decodes)
-        chunks = prefill = late = None
-        if plan.prefill_chunks:
-            chunks = sched.run_chunks(plan, k)
-            if chunks is None:
-                return None
-            prefill = plan.scheduled[-1][0]
-            n_pre = len(chunks)
-            done = sum(chunks) == prefill.num_tokens - prefill.num_computed
-            if (
-                done
-                and n_pre < k
-                and prefill.output_limit - prefill.num_output > 1
-                and sched.decodes_stay_alone(plan, plan.n_decode + 1)
-            ):
-                k = min(k, n_pre + prefill.output_limit - prefill.num_output - 1)
-                late = (prefill, n_pre)  # decodes from the run's step n_pre + 1 on
-            else:
-                k = min(k, n_pre)
-        elif plan.admitted:
-            return None
-        if k <= 1:
-            return None
-        if decodes or late:
-            mem = self.kv.plan_decode_run(decodes, k - 1, m[1], late)
+        k, chunks = lim.max_steps, lim.chunks
+        late = (plan.scheduled[-1][0], len(chunks)) if lim.late else None
+        if plan.decodes or late:
+            mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late)
             k = 1 + mem.steps
             if k == 1:
                 return None
@@ -344,45 +314,22 @@ class Node:
         else:
             allocated = [float(m[1])] * (k - 1)
         if chunks is None:
-            hi, lo = plan.decode_span()
-            times = self.cost.decode_run_times(plan.n_decode, plan.decode_history_tokens, k, hi, lo)
-            durations = times.tolist()
+            durations = self.cost.price_run(work, k).tolist()
         else:
-            durations = self._prefill_run_durations(plan, cost, chunks, prefill, k)
+            durations = self._prefill_run_durations(plan, cost, chunks, late is not None, k)
         return _Run(durations, allocated, chunks, late)
 
-    def _repeatable(self, plan: BatchPlan) -> bool:
-        """Whether the fast path may repeat this batch: every running request scheduled,
-        and nothing in the decision (preemption, rejection, drop, copy, allocator call)
-        that the next step would not do again."""
-        sched = self.sched
-        return not (
-            self.exact
-            or not sched.supports_runs
-            or len(plan.scheduled) != len(sched.running)
-            or plan.preempted
-            or plan.rejected
-            or plan.held_drops
-            or plan.copy_bytes
-            or plan.alloc_calls
-        )
-
-    def _run_offer(self, plan: BatchPlan, m: tuple[float, float]) -> RunOffer | None:
-        """A lockstep rank's offer of a run of pure-decode steps (``_plan_run``'s rules
-        for a batch of decodes alone; the group decides the run's length), or None."""
-        if not self._repeatable(plan) or plan.prefill_chunks or plan.admitted or not plan.decodes:
+    def _run_offer(self, plan: BatchPlan, work: StepWork, m: tuple[float, float]) -> RunOffer | None:
+        """A lockstep rank's offer of a run of pure-decode steps (``plan.run`` of a batch
+        of decodes alone; the group decides the run's length), or None."""
+        lim = plan.run
+        if self.exact or lim is None or lim.chunks is not None:
             return None
-        decodes = plan.decodes
-        k = _steps_to_first_finish(decodes)
-        if k <= 1:
-            return None
-        hi, lo = plan.decode_span()
-        kv, base = self.kv, m[1]
-        rank = DecodeRank(plan.n_decode, plan.decode_history_tokens, hi, lo)
-        return RunOffer(rank, k, lambda steps: kv.plan_decode_run(decodes, steps, base))
+        decodes, kv, base = plan.decodes, self.kv, m[1]
+        return RunOffer(work, lim.max_steps, lambda steps: kv.plan_decode_run(decodes, steps, base))
 
     def _prefill_run_durations(
-        self, plan: BatchPlan, cost: StepCost, chunks: list[int], prefill: Request, k: int
+        self, plan: BatchPlan, cost: StepCost, chunks: tuple[int, ...], late: bool, k: int
     ) -> list[float]:
         """Decodes plus one prefill advancing by ``chunks``, then (if the run goes on)
         every request decoding. Every decode's context grows by one per step, so do the
@@ -392,17 +339,19 @@ class Node:
         out = [cost.total_s]
         hist = plan.decode_history_tokens
         hi, lo = plan.decode_span()
-        price = self.cost.iteration_time
+        price = self.cost.price
         for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec
             span = (hi + i, lo + i) if n_dec else (None, None)
             out.append(price(StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)).total_s)
-        if k > n_pre:  # the prompt is done: n_dec + 1 decodes
+        if late and k > n_pre:  # the prompt is done: n_dec + 1 decodes
+            prefill = plan.scheduled[-1][0]
             hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens
             joined = prefill.num_tokens
             hi, lo = (max(hi + n_pre, joined), min(lo + n_pre, joined)) if n_dec else (joined, joined)
-            out += self.cost.decode_run_times(n_dec + 1, hist, k - n_pre, hi, lo).tolist()
+            tail = StepWork(n_dec + 1, hist, (), 0.0, 0, hi, lo)
+            out += self.cost.price_run(tail, k - n_pre).tolist()
         return out
 
     # ----------------------------------------------------------------- commit
@@ -419,7 +368,6 @@ class Node:
         rec, kv = self.rec, self.kv
         s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting))
         durations = None
-        n_pre = pre_tokens = 0
         if k > 1:
             durations = run.durations[:k]
             late = run.late if run.late is not None and run.late[1] <= k - 1 else None
@@ -439,7 +387,7 @@ class Node:
                 n_pre = min(len(run.chunks), k)
                 pre_tokens = sum(run.chunks[:n_pre])
                 rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run, n_pre))
-        result = self.sched.commit(plan, k, n_pre, pre_tokens)
+        result = self.sched.commit(plan, k)
         rec.emit(result.emitted, s0, k, durations)
         for req, first in result.emitted_from:
             rec.emit([req], s0 + first, k - first, None if durations is None else durations[first:])
@@ -582,12 +530,6 @@ def _settle(env: simpy.Environment) -> simpy.Event:
     event._ok, event._value = True, None
     env.schedule(event, SETTLE_PRIORITY)
     return event
-
-
-def _steps_to_first_finish(decodes) -> int:
-    """Steps until the first of ``decodes`` reaches its output limit (a large number
-    without decodes)."""
-    return min(map(sub, map(_limit, decodes), map(_output, decodes)), default=1 << 30)
 
 
 def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:

@@ -14,7 +14,7 @@ from sim.sched.base import (
     scheduler_configs,
     scheduler_names,
 )
-from sim.sched.plan import BatchPlan, CommitResult
+from sim.sched.plan import BatchPlan, CommitResult, RunLimit
 from sim.sched.request import (
     CANCELLED,
     FINISHED,
@@ -36,6 +36,7 @@ __all__ = [
     "BatchPlan",
     "CommitResult",
     "Request",
+    "RunLimit",
     "Scheduler",
     "VllmV1Config",
     "VllmV1Scheduler",

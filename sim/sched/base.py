@@ -4,7 +4,8 @@ Responsibility: one place where a ``scheduler.kind`` becomes an object, and the 
 contract the engine relies on (``Scheduler``): every call the node and the pause
 lifecycle make, with types. A new scheduler subclasses ``Scheduler`` and implements the
 abstract methods; the optional abilities (runs of identical steps for the engine's fast
-path) have defaults that switch them off, so the engine asks, never probes. A scheduler
+path: ``supports_runs`` and ``BatchPlan.run``) have defaults that switch them off, so the
+engine asks, never probes. A scheduler
 is pure: no SimPy, no clock; it mutates its queues and asks the KV manager to admit, grow
 and preempt.
 
@@ -37,7 +38,7 @@ from pydantic import BaseModel
 
 from sim.errors import InvariantError, UnknownNameError
 from sim.memory.kv_manager import KVManager
-from sim.sched.plan import BatchPlan, CommitResult
+from sim.sched.plan import BatchPlan, CommitResult, RunLimit
 from sim.sched.request import NEVER_FITS, REJECTED, RUNNING, WAITING, Request
 
 
@@ -47,9 +48,9 @@ class Scheduler(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
-    #: the engine may advance this scheduler's batch by several identical steps at once
-    #: (``commit(plan, steps=k)``, ``run_chunks``, ``decodes_stay_alone``); False = one
-    #: ``commit(plan)`` per step
+    #: this scheduler bounds how long each batch may repeat unchanged (``BatchPlan.run``),
+    #: so the engine may advance it by several identical steps at once and then call
+    #: ``commit(plan, steps=k)``; False = ``plan.run`` stays None, one ``commit(plan)`` a step
     supports_runs: ClassVar[bool] = False
     #: inside a (wrapped) ``schedule``: a subclass calling ``super().schedule()`` completes
     #: its plan once, in the outermost call
@@ -99,7 +100,8 @@ class Scheduler(ABC):
     def schedule(self) -> BatchPlan:
         """The next step's batch, with the scheduling events that produced it. The base
         class completes it (``complete_plan``): a subclass need not relieve memory
-        pressure nor collect the allocator's activity."""
+        pressure nor collect the allocator's activity; a scheduler that ``supports_runs``
+        says how long the completed batch may repeat unchanged in ``run_limit``."""
 
     def complete_plan(self, plan: BatchPlan) -> BatchPlan:
         """The duties of every decision, run after the subclass's ``schedule``: when the
@@ -116,7 +118,15 @@ class Scheduler(ABC):
             copied, calls = self.kv.take_step_activity()  # waits for the next step
             plan.copy_bytes += copied
             plan.alloc_calls += calls
+        if self.supports_runs:  # asked last: the activity just added forbids a run
+            plan.run = self.run_limit(plan)
         return plan
+
+    def run_limit(self, plan: BatchPlan) -> RunLimit | None:
+        """How long the completed ``plan`` may repeat unchanged (``plan.run``, a
+        ``RunLimit``: the engine decides whether to run it and for how many steps), or
+        None for one step; asked only when ``supports_runs``."""
+        return None
 
     def relieve(self, plan: BatchPlan, head: Request, *, reject: bool = True) -> bool:
         """Nothing runs and ``head`` (the first waiting request) does not fit: drop the KV
@@ -148,29 +158,15 @@ class Scheduler(ABC):
         return False
 
     @abstractmethod
-    def commit(
-        self, plan: BatchPlan, steps: int = 1, prefill_steps: int = 0, prefill_tokens: int = 0
-    ) -> CommitResult:
-        """Apply a step (``steps`` > 1 only when ``supports_runs``: a run of the same
-        batch whose single prefill computes ``prefill_tokens`` in its first
-        ``prefill_steps`` steps)."""
+    def commit(self, plan: BatchPlan, steps: int = 1) -> CommitResult:
+        """Apply a step, or (``steps`` > 1, only within ``plan.run``) that many steps of
+        the same batch: what each of them computes follows from the plan alone."""
 
     @abstractmethod
     def prefill_chunks(self, cached_tokens: int, new_tokens: int) -> list[int]:
         """The chunks in which this scheduler would prefill ``new_tokens`` after
         ``cached_tokens`` of a request running alone (the pause lifecycle prices a
         pipelined reload's overlap with them; nobody re-derives the chunking rule)."""
-
-    # ------------------------------------------------- optional: runs of steps
-    def run_chunks(self, plan: BatchPlan, max_steps: int) -> list[int] | None:
-        """Chunk sizes of the plan's single prefill in this step and the next ones while
-        nothing else changes; None = not predictable (one step at a time)."""
-        return None
-
-    def decodes_stay_alone(self, plan: BatchPlan, n_decodes: int) -> bool:
-        """Whether ``n_decodes`` decodes may run as a batch on their own in later steps of
-        a run (no waiting request would be admitted meanwhile)."""
-        return False
 
     # ------------------------------------------------------------ checks
     def check_invariants(self) -> None:

@@ -3,7 +3,8 @@
 Invariant: a ``BatchPlan`` lists each scheduled request once with ``n_new >= 1`` tokens;
 the decode entries are exactly those with ``is_decode`` true when scheduled, the rest are
 prefill chunks; ``decode_history_tokens`` is the sum of the decode requests' computed
-tokens before the step (the KV they attend to, besides the new token).
+tokens before the step (the KV they attend to, besides the new token); ``run`` (set by
+a scheduler that supports runs) bounds how many identical steps the batch may take.
 """
 
 from __future__ import annotations
@@ -12,6 +13,27 @@ from dataclasses import dataclass, field
 
 from sim.cost import StepWork
 from sim.sched.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimit:
+    """How long a plan may run unchanged, as the scheduler sees it (memory is the
+    engine's to check): at most ``max_steps`` steps; the plan's single prefill advances by
+    ``chunks`` (one per step while it lasts; None: no prefill), and with ``late`` its
+    request, once its prompt is done, decodes with the others for the rest of the run.
+    A run's decodes each sample one token a step."""
+
+    max_steps: int
+    chunks: tuple[int, ...] | None = None
+    late: bool = False
+
+    def prefill_steps(self, steps: int) -> int:
+        """Steps of a run of ``steps`` in which the prefill computes a chunk."""
+        return 0 if self.chunks is None else min(len(self.chunks), steps)
+
+    def prefill_tokens(self, steps: int) -> int:
+        """Prompt tokens the prefill computes in a run of ``steps``."""
+        return 0 if self.chunks is None else sum(self.chunks[:steps])
 
 
 @dataclass(slots=True)
@@ -30,6 +52,9 @@ class BatchPlan:
     waiting_blocked: bool = False  # a waiting request could not be admitted this step
     copy_bytes: float = 0.0  # allocator copies caused while scheduling (priced in this step)
     alloc_calls: int = 0  # cudaMalloc/cudaFree calls caused while scheduling
+    #: how long this batch may repeat unchanged (None: one step); the engine alone decides
+    #: whether to step or to run (``engine.exact``, memory), then commits the steps taken
+    run: RunLimit | None = None
 
     @property
     def empty(self) -> bool:

@@ -35,14 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, sub
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.errors import InvariantError
 from sim.sched.base import Scheduler, register_scheduler
-from sim.sched.plan import BatchPlan, CommitResult
+from sim.sched.plan import BatchPlan, CommitResult, RunLimit
 from sim.sched.request import (
     CANCELLED,
     CANCELLED_REASON,
@@ -131,7 +131,41 @@ class VllmV1Scheduler(Scheduler):
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
-        return plan  # the base class adds the allocator's activity (complete_plan)
+        return plan  # the base class adds the allocator's activity, then asks run_limit
+
+    def run_limit(self, plan: BatchPlan) -> RunLimit | None:
+        """How long the batch repeats while nothing can change it, or None for one step:
+        every running request scheduled and nothing in the decision (preemption,
+        rejection, drop, copy, allocator call) that the next step would not do again; the
+        same decodes up to the first completion, plus at most one chunked prefill
+        (``run_chunks``) that, once its prompt is done, decodes with the others if no
+        waiting request would be admitted meanwhile (``decodes_stay_alone``)."""
+        if (
+            not plan.scheduled
+            or len(plan.scheduled) != len(self.running)
+            or plan.preempted
+            or plan.rejected
+            or plan.held_drops
+            or plan.copy_bytes
+            or plan.alloc_calls
+        ):
+            return None
+        k = steps_to_first_finish(plan.decodes)
+        if not plan.prefill_chunks:
+            return RunLimit(k) if k > 1 and not plan.admitted else None
+        chunks = self.run_chunks(plan, k)
+        if chunks is None:
+            return None
+        req, n_pre = plan.scheduled[-1][0], len(chunks)
+        left = req.output_limit - req.num_output  # tokens still to sample
+        late = (
+            sum(chunks) == req.num_tokens - req.num_computed
+            and n_pre < k
+            and left > 1
+            and self.decodes_stay_alone(plan, plan.n_decode + 1)
+        )
+        k = min(k, n_pre + left - 1) if late else min(k, n_pre)
+        return RunLimit(k, tuple(chunks), late) if k > 1 else None
 
     def _new_tokens(self, req: Request, budget: int, has_prefill: bool) -> int:
         """Tokens to schedule for ``req`` now; 0 = it does not fit this step."""
@@ -277,13 +311,11 @@ class VllmV1Scheduler(Scheduler):
             return False
         return n_decodes <= self.config.max_num_batched_tokens
 
-    def commit(
-        self, plan: BatchPlan, steps: int = 1, prefill_steps: int = 0, prefill_tokens: int = 0
-    ) -> CommitResult:
-        """Apply a step, or ``steps`` steps of the same batch (a run): decodes sample one
-        token per step; the run's single prefill computes ``prefill_tokens`` in its first
-        ``prefill_steps`` steps, samples its first token in the last of them if that
-        completes its prompt, and then decodes in every later step."""
+    def commit(self, plan: BatchPlan, steps: int = 1) -> CommitResult:
+        """Apply a step, or ``steps`` steps of the same batch (a run within ``plan.run``):
+        decodes sample one token per step; the run's single prefill computes its chunks
+        in the first steps, samples its first token in the last of them if that completes
+        its prompt, and then decodes in every later step."""
         out = CommitResult()
         finished = out.finished
         if steps > 1:
@@ -300,8 +332,11 @@ class VllmV1Scheduler(Scheduler):
                     req.finish()
                     finished.append(req)
             if plan.prefill_chunks:
+                run = plan.run
+                if run is None or steps > run.max_steps:
+                    raise InvariantError(f"{steps} steps committed past the plan's run limit")
                 self._commit_prefill(
-                    plan.scheduled[-1][0], steps, prefill_steps, prefill_tokens, out
+                    plan.scheduled[-1][0], steps, run.prefill_steps(steps), run.prefill_tokens(steps), out
                 )
         else:
             emitted = out.emitted
@@ -342,6 +377,15 @@ class VllmV1Scheduler(Scheduler):
         super().check_invariants()
         if len(self.running) > self.config.max_num_seqs:
             raise InvariantError("more running requests than max_num_seqs")
+
+
+def steps_to_first_finish(decodes: list[Request]) -> int:
+    """Steps until the first of ``decodes`` reaches its output limit (a large number
+    without decodes)."""
+    return min(map(sub, map(_limit, decodes), map(_output, decodes)), default=1 << 30)
+
+
+_limit, _output = attrgetter("output_limit"), attrgetter("num_output")
 
 
 def _decodes_from(running: list[Request], i: int, end: int) -> int:

@@ -38,7 +38,7 @@ class _StuckScheduler(Scheduler):
     def schedule(self):
         return BatchPlan()
 
-    def commit(self, plan, steps=1, prefill_steps=0, prefill_tokens=0):
+    def commit(self, plan, steps=1):
         raise AssertionError("never called: nothing is scheduled")
 
     def prefill_chunks(self, cached_tokens, new_tokens):

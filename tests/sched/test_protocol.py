@@ -87,7 +87,7 @@ class Fcfs(Scheduler):
             plan.scheduled.append((req, n))
         return plan  # the allocator's activity is put on it by the base class
 
-    def commit(self, plan, steps=1, prefill_steps=0, prefill_tokens=0) -> CommitResult:
+    def commit(self, plan, steps=1) -> CommitResult:
         assert steps == 1  # no runs: supports_runs is False
         out = CommitResult()
         for req, n in plan.scheduled:

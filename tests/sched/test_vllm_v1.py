@@ -12,6 +12,7 @@ from sim.sched import (
     RUNNING,
     WAITING,
     Request,
+    RunLimit,
     VllmV1Config,
     VllmV1Scheduler,
 )
@@ -241,3 +242,52 @@ def test_config_forbids_unknown_fields():
     kv = kv_manager(64)
     assert VllmV1Scheduler(VllmV1Config(), kv).config.max_num_batched_tokens == 8192
     assert isinstance(Ids().req(1, 1), Request)
+
+
+def _decoders_and_a_prompt(ids):
+    s = scheduler(max_num_batched_tokens=40, long_prefill_token_threshold=16)
+    for _ in range(3):
+        s.add(ids.req(4, 30))
+    step(s)  # three decoders
+    p = ids.req(100, 5)
+    s.add(p)
+    return s, p
+
+
+def test_the_plan_says_how_long_it_may_run_and_a_committed_run_equals_its_steps():
+    """``plan.run``: a chunked prefill beside three decodes runs its 7 chunks, then decodes
+    with them until its own 5th token (11 steps); committing those steps at once leaves
+    every request where stepping leaves it."""
+    runs = []
+    for mode in ("run", "steps"):
+        s, p = _decoders_and_a_prompt(Ids())
+        plan = s.schedule()
+        assert plan.run is not None
+        assert plan.run.chunks == (16,) * 6 + (4,) and plan.run.late and plan.run.max_steps == 11
+        if mode == "run":
+            s.commit(plan, 11)
+        else:
+            for _ in range(11):
+                s.commit(plan)
+                plan = s.schedule()
+        runs.append([(r.num_computed, r.num_output, r.status) for r in (*s.running, p)])
+    assert runs[0] == runs[1]
+    assert runs[0][-1][:2] == (104, 5) and runs[0][-1][2] == FINISHED
+
+
+def test_a_plan_runs_only_while_its_batch_repeats(ids):
+    s = scheduler(max_num_batched_tokens=40)
+    s.add(ids.req(4, 1))
+    plan = s.schedule()  # its prompt samples its only token: nothing to repeat
+    assert plan.run is None
+    s.commit(plan)
+    b = ids.req(4, 9)
+    s.add(b)
+    plan = s.schedule()  # a lone prompt, then 8 decodes of its own
+    assert plan.run == RunLimit(9, (4,), True)
+    s.commit(plan)
+    plan = s.schedule()
+    assert plan.run == RunLimit(8) and plan.run.prefill_steps(8) == 0
+    s.add(c := ids.req(4, 9))  # admitted beside b's decodes, then both decode
+    plan = s.schedule()
+    assert plan.admitted == [c] and plan.run == RunLimit(8, (4,), True)

@@ -331,7 +331,7 @@ class PauseLifecycle:
         if p is not None and req.num_computed >= p.tokens:
             self._resident(req, now)
 
-    def committed(self, plan: Any, ends: Any, chunks: list[int] | None) -> None:
+    def committed(self, plan: Any, ends: Any, chunks: tuple[int, ...] | None) -> None:
         """After a step or run: recomputing requests whose context is resident again."""
         if not self._recomputing:
             return

@@ -1,0 +1,99 @@
+"""The one pricing interface: price a batch, or a run of steps of that batch's shape.
+
+Responsibility: the contract every step pricer meets (``CostModel`` under each
+``step_pricing``: ``roofline_max``, ``per_group``, ``kernel_tables``; and
+``sim.cost.expert_parallel.LockstepPricer`` for data-parallel ranks that step together),
+and the few helpers its implementations share.
+
+A *run* of ``k`` steps of a batch shape is the batch's first step followed by ``k - 1``
+steps of the same decodes, each decode's history one token longer per step
+(``advanced(work, i)`` is step ``i``). A pricer computes a run's durations with the very
+code that prices one step: its terms are written once over "step offsets" ``i``, which
+are the integer 0 for one step and ``numpy.arange(k)`` for a run, so every term of step
+``i`` of a run is the same sequence of IEEE operations as the single step
+``advanced(work, i)``, and ``price_run(work, k)[i] == price(advanced(work, i)).total_s``
+holds by construction (tests/cost/test_pricers.py checks it for every pricer with
+hypothesis). A run has no prefill, copy or allocator call (only decodes repeat); a run of
+length one may be any batch.
+
+Invariant: pure; a pricer never looks at simulation time or state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:  # roofline imports this module's helpers
+    from sim.cost.roofline import StepWork
+
+W = TypeVar("W", contravariant=True)
+C = TypeVar("C", covariant=True)
+
+
+class StepPricer(Protocol[W, C]):
+    """Prices one step (``price``: its breakdown ``C``) or a run of steps (``price_run``:
+    one duration in seconds per step). ``W`` is what a step runs: a ``StepWork`` for one
+    engine, one ``StepWork | None`` per rank for a lockstep group."""
+
+    def price(self, work: W) -> C: ...
+
+    def price_run(self, work: W, n_steps: int) -> np.ndarray: ...
+
+
+def advanced(work: StepWork, steps: int) -> StepWork:
+    """Step ``steps`` of a decode run starting with ``work``: every decode's history (and
+    so the longest and shortest) ``steps`` tokens longer."""
+    if steps == 0:
+        return work
+    hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens
+    return replace(
+        work,
+        decode_history_tokens=work.decode_history_tokens + steps * work.n_decode,
+        decode_max_history_tokens=None if hi is None else hi + steps,
+        decode_min_history_tokens=None if lo is None else lo + steps,
+    )
+
+
+def check_run(work: StepWork, n_steps: int) -> None:
+    """Refuse a run that is not one: fewer than one step, or more than one step of a batch
+    that would not repeat (a prefill chunk, a copy or an allocator call)."""
+    if n_steps < 1:
+        raise ValueError(f"a run has at least one step, not {n_steps}")
+    if n_steps > 1 and (work.prefill_chunks or work.copy_bytes or work.alloc_calls):
+        raise ValueError("only a batch of decodes with no copy or allocator call repeats in a run")
+
+
+def step_offsets(n_steps: int) -> Any:
+    """The step offsets the terms are written over: 0 for one step (plain floats, the
+    cheap path), ``arange(n_steps)`` for a run."""
+    return 0 if n_steps == 1 else np.arange(n_steps, dtype=np.float64)
+
+
+def vmax(a: Any, b: Any) -> Any:
+    """``max`` of two step terms, scalars or arrays alike (the same IEEE comparison)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return b if b > a else a  # Python's max (the first of equals, NaN as it does)
+
+
+def as_run(x: Any, n_steps: int) -> np.ndarray:
+    """A term as one float64 per step of the run (a scalar repeats)."""
+    if isinstance(x, np.ndarray) and x.shape == (n_steps,):
+        return x
+    return np.full(n_steps, x, dtype=np.float64)
+
+
+def step_total(overhead_s: Any, alloc_s: Any, gpu_s: Any, more_s: Any, copy_s: Any, overlap: bool) -> Any:
+    """A step's seconds from its host overhead and GPU terms, in one fixed order of
+    additions: ``overhead + alloc + gpu + more + copy``, or with async scheduling (the
+    host planned this step while the last one ran) ``max(overhead, alloc + gpu + more +
+    copy)``."""
+    if overlap:
+        return vmax(overhead_s, alloc_s + gpu_s + more_s + copy_s)
+    return overhead_s + alloc_s + gpu_s + more_s + copy_s
+
+
+__all__ = ["StepPricer", "advanced", "as_run", "check_run", "step_offsets", "step_total", "vmax"]

@@ -1,0 +1,130 @@
+"""Every step pricer meets the one pricer interface (``sim.cost.pricer``): a run of k steps
+priced at once equals its k steps priced one by one, bit for bit, and a run of one step is
+the step (any batch, prefill chunks and copies included). One property test runs every
+pricer: ``roofline_max`` (datasheet and a version-1 calibration), ``per_group`` (datasheet
+and a Vidur calibration), ``kernel_tables`` (dense with the skew correction, and MoE), and
+the expert-parallel ``LockstepPricer`` (experts priced apart, and inside each rank's
+roofline), each with async scheduling on and off."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.cost import CostConfig, CostModel, StepWork
+from sim.cost.expert_parallel import LockstepPricer
+from sim.cost.pricer import StepPricer, advanced
+from sim.profiles import load_accelerator, load_model
+
+H100, PRO6000 = load_accelerator("h100-sxm-80gb"), load_accelerator("rtx-pro-6000-server-96gb")
+
+#: name -> (model, accelerator, TP, cost config)
+MODELS = {
+    "roofline": ("llama-3-70b", H100, 8, {"step_overhead_s": 2e-3}),
+    "roofline-v1-calibration": ("llama-3-8b", H100, 1, {"calibration": "synthetic-example"}),
+    "per_group": ("llama-3-8b", H100, 2, {"step_pricing": "per_group", "kernel_floor_s": 3e-6,
+                                          "step_overhead_s": 1e-3}),
+    "per_group-vidur": ("llama-3-8b", H100, 1, {"calibration": "h100-sxm-80gb-vidur"}),
+    "kernel_tables-skew": ("qwen3-32b", PRO6000, 2, {"calibration": "rtx-pro-6000-server-96gb-llmservingsim",
+                                                      "skew_correction": True}),
+    "kernel_tables-moe": ("qwen3-30b-a3b", PRO6000, 1, {"calibration": "rtx-pro-6000-server-96gb-llmservingsim"}),
+}  # fmt: skip
+#: name -> (the cost model of MODELS, ranks, CUDA-graph tokens)
+LOCKSTEP = {
+    "lockstep-experts-apart": ("kernel_tables-moe", 3, 512),
+    "lockstep-roofline-eager": ("roofline-moe", 2, 4),
+}
+
+
+@functools.cache
+def cost_model(name: str, async_on: bool) -> CostModel:
+    if name == "roofline-moe":
+        model, accel, tp, cfg = "qwen3-30b-a3b", H100, 1, {"step_overhead_s": 1e-3}
+    else:
+        model, accel, tp, cfg = MODELS[name]
+    m = CostModel(load_model(model), accel, tp, 1, CostConfig(**cfg))
+    m.async_scheduling = async_on
+    return m
+
+
+@functools.cache
+def pricer(name: str, async_on: bool) -> StepPricer:
+    if name in LOCKSTEP:
+        base, ranks, graph = LOCKSTEP[name]
+        return LockstepPricer(cost_model(base, async_on), ranks, cudagraph_max_tokens=graph)
+    return cost_model(name, async_on)
+
+
+def test_the_lockstep_pricers_split_as_named():
+    assert pricer("lockstep-experts-apart", False).split
+    assert not pricer("lockstep-roofline-eager", False).split
+    assert cost_model("kernel_tables-skew", False).pricing == "kernel_tables"
+    assert cost_model("per_group-vidur", False).pricing == "per_group"
+
+
+@st.composite
+def decode_works(draw) -> StepWork:
+    """A batch of decodes of unequal contexts (the skew correction's longest and shortest)."""
+    hist = draw(st.lists(st.integers(0, 40_000), min_size=1, max_size=40))
+    return StepWork(len(hist), sum(hist), (), 0.0, 0, max(hist), min(hist))
+
+
+def total(p: StepPricer, work) -> float:
+    return p.price(work).total_s
+
+
+def step(work, i: int):
+    if isinstance(work, list):
+        return [None if w is None else advanced(w, i) for w in work]
+    return advanced(work, i)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from([*MODELS, *LOCKSTEP]),
+    async_on=st.booleans(),
+    works=st.lists(st.one_of(st.none(), decode_works()), min_size=3, max_size=3),
+    steps=st.integers(1, 25),
+)
+def test_a_run_of_k_steps_is_its_k_steps_for_every_pricer(name, async_on, works, steps):
+    p = pricer(name, async_on)
+    if name in LOCKSTEP:
+        work = (works + [None] * 3)[: p.R]
+        if all(w is None for w in work):
+            work[0] = StepWork(1, 10, (), 0.0, 0, 10, 10)
+    else:
+        work = next((w for w in works if w is not None), StepWork(1, 10, (), 0.0, 0, 10, 10))
+    run = p.price_run(work, steps)
+    assert run.shape == (steps,) and run.dtype == np.float64
+    one_by_one = [total(p, step(work, i)) for i in range(steps)]
+    assert run.tolist() == one_by_one
+    assert all(t > 0 for t in one_by_one)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(list(MODELS)),
+    async_on=st.booleans(),
+    n_decode=st.integers(0, 30),
+    chunks=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 30_000)), max_size=2),
+    copy_bytes=st.sampled_from([0.0, 3e6]),
+)
+def test_a_run_of_one_step_is_the_step_for_any_batch(name, async_on, n_decode, chunks, copy_bytes):
+    p = pricer(name, async_on)
+    if n_decode == 0 and not chunks:
+        chunks = [(16, 0)]
+    hi = 500 + n_decode if n_decode else None
+    work = StepWork(n_decode, 500 * n_decode, tuple(chunks), copy_bytes, 0, hi, 500 if n_decode else None)
+    assert p.price_run(work, 1).tolist() == [p.price(work).total_s]
+
+
+@pytest.mark.parametrize("work", [StepWork(1, 0, ((8, 0),)), StepWork(1, 5, (), 1.0), StepWork(1, 5, (), 0.0, 2)])
+def test_only_a_batch_of_decodes_repeats(work):
+    with pytest.raises(ValueError, match="repeats"):
+        pricer("roofline", False).price_run(work, 2)
+    with pytest.raises(ValueError, match="at least one step"):
+        pricer("roofline", False).price_run(StepWork(1, 5), 0)
