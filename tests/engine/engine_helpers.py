@@ -11,7 +11,7 @@ from sim.run import run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ROOT / "workloads"
-SKIP = {"wall_time_s", "exact", "engine_decisions", "versions", "check_invariants"}
+SKIP = {"wall_time_s", "exact", "engine_decisions", "versions", "kvsim_version", "check_invariants"}
 # where a run came from, not what it did (two runs compared may differ in command or file)
 SKIP |= {"command", "scenario_path", "config_sha256"}
 

@@ -30,7 +30,7 @@ def test_golden_summary(name):
     summary = run(scenario, **overrides, **{"engine.check_invariants": False}).summary
     path = GOLDEN / f"{name}.json"
     # where and when a run came from, not what it simulated
-    local = ("wall_time_s", "versions", "command", "scenario_path", "config_sha256")
+    local = ("wall_time_s", "versions", "kvsim_version", "command", "scenario_path", "config_sha256")
     if os.environ.get("KVSIM_UPDATE_GOLDEN"):
         keep = {k: v for k, v in summary.items() if k not in local}
         path.write_text(json.dumps(keep, indent=2, sort_keys=True) + "\n")
