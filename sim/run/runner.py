@@ -32,6 +32,7 @@ from sim.memory.kv_manager import KVManager
 from sim.metrics import HbmLayout, Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
+from sim.prefix.kinds import engine_rules
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved, load_scenario, make_allocator_for, resolve
@@ -263,6 +264,7 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         "accelerator": r.accelerator.name,
         "num_gpus": r.num_gpus,
         "allocator": r.allocator_kind,
+        "engine_rules": engine_rules(r.allocator_kind, r.allocator_options),
         "scheduler": sc.scheduler.kind,
         "pause_policy": sc.pause_policy.kind,
         "exact": sc.engine.exact,
