@@ -87,8 +87,12 @@ class HashPagedAllocator(PagedAllocator):
 #: the engine whose rules each prefix-cache kind follows, for ``summary.json``'s
 #: ``engine_rules`` (docs/prefix_cache.md, "Version modelled")
 VLLM_RULES = "vLLM 0.33.0 KVCacheManager (null block reserved, unhashed blocks freed to the head)"
-VLLM_V1_DOC_RULES = "vLLM V1 prefix-caching design document, vLLM 0.8 (no null block, freed to the tail)"
-RADIX_RULES = "SGLang-like radix cache (SPEC 3.6-3.7; block-granular eviction; no one SGLang version)"
+VLLM_V1_DOC_RULES = (
+    "vLLM V1 prefix-caching design document, vLLM 0.8 (no null block, freed to the tail)"
+)
+RADIX_RULES = (
+    "SGLang-like radix cache (SPEC 3.6-3.7; block-granular eviction; no one SGLang version)"
+)
 
 
 def engine_rules(kind: str, options: dict) -> str | None:
