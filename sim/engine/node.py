@@ -21,6 +21,11 @@ the group's (every rank with a batch offers a run of pure-decode steps, ``RunOff
 a post to any rank cuts it), and while the group steps an idle rank waits for the step's
 end.
 
+Async scheduling (vLLM's default, ``Scheduler.async_scheduling``): the plan of a step is
+made while the step before it runs, so what is posted while step N runs is received at
+its end and applied at the next boundary, into step N + 2; with no step in flight it
+applies at once (``_take_posts``).
+
 Invariants: one SimPy event per step or run (never per token or per sequence); workload
 operations take effect only at step boundaries, in the order they were posted; the batch
 is never empty while work is runnable (otherwise ``EngineStuckError`` names the stuck
