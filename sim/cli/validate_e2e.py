@@ -8,7 +8,12 @@ latency of both sides (mean, median, p90, p95, p99, seconds) with kvsim's differ
 percent of vLLM's. Metrics as LLMServingSim computes them, anchored on ``queued_ts``:
 TTFT = first token - queued, TPOT = (last token - first token) / (output tokens - 1)
 (requests of one output token have none), latency = last token - queued; kvsim's are
-the same instants of its replay (arrival = the row's queued time).
+the same instants of its replay (arrival = the row's queued time), anchored as vLLM's on
+the step boundary at which the engine received the request (``queued_s``: vLLM's engine
+core takes requests between steps). Also time from scheduling to first token (first token
+- ``scheduled_ts``; kvsim's ``scheduled_s``: when the plan that admitted it was made, a
+step before the step runs under async scheduling); NaN where the log has no
+``scheduled_ts``.
 
 A data-parallel vLLM writes the log from several engine cores, not in ``queued_ts`` order:
 the rows are sorted by ``queued_ts`` (the replay reads them the same way) and the report
@@ -32,14 +37,14 @@ import typer
 from sim.cli._common import print_json
 from sim.errors import KvsimError
 
-METRICS = ("ttft", "tpot", "latency")
+METRICS = ("ttft", "tpot", "latency", "sched_to_first")
 STATS = ("mean", "median", "p90", "p95", "p99")
 HELP = (
     "Replay a real vLLM run's request log (RUN_FOLDER/vllm/requests.jsonl: input_toks, "
     "output_toks, queued_ts, first_token_ts, last_token_ts) through a scenario whose workload "
     "is kind vllm_requests, and print vLLM vs kvsim TTFT, TPOT and latency (mean, median, p90, "
     "p95, p99) with the difference in percent. TTFT = first token - queued; TPOT = (last - "
-    "first token) / (output - 1); latency = last token - queued. Rows are sorted by "
+    "first token) / (output - 1); latency = last token - queued; sched_to_first = first token - scheduled. Rows are sorted by "
     "queued_ts (a data-parallel vLLM logs from several engine cores; the output says how "
     "many were out of order); a row with a negative TTFT or a first token after its last "
     "is refused.\n\n"
@@ -93,7 +98,8 @@ def vllm_metrics(rows) -> dict[str, np.ndarray]:
     first = np.array([r.first_token_ts for r in rows])
     last = np.array([r.last_token_ts for r in rows])
     out = np.array([r.output_toks for r in rows], dtype=np.float64)
-    return _metrics(first - q, last - first, last - q, out)
+    sched = np.array([np.nan if r.scheduled_ts is None else r.scheduled_ts for r in rows])
+    return _metrics(first - q, last - first, last - q, out, first - sched)
 
 
 def kvsim_metrics(requests) -> dict[str, np.ndarray]:
@@ -104,16 +110,18 @@ def kvsim_metrics(requests) -> dict[str, np.ndarray]:
         row = bad.iloc[0]
         raise KvsimError(f"kvsim did not finish request {int(row['traj_id'])} of the log "
                          f"(status {row['status']}, {row['finish_reason']})")  # fmt: skip
-    first = (q["first_token_s"] - q["arrival_s"]).to_numpy(dtype=np.float64)
+    queued = q["queued_s"]  # vLLM's anchor: the boundary its engine received the request
+    first = (q["first_token_s"] - queued).to_numpy(dtype=np.float64)
     gen = (q["finish_s"] - q["first_token_s"]).to_numpy(dtype=np.float64)
-    lat = (q["finish_s"] - q["arrival_s"]).to_numpy(dtype=np.float64)
-    return _metrics(first, gen, lat, q["output_tokens"].to_numpy(dtype=np.float64))
+    lat = (q["finish_s"] - queued).to_numpy(dtype=np.float64)
+    sched = (q["first_token_s"] - q["scheduled_s"]).to_numpy(dtype=np.float64)
+    return _metrics(first, gen, lat, q["output_tokens"].to_numpy(dtype=np.float64), sched)
 
 
-def _metrics(ttft, gen, latency, output) -> dict[str, np.ndarray]:
+def _metrics(ttft, gen, latency, output, sched_to_first) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, gen / (output - 1), np.nan)
-    return {"ttft": ttft, "tpot": tpot, "latency": latency}
+    return {"ttft": ttft, "tpot": tpot, "latency": latency, "sched_to_first": sched_to_first}
 
 
 def stats(values: np.ndarray) -> dict[str, float]:
@@ -176,10 +184,10 @@ def format_report(report: dict[str, Any]) -> str:
            "write the log): sorted by queued_ts"] if order else []),
         f"kvsim:    {report['scenario']} (simulated {report['kvsim_sim_time_s']:.1f} s, "
         f"{report['kvsim_preemptions']} preemptions)",
-        f"{'metric':<8} {'stat':<7} {'vllm_s':>10} {'kvsim_s':>10} {'diff_%':>8}",
+        f"{'metric':<14} {'stat':<7} {'vllm_s':>10} {'kvsim_s':>10} {'diff_%':>8}",
     ]
     for m in METRICS:
         for s in STATS:
             c = report["metrics"][m][s]
-            lines.append(f"{m:<8} {s:<7} {c['vllm_s']:>10.4f} {c['kvsim_s']:>10.4f} {c['diff_pct']:>+8.1f}")
+            lines.append(f"{m:<14} {s:<7} {c['vllm_s']:>10.4f} {c['kvsim_s']:>10.4f} {c['diff_pct']:>+8.1f}")
     return "\n".join(lines)

@@ -22,6 +22,11 @@ the group's (every rank with a batch offers a run of pure-decode steps, ``RunOff
 a post to any rank cuts it), and while the group steps an idle rank waits for the step's
 end.
 
+Async scheduling (vLLM's default, ``Scheduler.async_scheduling``): the plan of a step is
+made while the step before it runs, so what is posted while step N runs is received at
+its end and applied at the next boundary, into step N + 2; with no step in flight it
+applies at once (``_take_posts``).
+
 Invariants: one SimPy event per step or run (never per token or per sequence); workload
 operations take effect only at step boundaries, in the order they were posted; the batch
 is never empty while work is runnable (otherwise ``EngineStuckError`` names the stuck
@@ -143,6 +148,14 @@ class Node:
         self.max_sim_time_s = max_sim_time_s  # None: no guard
         self.progress, self.progress_every = progress, progress_every
         self.inbox: list[tuple] = []
+        #: async scheduling (``Scheduler.async_scheduling``, vLLM's default): the plan of a
+        #: step is made while the step before it runs, so posts received at a boundary
+        #: (``_held``) reach the plan made at the next one (``_take_posts``)
+        self.lag = scheduler.async_scheduling
+        self._held: list[tuple] = []
+        self._stepped = False  # a step ended at this boundary (its posts are received now)
+        self._step_start = 0.0  # when the latest step (the last of a run) began
+        self._plan_s = 0.0  # when the plan made at this boundary was made (vLLM's view)
         self._wake = None  # event the engine sleeps on while idle or in a run
         self._ends: list[float] | None = None  # end times of the run in progress
         self._deadline = -1  # index in _ends of the step the engine will wake after
@@ -233,7 +246,7 @@ class Node:
                 continue
             while _busy_now(env):  # let same-time processes post first
                 yield _settle(env)
-            self._apply_inbox()
+            self._take_posts()
             now = env.now
             if self.horizon_s is not None and now >= self.horizon_s:
                 break
@@ -241,6 +254,8 @@ class Node:
             self.pauses.at_boundary()
             plan = self.sched.schedule()
             self._scheduling_events(plan, now)
+            if plan.empty and self._held:
+                continue  # no step to plan ahead of: posts received now apply at once
             if plan.empty:
                 if plan.preempted or plan.rejected or plan.held_drops:
                     zero_time += 1
@@ -262,6 +277,7 @@ class Node:
                 continue
             zero_time = 0
             yield from self._run(plan, now)
+            self._stepped, self._step_start = True, env.now - self.last_step_s
         self.end_s = env.now
 
     def _run(self, plan: BatchPlan, now: float):
@@ -301,7 +317,7 @@ class Node:
         plus at most one chunked prefill that, once its prompt is done, may decode with
         the others), and as far as memory allows without a miss or a copy."""
         lim = plan.run
-        if self.exact or lim is None:
+        if self.exact or self._held or lim is None:  # held posts change the next batch
             return None
         k, chunks = lim.max_steps, lim.chunks
         late = (plan.scheduled[-1][0], len(chunks)) if lim.late else None
@@ -323,7 +339,7 @@ class Node:
         """A lockstep rank's offer of a run of pure-decode steps (``plan.run`` of a batch
         of decodes alone; the group decides the run's length), or None."""
         lim = plan.run
-        if self.exact or lim is None or lim.chunks is not None:
+        if self.exact or self._held or lim is None or lim.chunks is not None:
             return None
         decodes, kv, base = plan.decodes, self.kv, m[1]
         return RunOffer(work, lim.max_steps, lambda steps: kv.plan_decode_run(decodes, steps, base))
@@ -413,6 +429,7 @@ class Node:
         for req in plan.admitted:
             if req.admitted_s is None:
                 req.admitted_s = now
+                req.scheduled_s = self._plan_s
             self.pauses.admitted(req, now)
         for req in plan.rejected:
             self.kv.release(req.seq_id)
@@ -436,10 +453,36 @@ class Node:
         )
 
     # ------------------------------------------------------------------ inbox
-    def _apply_inbox(self) -> None:
-        if not self.inbox:
+    def _take_posts(self) -> None:
+        """Receive the workload's posts at this boundary and apply those the plan made now
+        may see.
+
+        Every submission is stamped ``queued_s`` when received (vLLM's ``queued_ts``: its
+        engine core takes requests from its input queue between steps). With async
+        scheduling (vLLM's engine core keeps two steps queued: it plans step N + 1, hands
+        it to the GPU, then waits for step N's output), a step's plan is made while the
+        step before it runs, from what was received before that step began: what was posted
+        while step N ran is received at its end and first planned into step N + 2. So after
+        a step, the node applies the posts received at the previous boundary and holds
+        those received now. With no step in flight (idle, or an empty plan) there is
+        nothing to plan ahead of, and everything received applies at once.
+        """
+        now = self.env.now
+        for op in self.inbox:
+            if op[0] == "submit" and op[1].queued_s is None:
+                op[1].queued_s = now
+        if self.lag and self._stepped:  # this plan was made when the step just ended began
+            ops, self._held, self.inbox = self._held, self.inbox, []
+            self._plan_s = self._step_start
+        else:
+            ops, self._held, self.inbox = self._held + self.inbox, [], []
+            self._plan_s = now
+        self._stepped = False
+        self._apply_ops(ops)
+
+    def _apply_ops(self, ops: list[tuple]) -> None:
+        if not ops:
             return
-        ops, self.inbox = self.inbox, []
         kv, sched = self.kv, self.sched
         kv.set_time(self.env.now)
         refused = 0  # requests that can never run, refused on submission (one steps row)
@@ -484,7 +527,7 @@ class Node:
             self._seen[id(req)] = now
 
     def _too_long(self) -> None:
-        reqs = [op[1] for op in self.inbox if op[0] == "submit"]
+        reqs = [op[1] for op in (*self._held, *self.inbox) if op[0] == "submit"]
         reqs += [*self.sched.running, *self.sched.waiting]
         queued = {r.traj_id for r in reqs}
         pausing = {p.req.traj_id for p in self.pauses.open_pauses()} - queued

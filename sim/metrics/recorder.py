@@ -156,6 +156,8 @@ REQUEST_SCHEMA = [
     ("branch_id", _I),  # unique within the trajectory; 0 = the main line
     ("parent_branch_id", _I),  # the branch it forked from; -1 on the main line
     ("depth", _I),  # fork nesting: 0 on the main line
+    ("queued_s", _F),  # the boundary at which the engine received it (vLLM's queued_ts)
+    ("scheduled_s", _F),  # when the plan that first admitted it was made (vLLM's scheduled_ts)
     ("workload", _I),  # the workload's name (kind, or mix component); codes while recording
 ]
 REQUEST_COLUMNS = tuple(n for n, _ in REQUEST_SCHEMA)
@@ -559,4 +561,6 @@ def request_row(r) -> tuple:
         r.branch_id,
         r.parent_branch_id,
         r.depth,
+        r.queued_s,
+        r.scheduled_s,
     )

@@ -78,6 +78,11 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("accelerator", "str", "-", "Accelerator profile name."),
     _k("num_gpus", "int", "count", "GPUs of the engine instance (TP x PP)."),
     _k("allocator", "str", "-", "Allocator kind that ran (after `prefix_caching` selection)."),
+    _k("engine_rules", "str", "-",
+       "The serving engine (and version) whose rules the allocator's prefix cache follows: "
+       "`paged_hash` by default vLLM 0.33.0's KVCacheManager, with `null_block: false, "
+       "unhashed_to_head: false` the V1 design document's (vLLM 0.8); `radix` SGLang-like; "
+       "null for allocators without a prefix cache (docs/prefix_cache.md).", **_NULL),
     _k("scheduler", "str", "-", "Scheduler kind."),
     _k("pause_policy", "str", "-", "Pause policy kind."),
     _k("exact", "bool", "-", "True when every decode iteration was stepped one by one."),
@@ -299,6 +304,11 @@ REQUEST_TABLE = _cols(
     ("branch_id", _I, "-", "Branch id, unique within the trajectory (0 = main line)."),
     ("parent_branch_id", _I, "-", "Branch it forked from (-1 on the main line)."),
     ("depth", _I, "count", "Fork nesting (0 on the main line)."),
+    ("queued_s", _F, "s", "The step boundary at which the engine received it (vLLM's "
+     "queued_ts; arrival_s when the engine was idle)."),
+    ("scheduled_s", _F, "s", "When the plan that first admitted it was made (vLLM's "
+     "scheduled_ts): admitted_s, or with async scheduling the start of the step before "
+     "(NaN: never admitted)."),
     ("workload", _S, "-", "Workload kind, or the mix component's name."),
 )  # fmt: skip
 

@@ -12,8 +12,10 @@ generated ones on ``append`` with ``content=``); the core frees a finished seque
 first to the tail of the queue. Sharing is whole blocks only (vLLM has no partial-tail
 copy). It is the ``paged`` design with ``prefix_caching: hash``.
 
-Defaults follow the V1 design document's rules (vLLM 0.8, early 2025; see ``hashcache``):
-``null_block=False``, ``unhashed_to_head=False``.
+Defaults follow current vLLM (0.33.0's ``KVCacheManager``; see ``hashcache``):
+``null_block=True``, ``unhashed_to_head=True``; both false are the V1 design document's
+older rules (vLLM 0.8, early 2025). ``engine_rules`` names the rules an option set follows
+(``summary.json``'s ``engine_rules``).
 
 Books: free (queue blocks without a hash) + allocated (refcount > 0) + cached (queue blocks
 with a hash) + remainder (bytes making no block, and the null block) = pool. A cached block
@@ -69,8 +71,8 @@ class HashIndex:
         num_blocks: int,
         block_size: int,
         *,
-        null_block: bool = False,
-        unhashed_to_head: bool = False,
+        null_block: bool = True,
+        unhashed_to_head: bool = True,
     ) -> None:
         null_block = flag(null_block, "null_block")
         unhashed_to_head = flag(unhashed_to_head, "unhashed_to_head")

@@ -14,12 +14,13 @@ be compared on one workload:
 - a finished request's blocks are freed tail first and appended to the tail, so its last
   blocks (which hash the most tokens, least likely to be reused) are evicted first.
 
-Defaults follow the rules of the V1 design document (``docs/design/v1/prefix_caching.md``
-as published with vLLM 0.8, early 2025), for which its 10-block example was written: no null
-block, every freed block appended to the tail. Options model later code: ``null_block``
-(block 0 reserved, never allocated; usage = 1 - free/(num_blocks - 1)) and
-``unhashed_to_head`` (2026 main: freed blocks without a hash go to the head, so they are
-reused before any cached block is evicted).
+Defaults follow current vLLM (0.33.0's ``KVCacheManager``, found exact block for block:
+docs/prefix_cache.md): ``null_block`` (block 0 reserved, never allocated; usage = 1 -
+free/(num_blocks - 1)) and ``unhashed_to_head`` (freed blocks without a hash go to the
+head, so they are reused before any cached block is evicted). Both false give the older
+rules of the V1 design document (``docs/design/v1/prefix_caching.md`` as published with
+vLLM 0.8, early 2025), for which its 10-block example was written: no null block, every
+freed block appended to the tail.
 
 The request-level part (hashing content, the hit cap, caching blocks as they fill) is
 ``hash_index`` (the ``paged_hash`` kind's ``PrefixIndex``), which brings this pool to the
@@ -49,7 +50,7 @@ class HashBlockPool:
     (taking one evicts its hash), and ``incref`` of a free block is vLLM's *touch*.
     """
 
-    def __init__(self, num_blocks: int, null_block: bool = False, unhashed_to_head: bool = False):
+    def __init__(self, num_blocks: int, null_block: bool = True, unhashed_to_head: bool = True):
         if num_blocks < 1 + null_block:
             raise ValueError(f"num_blocks must be >= {1 + null_block}, got {num_blocks}")
         self.num_blocks = num_blocks

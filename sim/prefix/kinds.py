@@ -68,8 +68,8 @@ class HashPagedAllocator(PagedAllocator):
         pool_bytes: float,
         kv_bytes_per_token: float,
         block_size: int = 16,
-        null_block: bool = False,
-        unhashed_to_head: bool = False,
+        null_block: bool = True,
+        unhashed_to_head: bool = True,
     ) -> None:
         super().__init__(
             pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, block_size=block_size
@@ -82,6 +82,32 @@ class HashPagedAllocator(PagedAllocator):
                 unhashed_to_head=unhashed_to_head,
             )
         )
+
+
+#: the engine whose rules each prefix-cache kind follows, for ``summary.json``'s
+#: ``engine_rules`` (docs/prefix_cache.md, "Version modelled")
+VLLM_RULES = "vLLM 0.33.0 KVCacheManager (null block reserved, unhashed blocks freed to the head)"
+VLLM_V1_DOC_RULES = (
+    "vLLM V1 prefix-caching design document, vLLM 0.8 (no null block, freed to the tail)"
+)
+RADIX_RULES = (
+    "SGLang-like radix cache (SPEC 3.6-3.7; block-granular eviction; no one SGLang version)"
+)
+
+
+def engine_rules(kind: str, options: dict) -> str | None:
+    """The engine rules an allocator ``kind`` with ``options`` follows (None: a design of
+    the chapter's, no engine's)."""
+    if kind == "radix":
+        return RADIX_RULES
+    if kind != "paged_hash":
+        return None
+    null, head = options.get("null_block", True), options.get("unhashed_to_head", True)
+    if null and head:
+        return VLLM_RULES
+    if not null and not head:
+        return VLLM_V1_DOC_RULES
+    return f"vLLM V1 hashed blocks, mixed rules (null_block: {bool(null)}, unhashed_to_head: {bool(head)})"
 
 
 register_allocator("radix", RadixAllocator)

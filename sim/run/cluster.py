@@ -29,6 +29,7 @@ from sim.cluster.routers import make_router
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
 from sim.metrics.summary import fill_hold
+from sim.prefix.kinds import engine_rules
 from sim.run.accuracy import add_accuracy
 from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old home)
     node_scenarios,
@@ -235,6 +236,7 @@ def _meta(sim: ClusterSimulation, config: dict) -> dict:
         "accelerator": names(r.accelerator.name for r in rs),
         "num_gpus": sum(r.num_gpus for r in rs),
         "allocator": names(r.allocator_kind for r in rs),
+        "engine_rules": names(x for x in map(_rules, rs) if x) or None,
         "scheduler": names(r.scenario.scheduler.kind for r in rs),
         "pause_policy": names(r.scenario.pause_policy.kind for r in rs),
         "exact": sc.engine.exact,
@@ -245,6 +247,10 @@ def _meta(sim: ClusterSimulation, config: dict) -> dict:
         "scenario_path": scenario_path(sim.loaded),
         "config_sha256": config_sha256(config),
     }
+
+
+def _rules(r: Resolved) -> str | None:
+    return engine_rules(r.allocator_kind, r.allocator_options)
 
 
 def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_time: float):

@@ -26,6 +26,7 @@ from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import HbmLayout, Recorder
+from sim.prefix.kinds import engine_rules
 from sim.scenario import Resolved, make_allocator_for
 from sim.sched import Scheduler, make_scheduler
 
@@ -120,6 +121,7 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         "accelerator": r.accelerator.name,
         "num_gpus": r.num_gpus,
         "allocator": r.allocator_kind,
+        "engine_rules": engine_rules(r.allocator_kind, r.allocator_options),
         "scheduler": sc.scheduler.kind,
         "pause_policy": sc.pause_policy.kind,
         "exact": sc.engine.exact,

@@ -67,6 +67,8 @@ class Request:
         "hit_tokens",  # of those, tokens served from the cache (F17 numerator)
         "held_tokens",  # tokens already resident in its own sequence at first admission
         "admitted_s",  # first admission
+        "queued_s",  # the step boundary at which the engine received it (vLLM's queued_ts)
+        "scheduled_s",  # when the plan that first admitted it was made (vLLM's scheduled_ts)
         "first_token_s",
         "finish_s",
         "last_emit_step",  # engine step index of the latest token (-1 before the first)
@@ -128,6 +130,8 @@ class Request:
         self.hit_tokens = 0
         self.held_tokens = 0
         self.admitted_s: float | None = None
+        self.queued_s: float | None = None
+        self.scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
         self.last_emit_step = -1

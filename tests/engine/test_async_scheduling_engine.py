@@ -1,5 +1,6 @@
 """vLLM's async scheduling through the engine: an exact timeline from a hand-made cost, the
-exact and fast modes agreeing with it on, and no change where the host overhead is 0."""
+exact and fast modes agreeing with it on, and the plan made a step ahead (a post during step
+N reaches step N + 2; nothing to plan ahead of when the engine is idle)."""
 
 from __future__ import annotations
 
@@ -50,10 +51,58 @@ def test_exact_and_fast_modes_agree_with_async_scheduling(case):
     assert fast.summary["sim_time_s"] < sync.summary["sim_time_s"]  # the overlap saved time
 
 
-def test_without_host_overhead_the_setting_changes_nothing():
+#: steps of exactly 20 ms (GPU only): A arrives at 0 with 10 tokens to generate, B at 30 ms,
+#: while step 2 (20-40 ms) runs
+TWO_REQUESTS = {
+    **ONE_REQUEST,
+    "cost.step_overhead_s": 0.0,
+    "workload.requests": [
+        {"count": 1, "at_s": 0.0, "prompt_tokens": 16, "output_tokens": 10},
+        {"count": 1, "at_s": 0.030, "prompt_tokens": 16, "output_tokens": 10},
+    ],
+}
+
+
+def _times(r, i):
+    req = r.requests.sort_values("req_id").iloc[i]
+    return [req.arrival_s, req.queued_s, req.scheduled_s, req.admitted_s, req.first_token_s]
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_post_during_step_n_is_planned_into_step_n_plus_2(exact):
+    """vLLM's engine core plans step N + 1 while step N runs: B, posted during step 2, is
+    received at its end (queued 40 ms), planned then (scheduled 40 ms) into step 4, which
+    starts at 60 ms (admitted) and gives its first token at 80 ms; synchronous, step 3."""
+    mode = {"engine.exact": exact}
+    on = run("seed_chunked_prefill.yaml", **TWO_REQUESTS, **mode, **{"scheduler.async_scheduling": True})
+    off = run("seed_chunked_prefill.yaml", **TWO_REQUESTS, **mode, **{"scheduler.async_scheduling": False})
+    for r in (on, off):  # A found the engine idle: nothing to plan ahead of
+        assert _times(r, 0) == pytest.approx([0.0, 0.0, 0.0, 0.0, 0.020], abs=1e-12)
+    assert _times(on, 1) == pytest.approx([0.030, 0.040, 0.040, 0.060, 0.080], abs=1e-12)
+    assert _times(off, 1) == pytest.approx([0.030, 0.040, 0.040, 0.040, 0.060], abs=1e-12)
+    assert on.summary["sim_time_s"] == pytest.approx(off.summary["sim_time_s"] + 0.020, abs=1e-12)
+
+
+def test_with_nothing_else_to_plan_a_received_post_applies_at_once():
+    """A ends in step 2 (two tokens), so the plan made while it ran is empty: B, posted
+    during step 2, starts at its end, as on an idle engine."""
+    two = {**TWO_REQUESTS, "scheduler.async_scheduling": True, "engine.exact": True}
+    two["workload.requests"] = [{**TWO_REQUESTS["workload.requests"][0], "output_tokens": 2},
+                                TWO_REQUESTS["workload.requests"][1]]  # fmt: skip
+    r = run("seed_chunked_prefill.yaml", **two)
+    assert _times(r, 1) == pytest.approx([0.030, 0.040, 0.040, 0.040, 0.060], abs=1e-12)
+
+
+@pytest.mark.parametrize("setting", [True, False])
+def test_request_instants_are_ordered(setting):
+    """arrival <= queued <= scheduled <= admitted <= first token for every request of a
+    loaded run; synchronous, a request is scheduled when admitted; async, some are planned
+    a step before the step that admits them."""
     name, overrides = CASES["chat"]
-    zero = {**overrides, "cost.step_overhead_s": 0.0}
-    a = run(name, **zero, **{"scheduler.async_scheduling": True})
-    b = run(name, **zero, **{"scheduler.async_scheduling": False})
-    assert_same_summary(a.summary, b.summary, rel=0.0)
-    assert_same_frame(a.requests, b.requests, rel=0.0)
+    r = run(name, **overrides, **{"scheduler.async_scheduling": setting})
+    q = r.requests.dropna(subset=["first_token_s"])
+    cols = ["arrival_s", "queued_s", "scheduled_s", "admitted_s", "first_token_s"]
+    for a, b in zip(cols, cols[1:], strict=False):
+        assert (q[a] <= q[b] + 1e-12).all(), (a, b)
+    early = (q.scheduled_s < q.admitted_s).sum()
+    assert early > 0 if setting else early == 0

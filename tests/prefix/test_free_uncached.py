@@ -90,15 +90,21 @@ def test_free_uncached_drops_only_what_no_one_else_holds(kind):
     assert a.prefix_metrics().evicted_blocks > 0
 
 
-def test_free_uncached_on_the_hashed_cache_keeps_queue_order_and_counts_evictions():
-    a = make("paged_hash", blocks=16)
+@pytest.mark.parametrize("doc_rules", [True, False])
+def test_free_uncached_on_the_hashed_cache_keeps_queue_order_and_counts_evictions(doc_rules):
+    rules = {"null_block": False, "unhashed_to_head": False} if doc_rules else {}
+    a = make_allocator("paged_hash", pool_bytes=16 * BS * KV, kv_bytes_per_token=KV,
+                       block_size=BS, **rules)  # fmt: skip
     a.allocate("s", 17, content=[("A", 17)])  # 4 full blocks hashed + a partial one
     table = list(a.block_table("s"))
     a.free_uncached("s")
     pool = a.pool
     assert pool.num_cached == 0 and pool.evictions == 4
     assert all(pool.block_hash[b] is None for b in table)
-    assert pool.free_queue()[-5:] == table[::-1]  # freed tail first, then left in place
+    if doc_rules:  # the V1 design document: freed tail first to the tail, left in place
+        assert pool.free_queue()[-5:] == table[::-1]
+    else:  # current vLLM: unhashed blocks go to the head (deepest first), the partial after
+        assert table == [1, 2, 3, 4, 5] and pool.free_queue()[:5] == [4, 3, 2, 1, 5]
     ok(a)
 
 

@@ -1,6 +1,7 @@
 """vLLM V1's hashed prefix cache (``paged_hash``): the design document's 10-block example
-under the rules it was written for, the 2026 options, the hit cap, duplicates, LRU order,
-and a hypothesis test of the pool's books with content."""
+under the rules it was written for (an option set), the default rules of current vLLM
+(0.33.0), the hit cap, duplicates, LRU order, and a hypothesis test of the pool's books
+with content."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from sim.prefix.kinds import HashPagedAllocator
 from sim.prefix.spans import block_hashes, segments
 
 KV = 8
+
+
+#: the V1 design document's rules (vLLM 0.8), for which its example was written
+DOC_RULES = {"null_block": False, "unhashed_to_head": False}
 
 
 def vllm(blocks=10, bs=4, **options) -> HashPagedAllocator:
@@ -56,7 +61,7 @@ def run_design_doc_example(a):
 
 
 def test_vllm_documented_ten_block_example():
-    s = run_design_doc_example(vllm())
+    s = run_design_doc_example(vllm(**DOC_RULES))
     assert s[1] == (0, 1, 2, 3)
     assert s[3] == (0, 1, 2, 3, 4)
     assert s[4] == (8, (0, 1, 5, 6))  # only 2 blocks hit: the 3rd matches 2 of 4 tokens
@@ -66,20 +71,22 @@ def test_vllm_documented_ten_block_example():
     assert s[7] == (12, (0, 1, 2, 7, 8, 9, 4, 3), [6, 5], 1)
 
 
-def test_null_block_and_unhashed_blocks_to_the_head():
-    s = run_design_doc_example(vllm(null_block=True, unhashed_to_head=True))
+@pytest.mark.parametrize("options", [{}, {"null_block": True, "unhashed_to_head": True}])
+def test_null_block_and_unhashed_blocks_to_the_head_are_the_defaults(options):
+    """Current vLLM's rules (0.33.0): what ``paged_hash`` does unless told otherwise."""
+    s = run_design_doc_example(vllm(**options))
     assert s[1] == (1, 2, 3, 4)  # block 0 is reserved
     assert s[5] == [5, 8, 9, 4, 3]  # unhashed block 5 (r0's partial) goes to the head
     assert s[6] == [7, 5, 8, 9, 4, 3, 6, 2, 1]
     assert s[7] == (12, (1, 2, 3, 7, 5, 8, 9, 4), [6], 1)
-    a = vllm(null_block=True)
+    a = vllm(null_block=True, unhashed_to_head=False)
     m = ok(a)
     assert m.remainder_bytes == 4 * KV and a.max_sequence_tokens == 36  # 9 usable blocks
     assert a.pool.usage() == 0.0
 
 
 def test_whole_prompt_hit_recomputes_the_last_block_and_keeps_duplicates():
-    a = vllm(blocks=20)
+    a = vllm(blocks=20, **DOC_RULES)
     a.allocate("a", 16, content=[("P", 16)])
     a.free("a")
     r = a.allocate("b", 16, content=[("P", 16)])
@@ -94,7 +101,7 @@ def test_whole_prompt_hit_recomputes_the_last_block_and_keeps_duplicates():
 
 
 def test_lru_order_evicts_the_least_recently_used_tail_first():
-    a = vllm(blocks=8)
+    a = vllm(blocks=8, **DOC_RULES)
     a.allocate("x", 16, content=[("X", 16)])
     a.free("x")  # queue: 4..7, then x's blocks tail first: 3 2 1 0
     a.allocate("y", 16, content=[("Y", 16)])  # takes 4..7

@@ -19,10 +19,14 @@ RUNS = ROOT / "workloads/data/llmservingsim_perf/vllm_runs"
 #: run, scenario, recorded diff % (docs/validation.md): metric -> (mean, median, p90)
 DEV_RUNS = {
     "rtx4090": (RUNS / "RTX4090/Llama-3.1-8B", ROOT / "workloads/validation/rtx4090_llama31_8b.yaml",
-                {"ttft": (1.8, 0.5, 1.5), "tpot": (0.2, 0.7, 4.0), "latency": (1.4, 4.6, 1.6)}),
+                {"ttft": (1.7, 0.5, 1.2), "tpot": (0.1, 0.6, 3.7), "latency": (1.3, 4.6, 1.5),
+                 "sched_to_first": (-1.8, 3.7, 4.3)}),
     "rtxpro6000": (RUNS / "RTXPRO6000/Qwen3-32B", ROOT / "workloads/validation/rtxpro6000_qwen3_32b_tp2.yaml",
-                   {"ttft": (1.3, 0.9, 0.7), "tpot": (-0.3, -0.1, 1.1), "latency": (0.4, 0.7, -0.2)}),
+                   {"ttft": (1.2, 0.9, 0.9), "tpot": (-0.2, -0.1, 1.2), "latency": (0.4, 0.6, -0.0),
+                    "sched_to_first": (3.4, 7.2, 3.5)}),
 }  # fmt: skip
+#: the issue 26 target: TTFT, TPOT and latency within 5 % (sched_to_first is recorded only)
+BOUNDED = ("ttft", "tpot", "latency")
 RECORDED_PP = 0.5  # tolerance on the recorded differences, percentage points
 
 
@@ -36,7 +40,7 @@ def test_dev_run_within_5_percent_and_as_recorded(run_cli, name):
     for metric, values in recorded.items():
         for stat, want in zip(("mean", "median", "p90"), values, strict=True):
             got = report["metrics"][metric][stat]["diff_pct"]
-            assert abs(got) < 5.0, (metric, stat, got)
+            assert metric not in BOUNDED or abs(got) < 5.0, (metric, stat, got)
             assert abs(got - want) < RECORDED_PP, (metric, stat, got, want)
 
 
@@ -45,7 +49,7 @@ def test_text_report_lists_every_metric_and_stat(run_cli):
     code, out, _ = run_cli(["validate-e2e", str(run / "vllm/requests.jsonl"), "--scenario", str(sc)])
     assert code == 0
     rows = [line.split() for line in out.splitlines()[3:]]
-    assert [(r[0], r[1]) for r in rows] == [(m, s) for m in ("ttft", "tpot", "latency")
+    assert [(r[0], r[1]) for r in rows] == [(m, s) for m in ("ttft", "tpot", "latency", "sched_to_first")
                                             for s in ("mean", "median", "p90", "p95", "p99")]  # fmt: skip
 
 
@@ -88,8 +92,10 @@ def test_an_impossible_row_is_refused_with_its_line(run_cli, tmp_path):
 
 def test_metrics_are_the_authors_definitions():
     """TPOT = (last - first) / (output - 1); a one-token request has none; diff in % of vLLM."""
-    v = {"ttft": np.array([1.0, 3.0]), "tpot": np.array([0.1, np.nan]), "latency": np.array([2.0, 4.0])}
-    k = {"ttft": np.array([1.5, 3.5]), "tpot": np.array([0.2, np.nan]), "latency": np.array([2.0, 4.0])}
+    v = {"ttft": np.array([1.0, 3.0]), "tpot": np.array([0.1, np.nan]), "latency": np.array([2.0, 4.0]),
+         "sched_to_first": np.array([0.5, 0.5])}
+    k = {"ttft": np.array([1.5, 3.5]), "tpot": np.array([0.2, np.nan]), "latency": np.array([2.0, 4.0]),
+         "sched_to_first": np.array([0.25, 0.75])}
     c = compare(v, k)
     assert c["ttft"]["mean"]["diff_pct"] == pytest.approx(25.0)
     assert c["tpot"]["median"]["kvsim_s"] == pytest.approx(0.2) and c["latency"]["p99"]["diff_pct"] == 0.0
@@ -125,8 +131,8 @@ def test_fast_path_equals_stepping_under_kernel_table_pricing(name):
 #: docs/validation.md, "Expert parallelism with data-parallel attention": the predicted
 #: DP 2 + EP 2 run (no vLLM log): kvsim's own figures, mean / median / p90
 DP_EP = ROOT / "workloads/validation/rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml"
-DP_EP_RECORDED = {"ttft": (0.921, 0.148, 4.045), "tpot": (46.2e-3, 47.5e-3, 51.3e-3),
-                  "latency": (31.46, 30.78, 37.45)}  # fmt: skip
+DP_EP_RECORDED = {"ttft": (0.925, 0.161, 4.012), "tpot": (46.1e-3, 47.4e-3, 51.1e-3),
+                  "latency": (31.37, 30.72, 37.34)}  # fmt: skip
 
 
 def test_the_dp_ep_prediction_is_as_documented(run_cli):
@@ -137,7 +143,7 @@ def test_the_dp_ep_prediction_is_as_documented(run_cli):
     assert code == 0, err
     report = json.loads(out)
     assert report["requests"] == 300 and report["kvsim_preemptions"] == 0
-    assert round(report["kvsim_sim_time_s"], 1) == 61.8
+    assert round(report["kvsim_sim_time_s"], 1) == 61.3
     for metric, values in DP_EP_RECORDED.items():
         for stat, want in zip(("mean", "median", "p90"), values, strict=True):
             got = report["metrics"][metric][stat]["kvsim_s"]
