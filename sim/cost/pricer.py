@@ -16,18 +16,45 @@ holds by construction (tests/cost/test_pricers.py checks it for every pricer wit
 hypothesis). A run has no prefill, copy or allocator call (only decodes repeat); a run of
 length one may be any batch.
 
+``StepWork`` (what a step runs) lives here, with the contract that takes it;
+``sim.cost.roofline`` and ``sim.cost`` re-export it.
+
 Invariant: pure; a pricer never looks at simulation time or state.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-if TYPE_CHECKING:  # roofline imports this module's helpers
-    from sim.cost.roofline import StepWork
+
+@dataclass(frozen=True)
+class StepWork:
+    """The work of one engine step, as the scheduler planned it.
+
+    Decode sequences are given in aggregate (their count and the sum of the tokens each
+    had in KV before the step): every roofline term is linear in them. The longest and
+    shortest decode history (None: not known, priced as equal contexts) serve only the
+    kernel tables' skew correction.
+    """
+
+    n_decode: int = 0
+    decode_history_tokens: int = 0
+    prefill_chunks: tuple[tuple[int, int], ...] = ()  # (new tokens, cached tokens before)
+    copy_bytes: float = 0.0  # HBM-to-HBM bytes copied by the allocator this step
+    alloc_calls: int = 0  # cudaMalloc/cudaFree calls the allocator made this step
+    decode_max_history_tokens: int | None = None  # the longest decode's tokens in KV
+    decode_min_history_tokens: int | None = None  # the shortest decode's tokens in KV
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(c for c, _ in self.prefill_chunks)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.n_decode + self.prefill_tokens
 
 W = TypeVar("W", contravariant=True)
 C = TypeVar("C", covariant=True)

@@ -47,7 +47,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.groups import GroupPricer
-from sim.cost.pricer import as_run, check_run, step_offsets, step_total, vmax
+from sim.cost.pricer import StepWork, as_run, check_run, step_offsets, step_total, vmax
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
@@ -96,33 +96,6 @@ class CostConfig(BaseModel):
     # capacity` answers again at 1 -/+ the calibration's error (sim.sweep.error_band)
     step_time_scale: float = Field(1.0, gt=0, le=100)
     block_size: int = Field(16, ge=1)  # for calibrated attention bandwidth
-
-
-@dataclass(frozen=True)
-class StepWork:
-    """The work of one engine step, as the scheduler planned it.
-
-    Decode sequences are given in aggregate (their count and the sum of the tokens each
-    had in KV before the step): every roofline term is linear in them. The longest and
-    shortest decode history (None: not known, priced as equal contexts) serve only the
-    kernel tables' skew correction.
-    """
-
-    n_decode: int = 0
-    decode_history_tokens: int = 0
-    prefill_chunks: tuple[tuple[int, int], ...] = ()  # (new tokens, cached tokens before)
-    copy_bytes: float = 0.0  # HBM-to-HBM bytes copied by the allocator this step
-    alloc_calls: int = 0  # cudaMalloc/cudaFree calls the allocator made this step
-    decode_max_history_tokens: int | None = None  # the longest decode's tokens in KV
-    decode_min_history_tokens: int | None = None  # the shortest decode's tokens in KV
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(c for c, _ in self.prefill_chunks)
-
-    @property
-    def n_tokens(self) -> int:
-        return self.n_decode + self.prefill_tokens
 
 
 @dataclass(frozen=True)
