@@ -7,7 +7,7 @@ Invariant: every function returns seconds (with the terms that made them); the c
 model never looks at simulation time or state, only at the work it is handed.
 """
 
-from sim.cost.pricer import StepPricer
-from sim.cost.roofline import CostConfig, CostModel, StepCost, StepWork
+from sim.cost.pricer import StepPricer, StepWork
+from sim.cost.roofline import CostConfig, CostModel, StepCost
 
 __all__ = ["CostConfig", "CostModel", "StepCost", "StepPricer", "StepWork"]

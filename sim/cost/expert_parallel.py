@@ -60,8 +60,8 @@ import numpy as np
 
 from sim.cost.groups import _allreduce_fit
 from sim.cost.kernel_tables import MoeGrid
-from sim.cost.pricer import as_run, check_run, step_offsets, vmax
-from sim.cost.roofline import CostModel, StepCost, StepWork
+from sim.cost.pricer import StepWork, as_run, check_run, step_offsets, vmax
+from sim.cost.roofline import CostModel, StepCost
 from sim.units import dtype_bytes
 
 #: what a rank with no work runs while the others step (vLLM's dummy batch: one token)
