@@ -1,6 +1,6 @@
 """Benchmark: host<->device copies (pinned vs pageable, sizes, blocks, both ways, overlap).
 
-Responsibility: measure what the offload tier's cost model needs (SPEC 3.12-3.13):
+Responsibility: measure what the offload tier's cost model needs (rules 3.12-3.13):
   single    one transfer, h2d and d2h, pinned and pageable, 4 KiB (less than a block) to GBs;
   blocks    N block-sized copies (one cudaMemcpyAsync each) vs one device gather/scatter
             plus one transfer of the same bytes;

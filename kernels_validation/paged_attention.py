@@ -129,7 +129,7 @@ def paged_prefill_attention(
     chunk_lens: torch.Tensor,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Chunked-prefill attention over paged history + causal chunk (SPEC F26).
+    """Chunked-prefill attention over paged history + causal chunk (F26).
 
     ``q`` [num_seqs, max_chunk_len, num_heads, head_dim] holds each sequence's chunk of
     new query tokens, left-aligned; row ``i < chunk_lens[s]`` is absolute position

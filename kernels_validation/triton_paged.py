@@ -4,7 +4,7 @@ Responsibility: read each sequence's K/V straight from the paged cache through t
 table, once, and compute decode attention without materialising a gathered copy. One
 program handles one (sequence, KV head, context split): all query heads of the GQA group
 share the K/V tiles it loads. Per-split partial results (unnormalised output, running max,
-running sum) are merged in torch afterwards with the log-sum-exp rule of SPEC F26.
+running sum) are merged in torch afterwards with the log-sum-exp rule of F26.
 
 Invariant: a program loads only token positions ``< context_lens[s]`` and only the
 block-table entries of those positions (all other loads are masked off), so padding in a

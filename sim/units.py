@@ -2,7 +2,7 @@
 
 Invariant: every quantity inside kvsim is in bytes, seconds, FLOPs, bytes/s or FLOP/s.
 The constants here are the only place decimal and binary prefixes are defined, so a GB
-is never mistaken for a GiB (the source chapter makes that mistake; SPEC section 5).
+is never mistaken for a GiB (the source chapter makes that mistake; docs/model.md).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ or --prefill-mfu x dense BF16 peak x GPUs in the replica. Recompute counts F30's
 term 2 x P x S; --attention adds F23's 4 L d_model S^2. Arithmetic only: the weights are
 not checked to fit; a context beyond the model's window is a warning (exit 0). Every
 number must be finite and in range (a one-line error naming the flag, exit 2). Example
-(SPEC E24):
+(E24):
 
   kvsim breakeven --model llama-3.1-70b --params 70.6e9 --gpu h100-sxm-80gb --num-gpus 8
   --context 32768 --link-gb-per-s 64 --prefill-mfu 0.45 --wait 45

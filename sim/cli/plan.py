@@ -34,7 +34,7 @@ per GPU is memory x --gpu-memory-utilization - weights - reserve (F34); the util
 defaults to 0.9 (as kvsim run), or 1.0 when a --gpu-mem-* or --reserve-* figure is given.
 A context beyond the model's window, weights that leave no KV pool, or none fitting is a
 warning (exit 0). Every number must be finite and in range (a one-line error naming the
-flag, exit 2). GB means 10^9 bytes and GiB 2^30 bytes. Example (SPEC E1):
+flag, exit 2). GB means 10^9 bytes and GiB 2^30 bytes. Example (E1):
 
   kvsim plan --model llama-3.1-70b --params 70.6e9 --gpu h100-sxm-80gb --gpu-mem-gib 80
   --num-gpus 8 --reserve-gb-per-gpu 2.5 --context 8192,32768,131072

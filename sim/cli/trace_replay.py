@@ -16,7 +16,7 @@ from sim.errors import KvsimError
 
 _PARAGRAPHS = [
     "Replay a request trace through a radix prefix cache and print its prefix hit rate "
-    "(SPEC F17: hit tokens / prompt tokens), with no timing.",
+    "(F17: hit tokens / prompt tokens), with no timing.",
     'Mooncake format: one JSON object per line, {"timestamp": ms, "input_length", '
     '"output_length", "hash_ids": [...]}; each hash id is a 512-token block, equal ids mean '
     "equal content and equal prefix, the last block may be partial.",

@@ -1,4 +1,4 @@
-"""Several nodes behind one router (SPEC 3.15, F19-F20): the routers, the global prefix
+"""Several nodes behind one router (rule 3.15, F19-F20): the routers, the global prefix
 directory, and the front the workload submits to.
 
 Layer: above ``sim/engine`` (it drives several ``Node``s) and ``sim/metrics`` (it sums

@@ -1,4 +1,4 @@
-"""The cluster's global prefix directory: chained chunk hashes -> nodes (SPEC 3.15, F19).
+"""The cluster's global prefix directory: chained chunk hashes -> nodes (rule 3.15, F19).
 
 Responsibility: know, for every node, which prefixes its prefix cache holds as chained
 16-token chunk hashes, so a router can ask per node how long a prompt's cached prefix is

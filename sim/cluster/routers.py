@@ -12,7 +12,7 @@ The kinds (docs/cluster.md):
 * ``round_robin``: nodes in turn (Vidur's global scheduler).
 * ``least_load``: the fewest outstanding requests (queued + running), then the lowest
   KV use, then the lowest node id (``by: kv``: KV use first, then outstanding requests).
-* ``prefix_affinity``: SPEC F20, ``argmax_j mu Match_j / S - (1 - mu) (L_j / L_max)^gamma``
+* ``prefix_affinity``: F20, ``argmax_j mu Match_j / S - (1 - mu) (L_j / L_max)^gamma``
   over the prefix directory (chained 16-token chunk hashes, F19) and the request's own
   resident sequence; ``l_max: auto`` is ``max_j L_j`` (0 load everywhere: no load term).
 * ``session_affinity``: a trajectory stays on the node that served its previous call
@@ -177,7 +177,7 @@ class PrefixAffinity(Router):
         # normalizing load (F20's L_max): auto = max_j L_j, else a fixed count >= 1
         l_max: Literal["auto"] | int = "auto"
         directory_update_delay_s: float = Field(0.0, ge=0, le=3600)  # directory staleness
-        chunk_tokens: int = Field(16, ge=1, le=4096)  # F19 chunk (16 in SPEC 3.15)
+        chunk_tokens: int = Field(16, ge=1, le=4096)  # F19 chunk (16 in rule 3.15)
 
         @field_validator("l_max", mode="before")
         @classmethod

@@ -1,4 +1,4 @@
-"""The cluster routing score (SPEC F20) and the chunk arithmetic of SPEC 3.15.4 / E17.
+"""The cluster routing score (F20) and the chunk arithmetic of rule 3.15.4 / E17.
 
 Responsibility: the pure numbers a prefix-aware router needs, with no state and no
 simulation: ``routing_score`` (F20: affinity to a node's cached prefix against its load),
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-#: tokens per chunk of the chained chunk hashes (SPEC F19)
+#: tokens per chunk of the chained chunk hashes (F19)
 CHUNK_TOKENS = 16
 
 
@@ -29,7 +29,7 @@ def routing_score(
     mu: float,
     gamma: float,
 ) -> float:
-    """SPEC F20 for one node: ``mu * (Match / S) - (1 - mu) * (L / L_max) ** gamma``.
+    """F20 for one node: ``mu * (Match / S) - (1 - mu) * (L / L_max) ** gamma``.
 
     ``match_tokens`` (Match_j) is the node's cached prefix of the prompt, ``prompt_tokens``
     (S) the prompt length, ``load`` (L_j) its queued + running requests and ``load_max``
@@ -53,7 +53,7 @@ def best_node(scores: Sequence[float]) -> int:
 
 
 def chunks_skipped(match_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> int:
-    """Whole chunks of the matched prefix (SPEC 3.15.4): ``floor(Match / chunk)``."""
+    """Whole chunks of the matched prefix (rule 3.15.4): ``floor(Match / chunk)``."""
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens!r}")
     return max(match_tokens, 0) // chunk_tokens
@@ -62,7 +62,7 @@ def chunks_skipped(match_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> int:
 def prefill_tokens(prompt_tokens: int, match_tokens: int) -> int:
     """Prompt tokens the chosen node prefills: ``S - Match`` (never below 0).
 
-    The SPEC's arithmetic; the node itself recomputes at least one token of a fully cached
+    Rule 3.15's arithmetic; the node itself recomputes at least one token of a fully cached
     prompt and shares whole blocks only (its own cap and F18 truncation).
     """
     return max(prompt_tokens - max(match_tokens, 0), 0)

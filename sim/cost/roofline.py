@@ -2,7 +2,7 @@
 
 Invariant: ``iteration_time(work)`` is a pure function of the step's work and the
 configuration; every term can be switched off, and with weights + GEMM only and the
-chapter's efficiencies it is exactly F24 (SPEC E20: 46.7 ms decode, 1,194.7 ms monolithic
+chapter's efficiencies it is exactly F24 (E20: 46.7 ms decode, 1,194.7 ms monolithic
 4,096-token prefill, 158.7 ms for a 512-token chunk with 32 decodes). Per-GPU quantities
 are for one tensor-parallel rank; pipeline stages run one after another (no micro-batch
 overlap is modelled), so PP does not shorten a step.

@@ -2,7 +2,7 @@
 
 Responsibility: how long a transfer takes when others compete for the same wire. Each GPU
 has two DMA channels, host-to-device (``h2d``) and device-to-host (``d2h``), which run
-concurrently (SPEC 3.12: copy engines run beside compute and beside each other); the NVMe
+concurrently (rule 3.12: copy engines run beside compute and beside each other); the NVMe
 drives of the node form one more channel that every GPU shares. A channel serves its
 transfers in arrival order (``link_sharing: fifo``, default: one DMA queue) or shares its
 bandwidth equally among those in flight (``fair``: processor sharing).

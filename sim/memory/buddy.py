@@ -1,4 +1,4 @@
-"""``buddy``: power-of-two blocks with split and merge (SPEC 3.3).
+"""``buddy``: power-of-two blocks with split and merge (rule 3.3).
 
 The addressable pool is ``floor(pool_slots / min_block_tokens)`` units of
 ``min_block_tokens`` slots; it is covered by the largest aligned power-of-two blocks (a
@@ -9,7 +9,7 @@ release merges a block with its buddy while the buddy is free at the same order.
 and forks follow ``buffers`` (doubling = the next order); ``grow_in_place`` absorbs free
 upper buddies instead of moving.
 
-Free memory is reported as contiguous holes (adjacent free blocks form one hole, as SPEC
+Free memory is reported as contiguous holes (adjacent free blocks form one hole, as
 E9's 768 MiB hole does); a request also needs alignment, so a hole can be larger than any
 block the allocator can hand out: Phi_ext (F9) is then a lower bound of buddy's refusals.
 

@@ -3,7 +3,7 @@
 Responsibility: the behaviour static, contiguous and buddy allocators share. A sequence
 owns one contiguous buffer (``start``, ``size`` in token slots; capacity = size). An append
 past capacity grows the buffer once to the smallest doubling that fits; growth follows the
-chapter's three steps (SPEC 3.2): reserve the new buffer while the old one still exists
+chapter's three steps (rule 3.2): reserve the new buffer while the old one still exists
 (the transient N + 2N peak is recorded), copy the written tokens (``bytes_copied``), release
 the old buffer as a hole. With ``grow_in_place`` a buffer first tries to extend into the
 hole right after it (no copy). A fork is a deep copy: the child gets a buffer of the

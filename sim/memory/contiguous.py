@@ -1,4 +1,4 @@
-"""``contiguous``: std::vector-style buffers that double (SPEC 2.5 F12, 3.2), optionally
+"""``contiguous``: std::vector-style buffers that double (F12, rule 3.2), optionally
 with an Orca-style reservation (Kwon et al. 2023, Fig. 2).
 
 A sequence is admitted with a buffer of exactly its prompt; an append past capacity grows

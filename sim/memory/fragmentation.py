@@ -1,4 +1,4 @@
-"""Allocation efficiency and fragmentation (SPEC F8, F9, F10), one definition for every kind.
+"""Allocation efficiency and fragmentation (F8, F9, F10), one definition for every kind.
 
 Invariant: these are pure functions of byte counts and hole sizes; every allocator's
 ``metrics()`` calls them with its own numbers and never re-implements them, so the same
@@ -28,7 +28,7 @@ def eta_effective(useful_bytes: float, pool_bytes: float) -> float:
 def phi_ext(free_extents: Iterable[float], request_bytes: float | None) -> float | None:
     """F9: ``1 - sum(H_k >= R_req) / M_free``; the share of free memory a request cannot use.
 
-    0 when every free byte lies in a hole large enough, 1 when no hole is. None (SPEC sim
+    0 when every free byte lies in a hole large enough, 1 when no hole is. None (kvsim's own
     decision) when no request size is given or nothing is free.
     """
     if request_bytes is None:

@@ -148,7 +148,7 @@ class KVManager:
 
         A new sequence is matched against the prefix cache (hit tokens need no prefill);
         a held one (the trajectory kept its KV over the pause) starts computed up to what
-        it holds. The whole prompt is allocated now (SPEC 3.4.2). False = does not fit;
+        it holds. The whole prompt is allocated now (rule 3.4.2). False = does not fit;
         nothing changed.
         """
         alloc, seq = self.alloc, req.seq_id

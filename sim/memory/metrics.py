@@ -30,7 +30,7 @@ MISSED = AllocResult(False)
 
 @dataclass(frozen=True, slots=True)
 class MemoryMetrics:
-    """State of one allocator at one instant (SPEC F7-F10)."""
+    """State of one allocator at one instant (F7-F10)."""
 
     pool_bytes: float  # the pool the allocator was given (M_pool)
     useful_bytes: float  # distinct token states resident (a CoW-shared prefix counts once)

@@ -1,5 +1,5 @@
-"""``paged``: PagedAttention blocks with block tables, refcounts and copy-on-write (SPEC 2.6,
-2.7, 3.4, 3.5).
+"""``paged``: PagedAttention blocks with block tables, refcounts and copy-on-write (F13-F15,
+F16, rules 3.4, 3.5).
 
 The pool is ``floor(pool_bytes / (block_size * kv_bytes_per_token))`` blocks (F13); what
 does not make a whole block is reported as ``remainder_bytes``. A sequence of S tokens maps

@@ -1,4 +1,4 @@
-"""``static``: worst-case reservation (SPEC 2.3, 3.1).
+"""``static``: worst-case reservation (F6, rule 3.1).
 
 Every admitted sequence gets one contiguous buffer of ``max_tokens`` slots (S_max) at
 admission and never grows: an admitted sequence can never run out of memory, and an

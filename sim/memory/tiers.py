@@ -1,4 +1,4 @@
-"""Memory tiers below HBM: a pinned host-DRAM frame pool and an NVMe tier (SPEC 3.12-3.14).
+"""Memory tiers below HBM: a pinned host-DRAM frame pool and an NVMe tier (rules 3.12-3.14).
 
 Responsibility: where an offloaded block lives. ``FramePool`` is a finite pool of
 fixed-size frames in one tier (host DRAM or NVMe), owned by sequences; ``TieredBlockTable``
@@ -9,7 +9,7 @@ copy completes.
 Sizes: a frame holds one KV block of the replica (block tokens x KV bytes per token, all
 TP ranks; an MLA latent, identical on every rank, is stored once). The host pool is a
 pre-allocated pinned buffer (``host_dram_bytes x pinned_host_fraction``), never pageable
-memory: a DMA from pageable memory would fault and collapse the link (SPEC 3.12).
+memory: a DMA from pageable memory would fault and collapse the link (rule 3.12).
 
 Invariants (``check_invariants``):
   * free + used = capacity frames in every pool; capacity is never exceeded;
@@ -38,7 +38,7 @@ class Tier(IntEnum):
     NVME = 2
 
 
-TIER_GPU = Tier.HBM  # the chapter's code name for the same tier (SPEC 5.3)
+TIER_GPU = Tier.HBM  # the chapter's code name for the same tier (rule 3.14)
 
 
 class BlockFrame(NamedTuple):

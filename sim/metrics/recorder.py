@@ -207,7 +207,7 @@ class Recorder:
         # memory.parquet's phi_ext: F9 for a request of these bytes (None: NaN column)
         self.phi_ext_request_bytes = phi_ext_request_bytes
         # block kinds (paged, radix, ...): any free block serves any block request, so
-        # external fragmentation is 0 whenever anything is free (SPEC F9 on a block pool)
+        # external fragmentation is 0 whenever anything is free (F9 on a block pool)
         self.block_kind = block_kind
         self.step_ends = array("d")  # end time of every step, by step index
         # ITL weights of runs of steps: first step, steps, weight at the first, after it

@@ -1,4 +1,4 @@
-"""Pause policies: what happens to a trajectory's KV while its tool runs (SPEC 2.11, 3.11-3.13).
+"""Pause policies: what happens to a trajectory's KV while its tool runs (F29-F33, rules 3.11-3.13).
 
 Responsibility: ``PauseFacts`` (what the engine knows at a tool call) -> ``Decision``
 (hold / recompute / offload_host / offload_nvme, with a prefetch plan or a TTL), by small

@@ -40,7 +40,7 @@ class PolicyOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: str
-    resume: Literal["naive", "speculative", "pipelined"] = "naive"  # SPEC 3.13
+    resume: Literal["naive", "speculative", "pipelined"] = "naive"  # rule 3.13
     prefetch_margin_s: float = Field(0.2, ge=0)  # speculative timer lead (E25: 0.2 s)
     # preemption by swap to host DRAM instead of drop-and-recompute: not run by the engine
     # yet, so a scenario that sets it is refused (sim.run.checks.check_pause_policy)

@@ -1,4 +1,4 @@
-"""``break_even``: the chapter's decision regimes with shadow prices (SPEC F30-F33, 3.11).
+"""``break_even``: the chapter's decision regimes with shadow prices (F30-F33, rule 3.11).
 
 Responsibility: pick the tier from the predicted wait W:
   1. W <= T*_host (F33 on the host link: round trip x mu_HBM/(mu_HBM - mu_DRAM) +

@@ -136,7 +136,7 @@ class PauseFacts:
 
 @dataclass(frozen=True, slots=True)
 class PrefetchPlan:
-    """How offloaded state comes back (SPEC 3.13)."""
+    """How offloaded state comes back (rule 3.13)."""
 
     strategy: ResumeStrategy  # naive | speculative | pipelined
     fire_after_s: float | None = None  # speculative: timer, seconds after the pause starts

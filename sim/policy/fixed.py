@@ -1,4 +1,4 @@
-"""The four single-action policies of SPEC 3.11: hold, recompute, offload_host, offload_nvme.
+"""The four single-action policies of rule 3.11: hold, recompute, offload_host, offload_nvme.
 
 Responsibility: the chapter's static baselines, each answering the same action at every
 pause. An offload whose tier has no room for the state falls back to ``when_full``

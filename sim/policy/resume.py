@@ -1,4 +1,4 @@
-"""Resume paths for offloaded state (SPEC 3.13): naive, speculative prefetch, pipelined.
+"""Resume paths for offloaded state (rule 3.13): naive, speculative prefetch, pipelined.
 
 Responsibility: when the reload of an offloaded state starts, when it ends, how long the
 trajectory stalls on it after its tool returns, and how long HBM is taken back before the

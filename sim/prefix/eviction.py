@@ -42,7 +42,7 @@ class EvictionStrategy(ABC):
 
 @dataclass(frozen=True)
 class LRU(EvictionStrategy):
-    """Least recently used first (SPEC 3.7; SGLang's default)."""
+    """Least recently used first (rule 3.7; SGLang's default)."""
 
     name: ClassVar[str] = "lru"
     merges_extensions: ClassVar[bool] = True
@@ -122,7 +122,7 @@ def get_strategy(name_or_strategy: str | EvictionStrategy) -> EvictionStrategy:
 
 @dataclass(frozen=True)
 class Watermark:
-    """SPEC 3.7.3: when free blocks drop below ``tau_low_blocks``, evict up to ``target_free``.
+    """Rule 3.7.3: when free blocks drop below ``tau_low_blocks``, evict up to ``target_free``.
 
     Both zero (the default) means eviction happens only on an allocation shortfall.
     """

@@ -7,7 +7,7 @@ its prompt and reply are cached (whole blocks) as the most recently used. Trajec
 are interleaved turn by turn, so a fleet shares the system prompt and tools.
 
 Served tokens follow the engine's rules: at least one prompt token is computed (the match
-is capped at ``prompt - 1``), then ``truncate`` keeps whole blocks (SPEC F18) while
+is capped at ``prompt - 1``), then ``truncate`` keeps whole blocks (F18) while
 ``cow_tail`` also serves the partial tail block by copying it.
 
 Invariant: deterministic; the numbers in ``docs/prefix_cache.md`` come from
@@ -60,7 +60,7 @@ class HitReport:
         return self._sum("matched_tokens", trajectory) / total if total else 0.0
 
     def per_trajectory(self) -> dict[str, float]:
-        """F17 per trajectory (SPEC 3.8: the figure a harness change should move)."""
+        """F17 per trajectory (rule 3.8: the figure a harness change should move)."""
         return {t: self.hit_rate(t) for t in dict.fromkeys(c.trajectory for c in self.calls)}
 
 

@@ -3,7 +3,7 @@
 Responsibility: implement ``sim.memory.PrefixIndex`` for the ``paged_hash`` kind
 (``sim.prefix.kinds.HashPagedAllocator`` composes it with the paged core): the
 request-level half of vLLM V1 prefix caching (``hashcache`` holds the block pool, which this
-index brings to the core): hash each full block of a sequence's content (chained, SPEC
+index brings to the core): hash each full block of a sequence's content (chained,
 F19), look up the longest run of leading cached hashes at admission, cap it so at least one
 prompt token is computed (``(n - 1) // B`` blocks: a fully cached prompt recomputes its
 last block), let the core touch the hits and take new blocks from the head of the free

@@ -3,7 +3,7 @@
 Responsibility: model ``vllm/v1/core/block_pool.py`` and the prefix-caching part of the KV
 cache manager (REFERENCES.md, vLLM items 1-4), beside the radix tree, so both designs can
 be compared on one workload:
-- full blocks get a chained hash (SPEC F19) and enter a hash -> block map; equal hashes
+- full blocks get a chained hash (F19) and enter a hash -> block map; equal hashes
   are not deduplicated (two physical copies may coexist, vLLM's append-only block tables);
 - a new request takes the longest run of leading cached hashes, capped so that at least
   one prompt token is computed (``(n_tokens - 1) // B`` blocks at most): when the whole

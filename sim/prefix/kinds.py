@@ -91,7 +91,7 @@ VLLM_V1_DOC_RULES = (
     "vLLM V1 prefix-caching design document, vLLM 0.8 (no null block, freed to the tail)"
 )
 RADIX_RULES = (
-    "SGLang-like radix cache (SPEC 3.6-3.7; block-granular eviction; no one SGLang version)"
+    "SGLang-like radix cache (rules 3.6-3.7; block-granular eviction; no one SGLang version)"
 )
 
 

@@ -1,7 +1,7 @@
 """Agent prompts as ordered zones, with the harness perturbations that break prefix reuse.
 
 Responsibility: turn a harness description into the span content of each LLM call of a
-trajectory (SPEC 3.8): ``[system][tools][history][recent observations][new input]``, plus
+trajectory (rule 3.8): ``[system][tools][history][recent observations][new input]``, plus
 the four perturbations (1) a per-call field (timestamp, call id), (2) a tool list that
 changes, (3) nondeterministic serialization (tool definitions in a random order per call),
 (4) compaction (history rewritten into a summary). Each zone's content ids carry a
@@ -51,7 +51,7 @@ FIELD_PLACES = ("front", "end")
 
 @dataclass(frozen=True)
 class HarnessLayout:
-    """The SPEC 3.8 harness choices alone (all off by default): what ``AgentPromptSpec``
+    """The rule 3.8 harness choices alone (all off by default): what ``AgentPromptSpec``
     perturbs and what the engine's ``workload.harness`` sets, under the same names."""
 
     per_call_field_tokens: int = 0  # (1) a field re-rendered on every call; 0 = none
@@ -142,7 +142,7 @@ class AgentPromptSpec:
     observation_tokens: int = 512  # each tool result: the next call's new input
     recent_turns: int = 2  # replies/results of the last turns kept in the "recent" zone
     zone_priority: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_ZONE_PRIORITY))
-    # --- SPEC 3.8 perturbations (all off by default) ---
+    # --- rule 3.8 perturbations (all off by default) ---
     per_call_field_tokens: int = 0  # (1) a field re-rendered on every call; 0 = none
     per_call_field_at: str = "front"  # "front" (breaks reuse) or "end" (the layout fix)
     tool_change_every: int = 0  # (2) every k calls the next tool definition (0, 1, ...) changes
@@ -261,7 +261,7 @@ class _Trajectory:
 
 
 def compact_items(items: Sequence[T], keep_last: int, summary: T) -> list[T]:
-    """Compaction (SPEC 3.8 (4)): every history item but the last ``keep_last`` becomes one
+    """Compaction (rule 3.8 (4)): every history item but the last ``keep_last`` becomes one
     ``summary`` item (a new content id, so nothing after the stable zones is reused).
 
     The one compaction mechanism of kvsim: the periodic ``compact_every`` of this module

@@ -1,4 +1,4 @@
-"""Provider prompt caching, the hosted-API view (SPEC 3.9): TTL, breakpoints, the bill.
+"""Provider prompt caching, the hosted-API view (rule 3.9): TTL, breakpoints, the bill.
 
 Responsibility: given the calls of a trajectory (span content, the time of each call) say
 which input tokens a provider serves from its prompt cache and what the trajectory pays.
@@ -34,7 +34,7 @@ MODES = ("automatic", "breakpoints")
 
 @dataclass(frozen=True)
 class ProviderCacheSpec:
-    """Parameters of a provider's prompt cache and prices (SPEC 3.9.4)."""
+    """Parameters of a provider's prompt cache and prices (rule 3.9.4)."""
 
     name: str
     mode: str  # "automatic" or "breakpoints"
@@ -199,7 +199,7 @@ def bill_trajectory(
 ) -> TrajectoryBill:
     """Bill a trajectory's prompts (``sim.prefix.prompt.Prompt``) sent at ``times_s``.
 
-    Breakpoints go at the end of the named zones (SPEC 3.9.3a: after tool definitions and
+    Breakpoints go at the end of the named zones (rule 3.9.3a: after tool definitions and
     after long-lived history); ``"end"`` is the end of each prompt, which caches the whole
     conversation for the next call. Pass ``cache`` to share one cache between trajectories.
     """

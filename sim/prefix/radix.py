@@ -1,7 +1,7 @@
 """Radix tree over paged KV blocks: longest-prefix match, insert, lock, leaf eviction.
 
-Responsibility: remember which whole blocks hold which token content (SPEC 3.6) and give
-dormant blocks back under pressure (SPEC 3.7). Nodes hold a span label (a normal segment
+Responsibility: remember which whole blocks hold which token content (rule 3.6) and give
+dormant blocks back under pressure (rule 3.7). Nodes hold a span label (a normal segment
 tuple, see ``spans``), the ids of the blocks holding those tokens, a lock refcount, the
 last access time (simulation time given by the caller, never the wall clock) and a hit
 count. Children are keyed by the content of their first block. The tree never allocates:
@@ -11,19 +11,19 @@ pool for trace replay.
 
 Invariants (``check_invariants``, which raises ``InvariantError``):
 - every label is a whole number of blocks (``n_tokens == len(block_ids) * block_size``);
-  a partial tail block is never in the tree (SPEC 3.6.3);
+  a partial tail block is never in the tree (rule 3.6.3);
 - every block id is owned by exactly one node; ``total_blocks`` counts them;
 - ``lock_ref`` of a node >= the sum over its children (locks walk the path to the root;
   the root is always locked); ``evictable_blocks`` = blocks of nodes with ``lock_ref == 0``;
 - only unlocked leaves are evicted; a leaf loses blocks from its end (deepest first), and a
-  parent left childless and unlocked becomes a candidate (the cascade of SPEC 3.7.4).
+  parent left childless and unlocked becomes a candidate (the cascade of rule 3.7.4).
 
 Eviction is block-granular: ``evict(n)`` frees exactly ``min(n, evictable)`` blocks, trimming
 the last victim leaf rather than removing more than asked (SGLang removes whole nodes).
 
 Growth: a sequence's next full blocks either become a child of its pinned node (``insert``)
 or, when that node is a leaf pinned by that sequence alone, lengthen it in place (``extend``:
-the compressed edge of SPEC 3.6.1), so a growing context stays one node and paths stay as
+the compressed edge of rule 3.6.1), so a growing context stays one node and paths stay as
 deep as the branching, not as the context. In place is offered only under strategies whose
 ranking cannot tell the two shapes apart (``merges_extensions``: ``lru`` and ``priority``
 rank by last access, which a touch gives the whole path, and by the last block's content;
@@ -61,7 +61,7 @@ class CachePool(Protocol):
 
 
 class Node:
-    """One radix node (SPEC 3.6.1). ``lock_ref`` is the node ref_count of the SPEC."""
+    """One radix node (rule 3.6.1). ``lock_ref`` is the node ref_count of rule 3.6."""
 
     __slots__ = (
         "parent",  # Node | None (None only for the root)
@@ -107,7 +107,7 @@ class Node:
 
 @dataclass
 class MatchResult:
-    """Longest-prefix match from token 0 (SPEC 3.6.2)."""
+    """Longest-prefix match from token 0 (rule 3.6.2)."""
 
     matched_tokens: int  # raw match, token-granular, before any cap or truncation
     block_ids: list[int]  # whole blocks usable for ``min(matched, limit)`` tokens
@@ -117,7 +117,7 @@ class MatchResult:
 
     @property
     def hit_tokens(self) -> int:
-        """Tokens served by whole blocks (block-aligned truncation, SPEC F18)."""
+        """Tokens served by whole blocks (block-aligned truncation, F18)."""
         return self.node.end_tokens
 
 
@@ -230,7 +230,7 @@ class RadixTree:
     def match(
         self, content, now: float | None = None, limit_tokens: int | None = None
     ) -> MatchResult:
-        """Longest prefix of ``content`` held by the tree (SPEC 3.6.2).
+        """Longest prefix of ``content`` held by the tree (rule 3.6.2).
 
         ``matched_tokens`` is the raw, token-granular match. The usable part is capped at
         ``limit_tokens`` (the caller's "at least one token computed" rule) and then cut to
@@ -415,7 +415,7 @@ class RadixTree:
             up = up.parent
 
     def lock(self, node: Node) -> None:
-        """Pin ``node`` and its ancestors (a running request's path, SPEC 3.6.6)."""
+        """Pin ``node`` and its ancestors (a running request's path, rule 3.6.6)."""
         if not node.alive:
             raise ValueError(f"lock: {node!r} is no longer in the tree")
         while node is not None:

@@ -1,4 +1,4 @@
-"""The radix tree as the paged allocator's prefix index: the ``radix`` kind (SPEC 3.6, 3.7).
+"""The radix tree as the paged allocator's prefix index: the ``radix`` kind (rules 3.6, 3.7).
 
 Responsibility: implement ``sim.memory.PrefixIndex`` with ``RadixTree`` over the paged
 core's blocks (``sim.prefix.kinds.RadixAllocator`` composes the two). The core keeps block
@@ -9,7 +9,7 @@ Semantics:
 - ``allocate(seq, n, content=spans)`` matches the longest cached prefix from token 0. At
   least one prompt token is always computed: the match is capped at ``n - 1`` tokens, so
   when the whole prompt is cached its last block is recomputed (as vLLM does). Then only
-  whole blocks are shared; ``tail_policy="truncate"`` (default, SPEC 3.6.4b) prefills the
+  whole blocks are shared; ``tail_policy="truncate"`` (default, rule 3.6.4b) prefills the
   ``match mod B`` remaining tokens, ``"cow_tail"`` copies them into the new private tail
   block (``cow_copies``/``cow_tail_copies`` += 1, ``bytes_copied`` += their KV bytes).
   The result is truthy on success and carries ``matched_tokens`` = tokens served.

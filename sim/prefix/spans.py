@@ -30,7 +30,7 @@ Segments = tuple[Segment, ...]
 
 #: bytes in a block hash (128 bits: collisions are not a modelling concern)
 HASH_BYTES = 16
-#: h_0 of the chain (SPEC F19 sim decision: a fixed seed)
+#: h_0 of the chain (F19 sim decision: a fixed seed)
 ROOT_HASH: int = int.from_bytes(blake2b(b"kvsim/prefix/root", digest_size=HASH_BYTES).digest())
 
 
@@ -235,7 +235,7 @@ def encode(segs: Segments) -> bytes:
 
 
 def chain_hash(parent: int, block: Segments, extra: bytes = b"") -> int:
-    """SPEC F19: ``h_k = H(h_{k-1} || c_k)`` (plus optional extra keys, as vLLM's)."""
+    """F19: ``h_k = H(h_{k-1} || c_k)`` (plus optional extra keys, as vLLM's)."""
     h = blake2b(parent.to_bytes(HASH_BYTES, "big"), digest_size=HASH_BYTES)
     h.update(encode(block))
     if extra:

@@ -30,7 +30,7 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
 - the call's blocks are inserted or touched at its time (its index in the replay order)
   and are not evicted for that call: while the cache holds more than ``cache_tokens``,
   the least recently used leaf block (one no cached block extends) that the current call
-  does not use goes first, deeper first on ties (the radix cache's leaf LRU, SPEC 3.7);
+  does not use goes first, deeper first on ties (the radix cache's leaf LRU, rule 3.7);
   a call of more blocks than the cache holds caches its leading ``floor(cache_tokens /
   B)`` blocks only (everything else is evicted) and counts in ``calls_not_fitting``.
 

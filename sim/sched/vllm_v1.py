@@ -8,7 +8,7 @@ Per step, with a token budget of ``max_num_batched_tokens``:
    the head of WAITING; repeat until the request fits or is itself the victim.
 2. If nothing was preempted this step: WAITING requests in FCFS order while the budget
    lasts and ``len(running) < max_num_seqs``; admission looks up the prefix cache (or
-   extends the trajectory's held sequence) and allocates the whole prompt (SPEC 3.4.2;
+   extends the trajectory's held sequence) and allocates the whole prompt (rule 3.4.2;
    vLLM V1 allocates per chunk). The first request that does not fit stops admission.
 ``chunked_prefill: false`` is the monolithic mode: a prefill is never split; it must fit
 the budget left, except that the first prefill of a step may exceed it (otherwise a

@@ -11,7 +11,7 @@ agents on their own sequences with their own leading zones (Claude Code's Task t
 the line waits for all of them, keeping its own context and KV (paused meanwhile); a
 child's first call carries its task and its last call frees its sequence.
 
-A turn (SPEC 3.16): wait its ``pause_s`` (the tool, or the user, that produced its input;
+A turn (rule 3.16): wait its ``pause_s`` (the tool, or the user, that produced its input;
 the KV manager's pause hook decides what happens to the KV meanwhile; default ``hold``)
 -> append its new input -> submit the call (its prompt is the whole context so far, as
 spans: shared system prompt and tool definitions, the task, every reply and observation)
@@ -246,7 +246,7 @@ def _next_input(ctx: WorkloadContext, line: _Line, harness: Harness, spec: TurnS
     context = concat(fitted.context, obs)
     if harness.builder is not None and harness.builder.layout.compacts_at(line.calls):
         compacted = harness.builder.compact(context, line.calls, ctx.new_content("summary"))
-        if compacted is not None:  # the periodic compaction (SPEC 3.8 (4))
+        if compacted is not None:  # the periodic compaction (rule 3.8 (4))
             context, moved = compacted, True
             line.compactions += 1
     if moved:

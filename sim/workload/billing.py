@@ -6,7 +6,7 @@ workload: a ``mix`` component has its own), and add up each trajectory's bill: p
 tokens, tokens read from the provider's cache, tokens written to it, and the cost in US
 dollars (input at ``input_usd_per_mtok``, cached reads and cache writes at the preset's
 fractions of it, output at ``output_usd_per_mtok``). Breakpoints (``breakpoints`` mode) go
-where a harness puts them (SPEC 3.9.3a; ``sim.workload.agent``): at the end of the leading
+where a harness puts them (rule 3.9.3a; ``sim.workload.agent``): at the end of the leading
 zones (a per-call field at the front, system prompt, tools), at the end of the
 conversation, and at the end of the prompt (after a per-call field at the end).
 

@@ -418,7 +418,7 @@ class RequestGroup(_Cfg):
 
 
 class RequestsWorkload(_Cfg):
-    """An explicit list of requests (exact timelines, worked examples such as SPEC E20)."""
+    """An explicit list of requests (exact timelines, worked examples such as E20)."""
 
     kind: Literal["requests"] = "requests"
     requests: list[RequestGroup] = Field(min_length=1)

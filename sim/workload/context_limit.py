@@ -9,7 +9,7 @@ chooses one of them for every agent kind:
 - ``compact``: when the next prompt would pass ``threshold`` x window, everything after the
   stable zones (system prompt, tool definitions), the task included, becomes one summary of
   ``ratio`` x its size; the summary is new content, so that part is lost for prefix reuse
-  (SPEC 3.8 (4)). No LLM call is simulated for the summary itself.
+  (rule 3.8 (4)). No LLM call is simulated for the summary itself.
 - ``stop``: the trajectory ends with status ``context_exhausted``.
 - ``truncate_oldest``: the oldest history items after the task are dropped until the items
   after the task hold at most ``ratio`` x the history's size (the task and the newest item

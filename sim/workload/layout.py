@@ -1,8 +1,8 @@
-"""The harness layout of the engine's agent prompts (SPEC 3.8): scenario key ``workload.harness``.
+"""The harness layout of the engine's agent prompts (rule 3.8): scenario key ``workload.harness``.
 
 Responsibility: turn a line's context (the kind's stable zones, then the task, replies and
 observations, as ``sim.workload.agent`` keeps it) into the spans of the call it sends,
-with the four SPEC 3.8 perturbations laid out by ``sim.prefix.prompt``'s rules (the one
+with the four rule 3.8 perturbations laid out by ``sim.prefix.prompt``'s rules (the one
 zone builder of kvsim, also behind ``build_trajectory``):
 
 1. ``per_call_field_tokens`` (a timestamp, a call id): new content on every call, at the

@@ -1,13 +1,13 @@
 """One owner per pause: the lifecycle of every tool call's pause, in the engine.
 
-Responsibility: the engine side of SPEC 3.11-3.13. When a non-final turn ends the node
+Responsibility: the engine side of rules 3.11-3.13. When a non-final turn ends the node
 calls ``turn_ended``: the decider (``decide``) builds the facts and asks the scenario's
 policy, and this object, the only caller of the KV manager's pause verbs, acts:
   * ``hold``: the blocks stay resident (a TTL hold releases them when the TTL expires);
   * ``recompute``: the blocks are freed now; the next turn prefills again;
   * ``offload_host`` / ``offload_nvme``: frames are taken and a copy-out starts
     (``transfers``); the GPU blocks are freed at the first step boundary after it
-    completes (SPEC 3.12). At tool return the next turn is held back (the node's gate,
+    completes (rule 3.12). At tool return the next turn is held back (the node's gate,
     ``admit_now``): HBM blocks are taken first (retried at every step boundary), then the
     copy-in runs, and only once the context is resident is the turn submitted.
 A tool that returns before its copy-out completed finds its blocks still resident and goes
@@ -156,7 +156,7 @@ class PauseLifecycle:
         self.node.call_at_boundary(lambda: self._prefetch(p))
 
     def _prefetch(self, p: Pause) -> None:
-        """Speculative prefetch (SPEC 3.13): start the reload before the tool returns."""
+        """Speculative prefetch (rule 3.13): start the reload before the tool returns."""
         if p.state == S.OFFLOADED:
             p.to(S.WAITING_HBM)
             self._restores.append(p)
@@ -187,7 +187,7 @@ class PauseLifecycle:
         self.node.submit(p.next_req)
 
     def _pipelined_release(self, p: Pause):
-        """Pipelined reload (SPEC 3.13): submit the turn once the rest of the copy-in is
+        """Pipelined reload (rule 3.13): submit the turn once the rest of the copy-in is
         at most the observation's predicted prefill time."""
         delay = pipelined_release_delay_s(p, self.sched, self.cost, self.tiers.link_overhead_s)
         yield self.env.timeout(delay)

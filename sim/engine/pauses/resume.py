@@ -1,6 +1,6 @@
 """The resume-timing job of a pause: when a reload starts and when its turn may go on.
 
-Responsibility: the closed forms of SPEC 3.13 as the engine applies them: the speculative
+Responsibility: the closed forms of rule 3.13 as the engine applies them: the speculative
 prefetch timer's delay, and the pipelined release (the turn is submitted once the rest of
 the copy-in is at most the predicted prefill of its observation, priced by the cost model
 in the scheduler's own chunks, as if alone in its batch: the chapter's simplification).
