@@ -4,9 +4,10 @@ A thin wrapper: the run-folder path is ``kvsim calibrate`` (``sim.cost.calibrate
 implementation; its docstring says what is derived), kept here with the checkout's default
 output (``hardware_profiles/calibration/<device>.yaml``). With ``--vidur GPU`` the folder
 is instead the Vidur authors' public profiling data (``data/profiling``, or the project's
-subset) and the file is a ``schema_version: 2`` calibration fitted by ``vidur_fit.py``
+subset) and the file is a ``schema_version: 2`` calibration fitted by ``sim.cost.vidur_fit``
 (``source: public-measurement``, with its origin); ``--cross-validate`` adds its held-out
-error and fitted domain (``crossval.py``). Invariant: as ``sim.cost.calibrate``: nothing
+error and fitted domain (``sim.cost.vidur_crossval``); both are also ``kvsim calibrate
+--vidur``. Invariant: as ``sim.cost.calibrate``: nothing
 is written unless it loads back. Runs here, not on the device.
 """
 
@@ -68,25 +69,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main_vidur(args) -> int:
+    """``--vidur GPU``: as ``kvsim calibrate DATA --vidur GPU`` (``sim.cost.vidur_crossval``)."""
     import datetime as dt
 
-    import vidur_data
-    import vidur_fit
+    from sim.cost.vidur_crossval import vidur_calibration
+    from sim.cost.vidur_data import VidurDataError, read_vidur
+    from sim.cost.vidur_fit import GPUS
 
     try:
-        if args.vidur not in vidur_fit.GPUS:
-            raise KvsimError(f"--vidur: unknown GPU {args.vidur!r}; valid: {', '.join(vidur_fit.GPUS)}")
+        if args.vidur not in GPUS:
+            raise KvsimError(f"--vidur: unknown GPU {args.vidur!r}; valid: {', '.join(GPUS)}")
         if args.out is None:
             raise KvsimError("--vidur needs --out")
-        data = vidur_data.read_vidur(args.results)
+        data = read_vidur(args.results)
         date = args.date or dt.datetime.now(dt.UTC).date().isoformat()
-        mapping = vidur_fit.build_mapping(data, args.vidur, date)
-        if args.cross_validate:
-            import crossval
-
-            mapping["cross_validation"] = crossval.cross_validation(data, args.vidur, date)
-        write_calibration({**mapping, "gpu_key": args.vidur}, args.out)
-    except (KvsimError, vidur_data.VidurDataError) as exc:
+        mapping = vidur_calibration(data, args.vidur, date, cross_validate=args.cross_validate)
+        write_calibration(mapping, args.out)
+    except (KvsimError, VidurDataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}")

@@ -33,104 +33,30 @@ Invariant: read-only on its inputs; uses numpy, pandas, matplotlib (Agg) and ``s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from vidur_data import ALL_OPS, LINEAR_OPS, MODEL_PROFILES, Geometry, VidurData
+from vidur_data import ALL_OPS, LINEAR_OPS, MODEL_PROFILES, VidurData
 
-from sim.cost import CostConfig, CostModel, StepWork
 from sim.cost.calibration import Calibration
-from sim.cost.groups import GroupPricer
 from sim.cost.linear import AllReduceFit
+from sim.cost.vidur_crossval import (  # noqa: F401  (the one implementation; names kept here)
+    COMPUTE_BOUND_MIN_TOKENS,
+    GPU_PROFILES,
+    MEMORY_BOUND_MAX_TOKENS,
+    Pricers,
+    layer_profile,
+    operator_table,
+    pricers,
+)
 from sim.profiles import load_accelerator
-from sim.profiles.schema import AcceleratorProfile, ModelProfile
 
-GPU_PROFILES = {"a100": "a100-80gb", "h100": "h100-sxm-80gb"}
-MEMORY_BOUND_MAX_TOKENS = 64
-COMPUTE_BOUND_MIN_TOKENS = 512
 MIB = 1 << 20
 OUTLIER_MARGIN = 0.05
 STEP_MARGIN = 0.10
 PREDICTORS = ("sim-cost", "datasheet", "fitted", "calibrated")
 TTFT_MODELS = ("llama-2-7b", "llama-3-8b")  # fit one GPU at TP 1
-
-
-def layer_profile(name: str, g: Geometry) -> ModelProfile:
-    """A one-layer model profile with Vidur's geometry (so group times are per layer)."""
-    hd = g.head_dim
-    per_layer = (g.d_model * (g.n_head + 2 * g.n_kv_head) * hd + g.n_head * hd * g.d_model
-                 + (3 if g.gated_mlp else 2) * g.d_model * g.d_ff)  # fmt: skip
-    return ModelProfile(
-        name=name, attention="mha" if g.n_kv_head == g.n_head else "gqa", num_layers=1,
-        num_q_heads=g.n_head, num_kv_heads=g.n_kv_head, head_dim=hd, d_model=g.d_model,
-        params_total=per_layer, intermediate_size=g.d_ff, vocab_size=g.vocab_size,
-        gated_mlp=g.gated_mlp,
-    )  # fmt: skip
-
-
-@dataclass
-class Pricers:
-    """The four predictors of one (GPU, model, TP)."""
-
-    legacy: CostModel
-    groups: dict[str, GroupPricer]
-
-
-def pricers(prof: ModelProfile, acc: AcceleratorProfile, tp: int, cal: Calibration) -> Pricers:
-    legacy = CostModel(prof, acc, tp, 1, CostConfig(
-        step_pricing="roofline_max", kv_read=False, attention_flops=False, allreduce=False))  # fmt: skip
-    sheet = CostConfig(step_pricing="per_group", mfu_prefill=1.0, mfu_decode=1.0)
-    group_cfg = CostConfig(step_pricing="per_group")
-    no_tables = replace(cal, linear_tables=())
-    return Pricers(legacy, {
-        "datasheet": GroupPricer(prof, acc, tp, sheet, None),
-        "fitted": GroupPricer(prof, acc, tp, group_cfg, no_tables),
-        "calibrated": GroupPricer(prof, acc, tp, group_cfg, cal),
-    })  # fmt: skip
-
-
-def _regime(tokens: int) -> str:
-    if tokens <= MEMORY_BOUND_MAX_TOKENS:
-        return "memory-bound"
-    return "compute-bound" if tokens >= COMPUTE_BOUND_MIN_TOKENS else "middle"
-
-
-def operator_table(data: VidurData, gpu: str, cal: Calibration) -> pd.DataFrame:
-    """One row per (model, tp, tokens, group): measured and predicted seconds, held flag."""
-    acc = load_accelerator(GPU_PROFILES[gpu])
-    ops = data.operators[data.operators["gpu"] == gpu]
-    wide = ops.pivot_table(index=["model", "tp", "tokens"], columns="op",
-                                             values=["time_s", "held", "outlier"], aggfunc="first",
-                           dropna=False)  # fmt: skip
-    rows = []
-    for (model, tp), g in wide.groupby(level=[0, 1]):
-        prof = layer_profile(model, data.geometry[(gpu, model)])
-        pr = pricers(prof, acc, int(tp), cal)
-        for (_, _, n), r in g.iterrows():
-            n = int(n)
-            measured = {
-                "linear": sum(r[("time_s", op)] for op in LINEAR_OPS),
-                "elementwise": sum(r[("time_s", op)] for op in ALL_OPS
-                                   if op not in LINEAR_OPS and op != "emb"),
-                "embedding": r[("time_s", "emb")],
-            }  # fmt: skip
-            pred = {name: p.fixed(n, 0, True) for name, p in pr.groups.items()}
-            legacy = pr.legacy.iteration_time(StepWork(prefill_chunks=((n, 0),))).total_s
-            given = r[("outlier", "emb")]  # from a subset file, else NaN
-            for group, meas in measured.items():
-                row = {"gpu": gpu, "model": model, "tp": int(tp), "tokens": n, "group": group,
-                       "held": bool(r[("held", "emb")]), "measured_s": float(meas),
-                       "outlier": bool(given) if group == "linear" and given == given else False}  # fmt: skip
-                attr = {"linear": "linear_s", "elementwise": "elementwise_s",
-                        "embedding": "embedding_s"}[group]  # fmt: skip
-                for name, terms in pred.items():
-                    row[f"{name}_s"] = getattr(terms, attr)
-                row["sim-cost_s"] = legacy if group == "linear" else np.nan
-                rows.append(row)
-    out = pd.DataFrame(rows)
-    out["regime"] = out["tokens"].map(_regime)
-    return out
 
 
 def allreduce_table(data: VidurData, gpu: str, cal: Calibration) -> pd.DataFrame:

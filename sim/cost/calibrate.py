@@ -16,7 +16,8 @@ accelerator's datasheet):
 plus informational figures (d2d ceiling, pageable and bidirectional peaks, copy/GEMM
 overlap slowdowns). Then it validates the result with ``sim.cost.calibration`` and writes
 the YAML (``write_calibration``, also the writer of the Vidur-fitted files that
-``kernels_validation/calibrate.py --vidur`` makes, with their cross-validated error).
+``kvsim calibrate --vidur`` makes from ``sim.cost.vidur_crossval``, with their
+cross-validated error).
 ``kernels_validation/calibrate.py`` is a thin wrapper of this module.
 
 Invariant: nothing is written unless it loads back with ``load_calibration``; the file
@@ -307,12 +308,12 @@ def write_calibration(mapping: dict, path: Path) -> None:
             "# checked in tests/kernels/test_vidur_profiles.py. Not measured here (see",
             "# not_measured): attention, host copies. Units: seconds, bytes, bytes/s; efficiencies",
             "# are fractions of `reference`. Schema: sim/cost/calibration.py, docs/kernels_validation.md.",
-            f"# Remake: python kernels_validation/calibrate.py DATA --vidur {mapping['gpu_key']} --out FILE",
+            f"# Remake: kvsim calibrate DATA --vidur {mapping['gpu_key']} --out FILE",
         ]
         if "cross_validation" in mapping:
             header[-1] += " --cross-validate"
             header.insert(-1, "# cross_validation: held-out error of a refit without each model / "
-                              "token range (crossval.py).")  # fmt: skip
+                              "token range (sim/cost/vidur_crossval.py).")  # fmt: skip
         mapping = {k: v for k, v in mapping.items() if k != "gpu_key"}
     elif mapping["source"] != "gpu":
         header.insert(0, f"# {mapping['source'].upper()} -- not a GPU measurement.")
