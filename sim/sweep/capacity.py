@@ -344,7 +344,7 @@ def _load(scenario, search: str, sets: dict[str, Any]):
     configuration; a configuration that cannot run stops here, in one line."""
     from sim.scenario import load_scenario
 
-    run_sets = _one_node(scenario, sets) if search == "nodes" else sets
+    run_sets = one_node(scenario, sets) if search == "nodes" else sets
     loaded = load_scenario(str(scenario), run_sets)
     base = base_load(loaded, search)
     _preflight(loaded)
@@ -393,7 +393,7 @@ def _new_search(search: str, start: float) -> _Search:
     return _Search(search == "concurrency", next=start)
 
 
-def _one_node(scenario, sets: dict[str, Any]) -> dict[str, Any]:
+def one_node(scenario, sets: dict[str, Any]) -> dict[str, Any]:
     """``sets`` with, for a scenario without ``cluster:``, the one-node cluster it is
     (so ``--set cluster.router.kind=...`` applies to the nodes the search adds)."""
     from sim.scenario import load_scenario

@@ -31,8 +31,12 @@ def capacity_error_band(find, scenario, slos, *, sets: dict[str, Any], **options
     ``sim.sweep.find_capacity`` (called with the main search's ``options``, without
     ``out``); ``faster`` / ``slower`` are None when there is no error to band by."""
     from sim.run.runner import scenario_accuracy
+    from sim.sweep.capacity import one_node
 
-    acc = scenario_accuracy(scenario, **sets)
+    # a node search runs a one-node cluster of a scenario without ``cluster:`` (the sets
+    # may name its router): its accuracy is that cluster's
+    acc_sets = one_node(scenario, sets) if options.get("search") == "nodes" else sets
+    acc = scenario_accuracy(scenario, **acc_sets)
     err = acc["median_rel_error"]
     band: dict[str, Any] = {"accuracy": acc, "step_time_error": err, "faster": None,
                             "slower": None, "note": ""}  # fmt: skip

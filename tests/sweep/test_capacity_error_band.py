@@ -29,10 +29,11 @@ def test_capacity_error_band_searches_again_at_the_scaled_step_times(tiny):
     band = capacity_error_band(find, tiny, [], sets={}, replications=2, out="somewhere")
     assert band["faster"] is None and calls == [] and "roofline" in band["note"]
     band = capacity_error_band(find, RTX4090, [], sets={}, replications=2, out="somewhere")
-    assert [c[0][SCALE_KEY] for c in calls] == [pytest.approx(0.985), pytest.approx(1.015)]
+    # the RTX 4090 validation table's median |difference|: 1.3 % (docs/validation.md)
+    assert [c[0][SCALE_KEY] for c in calls] == [pytest.approx(0.987), pytest.approx(1.013)]
     assert all(c[1] == {"replications": 2, "out": None} for c in calls)  # nothing written
     assert band["faster"]["value"] > band["slower"]["value"]
-    assert band["step_time_error"] == 0.015
+    assert band["step_time_error"] == pytest.approx(0.013)
 
 
 def test_capacity_cli_reports_accuracy_and_no_band_for_a_roofline_scenario(run_cli, tiny):
