@@ -4,6 +4,7 @@ acceptance, the drafter's KV and time, the refusal with state-space prefix cachi
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -217,3 +218,16 @@ def test_no_speculation_at_zero_acceptance_costs_only_time():
     assert zero["output_tokens"] == base["output_tokens"] == 20
     assert zero["steps"] == 20 and zero["spec_wasted_tokens"] == 19 * 3
     assert math.isclose(zero["spec_accepted_tokens_per_step"], 0.0)
+
+
+def test_agents_generate_the_same_tokens_with_and_without_speculation():
+    """Three agent trajectories (held KV over tool pauses, forks, a radix cache): speculation
+    changes when tokens come, never which: the same output and prompt tokens computed
+    (the held sequences are exactly their tokens, so the next turns' prefixes match)."""
+    kw = {"workload.num_trajectories": 3, "workload.arrival.concurrency": 3}
+    path = str(Path(__file__).resolve().parents[2] / "workloads" / "agent_swarm.yaml")
+    a = run_scenario(path, **kw).summary
+    b = run_scenario(path, **kw, speculative={**K3_A08, "method": "eagle"}).summary
+    for key in ("output_tokens", "prefill_tokens", "requests_completed", "trajectories_completed"):
+        assert a[key] == b[key], key
+    assert b["trajectories_completed"] == 3 and b["steps"] < a["steps"]
