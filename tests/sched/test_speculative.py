@@ -128,6 +128,25 @@ def test_eagle_reserves_lookahead_slots_and_a_held_turn_stops_at_its_end():
     assert s2.kv.resident_tokens(held.seq_id) == 10 + 6 - 1
 
 
+def test_the_context_window_cuts_drafts():
+    """vLLM keeps positions below max_model_len: d = min(k, max_model_len - 2 - computed).
+    Window 16, prompt 10 (output cut to 6): verify 1 runs 3 drafts (credit 1.952 -> 1
+    accepted), verify 2 only 2 (E(2) = 1.44, credit 2.392 -> 2), ending at the window."""
+    s = scheduler(pool_tokens=4096, max_model_len=16)
+    s.speculative = spec()
+    r = Ids().req(10, 20)
+    assert s.add(r) and r.output_limit == 6
+    scheduled, tokens = [], []
+    while r.status != FINISHED:
+        plan = s.schedule()
+        scheduled.append(plan.scheduled[0][1])
+        before = r.num_output
+        s.commit(plan)
+        tokens.append(r.num_output - before)
+    assert scheduled == [10, 4, 3] and tokens == [1, 2, 3]
+    assert r.finish_reason == "length" and r.num_computed == 15
+
+
 def test_the_budget_cuts_drafts():
     s = scheduler(pool_tokens=4096, max_num_batched_tokens=2)
     s.speculative = spec(num_speculative_tokens=4)
