@@ -48,6 +48,7 @@ import numpy as np
 import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
+from sim.cost.speculative import DraftPricer
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError, KvsimError
@@ -140,6 +141,7 @@ class Node:
         max_sim_time_s: float | None = None,
         progress: Callable[[float], None] | None = None,
         progress_every: int = 2048,
+        draft: DraftPricer | None = None,
     ) -> None:
         self.env, self.sched, self.kv, self.cost, self.rec = env, scheduler, kv, cost, recorder
         self.exact = exact
@@ -170,6 +172,9 @@ class Node:
         #: rank there; None: the node steps alone
         self.lockstep: Lockstep | None = None
         self.rank = 0
+        #: speculative decoding's drafter (``sim.cost.speculative``): its passes after a
+        #: verify step are added to that step's time; None: no drafter
+        self.draft = draft
         self.process = env.process(self._loop())
 
     # --------------------------------------------------------------- workload API
@@ -292,6 +297,8 @@ class Node:
             self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run)
             return
         cost = self.cost.price(work)
+        if self.draft is not None and plan.verify_seqs:
+            cost = self.draft.with_draft(cost, plan.verify_seqs, plan.verify_history_tokens)
         run = self._plan_run(plan, work, m, cost)
         if run is None:
             yield self.env.timeout(cost.total_s)
@@ -405,6 +412,8 @@ class Node:
                 rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run, n_pre))
         result = self.sched.commit(plan, k)
         rec.emit(result.emitted, s0, k, durations)
+        if result.drafts:
+            rec.speculative(result.extra_tokens, result.drafts, result.wasted_tokens, plan.verify_seqs)
         for req, first in result.emitted_from:
             rec.emit([req], s0 + first, k - first, None if durations is None else durations[first:])
         end = float(ends[-1])

@@ -228,6 +228,12 @@ class Recorder:
         self.held_drops = 0
         self.output_tokens = 0
         self.prefill_tokens = 0  # prompt tokens computed (chunks of every step, recomputes too)
+        # speculative decoding: sequence verifies, drafts verified, drafts accepted (tokens
+        # beyond one per verify), verified tokens that produced no output
+        self.spec_verifies = 0
+        self.spec_drafts = 0
+        self.spec_accepted = 0
+        self.spec_wasted = 0
         self.decisions = 0
         self._workloads: dict[str, int] = {}  # workload name -> code in the tables
 
@@ -258,8 +264,10 @@ class Recorder:
         else:
             self.step_ends.frombytes(np.ascontiguousarray(ends, dtype=np.float64).tobytes())
         end = self.step_ends[-1]
-        n_prefill = len(plan.prefill_chunks)
-        prefill_tokens = sum(c for c, _ in plan.prefill_chunks)
+        # a speculative verify rides among the chunks (sim.sched.plan): a decode here
+        n_prefill = len(plan.prefill_chunks) - plan.verify_seqs
+        prefill_tokens = sum(c for c, _ in plan.prefill_chunks) - plan.verify_tokens
+        n_decode = plan.n_decode + plan.verify_seqs
         self.prefill_tokens += prefill_tokens
         self._steps.append(
             (
@@ -268,11 +276,11 @@ class Recorder:
                 start_s,
                 end,
                 end - start_s,
-                plan.n_decode,
+                n_decode,
                 n_prefill,
                 prefill_tokens,
-                plan.n_decode + prefill_tokens,
-                plan.decode_history_tokens,
+                plan.n_decode + plan.verify_tokens + prefill_tokens,
+                plan.decode_history_tokens + plan.verify_history_tokens,
                 len(plan.admitted),
                 len(plan.preempted),
                 len(plan.rejected),
@@ -357,6 +365,16 @@ class Recorder:
         if regular or (k > 1 and requests):
             for col, v in zip(self._w, (s0, k, regular, len(requests)), strict=True):
                 col.append(v)
+
+    def speculative(self, accepted: int, drafts: int, wasted: int, verifies: int) -> None:
+        """A step's speculative-decoding outcome: ``accepted`` drafts became output tokens
+        (beyond the one per request ``emit`` counted), of ``drafts`` verified in
+        ``verifies`` sequence verifies; ``wasted`` verified tokens produced nothing."""
+        self.output_tokens += accepted
+        self.spec_accepted += accepted
+        self.spec_drafts += drafts
+        self.spec_wasted += wasted
+        self.spec_verifies += verifies
 
     # ----------------------------------------------------------------- memory
     def memory(

@@ -68,6 +68,7 @@ _NULL = {"nullable": True}
 _DP = {"optional": True, "when": "clusters with data_parallel (one engine's DP ranks)"}
 _PREFIX = {"optional": True, "when": "allocators with a prefix cache (radix, paged_hash)"}
 _CLUSTER = {"optional": True, "when": "cluster runs (a `cluster` section)"}
+_SPEC = {"optional": True, "when": "single-node runs with a `speculative` section"}
 
 SUMMARY_KEYS: tuple[Key, ...] = (
     # ---- the scenario (the run layer's ``meta``)
@@ -125,6 +126,29 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "The prefix cache's own raw match: matched / prompt tokens before the cap and "
        "truncation (>= prefix_hit_rate).", nullable=True, **_PREFIX),
     _k("prefix_evicted_blocks", "int", "count", "Blocks the prefix cache evicted.", **_PREFIX),
+    # ---- speculative decoding (sim.sched.speculative): expected-value acceptance, exact
+    _k("spec_accepted_tokens_per_step", "float", "tokens",
+       "Draft tokens accepted per sequence verify step (mean; the bonus token not counted): "
+       "E(k) = sum a^i of the acceptance rate, less the cuts at output limits. Exact for the "
+       "stated acceptance_rate; how far to trust it is how far that rate holds.",
+       nullable=True, **_SPEC),
+    _k("spec_tokens_per_step", "float", "tokens",
+       "Output tokens per sequence verify step (mean): spec_accepted_tokens_per_step + 1.",
+       nullable=True, **_SPEC),
+    _k("spec_verify_steps", "int", "count", "Sequence verify steps (one per request per step).",
+       **_SPEC),
+    _k("spec_drafts_verified", "int", "tokens", "Draft tokens the target model verified.", **_SPEC),
+    _k("spec_wasted_tokens", "int", "tokens",
+       "Verified tokens that produced no output: rejected drafts, and accepted ones past a "
+       "request's output limit (target compute spent for nothing; their KV slots were "
+       "overwritten, not freed).", **_SPEC),
+    _k("spec_draft_kv_bytes_per_token", "float", "bytes",
+       "The drafter's KV per token (all GPUs), included in kv_bytes_per_token: one attention "
+       "layer of the target (eagle, mtp), the draft profile's (draft_model), 0 (ngram).",
+       **_SPEC),
+    _k("spec_draft_kv_peak_bytes", "int", "bytes",
+       "The drafter's share of peak_allocated_bytes (its bytes per token over "
+       "kv_bytes_per_token).", **_SPEC),
     _k("kv_reuse_rate", "float", "fraction",
        "(held + hit tokens) / prompt tokens of admitted requests: the older name of "
        "prompt_reuse_rate, kept (the same value).", **_NULL),

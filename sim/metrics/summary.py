@@ -189,3 +189,21 @@ def fill_hold(traj_frame, kv, sim_time_s: float):
             [held.get(int(t), 0.0) for t in traj_frame.traj_id], dtype=np.float64
         )
     return traj_frame
+
+
+def speculative_summary(rec: Recorder, summary: dict, draft_kv_bytes_per_token: float) -> dict:
+    """summary.json's ``spec_*`` keys of a speculative-decoding run (``summary`` has its
+    ``kv_bytes_per_token`` and ``peak_allocated_bytes`` already)."""
+    n = rec.spec_verifies
+    per_step = rec.spec_accepted / n if n else None
+    total_bpt = summary["kv_bytes_per_token"]
+    share = draft_kv_bytes_per_token / total_bpt if total_bpt else 0.0
+    return {
+        "spec_accepted_tokens_per_step": per_step,
+        "spec_tokens_per_step": None if per_step is None else 1.0 + per_step,
+        "spec_verify_steps": int(n),
+        "spec_drafts_verified": int(rec.spec_drafts),
+        "spec_wasted_tokens": int(rec.spec_wasted),
+        "spec_draft_kv_bytes_per_token": float(draft_kv_bytes_per_token),
+        "spec_draft_kv_peak_bytes": round(summary["peak_allocated_bytes"] * share),
+    }

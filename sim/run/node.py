@@ -20,6 +20,7 @@ import pandas as pd
 import simpy
 
 from sim.cost import CostModel
+from sim.cost.speculative import DraftPricer, drafter_profile
 from sim.engine import Node
 from sim.engine.copy_engine import CopyEngines
 from sim.engine.pauses import PauseLifecycle
@@ -73,7 +74,7 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
     allocator = make_allocator_for(resolved)
     pauses = PauseLifecycle(env, sc.pause_policy, resolved, cost)
     kv = KVManager(allocator)
-    scheduler = make_scheduler(sc.scheduler, kv)
+    scheduler = make_scheduler(sc.scheduler, kv, sc.speculative)
     cost.async_scheduling = scheduler.async_scheduling  # host work overlaps the GPU's step
     recorder = Recorder(
         pool_bytes=resolved.pool_bytes,
@@ -92,6 +93,7 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
         horizon_s=sc.duration_s,
         max_sim_time_s=sc.engine.max_sim_time_s,
         pauses=pauses,
+        draft=draft_pricer(resolved),
     )
     t = resolved.tiers
     if t is None:  # resolve() sets the tiers of every scenario it resolves
@@ -108,6 +110,24 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
     )
     pauses.attach(node, kv, scheduler, copies, track=sc.engine.check_invariants)
     return NodeParts(resolved, node, kv, scheduler, cost, recorder, pauses)
+
+
+def draft_pricer(resolved: Resolved) -> DraftPricer | None:
+    """The drafter's pricer of a speculative-decoding run (None: no speculative decoding):
+    the drafter's model on the target's accelerator and TP, with no per-step host
+    overhead of its own (``sim.cost.speculative``)."""
+    sc = resolved.scenario
+    spec = sc.speculative
+    if spec is None:
+        return None
+    model = drafter_profile(resolved.model, spec.method, resolved.draft_model)
+    # the target's calibration and whole-model overrides are not the drafter's
+    pricing = "roofline_max" if sc.cost.step_pricing == "kernel_tables" else sc.cost.step_pricing
+    config = sc.cost.model_copy(update={"step_overhead_s": 0.0, "calibration": None,
+                                        "weights_bytes": None, "params": None,
+                                        "step_pricing": pricing})  # fmt: skip
+    cost = CostModel(model, resolved.accelerator, sc.hardware.tp, 1, config)
+    return DraftPricer(cost, spec.drafter_steps)
 
 
 def engine_meta(r: Resolved) -> dict[str, Any]:

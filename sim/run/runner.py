@@ -27,7 +27,7 @@ from sim.engine.pauses import PauseLifecycle
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
-from sim.metrics.summary import fill_hold
+from sim.metrics.summary import fill_hold, speculative_summary
 from sim.run.accuracy import _least_trusted, add_accuracy, run_accuracy
 from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names survive)
     TIER_KEYS,
@@ -137,6 +137,8 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "config_sha256": config_sha256(config),
     }
     summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
+    if r.scenario.speculative is not None:
+        summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))
     pauses = pause_frame(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour

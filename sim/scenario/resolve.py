@@ -33,6 +33,7 @@ from sim.scenario.paths import (
     missing_file,
     names_a_file,
 )
+from sim.scenario.speculative import draft_kv
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
 
@@ -73,6 +74,11 @@ class Resolved:
     #: the context window the server enforces (scheduler.max_model_len, filled from the
     #: model's max_context_tokens); None = no window
     context_window_tokens: int | None = None
+    #: speculative decoding's drafter (``sim.scenario.speculative``): its KV bytes per token
+    #: per GPU, included in ``kv_bytes_per_token_per_gpu`` (0: no drafter KV), and the draft
+    #: model's profile (None: no separate draft model)
+    draft_kv_bytes_per_token_per_gpu: float = 0.0
+    draft_model: ModelProfile | None = None
 
     @property
     def scenario(self):
@@ -146,12 +152,21 @@ def resolve(loaded: LoadedScenario) -> Resolved:
             field="hardware",
         )
     kind, options = _allocator_options(loaded, model)
+    draft_gpu, draft = draft_kv(loaded, model, _caches_prefixes(kind))
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
     return Resolved(
-        loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options, tiers, window
-    )
+        loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
+        window, draft_gpu, draft,
+    )  # fmt: skip
+
+
+def _caches_prefixes(kind: str) -> bool:
+    """Whether allocator ``kind`` keeps a prefix cache (it is told token content)."""
+    from sim.memory import allocator_class
+
+    return bool(allocator_class(kind).uses_content)
 
 
 def _context_window(loaded: LoadedScenario, model: ModelProfile) -> LoadedScenario:

@@ -35,6 +35,7 @@ from sim.cost import CostConfig
 from sim.policy import options_union, policy_class
 from sim.policy.base import policy_options_models
 from sim.profiles.layer_groups import DType
+from sim.sched.speculative import SpeculativeConfig
 from sim.workload.config import Workload
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
 
@@ -200,6 +201,8 @@ class ScenarioBase(_Cfg):
     metrics: MetricsSection = MetricsSection()
     # several nodes behind a router (docs/cluster.md); None: one node (the sections above)
     cluster: ClusterSection | None = None
+    # speculative decoding (sim.sched.speculative, docs/engine.md); None: off
+    speculative: SpeculativeConfig | None = None
 
     @model_validator(mode="after")
     def _tp_pp(self):

@@ -40,6 +40,7 @@ from sim.errors import InvariantError, UnknownNameError
 from sim.memory.kv_manager import KVManager
 from sim.sched.plan import BatchPlan, CommitResult, RunLimit
 from sim.sched.request import NEVER_FITS, REJECTED, RUNNING, WAITING, Request
+from sim.sched.speculative import SpeculativeConfig
 
 
 class Scheduler(ABC):
@@ -52,6 +53,9 @@ class Scheduler(ABC):
     #: so the engine may advance it by several identical steps at once and then call
     #: ``commit(plan, steps=k)``; False = ``plan.run`` stays None, one ``commit(plan)`` a step
     supports_runs: ClassVar[bool] = False
+    #: this scheduler runs speculative decoding when ``speculative`` is set (the scenario
+    #: key of that name, ``sim.sched.speculative``); False = ``make_scheduler`` refuses it
+    supports_speculative: ClassVar[bool] = False
     #: inside a (wrapped) ``schedule``: a subclass calling ``super().schedule()`` completes
     #: its plan once, in the outermost call
     _in_schedule: bool = False
@@ -67,6 +71,8 @@ class Scheduler(ABC):
         self.kv = kv
         self.running: list[Request] = []  # admission order
         self.waiting: deque[Request] = deque()  # head first
+        #: speculative decoding (None: off); set by ``make_scheduler``
+        self.speculative: SpeculativeConfig | None = None
 
     # ------------------------------------------------------------ queues
     @abstractmethod
@@ -234,11 +240,20 @@ def scheduler_class(kind: str) -> type[Scheduler]:
         raise UnknownNameError("scheduler", str(kind), list(_REGISTRY)) from None
 
 
-def make_scheduler(config: BaseModel, kv: KVManager) -> Scheduler:
-    """A scheduler from its validated config and the KV manager it talks to."""
+def make_scheduler(
+    config: BaseModel, kv: KVManager, speculative: SpeculativeConfig | None = None
+) -> Scheduler:
+    """A scheduler from its validated config and the KV manager it talks to, with
+    speculative decoding when ``speculative`` is given (a kind that does not support it
+    is refused)."""
     # every registered Config declares its ``kind`` (the registry's invariant)
     kind: str = config.kind  # type: ignore[attr-defined]
-    return scheduler_class(kind)(config, kv)
+    sched = scheduler_class(kind)(config, kv)
+    if speculative is not None:
+        if not sched.supports_speculative:
+            raise ValueError(f"scheduler {kind!r} does not run speculative decoding")
+        sched.speculative = speculative
+    return sched
 
 
 def scheduler_configs() -> tuple[type[BaseModel], ...]:

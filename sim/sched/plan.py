@@ -5,6 +5,10 @@ the decode entries are exactly those with ``is_decode`` true when scheduled, the
 prefill chunks; ``decode_history_tokens`` is the sum of the decode requests' computed
 tokens before the step (the KV they attend to, besides the new token); ``run`` (set by
 a scheduler that supports runs) bounds how many identical steps the batch may take.
+With speculative decoding a decode is a *verify* of ``1 + d`` tokens: it is scheduled,
+and priced, as the chunk of ``1 + d`` new tokens over its history that vLLM V1 runs
+(``prefill_chunks``), and counted in ``verify_seqs`` / ``verify_tokens`` /
+``verify_history_tokens`` so the tables count it as a decode, never as prompt work.
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ class BatchPlan:
     #: how long this batch may repeat unchanged (None: one step); the engine alone decides
     #: whether to step or to run (``engine.exact``, memory), then commits the steps taken
     run: RunLimit | None = None
+    # speculative decoding: verifies among ``prefill_chunks`` (sequences, their 1 + d
+    # tokens, the tokens each had in KV before the step)
+    verify_seqs: int = 0
+    verify_tokens: int = 0
+    verify_history_tokens: int = 0
 
     @property
     def empty(self) -> bool:
@@ -107,3 +116,9 @@ class CommitResult:
     # (request, first step): sampled a token in every step from that one (0-based) on
     emitted_from: list[tuple[Request, int]] = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)
+    # speculative decoding: tokens sampled beyond one per ``emitted`` request (accepted
+    # drafts), drafts verified, and verified tokens that produced no output (rejected
+    # drafts, and accepted ones past the request's output limit)
+    extra_tokens: int = 0
+    drafts: int = 0
+    wasted_tokens: int = 0

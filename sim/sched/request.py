@@ -77,6 +77,8 @@ class Request:
         "tag",  # free slot for the workload (its trajectory object)
         "tool_name",  # the tool called after this turn (per-tool wait statistics)
         "next_pause_s",  # the true wait of that tool call (oracle prediction); None = unknown
+        "spec_drafts",  # draft tokens in the verify scheduled now (0: none; speculative decoding)
+        "spec_credit",  # expected accepted drafts not yet taken, in [0, 1) (sched.speculative)
     )
 
     def __init__(
@@ -140,6 +142,8 @@ class Request:
         self.tag = tag
         self.tool_name = tool_name
         self.next_pause_s = next_pause_s
+        self.spec_drafts = 0
+        self.spec_credit = 0.0
 
     # ------------------------------------------------------------------ state
     @property

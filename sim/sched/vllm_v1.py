@@ -27,6 +27,13 @@ WAITING does not fit, the KV held by paused trajectories is dropped, most recent
 first, then the held KV of other waiting requests, then the head's own; a request that
 does not fit an otherwise empty pool is rejected (``rejected_never_fits``).
 
+Speculative decoding (``speculative`` set; ``sim.sched.speculative`` has the rules): every
+decode is a verify of ``1 + d`` tokens with ``1 + d + lookahead`` KV slots, its accepted
+tokens the expected value; no step runs as part of a run (each is scheduled alone). A turn
+whose KV is held for the next turn never reserves slots past its final token (the held
+sequence must be exactly its tokens; vLLM would free the request and keep only its
+computed blocks); a last turn reserves as vLLM does, to the end.
+
 Invariant: see ``sched.base``; plus: a step has at most ``max_num_batched_tokens`` tokens
 except for a monolithic prefill alone in its step.
 """
@@ -53,6 +60,7 @@ from sim.sched.request import (
     WAITING,
     Request,
 )
+from sim.sched.speculative import accept
 
 
 class VllmV1Config(BaseModel):
@@ -88,6 +96,7 @@ class VllmV1Scheduler(Scheduler):
     name = "vllm_v1"
     Config = VllmV1Config
     supports_runs = True
+    supports_speculative = True
     config: VllmV1Config
 
     @property
@@ -142,6 +151,7 @@ class VllmV1Scheduler(Scheduler):
         waiting request would be admitted meanwhile (``decodes_stay_alone``)."""
         if (
             not plan.scheduled
+            or self.speculative is not None  # tokens per step vary: every step alone
             or len(plan.scheduled) != len(self.running)
             or plan.preempted
             or plan.rejected
@@ -180,10 +190,10 @@ class VllmV1Scheduler(Scheduler):
         return n
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
-        running = self.running
+        running, spec = self.running, self.speculative is not None
         i = 0
         while i < len(running) and budget > 0:
-            j = _decodes_from(running, i, min(len(running), i + budget))
+            j = i if spec else _decodes_from(running, i, min(len(running), i + budget))
             if j > i:  # a stretch of decodes (the common case): grown in one call
                 batch = running[i:j]
                 done = self.kv.grow_each(batch)
@@ -203,14 +213,38 @@ class VllmV1Scheduler(Scheduler):
             n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
             if n == 0:
                 break
-            if not self.kv.grow_to(req, req.num_computed + n) and not self._grow_or_preempt(
-                req, n, plan
+            slots = n
+            if spec and req.is_decode:
+                n, slots = self._verify(req, budget)
+            if not self.kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
+                req, slots, plan
             ):
+                req.spec_drafts = 0
                 break
             _add(plan, req, n)
+            if req.spec_drafts:
+                plan.verify_seqs += 1
+                plan.verify_tokens += n
+                plan.verify_history_tokens += req.num_computed
             budget -= n
             i += 1
         return budget
+
+    def _verify(self, req: Request, budget: int) -> tuple[int, int]:
+        """(tokens to compute, KV slots to hold beyond the computed ones) of a decode
+        under speculative decoding; sets ``req.spec_drafts`` (``sim.sched.speculative``)."""
+        spec = self.speculative
+        assert spec is not None
+        d = spec.num_speculative_tokens
+        cap = self.config.max_model_len
+        if cap is not None:  # vLLM: positions stay below max_model_len
+            d = min(d, cap - 2 - req.num_computed)
+        d = max(0, min(d, budget - 1))
+        slots = 1 + d + spec.lookahead_tokens
+        if not req.last_turn:  # its sequence is held for the next turn: no slot past the end
+            slots = min(slots, req.prompt_tokens + req.output_limit - 1 - req.num_computed)
+        req.spec_drafts = d
+        return 1 + d, slots
 
     def _grow_or_preempt(self, req: Request, n: int, plan: BatchPlan) -> bool:
         """``req``'s KV could not grow: preempt from the back until it can; False if it was
@@ -343,6 +377,9 @@ class VllmV1Scheduler(Scheduler):
             for req, n in plan.scheduled:
                 if req.status != RUNNING:
                     continue  # cancelled while the step ran
+                if req.spec_drafts:
+                    self._commit_verify(req, out)
+                    continue
                 req.num_computed += n
                 if req.num_computed < req.num_tokens:
                     continue  # a chunk of a longer prefill: nothing sampled
@@ -354,6 +391,24 @@ class VllmV1Scheduler(Scheduler):
         if out.finished:
             self.running = [r for r in self.running if r.status == RUNNING]
         return out
+
+    def _commit_verify(self, req: Request, out: CommitResult) -> None:
+        """A verify's outcome: the expected accepted drafts plus the bonus token, cut at
+        the output limit; the rest of the verified tokens are wasted."""
+        spec, d = self.speculative, req.spec_drafts
+        assert spec is not None
+        req.spec_drafts = 0
+        taken, req.spec_credit = accept(req.spec_credit, spec.expected_accepted(d), d)
+        t = min(1 + taken, req.output_limit - req.num_output)
+        req.num_computed += t
+        req.num_output += t
+        out.emitted.append(req)
+        out.extra_tokens += t - 1
+        out.drafts += d
+        out.wasted_tokens += d + 1 - t
+        if req.num_output >= req.output_limit:
+            req.finish()
+            out.finished.append(req)
 
     @staticmethod
     def _commit_prefill(

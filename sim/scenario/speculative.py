@@ -1,0 +1,70 @@
+"""The ``speculative`` section resolved: the drafter's model and its KV bytes per token.
+
+Responsibility: check that speculative decoding can run as the scenario asks and size the
+drafter's KV, which joins the target's in the one pool (vLLM gives the drafter's layers
+their own KV group in the same pool, with the same block table positions):
+
+* ``eagle`` / ``mtp``: one extra attention layer of the target's geometry (F1 for one
+  layer: ``2 x H_kv x d_head x b``, or the MLA latent, per TP rank, at the KV dtype);
+* ``draft_model``: the draft profile's own bytes per token at the target's TP (vLLM's
+  default ``draft_tensor_parallel_size``), at the scenario's ``model.kv_dtype`` if set;
+* ``ngram``: none.
+
+Refused, one line each at the ``speculative`` line: pipeline parallelism above 1 and
+data-parallel lockstep clusters (not modelled), and a model with state-space layers
+(Mamba, linear attention) under a prefix-caching allocator, which vLLM does not run
+either (vllm-project/vllm#26201, open: the saved states at block boundaries and the
+rejected drafts' state updates do not agree); kvsim refuses it rather than model it.
+
+Invariant: without the section every figure is 0 / None and nothing is refused.
+"""
+
+from __future__ import annotations
+
+from sim.errors import ConfigError, KvsimError
+from sim.profiles import load_model
+from sim.profiles.layer_groups import STATE_KINDS
+from sim.profiles.schema import ModelProfile
+from sim.scenario.load import LoadedScenario
+from sim.sizing.kv import kv_bytes_per_token_per_gpu, kv_elems_per_token_per_layer_per_gpu
+from sim.units import dtype_bytes
+
+#: the open vLLM issue behind the refusal of state-space prefix caching with spec decode
+VLLM_ISSUE = "vllm-project/vllm#26201"
+
+
+def _refuse(loaded: LoadedScenario, msg: str, *loc: str) -> ConfigError:
+    return ConfigError(msg, location=loaded.where("speculative", *loc),
+                       field=".".join(("speculative", *loc)))  # fmt: skip
+
+
+def draft_kv(
+    loaded: LoadedScenario, model: ModelProfile, uses_prefix_cache: bool
+) -> tuple[float, ModelProfile | None]:
+    """(the drafter's KV bytes per token per GPU, the draft model's profile or None)."""
+    sc = loaded.scenario
+    spec = sc.speculative
+    if spec is None:
+        return 0.0, None
+    if sc.hardware.pp > 1:
+        raise _refuse(loaded, "speculative decoding with pp > 1 is not modelled (set pp: 1)")
+    if sc.cluster is not None and sc.cluster.data_parallel is not None:
+        raise _refuse(loaded, "speculative decoding in a data-parallel lockstep cluster is not modelled")
+    if uses_prefix_cache and any(g.kind in STATE_KINDS for g in model.kv_groups()):
+        raise _refuse(
+            loaded,
+            f"speculative decoding with prefix caching on a model with state-space layers "
+            f"({model.name}) is refused: vLLM does not support it ({VLLM_ISSUE}); use a "
+            "non-caching allocator (paged) or drop speculative",
+        )
+    tp = sc.hardware.tp
+    if spec.method == "ngram":
+        return 0.0, None
+    if spec.method in ("eagle", "mtp"):
+        return kv_elems_per_token_per_layer_per_gpu(model, tp) * dtype_bytes(model.kv_dtype), None
+    overrides = {} if sc.model.kv_dtype is None else {"kv_dtype": sc.model.kv_dtype}
+    try:
+        draft = load_model(str(spec.draft_model), overrides=overrides)
+        return kv_bytes_per_token_per_gpu(draft, tp, 1), draft
+    except KvsimError as exc:
+        raise _refuse(loaded, f"draft model: {exc}", "draft_model") from None
