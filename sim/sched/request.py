@@ -77,6 +77,7 @@ class Request:
         "tag",  # free slot for the workload (its trajectory object)
         "tool_name",  # the tool called after this turn (per-tool wait statistics)
         "next_pause_s",  # the true wait of that tool call (oracle prediction); None = unknown
+        "hint",  # the harness's KV hint for the pause after this turn (a sim.policy.KVHint)
     )
 
     def __init__(
@@ -97,6 +98,7 @@ class Request:
         tag: Any = None,
         tool_name: str = "tool",
         next_pause_s: float | None = None,
+        hint: Any = None,
         branch_id: int = 0,
         parent_branch_id: int = -1,
         depth: int = 0,
@@ -140,6 +142,7 @@ class Request:
         self.tag = tag
         self.tool_name = tool_name
         self.next_pause_s = next_pause_s
+        self.hint = hint  # sched sits below sim.policy: typed there (KVHint), None = no hint
 
     # ------------------------------------------------------------------ state
     @property

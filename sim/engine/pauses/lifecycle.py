@@ -63,6 +63,8 @@ class PauseLifecycle:
         self.copies_in = 0  # copy-ins running: their turns come to the node when done
         self.streaming = 0  # pipelined copy-ins still running after their turn went on
         self._recomputing: dict[int, Pause] = {}  # id(next request) -> pause
+        self.honours_release = options.kind == "hints"
+        self.hint_releases = 0  # sessions whose last call's ``release`` hint freed the cache
 
     def attach(
         self, node: Any, kv: KVManager, sched: Scheduler, copies: CopyEngines, track: bool
@@ -85,6 +87,16 @@ class PauseLifecycle:
         return self.transfers.nvme
 
     # ------------------------------------------------------------- a turn ended
+    def session_ended(self, req: Request) -> None:
+        """A trajectory's last call ended: free its sequence; a ``release`` hint (honoured
+        by the ``hints`` policy) drops its blocks from a prefix cache too."""
+        hint = req.hint
+        if self.honours_release and hint is not None and hint.release:
+            self.kv.drop(req.seq_id, uncache=True)
+            self.hint_releases += 1
+        else:
+            self.kv.release(req.seq_id)
+
     def turn_ended(self, req: Request) -> None:
         """A non-final turn ended: decide, start what the decision needs, hold or drop."""
         kv, seq, now = self.kv, req.seq_id, self.env.now
@@ -100,7 +112,7 @@ class PauseLifecycle:
         )  # fmt: skip
         self.pauses.append(p)
         self._by_seq[seq] = p
-        p.prefetch, p.facts = d.prefetch, facts
+        p.prefetch, p.facts, p.hint_refused = d.prefetch, facts, d.hint_refused
         if d.ttl_s is not None:
             p.release = d.release
             self.env.process(self._ttl(p, d.ttl_s))
@@ -109,7 +121,7 @@ class PauseLifecycle:
     def _apply(self, p: Pause, action: str, evict: bool = False, first: bool = False) -> None:
         """Start ``action`` for the pause (at its decision, or at a TTL's expiry)."""
         kv = self.kv
-        p.moved_to = action
+        p.moved_to, p.acted_s = action, self.env.now
         if action == RECOMPUTE:
             p.to(S.RECOMPUTE)
             kv.drop(p.seq, uncache=evict)
@@ -121,6 +133,8 @@ class PauseLifecycle:
                 self.env.process(self._copy_out(p))
             else:
                 p.moved_to, p.note = HOLD, f"{action}: no room at copy time"
+                if p.facts.hint is not None and p.facts.hint.demote is not None:
+                    p.hint_refused = _joined(p.hint_refused, "demote: no room at copy time")
                 p.to(S.HELD)
         else:
             p.to(S.HELD)
@@ -210,7 +224,7 @@ class PauseLifecycle:
         if p.release == RECOMPUTE:
             self.kv.drop(p.seq)
             p.to(S.RECOMPUTE)
-            p.moved_to = RECOMPUTE
+            p.moved_to, p.acted_s = RECOMPUTE, self.env.now
             p.freed_s = self.env.now
         else:
             self._apply(p, p.release)
@@ -378,6 +392,10 @@ class PauseLifecycle:
 
 def _nothing() -> None:
     """A boundary call that only wakes the node."""
+
+
+def _joined(first: str, more: str) -> str:
+    return f"{first}; {more}" if first else more
 
 
 #: the former name (notebooks and scripts may use it)
