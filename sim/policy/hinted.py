@@ -67,9 +67,7 @@ class Hints(PausePolicy):
         if not refused:  # retain_priority or prefetch_at_s alone: nothing to move
             return self._plain(facts, self.options.no_hint, "hint without pin or demote")
         d = self._plain(facts, self.options.fallback, "hint refused")
-        return Decision(
-            d.action, d.reason, prefetch=d.prefetch, hint_refused="; ".join(refused)
-        )
+        return Decision(d.action, d.reason, prefetch=d.prefetch, hint_refused="; ".join(refused))
 
     # ------------------------------------------------------------------ parts
     def _pin_allowed(self, facts: PauseFacts, h: KVHint) -> bool:
