@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
+DemoteAction = Literal["offload_host", "offload_nvme"]
 #: ``demote`` values -> the pause action that realises them
-DEMOTE_TIERS: dict[str, str] = {"host": "offload_host", "nvme": "offload_nvme"}
+DEMOTE_TIERS: dict[str, DemoteAction] = {"host": "offload_host", "nvme": "offload_nvme"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,7 @@ class KVHint:
             raise ValueError("a release hint carries no pin_for_s or demote")
 
     @property
-    def demote_action(self) -> str | None:
+    def demote_action(self) -> DemoteAction | None:
         """The pause action of ``demote`` (None without one)."""
         return None if self.demote is None else DEMOTE_TIERS[self.demote]
 

@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import Field
 
 from sim.policy.base import PausePolicy, PolicyOptions, register
-from sim.policy.facts import Decision, PauseFacts, PrefetchPlan
+from sim.policy.facts import Action, Decision, PauseFacts, PrefetchPlan
 from sim.policy.hint import KVHint
 from sim.policy.resume import plan_prefetch, speculative_fire_s
 
@@ -45,6 +45,8 @@ class Hints(PausePolicy):
         min_free_fraction: float = Field(0.1, ge=0, le=1)  # pins refused below this HBM share
         retain_override: float = 1.0  # a retain_priority at least this pins under pressure
 
+    options: Options  # the validated options (``make_policy`` builds them from this model)
+
     def decide(self, facts: PauseFacts) -> Decision:
         h = facts.hint
         if h is None:
@@ -56,8 +58,8 @@ class Hints(PausePolicy):
             if self._pin_allowed(facts, h):
                 return self._pin(facts, h)
             refused.append("pin: HBM short")
-        if h.demote is not None:
-            action = h.demote_action
+        action = h.demote_action
+        if action is not None:
             if _fits(facts, action):
                 return Decision(
                     action, "hint: demote", prefetch=self._plan(facts, h, action),
@@ -78,10 +80,12 @@ class Hints(PausePolicy):
 
     def _pin(self, facts: PauseFacts, h: KVHint) -> Decision:
         """Hold for the lease; then the demote tier (if it has room) or the fallback."""
-        after, why = self.options.fallback, ""
-        if h.demote is not None:
-            if _fits(facts, h.demote_action):
-                after = h.demote_action
+        after: Action = self.options.fallback
+        why = ""
+        demote = h.demote_action
+        if demote is not None:
+            if _fits(facts, demote):
+                after = demote
             else:
                 why = f"demote after the lease: {h.demote} full"
         if not _fits(facts, after):
@@ -103,14 +107,14 @@ class Hints(PausePolicy):
         )
         return PrefetchPlan("speculative", fire)
 
-    def _plain(self, facts: PauseFacts, action: str, why: str) -> Decision:
+    def _plain(self, facts: PauseFacts, action: Action, why: str) -> Decision:
         """``action`` without a hint's timing; a full tier becomes recompute."""
         if action == "hold":
             return Decision("hold", f"{why}: hold")
-        if action != "recompute" and not _fits(facts, action):
-            return Decision("recompute", f"{why}: {action} full, recompute")
         if action == "recompute":
             return Decision("recompute", f"{why}: recompute")
+        if not _fits(facts, action):
+            return Decision("recompute", f"{why}: {action} full, recompute")
         return self.offload(action, facts, f"{why}: {action}")
 
 
