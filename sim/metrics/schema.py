@@ -198,6 +198,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("pause_cost_priced", "int", "count",
        "Pauses priced (the tool returned or the session ended; open ones are left out)."),
     _k("hints_given", "int", "count", "Pauses that carried an agent KV hint."),
+    _k("hints_released", "int", "count",
+       "Sessions whose last call's `release` hint freed their KV with its prefix-cache "
+       "blocks (`pause_policy.kind: hints`).", optional=True, when="single-node runs"),
     _k("hints_refused", "int", "count",
        "Of those, pauses whose hint was not (fully) honoured: a pin refused under HBM "
        "pressure, a demote tier full (pauses.parquet hint_refused says which)."),

@@ -139,6 +139,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
     pauses = pause_frame(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
+    summary["hints_released"] = sim.pauses.hint_releases
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
     add_accuracy(summary, [(r, sim.cost, frames["steps"])])  # how far to trust the step times
     summary["wall_time_s"] = wall_time_s

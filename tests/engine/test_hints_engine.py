@@ -71,3 +71,14 @@ def test_other_policies_report_their_distance_to_the_oracle():
     held = (p.state_bytes * p.actual_wait_s).sum() / r.resolved.pool_bytes
     assert math.isclose(s["pause_cost_policy_s"], held, rel_tol=1e-9)
     assert math.isclose(s["pause_cost_gap_ratio"], held / s["pause_cost_oracle_s"], rel_tol=1e-12)
+
+
+def test_release_frees_a_finished_sessions_cache_blocks():
+    radix = {"workload.num_trajectories": 2, "allocator.kind": "radix"}
+    r = e24(**radix)
+    s = r.summary
+    assert s["hints_released"] == 2 and s["prefix_evicted_blocks"] > 0
+    held = run(E24, **{**HINTS, **radix, "pause_policy.kind": "hold"}).summary
+    # hints are carried whatever the policy, honoured only by `hints`
+    assert held["hints_given"] == 4 and held["hints_released"] == 0
+    assert held["prefix_evicted_blocks"] == 0
