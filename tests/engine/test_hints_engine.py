@@ -82,3 +82,16 @@ def test_release_frees_a_finished_sessions_cache_blocks():
     # hints are carried whatever the policy, honoured only by `hints`
     assert held["hints_given"] == 4 and held["hints_released"] == 0
     assert held["prefix_evicted_blocks"] == 0
+
+
+def test_demotes_refused_when_host_dram_is_full_are_counted():
+    # two trajectories pause together; pinned host DRAM holds one 10.74 GB state
+    r = e24(**{"workload.num_trajectories": 2, "hardware.host_kv_pool_bytes": 15e9})
+    s, p = r.summary, r.pauses
+    refused = p[p.hint_refused != ""]
+    assert s["hints_given"] == 4 and s["hints_refused"] == len(refused) == 2
+    assert set(refused.hint_refused) == {"demote: host full"}
+    assert set(refused.moved_to) == {"recompute"}  # the fallback
+    # the oracle would have used the NVMe tier the hint did not name
+    assert set(refused.oracle_action) == {"offload_nvme"}
+    assert (refused.policy_cost_s > 100 * refused.oracle_cost_s).all()
