@@ -200,7 +200,7 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("hints_given", "int", "count", "Pauses that carried an agent KV hint."),
     _k("hints_released", "int", "count",
        "Sessions whose last call's `release` hint freed their KV with its prefix-cache "
-       "blocks (`pause_policy.kind: hints`).", optional=True, when="single-node runs"),
+       "blocks (`pause_policy.kind: hints`)."),
     _k("hints_refused", "int", "count",
        "Of those, pauses whose hint was not (fully) honoured: a pin refused under HBM "
        "pressure, a demote tier full (pauses.parquet hint_refused says which)."),
