@@ -266,6 +266,7 @@ def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_tim
     }
     s = summarize(p.recorder, mine, sim_time_s=sim_time, kv=p.kv, meta=meta)
     s.update(pause_summary(pauses))
+    s["hints_released"] = p.pauses.hint_releases
     s.update(cost_summary(r, s))
     s["routing_decisions"] = int(sim.front.routed[j])
     for k in _RUN_KEYS:
