@@ -13,7 +13,9 @@ policy, and this object, the only caller of the KV manager's pause verbs, acts:
 A tool that returns before its copy-out completed finds its blocks still resident and goes
 on at once. ``resume: speculative`` starts the reload before the tool returns and
 ``resume: pipelined`` submits the turn while its copy-in still runs (``resume``); a
-``ttl_pin`` hold gets its release action when the TTL expires. ``hold`` is the trivial
+``ttl_pin`` hold (or a ``hints`` pin) gets its release action when the TTL expires. A
+session's last call ends in ``session_ended``: its sequence is freed (with its prefix-cache
+blocks when the ``hints`` policy honours a ``release`` hint). ``hold`` is the trivial
 form: one record, one ``kv.hold``, one ``kv.resume``. Every pause is one ``Pause`` record
 whose state moves only along ``state.TRANSITIONS``; ``records()`` feed pauses.parquet
 (schema in ``sim.metrics.pauses``, built by the run layer).
@@ -121,7 +123,7 @@ class PauseLifecycle:
     def _apply(self, p: Pause, action: str, evict: bool = False, first: bool = False) -> None:
         """Start ``action`` for the pause (at its decision, or at a TTL's expiry)."""
         kv = self.kv
-        p.moved_to, p.acted_s = action, self.env.now
+        p.moved_to = action
         if action == RECOMPUTE:
             p.to(S.RECOMPUTE)
             kv.drop(p.seq, uncache=evict)
@@ -224,7 +226,7 @@ class PauseLifecycle:
         if p.release == RECOMPUTE:
             self.kv.drop(p.seq)
             p.to(S.RECOMPUTE)
-            p.moved_to, p.acted_s = RECOMPUTE, self.env.now
+            p.moved_to = RECOMPUTE
             p.freed_s = self.env.now
         else:
             self._apply(p, p.release)
