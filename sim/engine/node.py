@@ -422,7 +422,7 @@ class Node:
         for req in result.finished:
             req.finish_s = end
             if req.last_turn:
-                kv.release(req.seq_id)
+                self.pauses.session_ended(req)
             else:  # a tool call follows: the pause lifecycle decides where the KV goes
                 self.pauses.turn_ended(req)
             self._ended(req)

@@ -3,12 +3,15 @@
 Responsibility: the pause table's schema (``PAUSE_COLUMNS``, beside the other tables'
 schemas), turning the engine's pause records into rows, and the ``summary.json``
 aggregates of the pauses (counts by decision and outcome, resume latency and stall, HBM
-byte-seconds held, recompute FLOPs, bytes moved).
+byte-seconds held, recompute FLOPs, bytes moved), each pause's cost beside the pause
+oracle's (``sim.policy.oracle``: seconds = HBM pool-seconds + recompute + exposed reload)
+and the agent hints given and refused.
 
 Invariant: one row per pause, in pause-id order, each with its ``outcome`` (how it ended,
 ``open`` if it had not when the run ended) and ``ended_s``; times are simulated seconds
 (NaN = did not happen), bytes are bytes, ``paused_hbm_gb_s`` is GB (10^9 B) x seconds of KV held in
-HBM while the pause lasted (F29).
+HBM while the pause lasted (F29); a pause still open at the end has NaN costs and is left
+out of the cost sums (``pause_cost_priced`` counts the priced ones).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from sim.metrics.stats import describe
+from sim.policy import oracle_cost, realised_cost
 from sim.units import GB
 
 NAN = math.nan
@@ -31,7 +35,7 @@ PAUSE_COLUMNS = [
     "resident_s", "first_token_s", "resume_stall_s", "resume_latency_s", "paused_hbm_gb_s",
     "bytes_offloaded_host", "bytes_offloaded_nvme", "bytes_reloaded_host",
     "bytes_reloaded_nvme", "recompute_tokens", "recompute_flops", "recompute_s", "outcome",
-    "ended_s",
+    "ended_s", "hint", "hint_refused", "oracle_action", "oracle_cost_s", "policy_cost_s",
 ]  # fmt: skip
 #: ``outcome`` values: how a pause ended ("open" = still open when the run ended)
 PAUSE_OUTCOMES = ("resumed", "reloaded", "recomputed", "released", "cancelled", "open")
@@ -60,7 +64,31 @@ def pause_row(p: Any, held_byte_s: float, recompute_flops: float) -> tuple:
         stall if recompute else 0.0,
         p.outcome or "open",
         p.resident_s if math.isnan(p.ended_s) else p.ended_s,
+        _hint_text(p), p.hint_refused,
+        *pause_costs(p, held_byte_s, recompute_flops),
     )  # fmt: skip
+
+
+def _hint_text(p: Any) -> str:
+    hint = None if p.facts is None else p.facts.hint
+    return "" if hint is None else hint.describe() or "empty"
+
+
+def pause_costs(p: Any, held_byte_s: float, recompute_flops: float) -> tuple[str, float, float]:
+    """(the oracle's action, its cost, the policy's realised cost), seconds; ("", NaN, NaN)
+    for a pause still open (its true wait is unknown)."""
+    if math.isfinite(p.tool_return_s):
+        wait, resumed = p.tool_return_s - p.start_s, True
+    elif math.isfinite(p.ended_s):
+        wait, resumed = p.ended_s - p.start_s, False
+    else:
+        return "", NAN, NAN
+    if p.facts is None:
+        return "", NAN, NAN
+    action, best = oracle_cost(p.facts, max(0.0, wait), resumed)
+    stall = p.resident_s - p.tool_return_s if p.outcome == "reloaded" else 0.0
+    spent = realised_cost(p.facts, held_byte_s, recompute_flops, stall)
+    return action, best.total_s, spent.total_s
 
 
 def pause_frame(records: Sequence[tuple[Any, float, float]]) -> pd.DataFrame:
@@ -85,4 +113,20 @@ def pause_summary(frame: pd.DataFrame) -> dict:
         "bytes_reloaded": round((frame.bytes_reloaded_host + frame.bytes_reloaded_nvme).sum()),
         "pause_decisions": decisions,
         "pause_outcomes": moved,
+        **cost_summary(frame),
+    }
+
+
+def cost_summary(frame: pd.DataFrame) -> dict:
+    """The pause costs beside the oracle's, and the hints given and refused."""
+    priced = frame.oracle_cost_s.notna() & frame.policy_cost_s.notna()
+    policy = float(frame.policy_cost_s[priced].sum())
+    oracle = float(frame.oracle_cost_s[priced].sum())
+    return {
+        "pause_cost_policy_s": policy,
+        "pause_cost_oracle_s": oracle,
+        "pause_cost_gap_ratio": policy / oracle if oracle > 0 else None,
+        "pause_cost_priced": int(priced.sum()),
+        "hints_given": int((frame.hint != "").sum()),
+        "hints_refused": int((frame.hint_refused != "").sum()),
     }

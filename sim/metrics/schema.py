@@ -206,6 +206,28 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("bytes_reloaded", "int", "bytes", "Bytes copied back to HBM at resumes."),
     _k("pause_decisions", "counts", "count", "Pauses by the policy's decision."),
     _k("pause_outcomes", "counts", "count", "Pauses by where the KV went (moved_to)."),
+    _k("pause_cost_policy_s", "float", "s",
+       "The policy's pause cost over the priced pauses, seconds: HBM byte-seconds its "
+       "paused states held / the KV pool's bytes (pool-seconds) + prefill seconds of what "
+       "the next turns recomputed (F30) + reload stall exposed after the tool returned "
+       "(pauses.parquet policy_cost_s; docs/pause_policies.md, The pause oracle)."),
+    _k("pause_cost_oracle_s", "float", "s",
+       "The pause oracle's cost over the same pauses, same unit: per pause the cheapest of "
+       "hold / recompute / offload with the true wait known and a perfectly timed reload; "
+       "a per-pause, contention-free reference (not a proven optimum: it ignores link and "
+       "HBM queues and prefix-cache hits)."),
+    _k("pause_cost_gap_ratio", "float", "ratio",
+       "pause_cost_policy_s / pause_cost_oracle_s (1 = as good as the oracle; null when "
+       "the oracle's cost is 0).", **_NULL),
+    _k("pause_cost_priced", "int", "count",
+       "Pauses priced (the tool returned or the session ended; open ones are left out)."),
+    _k("hints_given", "int", "count", "Pauses that carried an agent KV hint."),
+    _k("hints_released", "int", "count",
+       "Sessions whose last call's `release` hint freed their KV with its prefix-cache "
+       "blocks (`pause_policy.kind: hints`)."),
+    _k("hints_refused", "int", "count",
+       "Of those, pauses whose hint was not (fully) honoured: a pin refused under HBM "
+       "pressure, a demote tier full (pauses.parquet hint_refused says which)."),
     # ---- cost (sim.run.pricing)
     _k("usd_per_gpu_hour", "float", "USD/GPU-hour", "Price used (null without one).", **_NULL),
     _k("price_source", "str", "-", "Where the price comes from.", **_NULL),
@@ -485,6 +507,16 @@ PAUSE_TABLE = _cols(
     ("recompute_s", _F, "s", "Time recomputing."),
     ("outcome", _S, "-", "resumed, reloaded, recomputed, released, cancelled, open."),
     ("ended_s", _F, "s", "When it ended."),
+    ("hint", _S, "-", "The harness's KV hint for this pause (`pin=..s demote=host "
+     "prefetch=..s`, `release`; empty: none; docs/pause_policies.md, Agent KV hints)."),
+    ("hint_refused", _S, "-", "The part of the hint not honoured, and why (empty: none)."),
+    ("oracle_action", _S, "-", "The pause oracle's cheapest action with the true wait "
+     "known (empty while open)."),
+    ("oracle_cost_s", _F, "s", "Its cost: HBM pool-seconds + recompute s + exposed reload s "
+     "(sim.policy.oracle; NaN while open)."),
+    ("policy_cost_s", _F, "s", "What the policy's pause cost as it happened, in the same "
+     "unit: HBM byte-seconds held / pool bytes + recomputed FLOPs / prefill rate + reload "
+     "stall."),
 )  # fmt: skip
 
 #: table name -> its declared columns, in file order

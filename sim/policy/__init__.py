@@ -2,14 +2,16 @@
 
 Responsibility: ``PauseFacts`` (what the engine knows at a tool call) -> ``Decision``
 (hold / recompute / offload_host / offload_nvme, with a prefetch plan or a TTL), by small
-policy objects registered by name (``make_policy('break_even', horizon_s=30)``); tool-wait
+policy objects registered by name (``make_policy('break_even', horizon_s=30)``); the agent
+harness's KV hints (``KVHint``, honoured by the ``hints`` policy); the pause oracle's prices
+(``oracle_cost``, ``realised_cost``); tool-wait
 prediction (``WaitPredictor``); the closed-form resume timelines (``resume_timeline``).
 
 Invariant: pure: no SimPy, no clock, no imports from the engine; the pause economics come
 from ``sim.sizing`` so the policies and ``kvsim breakeven`` agree.
 """
 
-from sim.policy import break_even, fixed, min_waste, ttl_pin  # noqa: F401  (registers)
+from sim.policy import break_even, fixed, hinted, min_waste, ttl_pin  # noqa: F401  (registers)
 from sim.policy.base import (
     PausePolicy,
     PolicyOptions,
@@ -29,15 +31,20 @@ from sim.policy.facts import (
     PauseFacts,
     PrefetchPlan,
 )
+from sim.policy.hint import DEMOTE_TIERS, KVHint
+from sim.policy.oracle import PauseCost, action_costs, oracle_cost, realised_cost
 from sim.policy.predict import PREDICT_MODES, ToolWaitStats, WaitPredictor
 from sim.policy.resume import ResumeTimeline, plan_prefetch, resume_timeline, speculative_fire_s
 
 __all__ = [
     "ACTIONS",
+    "DEMOTE_TIERS",
     "OFFLOAD_ACTIONS",
     "PREDICT_MODES",
     "RESUME_STRATEGIES",
     "Decision",
+    "KVHint",
+    "PauseCost",
     "PausePolicy",
     "PauseFacts",
     "PolicyOptions",
@@ -46,12 +53,15 @@ __all__ = [
     "ResumeTimeline",
     "ToolWaitStats",
     "WaitPredictor",
+    "action_costs",
     "make_policy",
+    "oracle_cost",
     "options_union",
     "parse_options",
     "plan_prefetch",
     "policy_class",
     "policy_names",
+    "realised_cost",
     "register",
     "resume_timeline",
     "speculative_fire_s",

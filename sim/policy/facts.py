@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from sim.policy.hint import KVHint
 from sim.profiles.schema import ModelProfile
 from sim.sizing import kv_bytes_for_context, offload_round_trip_s, prefill_flops, reload_time_s
 
@@ -49,6 +50,8 @@ class PauseFacts:
     tool_min_wait_s: float | None = None  # shortest wait seen for this tool (prefetch timer)
     running_batch_bytes: float = 0.0  # KV of the other running requests (InferCept waste)
     swap_budget_bytes_per_gpu: float = math.inf  # link bytes per GPU still hideable this step
+    hint: KVHint | None = None  # what the agent harness said about this pause (``hints``)
+    pool_bytes: float = 0.0  # the HBM KV pool over the replica (prices held bytes; 0 = unknown)
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -62,6 +65,7 @@ class PauseFacts:
             "nvme_bw_bytes_per_s",
             "running_batch_bytes",
             "swap_budget_bytes_per_gpu",
+            "pool_bytes",
         ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -164,6 +168,7 @@ class Decision:
     ttl_s: float | None = None  # hold only: stay resident this long, then apply ``release``
     release: Action | None = None  # the action taken when the TTL expires
     evict_from_prefix_cache: bool = False  # recompute only: drop the blocks from the cache too
+    hint_refused: str = ""  # ``hints``: the part of the pause's hint not honoured, and why
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:

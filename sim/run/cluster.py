@@ -188,6 +188,7 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     # RecorderSum has the Recorder's read side (the metrics layer declares no protocol yet)
     summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)  # type: ignore[arg-type]
     summary.update(pause_summary(pauses))
+    summary["hints_released"] = sum(p.pauses.hint_releases for p in sim.parts)
     nodes = [
         _node_summary(sim, j, node_frames[j], node_pauses[j], traj, sim_time)
         for j in range(len(sim.parts))
@@ -265,6 +266,7 @@ def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_tim
     }
     s = summarize(p.recorder, mine, sim_time_s=sim_time, kv=p.kv, meta=meta)
     s.update(pause_summary(pauses))
+    s["hints_released"] = p.pauses.hint_releases
     s.update(cost_summary(r, s))
     s["routing_decisions"] = int(sim.front.routed[j])
     for k in _RUN_KEYS:

@@ -141,6 +141,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))
     pauses = pause_frame(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
+    summary["hints_released"] = sim.pauses.hint_releases
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
     add_accuracy(summary, [(r, sim.cost, frames["steps"])])  # how far to trust the step times
     summary["wall_time_s"] = wall_time_s

@@ -79,6 +79,7 @@ class Request:
         "next_pause_s",  # the true wait of that tool call (oracle prediction); None = unknown
         "spec_drafts",  # draft tokens in the verify scheduled now (0: none; speculative decoding)
         "spec_credit",  # expected accepted drafts not yet taken, in [0, 1) (sched.speculative)
+        "hint",  # the harness's KV hint for the pause after this turn (a sim.policy.KVHint)
     )
 
     def __init__(
@@ -99,6 +100,7 @@ class Request:
         tag: Any = None,
         tool_name: str = "tool",
         next_pause_s: float | None = None,
+        hint: Any = None,
         branch_id: int = 0,
         parent_branch_id: int = -1,
         depth: int = 0,
@@ -144,6 +146,7 @@ class Request:
         self.next_pause_s = next_pause_s
         self.spec_drafts = 0
         self.spec_credit = 0.0
+        self.hint = hint  # sched sits below sim.policy: typed there (KVHint), None = no hint
 
     # ------------------------------------------------------------------ state
     @property

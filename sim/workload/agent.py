@@ -57,6 +57,7 @@ from sim.workload.arrivals import arrival_strategy
 from sim.workload.billing import Bill, Provider
 from sim.workload.context import WorkloadContext, trajectory_row
 from sim.workload.context_limit import ContextLimit, fit_window
+from sim.workload.hints import HintEmitter, hint_emitter, register_tool_times
 from sim.workload.layout import PromptBuilder
 
 
@@ -164,6 +165,7 @@ class Harness:
     stable: tuple[tuple[str, int], ...]  # leading spans shared fleet-wide, never compacted
     builder: PromptBuilder | None = None  # workload.harness, when any knob is on
     provider: Provider | None = None  # workload.provider_cache
+    hints: HintEmitter | None = None  # workload.hints: the KV hint each call carries
 
     @property
     def stable_tokens(self) -> int:
@@ -322,6 +324,8 @@ def _turn(ctx, line: _Line, spec: TurnSpec, traj: _Traj, turn: int, last: bool, 
         parent_branch_id=line.parent_branch_id,
         depth=line.depth,
     )
+    if harness.hints is not None:
+        req.hint = harness.hints.hint(nxt, last)
     ctx.call_submitted(req, None if nxt is None else nxt.tool, spec.user_turn)
     line.current = req
     yield ctx.submit_and_wait(req)
@@ -584,7 +588,7 @@ def with_layout(h: Harness, cfg, ctx: WorkloadContext) -> Harness:
             )
     if cfg.provider_cache is not None:
         provider = Provider(cfg.provider_cache)
-    return replace(h, builder=builder, provider=provider)
+    return replace(h, builder=builder, provider=provider, hints=hint_emitter(cfg, ctx))
 
 
 def _agent_harness(cfg, ctx: WorkloadContext) -> Harness:
@@ -598,3 +602,4 @@ def _agent_steps(cfg, ctx: WorkloadContext) -> tuple:
 
 #: the manual ``agent`` kind's driver
 agent_driver = trajectory_driver("agent", _agent_steps, _agent_harness)
+register_tool_times("agent", lambda cfg, ctx: ({"*": cfg.pause_s}, 1.0))

@@ -23,6 +23,7 @@ import numpy as np
 from sim.workload.agent import Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
 from sim.workload.empirical import choose, copula_uniforms, markov_walk
+from sim.workload.hints import register_tool_times
 from sim.workload.params import CodingAgentParams, load_params
 
 
@@ -98,3 +99,11 @@ def coding_agent_harness(cfg, ctx: WorkloadContext) -> Harness:
 
 
 coding_agent_driver = trajectory_driver("coding_agent", coding_agent_steps, coding_agent_harness)
+
+
+def _tool_times(cfg, ctx: WorkloadContext) -> tuple[dict, float]:
+    """Each category's fitted tool time (timeouts excluded), scaled as the plan scales it."""
+    return {k: c.tool_s for k, c in fitted(cfg, ctx).categories.items()}, cfg.tool_time_scale
+
+
+register_tool_times("coding_agent", _tool_times)

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from sim.workload.billing import ProviderCacheConfig
 from sim.workload.context_limit import ContextLimit
 from sim.workload.distributions import MAX_TIME_S, MAX_TOKENS, Dist, LogNormal, constant, within
+from sim.workload.hints import HintsConfig
 from sim.workload.layout import HarnessConfig
 from sim.workload.vllm_requests import VllmRequestsWorkload
 
@@ -231,6 +232,8 @@ class TrajectoryWorkload(_Cfg):
     harness: HarnessConfig = HarnessConfig()
     # the hosted-API view: a provider's prompt cache and bill (sim.workload.billing)
     provider_cache: ProviderCacheConfig | None = None
+    # the harness's KV hints for the engine's ``hints`` pause policy (sim.workload.hints)
+    hints: HintsConfig | None = None
 
     @model_validator(mode="after")
     def _no_trace_arrival(self):

@@ -144,6 +144,7 @@ def test_timeline_invariants(strategy, wait, reload, egress, fire, overlap):
 def test_registry_names_and_errors():
     assert policy_names() == [
         "break_even",
+        "hints",
         "hold",
         "min_waste",
         "offload_host",
@@ -151,7 +152,7 @@ def test_registry_names_and_errors():
         "recompute",
         "ttl_pin",
     ]
-    with pytest.raises(UnknownNameError, match="valid: break_even, hold"):
+    with pytest.raises(UnknownNameError, match="valid: break_even, hints, hold"):
         make_policy("swap")
     with pytest.raises(ConfigError, match=r"pause_policy.horizon: unknown option.*horizon_s"):
         make_policy("break_even", horizon=5)

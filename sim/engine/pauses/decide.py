@@ -80,6 +80,8 @@ class PauseDecider:
             tool_min_wait_s=self.predictor.min_wait_s(req.tool_name),
             running_batch_bytes=running,
             swap_budget_bytes_per_gpu=self._swap_budget(now, last_step_s),
+            hint=req.hint,
+            pool_bytes=self.pool_bytes,
         )
 
     def _swap_budget(self, now: float, last_step_s: float) -> float:

@@ -13,7 +13,9 @@ policy, and this object, the only caller of the KV manager's pause verbs, acts:
 A tool that returns before its copy-out completed finds its blocks still resident and goes
 on at once. ``resume: speculative`` starts the reload before the tool returns and
 ``resume: pipelined`` submits the turn while its copy-in still runs (``resume``); a
-``ttl_pin`` hold gets its release action when the TTL expires. ``hold`` is the trivial
+``ttl_pin`` hold (or a ``hints`` pin) gets its release action when the TTL expires. A
+session's last call ends in ``session_ended``: its sequence is freed (with its prefix-cache
+blocks when the ``hints`` policy honours a ``release`` hint). ``hold`` is the trivial
 form: one record, one ``kv.hold``, one ``kv.resume``. Every pause is one ``Pause`` record
 whose state moves only along ``state.TRANSITIONS``; ``records()`` feed pauses.parquet
 (schema in ``sim.metrics.pauses``, built by the run layer).
@@ -63,6 +65,8 @@ class PauseLifecycle:
         self.copies_in = 0  # copy-ins running: their turns come to the node when done
         self.streaming = 0  # pipelined copy-ins still running after their turn went on
         self._recomputing: dict[int, Pause] = {}  # id(next request) -> pause
+        self.honours_release = options.kind == "hints"
+        self.hint_releases = 0  # sessions whose last call's ``release`` hint freed the cache
 
     def attach(
         self, node: Any, kv: KVManager, sched: Scheduler, copies: CopyEngines, track: bool
@@ -85,6 +89,16 @@ class PauseLifecycle:
         return self.transfers.nvme
 
     # ------------------------------------------------------------- a turn ended
+    def session_ended(self, req: Request) -> None:
+        """A trajectory's last call ended: free its sequence; a ``release`` hint (honoured
+        by the ``hints`` policy) drops its blocks from a prefix cache too."""
+        hint = req.hint
+        if self.honours_release and hint is not None and hint.release:
+            self.kv.drop(req.seq_id, uncache=True)
+            self.hint_releases += 1
+        else:
+            self.kv.release(req.seq_id)
+
     def turn_ended(self, req: Request) -> None:
         """A non-final turn ended: decide, start what the decision needs, hold or drop."""
         kv, seq, now = self.kv, req.seq_id, self.env.now
@@ -100,7 +114,7 @@ class PauseLifecycle:
         )  # fmt: skip
         self.pauses.append(p)
         self._by_seq[seq] = p
-        p.prefetch, p.facts = d.prefetch, facts
+        p.prefetch, p.facts, p.hint_refused = d.prefetch, facts, d.hint_refused
         if d.ttl_s is not None:
             p.release = d.release
             self.env.process(self._ttl(p, d.ttl_s))
@@ -121,6 +135,8 @@ class PauseLifecycle:
                 self.env.process(self._copy_out(p))
             else:
                 p.moved_to, p.note = HOLD, f"{action}: no room at copy time"
+                if p.facts.hint is not None and p.facts.hint.demote is not None:
+                    p.hint_refused = _joined(p.hint_refused, "demote: no room at copy time")
                 p.to(S.HELD)
         else:
             p.to(S.HELD)
@@ -378,6 +394,10 @@ class PauseLifecycle:
 
 def _nothing() -> None:
     """A boundary call that only wakes the node."""
+
+
+def _joined(first: str, more: str) -> str:
+    return f"{first}; {more}" if first else more
 
 
 #: the former name (notebooks and scripts may use it)

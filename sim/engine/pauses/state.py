@@ -101,6 +101,7 @@ class Pause:
     bytes_in: float = 0.0
     recompute_tokens: int = 0
     note: str = ""
+    hint_refused: str = ""  # the part of the pause's KV hint not honoured, and why
     #: how the pause ended: resumed (its KV was resident at tool return), reloaded (copied
     #: back), recomputed, released (the workload let the sequence go: a fork's parent, a
     #: compaction, an ended trajectory), cancelled (a pruned branch); "" while open
