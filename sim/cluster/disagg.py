@@ -172,7 +172,8 @@ class DisaggFront(ClusterFront):
 
     # ------------------------------------------------------------------ inside
     def _ship(self, req: Request, ph: Phases, sub: Request):
-        ran = (sub.finish_s or 0.0) - (sub.admitted_s or sub.finish_s or 0.0)
+        end = sub.finish_s if sub.finish_s is not None else self.env.now
+        ran = end - (sub.admitted_s if sub.admitted_s is not None else end)
         hold = link_hold_s(self.link, ph.nbytes, self.num_layers[ph.prefill_node], ran)
         pair = (self.groups[ph.prefill_node], self.groups[ph.decode_node])
         yield self.env.process(self.links.ship(pair, ph.nbytes, hold))

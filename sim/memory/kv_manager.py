@@ -47,7 +47,6 @@ class KVRequest(Protocol):
     lookup_tokens: int
     hit_tokens: int
     held_tokens: int
-    remote_tokens: int  # prompt KV shipped by a prefill instance (disaggregated serving)
     preemptions: int
     admitted_s: float | None
 
@@ -184,8 +183,8 @@ class KVManager:
     def _remote(req: KVRequest, n: int) -> int:
         """Prompt tokens whose KV arrived from a prefill instance: computed without a step,
         but the last one, which the decode instance recomputes for its logits (vLLM
-        does the same on a full prefix hit)."""
-        return min(req.remote_tokens, n - 1)
+        does the same on a full prefix hit). Optional on a request (``Request`` has it)."""
+        return min(getattr(req, "remote_tokens", 0), n - 1)
 
     def grow(self, req: KVRequest, n_new: int) -> bool:
         """Room for ``n_new`` more computed tokens of a running request; False = miss."""
@@ -200,7 +199,8 @@ class KVManager:
         """Drop a running request's KV (vLLM V1 recompute); it prefills again later."""
         self._free(req.seq_id)
         req.num_computed = 0
-        req.remote_tokens = 0  # the shipped KV is gone with it: recomputed here
+        if getattr(req, "remote_tokens", 0):
+            req.remote_tokens = 0  # type: ignore[attr-defined]  # the shipped KV is gone: recomputed here
 
     # ------------------------------------------------------------- workload
     def fork(self, parent: Hashable, child: Hashable) -> bool:
