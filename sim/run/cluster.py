@@ -191,6 +191,10 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     }
     pauses = _concat(node_pauses)
     rec_all = RecorderSum([p.recorder for p in sim.parts])
+    # the workload's output: a prefill instance's one sampled token per remote prefill
+    # (vLLM's max_tokens=1 prefill half) is its own (under nodes), not the cluster's
+    rec_all.output_tokens -= sum(p.recorder.output_tokens for p, r in zip(sim.parts, roles, strict=True)
+                                 if r == "prefill")  # fmt: skip
     config = resolved_config(sim.loaded)
     meta = _meta(sim, config)
     # RecorderSum has the Recorder's read side (the metrics layer declares no protocol yet)

@@ -100,6 +100,8 @@ def test_one_request_timeline_by_hand(bw, streaming, left_after_prefill):
     nodes = s["nodes"]
     assert [n["role"] for n in nodes] == ["prefill", "decode"]
     assert [n["prefill_tokens"] for n in nodes] == [PROMPT, 1]
+    # the prefill half's sampled token is the prefill instance's, not the workload's
+    assert [n["output_tokens"] for n in nodes] == [1, OUT] and s["output_tokens"] == OUT
     assert check_summary(s) == []
 
 
