@@ -181,7 +181,7 @@ class ClusterSection(_Cfg):
     @property
     def link(self) -> TransferLink:
         """The KV link's settings (the defaults when ``transfer`` is not given)."""
-        return self.transfer or TransferLink()
+        return self.transfer or TransferLink.model_validate({})
 
     @property
     def disaggregated(self) -> bool:

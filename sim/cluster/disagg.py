@@ -32,12 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
 from sim.cluster.config import TransferLink
 from sim.cluster.front import ClusterFront
+from sim.cluster.routers import Router
 from sim.sched.request import FINISHED, REJECTED, Request
 from sim.sizing.groups import GroupBytes
 
@@ -127,7 +128,8 @@ class DisaggFront(ClusterFront):
     def __init__(self, env: simpy.Environment, nodes: Sequence[Any], *, roles: Sequence[str],
                  groups: Sequence[int], link: TransferLink, kv_groups: Sequence[Sequence[GroupBytes]],
                  num_layers: Sequence[int], **kw: Any) -> None:  # fmt: skip
-        super().__init__(env, nodes, _NoRouter(), **kw)
+        # the base front's router is never asked (submit is this class's own)
+        super().__init__(env, nodes, cast(Router, _NoRouter()), **kw)
         self.roles, self.groups, self.link = list(roles), list(groups), link
         self.kv_groups, self.num_layers = list(kv_groups), list(num_layers)
         self.prefill_nodes = [j for j, r in enumerate(roles) if r == "prefill"]
