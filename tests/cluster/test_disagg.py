@@ -232,3 +232,33 @@ def test_bad_roles_are_one_line(cluster, words):
         run_scenario(sc)
     msg = str(e.value)
     assert words in msg and "\n" not in msg.strip()
+
+
+def test_role_both_is_every_cluster_before_roles_bit_for_bit():
+    base = {**{k: v for k, v in ONE.items() if k != "cluster"},
+            "cluster": {"nodes": [{"count": 2}]}}  # fmt: skip
+    base["workload"] = {"kind": "requests", "requests": [
+        {"count": 4, "at_s": 0.0, "interval_s": 0.01, "prompt_tokens": 512, "output_tokens": 3}]}  # fmt: skip
+    explicit = copy.deepcopy(base)
+    explicit["cluster"]["nodes"][0]["role"] = "both"
+    a, b = run_scenario(base), run_scenario(explicit)
+    drop = ("wall_time_s", "scenario_path")
+    assert {k: v for k, v in a.summary.items() if k not in drop} == {
+        k: v for k, v in b.summary.items() if k not in drop}  # fmt: skip
+    assert a.requests.equals(b.requests)
+    assert "remote_prefills" not in a.summary and "role" not in a.summary["nodes"][0]
+
+
+def test_a_decode_side_without_memory_queues_the_shipped_request():
+    """The decode instance's pool fits one 2,000-token request at a time: the second,
+    shipped at the same instant, waits there until the first finishes and frees it."""
+    sc = pd({"bandwidth_bytes_per_s": 50e9, "concurrency": 4})
+    sc["workload"]["requests"][0]["count"] = 2
+    sc["cluster"]["nodes"][1]["hardware"] = {"kv_pool_bytes_per_gpu": 2500 * BYTES_PER_TOKEN}
+    res = run_scenario(sc)
+    r = res.requests.sort_values("req_id")
+    first, second = r.iloc[0], r.iloc[1]
+    assert second.admitted_s >= first.finish_s  # admitted only once the first freed its KV
+    parts = res.summary["ttft_decode_s"]
+    assert parts["p99"] > parts["p50"]  # the second's decode part holds the first's decode
+    assert res.summary["kv_transfers"] == 2 and res.summary["kv_link_wait_s"]["p99"] == 0.0
