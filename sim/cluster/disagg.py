@@ -39,7 +39,7 @@ import simpy
 from sim.cluster.config import TransferLink
 from sim.cluster.front import ClusterFront
 from sim.cluster.routers import Router
-from sim.sched.request import FINISHED, REJECTED, Request
+from sim.sched.request import CANCELLED, CANCELLED_REASON, FINISHED, REJECTED, Request
 from sim.sizing.groups import GroupBytes
 
 #: request ids of the prefill halves (kept apart from the workload's ids)
@@ -138,6 +138,7 @@ class DisaggFront(ClusterFront):
         self.phases: dict[int, Phases] = {}  # by the workload's req_id
         self.local_prefills = 0  # requests the decode instance prefilled itself
         self._prefill_live = [0] * self.n_nodes  # prefill halves per node, not yet ended
+        self._dropped: set[int] = set()  # cancelled while prefilled or shipped
 
     @property
     def n_link_pairs(self) -> int:
@@ -165,12 +166,23 @@ class DisaggFront(ClusterFront):
             self._prefill_live[p] -= 1
             ph.prefill_start_s, ph.prefill_end_s = s.admitted_s, s.finish_s
             if s.status != FINISHED:  # refused there (never fits): the request ends so
-                self._fail(req, s)
+                self._fail(req, s.status, s.finish_reason or "rejected_never_fits")
+                return
+            if req.req_id in self._dropped:
+                self._fail(req, CANCELLED, CANCELLED_REASON)
                 return
             self.env.process(self._ship(req, ph, s))
 
         sub.on_done = prefilled
         self._send(p, "submit", sub)
+
+    def cancel(self, req: Request | None, seq: Any) -> None:
+        """A request cancelled before its KV reached the decode instance ends when its
+        prefill or transfer does (the decode instance never sees it)."""
+        ph = self.phases.get(req.req_id) if req is not None else None
+        if req is not None and ph is not None and ph.transfer_end_s is None:
+            self._dropped.add(req.req_id)
+        super().cancel(req, seq)
 
     # ------------------------------------------------------------------ inside
     def _ship(self, req: Request, ph: Phases, sub: Request):
@@ -180,6 +192,9 @@ class DisaggFront(ClusterFront):
         pair = (self.groups[ph.prefill_node], self.groups[ph.decode_node])
         yield self.env.process(self.links.ship(pair, ph.nbytes, hold))
         ph.transfer_end_s = self.env.now
+        if req.req_id in self._dropped:
+            self._fail(req, CANCELLED, CANCELLED_REASON)
+            return
         req.remote_tokens = req.prompt_tokens
         self._send(ph.decode_node, "submit", req)
 
@@ -213,8 +228,10 @@ class DisaggFront(ClusterFront):
 
         req.on_done = ended
 
-    def _fail(self, req: Request, sub: Request) -> None:
-        req.end(sub.status, sub.finish_reason or "rejected_never_fits")
+    def _fail(self, req: Request, status: int, reason: str) -> None:
+        """End a request that never reached its decode instance (recorded by the front)."""
+        self._dropped.discard(req.req_id)
+        req.end(status, reason)
         req.finish_s = self.env.now
         if self.on_rejected is not None:
             self.on_rejected(req)

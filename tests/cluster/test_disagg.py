@@ -262,3 +262,22 @@ def test_a_decode_side_without_memory_queues_the_shipped_request():
     parts = res.summary["ttft_decode_s"]
     assert parts["p99"] > parts["p50"]  # the second's decode part holds the first's decode
     assert res.summary["kv_transfers"] == 2 and res.summary["kv_link_wait_s"]["p99"] == 0.0
+
+
+def test_a_request_cancelled_during_its_prefill_never_reaches_the_decode_instance():
+    sim = build(pd({"bandwidth_bytes_per_s": 50e9}))
+    prefill_s = sim.parts[0].cost.price(StepWork(prefill_chunks=((PROMPT, 0),))).total_s
+
+    def cancel_midway():
+        yield sim.env.timeout(prefill_s / 2)
+        (req,) = sim.front.in_flight(1)  # booked on its decode instance, still prefilling
+        sim.front.cancel(req, req.seq_id)
+
+    sim.env.process(cancel_midway())
+    res = sim.run()
+    r = res.requests
+    assert r.status.tolist() == ["cancelled"] and r.finish_reason.tolist() == ["cancelled"]
+    assert r.finish_s.iloc[0] == pytest.approx(prefill_s, rel=1e-12)  # ended with its prefill
+    assert res.summary["kv_transfers"] == 0 and res.summary["kv_transfer_bytes"] == 0
+    assert set(res.steps.node) == {0}  # the decode instance never stepped
+    assert sim.front.outstanding(1) == 0
