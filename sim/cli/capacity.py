@@ -29,7 +29,9 @@ import typer
 from sim.errors import KvsimError
 
 HELP = """The largest load that meets every SLO (--search nodes: the fewest nodes of the
-scenario's cluster at its own load), by bracketing and bisection with replications (seed
+scenario's cluster at its own load; --search pd_ratio: every prefill:decode split of a
+disaggregated cluster's instances and aggregated serving of the same GPUs, at its own
+load), by bracketing and bisection with replications (seed
 s+i for replication i, in every configuration), with a 95 % interval and F37's analytic
 estimate beside it.
 
@@ -42,6 +44,7 @@ tokens and per trajectory at the answer (GPU time split between prefill and deco
 by their share of each step), and exits 1 when no load meets the SLOs.
 
   kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2
+  kvsim capacity workloads/pd_coding_agents.yaml --slo ttft_p99_s=0.5 --search pd_ratio --replications 1
   kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2 --vary hardware.accelerator=h100-sxm-80gb,h200-141gb
 """
 
@@ -55,7 +58,7 @@ def capacity(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
     slo: Annotated[list[str], typer.Option("--slo", help="METRIC=SECONDS (repeatable).")],
     search: Annotated[
-        str, typer.Option("--search", help="concurrency, arrival_rate or nodes.")
+        str, typer.Option("--search", help="concurrency, arrival_rate, nodes or pd_ratio.")
     ] = "concurrency",
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a field: KEY=VALUE.")
@@ -95,8 +98,12 @@ def capacity(
     from sim.sweep.capacity import load_key
 
     slos = [parse_slo(s) for s in slo]
-    load_key(search)  # refuses an unknown search before anything runs
     sets = parse_set(set_)
+    if search == "pd_ratio":  # a grid of prefill:decode splits, not a bracketing search
+        _pd_ratio(scenario, slos, sets, replications, executor, workers, scheduler_address,
+                  warmup_fraction, as_json)  # fmt: skip
+        return
+    load_key(search)  # refuses an unknown search before anything runs
     out_dir = _out_dir(out)
     options: dict[str, Any] = dict(
         search=search, replications=replications, out=out_dir, executor=executor,
@@ -201,6 +208,23 @@ def _keep(out_dir: Path | None, doc: dict, results: list) -> None:
     tmp = out_dir / ".capacity.json.partial"
     tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     os.replace(tmp, out_dir / "capacity.json")
+
+
+def _pd_ratio(scenario, slos, sets, replications, executor, workers, address, warmup, as_json) -> None:
+    """``--search pd_ratio``: every prefill:decode split of the scenario's instances and
+    aggregated serving of the same GPUs (``sim.sweep.pd_ratio``)."""
+    from sim.sweep.executor import make_executor
+    from sim.sweep.pd_ratio import find_pd_ratio, text_lines
+
+    with make_executor(executor, workers, address) as ex:
+        res = find_pd_ratio(scenario, slos, sets=sets, replications=replications, executor=ex,
+                            warmup_fraction=warmup)  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), indent=2, default=str))
+    else:
+        typer.echo("\n".join(text_lines(res)))
+    if res.best is None:
+        raise typer.Exit(code=1)
 
 
 def _progress(search: str, probe: dict) -> None:

@@ -50,6 +50,8 @@ class _Mean:
 class RecorderSum:
     """Several ``Recorder``s as one (read-only; after the run)."""
 
+    output_tokens: int  # set with the other sums below (a disaggregated run corrects it)
+
     def __init__(self, recorders: list[Any]) -> None:
         self.recs = recorders
         pools = [r.pool_bytes for r in recorders]

@@ -17,7 +17,7 @@ validated (``sim.run.cluster``), with the group's location.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -49,6 +49,10 @@ class NodeGroup(_Cfg):
     allocator: dict[str, Any] | None = None
     scheduler: dict[str, Any] | None = None
     tiers: dict[str, Any] | None = None  # the tier keys of hardware (TIER_KEYS)
+    # what its nodes do (docs/cluster.md, disaggregated prefill and decode): ``both``
+    # serves whole requests (every cluster before roles); ``prefill`` computes prompts
+    # and ships their KV; ``decode`` receives it and generates
+    role: Literal["prefill", "decode", "both"] = "both"
 
     @field_validator("tiers")
     @classmethod
@@ -78,6 +82,23 @@ class DataParallel(_Cfg):
     cudagraph_max_tokens: int = Field(512, ge=0, le=1 << 20)
 
 
+class TransferLink(_Cfg):
+    """The link a prefill group ships KV over to a decode group (one per pair of groups):
+    ``concurrency`` transfers at a time, each taking ``latency_s + bytes / bandwidth``;
+    ``layerwise`` streaming sends each layer as the prefill finishes it, so only the last
+    layer's share (and whatever the link could not keep up with) is left after the
+    prefill; ``after_prefill`` sends everything once the prefill has ended."""
+
+    bandwidth_bytes_per_s: float = Field(50e9, gt=0, le=1e15)  # 400 Gb/s RDMA NIC: 50e9
+    latency_s: float = Field(10e-6, ge=0, le=10)
+    concurrency: int = Field(8, ge=1, le=1 << 16)
+    streaming: Literal["layerwise", "after_prefill"] = "layerwise"
+    # conditional disaggregation (Dynamo, llm-d): prefill remotely only when more than
+    # this many prompt tokens are not already on the decode instance; else the decode
+    # instance prefills them itself. 0: every request is prefilled remotely
+    remote_prefill_min_tokens: int = Field(0, ge=0)
+
+
 class ClusterSection(_Cfg):
     """Several nodes behind one router (docs/cluster.md)."""
 
@@ -85,6 +106,8 @@ class ClusterSection(_Cfg):
     router: RouterOptions = router_class("round_robin").Options()  # type: ignore[valid-type]
     network_delay_s: float = Field(0.0, ge=0, le=60)  # router -> node, each message
     data_parallel: DataParallel | None = None  # the nodes are one engine's DP ranks
+    # the KV link of a disaggregated cluster (groups with role prefill and decode)
+    transfer: TransferLink | None = None
 
     @field_validator("data_parallel", mode="before")
     @classmethod
@@ -122,6 +145,49 @@ class ClusterSection(_Cfg):
                 )
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pd_router(cls, data):
+        """A disaggregated cluster places requests itself (decode: the sequence's home, else
+        the least loaded; prefill: the least loaded), so a router is refused there."""
+        if not isinstance(data, dict) or "router" not in data:
+            return data
+        nodes = data.get("nodes")
+        roles = [g.get("role", "both") for g in nodes if isinstance(g, dict)] if isinstance(nodes, list) else []
+        if any(r != "both" for r in roles):
+            raise ValueError(
+                "a cluster with prefill/decode roles places requests itself (decode: the "
+                "sequence's home, else the least loaded; prefill: the least loaded); drop router"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _pd_roles(self):
+        roles = {g.role for g in self.nodes}
+        if roles == {"both"}:
+            if self.transfer is not None:
+                raise ValueError("transfer needs node groups with role: prefill and role: decode")
+            return self
+        if "both" in roles:
+            raise ValueError("node roles are all both, or prefill and decode (no both beside them)")
+        if "decode" not in roles:
+            raise ValueError("a prefill group needs a decode group (role: decode) to ship its KV to")
+        if "prefill" not in roles:
+            raise ValueError("a decode group needs a prefill group (role: prefill)")
+        if self.data_parallel is not None:
+            raise ValueError("data_parallel ranks have no prefill/decode roles")
+        return self
+
+    @property
+    def link(self) -> TransferLink:
+        """The KV link's settings (the defaults when ``transfer`` is not given)."""
+        return self.transfer or TransferLink.model_validate({})
+
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode on separate node groups."""
+        return any(g.role != "both" for g in self.nodes)
+
     @property
     def n_nodes(self) -> int:
         return sum(g.count for g in self.nodes)
@@ -155,6 +221,11 @@ def node_extra_overrides(section: ClusterSection) -> dict[str, Any]:
     if section.data_parallel is None:
         return {}
     return {"hardware.expert_shards": section.n_nodes}
+
+
+def node_roles(section: ClusterSection) -> list[str]:
+    """The role of each node, in node-id order."""
+    return [g.role for g in section.nodes for _ in range(g.count)]
 
 
 def node_groups(section: ClusterSection) -> list[int]:

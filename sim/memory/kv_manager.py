@@ -164,7 +164,7 @@ class KVManager:
             self.ledger.track(seq)
             if req.admitted_s is None and req.preemptions == 0:
                 req.held_tokens = held
-            req.num_computed = held
+            req.num_computed = max(held, self._remote(req, n))
             return True
         content = req.content_slice(0, n) if self.uses_content else None
         # the length it may reach: a reserving allocator (Orca) sizes its buffer from it
@@ -174,10 +174,17 @@ class KVManager:
             return False
         self.ledger.track(seq)
         matched = min(result.matched_tokens, n - 1)
-        req.num_computed = matched
+        req.num_computed = max(matched, self._remote(req, n))
         req.lookup_tokens += n
         req.hit_tokens += matched
         return True
+
+    @staticmethod
+    def _remote(req: KVRequest, n: int) -> int:
+        """Prompt tokens whose KV arrived from a prefill instance: computed without a step,
+        but the last one, which the decode instance recomputes for its logits (vLLM
+        does the same on a full prefix hit). Optional on a request (``Request`` has it)."""
+        return min(getattr(req, "remote_tokens", 0), n - 1)
 
     def grow(self, req: KVRequest, n_new: int) -> bool:
         """Room for ``n_new`` more computed tokens of a running request; False = miss."""
@@ -192,6 +199,8 @@ class KVManager:
         """Drop a running request's KV (vLLM V1 recompute); it prefills again later."""
         self._free(req.seq_id)
         req.num_computed = 0
+        if getattr(req, "remote_tokens", 0):
+            req.remote_tokens = 0  # type: ignore[attr-defined]  # the shipped KV is gone: recomputed here
 
     # ------------------------------------------------------------- workload
     def fork(self, parent: Hashable, child: Hashable) -> bool:

@@ -69,6 +69,7 @@ _DP = {"optional": True, "when": "clusters with data_parallel (one engine's DP r
 _PREFIX = {"optional": True, "when": "allocators with a prefix cache (radix, paged_hash)"}
 _CLUSTER = {"optional": True, "when": "cluster runs (a `cluster` section)"}
 _SPEC = {"optional": True, "when": "single-node runs with a `speculative` section"}
+_PD = {"optional": True, "when": "clusters with prefill and decode node groups (roles)"}
 
 SUMMARY_KEYS: tuple[Key, ...] = (
     # ---- the scenario (the run layer's ``meta``)
@@ -300,6 +301,44 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("dp_padded_tokens", "int", "tokens",
        "Tokens the ranks' padding to the largest batch added, dummy batches included "
        "(null: no lockstep).", nullable=True, **_DP),
+    _k("remote_prefills", "int", "count",
+       "Requests prefilled on a prefill instance and shipped to their decode instance.", **_PD),
+    _k("local_prefills", "int", "count",
+       "Requests whose decode instance prefilled them itself (no more uncached prompt "
+       "tokens than cluster.transfer.remote_prefill_min_tokens).", **_PD),
+    _k("kv_transfers", "int", "count", "KV transfers that completed over the links.", **_PD),
+    _k("kv_transfer_bytes", "int", "bytes",
+       "KV bytes shipped from prefill to decode instances (per layer group: the tokens the "
+       "decode instance lacked, a window's last tokens, a state once; sim.sizing.groups).",
+       **_PD),
+    _k("kv_transfer_s", "float", "s",
+       "Link slot-seconds the transfers held after their prefills ended (latency + the "
+       "bytes the streaming did not overlap with the prefill).", **_PD),
+    _k("kv_link_wait_s", "dist", "s",
+       "Wait for a free link slot per transfer (all null: no transfer).", **_PD),
+    _k("kv_link_utilization", "float", "fraction",
+       "kv_transfer_s / (simulated time x links x concurrency): how busy the links' slots "
+       "were (null: no simulated time).", nullable=True, **_PD),
+    _k("ttft_queue_s", "dist", "s",
+       "TTFT part 1: arrival to the start of its prefill (on the prefill instance; or its "
+       "admission on the decode instance when prefilled there).", **_PD),
+    _k("ttft_prefill_s", "dist", "s",
+       "TTFT part 2: the prefill, first admission to its end (to the first token when the "
+       "decode instance prefilled it).", **_PD),
+    _k("ttft_transfer_s", "dist", "s",
+       "TTFT part 3: prefill end to the KV's arrival at the decode instance (link wait, "
+       "latency, the unstreamed share; 0 when prefilled there).", **_PD),
+    _k("ttft_decode_s", "dist", "s",
+       "TTFT part 4: KV arrival to the first token (the decode instance's queue and its "
+       "first step, which recomputes the last prompt token; 0 when prefilled there).",
+       **_PD),
+    _k("kv_pool_bytes_by_role", "counts", "bytes",
+       "KV pool per role (prefill, decode): the sum of its nodes'.", **_PD),
+    _k("peak_allocated_bytes_by_role", "counts", "bytes",
+       "Per role, the sum of its nodes' allocated-KV peaks.", **_PD),
+    _k("role", "str", "-", "The node's role: prefill or decode (in `nodes` entries of a "
+       "disaggregated cluster only).", optional=True,
+       when="entries of `nodes` in clusters with roles"),
     _k("nodes", "nodes", "-",
        "One summary per node (`node_id`, then every key above that describes a run's "
        "engine, over that node alone; trajectories by the node of their latest call).",
@@ -314,7 +353,11 @@ RUN_ONLY_KEYS = ("kvsim_version", "versions", "command", "scenario_path", "confi
                  "directory_entries", "directory_staleness_s", "routed_match_rate",
                  "global_match_rate", "nodes", "dp_ranks", "expert_parallel", "lockstep_steps",
                  "dummy_rank_steps", "lockstep_busy_s", "lockstep_moe_s", "lockstep_comm_s",
-                 "lockstep_wait_s", "dp_padded_tokens", "accuracy")  # fmt: skip
+                 "lockstep_wait_s", "dp_padded_tokens", "accuracy", "remote_prefills",
+                 "local_prefills", "kv_transfers", "kv_transfer_bytes", "kv_transfer_s",
+                 "kv_link_wait_s", "kv_link_utilization", "ttft_queue_s", "ttft_prefill_s",
+                 "ttft_transfer_s", "ttft_decode_s", "kv_pool_bytes_by_role",
+                 "peak_allocated_bytes_by_role")  # fmt: skip
 
 _F, _I, _S = "float", "int", "str"
 

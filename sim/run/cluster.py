@@ -23,7 +23,7 @@ import pandas as pd
 import simpy
 
 from sim.cluster.aggregate import KVSum, RecorderSum, cluster_cost
-from sim.cluster.config import node_groups
+from sim.cluster.config import node_groups, node_roles
 from sim.cluster.front import ClusterFront
 from sim.cluster.routers import make_router
 from sim.metrics import Recorder, summarize
@@ -88,7 +88,7 @@ def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
     lockstep = _lockstep(env, section, parts)
     router = make_router(section.router, len(parts))
     directory = None
-    if router.uses_directory:
+    if router.uses_directory and not section.disaggregated:
         from sim.cluster.directory import PrefixDirectory
 
         opts = section.router
@@ -107,15 +107,19 @@ def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
         phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * r0.kv_bytes_per_token,
         block_kind=True,
     )
-    front = ClusterFront(
-        env,
-        [p.node for p in parts],
-        router,
-        pool_bytes=[r.pool_bytes for r in resolved],
-        directory=directory,
-        network_delay_s=section.network_delay_s,
-        on_rejected=recorder.request_ended,
-    )
+    common = dict(pool_bytes=[r.pool_bytes for r in resolved], network_delay_s=section.network_delay_s,
+                  on_rejected=recorder.request_ended)  # fmt: skip
+    front: ClusterFront
+    if section.disaggregated:
+        from sim.cluster.disagg import DisaggFront
+        from sim.sizing.groups import group_bytes
+
+        front = DisaggFront(env, [p.node for p in parts], roles=node_roles(section),
+                            groups=node_groups(section), link=section.link,
+                            kv_groups=[group_bytes(r.model) for r in resolved],
+                            num_layers=[r.model.num_layers for r in resolved], **common)  # fmt: skip
+    else:
+        front = ClusterFront(env, [p.node for p in parts], router, directory=directory, **common)
     windows = [r.context_window_tokens for r in resolved if r.context_window_tokens]
     kind = workload_kind(sc.workload.kind)
     ctx = WorkloadContext(
@@ -174,15 +178,23 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     traj = _with_node(traj, [-1 if h is None else h for h in homes] if len(traj) else 0)
     kv_all = KVSum([p.kv for p in sim.parts])
     fill_hold(traj, kv_all, sim_time)
+    roles = node_roles(sim.loaded.scenario.cluster)
     frames = {
+        # a prefill instance's requests are the prefill halves of the calls (in its own
+        # summary under nodes), not calls of the workload
         "requests": _concat([_with_node(front["requests"], -1)]
-                            + [f["requests"] for f in node_frames], "req_id"),  # fmt: skip
+                            + [f["requests"] for f, r in zip(node_frames, roles, strict=True)
+                               if r != "prefill"], "req_id"),  # fmt: skip
         "steps": _concat([f["steps"] for f in node_frames]),
         "memory": _concat([f["memory"] for f in node_frames]),
         "trajectories": traj,
     }
     pauses = _concat(node_pauses)
     rec_all = RecorderSum([p.recorder for p in sim.parts])
+    # the workload's output: a prefill instance's one sampled token per remote prefill
+    # (vLLM's max_tokens=1 prefill half) is its own (under nodes), not the cluster's
+    rec_all.output_tokens -= sum(p.recorder.output_tokens for p, r in zip(sim.parts, roles, strict=True)
+                                 if r == "prefill")  # fmt: skip
     config = resolved_config(sim.loaded)
     meta = _meta(sim, config)
     # RecorderSum has the Recorder's read side (the metrics layer declares no protocol yet)
@@ -197,6 +209,10 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
         summary[key] = int(sum(n[key] for n in nodes))
     summary.update(cluster_cost(nodes, summary))
     summary.update(_routing(sim))
+    if roles_split(roles):
+        from sim.run.disagg import disagg_summary
+
+        summary.update(disagg_summary(sim.front, frames["requests"], nodes, roles, sim_time))
     add_accuracy(summary, [(p.resolved, p.cost, node_frames[j]["steps"])
                            for j, p in enumerate(sim.parts)])
     summary["nodes"] = nodes
@@ -211,6 +227,11 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
         sim.resolved,
         pauses,
     )
+
+
+def roles_split(roles: list[str]) -> bool:
+    """Prefill and decode on separate nodes."""
+    return any(r != "both" for r in roles)
 
 
 def _concat(frames: list[pd.DataFrame], sort: str | None = None) -> pd.DataFrame:
@@ -269,6 +290,9 @@ def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_tim
     s["hints_released"] = p.pauses.hint_releases
     s.update(cost_summary(r, s))
     s["routing_decisions"] = int(sim.front.routed[j])
+    role = node_roles(sim.loaded.scenario.cluster)[j]
+    if role != "both":
+        s["role"] = role
     for k in _RUN_KEYS:
         s.pop(k, None)
     return s
@@ -279,7 +303,7 @@ def _routing(sim: ClusterSimulation) -> dict:
     prompt = f.match_prompt_tokens
     return {
         "n_nodes": len(sim.parts),
-        "router": sim.loaded.scenario.cluster.router.kind,
+        "router": "disaggregated" if sim.loaded.scenario.cluster.disaggregated else sim.loaded.scenario.cluster.router.kind,
         "routing_decisions": int(sum(sim.front.routed)),
         "rejected_by_router": int(sim.front.rejected),
         "sequence_moves": int(sim.front.moves),

@@ -66,6 +66,7 @@ class Request:
         "lookup_tokens",  # tokens looked up in a prefix cache at admissions (F17 denominator)
         "hit_tokens",  # of those, tokens served from the cache (F17 numerator)
         "held_tokens",  # tokens already resident in its own sequence at first admission
+        "remote_tokens",  # prompt tokens whose KV a prefill instance computed and shipped
         "admitted_s",  # first admission
         "queued_s",  # the step boundary at which the engine received it (vLLM's queued_ts)
         "scheduled_s",  # when the plan that first admitted it was made (vLLM's scheduled_ts)
@@ -133,6 +134,7 @@ class Request:
         self.lookup_tokens = 0
         self.hit_tokens = 0
         self.held_tokens = 0
+        self.remote_tokens = 0
         self.admitted_s: float | None = None
         self.queued_s: float | None = None
         self.scheduled_s: float | None = None
