@@ -127,6 +127,22 @@ class Allocator(ABC):
         at allocation: just its tokens here; a reserving kind (``reservation``) more."""
         return n_tokens
 
+    #: the groups counted beside the block table (``use_kv_groups``); None: every layer
+    #: keeps every token, as before layer groups existed
+    kv_groups: Any = None
+
+    def use_kv_groups(self, groups: Any) -> None:
+        """Count a hybrid model's other layer groups (``sim.sizing.group_demand.KVGroups``)
+        in this empty allocator; a kind that cannot refuses with a ConfigError."""
+        if groups is None or not groups.hybrid:
+            return
+        raise ConfigError(
+            f"allocator kind {self.kind!r} does not count hybrid layer groups (sliding "
+            "window, chunked local, state-space); use paged, radix, paged_hash, static, "
+            "contiguous or buddy",
+            field="kind",
+        )
+
     def subscribe_prefix(self, listener: Any) -> bool:
         """Install a ``PrefixListener`` on the prefix cache (``PrefixIndex.subscribe``);
         False for a kind without a prefix cache."""

@@ -33,6 +33,7 @@ from sim.scenario.paths import (
     missing_file,
     names_a_file,
 )
+from sim.sizing.group_demand import KVGroups, kv_groups
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
 
@@ -73,6 +74,8 @@ class Resolved:
     #: the context window the server enforces (scheduler.max_model_len, filled from the
     #: model's max_context_tokens); None = no window
     context_window_tokens: int | None = None
+    #: the layer groups the allocator counts beside its block table (None: a dense model)
+    kv_groups: KVGroups | None = None
 
     @property
     def scenario(self):
@@ -87,6 +90,14 @@ class Resolved:
     def kv_bytes_per_token(self) -> float:
         """KV bytes per token over the engine instance."""
         return self.kv_bytes_per_token_per_gpu * self.num_gpus
+
+    @property
+    def allocator_kv_bytes_per_token(self) -> float:
+        """Bytes per token of the allocator's block table: every layer's (F1) for a dense
+        model, those of the layers that keep every token for a hybrid one."""
+        if self.kv_groups is None:
+            return self.kv_bytes_per_token
+        return self.kv_groups.table_bytes_per_token
 
 
 def _located(loaded: LoadedScenario, loc: tuple, exc: KvsimError) -> ConfigError:
@@ -110,11 +121,15 @@ def resolve(loaded: LoadedScenario) -> Resolved:
         acc = load_accelerator(hw.accelerator, overrides=hw.accelerator_overrides)
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "accelerator"), exc) from None
+    n_gpus = hw.tp * hw.pp
     try:
         kv_gpu = kv_bytes_per_token_per_gpu(model, hw.tp, hw.pp)
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "tp"), exc) from None
-    n_gpus = hw.tp * hw.pp
+    try:
+        groups = kv_groups(model, hw.tp, hw.pp, num_gpus=n_gpus)
+    except KvsimError as exc:
+        raise _located(loaded, ("model",), exc) from None
     w_total = sc.cost.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
     w_gpu = w_total / n_gpus
     shards = hw.expert_shards  # a data-parallel rank holds 1 / shards of the routed experts
@@ -150,8 +165,9 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
     return Resolved(
-        loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options, tiers, window
-    )
+        loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu, kind, options, tiers, window,
+        groups if groups.hybrid else None,
+    )  # fmt: skip
 
 
 def _context_window(loaded: LoadedScenario, model: ModelProfile) -> LoadedScenario:
@@ -262,7 +278,8 @@ def make_allocator_for(resolved: Resolved):
         return make_allocator(
             resolved.allocator_kind,
             pool_bytes=resolved.pool_bytes,
-            kv_bytes_per_token=resolved.kv_bytes_per_token,
+            kv_bytes_per_token=resolved.allocator_kv_bytes_per_token,
+            kv_groups=resolved.kv_groups,
             **resolved.allocator_options,
         )
     except KvsimError as exc:
