@@ -130,6 +130,9 @@ class Allocator(ABC):
     #: the groups counted beside the block table (``use_kv_groups``); None: every layer
     #: keeps every token, as before layer groups existed
     kv_groups: Any = None
+    #: whether ``use_kv_groups`` counts a hybrid model's groups (``make_allocator`` gives
+    #: a kind that does not the every-layer bytes per token instead)
+    counts_kv_groups: ClassVar[bool] = False
 
     def use_kv_groups(self, groups: Any) -> None:
         """Count a hybrid model's other layer groups (``sim.sizing.group_demand.KVGroups``)
@@ -138,8 +141,7 @@ class Allocator(ABC):
             return
         raise ConfigError(
             f"allocator kind {self.kind!r} does not count hybrid layer groups (sliding "
-            "window, chunked local, state-space); use paged, radix, paged_hash, static, "
-            "contiguous or buddy",
+            "window, chunked local, state-space); use paged, radix or paged_hash",
             field="kind",
         )
 

@@ -55,6 +55,7 @@ class PagedAllocator(Allocator):
     """Fixed-size blocks from a FIFO free queue; forks share blocks, writes copy on write."""
 
     kind = "paged"
+    counts_kv_groups = True
 
     def __init__(
         self, *, pool_bytes: float, kv_bytes_per_token: float, block_size: int = 16

@@ -112,6 +112,8 @@ def make_allocator(
     missing = [n for n, d in valid.items() if d is inspect.Parameter.empty and n not in options]
     if missing:
         raise ConfigError(f"required option of kind {kind!r} is missing", field=missing[0])
+    if kv_groups is not None and not cls.counts_kv_groups:  # every layer for every token
+        kv_groups, kv_bytes_per_token = None, kv_groups.all_bytes_per_token
     alloc = cls(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, **options)
     alloc.use_kv_groups(kv_groups)
     return alloc

@@ -127,7 +127,8 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "tp"), exc) from None
     try:
-        groups = kv_groups(model, hw.tp, hw.pp, num_gpus=n_gpus)
+        groups = replace(kv_groups(model, hw.tp, hw.pp, num_gpus=n_gpus),
+                         all_bytes_per_token=kv_gpu * n_gpus)  # fmt: skip
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None
     w_total = sc.cost.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)

@@ -89,6 +89,9 @@ class KVGroups:
 
     table_bytes_per_token: float
     side: tuple[GroupDemand, ...]
+    #: every token group's bytes per token, windows ignored (F1; what a kind that does not
+    #: count groups charges per token)
+    all_bytes_per_token: float = 0.0
 
     @property
     def hybrid(self) -> bool:
@@ -142,4 +145,5 @@ def kv_groups(
             f"{model.name}: the engine needs at least one full-attention or MLA layer (every "
             "group here drops tokens or keeps a state)"
         )
-    return KVGroups(table * num_gpus, tuple(side))
+    every = sum(heaviest.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
+    return KVGroups(table * num_gpus, tuple(side), every * num_gpus)
