@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.memory import make_allocator
-from sim.sizing.group_demand import GroupDemand, KVGroups, kv_groups
 from sim.profiles import load_model
+from sim.sizing.group_demand import GroupDemand, KVGroups, kv_groups
 
 B = 16
 SLIDING = GroupDemand("sliding", "sliding_window", 3000.0, 100, 0.0)
