@@ -56,6 +56,10 @@ class PagedAllocator(Allocator):
 
     kind = "paged"
     counts_kv_groups = True
+    #: a prefix kind whose hybrid groups stop every hit ignores content (``sim.prefix.kinds``)
+    _content_off = False
+    #: the layer group that stops prefix hits (None: the block table's hit stands)
+    hit_limited_by: str | None = None
 
     def __init__(
         self, *, pool_bytes: float, kv_bytes_per_token: float, block_size: int = 16
@@ -123,6 +127,8 @@ class PagedAllocator(Allocator):
     # ------------------------------------------------------------------- operations
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
         pool, index = self.pool, self.index
+        if self._content_off:
+            content = None
         n_new = -(-n_tokens // self.block_size)
         side = self._side_delta(None, n_tokens)
         if index is None:
@@ -170,6 +176,8 @@ class PagedAllocator(Allocator):
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
         index = self.index
+        if self._content_off:
+            content = None
         if index is not None and content is not None:  # misuse raises before any change
             content = index.check_content(content, n_tokens, "append")
         table = self._tables[seq_id]

@@ -115,6 +115,14 @@ def longest_hit(groups: Sequence[HitGroup], block_size: int, max_blocks: int) ->
     return HybridHit(hit, hit * block_size, limited_by)
 
 
+def kv_groups_limiting_group(groups) -> str | None:
+    """``engine_limiting_group`` of a ``sim.sizing.group_demand.KVGroups`` (None: dense)."""
+    if groups is None or not groups.hybrid:
+        return None
+    kinds = [("table", "full", 0)] + [(g.name, g.kind, g.window_tokens) for g in groups.side]
+    return engine_limiting_group(kinds)
+
+
 def engine_limiting_group(kinds: Sequence[tuple[str, str, int]], state_prefix_caching: bool = False
                           ) -> str | None:  # fmt: skip
     """The group that stops the engine's prefix hits, or None when the block table's hit

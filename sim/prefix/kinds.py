@@ -18,10 +18,22 @@ from __future__ import annotations
 from sim.memory.paged import PagedAllocator
 from sim.memory.registry import register_allocator
 from sim.prefix.hash_index import HashIndex
+from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.radix_index import RadixIndex
 
 
-class RadixAllocator(PagedAllocator):
+class _HybridHits:
+    """The hybrid prefix-hit rule in a prefix kind: when a layer group stops every hit
+    (``hybrid_hit.engine_limiting_group``: a state-space group, whose states vLLM does not
+    save by default), the kind caches nothing, as vLLM disables prefix caching then."""
+
+    def use_kv_groups(self, groups) -> None:
+        super().use_kv_groups(groups)  # type: ignore[misc]
+        self.hit_limited_by = kv_groups_limiting_group(self.kv_groups)  # type: ignore[attr-defined]
+        self._content_off = self.hit_limited_by is not None
+
+
+class RadixAllocator(_HybridHits, PagedAllocator):
     """``radix``: paged blocks plus a radix tree of reusable full blocks (``radix_index``)."""
 
     kind = "radix"
@@ -55,7 +67,7 @@ class RadixAllocator(PagedAllocator):
         )
 
 
-class HashPagedAllocator(PagedAllocator):
+class HashPagedAllocator(_HybridHits, PagedAllocator):
     """``paged_hash``: paged blocks whose free queue is vLLM V1's LRU prefix cache
     (``hash_index``); also ``paged`` with ``prefix_caching: hash``."""
 

@@ -26,6 +26,7 @@ from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import HbmLayout, Recorder
+from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.kinds import engine_rules
 from sim.scenario import Resolved, make_allocator_for
 from sim.sched import Scheduler, make_scheduler
@@ -127,6 +128,11 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         "exact": sc.engine.exact,
         "kv_pool_bytes": round(r.pool_bytes),  # byte totals are integers (sim/metrics/schema)
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
+        "prefix_hit_limited_by": (
+            kv_groups_limiting_group(r.kv_groups)
+            if engine_rules(r.allocator_kind, r.allocator_options) is not None
+            else None
+        ),
     }
 
 
