@@ -56,10 +56,13 @@ class PagedAllocator(Allocator):
 
     kind = "paged"
     counts_kv_groups = True
-    #: a prefix kind whose hybrid groups stop every hit ignores content (``sim.prefix.kinds``)
-    _content_off = False
-    #: the layer group that stops prefix hits (None: the block table's hit stands)
+    #: a prefix kind's hybrid prefix-hit rule (``sim.prefix.hybrid_hit``, set by the kinds
+    #: of ``sim.prefix.kinds``): KVGroups -> the group that stops every hit, or None
+    hit_rule: Any = None
+    #: the layer group that stops prefix hits (None: the block table's hit stands); when
+    #: one does, the kind ignores content: it caches nothing, as vLLM turns caching off
     hit_limited_by: str | None = None
+    _content_off = False
 
     def __init__(
         self, *, pool_bytes: float, kv_bytes_per_token: float, block_size: int = 16
@@ -91,6 +94,9 @@ class PagedAllocator(Allocator):
                 f"table's {groups.table_bytes_per_token}"
             )
         self.kv_groups = groups
+        if self.hit_rule is not None:
+            self.hit_limited_by = self.hit_rule(groups)
+            self._content_off = self.hit_limited_by is not None
 
     def _side_delta(self, seq_id: Hashable | None, tokens: int) -> int:
         """Side blocks a sequence at ``tokens`` needs beyond those it holds (may be < 0)."""

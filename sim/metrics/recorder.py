@@ -121,12 +121,18 @@ class HbmLayout:
     num_gpus: int = 1
 
     @classmethod
-    def of(cls, resolved) -> HbmLayout:
-        """From a resolved scenario (``sim.scenario.resolve.Resolved``)."""
+    def of(cls, resolved, slot_bytes: float | None = None) -> HbmLayout:
+        """From a resolved scenario (``sim.scenario.resolve.Resolved``); ``slot_bytes`` is
+        the allocator's bytes per token slot over the instance when it differs from every
+        layer's (a hybrid model's block table holds only the layers that keep every token;
+        its other groups' blocks are slots of the same size in the same pool)."""
+        per_gpu = resolved.kv_bytes_per_token_per_gpu
+        if slot_bytes is not None and slot_bytes != resolved.kv_bytes_per_token:
+            per_gpu = slot_bytes / resolved.num_gpus
         return cls(
             int(resolved.accelerator.memory_bytes),
             round(resolved.weights_bytes_per_gpu),
-            resolved.kv_bytes_per_token_per_gpu,
+            per_gpu,
             resolved.num_gpus,
         )
 

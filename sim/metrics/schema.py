@@ -91,9 +91,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("prefix_hit_limited_by", "str", "-",
        "The layer group that stops the prefix cache's hits under the hybrid hit rule "
        "(sim/prefix/hybrid_hit.py, vLLM's): a state-space group, whose states vLLM saves "
-       "only with Mamba prefix caching (not modelled), so such a model gets no hits; null "
-       "for a dense model, a windowed one (its window blocks are cached with the full "
-       "ones) or an allocator without a prefix cache.", **_NULL),
+       "only with Mamba prefix caching (not modelled), so such a model gets no hits.",
+       optional=True, when="a hybrid model with a state-space group and a prefix cache (a "
+       "dense or windowed model's hits are the block table's: no key)"),
     _k("trajectories_total", "int", "count", "Trajectories the workload will start."),
     _k("command", "argv", "-", "`kvsim` argv as given (null from the Python API).", **_NULL),
     _k("scenario_path", "str", "-", "Scenario file, absolute (null for a dict).", **_NULL),

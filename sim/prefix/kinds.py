@@ -22,18 +22,7 @@ from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.radix_index import RadixIndex
 
 
-class _HybridHits:
-    """The hybrid prefix-hit rule in a prefix kind: when a layer group stops every hit
-    (``hybrid_hit.engine_limiting_group``: a state-space group, whose states vLLM does not
-    save by default), the kind caches nothing, as vLLM disables prefix caching then."""
-
-    def use_kv_groups(self, groups) -> None:
-        super().use_kv_groups(groups)  # type: ignore[misc]
-        self.hit_limited_by = kv_groups_limiting_group(self.kv_groups)  # type: ignore[attr-defined]
-        self._content_off = self.hit_limited_by is not None
-
-
-class RadixAllocator(_HybridHits, PagedAllocator):
+class RadixAllocator(PagedAllocator):
     """``radix``: paged blocks plus a radix tree of reusable full blocks (``radix_index``)."""
 
     kind = "radix"
@@ -54,6 +43,7 @@ class RadixAllocator(_HybridHits, PagedAllocator):
         super().__init__(
             pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, block_size=block_size
         )
+        self.hit_rule = kv_groups_limiting_group  # the hybrid prefix-hit rule
         self.compose(
             RadixIndex(
                 self.pool.num_blocks,
@@ -67,7 +57,7 @@ class RadixAllocator(_HybridHits, PagedAllocator):
         )
 
 
-class HashPagedAllocator(_HybridHits, PagedAllocator):
+class HashPagedAllocator(PagedAllocator):
     """``paged_hash``: paged blocks whose free queue is vLLM V1's LRU prefix cache
     (``hash_index``); also ``paged`` with ``prefix_caching: hash``."""
 
@@ -86,6 +76,7 @@ class HashPagedAllocator(_HybridHits, PagedAllocator):
         super().__init__(
             pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, block_size=block_size
         )
+        self.hit_rule = kv_groups_limiting_group  # the hybrid prefix-hit rule
         self.compose(
             HashIndex(
                 self.pool.num_blocks,

@@ -85,3 +85,35 @@ def test_gemma_no_longer_charges_every_layer(tmp_path):
     every = 16384 * run.summary["kv_bytes_per_token"]
     assert every == pytest.approx(8.32e9, rel=1e-3)
     assert peak == pytest.approx(1.785e9, rel=1e-3)
+
+
+def _shared(tmp_path, model: str) -> str:
+    """Four requests, one after another, sharing a 2,048-token prefix, on a radix cache."""
+    doc = yaml.safe_load(open(_scenario(tmp_path, model, 2100, 4)))
+    doc["allocator"] = {"kind": "radix", "block_size": B}
+    doc["workload"]["requests"] = [{"count": 4, "at_s": 0.0, "interval_s": 5.0,
+                                    "prompt_tokens": 2100, "output_tokens": 4,
+                                    "shared_prefix_tokens": 2048}]  # fmt: skip
+    path = tmp_path / f"{model}-shared.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_state_space_model_gets_no_prefix_hit(tmp_path):
+    """qwen3-next: its gated-DeltaNet group has no saved state at any block boundary (vLLM
+    without Mamba prefix caching), so the hybrid rule stops every hit and says which group."""
+    s = run_scenario(_shared(tmp_path, "qwen3-next-80b-a3b"),
+                     **{"engine.check_invariants": True}).summary  # fmt: skip
+    (group,) = [g.name for g in load_model("qwen3-next-80b-a3b").kv_groups()
+                if g.kind == "linear_attention"]  # fmt: skip
+    assert s["prefix_hit_limited_by"] == group
+    assert s["prefix_hit_rate"] == 0.0
+
+
+def test_windowed_model_keeps_its_hits(tmp_path):
+    """gpt-oss: the window's blocks are cached with the full layers', so the table's hit
+    stands (3 of 4 requests hit the 2,048 shared tokens: 128 blocks of 16)."""
+    s = run_scenario(_shared(tmp_path, "gpt-oss-120b"),
+                     **{"engine.check_invariants": True}).summary  # fmt: skip
+    assert "prefix_hit_limited_by" not in s
+    assert s["prefix_hit_rate"] == pytest.approx(3 * 2048 / (4 * 2100))
