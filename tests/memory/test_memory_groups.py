@@ -162,3 +162,20 @@ def test_buffer_kinds_charge_every_layer():
     """static / contiguous / buddy do not count groups: every layer for every token."""
     a = make_allocator("contiguous", pool_bytes=1e9, kv_bytes_per_token=1000.0, kv_groups=GROUPS)
     assert a.kv_groups is None and a.kv_bytes_per_token == 6000.0
+
+
+def test_longest_prompt_of_an_empty_hybrid_pool_fits():
+    a = _make("paged")
+    longest = a.max_sequence_tokens
+    usable = a.pool.usable_blocks
+    assert -(-longest // B) + GROUPS.side_blocks(longest, B) <= usable
+    assert a.allocate("x", longest)
+    a.check_invariants()
+    assert not _make("paged").allocate("y", usable * B)  # the table alone would fit
+
+
+def test_dense_groups_leave_the_allocator_as_it_was():
+    dense = kv_groups(load_model("llama-3.1-8b"))
+    a = make_allocator("paged", pool_bytes=1e9, kv_bytes_per_token=dense.table_bytes_per_token,
+                       kv_groups=dense)  # fmt: skip
+    assert a.kv_groups is None
