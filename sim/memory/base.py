@@ -375,6 +375,7 @@ class Allocator(ABC):
             bytes_copied=self._count.bytes_copied,
             cow_copies=self._count.cow_copies,
             num_sequences=len(self._tokens),
+            side_allocated_bytes=self._side_allocated_bytes(),
         )
 
     def check_invariants(self) -> None:
@@ -450,6 +451,10 @@ class Allocator(ABC):
     @abstractmethod
     def _allocated_bytes(self) -> float:
         """Bytes reserved by live sequences now (cheap: called after every operation)."""
+
+    def _side_allocated_bytes(self) -> float:
+        """Allocated bytes of the groups counted beside the block table (none here)."""
+        return 0
 
     @abstractmethod
     def _books(self) -> Books:

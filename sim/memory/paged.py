@@ -79,6 +79,7 @@ class PagedAllocator(Allocator):
         self._held_idx: dict[Hashable, np.ndarray] = {}  # a held table as an index array
         self._paused_slots = 0  # filled slots of blocks only held tables map
         self._side: dict[Hashable, list[int]] = {}  # seq -> blocks of its side groups
+        self._side_allocated = 0  # distinct side blocks allocated (a fork shares them)
 
     def use_kv_groups(self, groups) -> None:
         """Count a hybrid model's side groups (``KVGroups``) in this empty allocator: each
@@ -116,10 +117,13 @@ class PagedAllocator(Allocator):
             if self._rc is not None:
                 self._rc[new] = 1
             self._count.blocks_taken += delta
+            self._side_allocated += delta
         elif delta < 0:
             old = side[:-delta]
             del side[:-delta]
-            self._count.blocks_returned += self.pool.decref(old)
+            returned = self.pool.decref(old)
+            self._count.blocks_returned += returned
+            self._side_allocated -= returned
             if self._rc is not None:
                 self._rc[old] -= 1
 
@@ -260,7 +264,9 @@ class PagedAllocator(Allocator):
         table = self._tables.pop(seq_id)
         side = self._side.pop(seq_id, None)
         if side:
-            self._count.blocks_returned += self.pool.decref(side)
+            returned = self.pool.decref(side)
+            self._count.blocks_returned += returned
+            self._side_allocated -= returned
             if self._rc is not None:
                 self._rc[side] -= 1
         if self.pool.refcount[table[-1]] == 1:  # its last block leaves the allocated set
@@ -416,6 +422,9 @@ class PagedAllocator(Allocator):
     def _allocated_bytes(self) -> float:
         return self.pool.num_allocated * self.block_bytes
 
+    def _side_allocated_bytes(self) -> float:
+        return self._side_allocated * self.block_bytes
+
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool
         free = pool.num_empty * bb
@@ -451,6 +460,8 @@ class PagedAllocator(Allocator):
                     raise InvariantError(f"paged: shared block {b} holds different fills")
         if set(self._side) - set(self._tokens):
             raise InvariantError("paged: side blocks of a sequence that is not live")
+        if len({b for side in self._side.values() for b in side}) != self._side_allocated:
+            raise InvariantError("paged: the side block counter differs from a scan")
         for seq_id, side in self._side.items():
             if len(side) != self._side_delta(None, self._tokens[seq_id]):
                 raise InvariantError(f"paged: sequence {seq_id!r} holds {len(side)} side blocks")

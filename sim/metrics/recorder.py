@@ -93,6 +93,7 @@ MEMORY_SCHEMA = [
     ("n_free_extents", _I),  # free holes (block kinds: 1 when anything is free)
     ("phi_ext", _F),  # F9 for the reference request (metrics.phi_ext_request_tokens)
     ("phi_ext_next", _F),  # F9 for the head-of-queue request (NaN: nothing waiting)
+    ("side_kv_bytes", _F),  # allocated to windowed and state-space groups (hybrid models)
     # one GPU's HBM, physically, in bytes; the eight sum to hbm_bytes_per_gpu (GPU_PARTS)
     ("gpu_weights_bytes", _L),
     ("gpu_reserve_bytes", _L),
@@ -406,6 +407,7 @@ class Recorder:
                 len(m.free_extents),
                 self._phi_ext(m, self.phi_ext_request_bytes),
                 self._phi_ext(m, next_request_bytes),
+                m.side_allocated_bytes,
                 *parts,
             )
         )

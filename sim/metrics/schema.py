@@ -381,6 +381,10 @@ MEMORY_TABLE = _cols(
      "tokens not yet in its own sequence (prefix hits not subtracted), or a reserving kind's "
      "reservation for it (before the address space rounds it); as phi_ext, and NaN when "
      "nothing waits."),
+    ("side_kv_bytes", _F, "bytes", "Part of allocated_bytes held by a hybrid model's "
+     "sliding-window, chunked-local and state-space layer groups (their blocks beside the "
+     "block table of the full-attention, MLA and indexer layers, which hold the rest); 0 "
+     "for a dense model and for static, contiguous and buddy (docs/allocators.md)."),
     # one GPU's HBM, physically (GPU_PARTS): the eight sum exactly to the accelerator's
     # memory_bytes on every row; KV parts are the node's slots x the KV bytes of a slot
     # on one GPU (TP/PP split every slot over the GPUs), rounded cumulatively

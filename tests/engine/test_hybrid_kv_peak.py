@@ -117,3 +117,23 @@ def test_windowed_model_keeps_its_hits(tmp_path):
                      **{"engine.check_invariants": True}).summary  # fmt: skip
     assert "prefix_hit_limited_by" not in s
     assert s["prefix_hit_rate"] == pytest.approx(3 * 2048 / (4 * 2100))
+
+
+@pytest.mark.parametrize("model", ["gemma-3-27b", "llama-3.1-8b"])
+def test_memory_parquet_splits_the_table_from_the_side_groups(model, tmp_path):
+    """memory.parquet's side_kv_bytes: the windowed groups' blocks; the rest of allocated
+    is the block table's, ceil(S/B) blocks of the full layers at the 16,384-token peak."""
+    run = run_scenario(_scenario(tmp_path, model, 16370, 14))
+    mem = run.memory
+    peak = mem.loc[mem.allocated_bytes.idxmax()]
+    g = kv_groups(load_model(model), 1, 1)
+    if not g.hybrid:
+        assert (mem.side_kv_bytes == 0).all()
+        return
+    table = peak.allocated_bytes - peak.side_kv_bytes
+    assert table == 16384 // B * B * g.table_bytes_per_token
+    # the window's 64 blocks, or 65 while the allocator is told of tokens a block late
+    # (deferred appends), rounded up to one table block
+    per_block = B * g.side[0].bytes_per_token
+    assert 64 * per_block <= peak.side_kv_bytes <= 65 * per_block + B * g.table_bytes_per_token
+    assert ((mem.side_kv_bytes >= 0) & (mem.side_kv_bytes <= mem.allocated_bytes)).all()
