@@ -29,8 +29,15 @@ by an active and a held sequence is active). ``_unfilled`` moves in O(1) per ope
 the held counts a table at a time in numpy (a hold or resume, and a free, fork or prefix
 hit while something is held), never at query time.
 
-Invariants: len(table) = ceil(tokens / B) for every sequence; the refcount of every block
-= the number of tables that map it; a block mapped by several tables holds the same number
+Hybrid models (``use_kv_groups``, ``sim.sizing.group_demand``): the table holds the layer
+groups that keep every token; a sequence also maps ``side_blocks(tokens)`` blocks of the
+same pool for its sliding-window, chunked-local and state-space groups, taken and returned
+as its tokens change (oldest first), shared with a fork's child by refcount, counted
+active in ``kv_slots``.
+
+Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
+``side_blocks(tokens)``; the refcount of every block = the number of tables and side lists
+that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
 remainder = pool; ``_unfilled``, ``_held_refs`` and ``_paused_slots`` equal a scan of the
 tables; with an index, also the index's own (``PrefixIndex.check``).
