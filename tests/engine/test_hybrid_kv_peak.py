@@ -16,6 +16,7 @@ import yaml
 from sim.profiles import load_model
 from sim.run import run_scenario
 from sim.sizing.group_demand import kv_groups
+from sim.sizing.kv import kv_bytes_for_context
 
 B = 16
 
@@ -137,3 +138,18 @@ def test_memory_parquet_splits_the_table_from_the_side_groups(model, tmp_path):
     per_block = B * g.side[0].bytes_per_token
     assert 64 * per_block <= peak.side_kv_bytes <= 65 * per_block + B * g.table_bytes_per_token
     assert ((mem.side_kv_bytes >= 0) & (mem.side_kv_bytes <= mem.allocated_bytes)).all()
+
+
+@pytest.mark.parametrize("model", ["gemma-3-27b", "qwen3-next-80b-a3b"])
+def test_contiguous_oracle_reserves_per_group(model, tmp_path):
+    """A contiguous buffer reserved for the exact final length (Orca-Oracle) holds the full
+    layers' 16,384 tokens plus its side groups' peak: the plan's bytes, within one slot."""
+    doc = yaml.safe_load(open(_scenario(tmp_path, model, 16370, 14)))
+    doc["allocator"] = {"kind": "contiguous", "reservation": "oracle"}
+    path = tmp_path / f"{model}-oracle.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    peak = run_scenario(str(path), **{"engine.check_invariants": True}).summary[
+        "peak_allocated_bytes"]  # fmt: skip
+    plan = kv_bytes_for_context(load_model(model), 16384)
+    g = kv_groups(load_model(model), 1, 1)
+    assert plan <= peak <= plan + g.table_bytes_per_token

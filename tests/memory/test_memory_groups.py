@@ -158,10 +158,67 @@ def test_hybrid_allocator_charges_side_blocks():
     assert a.blocks_needed("x", 200) == (19 - 7) + GROUPS.side_blocks(300, B) - 32
 
 
-def test_buffer_kinds_charge_every_layer():
-    """static / contiguous / buddy do not count groups: every layer for every token."""
-    a = make_allocator("contiguous", pool_bytes=1e9, kv_bytes_per_token=1000.0, kv_groups=GROUPS)
-    assert a.kv_groups is None and a.kv_bytes_per_token == 6000.0
+BUFFER_KINDS = {
+    "static": {"max_tokens": 600},
+    "contiguous": {},
+    "contiguous-pow2": {"reservation": "pow2"},
+    "buddy": {},
+}
+
+
+def _buffer(name: str):
+    kind = name.split("-")[0]
+    return make_allocator(kind, pool_bytes=8000 * 1000 + 321, kv_bytes_per_token=1000.0,
+                          kv_groups=GROUPS, **BUFFER_KINDS[name])  # fmt: skip
+
+
+def test_buffer_side_slots_are_the_groups_peak():
+    a = _buffer("contiguous")
+    # window 100 x 3000 + chunk 64 x 2000 + 70,000 state = 498,000 B = 498 slots of 1000 B
+    assert a.side_slots(1000) == 498
+    assert a.side_slots(50) == (50 * 3000 + 50 * 2000 + 70_000) // 1000
+    assert a.allocate("x", 50)
+    assert a.metrics().allocated_bytes == (50 + 320) * 1000
+    assert a.metrics().side_allocated_bytes == 320 * 1000
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_KINDS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_buffer_books_balance_with_groups(name, ops):
+    """Static, contiguous (with and without a reservation) and buddy reserve each
+    sequence's side groups beside its buffer; a miss changes nothing."""
+    a = _buffer(name)
+    live: list[int] = []
+    next_id = 0
+    for op, pick, n in ops:
+        before = a.metrics()
+        if op == "allocate" or not live:
+            ok = bool(a.allocate(next_id, n, final_tokens=n + pick % 200))
+            live += [next_id] if ok else []
+            next_id += 1
+        else:
+            seq = live[pick % len(live)]
+            if op == "append":
+                ok = a.append(seq, n)
+            elif op == "fork":
+                ok = a.fork(seq, next_id)
+                live += [next_id] if ok else []
+                next_id += 1
+            elif op == "hold":
+                a.set_held(seq, not a.is_held(seq))
+                ok = True
+            else:
+                a.free(seq)
+                live.remove(seq)
+                ok = True
+        if not ok:
+            assert a.metrics() == before  # a miss: no change
+        a.check_invariants()
+        m = a.metrics()
+        assert m.free_bytes + m.allocated_bytes + m.remainder_bytes == \
+            pytest.approx(a.pool_bytes, abs=1e-6)  # fmt: skip
+        assert 0 <= m.side_allocated_bytes <= m.allocated_bytes
 
 
 def test_longest_prompt_of_an_empty_hybrid_pool_fits():
