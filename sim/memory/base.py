@@ -127,6 +127,24 @@ class Allocator(ABC):
         at allocation: just its tokens here; a reserving kind (``reservation``) more."""
         return n_tokens
 
+    #: the groups counted beside the block table (``use_kv_groups``); None: every layer
+    #: keeps every token, as before layer groups existed
+    kv_groups: Any = None
+    #: whether ``use_kv_groups`` counts a hybrid model's groups (``make_allocator`` gives
+    #: a kind that does not the every-layer bytes per token instead)
+    counts_kv_groups: ClassVar[bool] = False
+
+    def use_kv_groups(self, groups: Any) -> None:
+        """Count a hybrid model's other layer groups (``sim.sizing.group_demand.KVGroups``)
+        in this empty allocator; a kind that cannot refuses with a ConfigError."""
+        if groups is None or not groups.hybrid:
+            return
+        raise ConfigError(
+            f"allocator kind {self.kind!r} does not count hybrid layer groups (sliding "
+            "window, chunked local, state-space); use paged, radix or paged_hash",
+            field="kind",
+        )
+
     def subscribe_prefix(self, listener: Any) -> bool:
         """Install a ``PrefixListener`` on the prefix cache (``PrefixIndex.subscribe``);
         False for a kind without a prefix cache."""
@@ -357,6 +375,7 @@ class Allocator(ABC):
             bytes_copied=self._count.bytes_copied,
             cow_copies=self._count.cow_copies,
             num_sequences=len(self._tokens),
+            side_allocated_bytes=self._side_allocated_bytes(),
         )
 
     def check_invariants(self) -> None:
@@ -432,6 +451,10 @@ class Allocator(ABC):
     @abstractmethod
     def _allocated_bytes(self) -> float:
         """Bytes reserved by live sequences now (cheap: called after every operation)."""
+
+    def _side_allocated_bytes(self) -> float:
+        """Allocated bytes of the groups counted beside the block table (none here)."""
+        return 0
 
     @abstractmethod
     def _books(self) -> Books:

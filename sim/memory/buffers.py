@@ -12,8 +12,15 @@ parent's capacity and the parent's tokens are copied.
 Nothing is shared (a fork copies), so ``kv_slots`` is counters alone: a buffer's slots
 past its tokens are unfilled, a held sequence's tokens are paused.
 
-Invariant: each live sequence has exactly one buffer with tokens <= size; the buffers and
-the space's free extents tile the addressable slots; ``_allocated_tokens`` = sum of sizes.
+Hybrid models (``use_kv_groups``): a buffer holds the layers that keep every token; each
+sequence also reserves a *side* extent in the same space for its sliding-window,
+chunked-local and state-space groups, sized for the peak those groups reach within the
+buffer's capacity (``side_slots``: a window's ``min(capacity, w)`` tokens, a chunk's, one
+state), grown (moved) with the buffer; its slots count as filled (active).
+
+Invariant: each live sequence has exactly one buffer with tokens <= size (and, on a hybrid
+model, one side extent of ``side_slots(size)``); buffers, side extents and the space's free
+extents tile the addressable slots; ``_allocated_tokens`` = sum of their sizes.
 """
 
 from __future__ import annotations
@@ -61,6 +68,54 @@ class BufferAllocator(Allocator):
         super().__init__(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token)
         self._buffers: dict[Hashable, tuple[int, int]] = {}  # seq -> (start, size) in slots
         self._allocated_tokens = 0
+        self._side: dict[Hashable, tuple[int, int]] = {}  # seq -> its side extent (hybrid)
+        self._side_tokens = 0  # slots of every side extent
+
+    counts_kv_groups = True
+
+    def use_kv_groups(self, groups) -> None:
+        """Reserve a hybrid model's side groups per sequence (``KVGroups``) in this empty
+        allocator; a dense model's groups change nothing."""
+        if groups is None or not groups.hybrid:
+            return
+        if self._buffers or self.kv_groups is not None:
+            raise ValueError(f"{self.kind}: set the KV groups of an empty allocator once")
+        self.kv_groups = groups
+
+    def side_slots(self, capacity: int) -> int:
+        """Slots a buffer of ``capacity`` tokens reserves for the side groups' peak."""
+        groups = self.kv_groups
+        if groups is None:
+            return 0
+        peak = sum(g.state_bytes or min(capacity, g.window_tokens) * g.bytes_per_token
+                   for g in groups.side)  # fmt: skip
+        return math.ceil(peak / self.kv_bytes_per_token)
+
+    def _reserve_side(self, seq_id: Hashable, capacity: int) -> tuple[int, int] | None | bool:
+        """The side extent a ``capacity``-token buffer of ``seq_id`` needs beyond the one it
+        has: True when it has enough, the new extent reserved (not yet booked), or None
+        when the space has no room."""
+        want = self.side_slots(capacity)
+        old = self._side.get(seq_id)
+        if want == 0 or (old is not None and old[1] >= want):
+            return True
+        return self._space.reserve(want)
+
+    def _book_side(self, seq_id: Hashable, placed: tuple[int, int] | None | bool) -> None:
+        """Book a side extent ``_reserve_side`` returned (moving from the old one)."""
+        if not isinstance(placed, tuple):
+            return
+        self._release_side(seq_id)
+        self._side[seq_id] = placed
+        self._side_tokens += placed[1]
+        self._allocated_tokens += placed[1]
+
+    def _release_side(self, seq_id: Hashable) -> None:
+        old = self._side.pop(seq_id, None)
+        if old is not None:
+            self._space.release(*old)
+            self._side_tokens -= old[1]
+            self._allocated_tokens -= old[1]
 
     # --------------------------------------------------------- capacity policy hooks
     def _initial_tokens(self, n_tokens: int) -> int | None:
@@ -80,6 +135,15 @@ class BufferAllocator(Allocator):
         placed = None if want is None else self._space.reserve(want)
         if placed is None:
             return MISSED
+        return self._placed(seq_id, placed)
+
+    def _placed(self, seq_id: Hashable, placed: tuple[int, int]) -> AllocResult:
+        """Book a new sequence's buffer, and its side extent (a miss releases both)."""
+        side = True if self.kv_groups is None else self._reserve_side(seq_id, placed[1])
+        if side is None:
+            self._space.release(*placed)
+            return MISSED
+        self._book_side(seq_id, side)
         self._buffers[seq_id] = placed
         self._allocated_tokens += placed[1]
         self._count.buffer_allocs += 1
@@ -94,13 +158,20 @@ class BufferAllocator(Allocator):
         if new is None:
             return False
         new_size = self._space.reserved_size(new)
+        side = True if self.kv_groups is None else self._reserve_side(seq_id, new_size)
+        if side is None:
+            return False
         if self.grow_in_place and self._space.grow_in_place(start, size, new_size):
             self._buffers[seq_id] = (start, new_size)
             self._allocated_tokens += new_size - size
+            self._book_side(seq_id, side)
             return True
         placed = self._space.reserve(new)  # step 1: the old buffer still exists
         if placed is None:
+            if isinstance(side, tuple):  # a miss changes nothing
+                self._space.release(*side)
             return False
+        self._book_side(seq_id, side)
         m = self.kv_bytes_per_token
         self._note_peak((self._allocated_tokens + placed[1]) * m)  # transient N + 2N
         self._add_copy(tokens * m)  # step 2: copy the written tokens
@@ -113,12 +184,9 @@ class BufferAllocator(Allocator):
 
     def _fork(self, parent_id: Hashable, child_id: Hashable, tokens: int) -> bool:
         placed = self._space.reserve(self._buffers[parent_id][1])
-        if placed is None:
+        if placed is None or not self._placed(child_id, placed):
             return False
-        self._buffers[child_id] = placed
-        self._allocated_tokens += placed[1]
         self._add_copy(tokens * self.kv_bytes_per_token)  # deep copy of the parent's tokens
-        self._count.buffer_allocs += 1
         return True
 
     def _free(self, seq_id: Hashable, tokens: int) -> None:
@@ -126,6 +194,8 @@ class BufferAllocator(Allocator):
         self._space.release(start, size)
         self._allocated_tokens -= size
         self._count.buffer_frees += 1
+        if self._side:
+            self._release_side(seq_id)
 
     # ---------------------------------------------------------------------- queries
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
@@ -176,7 +246,8 @@ class BufferAllocator(Allocator):
     def kv_slots(self) -> KVSlots:
         """O(1): buffers less the tokens written are unfilled; held tokens are paused."""
         allocated, space = self._allocated_tokens, self._space
-        return KVSlots(allocated, allocated - self._lineage.logical_tokens, self._held_tokens,
+        unfilled = allocated - self._side_tokens - self._lineage.logical_tokens
+        return KVSlots(allocated, unfilled, self._held_tokens,
                        0, space.free_tokens, space.total_tokens)  # fmt: skip
 
     def _books(self) -> Books:
@@ -189,10 +260,19 @@ class BufferAllocator(Allocator):
             free_extents=tuple(h * m for h in self._space.extents()),
         )
 
+    def _side_allocated_bytes(self) -> float:
+        return self._side_tokens * self.kv_bytes_per_token
+
     def _check_kind(self) -> None:
-        self._space.check(self._buffers.values())
-        if sum(size for _, size in self._buffers.values()) != self._allocated_tokens:
+        self._space.check([*self._buffers.values(), *self._side.values()])
+        sides = sum(size for _, size in self._side.values())
+        if sum(size for _, size in self._buffers.values()) + sides != self._allocated_tokens:
             raise InvariantError(f"{self.kind}: allocated slots != sum of buffer sizes")
+        if sides != self._side_tokens or not set(self._side) <= set(self._buffers):
+            raise InvariantError(f"{self.kind}: side extents out of step with the buffers")
+        for seq_id, (_, size) in self._buffers.items():
+            if self._side.get(seq_id, (0, 0))[1] < self.side_slots(size):
+                raise InvariantError(f"{self.kind}: sequence {seq_id!r}'s side extent is short")
         if set(self._buffers) != set(self._tokens):
             raise InvariantError(f"{self.kind}: buffers and live sequences differ")
         for seq_id, (_, size) in self._buffers.items():

@@ -35,7 +35,7 @@ from sim.errors import ConfigError
 from sim.memory.base import choice, flag, positive_int
 from sim.memory.buffers import GROWTH, BufferAllocator, pool_slots
 from sim.memory.extents import PLACEMENTS, ExtentSpace
-from sim.memory.metrics import ADMITTED, MISSED, AllocResult
+from sim.memory.metrics import MISSED, AllocResult
 
 #: the reservation policies of the contiguous kinds (see the module docstring)
 RESERVATIONS = ("none", "window", "pow2", "oracle")
@@ -92,10 +92,7 @@ class Reserving(BufferAllocator):
         placed = self._space.reserve(self.reserve_tokens(n_tokens, final_tokens))
         if placed is None:
             return MISSED
-        self._buffers[seq_id] = placed
-        self._allocated_tokens += placed[1]
-        self._count.buffer_allocs += 1
-        return ADMITTED
+        return self._placed(seq_id, placed)
 
 
 class ContiguousAllocator(Reserving):

@@ -189,6 +189,8 @@ class DeferredAppends:
             return DecodeRun(steps, np.full(steps, float(base_allocated)))
         if (len(slack) and slack.max() >= bs) or (late and room[late[0].seq_id] >= bs):
             return DecodeRun(0, np.empty(0))  # not the shape of a block table: step exactly
+        if self.alloc.kv_groups is not None:  # side groups take and free blocks: step exactly
+            return DecodeRun(0, np.empty(0))
         r = np.arange(max_steps)  # step r + 1 takes a block for every seq with slack == r % bs
         per_step = np.bincount(slack, minlength=bs)[r % bs]
         if late is not None:  # its appends start at step `first`: blocks at first + slack + t bs

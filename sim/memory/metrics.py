@@ -48,6 +48,10 @@ class MemoryMetrics:
     bytes_copied: float  # cumulative: growth copies, deep-copy forks, CoW blocks
     cow_copies: int  # cumulative copy-on-write block copies
     num_sequences: int  # live sequences
+    #: allocated bytes of a hybrid model's sliding-window, chunked-local and state-space
+    #: groups (their blocks beside the block table; 0 for a dense model or a kind that
+    #: does not count groups)
+    side_allocated_bytes: float = 0
 
     def as_dict(self) -> dict:
         """Plain dict (free_extents as a list) for JSON and DataFrames."""

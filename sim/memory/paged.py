@@ -29,8 +29,15 @@ by an active and a held sequence is active). ``_unfilled`` moves in O(1) per ope
 the held counts a table at a time in numpy (a hold or resume, and a free, fork or prefix
 hit while something is held), never at query time.
 
-Invariants: len(table) = ceil(tokens / B) for every sequence; the refcount of every block
-= the number of tables that map it; a block mapped by several tables holds the same number
+Hybrid models (``use_kv_groups``, ``sim.sizing.group_demand``): the table holds the layer
+groups that keep every token; a sequence also maps ``side_blocks(tokens)`` blocks of the
+same pool for its sliding-window, chunked-local and state-space groups, taken and returned
+as its tokens change (oldest first), shared with a fork's child by refcount, counted
+active in ``kv_slots``.
+
+Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
+``side_blocks(tokens)``; the refcount of every block = the number of tables and side lists
+that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
 remainder = pool; ``_unfilled``, ``_held_refs`` and ``_paused_slots`` equal a scan of the
 tables; with an index, also the index's own (``PrefixIndex.check``).
@@ -55,6 +62,14 @@ class PagedAllocator(Allocator):
     """Fixed-size blocks from a FIFO free queue; forks share blocks, writes copy on write."""
 
     kind = "paged"
+    counts_kv_groups = True
+    #: a prefix kind's hybrid prefix-hit rule (``sim.prefix.hybrid_hit``, set by the kinds
+    #: of ``sim.prefix.kinds``): KVGroups -> the group that stops every hit, or None
+    hit_rule: Any = None
+    #: the layer group that stops prefix hits (None: the block table's hit stands); when
+    #: one does, the kind ignores content: it caches nothing, as vLLM turns caching off
+    hit_limited_by: str | None = None
+    _content_off = False
 
     def __init__(
         self, *, pool_bytes: float, kv_bytes_per_token: float, block_size: int = 16
@@ -70,6 +85,54 @@ class PagedAllocator(Allocator):
         self._rc: np.ndarray | None = None  # the pool's refcounts, from the first hold on
         self._held_idx: dict[Hashable, np.ndarray] = {}  # a held table as an index array
         self._paused_slots = 0  # filled slots of blocks only held tables map
+        self._side: dict[Hashable, list[int]] = {}  # seq -> blocks of its side groups
+        self._side_allocated = 0  # distinct side blocks allocated (a fork shares them)
+
+    def use_kv_groups(self, groups) -> None:
+        """Count a hybrid model's side groups (``KVGroups``) in this empty allocator: each
+        sequence also holds ``groups.side_blocks(tokens)`` blocks of the pool, beside its
+        block table (a dense model's groups change nothing)."""
+        if groups is None or not groups.hybrid:
+            return
+        if self._tables or self.kv_groups is not None:
+            raise ValueError(f"{self.kind}: set the KV groups of an empty allocator once")
+        if not math.isclose(groups.table_bytes_per_token, self.kv_bytes_per_token):
+            raise ValueError(
+                f"{self.kind}: kv_bytes_per_token {self.kv_bytes_per_token} is not the block "
+                f"table's {groups.table_bytes_per_token}"
+            )
+        self.kv_groups = groups
+        if self.hit_rule is not None:
+            self.hit_limited_by = self.hit_rule(groups)
+            self._content_off = self.hit_limited_by is not None
+
+    def _side_delta(self, seq_id: Hashable | None, tokens: int) -> int:
+        """Side blocks a sequence at ``tokens`` needs beyond those it holds (may be < 0)."""
+        groups = self.kv_groups
+        if groups is None:
+            return 0
+        held = 0 if seq_id is None else len(self._side[seq_id])
+        return groups.side_blocks(tokens, self.block_size) - held
+
+    def _side_resize(self, seq_id: Hashable, delta: int) -> None:
+        """Take ``delta`` more side blocks (the pool has them) or drop ``-delta``, oldest
+        first (blocks that left a window)."""
+        side = self._side.setdefault(seq_id, [])
+        if delta > 0:
+            new = self.pool.take(delta)
+            side.extend(new)
+            if self._rc is not None:
+                self._rc[new] = 1
+            self._count.blocks_taken += delta
+            self._side_allocated += delta
+        elif delta < 0:
+            old = side[:-delta]
+            del side[:-delta]
+            returned = self.pool.decref(old)
+            self._count.blocks_returned += returned
+            self._side_allocated -= returned
+            if self._rc is not None:
+                self._rc[old] -= 1
 
     def compose(self, index: PrefixIndex) -> None:
         """Give this empty allocator a prefix cache (once); blocks come from ``index.pool``."""
@@ -81,15 +144,20 @@ class PagedAllocator(Allocator):
     # ------------------------------------------------------------------- operations
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
         pool, index = self.pool, self.index
+        if self._content_off:
+            content = None
         n_new = -(-n_tokens // self.block_size)
+        side = self._side_delta(None, n_tokens)
         if index is None:
-            if n_new > pool.num_free:
+            if n_new + side > pool.num_free:
                 return MISSED
             self._tables[seq_id] = ids = pool.take(n_new)
             if self._rc is not None:
                 self._rc[ids] = 1
             self._count.blocks_taken += n_new
             self._unfilled += -n_tokens % self.block_size  # the new last block's rest
+            if side:
+                self._side_resize(seq_id, side)
             return ADMITTED
         hit = index.match(n_tokens, content)
         if hit is None:
@@ -98,7 +166,8 @@ class PagedAllocator(Allocator):
         n_new -= len(shared)
         if shared:
             pool.incref(shared)  # pin before making room, so eviction cannot take them
-        if n_new > pool.num_free and not index.make_room(n_new - pool.num_free):
+        need = n_new + side
+        if need > pool.num_free and not index.make_room(need - pool.num_free):
             if shared:
                 pool.decref(shared)
             index.cancel(hit)
@@ -106,6 +175,8 @@ class PagedAllocator(Allocator):
         table = shared + pool.take(n_new)
         self._tables[seq_id] = table
         self._count.blocks_taken += n_new
+        if side:
+            self._side_resize(seq_id, side)
         self._unfilled += -n_tokens % self.block_size  # hit blocks are whole: the tail is new
         if self._rc is not None:
             self._rc[table[len(shared) :]] = 1
@@ -122,6 +193,8 @@ class PagedAllocator(Allocator):
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
         index = self.index
+        if self._content_off:
+            content = None
         if index is not None and content is not None:  # misuse raises before any change
             content = index.check_content(content, n_tokens, "append")
         table = self._tables[seq_id]
@@ -130,8 +203,12 @@ class PagedAllocator(Allocator):
         pool = self.pool
         cow = tokens % bs != 0 and pool.refcount[table[-1]] > 1
         need = n_new + 1 if cow else n_new
+        side = self._side_delta(seq_id, tokens + n_tokens) if self.kv_groups else 0
+        need += side
         if need > pool.num_free and (index is None or not index.make_room(need - pool.num_free)):
             return False
+        if side < 0:  # blocks that left the window go back first
+            self._side_resize(seq_id, side)
         if cow:
             old = table[-1]
             self._copy_on_write(table)
@@ -146,6 +223,8 @@ class PagedAllocator(Allocator):
             if self._rc is not None:
                 self._rc[new] = 1
             self._count.blocks_taken += n_new
+        if side > 0:
+            self._side_resize(seq_id, side)
         if index is not None:
             index.appended(seq_id, tokens, n_tokens, content, table)
         return True
@@ -168,6 +247,12 @@ class PagedAllocator(Allocator):
         self._tables[child_id] = table
         if self._rc is not None:
             self._rc[table] += 1
+        side = self._side.get(parent_id)
+        if side:  # the child maps the parent's side blocks until it moves past them
+            self.pool.incref(side)
+            self._side[child_id] = list(side)
+            if self._rc is not None:
+                self._rc[side] += 1
         if self._held:  # the child is active: blocks only held tables mapped are not
             self._mapped_by_active(table, tokens)
         if self.index is not None:
@@ -184,6 +269,13 @@ class PagedAllocator(Allocator):
         """Drop the sequence's references, last block first (vLLM's order). The sequence
         is active (``free`` ends a hold first)."""
         table = self._tables.pop(seq_id)
+        side = self._side.pop(seq_id, None)
+        if side:
+            returned = self.pool.decref(side)
+            self._count.blocks_returned += returned
+            self._side_allocated -= returned
+            if self._rc is not None:
+                self._rc[side] -= 1
         if self.pool.refcount[table[-1]] == 1:  # its last block leaves the allocated set
             self._unfilled -= -tokens % self.block_size
         self._count.blocks_returned += self.pool.decref(reversed(table))
@@ -251,13 +343,18 @@ class PagedAllocator(Allocator):
         table, bs = self._tables[seq_id], self.block_size
         n_new = (tokens + n + bs - 1) // bs - len(table)
         cow = n > 0 and tokens % bs != 0 and self.pool.refcount[table[-1]] > 1
-        return n_new + int(cow)
+        if self.kv_groups is None:
+            return n_new + int(cow)
+        return max(0, n_new + int(cow) + self._side_delta(seq_id, tokens + n))
 
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
         n = checked_count(n_tokens, "can_allocate", minimum=1)
+        side = self._side_delta(None, n)
         if self.index is not None and content is not None:
-            return self.index.can_allocate(n, content)
-        return -(-n // self.block_size) <= self.available_blocks()
+            return self.index.can_allocate(n, content) and (
+                side == 0 or -(-n // self.block_size) + side <= self.available_blocks()
+            )
+        return -(-n // self.block_size) + side <= self.available_blocks()
 
     def available_blocks(self) -> int:
         """Blocks an operation could get now: free ones, plus those the index can evict."""
@@ -296,7 +393,18 @@ class PagedAllocator(Allocator):
 
     @property
     def max_sequence_tokens(self) -> int:
-        return self.pool.usable_blocks * self.block_size
+        """The longest prompt the empty pool admits (its side blocks included)."""
+        usable, bs = self.pool.usable_blocks, self.block_size
+        if self.kv_groups is None:
+            return usable * bs
+        lo, hi = 0, usable * bs  # blocks nearly rise with tokens: a window's step is one block
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if -(-mid // bs) + self._side_delta(None, mid) <= usable:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     # --------------------------------------------------------------- prefix cache
     def useful_tokens(self) -> int:
@@ -320,6 +428,9 @@ class PagedAllocator(Allocator):
     # ---------------------------------------------------------------------- books
     def _allocated_bytes(self) -> float:
         return self.pool.num_allocated * self.block_bytes
+
+    def _side_allocated_bytes(self) -> float:
+        return self._side_allocated * self.block_bytes
 
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool
@@ -354,6 +465,15 @@ class PagedAllocator(Allocator):
                 f = min(bs, tokens - logical * bs)
                 if fill.setdefault(b, f) != f:
                     raise InvariantError(f"paged: shared block {b} holds different fills")
+        if set(self._side) - set(self._tokens):
+            raise InvariantError("paged: side blocks of a sequence that is not live")
+        if len({b for side in self._side.values() for b in side}) != self._side_allocated:
+            raise InvariantError("paged: the side block counter differs from a scan")
+        for seq_id, side in self._side.items():
+            if len(side) != self._side_delta(None, self._tokens[seq_id]):
+                raise InvariantError(f"paged: sequence {seq_id!r} holds {len(side)} side blocks")
+            for b in side:
+                mapped[b] += 1
         for b in range(n_blocks):
             if mapped[b] != self.pool.refcount[b]:
                 raise InvariantError(

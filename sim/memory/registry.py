@@ -94,9 +94,14 @@ def allocator_options(kind: str) -> dict[str, Any]:
 
 
 def make_allocator(
-    kind: str, *, pool_bytes: float, kv_bytes_per_token: float, **options: Any
+    kind: str, *, pool_bytes: float, kv_bytes_per_token: float, kv_groups: Any = None,
+    **options: Any,
 ) -> Allocator:
-    """A new allocator of ``kind`` over ``pool_bytes`` (see each kind for its options)."""
+    """A new allocator of ``kind`` over ``pool_bytes`` (see each kind for its options).
+
+    ``kv_groups`` (``sim.sizing.group_demand.KVGroups``, None: every layer keeps every
+    token) makes a hybrid model's sliding-window, chunked-local and state-space groups hold
+    their own blocks beside the block table; ``kv_bytes_per_token`` is then the table's."""
     kind = _select(kind, options)
     cls = allocator_class(kind)
     valid = allocator_options(kind)
@@ -107,7 +112,11 @@ def make_allocator(
     missing = [n for n, d in valid.items() if d is inspect.Parameter.empty and n not in options]
     if missing:
         raise ConfigError(f"required option of kind {kind!r} is missing", field=missing[0])
-    return cls(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, **options)
+    if kv_groups is not None and not cls.counts_kv_groups:  # every layer for every token
+        kv_groups, kv_bytes_per_token = None, kv_groups.all_bytes_per_token
+    alloc = cls(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, **options)
+    alloc.use_kv_groups(kv_groups)
+    return alloc
 
 
 def _select(kind: str, options: dict[str, Any]) -> str:

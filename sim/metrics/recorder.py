@@ -93,6 +93,7 @@ MEMORY_SCHEMA = [
     ("n_free_extents", _I),  # free holes (block kinds: 1 when anything is free)
     ("phi_ext", _F),  # F9 for the reference request (metrics.phi_ext_request_tokens)
     ("phi_ext_next", _F),  # F9 for the head-of-queue request (NaN: nothing waiting)
+    ("side_kv_bytes", _F),  # allocated to windowed and state-space groups (hybrid models)
     # one GPU's HBM, physically, in bytes; the eight sum to hbm_bytes_per_gpu (GPU_PARTS)
     ("gpu_weights_bytes", _L),
     ("gpu_reserve_bytes", _L),
@@ -121,12 +122,18 @@ class HbmLayout:
     num_gpus: int = 1
 
     @classmethod
-    def of(cls, resolved) -> HbmLayout:
-        """From a resolved scenario (``sim.scenario.resolve.Resolved``)."""
+    def of(cls, resolved, slot_bytes: float | None = None) -> HbmLayout:
+        """From a resolved scenario (``sim.scenario.resolve.Resolved``); ``slot_bytes`` is
+        the allocator's bytes per token slot over the instance when it differs from every
+        layer's (a hybrid model's block table holds only the layers that keep every token;
+        its other groups' blocks are slots of the same size in the same pool)."""
+        per_gpu = resolved.kv_bytes_per_token_per_gpu
+        if slot_bytes is not None and slot_bytes != resolved.kv_bytes_per_token:
+            per_gpu = slot_bytes / resolved.num_gpus
         return cls(
             int(resolved.accelerator.memory_bytes),
             round(resolved.weights_bytes_per_gpu),
-            resolved.kv_bytes_per_token_per_gpu,
+            per_gpu,
             resolved.num_gpus,
         )
 
@@ -418,6 +425,7 @@ class Recorder:
                 len(m.free_extents),
                 self._phi_ext(m, self.phi_ext_request_bytes),
                 self._phi_ext(m, next_request_bytes),
+                m.side_allocated_bytes,
                 *parts,
             )
         )

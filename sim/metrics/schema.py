@@ -90,6 +90,12 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("exact", "bool", "-", "True when every decode iteration was stepped one by one."),
     _k("kv_pool_bytes", "int", "bytes", "KV pool of the engine instance (all GPUs)."),
     _k("kv_bytes_per_token", "float", "bytes", "KV bytes of one token (all layers, all GPUs)."),
+    _k("prefix_hit_limited_by", "str", "-",
+       "The layer group that stops the prefix cache's hits under the hybrid hit rule "
+       "(sim/prefix/hybrid_hit.py, vLLM's): a state-space group, whose states vLLM saves "
+       "only with Mamba prefix caching (not modelled), so such a model gets no hits.",
+       optional=True, when="a hybrid model with a state-space group and a prefix cache (a "
+       "dense or windowed model's hits are the block table's: no key)"),
     _k("trajectories_total", "int", "count", "Trajectories the workload will start."),
     _k("command", "argv", "-", "`kvsim` argv as given (null from the Python API).", **_NULL),
     _k("scenario_path", "str", "-", "Scenario file, absolute (null for a dict).", **_NULL),
@@ -464,6 +470,10 @@ MEMORY_TABLE = _cols(
      "tokens not yet in its own sequence (prefix hits not subtracted), or a reserving kind's "
      "reservation for it (before the address space rounds it); as phi_ext, and NaN when "
      "nothing waits."),
+    ("side_kv_bytes", _F, "bytes", "Part of allocated_bytes held by a hybrid model's "
+     "sliding-window, chunked-local and state-space layer groups (their blocks beside the "
+     "block table of the full-attention, MLA and indexer layers, which hold the rest); 0 "
+     "for a dense model and for static, contiguous and buddy (docs/allocators.md)."),
     # one GPU's HBM, physically (GPU_PARTS): the eight sum exactly to the accelerator's
     # memory_bytes on every row; KV parts are the node's slots x the KV bytes of a slot
     # on one GPU (TP/PP split every slot over the GPUs), rounded cumulatively

@@ -18,6 +18,7 @@ from __future__ import annotations
 from sim.memory.paged import PagedAllocator
 from sim.memory.registry import register_allocator
 from sim.prefix.hash_index import HashIndex
+from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.radix_index import RadixIndex
 
 
@@ -42,6 +43,7 @@ class RadixAllocator(PagedAllocator):
         super().__init__(
             pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, block_size=block_size
         )
+        self.hit_rule = kv_groups_limiting_group  # the hybrid prefix-hit rule
         self.compose(
             RadixIndex(
                 self.pool.num_blocks,
@@ -74,6 +76,7 @@ class HashPagedAllocator(PagedAllocator):
         super().__init__(
             pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token, block_size=block_size
         )
+        self.hit_rule = kv_groups_limiting_group  # the hybrid prefix-hit rule
         self.compose(
             HashIndex(
                 self.pool.num_blocks,

@@ -27,6 +27,7 @@ from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import HbmLayout, Recorder
+from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.kinds import engine_rules
 from sim.scenario import Resolved, make_allocator_for
 from sim.sched import Scheduler, make_scheduler
@@ -78,9 +79,9 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
     cost.async_scheduling = scheduler.async_scheduling  # host work overlaps the GPU's step
     recorder = Recorder(
         pool_bytes=resolved.pool_bytes,
-        phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * resolved.kv_bytes_per_token,
+        phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * allocator.kv_bytes_per_token,
         block_kind=allocator.block_size is not None,
-        hbm=HbmLayout.of(resolved),
+        hbm=HbmLayout.of(resolved, allocator.kv_bytes_per_token),
     )
     node = Node(
         env,
@@ -147,6 +148,15 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         "exact": sc.engine.exact,
         "kv_pool_bytes": round(r.pool_bytes),  # byte totals are integers (sim/metrics/schema)
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
+        **_hit_limit(r),
     }
+
+
+def _hit_limit(r: Resolved) -> dict[str, Any]:
+    """``prefix_hit_limited_by``, present when a layer group stops a prefix cache's hits."""
+    if engine_rules(r.allocator_kind, r.allocator_options) is None:
+        return {}
+    group = kv_groups_limiting_group(r.kv_groups)
+    return {} if group is None else {"prefix_hit_limited_by": group}
 
 

@@ -34,6 +34,7 @@ from sim.scenario.paths import (
     names_a_file,
 )
 from sim.scenario.speculative import draft_kv
+from sim.sizing.group_demand import KVGroups, kv_groups
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
 
@@ -79,6 +80,8 @@ class Resolved:
     #: model's profile (None: no separate draft model)
     draft_kv_bytes_per_token_per_gpu: float = 0.0
     draft_model: ModelProfile | None = None
+    #: the layer groups the allocator counts beside its block table (None: a dense model)
+    kv_groups: KVGroups | None = None
 
     @property
     def scenario(self):
@@ -93,6 +96,16 @@ class Resolved:
     def kv_bytes_per_token(self) -> float:
         """KV bytes per token over the engine instance."""
         return self.kv_bytes_per_token_per_gpu * self.num_gpus
+
+    @property
+    def allocator_kv_bytes_per_token(self) -> float:
+        """Bytes per token of the allocator's block table: every layer's (F1) for a dense
+        model, those of the layers that keep every token for a hybrid one; a speculative
+        drafter's KV (every token, ``draft_kv_bytes_per_token_per_gpu``) is in both."""
+        if self.kv_groups is None:
+            return self.kv_bytes_per_token
+        draft = self.draft_kv_bytes_per_token_per_gpu * self.num_gpus
+        return self.kv_groups.table_bytes_per_token + draft
 
 
 def _located(loaded: LoadedScenario, loc: tuple, exc: KvsimError) -> ConfigError:
@@ -116,11 +129,16 @@ def resolve(loaded: LoadedScenario) -> Resolved:
         acc = load_accelerator(hw.accelerator, overrides=hw.accelerator_overrides)
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "accelerator"), exc) from None
+    n_gpus = hw.tp * hw.pp
     try:
         kv_gpu = kv_bytes_per_token_per_gpu(model, hw.tp, hw.pp)
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "tp"), exc) from None
-    n_gpus = hw.tp * hw.pp
+    try:
+        groups = replace(kv_groups(model, hw.tp, hw.pp, num_gpus=n_gpus),
+                         all_bytes_per_token=kv_gpu * n_gpus)  # fmt: skip
+    except KvsimError as exc:
+        raise _located(loaded, ("model",), exc) from None
     w_total = sc.cost.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
     w_gpu = w_total / n_gpus
     shards = hw.expert_shards  # a data-parallel rank holds 1 / shards of the routed experts
@@ -158,7 +176,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
     return Resolved(
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
-        window, draft_gpu, draft,
+        window, draft_gpu, draft, groups if groups.hybrid else None,
     )  # fmt: skip
 
 
@@ -277,7 +295,8 @@ def make_allocator_for(resolved: Resolved):
         return make_allocator(
             resolved.allocator_kind,
             pool_bytes=resolved.pool_bytes,
-            kv_bytes_per_token=resolved.kv_bytes_per_token,
+            kv_bytes_per_token=resolved.allocator_kv_bytes_per_token,
+            kv_groups=resolved.kv_groups,
             **resolved.allocator_options,
         )
     except KvsimError as exc:

@@ -1,0 +1,139 @@
+"""The hybrid prefix-hit rule: the longest prefix every layer group can serve (vLLM's).
+
+vLLM's ``HybridKVCacheCoordinator.find_longest_cache_hit`` (``vllm/v1/core/
+kv_cache_coordinator.py``) asks each group's manager (``single_type_kv_cache_manager.py``)
+for its longest hit no longer than the current one, and repeats until no group lowers it:
+
+* ``full`` / ``mla`` / ``indexer`` (``FullAttentionManager``): cached blocks from the left,
+  up to the first block that is not cached;
+* ``sliding_window`` w (``SlidingWindowManager``): scanning from the right, the first run of
+  ``ceil((w - 1) / B)`` contiguous cached blocks ending at the hit point (the blocks before
+  them are out of every later token's window and need not be cached); a run that reaches
+  block 0 serves too;
+* ``chunked_local`` c (``ChunkedLocalAttentionManager``): the blocks before the chunk of
+  the longest candidate hit are served without a cache (never attended again); from that
+  chunk's first block on, cached blocks from the left;
+* ``mamba`` / ``linear_attention`` (``MambaManager``): a saved state at the hit point's block
+  boundary; scanning from the right, the last boundary with one. Without Mamba prefix
+  caching (vLLM's ``mamba_cache_mode`` ``none``, its default) no state is saved, so a
+  state-space model gets no prefix hit at all.
+
+Invariant: a pure function of its inputs; the hit is whole blocks, no longer than any
+group's own answer and than ``max_blocks``; ``limited_by`` names the group that last lowered
+it (full-attention groups are asked first, so a plain miss names one of them), None when
+every group serves ``max_blocks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+FULL_KINDS = ("full", "mla", "indexer")
+STATE_KINDS = ("mamba", "linear_attention")
+
+
+@dataclass(frozen=True)
+class HitGroup:
+    """One group's cache: ``cached[i]`` is True when block i (a state group: a saved state
+    at the end of block i) is cached for this prompt."""
+
+    name: str
+    kind: str
+    cached: Sequence[bool]
+    window_tokens: int = 0  # sliding window or chunk; 0 for the other kinds
+
+
+@dataclass(frozen=True)
+class HybridHit:
+    """The hit every group agrees on, in blocks and tokens, and the group that set it."""
+
+    blocks: int
+    tokens: int
+    limited_by: str | None
+
+
+def _full(g: HitGroup, limit: int, block_size: int) -> int:
+    n = 0
+    while n < limit and g.cached[n]:
+        n += 1
+    return n
+
+
+def _sliding(g: HitGroup, limit: int, block_size: int) -> int:
+    need = -(-(g.window_tokens - 1) // block_size)
+    run = 0
+    for i in range(limit - 1, -1, -1):
+        if g.cached[i]:
+            run += 1
+            if run >= need:
+                return i + run
+        else:
+            run = 0
+    return run  # a run from block 0 needs nothing before it
+
+
+def _chunked(g: HitGroup, limit: int, block_size: int) -> int:
+    start = limit * block_size // g.window_tokens * g.window_tokens // block_size
+    n = start  # blocks of earlier chunks are never attended again: served without a cache
+    while n < limit and g.cached[n]:
+        n += 1
+    return n
+
+
+def _state(g: HitGroup, limit: int, block_size: int) -> int:
+    for i in range(limit - 1, -1, -1):
+        if g.cached[i]:
+            return i + 1
+    return 0
+
+
+#: group kind -> its manager's longest hit (blocks) no longer than ``limit``
+RULES: dict[str, Callable[[HitGroup, int, int], int]] = {
+    **{k: _full for k in FULL_KINDS},
+    "sliding_window": _sliding,
+    "chunked_local": _chunked,
+    **{k: _state for k in STATE_KINDS},
+}
+
+
+def longest_hit(groups: Sequence[HitGroup], block_size: int, max_blocks: int) -> HybridHit:
+    """The longest prefix (whole blocks, at most ``max_blocks``) every group can serve."""
+    if not groups or max_blocks <= 0:
+        return HybridHit(0, 0, None)
+    ordered = sorted(groups, key=lambda g: g.kind not in FULL_KINDS)  # the table first
+    hit, limited_by = max_blocks, None
+    while True:  # vLLM repeats the pass until no group lowers the hit
+        cur = hit
+        for g in ordered:
+            own = RULES[g.kind](g, min(cur, len(g.cached)), block_size)
+            if own < cur:
+                cur, limited_by = own, g.name
+        if cur >= hit:
+            break
+        hit = cur
+    return HybridHit(hit, hit * block_size, limited_by)
+
+
+def kv_groups_limiting_group(groups) -> str | None:
+    """``engine_limiting_group`` of a ``sim.sizing.group_demand.KVGroups`` (None: dense)."""
+    if groups is None or not groups.hybrid:
+        return None
+    kinds = [("table", "full", 0)] + [(g.name, g.kind, g.window_tokens) for g in groups.side]
+    return engine_limiting_group(kinds)
+
+
+def engine_limiting_group(kinds: Sequence[tuple[str, str, int]], state_prefix_caching: bool = False
+                          ) -> str | None:  # fmt: skip
+    """The group that stops the engine's prefix hits, or None when the block table's hit
+    stands. The engine caches a sliding or chunked group's blocks with the block table's
+    (the same tokens, released together), and saves no state-space state (vLLM's default),
+    so the rule is evaluated on a fully cached prompt: only a state group can lower it.
+    ``kinds`` is (name, kind, window) per group."""
+    n = 8  # any prompt of a few blocks shows the rule
+    groups = [
+        HitGroup(name, kind, [state_prefix_caching or kind not in STATE_KINDS] * n, window)
+        for name, kind, window in kinds
+    ]
+    hit = longest_hit(groups, 16, n)
+    return hit.limited_by if hit.blocks < n else None

@@ -1,0 +1,149 @@
+"""The engine's per-group KV demand: how many blocks each layer group holds for a sequence.
+
+vLLM's hybrid KV cache manager keeps every layer group in one pool of pages of one size
+and gives each group its own block table (``vllm/v1/core/single_type_kv_cache_manager.py``).
+The engine models that with one block table (the groups that keep every token: ``full``,
+``mla``, ``indexer``; its blocks carry prefix-cache identity, copy-on-write and pauses)
+and counts the other groups' blocks arithmetically, one demand function per group kind
+(``DEMANDS``), of the sequence's tokens S and the block size B:
+
+* ``sliding_window`` (window w): the blocks covering the last w tokens,
+  ``ceil(S/B) - floor(max(0, S - w) / B)``; blocks that fall out of the window are freed
+  (vLLM's ``SlidingWindowManager.remove_skipped_blocks``: ``num_computed - w + 1``
+  tokens skipped). At most ``ceil(w/B) + 1`` blocks.
+* ``chunked_local`` (chunk c): the blocks of the current chunk,
+  ``ceil(S/B) - floor(c * floor((S-1)/c) / B)`` (``ChunkedLocalAttentionManager``).
+* ``mamba`` / ``linear_attention``: one state per running sequence, whatever S
+  (``MambaManager`` without prefix caching).
+
+Invariant: figures are for the engine instance (per-GPU bytes of the most loaded pipeline
+stage times the GPUs, as ``Resolved.kv_bytes_per_token``); a model whose groups all keep
+every token has no side group, so its allocators behave exactly as before groups existed;
+``side_blocks`` is whole blocks of the table's size (B x ``table_bytes_per_token``) and
+never less than the exact side bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.errors import KvsimError
+from sim.profiles.schema import ModelProfile
+from sim.sizing.groups import group_bytes
+from sim.sizing.kv import _stage_counts
+
+#: group kinds whose every token stays in the block table
+TABLE_KINDS = ("full", "mla", "indexer")
+
+
+def _sliding_blocks(tokens: int, block_size: int, window: int) -> int:
+    return -(-tokens // block_size) - max(0, tokens - window) // block_size
+
+
+def _chunked_blocks(tokens: int, block_size: int, chunk: int) -> int:
+    if tokens <= 0:
+        return 0
+    start = (tokens - 1) // chunk * chunk
+    return -(-tokens // block_size) - start // block_size
+
+
+#: group kind -> blocks of B tokens one layer of it holds for a sequence of S tokens
+#: (state kinds hold a state, not blocks: 0 here, ``state_bytes`` instead)
+DEMANDS: dict[str, Callable[[int, int, int], int]] = {
+    "sliding_window": _sliding_blocks,
+    "chunked_local": _chunked_blocks,
+    "mamba": lambda tokens, block_size, window: 0,
+    "linear_attention": lambda tokens, block_size, window: 0,
+}
+
+
+@dataclass(frozen=True)
+class GroupDemand:
+    """One group outside the block table: its bytes per token or per sequence (all its
+    layers, the engine instance)."""
+
+    name: str
+    kind: str
+    bytes_per_token: float  # 0 for a state group
+    window_tokens: int  # window or chunk; 0 for a state group
+    state_bytes: float  # one sequence's state; 0 for a token group
+
+    def held_blocks(self, tokens: int, block_size: int) -> int:
+        """Blocks of ``block_size`` tokens one layer of this group holds for ``tokens``."""
+        return DEMANDS[self.kind](tokens, block_size, self.window_tokens)
+
+    def held_bytes(self, tokens: int, block_size: int) -> float:
+        """Bytes this group holds for a sequence of ``tokens`` (whole blocks, or the state)."""
+        if tokens <= 0:
+            return 0.0
+        if self.state_bytes:
+            return self.state_bytes
+        return self.held_blocks(tokens, block_size) * block_size * self.bytes_per_token
+
+
+@dataclass(frozen=True)
+class KVGroups:
+    """The block table's bytes per token and the groups counted beside it."""
+
+    table_bytes_per_token: float
+    side: tuple[GroupDemand, ...]
+    #: every token group's bytes per token, windows ignored (F1; what a kind that does not
+    #: count groups charges per token)
+    all_bytes_per_token: float = 0.0
+
+    @property
+    def hybrid(self) -> bool:
+        """True when some group is counted beside the block table."""
+        return bool(self.side)
+
+    def side_bytes(self, tokens: int, block_size: int) -> float:
+        """Bytes the side groups hold for one sequence of ``tokens``."""
+        return sum(g.held_bytes(tokens, block_size) for g in self.side)
+
+    def side_blocks(self, tokens: int, block_size: int) -> int:
+        """The side bytes in whole table blocks (``block_size x table_bytes_per_token``)."""
+        if not self.side or tokens <= 0:
+            return 0
+        return math.ceil(self.side_bytes(tokens, block_size) /
+                         (block_size * self.table_bytes_per_token))  # fmt: skip
+
+    def by_group(self, tokens: int, block_size: int) -> dict[str, float]:
+        """Bytes of each side group for one sequence of ``tokens`` (group name -> bytes)."""
+        return {g.name: g.held_bytes(tokens, block_size) for g in self.side}
+
+
+def kv_groups(
+    model: ModelProfile, tp: int = 1, pp: int = 1, kv_dtype: str | None = None, num_gpus: int = 1
+) -> KVGroups:
+    """The engine's view of ``model``'s groups at ``tp x pp`` (``num_gpus`` GPUs): the most
+    loaded stage's per-GPU bytes times ``num_gpus``; KvsimError if no layer keeps every
+    token (the block table needs one)."""
+    groups = group_bytes(model, tp, kv_dtype)
+    stages = _stage_counts(model, pp)
+    heaviest = max(stages, key=lambda c: sum(
+        c.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups))  # fmt: skip
+    table = sum(
+        heaviest.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu
+        for g in groups
+        if g.kind in TABLE_KINDS
+    )
+    side = []
+    for g in groups:
+        n = heaviest.get(g.name, 0)
+        if g.kind in TABLE_KINDS or n == 0:
+            continue
+        side.append(GroupDemand(
+            name=g.name, kind=g.kind,
+            bytes_per_token=n * g.bytes_per_token_per_layer_per_gpu * num_gpus,
+            window_tokens=g.window_tokens or 0,
+            state_bytes=n * g.state_bytes_per_layer_per_gpu * num_gpus,
+        ))  # fmt: skip
+    if side and table <= 0:
+        raise KvsimError(
+            f"{model.name}: the engine needs at least one full-attention or MLA layer (every "
+            "group here drops tokens or keeps a state)"
+        )
+    every = sum(heaviest.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
+    return KVGroups(table * num_gpus, tuple(side), every * num_gpus)
