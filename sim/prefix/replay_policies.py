@@ -65,7 +65,9 @@ class ReplayPolicyOptions:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise KvsimError(f"{name}: must be a number >= 0, got {v!r}")
         if not (math.isfinite(self.hint_noise) and self.hint_noise >= 1):
-            raise KvsimError(f"hint_noise: must be a number >= 1 (1 = exact), got {self.hint_noise!r}")
+            raise KvsimError(
+                f"hint_noise: must be a number >= 1 (1 = exact), got {self.hint_noise!r}"
+            )
         if not 0 <= self.max_pinned_fraction <= 1:
             raise KvsimError(
                 f"max_pinned_fraction: must be in [0, 1], got {self.max_pinned_fraction!r}"
