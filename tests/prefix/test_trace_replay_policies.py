@@ -9,7 +9,7 @@ sequence tried): it never beats the optimum, equals it where the classic theorem
 from __future__ import annotations
 
 import random
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import given, settings
@@ -137,7 +137,7 @@ def test_every_policy_keeps_capacity_and_serves_each_call_once(
     order = interleave(ss, conc)
     for k, s in enumerate(ss):  # each call once, in its session's order
         assert [c.call for c in order if c.session == k] == list(s.calls())
-    assert all(a.t_s <= b.t_s for a, b in zip(order, order[1:]))
+    assert all(a.t_s <= b.t_s for a, b in zip(order, order[1:], strict=False))
     opts = ReplayPolicyOptions(max_pinned_fraction=fraction, hint_noise=2.0)
     r = replay_sessions(ss, cap_blocks * BS, policy, concurrency=conc, options=opts)
     assert r.peak_cached_tokens <= cap_blocks * BS
@@ -152,7 +152,7 @@ def brute_force_best(calls: list[list[int]], cap: int) -> int:
     it did not cache are evicted, any of them, until ``cap`` blocks are left."""
     chains = [[tuple(c[: j + 1]) for j in range(len(c))] for c in calls]
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(i: int, cached: frozenset) -> int:
         if i == len(chains):
             return 0
@@ -208,12 +208,13 @@ def test_belady_is_optimal_with_one_block_per_call(ids, cap):
 def test_belady_beats_or_ties_lru_on_most_small_traces():
     """Not guaranteed under the leaf constraint: counted over 200 seeded traces."""
     rng = random.Random(7)
-    ties_or_better = worse = 0
+    ties_or_better = better = 0
     for _ in range(200):
-        spec = [(rng.randrange(6), rng.randrange(4)) for _ in range(rng.randrange(2, 8))]
-        calls, cap = _calls_from_trie(spec), rng.randrange(1, 6)
+        spec = [(rng.randrange(6), rng.randrange(4)) for _ in range(rng.randrange(6, 11))]
+        calls, cap = _calls_from_trie(spec), rng.randrange(2, 7)
         b, lru = _hit_blocks(calls, cap, "belady"), _hit_blocks(calls, cap, "lru")
         ties_or_better += b >= lru
-        worse += b < lru
+        better += b > lru
         assert b <= brute_force_best(calls, cap)
-    assert ties_or_better >= 180, (ties_or_better, worse)
+    # measured when written: 200 ties-or-better, 20 better (LRU below the optimum on 20)
+    assert ties_or_better >= 190 and better >= 10, (ties_or_better, better)
