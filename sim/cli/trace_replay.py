@@ -46,6 +46,15 @@ _PARAGRAPHS = [
     "(one no cached block extends) that the current call does not use is evicted, deeper "
     "first on ties; a call of more blocks than the cache holds caches its leading "
     "floor(--cache-tokens / B) blocks only and counts in calls_not_fitting.",
+    "Sessions in flight (claude-code): --concurrency N runs N sessions at once, each slot "
+    "running sessions back to back; calls are served by their own times (--interleave time) "
+    "or in turn (round-robin), so sessions compete for the cache. --eviction also takes "
+    "belady (furthest next use first, read from the trace's future: an offline reference, "
+    "not a proven optimum under the leaf constraint), ttl_pin (lease --ttl-s after a call "
+    "whose session pauses briefly) and hints (pin_for_s leases of the expected pause up to "
+    "--pin-max-s, retain_priority, release at session end; --hint-noise X puts the "
+    "expected pause off by a factor in [1/X, X]); leases past --max-pinned-fraction of the "
+    "cache are refused and counted. docs/prefix_cache.md describes them.",
     "hit_rate_last_half is the same ratio over the requests from index requests // 2 on "
     "(after warm-up).",
     "Example: kvsim trace-replay workloads/data/mooncake/synthetic_trace.jsonl "

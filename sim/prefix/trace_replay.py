@@ -24,6 +24,8 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
 ``sim.prefix.session_trace``) follow the same rules with these differences:
 - sessions are replayed one after another in file order; within a session the top-level
   calls in order, and at a subagent entry that subagent's calls in order (depth first);
+  with ``concurrency`` N, N sessions are in flight and their calls interleaved
+  (``sim.prefix.replay_order``); the clock is a call's index in that order;
 - the block size B is the file's (64); a call has floor(in / B) block ids (no partial
   block), so ``hit tokens = min(matched blocks x B, in)`` (or the recompute rule above);
 - block ids are namespaced per session (``hash_id_scope: local``; ``global`` shares them);
@@ -32,7 +34,12 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
   the least recently used leaf block (one no cached block extends) that the current call
   does not use goes first, deeper first on ties (the radix cache's leaf LRU, rule 3.7);
   a call of more blocks than the cache holds caches its leading ``floor(cache_tokens /
-  B)`` blocks only (everything else is evicted) and counts in ``calls_not_fitting``.
+  B)`` blocks only (everything else is evicted) and counts in ``calls_not_fitting``;
+- ``eviction`` also takes the replay policies of ``sim.prefix.replay_policies``
+  (``belady``, ``ttl_pin``, ``hints``): a lease (``pin_for_s``) locks a call's path until
+  its session's next call or its expiry (by call time), within a pin budget (refused past
+  it); a call whose blocks leases crowd out caches fewer of them (``calls_cut_by_pins``);
+  ``release`` drops a session's path at its last call.
 
 Invariant: the cache never holds more than ``floor(cache_tokens / B)`` blocks after a
 request (``peak_cached_tokens <= cache_tokens``); replay is deterministic and does work
