@@ -196,19 +196,19 @@ def _belady(order, contents, opts: ReplayPolicyOptions) -> ReplayPlan:
 
 
 def _ttl_pin(order, contents, opts: ReplayPolicyOptions) -> ReplayPlan:
-    seen: dict[int, list[float]] = {}  # session -> [sum of pauses, count]
+    total_s: dict[int, float] = {}  # session -> sum of its pauses so far
+    count: dict[int, int] = {}
     last_t: dict[int, float] = {}
 
     def rule(rc: ReplayCall) -> float | None:
-        if rc.session in last_t:  # the pause that just ended is now known
-            s = seen.setdefault(rc.session, [0.0, 0])
-            s[0] += rc.t_s - last_t[rc.session]
-            s[1] += 1
-        last_t[rc.session] = rc.t_s
+        k = rc.session
+        if k in last_t:  # the pause that just ended is now known
+            total_s[k] = total_s.get(k, 0.0) + rc.t_s - last_t[k]
+            count[k] = count.get(k, 0) + 1
+        last_t[k] = rc.t_s
         if rc.next_t_s is None:
             return None  # last step: never pinned
-        s = seen.get(rc.session)
-        predicted = None if s is None else s[0] / s[1]
+        predicted = total_s[k] / count[k] if k in count else None
         return opts.ttl_s if predicted is None or predicted <= opts.short_wait_s else None
 
     return ReplayPlan(get_strategy("lru"), [None] * len(order), pin_rule=rule)
