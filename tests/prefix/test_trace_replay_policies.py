@@ -8,6 +8,7 @@ sequence tried): it never beats the optimum, equals it where the classic theorem
 
 from __future__ import annotations
 
+import json
 import random
 from functools import cache
 
@@ -218,3 +219,47 @@ def test_belady_beats_or_ties_lru_on_most_small_traces():
         assert b <= brute_force_best(calls, cap)
     # measured when written: 200 ties-or-better, 20 better (LRU below the optimum on 20)
     assert ties_or_better >= 190 and better >= 10, (ties_or_better, better)
+
+
+# ------------------------------------------------------------------ the command line
+def _write_ab(tmp_path) -> str:
+    path = tmp_path / "ab.jsonl"
+    lines = []
+    for name, calls in (("a", A), ("b", B)):
+        reqs = [{"t": t, "in": len(ids) * BS, "out": 1, "hash_ids": ids} for t, ids in calls]
+        lines.append(json.dumps({"id": name, "block_size": BS, "requests": reqs}))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _cli(args: list[str], capsys) -> tuple[int, str]:
+    from sim.cli import main
+
+    code = main(args)
+    got = capsys.readouterr()
+    return code, got.out + got.err
+
+
+def test_cli_concurrency_and_policies(tmp_path, capsys):
+    base = ["trace-replay", _write_ab(tmp_path), "--format", "claude-code"]
+    code, text = _cli([*base, "--cache-tokens", "512", "--concurrency", "2", "--json"], capsys)
+    assert code == 0, text
+    out = json.loads(text)
+    assert (out["hit_tokens"], out["concurrency"], out["interleave"]) == (384, 2, "time")
+    assert out["bound"] == "" and out["pins_placed"] == 0
+    code, text = _cli([*base, "--cache-tokens", "512", "--eviction", "belady"], capsys)
+    assert code == 0 and "not a proven optimum" in text
+    code, text = _cli([*base, "--eviction", "hints", "--hint-noise", "0.5"], capsys)
+    assert code == 2 and text.count("\n") == 1 and "hint_noise: must be a number >= 1" in text
+
+
+def test_cli_session_policies_need_sessions(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1,
+                                 "hash_ids": [1]}) + "\n")  # fmt: skip
+    code, text = _cli(["trace-replay", str(trace), "--format", "mooncake", "--eviction",
+                       "belady"], capsys)  # fmt: skip
+    assert code == 2 and "--eviction belady: needs --format claude-code" in text
+    code, text = _cli(["trace-replay", str(trace), "--format", "mooncake", "--concurrency",
+                       "3"], capsys)  # fmt: skip
+    assert code == 2 and "--concurrency: needs --format claude-code" in text
