@@ -337,12 +337,17 @@ def replay_sessions(
             released += len(tree.evict_path(node))
         peak = max(peak, tree.total_blocks)
     base = _result(prompts, hits, tree, bs, cache_tokens, peak, recompute_last_token, not_fitting)
+    return _session_result(base, eviction, concurrency, interleave_mode, leases, cut, released)
+
+
+def _session_result(base: ReplayResult, eviction: str, concurrency: int, mode: str,
+                    leases: _Leases, cut: int, released: int) -> SessionReplayResult:  # fmt: skip
     same = {f.name: getattr(base, f.name) for f in fields(ReplayResult)}
     same["eviction"] = eviction  # the policy's name (ttl_pin evicts by lru)
     return SessionReplayResult(
         **same,
         concurrency=concurrency,
-        interleave=interleave_mode,
+        interleave=mode,
         pins_placed=leases.placed,
         pins_refused=leases.refused,
         pins_hit=leases.hit,
