@@ -482,7 +482,7 @@ from tool loops seconds apart, and TTL pinning never firing; we check each claim
 
 Hit rate = F17 (hit tokens / prompt tokens). The replay has no timing model: a number here
 is exact for the trace and the replay rules (docs/prefix_cache.md), not a serving-engine
-measurement; CI runs a 1-in-10 sample of the sessions (`KVSIM_NB_SCALE=full`: all 487)."""),
+measurement; CI runs a 1-in-20 sample of the sessions (`KVSIM_NB_SCALE=full`: all 487)."""),
     ("code", SETUP),
     ("code", """\
 import gzip
@@ -499,9 +499,9 @@ from sim.report.plots import new_figure
 FILE = "workloads/data/claude_code/sessions_all.jsonl.gz"
 if FULL:
     SESSIONS = load_sessions(FILE)
-else:  # every 10th session (file order), parsed alone: the 487 expand to ~2 GB of block ids
+else:  # every 20th session (file order), parsed alone: the 487 expand to ~2 GB of block ids
     with gzip.open(FILE, "rt", encoding="utf-8") as fh:
-        picked = [(i, line) for i, line in enumerate(fh, start=1) if i % 10 == 1]
+        picked = [(i, line) for i, line in enumerate(fh, start=1) if i % 20 == 1]
     SESSIONS = [parse_session(json.loads(line), f"{FILE}:{i}") for i, line in picked]
 CACHES = [250_000, 1_000_000, 4_000_000] if FULL else [250_000, 1_000_000]
 CONCURRENCY = [4, 16, 64] if FULL else [4, 16]
