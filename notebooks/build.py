@@ -465,6 +465,166 @@ print(f"Answer: on held-back Vidur operator measurements the shipped calibration
       f"and on the synthetic example the pipeline recovers step times within {syn_cal:.1%} (median).")"""),
 ]
 
+NB06 = [
+    ("md", """\
+# 06: With sessions competing for one prefix cache, how far is LRU from the best possible, and what are agent KV hints worth?
+
+The 487 recorded Claude Code sessions (`workloads/data/claude_code/sessions_all.jsonl.gz`,
+Apache-2.0) are replayed through one radix prefix cache with N sessions in flight, their
+calls interleaved by their own timestamps (`kvsim trace-replay --format claude-code
+--concurrency N`). Beside plain LRU: Continuum's TTL pin (`ttl_pin`), agent KV hints computed
+from the trace's own future (`hints`: `pin_for_s` leases, `retain_priority`, `release` at
+session end; exact and with the expected return time off by up to 4x), and Belady's rule
+(`belady`, furthest next use first): an **offline reference read from the future, not a
+proven optimum** under the leaf constraint. A public study of 393 such sessions
+(gauravapiscean/agentic-kv-cache) found plain LRU hard to beat, most recomputation coming
+from tool loops seconds apart, and TTL pinning never firing; we check each claim.
+
+Hit rate = F17 (hit tokens / prompt tokens). The replay has no timing model: a number here
+is exact for the trace and the replay rules (docs/prefix_cache.md), not a serving-engine
+measurement; CI runs a 1-in-20 sample of the sessions (`KVSIM_NB_SCALE=full`: all 487)."""),
+    ("code", SETUP),
+    ("code", """\
+import gzip
+import math
+
+import pandas as pd
+
+from sim.prefix.replay_order import interleave
+from sim.prefix.replay_policies import ReplayPolicyOptions
+from sim.prefix.session_trace import load_sessions, parse_session
+from sim.prefix.trace_replay import replay_sessions
+from sim.report.plots import new_figure
+
+FILE = "workloads/data/claude_code/sessions_all.jsonl.gz"
+if FULL:
+    SESSIONS = load_sessions(FILE)
+else:  # every 20th session (file order), parsed alone: the 487 expand to ~2 GB of block ids
+    with gzip.open(FILE, "rt", encoding="utf-8") as fh:
+        picked = [(i, line) for i, line in enumerate(fh, start=1) if i % 20 == 1]
+    SESSIONS = [parse_session(json.loads(line), f"{FILE}:{i}") for i, line in picked]
+CACHES = [250_000, 1_000_000, 4_000_000] if FULL else [250_000, 1_000_000]
+CONCURRENCY = [4, 16, 64] if FULL else [4, 16]
+POLICIES = {  # label -> (--eviction, options)
+    "lru": ("lru", ReplayPolicyOptions()),
+    "ttl_pin": ("ttl_pin", ReplayPolicyOptions()),
+    "hints_exact": ("hints", ReplayPolicyOptions()),
+    "hints_noisy_4x": ("hints", ReplayPolicyOptions(hint_noise=4.0, seed=1)),
+    "belady": ("belady", ReplayPolicyOptions()),
+}
+calls = sum(1 for s in SESSIONS for _ in s.calls())
+print(f"{len(SESSIONS)} sessions, {calls:,} calls")
+rows, results = [], {}
+for conc in CONCURRENCY:
+    ceiling = replay_sessions(SESSIONS, None, concurrency=conc).hit_rate
+    for cap in CACHES:
+        for label, (name, opts) in POLICIES.items():
+            r = replay_sessions(SESSIONS, cap, name, concurrency=conc, options=opts)
+            results[(conc, cap, label)] = r
+            rows.append({"concurrency": conc, "cache_tokens": cap, "policy": label,
+                         "hit_rate": r.hit_rate, "unbounded": ceiling,
+                         "leases": r.pins_placed, "held_to_return": r.pins_hit,
+                         "expired": r.pins_expired, "refused": r.pins_refused,
+                         "cut_by_leases": r.calls_cut_by_pins, "peak_tokens": r.peak_cached_tokens})
+table = pd.DataFrame(rows)
+wide = table.pivot_table(index=["concurrency", "cache_tokens"], columns="policy", values="hit_rate")
+wide = wide[list(POLICIES)]
+wide["belady_minus_lru"] = wide.belady - wide.lru
+wide.round(4)"""),
+    ("code", """\
+fig = new_figure(figsize=(4.2 * len(CONCURRENCY), 3.4))
+for i, conc in enumerate(CONCURRENCY):
+    ax = fig.add_subplot(1, len(CONCURRENCY), i + 1)
+    for label in POLICIES:
+        sub = table[(table.concurrency == conc) & (table.policy == label)]
+        ax.plot(sub.cache_tokens, sub.hit_rate, marker="o", label=label)
+    ax.axhline(table[table.concurrency == conc].unbounded.iloc[0], color="grey", ls=":", label="unbounded")
+    ax.set_xscale("log")
+    ax.set_xlabel("cache (tokens)")
+    ax.set_title(f"{conc} sessions in flight")
+    if i == 0:
+        ax.set_ylabel("prefix hit rate (F17)")
+        ax.legend(fontsize=7)
+show(fig)"""),
+    ("md", """\
+Where LRU's recomputation comes from: each call's missed prompt tokens, by the pause
+before it (the gap since its session's previous call) and by what ended the pause (a tool
+result or a user message); the first call of a session is a cold miss no cache avoids."""),
+    ("code", """\
+CONC, CAP = max(CONCURRENCY), min(CACHES)
+order = interleave(SESSIONS, CONC)
+lru = results[(CONC, CAP, "lru")]
+prev, miss = {}, []
+for rc, hit in zip(order, lru.hits, strict=True):
+    gap = None if rc.session not in prev else rc.t_s - prev[rc.session]
+    prev[rc.session] = rc.t_s
+    if gap is None:
+        bucket = "first call"
+    else:
+        bucket = next(b for b, hi in [("< 10 s", 10), ("10-60 s", 60), ("1-10 min", 600),
+                                     ("> 10 min", math.inf)] if gap < hi)
+    kind = "first" if gap is None else ("tool" if "tool_result" in rc.call.input_types else "user")
+    miss.append({"bucket": bucket, "after": kind, "miss_tokens": rc.call.prompt_tokens - hit})
+miss = pd.DataFrame(miss)
+by_gap = miss.groupby("bucket").miss_tokens.sum()
+by_gap = by_gap.reindex(["first call", "< 10 s", "10-60 s", "1-10 min", "> 10 min"]).fillna(0)
+share = by_gap / by_gap.sum()
+fig = new_figure(figsize=(5.5, 3.0))
+ax = fig.add_subplot()
+ax.bar(share.index, share.values)
+ax.set_ylabel("share of missed prompt tokens")
+ax.set_title(f"lru, {CONC} in flight, cache {CAP:,} tokens")
+show(fig)
+print(miss.groupby("after").miss_tokens.sum().div(miss.miss_tokens.sum()).round(3).to_dict())
+share.round(3)"""),
+    ("md", """\
+## Pause policies in the engine (`kvsim run`), not the hints policy
+
+The engine side of hints (`workload.hints`, an engine `hints` pause/eviction policy) and the
+pause oracle (hold / offload / recompute with perfect knowledge of each pause) are being
+built separately and are **not on main**: this section does not imitate them. It runs the
+existing pause policies on the recorded sessions through the engine
+(`workloads/interactive_coding_service.yaml`, DeepSeek-V3 on 8 x H200, a few sessions), so
+the replay above can be read beside what the engine reports."""),
+    ("code", """\
+import sim
+
+N_ENGINE = 16 if FULL else 4
+eng = []
+for pol in ["hold", "offload_host", "recompute", "break_even", "ttl_pin"]:
+    s = sim.run_scenario("workloads/interactive_coding_service.yaml",
+                         **{"workload.num_trajectories": N_ENGINE, "workload.arrival.concurrency": 2,
+                            "pause_policy": {"kind": pol}}).summary
+    eng.append({"pause_policy": pol, "pauses": s["pause_count"], "prefill_tokens": s["prefill_tokens"],
+                "kv_reuse_rate": s["kv_reuse_rate"], "ttft_p95_s": s["ttft_s"]["p95"],
+                "paused_hbm_gb_s": s["paused_hbm_gb_s"]})
+pd.DataFrame(eng).set_index("pause_policy").round(4)"""),
+    ("code", """\
+w = wide.loc[(CONC, CAP)]
+ttl = results[(CONC, CAP, "ttl_pin")]
+# "without the exact future": TTL pin, or hints whose expected return is off by up to 4x
+online = {"ttl_pin": w.ttl_pin, "hints_noisy_4x": w.hints_noisy_4x}
+best_name = max(online, key=online.get)
+gain = online[best_name] - w.lru
+fast = share["< 10 s"] + share["10-60 s"]
+here = table[(table.concurrency == CONC) & (table.cache_tokens == CAP)].set_index("policy")
+display(here[["hit_rate", "leases", "held_to_return", "expired", "refused", "cut_by_leases"]].round(4))
+after = miss.groupby("after").miss_tokens.sum() / miss.miss_tokens.sum()
+key_numbers(lru=w.lru, ttl_pin=w.ttl_pin, hints_exact=w.hints_exact, hints_noisy=w.hints_noisy_4x,
+            belady=w.belady, ttl_leases=ttl.pins_placed, ttl_held=ttl.pins_hit,
+            miss_share_under_60s=fast, miss_share_first_call=share["first call"],
+            miss_share_after_tool=after.get("tool", 0.0))
+print(f"Answer: with {CONC} sessions in flight and a {CAP:,}-token cache, LRU hits {w.lru:.1%}, "
+      f"TTL pin {w.ttl_pin:.1%}, hints {w.hints_exact:.1%} exact and {w.hints_noisy_4x:.1%} off by up "
+      f"to 4x, Belady {w.belady:.1%} (an offline reference). Against the public result: (1) LRU "
+      f"{'is' if gain < 0.02 else 'is not'} hard to beat here (the best policy without the exact "
+      f"future, {best_name}, gains {gain:+.1%} points; 2 points is our bar) while Belady is "
+      f"{w.belady - w.lru:.1%} points above it; (2) {after.get('tool', 0.0):.0%} of LRU's recomputed "
+      f"tokens follow a tool result and {fast:.0%} a pause under a minute ({share['first call']:.0%} "
+      f"are cold first calls); (3) TTL pinning held {ttl.pins_hit} of its {ttl.pins_placed} leases "
+      f"to the return: tool pauses of seconds to a minute outlast its 2 s TTL.")"""),
+]
+
 
 def notebook(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
     nb = new_notebook()
@@ -480,6 +640,7 @@ NOTEBOOKS = {
     "03_capacity_planning": NB03,
     "04_harness_prefix_reuse": NB04,
     "05_calibration": NB05,
+    "06_agent_hints_and_bounds": NB06,
 }
 
 

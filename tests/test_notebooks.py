@@ -24,6 +24,7 @@ NAMES = [
     "03_capacity_planning",
     "04_harness_prefix_reuse",
     "05_calibration",
+    "06_agent_hints_and_bounds",
 ]
 REL_TOL = 1e-6
 ABS_TOL = 1e-9

@@ -46,6 +46,15 @@ _PARAGRAPHS = [
     "(one no cached block extends) that the current call does not use is evicted, deeper "
     "first on ties; a call of more blocks than the cache holds caches its leading "
     "floor(--cache-tokens / B) blocks only and counts in calls_not_fitting.",
+    "Sessions in flight (claude-code): --concurrency N runs N sessions at once, each slot "
+    "running sessions back to back; calls are served by their own times (--interleave time) "
+    "or in turn (round-robin), so sessions compete for the cache. --eviction also takes "
+    "belady (furthest next use first, read from the trace's future: an offline reference, "
+    "not a proven optimum under the leaf constraint), ttl_pin (lease --ttl-s after a call "
+    "whose session pauses briefly) and hints (pin_for_s leases of the expected pause up to "
+    "--pin-max-s, retain_priority, release at session end; --hint-noise X puts the "
+    "expected pause off by a factor in [1/X, X]); leases past --max-pinned-fraction of the "
+    "cache are refused and counted. docs/prefix_cache.md describes them.",
     "hit_rate_last_half is the same ratio over the requests from index requests // 2 on "
     "(after warm-up).",
     "Example: kvsim trace-replay workloads/data/mooncake/synthetic_trace.jsonl "
@@ -88,8 +97,36 @@ def trace_replay(
         str, typer.Option(help="Cache capacity in tokens, or 'inf' for unbounded.")
     ] = "inf",
     eviction: Annotated[
-        str, typer.Option(help="Eviction strategy: lru, lfu, fifo or priority.")
+        str,
+        typer.Option(
+            help="Eviction strategy: lru, lfu, fifo or priority; claude-code also belady "
+            "(offline reference), ttl_pin or hints."
+        ),
     ] = "lru",
+    concurrency: Annotated[
+        int, typer.Option(help="claude-code: sessions in flight at once (they share the cache).")
+    ] = 1,
+    interleave: Annotated[
+        str,
+        typer.Option(
+            help="claude-code: serve calls by their times (time) or in turn (round-robin)."
+        ),
+    ] = "time",
+    ttl_s: Annotated[float, typer.Option(help="ttl_pin: lease length (s).")] = 2.0,
+    short_wait_s: Annotated[
+        float, typer.Option(help="ttl_pin: pin when the predicted pause is at most this (s).")
+    ] = 2.0,
+    pin_max_s: Annotated[
+        float, typer.Option(help="hints: no lease for an expected pause longer than this (s).")
+    ] = 60.0,
+    hint_noise: Annotated[
+        float,
+        typer.Option(help="hints: expected pause off by a factor in [1/x, x] (1 = exact)."),
+    ] = 1.0,
+    seed: Annotated[int, typer.Option(help="hints: seed of the noise draws.")] = 0,
+    max_pinned_fraction: Annotated[
+        float, typer.Option(help="ttl_pin, hints: leases refused past this share of the cache.")
+    ] = 0.5,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     recompute_last_token: Annotated[
         bool,
@@ -104,10 +141,23 @@ def trace_replay(
     capacity = parse_cache_tokens(cache_tokens)
     extra: dict = {}
     if format == "claude-code":
-        result, extra = _claude_code(file, block_size, capacity, eviction, recompute_last_token)
+        from sim.prefix.replay_policies import ReplayPolicyOptions
+
+        opts = ReplayPolicyOptions(
+            ttl_s, short_wait_s, pin_max_s, hint_noise, seed, max_pinned_fraction
+        )
+        session = (concurrency, interleave, opts)
+        result, extra = _claude_code(
+            file, block_size, capacity, eviction, recompute_last_token, session
+        )
         block_size = result.block_size
     else:
+        from sim.prefix.replay_policies import REPLAY_POLICIES
         from sim.prefix.trace_replay import load_trace, replay
+
+        if eviction in REPLAY_POLICIES or concurrency != 1:
+            what = f"--eviction {eviction}" if eviction in REPLAY_POLICIES else "--concurrency"
+            raise KvsimError(f"{what}: needs --format claude-code (sessions); got {format}")
 
         block_size = 512 if block_size is None else block_size
         requests = load_trace(file, format)
@@ -138,10 +188,29 @@ def trace_replay(
     typer.echo(f"  evicted blocks     {result.evicted_blocks:,}")
     typer.echo(f"  peak cached tokens {result.peak_cached_tokens:,}")
     typer.echo(f"  calls not fitting  {result.calls_not_fitting:,}")
+    if format == "claude-code":
+        _echo_sessions(result)
 
 
-def _claude_code(file: Path, block_size: int | None, capacity, eviction: str, recompute: bool):
-    """Replay Claude Code sessions; (result, extra JSON keys)."""
+def _echo_sessions(result) -> None:
+    typer.echo(f"  concurrency        {result.concurrency} ({result.interleave})")
+    if result.pins_placed or result.pins_refused:
+        typer.echo(
+            f"  leases             {result.pins_placed:,} placed, {result.pins_refused:,} "
+            f"refused, {result.pins_hit:,} held to the return, {result.pins_expired:,} expired"
+        )
+        typer.echo(f"  calls cut by pins  {result.calls_cut_by_pins:,}")
+    if result.released_blocks:
+        typer.echo(f"  released blocks    {result.released_blocks:,}")
+    if result.bound:
+        typer.echo(f"  note: {result.bound}")
+
+
+def _claude_code(
+    file: Path, block_size: int | None, capacity, eviction: str, recompute: bool, session
+):
+    """Replay Claude Code sessions; (result, extra JSON keys). ``session``: (concurrency,
+    interleave mode, ``ReplayPolicyOptions``)."""
     from sim.prefix.session_trace import load_sessions
     from sim.prefix.trace_replay import replay_sessions
 
@@ -152,5 +221,6 @@ def _claude_code(file: Path, block_size: int | None, capacity, eviction: str, re
             f"--block-size {block_size}: the claude-code file's block size is "
             f"{', '.join(map(str, sizes))}; leave --block-size out"
         )
-    result = replay_sessions(sessions, capacity, eviction, recompute)
+    concurrency, mode, opts = session
+    result = replay_sessions(sessions, capacity, eviction, recompute, concurrency, mode, opts)
     return result, {"sessions": len(sessions)}

@@ -24,6 +24,8 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
 ``sim.prefix.session_trace``) follow the same rules with these differences:
 - sessions are replayed one after another in file order; within a session the top-level
   calls in order, and at a subagent entry that subagent's calls in order (depth first);
+  with ``concurrency`` N, N sessions are in flight and their calls interleaved
+  (``sim.prefix.replay_order``); the clock is a call's index in that order;
 - the block size B is the file's (64); a call has floor(in / B) block ids (no partial
   block), so ``hit tokens = min(matched blocks x B, in)`` (or the recompute rule above);
 - block ids are namespaced per session (``hash_id_scope: local``; ``global`` shares them);
@@ -32,7 +34,12 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
   the least recently used leaf block (one no cached block extends) that the current call
   does not use goes first, deeper first on ties (the radix cache's leaf LRU, rule 3.7);
   a call of more blocks than the cache holds caches its leading ``floor(cache_tokens /
-  B)`` blocks only (everything else is evicted) and counts in ``calls_not_fitting``.
+  B)`` blocks only (everything else is evicted) and counts in ``calls_not_fitting``;
+- ``eviction`` also takes the replay policies of ``sim.prefix.replay_policies``
+  (``belady``, ``ttl_pin``, ``hints``): a lease (``pin_for_s``) locks a call's path until
+  its session's next call or its expiry (by call time), within a pin budget (refused past
+  it); a call whose blocks leases crowd out caches fewer of them (``calls_cut_by_pins``);
+  ``release`` drops a session's path at its last call.
 
 Invariant: the cache never holds more than ``floor(cache_tokens / B)`` blocks after a
 request (``peak_cached_tokens <= cache_tokens``); replay is deterministic and does work
@@ -43,12 +50,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from sim.errors import ConfigError, KvsimError, UnknownNameError
 from sim.prefix.pool import CountingPool
 from sim.prefix.radix import RadixTree
+from sim.prefix.replay_order import interleave
+from sim.prefix.replay_policies import ReplayPolicyOptions, build_plan
 from sim.prefix.session_trace import Session
 
 #: tokens per hash id in the Mooncake format
@@ -256,12 +265,37 @@ def block_content(key: int | str, block_ids: tuple[int, ...], block_size: int) -
     return tuple(out)
 
 
+@dataclass
+class SessionReplayResult(ReplayResult):
+    """A session replay's counts: ``ReplayResult`` plus concurrency and the leases."""
+
+    concurrency: int = 1
+    interleave: str = "time"
+    pins_placed: int = 0  # leases granted
+    pins_refused: int = 0  # leases asked for past the pin budget (or for an evicted path)
+    pins_hit: int = 0  # sessions that came back while their lease held
+    pins_expired: int = 0  # leases that ran out before their session came back
+    calls_cut_by_pins: int = 0  # calls that cached fewer blocks because leases held the rest
+    released_blocks: int = 0  # blocks dropped by ``release`` at a session's last call
+    #: how to read the number (Belady is an offline reference, not a proven optimum)
+    bound: str = ""
+
+
+BELADY_NOTE = (
+    "belady reads the trace's future: an offline reference, not a proven optimum under "
+    "the leaf constraint"
+)
+
+
 def replay_sessions(
     sessions: list[Session],
     cache_tokens: int | None = None,
     eviction: str = "lru",
     recompute_last_token: bool = False,
-) -> ReplayResult:
+    concurrency: int = 1,
+    interleave_mode: str = "time",
+    options: ReplayPolicyOptions | None = None,
+) -> SessionReplayResult:
     """Replay Claude Code sessions through a radix tree (module docstring: the rules)."""
     sizes = {s.block_size for s in sessions}
     if len(sizes) != 1:
@@ -269,37 +303,109 @@ def replay_sessions(
     (bs,) = sizes
     if cache_tokens is not None and cache_tokens < 0:
         raise KvsimError(f"cache tokens must be >= 0 or inf, got {cache_tokens}")
+    opts = options or ReplayPolicyOptions()
+    order = interleave(sessions, concurrency, interleave_mode)
+    keys = [i if s.scope == "local" else "global" for i, s in enumerate(sessions)]
+    contents = [block_content(keys[rc.session], rc.call.block_ids, bs) for rc in order]
+    plan = build_plan(eviction, order, contents, opts)
     pool = CountingPool()
-    tree = RadixTree(bs, pool, eviction=eviction)
+    tree = RadixTree(bs, pool, eviction=plan.strategy)
     cap = None if cache_tokens is None else cache_tokens // bs
+    budget = None if cap is None else int(cap * opts.max_pinned_fraction)
+    leases = _Leases(tree, budget)
     prompts: list[int] = []
     hits: list[int] = []
-    peak = now = not_fitting = 0
-    for i, session in enumerate(sessions):
-        key = i if session.scope == "local" else "global"
-        for call in session.calls():
-            content = block_content(key, call.block_ids, bs)
-            m = tree.match(content, now=now)
-            matched = len(m.block_ids)
-            prompts.append(call.prompt_tokens)
-            hits.append(_hit_tokens(matched, bs, call.prompt_tokens, recompute_last_token))
-            keep = len(call.block_ids) if cap is None else min(cap, len(call.block_ids))
-            not_fitting += keep < len(call.block_ids)
-            if keep:  # (keep 0: no blocks, or a cache of 0 blocks, which stays empty)
-                _cache_leading(tree, pool, block_content(key, call.block_ids[:keep], bs),
-                               m.block_ids[:keep], keep, cap, now)  # fmt: skip
-            peak = max(peak, tree.total_blocks)
-            now += 1
-    return _result(
-        prompts, hits, tree, bs, cache_tokens, peak, recompute_last_token, not_fitting
+    peak = not_fitting = cut = released = 0
+    for rc, content in zip(order, contents, strict=True):
+        call = rc.call
+        leases.advance(rc.t_s, rc.session)
+        m = tree.match(content, now=rc.index)
+        prompts.append(call.prompt_tokens)
+        hits.append(_hit_tokens(len(m.block_ids), bs, call.prompt_tokens, recompute_last_token))
+        keep = len(call.block_ids) if cap is None else min(cap, len(call.block_ids))
+        not_fitting += keep < len(call.block_ids)
+        node = None
+        if keep:  # (keep 0: no blocks, or a cache of 0 blocks, which stays empty)
+            node, short = _cache_leading(tree, pool, block_content(keys[rc.session],
+                                         call.block_ids[:keep], bs), m.block_ids[:keep],
+                                         keep, cap, rc.index)  # fmt: skip
+            cut += short
+        pin_s = plan.pin_rule(rc) if plan.pin_rule else plan.pin_for_s[rc.index]
+        if pin_s is not None:
+            leases.pin(rc.session, node, rc.t_s + pin_s)
+        if plan.release and rc.next_t_s is None and node is not None and node.alive:
+            released += len(tree.evict_path(node))
+        peak = max(peak, tree.total_blocks)
+    base = _result(prompts, hits, tree, bs, cache_tokens, peak, recompute_last_token, not_fitting)
+    return _session_result(base, eviction, concurrency, interleave_mode, leases, cut, released)
+
+
+def _session_result(base: ReplayResult, eviction: str, concurrency: int, mode: str,
+                    leases: _Leases, cut: int, released: int) -> SessionReplayResult:  # fmt: skip
+    same = {f.name: getattr(base, f.name) for f in fields(ReplayResult)}
+    same["eviction"] = eviction  # the policy's name (ttl_pin evicts by lru)
+    return SessionReplayResult(
+        **same,
+        concurrency=concurrency,
+        interleave=mode,
+        pins_placed=leases.placed,
+        pins_refused=leases.refused,
+        pins_hit=leases.hit,
+        pins_expired=leases.expired,
+        calls_cut_by_pins=cut,
+        released_blocks=released,
+        bound=BELADY_NOTE if eviction == "belady" else "",
     )
 
 
-def _cache_leading(tree, pool, content, matched: list[int], keep: int, cap, now: int) -> None:
+class _Leases:
+    """Pinned paths (``pin_for_s``): one per session, held until it expires or the session
+    comes back; a lease that would pin more than ``budget`` blocks is refused."""
+
+    def __init__(self, tree: RadixTree, budget: int | None) -> None:
+        self.tree = tree
+        self.budget = budget
+        self.active: dict[int, tuple[float, object]] = {}  # session -> (expiry s, node)
+        self.placed = self.refused = self.hit = self.expired = 0
+
+    def advance(self, now_s: float, session: int) -> None:
+        """Expire leases that ran out before ``now_s``; ``session`` is back: its lease ends."""
+        for s in [s for s, (exp, _) in self.active.items() if exp < now_s]:
+            self.expired += 1
+            self._drop(s)
+        if session in self.active:
+            self.hit += 1
+            self._drop(session)
+
+    def _drop(self, session: int) -> None:
+        _, node = self.active.pop(session)
+        self.tree.unlock(node)
+
+    def pin(self, session: int, node, expiry_s: float) -> None:
+        tree = self.tree
+        if node is None or not node.alive:
+            self.refused += 1
+            return
+        pinned = tree.total_blocks - tree.evictable_blocks
+        if self.budget is not None and pinned + tree.unlocked_blocks_on_path(node) > self.budget:
+            self.refused += 1
+            return
+        tree.lock(node)
+        self.active[session] = (expiry_s, node)
+        self.placed += 1
+
+
+def _cache_leading(tree, pool, content, matched: list[int], keep: int, cap, now: int):
     """Insert or touch a call's leading ``keep`` blocks (``keep <= cap``), then evict other
-    blocks down to ``cap``: the call's own are locked, so they are never the victims."""
+    blocks down to ``cap``: the call's own are locked, so they are never the victims unless
+    leases hold the rest (then its own deepest go). Returns (its node, 1 if it was cut)."""
     ins = tree.insert(content, matched + pool.take(keep - len(matched)), now)
-    if cap is not None and tree.total_blocks > cap:
-        tree.lock(ins.node)  # the current call's blocks are not candidates
-        tree.evict(tree.total_blocks - cap)
-        tree.unlock(ins.node)
+    if cap is None or tree.total_blocks <= cap:
+        return ins.node, 0
+    tree.lock(ins.node)  # the current call's blocks are not candidates
+    tree.evict(tree.total_blocks - cap)
+    tree.unlock(ins.node)
+    if tree.total_blocks <= cap:
+        return ins.node, 0
+    tree.evict(tree.total_blocks - cap)  # only the call's own unpinned blocks are left
+    return ins.node, 1
