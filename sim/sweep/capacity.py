@@ -53,7 +53,7 @@ from sim.sweep import answer
 from sim.sweep.executor import Executor, make_executor
 from sim.sweep.slo import DEFAULT_WARMUP_FRACTION, SLO, parse_slo, window_warnings
 from sim.sweep.stats import mean, paired_difference
-from sim.sweep.task import run_probe
+from sim.sweep.task import WARM_MODULES, run_probe, warm_up
 
 SEARCHES = ("concurrency", "arrival_rate", "nodes")
 #: the key ``--search nodes`` sets in a cluster scenario of one node group
@@ -328,6 +328,9 @@ class _Borrowed(Executor):
     def run_chains(self, fn, tasks, follow):
         return self.inner.run_chains(fn, tasks, follow)
 
+    def warm(self, fn, arg):
+        self.inner.warm(fn, arg)
+
 
 def _slos(slos: list[SLO | str]) -> list[SLO]:
     out = [s if isinstance(s, SLO) else parse_slo(s) for s in slos]
@@ -358,8 +361,8 @@ def _load(scenario, search: str, sets: dict[str, Any]):
 
 
 def _find(scenario, slos, search, sets, replications, out, ex, max_points, warmup, progress):
-    return _run_plans(ex, [_Plan(scenario, slos, search, sets, replications, out, max_points,
-                                 warmup)], progress)[0]  # fmt: skip
+    plan = _Plan(scenario, slos, search, sets, replications, out, max_points, warmup, ex)
+    return _run_plans(ex, [plan], progress)[0]
 
 
 class _Plan:
@@ -369,12 +372,15 @@ class _Plan:
     configurations of ``--vary``) run as independent chains on the executor: the answer
     does not depend on which chain's probe finishes first."""
 
-    def __init__(self, scenario, slos, search, sets, replications, out, max_points, warmup):
+    def __init__(self, scenario, slos, search, sets, replications, out, max_points, warmup,
+                 ex: Executor | None = None):  # fmt: skip
         _check(replications, max_points, warmup)
         self.scenario, self.slos, self.search, self.sets = scenario, slos, search, sets
         self.max_points, self.warmup = max_points, warmup
         self.key = load_key(search)
         self.loaded, self.run_sets, self.base = _load(scenario, search, sets)
+        if ex is not None:  # the scenario checks out: the workers import while F37 runs
+            ex.warm(warm_up, WARM_MODULES)
         self.seed0 = self.loaded.scenario.seed
         try:
             self.estimate = _estimate(self.loaded, search, self.seed0)
@@ -613,18 +619,18 @@ def find_capacities(
     search = options.get("search", "concurrency")
     load_key(search)
     checked = _slos(slos)
-    plans = []
-    for i, value in enumerate(values):  # every configuration checked before any search
-        try:
-            plans.append(_Plan(
-                scenario, checked, search, {**(sets or {}), key: value}, replications,
-                None if out is None else Path(out) / f"config-{i}",
-                options.get("max_points", DEFAULT_MAX_POINTS),
-                options.get("warmup_fraction", DEFAULT_WARMUP_FRACTION)))  # fmt: skip
-        except KvsimError as exc:
-            text = str(exc).removeprefix(f"--set {key}: ")
-            raise KvsimError(f"--vary {key}={value}: {text}") from None
     with _executor(executor, workers, scheduler_address, replications) as ex:
+        plans = []
+        for i, value in enumerate(values):  # every configuration checked before any search
+            try:
+                plans.append(_Plan(
+                    scenario, checked, search, {**(sets or {}), key: value}, replications,
+                    None if out is None else Path(out) / f"config-{i}",
+                    options.get("max_points", DEFAULT_MAX_POINTS),
+                    options.get("warmup_fraction", DEFAULT_WARMUP_FRACTION), ex))  # fmt: skip
+            except KvsimError as exc:
+                text = str(exc).removeprefix(f"--set {key}: ")
+                raise KvsimError(f"--vary {key}={value}: {text}") from None
         results = _run_plans(ex, plans, options.get("progress"))  # every configuration's chains at once
     first = results[0].capacity["per_replication"]
     comparisons = []

@@ -68,6 +68,11 @@ class Executor:
                 ready.append(nxt)
             yield task, result
 
+    def warm(self, fn: Callable[[Any], Any], arg: Any) -> None:
+        """Start the workers now and run ``fn(arg)`` once on each, without waiting (a head
+        start: imports done while the caller prepares its first tasks); once per executor;
+        here, nothing."""
+
     def close(self) -> None:
         """Stop the workers (idempotent)."""
 
@@ -91,6 +96,7 @@ class LocalExecutor(Executor):
         methods = multiprocessing.get_all_start_methods()
         ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        self._warmed = False
 
     def run(self, fn, tasks):
         from concurrent.futures import as_completed
@@ -109,6 +115,13 @@ class LocalExecutor(Executor):
         finally:
             for fut in futures:
                 fut.cancel()
+
+    def warm(self, fn, arg):
+        if self._warmed:
+            return
+        self._warmed = True
+        for _ in range(self.workers):  # the pool starts a worker per task it cannot place
+            self._pool.submit(fn, arg)
 
     def run_chains(self, fn, tasks, follow):
         from concurrent.futures import FIRST_COMPLETED, wait

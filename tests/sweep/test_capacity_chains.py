@@ -13,9 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.errors import KvsimError
 from sim.sweep import capacity as cap
 from sim.sweep import find_capacities, find_capacity, parse_slo
-from sim.sweep.executor import Executor
+from sim.sweep.executor import Executor, LocalExecutor
+from sim.sweep.task import WARM_MODULES, warm_up
 
 SLO = [parse_slo("ttft_p99_s=0.5")]
 MEM = "hardware.accelerator_overrides.memory_bytes"
@@ -102,3 +104,27 @@ def test_vary_runs_its_configurations_together_with_each_ones_own_answer(tiny):
 def test_find_capacities_refuses_an_unknown_option(tiny):
     with pytest.raises(TypeError, match="max_pionts"):
         find_capacities(tiny, SLO, (MEM, [18e9]), executor="inline", max_pionts=3)
+
+
+def test_the_workers_are_warmed_once_the_scenario_checks_out(tiny):
+    calls = []
+
+    class Spy(Executor):
+        def warm(self, fn, arg):
+            calls.append((fn, arg))
+
+    with pytest.raises(KvsimError):
+        find_capacity(tiny, SLO, sets={"allocator.kind": "no_such_kind"}, executor=Spy())
+    assert calls == []  # a scenario that fails its checks starts no worker
+    find_capacity(tiny, SLO, replications=1, max_points=2, executor=Spy())
+    assert calls == [(warm_up, WARM_MODULES)]
+
+
+def test_a_local_pool_starts_every_worker_when_warmed():
+    with LocalExecutor(2) as ex:
+        assert len(ex._pool._processes) == 0  # a pool starts its workers on demand
+        ex.warm(warm_up, ("json",))
+        ex.warm(warm_up, ("json",))  # once per executor
+        assert len(ex._pool._processes) == 2
+        got = [r for _, r in ex.run(abs, [-1, -2])]
+    assert sorted(got) == [1, 2]
