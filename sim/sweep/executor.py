@@ -6,7 +6,8 @@ tasks, follow)`` runs chains of dependent tasks (a capacity search's replication
 task of ``tasks`` starts a chain, and as soon as a task finishes, ``follow(task, result)``
 gives its chain's next task (None: the chain ends), submitted at once, so a worker never
 waits for the other chains' tasks to finish; it yields ``(task, result)`` in completion
-order. ``fn`` must be a module-level
+order. ``Executor.warm(fn, arg)`` starts the workers and runs ``fn(arg)`` once on
+each without waiting (imports ahead of the first task). ``fn`` must be a module-level
 function (it is pickled to the workers) that never raises for a bad task (a failed run is
 a result with an ``error``); an exception from the executor itself is infrastructure: a
 worker process that died (killed, out of memory) or a lost cluster, raised as
