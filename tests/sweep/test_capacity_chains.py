@@ -128,3 +128,22 @@ def test_a_local_pool_starts_every_worker_when_warmed():
         assert len(ex._pool._processes) == 2
         got = [r for _, r in ex.run(abs, [-1, -2])]
     assert sorted(got) == [1, 2]
+
+
+@pytest.mark.parametrize("kind", ["inline", "local", "dask"])
+def test_every_executor_runs_each_chain_to_its_end(kind):
+    """Chains 3 -> 2 -> 1 and 5 -> 4 -> ... -> 1 (``follow``: the task less one, until 1):
+    every task runs once, each chain's tasks in order."""
+    from sim.sweep import make_executor
+
+    seen = []
+
+    def follow(task, result):
+        seen.append(task)
+        return task - 1 if task > 1 else None
+
+    with make_executor(kind, 2) as ex:
+        got = [(t, r) for t, r in ex.run_chains(abs, [3, 5], follow)]
+    assert sorted(got) == sorted((t, t) for t in (3, 2, 1, 5, 4, 3, 2, 1))
+    assert [t for t, _ in got] == seen  # yielded as judged
+    assert seen.index(5) < seen.index(4)  # a chain's next task runs after its last one
