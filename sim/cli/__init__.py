@@ -18,12 +18,13 @@ built on first access.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import sys
-
-import typer
+from typing import TYPE_CHECKING
 
 from sim.errors import KvsimError
+
+if TYPE_CHECKING:
+    import typer
 
 #: command name -> the module of this package that registers it, in help order
 COMMANDS: dict[str, str] = {
@@ -47,20 +48,13 @@ COMMANDS: dict[str, str] = {
 #: sub-command modules of this package, each exposing ``register(app: typer.Typer)``
 COMMAND_MODULES: list[str] = list(dict.fromkeys(COMMANDS.values()))
 
-_app = typer.Typer(
-    name="kvsim",
-    help="kvsim: KV-cache memory simulator for LLM agent serving.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-
 DIST_NAME = "kvcache-sim"
 
 
 def installed_version() -> str:
     """The installed distribution's version (what pip reports), from its metadata."""
+    import importlib.metadata
+
     try:
         return importlib.metadata.version(DIST_NAME)
     except importlib.metadata.PackageNotFoundError:
@@ -70,20 +64,38 @@ def installed_version() -> str:
         return f"{__version__} (not installed)"
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        print(f"kvsim {installed_version()}")
-        raise typer.Exit(0)
+_apps: list[typer.Typer] = []  # the one app, built on first use (typer is not imported before)
 
 
-@_app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", is_eager=True, callback=_print_version,
-        help="Print the installed kvsim version and exit.",
-    ),
-) -> None:  # fmt: skip
-    """kvsim: KV-cache memory simulator for LLM agent serving."""
+def _the_app() -> typer.Typer:
+    if _apps:
+        return _apps[0]
+    import typer
+
+    app = typer.Typer(
+        name="kvsim",
+        help="kvsim: KV-cache memory simulator for LLM agent serving.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+    def _print_version(value: bool) -> None:
+        if value:
+            print(f"kvsim {installed_version()}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", is_eager=True, callback=_print_version,
+            help="Print the installed kvsim version and exit.",
+        ),
+    ) -> None:  # fmt: skip
+        """kvsim: KV-cache memory simulator for LLM agent serving."""
+
+    _apps.append(app)
+    return app
 
 
 _registered: set[str] = set()
@@ -91,14 +103,15 @@ _registered: set[str] = set()
 
 def _register(modules: list[str]) -> typer.Typer:
     """Import and register ``modules`` (once each); the commands stay in help order."""
+    app = _the_app()
     for name in modules:
         if name not in _registered:
-            importlib.import_module(f"sim.cli.{name}").register(_app)
+            importlib.import_module(f"sim.cli.{name}").register(app)
             _registered.add(name)
     order = {name: i for i, name in enumerate(COMMANDS)}
-    _app.registered_commands.sort(key=lambda c: order.get(c.name or "", len(order)))
-    _app.registered_groups.sort(key=lambda g: order.get(g.name or "", len(order)))
-    return _app
+    app.registered_commands.sort(key=lambda c: order.get(c.name or "", len(order)))
+    app.registered_groups.sort(key=lambda g: order.get(g.name or "", len(order)))
+    return app
 
 
 def _modules_for(argv: list[str]) -> list[str]:
@@ -133,9 +146,14 @@ EXIT_INTERRUPTED = 130
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning user errors into one line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # the one flag alone: no command line parser to build
+        print(f"kvsim {installed_version()}")
+        return 0
+    import typer
+
     from sim.cli._common import Invocation
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         # without standalone mode click returns a command's typer.Exit code instead of exiting;
         # obj hands the argv to the commands (``kvsim run`` records it in summary.json)

@@ -36,7 +36,7 @@ def validate(
 ) -> None:
     """Load, check trace files, resolve and build the allocator; print one line or the
     problems."""
-    from sim.sweep.spec import is_sweep_file
+    from sim.sweep.kind import is_sweep_file
     from sim.units import GB
 
     if is_sweep_file(file):  # a sweep file: its base with every point (sim.cli.sweep)

@@ -12,7 +12,7 @@ list of tasks on them.
 
 Invariant: every run is identified by its resolved config's ``config_sha256``;
 replication i of anything runs with seed ``s + i``. Importing this package is cheap: each
-name loads its module on first use (PEP 562), so ``sim.sweep.spec.is_sweep_file`` (``kvsim
+name loads its module on first use (PEP 562), so ``sim.sweep.kind.is_sweep_file`` (``kvsim
 validate``) does not import the engine or pandas.
 """
 
@@ -29,10 +29,11 @@ if TYPE_CHECKING:
         find_capacity,
     )
     from sim.sweep.executor import Executor, WorkerLost, make_executor
+    from sim.sweep.kind import is_sweep_file
     from sim.sweep.replicate import replication_summary, run_replications
     from sim.sweep.runner import run_sweep
     from sim.sweep.slo import SLO, parse_slo
-    from sim.sweep.spec import Sweep, is_sweep_file, load_sweep
+    from sim.sweep.spec import Sweep, load_sweep
     from sim.sweep.stats import ci95, paired_difference
 
 __all__ = [
@@ -63,7 +64,7 @@ _HOME = {
     "Executor": "executor", "WorkerLost": "executor", "make_executor": "executor",
     "replication_summary": "replicate", "run_replications": "replicate",
     "run_sweep": "runner",
-    "Sweep": "spec", "is_sweep_file": "spec", "load_sweep": "spec",
+    "Sweep": "spec", "is_sweep_file": "kind", "load_sweep": "spec",
     "ci95": "stats", "paired_difference": "stats",
 }  # fmt: skip
 

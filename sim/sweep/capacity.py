@@ -21,8 +21,11 @@ smallest failing load, down to 1 (concurrency) or 2 % (rate), at most ``max_poin
 runs. A replication's capacity is its largest passing load (``nodes``: the smallest
 passing count, over the integers up to ``MAX_NODES``, starting from F37's node estimate;
 None when no count up to it passes); the answer is their mean with Student's t 95 %
-interval. The replications of a round run in parallel on the
-executor.
+interval. Each replication's search is a chain of probes on the executor
+(``Executor.run_chains``): its next probe is submitted as soon as its last one is judged,
+so a worker never waits for another replication (``--vary``: the configurations' chains
+run at once too); a replication's probes depend on its own earlier probes only, so the
+answer does not depend on the order in which probes finish.
 
 What qualifies the number (``sim.sweep.answer``): ``at_capacity`` puts each SLO's value
 over the window beside the whole run's at every replication's answer, ``notes`` say when
@@ -50,7 +53,7 @@ from sim.sweep import answer
 from sim.sweep.executor import Executor, make_executor
 from sim.sweep.slo import DEFAULT_WARMUP_FRACTION, SLO, parse_slo, window_warnings
 from sim.sweep.stats import mean, paired_difference
-from sim.sweep.task import run_probe
+from sim.sweep.task import WARM_MODULES, run_probe, warm_up
 
 SEARCHES = ("concurrency", "arrival_rate", "nodes")
 #: the key ``--search nodes`` sets in a cluster scenario of one node group
@@ -322,6 +325,12 @@ class _Borrowed(Executor):
     def run(self, fn, tasks):
         return self.inner.run(fn, tasks)
 
+    def run_chains(self, fn, tasks, follow):
+        return self.inner.run_chains(fn, tasks, follow)
+
+    def warm(self, fn, arg):
+        self.inner.warm(fn, arg)
+
 
 def _slos(slos: list[SLO | str]) -> list[SLO]:
     out = [s if isinstance(s, SLO) else parse_slo(s) for s in slos]
@@ -352,37 +361,75 @@ def _load(scenario, search: str, sets: dict[str, Any]):
 
 
 def _find(scenario, slos, search, sets, replications, out, ex, max_points, warmup, progress):
-    _check(replications, max_points, warmup)
-    key = load_key(search)
-    loaded, run_sets, base = _load(scenario, search, sets)
-    seed0 = loaded.scenario.seed
-    try:
-        estimate = _estimate(loaded, search, seed0)
-    except KvsimError as exc:  # a workload F37 cannot describe (chat, a mix): search anyway
-        estimate = {"value": None, "peak_value": None, "inputs": {}, "unavailable": str(exc)}
-    start = _start(estimate["value"], base[0], search)
-    integer = search in ("concurrency", "nodes")
-    searches = [_new_search(search, start) for _ in range(replications)]
-    out_dir = None if out is None else str(Path(out).resolve())
-    points: list[dict] = []
-    while not all(s.done for s in searches):
-        tasks = []
-        for i, s in enumerate(searches):
-            if not s.done:
-                load = int(s.next) if integer else float(s.next)
-                overrides = {**run_sets, **load_overrides(search, load, base)}
-                tasks.append({
-                    "scenario": str(scenario), "overrides": overrides, "seed": seed0 + i,
-                    "load": load, "replication": i, "slos": slos,
-                    "warmup_fraction": warmup, "out_dir": out_dir, "config": sets,
-                })  # fmt: skip
-        for _, probe in ex.run(run_probe, tasks):
-            points.append(probe)
-            searches[probe["replication"]].record(probe["load"], probe["passed"], max_points)
-            if progress is not None:
-                progress(probe)
-    points.sort(key=lambda p: (p["replication"], p["load"]))
-    return _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate, points)
+    plan = _Plan(scenario, slos, search, sets, replications, out, max_points, warmup, ex)
+    return _run_plans(ex, [plan], progress)[0]
+
+
+class _Plan:
+    """One configuration's search: its replications' brackets, the probe that each one
+    runs next, and, once every bracket is done, the answer. A replication's probes depend
+    only on its own earlier probes (``_Search.record``), so the replications (and the
+    configurations of ``--vary``) run as independent chains on the executor: the answer
+    does not depend on which chain's probe finishes first."""
+
+    def __init__(self, scenario, slos, search, sets, replications, out, max_points, warmup,
+                 ex: Executor | None = None):  # fmt: skip
+        _check(replications, max_points, warmup)
+        self.scenario, self.slos, self.search, self.sets = scenario, slos, search, sets
+        self.max_points, self.warmup = max_points, warmup
+        self.key = load_key(search)
+        self.loaded, self.run_sets, self.base = _load(scenario, search, sets)
+        if ex is not None:  # the scenario checks out: the workers import while F37 runs
+            ex.warm(warm_up, WARM_MODULES)
+        self.seed0 = self.loaded.scenario.seed
+        try:
+            self.estimate = _estimate(self.loaded, search, self.seed0)
+        except KvsimError as exc:  # a workload F37 cannot describe (chat, a mix): search anyway
+            self.estimate = {"value": None, "peak_value": None, "inputs": {}, "unavailable": str(exc)}
+        start = _start(self.estimate["value"], self.base[0], search)
+        self.integer = search in ("concurrency", "nodes")
+        self.searches = [_new_search(search, start) for _ in range(replications)]
+        self.out_dir = None if out is None else str(Path(out).resolve())
+        self.points: list[dict] = []
+
+    def task(self, i: int, tag: int) -> dict | None:
+        """Replication ``i``'s next probe (None: its bracket is done); ``tag`` names the
+        plan among those run together."""
+        s = self.searches[i]
+        if s.done:
+            return None
+        load = int(s.next) if self.integer else float(s.next)
+        overrides = {**self.run_sets, **load_overrides(self.search, load, self.base)}
+        return {
+            "scenario": str(self.scenario), "overrides": overrides, "seed": self.seed0 + i,
+            "load": load, "replication": i, "slos": self.slos, "warmup_fraction": self.warmup,
+            "out_dir": self.out_dir, "config": self.sets, "plan": tag,
+        }  # fmt: skip
+
+    def record(self, probe: dict) -> None:
+        self.points.append(probe)
+        self.searches[probe["replication"]].record(probe["load"], probe["passed"], self.max_points)
+
+    def result(self) -> CapacityResult:
+        points = sorted(self.points, key=lambda p: (p["replication"], p["load"]))
+        return _result(self.scenario, self.loaded, self.search, self.key, self.slos, self.sets,
+                       self.searches, self.seed0, self.estimate, points)  # fmt: skip
+
+
+def _run_plans(ex: Executor, plans: list[_Plan], progress: Progress | None) -> list[CapacityResult]:
+    """Every plan's replications as chains on ``ex`` at once; the answers in plan order."""
+    first = [t for k, plan in enumerate(plans) for i in range(len(plan.searches))
+             if (t := plan.task(i, k)) is not None]  # fmt: skip
+
+    def follow(task: dict, probe: dict) -> dict | None:
+        plan = plans[task["plan"]]
+        plan.record(probe)
+        return plan.task(task["replication"], task["plan"])
+
+    for _, probe in ex.run_chains(run_probe, first, follow):
+        if progress is not None:
+            progress(probe)
+    return [plan.result() for plan in plans]
 
 
 def _new_search(search: str, start: float) -> _Search:
@@ -566,22 +613,25 @@ def find_capacities(
         raise KvsimError(f"--vary {key}: give at least one value")
     _check(replications, options.get("max_points", DEFAULT_MAX_POINTS),
            options.get("warmup_fraction", DEFAULT_WARMUP_FRACTION))  # fmt: skip
+    unknown = set(options) - {"search", "max_points", "warmup_fraction", "progress"}
+    if unknown:
+        raise TypeError(f"find_capacities: unexpected option(s) {sorted(unknown)}")
     search = options.get("search", "concurrency")
     load_key(search)
-    for value in values:  # every configuration checked before any search
-        try:
-            _load(scenario, search, {**(sets or {}), key: value})
-        except KvsimError as exc:
-            text = str(exc).removeprefix(f"--set {key}: ")
-            raise KvsimError(f"--vary {key}={value}: {text}") from None
-    results = []
+    checked = _slos(slos)
     with _executor(executor, workers, scheduler_address, replications) as ex:
-        for i, value in enumerate(values):
-            sub = None if out is None else Path(out) / f"config-{i}"
-            results.append(
-                find_capacity(scenario, slos, sets={**(sets or {}), key: value},
-                              replications=replications, out=sub, executor=ex, **options)
-            )  # fmt: skip
+        plans = []
+        for i, value in enumerate(values):  # every configuration checked before any search
+            try:
+                plans.append(_Plan(
+                    scenario, checked, search, {**(sets or {}), key: value}, replications,
+                    None if out is None else Path(out) / f"config-{i}",
+                    options.get("max_points", DEFAULT_MAX_POINTS),
+                    options.get("warmup_fraction", DEFAULT_WARMUP_FRACTION), ex))  # fmt: skip
+            except KvsimError as exc:
+                text = str(exc).removeprefix(f"--set {key}: ")
+                raise KvsimError(f"--vary {key}={value}: {text}") from None
+        results = _run_plans(ex, plans, options.get("progress"))  # every configuration's chains at once
     first = results[0].capacity["per_replication"]
     comparisons = []
     for value, r in zip(values[1:], results[1:], strict=True):

@@ -1,7 +1,13 @@
 """Where the runs of a sweep go: this process, a local process pool, or a Dask cluster.
 
 One interface, ``Executor.run(fn, tasks)``: it submits every task and yields
-``(index, result)`` as each finishes, in completion order. ``fn`` must be a module-level
+``(index, result)`` as each finishes, in completion order. ``Executor.run_chains(fn,
+tasks, follow)`` runs chains of dependent tasks (a capacity search's replications): each
+task of ``tasks`` starts a chain, and as soon as a task finishes, ``follow(task, result)``
+gives its chain's next task (None: the chain ends), submitted at once, so a worker never
+waits for the other chains' tasks to finish; it yields ``(task, result)`` in completion
+order. ``Executor.warm(fn, arg)`` starts the workers and runs ``fn(arg)`` once on
+each without waiting (imports ahead of the first task). ``fn`` must be a module-level
 function (it is pickled to the workers) that never raises for a bad task (a failed run is
 a result with an ``error``); an exception from the executor itself is infrastructure: a
 worker process that died (killed, out of memory) or a lost cluster, raised as
@@ -23,10 +29,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sim.errors import KvsimError
+
+#: ``run_chains``' ``follow(task, result)``: the chain's next task, or None when it ends
+Follow = Callable[[Any, Any], Any]
 
 #: the executor kinds ``kvsim sweep --executor`` accepts
 EXECUTORS = ("local", "dask")
@@ -45,6 +55,24 @@ class Executor:
     def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         for i, task in enumerate(tasks):
             yield i, fn(task)
+
+    def run_chains(self, fn: Callable[[Any], Any], tasks: Sequence[Any],
+                   follow: Follow) -> Iterator[tuple[Any, Any]]:  # fmt: skip
+        """Chains of tasks (see the module docstring); here one task after the other, in
+        the order they become ready."""
+        ready = deque(tasks)
+        while ready:
+            task = ready.popleft()
+            result = fn(task)
+            nxt = follow(task, result)
+            if nxt is not None:
+                ready.append(nxt)
+            yield task, result
+
+    def warm(self, fn: Callable[[Any], Any], arg: Any) -> None:
+        """Start the workers now and run ``fn(arg)`` once on each, without waiting (a head
+        start: imports done while the caller prepares its first tasks); once per executor;
+        here, nothing."""
 
     def close(self) -> None:
         """Stop the workers (idempotent)."""
@@ -69,6 +97,7 @@ class LocalExecutor(Executor):
         methods = multiprocessing.get_all_start_methods()
         ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        self._warmed = False
 
     def run(self, fn, tasks):
         from concurrent.futures import as_completed
@@ -86,6 +115,35 @@ class LocalExecutor(Executor):
                 yield futures[fut], result
         finally:
             for fut in futures:
+                fut.cancel()
+
+    def warm(self, fn, arg):
+        if self._warmed:
+            return
+        self._warmed = True
+        for _ in range(self.workers):  # the pool starts a worker per task it cannot place
+            self._pool.submit(fn, arg)
+
+    def run_chains(self, fn, tasks, follow):
+        from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        pending = {self._pool.submit(fn, task): task for task in tasks}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    task = pending.pop(fut)
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        raise WorkerLost(_lost(len(pending) + 1)) from None
+                    nxt = follow(task, result)
+                    if nxt is not None:  # the worker just freed takes the chain's next task
+                        pending[self._pool.submit(fn, nxt)] = nxt
+                    yield task, result
+        finally:
+            for fut in pending:
                 fut.cancel()
 
     def close(self) -> None:
@@ -139,6 +197,31 @@ class DaskExecutor(Executor):
                 yield index[fut.key], result
         finally:
             for fut in futures:
+                fut.cancel()
+
+    def run_chains(self, fn, tasks, follow):
+        from distributed import as_completed
+
+        futures = {}
+        for task in tasks:
+            fut = self._client.submit(fn, task, pure=False)
+            futures[fut.key] = (fut, task)
+        ac = as_completed([f for f, _ in futures.values()])
+        try:
+            for fut in ac:
+                _, task = futures.pop(fut.key)
+                try:
+                    result = fut.result()
+                except Exception as exc:  # KilledWorker, a lost scheduler: infrastructure
+                    raise WorkerLost(_lost(len(futures) + 1, exc)) from None
+                nxt = follow(task, result)
+                if nxt is not None:
+                    new = self._client.submit(fn, nxt, pure=False)
+                    futures[new.key] = (new, nxt)
+                    ac.add(new)
+                yield task, result
+        finally:
+            for fut, _ in futures.values():
                 fut.cancel()
 
     def close(self) -> None:

@@ -34,7 +34,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim.errors import ConfigError, KvsimError
+from sim.errors import ConfigError
+from sim.sweep.kind import is_sweep_file  # noqa: F401  (its old home: sim.sweep.spec.is_sweep_file)
 from sim.yamlio import load_yaml
 
 #: a sweep expands to at most this many runs (points x replications)
@@ -63,16 +64,6 @@ class SweepFile(_Cfg):
     name: str | None = None  # default: the file's stem
     description: str = ""
     sweep: SweepSection
-
-
-def is_sweep_file(path: str | Path) -> bool:
-    """Whether a YAML file is a sweep file (a top-level ``sweep:`` key); False when it
-    cannot be read (the scenario loader then reports why)."""
-    try:
-        data, _ = load_yaml(path)
-    except KvsimError:
-        return False
-    return isinstance(data, dict) and "sweep" in data
 
 
 @dataclass(frozen=True)

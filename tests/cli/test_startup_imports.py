@@ -47,6 +47,17 @@ def test_kvsim_version_imports_no_command_and_nothing_heavy():
     assert got == {"heavy": [], "engine": [], "rc": 0}
 
 
+def test_kvsim_version_alone_builds_no_command_line_parser():
+    """``kvsim --version`` answers before typer (click) or the YAML loader is imported;
+    with another flag it goes through the parser and still answers."""
+    body = MAIN.format(argv=["--version"]) + "rc = [rc, sorted(m for m in ('typer', 'click', 'yaml', 'sim.cli._common') if m in sys.modules)]"
+    assert _probe(body)["rc"] == [0, []]
+    out = subprocess.run([sys.executable, "-m", "sim.cli", "--version"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    assert out.stdout.startswith("kvsim ") and out.stdout.count("\n") == 1
+    assert _probe(MAIN.format(argv=["--version", "--help"]))["rc"] == 0
+
+
 def test_kvsim_validate_imports_neither_the_engine_nor_pandas_nor_plotting():
     for scenario in ("workloads/seed_chunked_prefill.yaml", "workloads/cluster_coding_agents.yaml"):
         got = _probe(MAIN.format(argv=["validate", scenario]))
@@ -54,6 +65,9 @@ def test_kvsim_validate_imports_neither_the_engine_nor_pandas_nor_plotting():
         assert got["engine"] == [], scenario
         # the scenario is validated by pydantic and sized with numpy: those two only
         assert set(got["heavy"]) <= {"numpy", "pydantic"}, (scenario, got["heavy"])
+    body = MAIN.format(argv=["validate", "workloads/seed_chunked_prefill.yaml"])
+    got = _probe(body + "rc = [rc, 'sim.sweep.spec' in sys.modules]")  # the sweep schema
+    assert got["rc"] == [0, False]
 
 
 def test_a_command_still_loads_what_it_needs_and_help_lists_every_command():
