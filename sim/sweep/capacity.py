@@ -53,7 +53,7 @@ from sim.sweep import answer
 from sim.sweep.executor import Executor, make_executor
 from sim.sweep.slo import DEFAULT_WARMUP_FRACTION, SLO, parse_slo, window_warnings
 from sim.sweep.stats import mean, paired_difference
-from sim.sweep.task import WARM_MODULES, run_probe, warm_up
+from sim.sweep.task import run_probe, warm_up
 
 SEARCHES = ("concurrency", "arrival_rate", "nodes")
 #: the key ``--search nodes`` sets in a cluster scenario of one node group
@@ -380,7 +380,7 @@ class _Plan:
         self.key = load_key(search)
         self.loaded, self.run_sets, self.base = _load(scenario, search, sets)
         if ex is not None:  # the scenario checks out: the workers import while F37 runs
-            ex.warm(warm_up, WARM_MODULES)
+            ex.warm(warm_up, None)
         self.seed0 = self.loaded.scenario.seed
         try:
             self.estimate = _estimate(self.loaded, search, self.seed0)

@@ -73,23 +73,28 @@ def run_point(task: dict) -> dict[str, Any]:
     return row
 
 
-#: what a run imports (engine, tables, pricing, the SLO verdict): ``warm_up``'s list. Only a
-#: head start: a module left out is imported by the first run that needs it.
-WARM_MODULES = ("pandas", "simpy", "sim.run.runner", "sim.engine.node", "sim.metrics",
-                "sim.run.pricing", "sim.sweep.slo", "sim.workload.builtin", "sim.sched",
-                "sim.prefix", "sim.memory", "sim.cost")  # fmt: skip
+def warm_up(_: object = None) -> None:
+    """Import what a run imports (pandas, simpy, the engine, tables, pricing, the SLO
+    verdict) in a pool worker (``Executor.warm(warm_up, None)``), so that its first run starts
+    at once. Only a head start: a module left out is imported by the first run that needs it.
+    Never raises: a module that fails to import fails in the run, one line. The imports are
+    spelled out so that tests/test_layers.py checks what they reach."""
+    try:
+        import pandas  # noqa: F401
+        import simpy  # noqa: F401
 
-
-def warm_up(modules: tuple[str, ...] = WARM_MODULES) -> None:
-    """Import ``modules`` in a pool worker (``Executor.warm``), so that its first run
-    starts at once. Never raises: a module that fails to import fails in the run, one line."""
-    import importlib
-
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S112  (a head start only: the run reports its own error)
-            continue
+        import sim.cost  # noqa: F401
+        import sim.engine.node  # noqa: F401
+        import sim.memory  # noqa: F401
+        import sim.metrics  # noqa: F401
+        import sim.prefix  # noqa: F401
+        import sim.run.pricing  # noqa: F401
+        import sim.run.runner  # noqa: F401
+        import sim.sched  # noqa: F401
+        import sim.sweep.slo  # noqa: F401
+        import sim.workload.builtin  # noqa: F401
+    except Exception:  # noqa: BLE001, S110  (a head start only: the run reports its own error)
+        pass
 
 
 def run_probe(task: dict) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from sim.errors import KvsimError
 from sim.sweep import capacity as cap
 from sim.sweep import find_capacities, find_capacity, parse_slo
 from sim.sweep.executor import Executor, LocalExecutor
-from sim.sweep.task import WARM_MODULES, warm_up
+from sim.sweep.task import warm_up
 
 SLO = [parse_slo("ttft_p99_s=0.5")]
 MEM = "hardware.accelerator_overrides.memory_bytes"
@@ -117,14 +117,14 @@ def test_the_workers_are_warmed_once_the_scenario_checks_out(tiny):
         find_capacity(tiny, SLO, sets={"allocator.kind": "no_such_kind"}, executor=Spy())
     assert calls == []  # a scenario that fails its checks starts no worker
     find_capacity(tiny, SLO, replications=1, max_points=2, executor=Spy())
-    assert calls == [(warm_up, WARM_MODULES)]
+    assert calls == [(warm_up, None)]
 
 
 def test_a_local_pool_starts_every_worker_when_warmed():
     with LocalExecutor(2) as ex:
         assert len(ex._pool._processes) == 0  # a pool starts its workers on demand
-        ex.warm(warm_up, ("json",))
-        ex.warm(warm_up, ("json",))  # once per executor
+        ex.warm(warm_up, None)
+        ex.warm(warm_up, None)  # once per executor
         assert len(ex._pool._processes) == 2
         got = [r for _, r in ex.run(abs, [-1, -2])]
     assert sorted(got) == [1, 2]
