@@ -40,6 +40,7 @@ Invariant: reads CSV with pandas and YAML with ``yaml.safe_load`` only; bad inpu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -82,7 +83,7 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
-def read_meta(path: Path) -> dict:
+def read_meta(path: Path) -> dict[str, Any]:
     """A ``meta.yaml`` of the data, with the keys this reader uses."""
     try:
         info = yaml.safe_load(path.read_text())
@@ -125,7 +126,7 @@ ACCELERATORS = {  # accelerator profile -> reference figures (its datasheet)
 }
 
 
-def doubling(values, start: int) -> list[int]:
+def doubling(values: set[int], start: int) -> list[int]:
     """0 and the points start x 2^k among ``values`` (the profiler's doubling grid)."""
     out = [0] if 0 in values else []
     x = start
@@ -136,7 +137,7 @@ def doubling(values, start: int) -> list[int]:
     return out
 
 
-def attention_grid(frame: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+def attention_grid(frame: pd.DataFrame) -> tuple[dict[str, Any], pd.DataFrame]:
     """(the doubling grid as a calibration mapping, the held-back rows)."""
     cols = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
     axes = {c: doubling(set(frame[c]), 1 if c == "n_decode" else 16) for c in cols}
@@ -150,11 +151,11 @@ def attention_grid(frame: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     return {**axes, "time_us": _fmt(grid.ravel())}, held
 
 
-def _fmt(values) -> str:
+def _fmt(values: Any) -> str:
     return " ".join("nan" if np.isnan(v) else f"{v:.5g}" for v in np.asarray(values, dtype=float))
 
 
-def curves(frame: pd.DataFrame, key: str) -> dict:
+def curves(frame: pd.DataFrame, key: str) -> dict[str, Any]:
     """``layer, <key>, time_us`` -> {key: axis, time_us: {layer: values}} (one shared axis)."""
     table = frame.pivot(index=key, columns="layer", values="time_us").sort_index()
     if table.isna().any().any():
@@ -163,7 +164,7 @@ def curves(frame: pd.DataFrame, key: str) -> dict:
             "time_us": {op: _fmt(table[op]) for op in table.columns}}  # fmt: skip
 
 
-def moe_grid(frame: pd.DataFrame) -> dict:
+def moe_grid(frame: pd.DataFrame) -> dict[str, Any]:
     table = frame.pivot(index="tokens", columns="activated_experts", values="time_us").sort_index()
     return {"tokens": [int(x) for x in table.index], "activated_experts": [int(x) for x in table.columns],
             "time_us": _fmt(table.to_numpy().ravel())}  # fmt: skip
@@ -175,7 +176,7 @@ SKEW_AXES = (("n_label", "n_bins", "n_labels", "n_decode_edges"),
              ("kp_label", "kp_bins", "kp_labels", "kv_prefill_edges"))  # fmt: skip
 
 
-def skew_fit(meta: dict, tp_dir: Path, tp: int) -> dict | None:
+def skew_fit(meta: dict[str, Any], tp_dir: Path, tp: int) -> dict[str, Any] | None:
     """The skew fit of one TP degree as a calibration mapping, or None where not enabled."""
     fit = meta.get("skew_fit") or {}
     entry = (fit.get("per_tp") or {}).get(tp)
@@ -204,7 +205,7 @@ def skew_fit(meta: dict, tp_dir: Path, tp: int) -> dict | None:
     return out
 
 
-def model_tables(folder: Path, source: str) -> tuple[str, dict, dict[int, pd.DataFrame]]:
+def model_tables(folder: Path, source: str) -> tuple[str, dict[str, Any], dict[int, pd.DataFrame]]:
     """(table name, the kernel_tables entry, held-back attention rows per TP)."""
     name, ops, geometry = MODELS[source]
     meta = read_meta(folder / "meta.yaml")
@@ -227,7 +228,9 @@ def model_tables(folder: Path, source: str) -> tuple[str, dict, dict[int, pd.Dat
     return name, tables, held
 
 
-def build(gpu_dir: Path, accelerator: str, overhead_s: float) -> tuple[dict, dict]:
+def build(
+    gpu_dir: Path, accelerator: str, overhead_s: float
+) -> tuple[dict[str, Any], dict[tuple[str, int], pd.DataFrame]]:
     """(the calibration mapping, held-back attention rows by (table, tp))."""
     hbm, peak, link = ACCELERATORS[accelerator]
     kernel_tables, held, devices = {}, {}, set()
@@ -294,10 +297,15 @@ def group_errors(dense: pd.DataFrame, ops: dict[str, int], lo: int, hi: int) -> 
         if not names:
             continue
         measured = sum(counts[op] * table.loc[inside, op].to_numpy(float) for op in names)
-        predicted = sum(counts[op] * Curve(tuple(x), tuple(table.loc[~inside, op])).at(q)
+        predicted = sum(counts[op] * _curve_at(x, table.loc[~inside, op].to_numpy(float), q)
                         for op in names)  # fmt: skip
         errors.append(predicted / measured - 1.0)
     return np.concatenate(errors) if errors else np.empty(0)
+
+
+def _curve_at(x: np.ndarray, time_us: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The pricer's own interpolation (``kernel_tables.Curve``) of these points at ``q``."""
+    return np.asarray(Curve(tuple(x), tuple(time_us)).at(q))  # type: ignore[no-untyped-call]
 
 
 def _group(op: str) -> str:
@@ -306,7 +314,7 @@ def _group(op: str) -> str:
     return "linear" if op in LINEAR_OPS else "elementwise"
 
 
-def cross_validation(gpu_dir: Path, accelerator: str) -> dict:
+def cross_validation(gpu_dir: Path, accelerator: str) -> dict[str, Any]:
     """The ``cross_validation`` section of the calibration of ``gpu_dir`` (module docstring)."""
     by_range: dict[str, list[np.ndarray]] = {name: [] for name in TOKEN_RANGES}
     models, tps, max_tokens = set(), set(), 0
@@ -335,7 +343,7 @@ def cross_validation(gpu_dir: Path, accelerator: str) -> dict:
 
 def llmservingsim_calibration(
     gpu_dir: Path, accelerator: str | None, overhead_s: float, *, cross_validate: bool
-) -> dict:
+) -> dict[str, Any]:
     """The calibration mapping of the tables in ``gpu_dir`` (``kvsim calibrate
     --llmservingsim``), with its ``cross_validation`` section when asked."""
     acc = accelerator_of(gpu_dir) if accelerator is None else accelerator
