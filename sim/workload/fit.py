@@ -281,6 +281,7 @@ def fit_human_in_loop(path: str | Path, licence: str = "unknown", data: str | No
     path = Path(path)
     convs = conversations(path)
     user_turns, first_calls, later_calls, users, replies, policy = [], [], [], [], [], []
+    pairs: list[tuple[int, int]] = []  # (a reply, the answered user message after it)
     tools: dict[str, dict[str, list]] = {}
     calls_total: list[int] = []
     for msgs in convs:
@@ -290,12 +291,17 @@ def fit_human_in_loop(path: str | Path, licence: str = "unknown", data: str | No
             if role == "system":
                 policy.append(tokens)
             elif role == "user":
-                users.append(tokens)
+                if i + 1 < len(msgs) and msgs[i + 1]["role"] == "assistant":
+                    users.append(tokens)  # an unanswered last message (###STOP###) starts no turn
                 per_turn.append(0)
             elif role == "assistant" and per_turn:
                 per_turn[-1] += 1
                 if not m.get("tool_names"):
                     replies.append(tokens)
+                    if i + 2 < len(msgs) and msgs[i + 1]["role"] == "user" and (
+                        msgs[i + 2]["role"] == "assistant"
+                    ):
+                        pairs.append((tokens, max(1, int(msgs[i + 1]["est_tokens"]))))
                     continue
                 result, j = 0, i + 1
                 while j < len(msgs) and msgs[j]["role"] == "tool":
@@ -326,6 +332,9 @@ def fit_human_in_loop(path: str | Path, licence: str = "unknown", data: str | No
         "calls_per_user_turn": _calls_by_length(later_calls, user_turns),
         "user_message_tokens": quantile_table(users, 1),
         "reply_tokens": quantile_table(replies or [1], 1),
+        "reply_user_rank_correlation": round(
+            spearman([r for r, _ in pairs], [q for _, q in pairs]), 4
+        ),
         "tools": _service_tools(tools),
         "max_calls": _step_limit(calls_total),
     }
