@@ -1,9 +1,11 @@
 """``kvsim calibrate RESULTS --out FILE``: a calibration file from measured kernel tables,
-or ``kvsim calibrate [DATA] --vidur GPU|DIR [--cross-validate] --out FILE`` from the Vidur
-operator profiles.
+``kvsim calibrate [DATA] --vidur GPU|DIR [--cross-validate] --out FILE`` from the Vidur
+operator profiles, or ``kvsim calibrate --llmservingsim DIR [--cross-validate] --out FILE``
+from LLMServingSim's measured vLLM kernel tables.
 
 Invariant: thin: the fits are ``sim.cost.calibrate`` (``read_run``, ``build_mapping``,
-``write_calibration``) and ``sim.cost.vidur_crossval`` (``vidur_calibration``); the file is written only under the path the user names, renamed
+``write_calibration``), ``sim.cost.vidur_crossval`` (``vidur_calibration``) and
+``sim.cost.llmservingsim`` (``llmservingsim_calibration``); the file is written only under the path the user names, renamed
 into place once it loads back; an existing file is replaced only with ``--force``; bad
 input is a one-line error (exit 2).
 """
@@ -25,8 +27,16 @@ ships (workloads/data/vidur_profiling); --vidur DIR names the folder itself (one
 it). --cross-validate also stores the held-out error (leave one model out, leave one
 token range out: median and worst relative error) and the fitted domain in the file.
 
+With --llmservingsim DIR the data are LLMServingSim's measured vLLM kernel tables: DIR is
+the kernels/<GPU> folder of its profiler output (<org>/<model>/bf16/meta.yaml and
+tp<N>/*.csv); the accelerator comes from meta.yaml's GPU (or --accelerator), the per-step
+host overhead from --overhead-s (default 0). --cross-validate stores the error of the
+tables' interpolation on token ranges held out in turn (leave one model out does not apply:
+kernel tables price only the models measured).
+
   kvsim calibrate kernels_validation/results/my-h200-run --out my-h200.yaml
   kvsim calibrate --vidur h100 --cross-validate --out h100-vidur.yaml
+  kvsim calibrate --llmservingsim DATA/kernels/RTX4090 --cross-validate --out rtx4090.yaml
 """
 SHIPPED_VIDUR = Path(__file__).resolve().parents[2] / "workloads" / "data" / "vidur_profiling"
 
@@ -56,8 +66,19 @@ def calibrate(
                      "this GPU (a100, h100) or of the one GPU in this folder."),
     ] = None,
     cross_validate: Annotated[
-        bool, typer.Option("--cross-validate", help="With --vidur: store the held-out error.")
+        bool,
+        typer.Option("--cross-validate",
+                     help="With --vidur or --llmservingsim: store the held-out error."),
     ] = False,
+    llmservingsim: Annotated[
+        Path | None,
+        typer.Option("--llmservingsim", metavar="DIR", help="Import the LLMServingSim kernel "
+                     "tables of the one GPU in this folder (its kernels/<GPU>)."),
+    ] = None,
+    overhead_s: Annotated[
+        float | None,
+        typer.Option("--overhead-s", help="With --llmservingsim: per-step host overhead (s)."),
+    ] = None,
     date: Annotated[
         str | None, typer.Option("--date", help="With --vidur: the file's date (default today, UTC).")
     ] = None,
@@ -67,19 +88,27 @@ def calibrate(
     from sim.errors import KvsimError
 
     _check_out(out, force)
+    if llmservingsim is not None:
+        if vidur is not None or results is not None or source is not None or date is not None:
+            raise KvsimError("--llmservingsim DIR takes no DATA, --vidur, --source or --date "
+                             "(the folder has them)")
+        mapping = _llmservingsim_mapping(llmservingsim, accelerator, overhead_s, cross_validate)
+        write_calibration(mapping, out)
+        typer.echo(f"wrote {out}: {mapping['device']} (public-measurement), tables of "
+                   f"{', '.join(mapping['kernel_tables'])}" + _held_out(mapping))
+        return
+    if overhead_s is not None:
+        raise KvsimError("--overhead-s goes with --llmservingsim DIR")
     if vidur is not None:
         if accelerator is not None or source is not None:
             raise KvsimError("--vidur takes no --accelerator or --source (the data name the GPU)")
         mapping = _vidur_mapping(results, vidur, cross_validate, date)
         write_calibration(mapping, out)
-        cv = mapping.get("cross_validation", {})
-        errs = [f"{k}: median {v['median_rel_error']:.1%}, worst {v['worst_rel_error']:+.1%}"
-                for k, v in cv.items() if isinstance(v, dict) and "median_rel_error" in v]
-        typer.echo(f"wrote {out}: {mapping['device']} (public-measurement)"
-                   + (f"; held-out error {'; '.join(errs)}" if errs else ""))
+        typer.echo(f"wrote {out}: {mapping['device']} (public-measurement)" + _held_out(mapping))
         return
     if cross_validate:
-        raise KvsimError("--cross-validate needs --vidur (a run folder has no held-out split)")
+        raise KvsimError("--cross-validate needs --vidur or --llmservingsim (a run folder has "
+                         "no held-out split)")
     if results is None:
         raise KvsimError("name a results folder (run_all.sh writes one) or pass --vidur GPU")
     if source not in (None, "gpu", "cpu", "synthetic"):
@@ -89,6 +118,31 @@ def calibrate(
     mapping = build_mapping(read_run(results), accelerator, source)
     write_calibration(mapping, out)
     typer.echo(f"wrote {out}: {mapping['device']} ({mapping['source']}), {mapping['notes']}")
+
+
+def _held_out(mapping: dict) -> str:
+    """``; held-out error SPLIT: median M, worst W`` for the splits the mapping stores."""
+    cv = mapping.get("cross_validation", {})
+    errs = [f"{k}: median {v['median_rel_error']:.1%}, worst {v['worst_rel_error']:+.1%}"
+            for k, v in cv.items() if isinstance(v, dict) and "median_rel_error" in v]  # fmt: skip
+    return f"; held-out error {'; '.join(errs)}" if errs else ""
+
+
+def _llmservingsim_mapping(
+    folder: Path, accelerator: str | None, overhead_s: float | None, cross_validate: bool
+) -> dict:
+    """Read LLMServingSim's kernel tables of one GPU (``--llmservingsim DIR``)."""
+    import math
+
+    from sim.cost.llmservingsim import llmservingsim_calibration
+    from sim.errors import KvsimError
+
+    if not folder.is_dir():
+        raise KvsimError(f"--llmservingsim {str(folder)!r}: not a folder (its kernels/<GPU>)")
+    if overhead_s is not None and not (math.isfinite(overhead_s) and overhead_s >= 0):
+        raise KvsimError(f"--overhead-s {overhead_s}: expected seconds >= 0")
+    return llmservingsim_calibration(folder, accelerator, overhead_s or 0.0,
+                                     cross_validate=cross_validate)  # fmt: skip
 
 
 def _check_out(out: Path, force: bool) -> None:

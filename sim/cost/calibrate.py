@@ -298,7 +298,9 @@ def write_calibration(mapping: dict, path: Path) -> None:
         "# Schema and interpolation: sim/cost/calibration.py. How it was measured:",
         "# docs/kernels_validation.md.",
     ]
-    if mapping["source"] == "public-measurement":
+    if "header" in mapping:  # the builder wrote its own (sim.cost.llmservingsim)
+        header, mapping = mapping["header"], {k: v for k, v in mapping.items() if k != "header"}
+    elif mapping["source"] == "public-measurement":
         o = mapping["origin"]
         header = [
             f"# Calibration for {mapping['device']} from PUBLIC MEASUREMENTS (not ours):",

@@ -24,6 +24,7 @@ Invariant: pure; a pricer never looks at simulation time or state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -123,4 +124,26 @@ def step_total(overhead_s: Any, alloc_s: Any, gpu_s: Any, more_s: Any, copy_s: A
     return overhead_s + alloc_s + gpu_s + more_s + copy_s
 
 
-__all__ = ["StepPricer", "advanced", "as_run", "check_run", "step_offsets", "step_total", "vmax"]
+def prefill_share(price: Callable[[StepWork], Any], work: StepWork) -> float:
+    """The share of a step's priced time its prefill tokens are charged (the capacity
+    answer's cost per token, docs/capacity_planning.md): 0 without a prefill chunk, 1
+    without a decode, else ``p / (p + d)`` where ``p`` prices the step's prefill chunks
+    alone and ``d`` its decodes alone with ``price`` (the step's own pricer). Copies and
+    allocator calls are in neither part (they belong to the step, so scaling shares them
+    in the same ratio); what every step pays whatever it runs (weights streamed, host
+    overhead) is in both parts alone, so it is shared in that ratio too."""
+    if not work.prefill_chunks:
+        return 0.0
+    if not work.n_decode:
+        return 1.0
+    bare = replace(work, copy_bytes=0.0, alloc_calls=0)
+    p = price(replace(bare, n_decode=0, decode_history_tokens=0,
+                      decode_max_history_tokens=None, decode_min_history_tokens=None)).total_s  # fmt: skip
+    d = price(replace(bare, prefill_chunks=())).total_s
+    return p / (p + d) if p + d > 0 else 0.0
+
+
+__all__ = [
+    "StepPricer", "advanced", "as_run", "check_run", "prefill_share", "step_offsets", "step_total",
+    "vmax",
+]  # fmt: skip

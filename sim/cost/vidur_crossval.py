@@ -156,7 +156,7 @@ def held_out_errors(data: VidurData, gpu: str, train: pd.Series, date: str) -> n
     return err[np.isfinite(err)]  # the pivot's (model, TP, tokens) combinations never measured
 
 
-def _split(errors: dict[str, np.ndarray]) -> dict:
+def split_errors(errors: dict[str, np.ndarray]) -> dict:
     err = np.concatenate(list(errors.values()))
     return {
         "median_rel_error": float(np.median(np.abs(err))),
@@ -164,6 +164,9 @@ def _split(errors: dict[str, np.ndarray]) -> dict:
         "points": int(err.size),
         "held_out": list(errors),
     }
+
+
+_split = split_errors  # its old name (kernels_validation/crossval.py, tests)
 
 
 def cross_validation(data: VidurData, gpu: str, date: str) -> dict:
@@ -180,9 +183,9 @@ def cross_validation(data: VidurData, gpu: str, date: str) -> dict:
             by_range[name] = held_out_errors(data, gpu, ~inside, date)
     out: dict = {"quantity": QUANTITY}
     if by_model:
-        out["leave_one_model_out"] = _split(by_model)
+        out["leave_one_model_out"] = split_errors(by_model)
     if by_range:
-        out["leave_one_token_range_out"] = _split(by_range)
+        out["leave_one_token_range_out"] = split_errors(by_range)
     profiles = sorted({MODEL_PROFILES[m] for m in models if MODEL_PROFILES.get(m)})
     out["domain"] = {
         "accelerator": vidur_fit.GPUS[gpu][0],

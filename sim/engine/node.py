@@ -49,6 +49,7 @@ import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
 from sim.cost.speculative import DraftPricer
+from sim.cost.pricer import prefill_share
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError, KvsimError
@@ -71,6 +72,7 @@ class _Run:
     allocated: list[float]  # allocated bytes during steps 2..k
     chunks: tuple[int, ...] | None  # the prefill's chunks, one per step, while it lasts
     late: tuple | None  # (that prefill, its first decode step) when it decodes in the run
+    prefill_s: list[float] | None = None  # each step's seconds charged to prefill (None: 0)
 
 
 class StepRecorder(Protocol):
@@ -88,6 +90,7 @@ class StepRecorder(Protocol):
         cost: StepCost,
         n_running: int,
         n_waiting: int,
+        prefill_s: float = 0.0,
     ) -> int: ...
     def run_prefill(self, tokens: int) -> None: ...
     def events(self, plan: BatchPlan, now_s: float, n_running: int, n_waiting: int) -> None: ...
@@ -294,7 +297,9 @@ class Node:
             run = None
             if step.durations is not None and len(step.ends) > 1:
                 run = _Run(step.durations, step.allocated[self.rank], None, None)
-            self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run)
+            # the group's step, split by this rank's own batch (a run is decodes alone)
+            pre = (step.ends[0] - now) * prefill_share(self.cost.price, work)
+            self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run, pre)
             return
         cost = self.cost.price(work)
         if self.draft is not None and plan.verify_seqs:
@@ -302,7 +307,8 @@ class Node:
         run = self._plan_run(plan, work, m, cost)
         if run is None:
             yield self.env.timeout(cost.total_s)
-            self._commit(plan, now, [now + cost.total_s], cost, m, None)
+            pre = cost.total_s * prefill_share(self.cost.price, work)
+            self._commit(plan, now, [now + cost.total_s], cost, m, None, pre)
             return
         # the same sequential sums as numpy's cumsum, in Python: runs are planned long but
         # mostly cut after a few steps, and small numpy calls cost more than they save
@@ -316,7 +322,8 @@ class Node:
         yield self._wake
         k = self._deadline + 1
         self._wake, self._ends = None, None
-        self._commit(plan, now, ends[:k], cost, m, run)
+        pre = 0.0 if run.prefill_s is None else sum(run.prefill_s[:k])
+        self._commit(plan, now, ends[:k], cost, m, run, pre)
 
     def _plan_run(self, plan: BatchPlan, work: StepWork, m: tuple[float, float], cost: StepCost) -> _Run | None:
         """A run of several steps of this batch, or None for a single step: as long as
@@ -336,11 +343,10 @@ class Node:
             allocated = mem.allocated_bytes.tolist()
         else:
             allocated = [float(m[1])] * (k - 1)
-        if chunks is None:
-            durations = self.cost.price_run(work, k).tolist()
-        else:
-            durations = self._prefill_run_durations(plan, cost, chunks, late is not None, k)
-        return _Run(durations, allocated, chunks, late)
+        if chunks is None:  # decodes alone (only they repeat)
+            return _Run(self.cost.price_run(work, k).tolist(), allocated, None, late)
+        durations, prefill_s = self._prefill_run_durations(plan, work, cost, chunks, late is not None, k)
+        return _Run(durations, allocated, chunks, late, prefill_s)
 
     def _run_offer(self, plan: BatchPlan, work: StepWork, m: tuple[float, float]) -> RunOffer | None:
         """A lockstep rank's offer of a run of pure-decode steps (``plan.run`` of a batch
@@ -352,22 +358,26 @@ class Node:
         return RunOffer(work, lim.max_steps, lambda steps: kv.plan_decode_run(decodes, steps, base))
 
     def _prefill_run_durations(
-        self, plan: BatchPlan, cost: StepCost, chunks: tuple[int, ...], late: bool, k: int
-    ) -> list[float]:
+        self, plan: BatchPlan, work: StepWork, cost: StepCost, chunks: tuple[int, ...], late: bool, k: int
+    ) -> tuple[list[float], list[float]]:
         """Decodes plus one prefill advancing by ``chunks``, then (if the run goes on)
         every request decoding. Every decode's context grows by one per step, so do the
-        longest and shortest (the skew correction's); the prefill joins at its prompt."""
+        longest and shortest (the skew correction's); the prefill joins at its prompt.
+        Returns every step's duration and the seconds of it charged to prefill."""
         n_pre = min(len(chunks), k)
         cached, n_dec = plan.prefill_chunks[0][1], plan.n_decode
+        price = self.cost.price
         out = [cost.total_s]
+        pre = [cost.total_s * prefill_share(price, work)]
         hist = plan.decode_history_tokens
         hi, lo = plan.decode_span()
-        price = self.cost.price
         for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec
             span = (hi + i, lo + i) if n_dec else (None, None)
-            out.append(price(StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)).total_s)
+            step = StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)
+            out.append(price(step).total_s)
+            pre.append(out[-1] * prefill_share(price, step))
         if late and k > n_pre:  # the prompt is done: n_dec + 1 decodes
             prefill = plan.scheduled[-1][0]
             hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens
@@ -375,7 +385,8 @@ class Node:
             hi, lo = (max(hi + n_pre, joined), min(lo + n_pre, joined)) if n_dec else (joined, joined)
             tail = StepWork(n_dec + 1, hist, (), 0.0, 0, hi, lo)
             out += self.cost.price_run(tail, k - n_pre).tolist()
-        return out
+            pre += [0.0] * (k - n_pre)
+        return out, pre
 
     # ----------------------------------------------------------------- commit
     def _commit(
@@ -386,10 +397,11 @@ class Node:
         cost: StepCost,
         m: tuple[float, float],
         run: _Run | None,
+        prefill_s: float,
     ) -> None:
         k = len(ends)
         rec, kv = self.rec, self.kv
-        s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting))
+        s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting), prefill_s)
         durations = None
         if k > 1:
             durations = run.durations[:k]

@@ -57,6 +57,7 @@ STEP_SCHEMA = [
     ("n_waiting", _I),
     ("copy_bytes", _F),
     ("alloc_calls", _I),
+    ("prefill_s", _F),
     ("weights_s", _F),
     ("kv_read_s", _F),
     ("gemm_s", _F),
@@ -262,8 +263,10 @@ class Recorder:
         cost,
         n_running: int,
         n_waiting: int,
+        prefill_s: float = 0.0,
     ) -> int:
-        """One engine decision of ``len(ends)`` steps; returns the index of its first step."""
+        """One engine decision of ``len(ends)`` steps; returns the index of its first step.
+        ``prefill_s``: the seconds of its steps charged to their prefill tokens."""
         s0 = len(self.step_ends)
         k = len(ends)
         if isinstance(ends, list):
@@ -296,6 +299,7 @@ class Recorder:
                 n_waiting,
                 plan.copy_bytes,
                 plan.alloc_calls,
+                prefill_s,
                 *_cost_terms(cost),
             )
         )

@@ -427,6 +427,9 @@ STEP_TABLE = _cols(
     ("n_waiting", _I, "count", "Waiting requests."),
     ("copy_bytes", _F, "bytes", "Bytes copied by the allocator for the decision."),
     ("alloc_calls", _I, "count", "Allocator calls the decision made."),
+    ("prefill_s", _F, "s", "Seconds of the row's steps charged to prefill: each step's "
+     "time split by the priced time of its prefill chunks alone against its decodes "
+     "alone (sim.cost.pricer.prefill_share); duration_s - prefill_s is decode's."),
     ("weights_s", _F, "s", "Cost term: weights streamed."),
     ("kv_read_s", _F, "s", "Cost term: KV read."),
     ("gemm_s", _F, "s", "Cost term: GEMM FLOPs."),

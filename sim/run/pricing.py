@@ -12,10 +12,11 @@ pause's own tokens, so a block shared by several paused sequences is paid once p
 
 ``token_costs`` splits ``usd_total`` between the tokens the GPUs worked on (the capacity
 answer's ``cost``, docs/capacity_planning.md): each engine step's time goes to its prefill
-and decode tokens in proportion to their counts (``prefill_tokens`` against ``n_decode``:
-every token of a step costs the same GPU time, whatever it is), a coalesced decode run is
-decode only, and idle GPU time is spread in the same proportion as the busy time (the
-price is paid for every simulated hour). Prefill dollars over the prompt tokens computed
+and decode tokens by their share of the step's priced time (the steps table's
+``prefill_s``: the engine prices the step's prefill chunks alone and its decodes alone
+with the step's own pricer and scales the two to the step's time,
+``sim.cost.pricer.prefill_share``), and idle GPU time is spread in the same proportion as
+the busy time (the price is paid for every simulated hour). Prefill dollars over the prompt tokens computed
 give ``usd_per_million_input_tokens``; decode dollars over the output tokens give
 ``usd_per_million_output_tokens``; ``usd_per_million_cached_input_tokens`` is the hold
 cost (``paused_hbm_usd``) over the prompt tokens not computed (prefix-cache hits and held
@@ -74,17 +75,12 @@ def cost_summary(resolved, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_time_split(steps) -> tuple[float, float]:
-    """(prefill seconds, decode seconds) of a steps table: each row's first step split by
-    its token counts, the rest of a coalesced row (``n_steps`` > 1) decode only."""
+    """(prefill seconds, decode seconds) of a steps table: the sums of its ``prefill_s``
+    and of the rest of each row's ``duration_s`` (the engine's split by priced time)."""
     if steps is None or not len(steps):
         return 0.0, 0.0
-    d = steps.duration_s.to_numpy(dtype=np.float64)
-    n = np.maximum(steps.n_steps.to_numpy(dtype=np.float64), 1.0)
-    pt = steps.prefill_tokens.to_numpy(dtype=np.float64)
-    tokens = pt + steps.n_decode.to_numpy(dtype=np.float64)
-    share = np.divide(pt, tokens, out=np.zeros_like(pt), where=tokens > 0)
-    prefill = float((d / n * share).sum())
-    return prefill, float(d.sum()) - prefill
+    prefill = float(steps.prefill_s.to_numpy(dtype=np.float64).sum())
+    return prefill, float(steps.duration_s.to_numpy(dtype=np.float64).sum()) - prefill
 
 
 def token_costs(summary: dict[str, Any], steps, requests) -> dict[str, Any]:

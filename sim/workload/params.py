@@ -133,6 +133,9 @@ class HumanInLoopParams(_P):
     calls_per_user_turn: list[CallsByLength] = Field(min_length=1)
     user_message_tokens: Dist
     reply_tokens: Dist  # an assistant message to the user
+    # Spearman correlation of a turn's reply and the user message answering it (drawn
+    # through a Gaussian copula; 0, the default of older fits: independent)
+    reply_user_rank_correlation: float = Field(0.0, ge=-1.0, le=1.0)
     tools: dict[str, ServiceTool] = Field(min_length=1)  # the most called, the rest "other"
     max_calls: int | None = Field(None, ge=1)  # the harness's step limit (None: none seen)
 

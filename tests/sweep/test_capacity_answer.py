@@ -5,10 +5,13 @@ answer, every option and configuration checked before any run."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
+from sim.cost import StepWork
+from sim.cost.pricer import prefill_share
 from sim.run.pricing import step_time_split, token_costs
 from sim.sweep import answer, find_capacity, parse_slo
 from sim.sweep.stats import ci95
@@ -40,15 +43,60 @@ def test_a_slo_met_inside_the_window_only_is_named():
     assert answer.window_only_notes(rows, [slo]) == []
 
 
-def test_step_time_split_by_token_share():
+class _Linear:
+    """A pricer whose step times are easy to compute by hand: 10 ms per step, 0.1 ms per
+    prefill token, 0.02 ms per decode, 1 us per decode history token."""
+
+    def price(self, work: StepWork) -> SimpleNamespace:
+        t = 0.01 + 1e-4 * work.prefill_tokens + 2e-5 * work.n_decode
+        return SimpleNamespace(total_s=t + 1e-6 * work.decode_history_tokens)
+
+
+def test_a_step_is_split_by_the_priced_time_of_its_parts():
+    price = _Linear().price
+    mixed = StepWork(100, 20_000, ((300, 1000),), copy_bytes=5e6, alloc_calls=3)
+    # prefill alone 0.01 + 0.03 = 0.04 s; decodes alone 0.01 + 0.002 + 0.02 = 0.032 s
+    assert prefill_share(price, mixed) == pytest.approx(0.04 / 0.072, rel=1e-12)
+    assert prefill_share(price, StepWork(8, 800)) == 0.0  # decodes only
+    assert prefill_share(price, StepWork(0, 0, ((512, 0),))) == 1.0  # a prefill only
+
+
+def test_two_steps_priced_by_hand_give_the_cost_per_token():
+    """Step 1: 300 prefill tokens beside 100 decodes (history 20,000), 1 s: prefill
+    0.04 / (0.04 + 0.032) of it = 0.5556 s (by token counts it would be 0.75 s). Step 2:
+    a run of 3 decode steps, 3 s, all decode."""
+    price = _Linear().price
+    first = StepWork(100, 20_000, ((300, 1000),))
     steps = pd.DataFrame({
-        "duration_s": [1.0, 0.5, 3.0, 0.0],
-        "n_steps": [1, 1, 3, 0],
-        "prefill_tokens": [300, 0, 0, 0],
-        "n_decode": [100, 8, 8, 0],
+        "duration_s": [1.0, 3.0, 0.0],
+        "n_steps": [1, 3, 0],
+        "prefill_tokens": [300, 0, 0],
+        "n_decode": [100, 100, 0],
+        "prefill_s": [1.0 * prefill_share(price, first), 0.0, 0.0],
     })  # fmt: skip
     prefill, decode = step_time_split(steps)
-    assert prefill == pytest.approx(0.75) and decode == pytest.approx(3.75)
+    assert prefill == pytest.approx(5 / 9, rel=1e-12) and decode == pytest.approx(4 - 5 / 9)
+    # $36 over the run; 300 prompt tokens computed, 400 output tokens
+    summary = {"usd_total": 36.0, "prefill_tokens": 300, "output_tokens": 400}
+    requests = pd.DataFrame({"admitted_s": [0.0], "hit_tokens": [0], "held_tokens": [0]})
+    c = token_costs(summary, steps, requests)
+    assert c["prefill_time_share"] == pytest.approx(5 / 36, rel=1e-12)
+    assert c["usd_per_million_input_tokens"] == pytest.approx(5.0 / 300 * 1e6, rel=1e-12)
+    assert c["usd_per_million_output_tokens"] == pytest.approx(31.0 / 400 * 1e6, rel=1e-12)
+
+
+def test_the_engine_records_each_steps_prefill_seconds(tiny):
+    from sim.run import run_scenario
+
+    st = run_scenario(str(tiny)).steps
+    d, pre = st.duration_s.to_numpy(), st.prefill_s.to_numpy()
+    assert ((pre >= 0) & (pre <= d + 1e-15)).all()
+    one = st.n_steps == 1
+    assert (pre[(one & (st.prefill_tokens == 0)).to_numpy()] == 0).all()  # decodes only
+    alone = (one & (st.n_decode == 0) & (st.prefill_tokens > 0)).to_numpy()
+    assert alone.any() and pre[alone] == pytest.approx(d[alone], rel=1e-12)  # all prefill
+    mixed = (one & (st.n_decode > 0) & (st.prefill_tokens > 0)).to_numpy()
+    assert mixed.any() and ((pre[mixed] > 0) & (pre[mixed] < d[mixed])).all()
 
 
 def test_token_costs_add_up_to_the_run_total(tiny):

@@ -160,3 +160,34 @@ def test_human_in_loop_pauses_are_user_think_minutes_or_tool_seconds():
     trajs = _sample("human_in_loop")["trajectories"]
     one = sum(sum(1 for c in t["turns"] if c["user_turn"] == 0) == 1 for t in trajs)
     assert one >= 0.95 * len(trajs)
+
+
+def _reply_and_next_message(trajs) -> np.ndarray:
+    """(a turn's reply tokens, the next user message's tokens) of every answered turn: the
+    prompt grows by exactly the reply and the message at a user turn."""
+    pairs = []
+    for t in trajs:
+        calls = t["turns"]
+        for a, b in zip(calls[:-1], calls[1:], strict=True):
+            if b["user_turn"] == a["user_turn"] + 1:
+                pairs.append((a["completion_tokens"],
+                              b["prompt_tokens"] - a["prompt_tokens"] - a["completion_tokens"]))  # fmt: skip
+    return np.array(pairs, dtype=float)
+
+
+def test_human_in_loop_reply_and_next_message_are_correlated_as_fitted(tmp_path):
+    import yaml
+
+    from sim.workload.empirical import spearman
+
+    fit = yaml.safe_load((ROOT / "sim/workload/fitted/human_in_loop.yaml").read_text())
+    rho = fit["reply_user_rank_correlation"]
+    assert 0.25 < rho < 0.33  # tau-bench's, from the answered turns
+    pairs = _reply_and_next_message(_sample("human_in_loop")["trajectories"])
+    assert len(pairs) > 1000 and (pairs[:, 1] >= 1).all()
+    assert abs(spearman(pairs[:, 0], pairs[:, 1]) - rho) < 0.08
+    path = tmp_path / "apart.yaml"  # an older fit, without the field: drawn apart
+    path.write_text(yaml.safe_dump({k: v for k, v in fit.items() if k != "reply_user_rank_correlation"}))
+    cfg = _cfg("human_in_loop", N_GENERATED["human_in_loop"], params={"path": str(path)})
+    apart = _reply_and_next_message(sample_workload("human_in_loop", cfg, 7, ROOT)["trajectories"])
+    assert abs(spearman(apart[:, 0], apart[:, 1])) < 0.08
