@@ -24,7 +24,7 @@ Invariant: pure; a pricer never looks at simulation time or state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -124,22 +124,29 @@ def step_total(overhead_s: Any, alloc_s: Any, gpu_s: Any, more_s: Any, copy_s: A
     return overhead_s + alloc_s + gpu_s + more_s + copy_s
 
 
-def prefill_share(price: Callable[[StepWork], Any], work: StepWork) -> float:
+def prefill_share(
+    price: Callable[[StepWork], Any], work: StepWork, verify_chunks: Collection[int] = ()
+) -> float:
     """The share of a step's priced time its prefill tokens are charged (the capacity
-    answer's cost per token, docs/capacity_planning.md): 0 without a prefill chunk, 1
-    without a decode, else ``p / (p + d)`` where ``p`` prices the step's prefill chunks
+    answer's cost per token, docs/capacity_planning.md): 0 without a prompt chunk, 1
+    without a decode, else ``p / (p + d)`` where ``p`` prices the step's prompt chunks
     alone and ``d`` its decodes alone with ``price`` (the step's own pricer). Copies and
     allocator calls are in neither part (they belong to the step, so scaling shares them
     in the same ratio); what every step pays whatever it runs (weights streamed, host
-    overhead) is in both parts alone, so it is shared in that ratio too."""
-    if not work.prefill_chunks:
+    overhead) is in both parts alone, so it is shared in that ratio too. The chunks at
+    positions ``verify_chunks`` of ``work.prefill_chunks`` are speculative decoding's
+    verifies (``BatchPlan.verify_chunks``): output work, priced with the decodes."""
+    verify = set(verify_chunks)
+    prompt = tuple(c for i, c in enumerate(work.prefill_chunks) if i not in verify)
+    if not prompt:
         return 0.0
-    if not work.n_decode:
+    if not work.n_decode and len(prompt) == len(work.prefill_chunks):
         return 1.0
     bare = replace(work, copy_bytes=0.0, alloc_calls=0)
-    p = price(replace(bare, n_decode=0, decode_history_tokens=0,
+    p = price(replace(bare, n_decode=0, decode_history_tokens=0, prefill_chunks=prompt,
                       decode_max_history_tokens=None, decode_min_history_tokens=None)).total_s  # fmt: skip
-    d = price(replace(bare, prefill_chunks=())).total_s
+    verifies = tuple(c for i, c in enumerate(work.prefill_chunks) if i in verify)
+    d = price(replace(bare, prefill_chunks=verifies)).total_s
     return p / (p + d) if p + d > 0 else 0.0
 
 

@@ -48,8 +48,8 @@ import numpy as np
 import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
-from sim.cost.speculative import DraftPricer
 from sim.cost.pricer import prefill_share
+from sim.cost.speculative import DraftPricer
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError, KvsimError
@@ -298,7 +298,7 @@ class Node:
             if step.durations is not None and len(step.ends) > 1:
                 run = _Run(step.durations, step.allocated[self.rank], None, None)
             # the group's step, split by this rank's own batch (a run is decodes alone)
-            pre = (step.ends[0] - now) * prefill_share(self.cost.price, work)
+            pre = (step.ends[0] - now) * prefill_share(self.cost.price, work, plan.verify_chunks)
             self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run, pre)
             return
         cost = self.cost.price(work)
@@ -307,7 +307,7 @@ class Node:
         run = self._plan_run(plan, work, m, cost)
         if run is None:
             yield self.env.timeout(cost.total_s)
-            pre = cost.total_s * prefill_share(self.cost.price, work)
+            pre = cost.total_s * prefill_share(self.cost.price, work, plan.verify_chunks)
             self._commit(plan, now, [now + cost.total_s], cost, m, None, pre)
             return
         # the same sequential sums as numpy's cumsum, in Python: runs are planned long but

@@ -64,6 +64,8 @@ class BatchPlan:
     verify_seqs: int = 0
     verify_tokens: int = 0
     verify_history_tokens: int = 0
+    #: positions in ``prefill_chunks`` of the verifies (the cost split prices them as decodes)
+    verify_chunks: list[int] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:

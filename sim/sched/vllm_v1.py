@@ -223,6 +223,7 @@ class VllmV1Scheduler(Scheduler):
                 break
             _add(plan, req, n)
             if req.spec_drafts:
+                plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
                 plan.verify_seqs += 1
                 plan.verify_tokens += n
                 plan.verify_history_tokens += req.num_computed

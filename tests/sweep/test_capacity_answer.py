@@ -61,6 +61,20 @@ def test_a_step_is_split_by_the_priced_time_of_its_parts():
     assert prefill_share(price, StepWork(0, 0, ((512, 0),))) == 1.0  # a prefill only
 
 
+def test_speculative_verifies_are_priced_with_the_decodes():
+    """A verify of 1 + d tokens is scheduled as a chunk, but it is output work: the split
+    moves it to the decode side (``verify_chunks``: its position among the chunks)."""
+    price = _Linear().price
+    # a prompt chunk of 300 tokens and a verify of 4 tokens, beside 100 plain decodes
+    step = StepWork(100, 20_000, ((300, 1000), (4, 2000)))
+    # prompt alone 0.01 + 0.03 = 0.04 s; decodes + verify 0.01 + 0.0004 + 0.002 + 0.02 = 0.0324 s
+    assert prefill_share(price, step, [1]) == pytest.approx(0.04 / 0.0724, rel=1e-12)
+    assert prefill_share(price, StepWork(0, 0, ((4, 2000),)), [0]) == 0.0  # a verify alone
+    assert prefill_share(price, StepWork(0, 0, ((300, 0), (4, 2000))), [1]) == pytest.approx(
+        0.04 / (0.04 + 0.0104), rel=1e-12
+    )
+
+
 def test_two_steps_priced_by_hand_give_the_cost_per_token():
     """Step 1: 300 prefill tokens beside 100 decodes (history 20,000), 1 s: prefill
     0.04 / (0.04 + 0.032) of it = 0.5556 s (by token counts it would be 0.75 s). Step 2:
