@@ -74,6 +74,14 @@ class _BoundedLoader(yaml.SafeLoader):
         self._sizes[id(node)] = 1 + sum(self._sizes[id(child)] for child in _children(node))
         return node
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        # the scanner looks up to 1,024 characters ahead for a simple key at each open flow
+        # level, so ``[[[[...`` costs about a second before the composer sees the depth:
+        # refuse where the nesting is scanned (flow depth alone past the bound is too deep)
+        if self.flow_level >= MAX_DEPTH:
+            raise self._refuse(self.get_mark(), f"YAML nested deeper than {MAX_DEPTH} levels")
+        super().fetch_flow_collection_start(TokenClass)
+
     def _count(self, nodes: int, mark: Any) -> None:
         # the running total is the root's expanded size so far: refused at the first
         # node past the bound, before the rest of the text is even parsed

@@ -136,10 +136,44 @@ def test_e24_pipelined_from_nvme_frees_its_frames(exact):
     assert sim.pauses.nvme.used_frames == 0 and sim.pauses.streaming == 0
 
 
+PIPELINED = {"pause_policy.kind": "offload_host", "pause_policy.resume": "pipelined"}
+
+
+def _pipelined_exact_mode_agrees(size: dict, exact_invariants: bool) -> None:
+    """Exact (step by step) and fast modes give the same pipelined swarm; the fast run's
+    invariants are checked after every decision, the exact run's after every step when
+    ``exact_invariants`` (about 50 times the cost of the run itself)."""
+    fast = run("agent_swarm.yaml", **size, **PIPELINED)
+    exact = run(
+        "agent_swarm.yaml",
+        **size,
+        **PIPELINED,
+        **{"engine.exact": True, "engine.check_invariants": exact_invariants},
+    )
+    assert fast.summary["bytes_reloaded"] > 0
+    assert_same_summary(fast.summary, exact.summary)
+    assert_same_frame(fast.pauses, exact.pauses)
+
+
+def test_pipelined_swarm_exact_mode_keeps_its_invariants():
+    # every step of the exact mode checked, on a swarm small enough for CI (2 x 2 turns:
+    # two pauses, each reloaded); the full swarm below is the slow test
+    small = {**SWARM, "workload.num_trajectories": 2, "workload.arrival.concurrency": 2}
+    _pipelined_exact_mode_agrees({**small, "workload.turns": 2}, exact_invariants=True)
+
+
+@pytest.mark.slow
+def test_pipelined_swarm_exact_mode_keeps_its_invariants_full():
+    _pipelined_exact_mode_agrees(SWARM, exact_invariants=True)
+
+
 def test_pipelined_swarm_modes_agree_with_invariants():
-    more = {"pause_policy.kind": "offload_host", "pause_policy.resume": "pipelined"}
+    more = PIPELINED
     fast = run("agent_swarm.yaml", **SWARM, **more)
-    exact = run("agent_swarm.yaml", **SWARM, **more, **{"engine.exact": True})
+    # the exact run's own invariants: the tests above (every step costs a check)
+    exact = run(
+        "agent_swarm.yaml", **SWARM, **more, **{"engine.exact": True, "engine.check_invariants": False}
+    )
     assert_same_summary(fast.summary, exact.summary)
     assert_same_frame(fast.pauses, exact.pauses)
     s, pauses = fast.summary, fast.pauses

@@ -300,9 +300,16 @@ def test_mutants_are_deterministic():
     assert first == again and len(first) >= 15
 
 
+@pytest.fixture(scope="module")
+def written_cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    """Every case, its mutant written once for the module (the two tests below read it)."""
+    tmp = tmp_path_factory.mktemp("fuzz")
+    return tmp, _cases(tmp)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the driver forks one process per case")
-def test_every_mutant_fails_cleanly(tmp_path: Path):
-    cases = _cases(tmp_path)
+def test_every_mutant_fails_cleanly(written_cases: tuple[Path, list[dict]]):
+    tmp_path, cases = written_cases
     results = _run_driver(tmp_path, cases)
     bad = []
     for case in cases:
@@ -313,10 +320,10 @@ def test_every_mutant_fails_cleanly(tmp_path: Path):
     assert not bad, f"{len(bad)} of {len(cases)} cases:\n" + "\n".join(bad[:40])
 
 
-def test_the_fuzz_work_is_bounded_by_count(tmp_path: Path):
+def test_the_fuzz_work_is_bounded_by_count(written_cases: tuple[Path, list[dict]]):
     """The bounded work the fuzz stands for, counted (no wall clock): a fixed number of
     mutants per shipped file and per number flag, so it grows linearly with the inputs."""
-    cases = _cases(tmp_path)
+    tmp_path, cases = written_cases
     per_file: dict[str, int] = {}
     for case in cases:
         if "needle" in case and case["needle"].startswith(str(tmp_path)):

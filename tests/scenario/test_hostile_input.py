@@ -141,6 +141,14 @@ def test_deep_nesting_is_refused(opener, closer):
         loads_yaml(text, "deep.yaml")
 
 
+def test_deep_flow_nesting_is_refused_where_it_is_scanned():
+    # refused at the opening bracket past the bound, before the scanner reads on (its
+    # look-ahead for a key would otherwise run into the bad character after the brackets)
+    text = "x: " + "[" * (MAX_DEPTH + 1) + "@ never scanned"
+    with pytest.raises(ConfigError, match=f"^deep.yaml:1: YAML nested deeper than {MAX_DEPTH} levels$"):
+        loads_yaml(text, "deep.yaml")
+
+
 def test_nesting_at_the_bound_still_loads():
     data, _ = loads_yaml("[" * (MAX_DEPTH - 1) + "1" + "]" * (MAX_DEPTH - 1))
     for _ in range(MAX_DEPTH - 1):
