@@ -200,7 +200,21 @@ class BufferAllocator(Allocator):
     # ---------------------------------------------------------------------- queries
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
         want = self._initial_tokens(checked_count(n_tokens, "can_allocate", minimum=1))
-        return want is not None and self._space.can_reserve(want)
+        return want is not None and self._can_place(want)
+
+    def _can_place(self, want: int) -> bool:
+        """Whether a new buffer of ``want`` slots and its side extent both fit now (as
+        ``_placed`` books them: the buffer first). A hybrid model's answer reserves the
+        buffer and gives it back: reserve then release restores the space exactly."""
+        if self.kv_groups is None:
+            return self._space.can_reserve(want)
+        placed = self._space.reserve(want)
+        if placed is None:
+            return False
+        side = self.side_slots(placed[1])
+        ok = side == 0 or self._space.can_reserve(side)
+        self._space.release(*placed)
+        return ok
 
     def can_append(self, seq_id: Hashable, n_tokens: int = 1) -> bool:
         tokens = self._live_tokens(seq_id, "can_append")
@@ -212,13 +226,20 @@ class BufferAllocator(Allocator):
         if new is None:
             return False
         new_size = self._space.reserved_size(new)
-        if self.grow_in_place and self._space.can_grow_in_place(start, size, new_size):
-            return True
-        return self._space.can_reserve(new)
+        # as ``_append``: a larger side extent is reserved first (the old one still held)
+        side = True if self.kv_groups is None else self._reserve_side(seq_id, new_size)
+        if side is None:
+            return False
+        ok = (
+            self.grow_in_place and self._space.can_grow_in_place(start, size, new_size)
+        ) or self._space.can_reserve(new)
+        if isinstance(side, tuple):
+            self._space.release(*side)
+        return ok
 
     def can_fork(self, parent_id: Hashable) -> bool:
         self._live_tokens(parent_id, "can_fork")
-        return self._space.can_reserve(self._buffers[parent_id][1])
+        return self._can_place(self._buffers[parent_id][1])
 
     def blocks_needed(self, seq_id: Hashable, n_tokens: int = 1) -> int:
         """1 when the append needs a new (larger) buffer, else 0."""

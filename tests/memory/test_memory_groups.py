@@ -166,9 +166,9 @@ BUFFER_KINDS = {
 }
 
 
-def _buffer(name: str):
+def _buffer(name: str, slots: int = 8000):
     kind = name.split("-")[0]
-    return make_allocator(kind, pool_bytes=8000 * 1000 + 321, kv_bytes_per_token=1000.0,
+    return make_allocator(kind, pool_bytes=slots * 1000 + 321, kv_bytes_per_token=1000.0,
                           kv_groups=GROUPS, **BUFFER_KINDS[name])  # fmt: skip
 
 
@@ -236,3 +236,45 @@ def test_dense_groups_leave_the_allocator_as_it_was():
     a = make_allocator("paged", pool_bytes=1e9, kv_bytes_per_token=dense.table_bytes_per_token,
                        kv_groups=dense)  # fmt: skip
     assert a.kv_groups is None
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_KINDS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS, slots=st.integers(700, 3000))
+def test_buffer_can_ops_agree_with_the_ops(name, ops, slots):
+    """On a hybrid model a buffer kind's ``can_allocate``/``can_append``/``can_fork`` is
+    true iff the operation then succeeds (its side extent counted), and asking changes
+    nothing; pools of a few sequences (their buffer fits, not always their side extent)."""
+    a = _buffer(name, slots)
+    live: list[int] = []
+    next_id = 0
+    for op, pick, n in ops:
+        if op in ("hold", "free") and live:
+            seq = live[pick % len(live)]
+            if op == "hold":
+                a.set_held(seq, not a.is_held(seq))
+            else:
+                a.free(seq)
+                live.remove(seq)
+            continue
+        before = a.metrics()
+        if op == "allocate" or not live:
+            can = a.can_allocate(n)
+            assert a.metrics() == before
+            ok = bool(a.allocate(next_id, n))
+            live += [next_id] if ok else []
+            next_id += 1
+        elif op == "append":
+            seq = live[pick % len(live)]
+            can = a.can_append(seq, n)
+            assert a.metrics() == before
+            ok = a.append(seq, n)
+        else:
+            seq = live[pick % len(live)]
+            can = a.can_fork(seq)
+            assert a.metrics() == before
+            ok = a.fork(seq, next_id)
+            live += [next_id] if ok else []
+            next_id += 1
+        assert can == ok, (op, n)
+        a.check_invariants()
