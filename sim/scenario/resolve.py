@@ -299,8 +299,8 @@ def _unify_block_size(options: dict, model: ModelProfile, tp: int) -> int | None
     returns the block size asked for when raised, else None (dense and windowed models,
     and kinds without blocks, keep their options untouched)."""
     block = options.get("block_size")
-    if not isinstance(block, int) or isinstance(block, bool):
-        return None
+    if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+        return None  # the allocator's own check reports a bad block size
     pages = unify_pages(model, block, tp)
     if not pages.raised:
         return None

@@ -278,3 +278,47 @@ def test_buffer_can_ops_agree_with_the_ops(name, ops, slots):
             next_id += 1
         assert can == ok, (op, n)
         a.check_invariants()
+
+
+@pytest.mark.parametrize("kind", ["paged", "radix"])
+def test_paged_side_blocks_of_a_held_sequence_are_paused(kind):
+    """Issue 27 follow-up: a held sequence's side blocks are paused in ``kv_slots``; a
+    fork's child mapping them keeps them active until it moves past them or is freed."""
+    a = _make(kind)
+    side = GROUPS.side_blocks(50, B)  # 2,000 B of chunk... + the state: whole table blocks
+    assert side > 0 and a.allocate("x", 50)
+    a.set_held("x", True)
+    a.check_invariants()
+    assert a.kv_slots().paused == 50 + side * B
+    a.set_held("x", False)
+    assert a.fork("x", "y") and a.kv_slots().paused == 0
+    a.set_held("x", True)  # "y" maps every block of "x": all active
+    a.check_invariants()
+    assert a.kv_slots().paused == 0
+    a.free("y")
+    a.check_invariants()
+    assert a.kv_slots().paused == 50 + side * B
+    a.set_held("x", False)
+    a.check_invariants()
+    assert a.kv_slots().paused == 0
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_KINDS))
+def test_buffer_side_extent_of_a_held_sequence_is_paused(name):
+    a = _buffer(name)
+    side = lambda: round(a.metrics().side_allocated_bytes / 1000)  # noqa: E731
+    assert a.allocate("y", 30)
+    side_y = side()
+    assert a.allocate("x", 50)
+    side_x = side() - side_y  # the extent as placed (a buddy block rounds it up)
+    assert side_x >= a.side_slots(50) > 0
+    a.set_held("x", True)
+    a.check_invariants()
+    assert a.kv_slots().paused == 50 + side_x
+    assert a.append("x", 400)  # grows (and moves) its side extent: held again after
+    a.check_invariants()
+    assert side() - side_y >= a.side_slots(a.seq_capacity_tokens("x"))
+    assert a.kv_slots().paused == 450 + side() - side_y
+    a.free("x")
+    a.check_invariants()
+    assert a.kv_slots().paused == 0
