@@ -96,6 +96,11 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "only with Mamba prefix caching (not modelled), so such a model gets no hits.",
        optional=True, when="a hybrid model with a state-space group and a prefix cache (a "
        "dense or windowed model's hits are the block table's: no key)"),
+    _k("allocator_kv_bytes_per_token", "float", "bytes",
+       "Bytes per token of a hybrid model's block table (the layers that keep every token, "
+       "all GPUs): what its allocator charges per token; its sliding-window, chunked-local "
+       "and state-space groups are held beside it (memory.parquet's side_kv_bytes).",
+       optional=True, when="a hybrid model (a dense model's is kv_bytes_per_token)"),
     _k("block_size_tokens", "int", "tokens",
        "Tokens per KV block the engine ran with: the scenario's `block_size` raised as vLLM "
        "does so one attention page holds a Mamba/linear-attention state "

@@ -150,7 +150,16 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
         **_hit_limit(r),
         **_raised_block(r),
+        **_table_bytes(r),
     }
+
+
+def _table_bytes(r: Resolved) -> dict[str, Any]:
+    """``allocator_kv_bytes_per_token``, present for a hybrid model: the bytes per token of
+    its block table (the layers that keep every token), what its allocator charges."""
+    if r.kv_groups is None:
+        return {}
+    return {"allocator_kv_bytes_per_token": float(r.allocator_kv_bytes_per_token)}
 
 
 def _raised_block(r: Resolved) -> dict[str, Any]:
