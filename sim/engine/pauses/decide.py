@@ -101,8 +101,8 @@ class PauseDecider:
         token for a dense model (F1); for a hybrid one its block table's tokens plus its
         side groups' blocks (``block_size`` tokens each) or states (``KVGroups``)."""
         if self.groups is None:
-            return tokens * self.bpt
-        return tokens * self.table_bpt + self.groups.side_bytes(tokens, block_size)
+            return float(tokens * self.bpt)
+        return float(tokens * self.table_bpt + self.groups.side_bytes(tokens, block_size))
 
     def _swap_budget(self, now: float, last_step_s: float) -> float:
         """Link bytes per GPU the step that just ended could hide (shared by its pauses)."""
