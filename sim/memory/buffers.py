@@ -16,7 +16,8 @@ Hybrid models (``use_kv_groups``): a buffer holds the layers that keep every tok
 sequence also reserves a *side* extent in the same space for its sliding-window,
 chunked-local and state-space groups, sized for the peak those groups reach within the
 buffer's capacity (``side_slots``: a window's ``min(capacity, w)`` tokens, a chunk's, one
-state), grown (moved) with the buffer; its slots count as filled (active).
+state), grown (moved) with the buffer; its slots count as filled: paused while its
+sequence is held, else active.
 
 Invariant: each live sequence has exactly one buffer with tokens <= size (and, on a hybrid
 model, one side extent of ``side_slots(size)``); buffers, side extents and the space's free
@@ -70,6 +71,7 @@ class BufferAllocator(Allocator):
         self._allocated_tokens = 0
         self._side: dict[Hashable, tuple[int, int]] = {}  # seq -> its side extent (hybrid)
         self._side_tokens = 0  # slots of every side extent
+        self._held_side_tokens = 0  # of which held (paused) sequences' (fixed while held)
 
     counts_kv_groups = True
 
@@ -116,6 +118,12 @@ class BufferAllocator(Allocator):
             self._space.release(*old)
             self._side_tokens -= old[1]
             self._allocated_tokens -= old[1]
+
+    def _held_changed(self, seq_id: Hashable, tokens: int, held: bool) -> None:
+        """A held sequence's side extent is paused too (it does not change while held)."""
+        side = self._side.get(seq_id)
+        if side is not None:
+            self._held_side_tokens += side[1] if held else -side[1]
 
     # --------------------------------------------------------- capacity policy hooks
     def _initial_tokens(self, n_tokens: int) -> int | None:
@@ -200,7 +208,21 @@ class BufferAllocator(Allocator):
     # ---------------------------------------------------------------------- queries
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
         want = self._initial_tokens(checked_count(n_tokens, "can_allocate", minimum=1))
-        return want is not None and self._space.can_reserve(want)
+        return want is not None and self._can_place(want)
+
+    def _can_place(self, want: int) -> bool:
+        """Whether a new buffer of ``want`` slots and its side extent both fit now (as
+        ``_placed`` books them: the buffer first). A hybrid model's answer reserves the
+        buffer and gives it back: reserve then release restores the space exactly."""
+        if self.kv_groups is None:
+            return self._space.can_reserve(want)
+        placed = self._space.reserve(want)
+        if placed is None:
+            return False
+        side = self.side_slots(placed[1])
+        ok = side == 0 or self._space.can_reserve(side)
+        self._space.release(*placed)
+        return ok
 
     def can_append(self, seq_id: Hashable, n_tokens: int = 1) -> bool:
         tokens = self._live_tokens(seq_id, "can_append")
@@ -212,13 +234,20 @@ class BufferAllocator(Allocator):
         if new is None:
             return False
         new_size = self._space.reserved_size(new)
-        if self.grow_in_place and self._space.can_grow_in_place(start, size, new_size):
-            return True
-        return self._space.can_reserve(new)
+        # as ``_append``: a larger side extent is reserved first (the old one still held)
+        side = True if self.kv_groups is None else self._reserve_side(seq_id, new_size)
+        if side is None:
+            return False
+        ok = (
+            self.grow_in_place and self._space.can_grow_in_place(start, size, new_size)
+        ) or self._space.can_reserve(new)
+        if isinstance(side, tuple):
+            self._space.release(*side)
+        return ok
 
     def can_fork(self, parent_id: Hashable) -> bool:
         self._live_tokens(parent_id, "can_fork")
-        return self._space.can_reserve(self._buffers[parent_id][1])
+        return self._can_place(self._buffers[parent_id][1])
 
     def blocks_needed(self, seq_id: Hashable, n_tokens: int = 1) -> int:
         """1 when the append needs a new (larger) buffer, else 0."""
@@ -247,7 +276,7 @@ class BufferAllocator(Allocator):
         """O(1): buffers less the tokens written are unfilled; held tokens are paused."""
         allocated, space = self._allocated_tokens, self._space
         unfilled = allocated - self._side_tokens - self._lineage.logical_tokens
-        return KVSlots(allocated, unfilled, self._held_tokens,
+        return KVSlots(allocated, unfilled, self._held_tokens + self._held_side_tokens,
                        0, space.free_tokens, space.total_tokens)  # fmt: skip
 
     def _books(self) -> Books:
@@ -270,6 +299,8 @@ class BufferAllocator(Allocator):
             raise InvariantError(f"{self.kind}: allocated slots != sum of buffer sizes")
         if sides != self._side_tokens or not set(self._side) <= set(self._buffers):
             raise InvariantError(f"{self.kind}: side extents out of step with the buffers")
+        if sum(self._side[s][1] for s in self._held if s in self._side) != self._held_side_tokens:
+            raise InvariantError(f"{self.kind}: held side slots differ from a scan")
         for seq_id, (_, size) in self._buffers.items():
             if self._side.get(seq_id, (0, 0))[1] < self.side_slots(size):
                 raise InvariantError(f"{self.kind}: sequence {seq_id!r}'s side extent is short")

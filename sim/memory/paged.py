@@ -32,8 +32,9 @@ hit while something is held), never at query time.
 Hybrid models (``use_kv_groups``, ``sim.sizing.group_demand``): the table holds the layer
 groups that keep every token; a sequence also maps ``side_blocks(tokens)`` blocks of the
 same pool for its sliding-window, chunked-local and state-space groups, taken and returned
-as its tokens change (oldest first), shared with a fork's child by refcount, counted
-active in ``kv_slots``.
+as its tokens change (oldest first), shared with a fork's child by refcount; in
+``kv_slots`` a side block is full (B filled slots) and, like a table block, paused when only
+held sequences map it.
 
 Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
 ``side_blocks(tokens)``; the refcount of every block = the number of tables and side lists
@@ -84,6 +85,7 @@ class PagedAllocator(Allocator):
         self._held_refs: np.ndarray | None = None  # block -> held tables mapping it
         self._rc: np.ndarray | None = None  # the pool's refcounts, from the first hold on
         self._held_idx: dict[Hashable, np.ndarray] = {}  # a held table as an index array
+        self._held_side: dict[Hashable, np.ndarray] = {}  # a held sequence's side blocks
         self._paused_slots = 0  # filled slots of blocks only held tables map
         self._side: dict[Hashable, list[int]] = {}  # seq -> blocks of its side groups
         self._side_allocated = 0  # distinct side blocks allocated (a fork shares them)
@@ -133,6 +135,8 @@ class PagedAllocator(Allocator):
             self._side_allocated -= returned
             if self._rc is not None:
                 self._rc[old] -= 1
+            if self._held:  # the sequence is active: blocks only held forks map now pause
+                self._side_unmapped(old)
 
     def compose(self, index: PrefixIndex) -> None:
         """Give this empty allocator a prefix cache (once); blocks come from ``index.pool``."""
@@ -255,6 +259,8 @@ class PagedAllocator(Allocator):
                 self._rc[side] += 1
         if self._held:  # the child is active: blocks only held tables mapped are not
             self._mapped_by_active(table, tokens)
+            if side:
+                self._side_mapped(side)
         if self.index is not None:
             self.index.forked(parent_id, child_id, table)
         return True
@@ -276,6 +282,8 @@ class PagedAllocator(Allocator):
             self._side_allocated -= returned
             if self._rc is not None:
                 self._rc[side] -= 1
+            if self._held:
+                self._side_unmapped(side)
         if self.pool.refcount[table[-1]] == 1:  # its last block leaves the allocated set
             self._unfilled -= -tokens % self.block_size
         self._count.blocks_returned += self.pool.decref(reversed(table))
@@ -298,10 +306,32 @@ class PagedAllocator(Allocator):
             idx = self._held_idx[seq_id] = np.array(self._tables[seq_id], dtype=np.intp)
             refs[idx] += 1
             self._paused_slots += self._fill_where(refs[idx] == self._rc[idx], tokens)
+            side = self._held_side[seq_id] = np.array(self._side.get(seq_id, ()), dtype=np.intp)
+            refs[side] += 1  # a held sequence's side list does not change either
+            self._paused_slots += self._whole(refs[side] == self._rc[side])
         else:
             idx = self._held_idx.pop(seq_id)
             self._paused_slots -= self._fill_where(refs[idx] == self._rc[idx], tokens)
             refs[idx] -= 1
+            side = self._held_side.pop(seq_id)
+            self._paused_slots -= self._whole(refs[side] == self._rc[side])
+            refs[side] -= 1
+
+    def _whole(self, mask: np.ndarray) -> int:
+        """Filled slots of the side blocks ``mask`` picks (a side block is whole)."""
+        return int(np.count_nonzero(mask)) * self.block_size
+
+    def _side_mapped(self, blocks: list[int]) -> None:
+        """An active sequence now maps side ``blocks`` too (references taken)."""
+        idx = np.array(blocks, dtype=np.intp)
+        held = self._held_refs[idx]
+        self._paused_slots -= self._whole((held > 0) & (held == self._rc[idx] - 1))
+
+    def _side_unmapped(self, blocks: list[int]) -> None:
+        """An active sequence stopped mapping side ``blocks`` (references dropped)."""
+        idx = np.array(blocks, dtype=np.intp)
+        held = self._held_refs[idx]
+        self._paused_slots += self._whole((held > 0) & (held == self._rc[idx]))
 
     def _fill_where(self, mask: np.ndarray, tokens: int) -> int:
         """Filled slots of the blocks ``mask`` picks among the first of a ``tokens``-long
@@ -491,7 +521,7 @@ class PagedAllocator(Allocator):
             raise InvariantError(f"paged: unfilled slots {self._unfilled}, scan {unfilled}")
         refs: dict[int, int] = {}
         for seq_id in self._held:
-            for b in self._tables[seq_id]:
+            for b in (*self._tables[seq_id], *self._side.get(seq_id, ())):
                 refs[b] = refs.get(b, 0) + 1
         counted = self._held_refs
         if self._rc is not None and self._rc.tolist() != self.pool.refcount:
@@ -500,6 +530,6 @@ class PagedAllocator(Allocator):
         if refs != nonzero:
             raise InvariantError("paged: held block references differ from a scan")
         rc = self.pool.refcount
-        paused = sum(fill[b] for b, h in refs.items() if h == rc[b])
+        paused = sum(fill.get(b, self.block_size) for b, h in refs.items() if h == rc[b])
         if paused != self._paused_slots:
             raise InvariantError(f"paged: paused slots {self._paused_slots}, scan {paused}")

@@ -96,6 +96,19 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "only with Mamba prefix caching (not modelled), so such a model gets no hits.",
        optional=True, when="a hybrid model with a state-space group and a prefix cache (a "
        "dense or windowed model's hits are the block table's: no key)"),
+    _k("allocator_kv_bytes_per_token", "float", "bytes",
+       "Bytes per token of a hybrid model's block table (the layers that keep every token, "
+       "all GPUs): what its allocator charges per token; its sliding-window, chunked-local "
+       "and state-space groups are held beside it (memory.parquet's side_kv_bytes).",
+       optional=True, when="a hybrid model (a dense model's is kv_bytes_per_token)"),
+    _k("block_size_tokens", "int", "tokens",
+       "Tokens per KV block the engine ran with: the scenario's `block_size` raised as vLLM "
+       "does so one attention page holds a Mamba/linear-attention state "
+       "(sim/sizing/hybrid_pages.py; `kvsim plan` reports the same).",
+       optional=True, when="the block size was raised for a model with state layers"),
+    _k("requested_block_size_tokens", "int", "tokens",
+       "The scenario's `block_size` before vLLM's page unification raised it.",
+       optional=True, when="the block size was raised for a model with state layers"),
     _k("trajectories_total", "int", "count", "Trajectories the workload will start."),
     _k("command", "argv", "-", "`kvsim` argv as given (null from the Python API).", **_NULL),
     _k("scenario_path", "str", "-", "Scenario file, absolute (null for a dict).", **_NULL),

@@ -31,6 +31,11 @@ fragmentation, however much of its pool is free.
 A cluster run's shares are of the cluster's whole pool: each node's byte-seconds over its
 own rows (its allocator, pool and requests), summed, over the nodes' pools x time.
 
+A hybrid model's run (``allocator_kv_bytes_per_token`` in its summary) charges its block
+table's bytes per token, so reserves and rebuilt allocators use those, and the bytes its
+side groups hold (memory.parquet's ``side_kv_bytes``: windows, chunks and states written)
+count as token states.
+
 Invariant: pure function of a run's tables and resolved allocator config; the five
 shares are >= 0 and sum to 1; the two ``EXTERNAL_PARTS`` are >= 0 and sum to ``external``.
 """
@@ -77,9 +82,9 @@ def rounding_tokens_at(run, t: np.ndarray) -> np.ndarray:
         return np.zeros(len(t))
     from sim.memory import make_allocator
 
-    s = run.summary
     alloc = make_allocator(
-        kind, pool_bytes=s["kv_pool_bytes"], kv_bytes_per_token=s["kv_bytes_per_token"], **options
+        kind, pool_bytes=run.summary["kv_pool_bytes"], kv_bytes_per_token=table_bpt(run.summary),
+        **options,
     )
     if not hasattr(alloc, "reserve_rounding_tokens"):  # a kind whose space never rounds
         return np.zeros(len(t))
@@ -93,6 +98,12 @@ def rounding_tokens_at(run, t: np.ndarray) -> np.ndarray:
     end_run = (float(np.nanmax(t)) if len(t) else 0.0) + 1.0
     ends = np.where(np.isnan(r.finish_s.to_numpy(float)), end_run, r.finish_s.to_numpy(float))
     return _active_linear_sum(r.admitted_s.to_numpy(float), ends, extra, np.zeros(len(r)), t)
+
+
+def table_bpt(summary: dict) -> float:
+    """Bytes per token the run's allocator charged: a hybrid model's block table
+    (``allocator_kv_bytes_per_token``), else every layer's (``kv_bytes_per_token``)."""
+    return float(summary.get("allocator_kv_bytes_per_token", summary["kv_bytes_per_token"]))
 
 
 def _active_linear_sum(starts, ends, const, slope, t) -> np.ndarray:
@@ -160,8 +171,10 @@ def _byte_seconds(run) -> tuple[tuple[dict, dict], tuple[float, float]] | None:
     end = max(float(s.get("sim_time_s") or t[-1]), t[-1])
     dt_all = np.diff(np.append(t, end))
     pool = float(s["kv_pool_bytes"])
-    bpt = float(s["kv_bytes_per_token"])
+    bpt = table_bpt(s)
     useful = m.useful_bytes.to_numpy(float)
+    if "allocator_kv_bytes_per_token" in s and "side_kv_bytes" in m:
+        useful = useful + m.side_kv_bytes.to_numpy(float)  # a hybrid model's side states
     slack = np.maximum(m.allocated_bytes.to_numpy(float) - useful, 0.0)
     mid = t + dt_all / 2  # one evaluation per row (rows change at every decision)
     future = future_tokens_at(run.requests, mid) * bpt

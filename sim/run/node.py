@@ -149,6 +149,27 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         "kv_pool_bytes": round(r.pool_bytes),  # byte totals are integers (sim/metrics/schema)
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
         **_hit_limit(r),
+        **_raised_block(r),
+        **_table_bytes(r),
+    }
+
+
+def _table_bytes(r: Resolved) -> dict[str, Any]:
+    """``allocator_kv_bytes_per_token``, present for a hybrid model: the bytes per token of
+    its block table (the layers that keep every token), what its allocator charges."""
+    if r.kv_groups is None:
+        return {}
+    return {"allocator_kv_bytes_per_token": float(r.allocator_kv_bytes_per_token)}
+
+
+def _raised_block(r: Resolved) -> dict[str, Any]:
+    """``block_size_tokens`` and ``requested_block_size_tokens``, present when the block
+    size was raised for a model with state layers (vLLM's page unification, as ``plan``)."""
+    if r.requested_block_size_tokens is None:
+        return {}
+    return {
+        "block_size_tokens": int(r.allocator_options["block_size"]),
+        "requested_block_size_tokens": r.requested_block_size_tokens,
     }
 
 

@@ -35,6 +35,7 @@ from sim.scenario.paths import (
 )
 from sim.scenario.speculative import draft_kv
 from sim.sizing.group_demand import KVGroups, kv_groups
+from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
 
@@ -82,6 +83,10 @@ class Resolved:
     draft_model: ModelProfile | None = None
     #: the layer groups the allocator counts beside its block table (None: a dense model)
     kv_groups: KVGroups | None = None
+    #: the scenario's block size when vLLM's page unification raised it for a model with
+    #: Mamba/linear-attention states (``allocator_options['block_size']`` is the raised
+    #: one, as ``kvsim plan`` reports); None: the block size runs as given
+    requested_block_size_tokens: int | None = None
 
     @property
     def scenario(self):
@@ -170,13 +175,14 @@ def resolve(loaded: LoadedScenario) -> Resolved:
             field="hardware",
         )
     kind, options = _allocator_options(loaded, model)
+    requested = _unify_block_size(options, model, hw.tp)
     draft_gpu, draft = draft_kv(loaded, model, _caches_prefixes(kind))
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
     return Resolved(
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
-        window, draft_gpu, draft, groups if groups.hybrid else None,
+        window, draft_gpu, draft, groups if groups.hybrid else None, requested,
     )  # fmt: skip
 
 
@@ -285,6 +291,21 @@ def _allocator_options(loaded: LoadedScenario, model: ModelProfile) -> tuple[str
             )
         options["max_tokens"] = int(derived)
     return kind, options
+
+
+def _unify_block_size(options: dict, model: ModelProfile, tp: int) -> int | None:
+    """Raise ``options['block_size']`` as vLLM does for a model whose state layers need an
+    attention page at least one state (``sim.sizing.hybrid_pages``, as ``kvsim plan``);
+    returns the block size asked for when raised, else None (dense and windowed models,
+    and kinds without blocks, keep their options untouched)."""
+    block = options.get("block_size")
+    if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+        return None  # the allocator's own check reports a bad block size
+    pages = unify_pages(model, block, tp)
+    if not pages.raised:
+        return None
+    options["block_size"] = pages.block_size_tokens
+    return block
 
 
 def make_allocator_for(resolved: Resolved):

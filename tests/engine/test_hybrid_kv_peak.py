@@ -16,6 +16,7 @@ import yaml
 from sim.profiles import load_model
 from sim.run import run_scenario
 from sim.sizing.group_demand import kv_groups
+from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.kv import kv_bytes_for_context
 
 B = 16
@@ -53,11 +54,13 @@ def _scenario(tmp_path, model: str, prompt: int, output: int) -> str:
 
 
 def _rounding_bytes(model: str) -> float:
-    """The most whole blocks can add to the plan's exact bytes (see the module docstring)."""
-    g = kv_groups(load_model(model), 1, 1)
+    """The most whole blocks can add to the plan's exact bytes (see the module docstring),
+    at the block size the run uses (raised as vLLM does for a model with state layers)."""
+    m = load_model(model)
+    g, b = kv_groups(m, 1, 1), unify_pages(m, B).block_size_tokens
     table = g.table_bytes_per_token or g.all_bytes_per_token
-    side = sum(2 * B * s.bytes_per_token for s in g.side)
-    return B * table + (B * table if g.hybrid else 0) + side
+    side = sum(2 * b * s.bytes_per_token for s in g.side)
+    return b * table + (b * table if g.hybrid else 0) + side
 
 
 @pytest.mark.parametrize("model", sorted(CASES))

@@ -166,9 +166,9 @@ BUFFER_KINDS = {
 }
 
 
-def _buffer(name: str):
+def _buffer(name: str, slots: int = 8000):
     kind = name.split("-")[0]
-    return make_allocator(kind, pool_bytes=8000 * 1000 + 321, kv_bytes_per_token=1000.0,
+    return make_allocator(kind, pool_bytes=slots * 1000 + 321, kv_bytes_per_token=1000.0,
                           kv_groups=GROUPS, **BUFFER_KINDS[name])  # fmt: skip
 
 
@@ -236,3 +236,89 @@ def test_dense_groups_leave_the_allocator_as_it_was():
     a = make_allocator("paged", pool_bytes=1e9, kv_bytes_per_token=dense.table_bytes_per_token,
                        kv_groups=dense)  # fmt: skip
     assert a.kv_groups is None
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_KINDS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS, slots=st.integers(700, 3000))
+def test_buffer_can_ops_agree_with_the_ops(name, ops, slots):
+    """On a hybrid model a buffer kind's ``can_allocate``/``can_append``/``can_fork`` is
+    true iff the operation then succeeds (its side extent counted), and asking changes
+    nothing; pools of a few sequences (their buffer fits, not always their side extent)."""
+    a = _buffer(name, slots)
+    live: list[int] = []
+    next_id = 0
+    for op, pick, n in ops:
+        if op in ("hold", "free") and live:
+            seq = live[pick % len(live)]
+            if op == "hold":
+                a.set_held(seq, not a.is_held(seq))
+            else:
+                a.free(seq)
+                live.remove(seq)
+            continue
+        before = a.metrics()
+        if op == "allocate" or not live:
+            can = a.can_allocate(n)
+            assert a.metrics() == before
+            ok = bool(a.allocate(next_id, n))
+            live += [next_id] if ok else []
+            next_id += 1
+        elif op == "append":
+            seq = live[pick % len(live)]
+            can = a.can_append(seq, n)
+            assert a.metrics() == before
+            ok = a.append(seq, n)
+        else:
+            seq = live[pick % len(live)]
+            can = a.can_fork(seq)
+            assert a.metrics() == before
+            ok = a.fork(seq, next_id)
+            live += [next_id] if ok else []
+            next_id += 1
+        assert can == ok, (op, n)
+        a.check_invariants()
+
+
+@pytest.mark.parametrize("kind", ["paged", "radix"])
+def test_paged_side_blocks_of_a_held_sequence_are_paused(kind):
+    """Issue 27 follow-up: a held sequence's side blocks are paused in ``kv_slots``; a
+    fork's child mapping them keeps them active until it moves past them or is freed."""
+    a = _make(kind)
+    side = GROUPS.side_blocks(50, B)  # 2,000 B of chunk... + the state: whole table blocks
+    assert side > 0 and a.allocate("x", 50)
+    a.set_held("x", True)
+    a.check_invariants()
+    assert a.kv_slots().paused == 50 + side * B
+    a.set_held("x", False)
+    assert a.fork("x", "y") and a.kv_slots().paused == 0
+    a.set_held("x", True)  # "y" maps every block of "x": all active
+    a.check_invariants()
+    assert a.kv_slots().paused == 0
+    a.free("y")
+    a.check_invariants()
+    assert a.kv_slots().paused == 50 + side * B
+    a.set_held("x", False)
+    a.check_invariants()
+    assert a.kv_slots().paused == 0
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_KINDS))
+def test_buffer_side_extent_of_a_held_sequence_is_paused(name):
+    a = _buffer(name)
+    side = lambda: round(a.metrics().side_allocated_bytes / 1000)  # noqa: E731
+    assert a.allocate("y", 30)
+    side_y = side()
+    assert a.allocate("x", 50)
+    side_x = side() - side_y  # the extent as placed (a buddy block rounds it up)
+    assert side_x >= a.side_slots(50) > 0
+    a.set_held("x", True)
+    a.check_invariants()
+    assert a.kv_slots().paused == 50 + side_x
+    assert a.append("x", 400)  # grows (and moves) its side extent: held again after
+    a.check_invariants()
+    assert side() - side_y >= a.side_slots(a.seq_capacity_tokens("x"))
+    assert a.kv_slots().paused == 450 + side() - side_y
+    a.free("x")
+    a.check_invariants()
+    assert a.kv_slots().paused == 0

@@ -33,6 +33,11 @@ class PauseDecider:
         self.model = resolved.model
         self.bpt_gpu = resolved.kv_bytes_per_token_per_gpu
         self.bpt = resolved.kv_bytes_per_token
+        # a hybrid model's sequence holds its table tokens plus its side groups' blocks or
+        # states, not every layer for every token (F1); None: a dense model, F1 exactly
+        self.groups = resolved.kv_groups
+        self.table_bpt = resolved.allocator_kv_bytes_per_token
+        self.num_gpus = resolved.num_gpus
         self.pool_bytes = resolved.pool_bytes
         self.tiers = resolved.tiers
         cfg = cost.config
@@ -63,11 +68,18 @@ class PauseDecider:
         host, nvme = pools
         wait = req.next_pause_s if self.oracle else self.predictor.predict(req.tool_name)
         free = kv.free_bytes / self.pool_bytes if self.pool_bytes else 0.0
-        running = sum(r.num_computed for r in sched.running if r is not req) * self.bpt
+        block = kv.block_size or 1
+        running = sum(
+            self.held_bytes(r.num_computed, block) for r in sched.running if r is not req
+        ) if self.groups is not None else sum(
+            r.num_computed for r in sched.running if r is not req
+        ) * self.bpt  # fmt: skip
+        total = self.held_bytes(tokens, block)
+        per_gpu = tokens * self.bpt_gpu if self.groups is None else total / self.num_gpus
         return PauseFacts(
             tokens=tokens,
-            state_bytes_per_gpu=tokens * self.bpt_gpu,
-            state_bytes_total=tokens * self.bpt,
+            state_bytes_per_gpu=per_gpu,
+            state_bytes_total=total,
             predicted_wait_s=wait,
             hbm_free_fraction=min(1.0, max(0.0, free)),
             link_bw_bytes_per_s=t.link_bw_bytes_per_s,
@@ -83,6 +95,14 @@ class PauseDecider:
             hint=req.hint,
             pool_bytes=self.pool_bytes,
         )
+
+    def held_bytes(self, tokens: int, block_size: int) -> float:
+        """Bytes a sequence of ``tokens`` holds over the engine instance: every layer per
+        token for a dense model (F1); for a hybrid one its block table's tokens plus its
+        side groups' blocks (``block_size`` tokens each) or states (``KVGroups``)."""
+        if self.groups is None:
+            return float(tokens * self.bpt)
+        return float(tokens * self.table_bpt + self.groups.side_bytes(tokens, block_size))
 
     def _swap_budget(self, now: float, last_step_s: float) -> float:
         """Link bytes per GPU the step that just ended could hide (shared by its pauses)."""

@@ -385,11 +385,18 @@ class PauseLifecycle:
         return [
             (
                 p,
-                held.get(p.pause_id, 0.0) * self.bpt,
+                held.get(p.pause_id, 0.0) * self._bytes_per_token(p),
                 self.decider.recompute_flops(p.recompute_tokens),
             )
             for p in self.pauses
         ]
+
+    def _bytes_per_token(self, p: Pause) -> float:
+        """HBM bytes per held token of ``p``'s state: F1 for a dense model; a hybrid
+        model's state bytes spread over its tokens (its side groups are not per token)."""
+        if self.decider.groups is None or p.tokens <= 0:
+            return self.bpt
+        return p.bytes_total / p.tokens
 
 
 def _nothing() -> None:
