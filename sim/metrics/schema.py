@@ -147,12 +147,12 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "truncation (>= prefix_hit_rate).", nullable=True, **_PREFIX),
     _k("prefix_evicted_blocks", "int", "count", "Blocks the prefix cache evicted.", **_PREFIX),
     # ---- speculative decoding (sim.sched.speculative): expected-value acceptance, exact
-    _k("spec_accepted_tokens_per_step", "float", "tokens",
+    _k("spec_accepted_tokens_per_step", "float", "tokens/step",
        "Draft tokens accepted per sequence verify step (mean; the bonus token not counted): "
        "E(k) = sum a^i of the acceptance rate, less the cuts at output limits. Exact for the "
        "stated acceptance_rate; how far to trust it is how far that rate holds.",
        nullable=True, **_SPEC),
-    _k("spec_tokens_per_step", "float", "tokens",
+    _k("spec_tokens_per_step", "float", "tokens/step",
        "Output tokens per sequence verify step (mean): spec_accepted_tokens_per_step + 1.",
        nullable=True, **_SPEC),
     _k("spec_verify_steps", "int", "count", "Sequence verify steps (one per request per step).",
