@@ -655,14 +655,19 @@ eng = pd.DataFrame(eng)
 display(pd.DataFrame(parts).T.round(5))
 eng.set_index(["workload", "policy"]).round(4)"""),
     ("code", """\
-fig = new_figure(figsize=(4.2 * len(ENGINE_WORKLOADS), 3.2))
+fig = new_figure(figsize=(4.0 * len(ENGINE_WORKLOADS) + 1.2, 3.2))
+first = None
 for i, wl in enumerate(ENGINE_WORKLOADS):
-    ax = fig.add_subplot(1, len(ENGINE_WORKLOADS), i + 1)
+    ax = fig.add_subplot(1, len(ENGINE_WORKLOADS), i + 1, sharey=first)
     sub = eng[eng.workload == wl]
     ax.barh(sub.policy, sub.cost_over_oracle)
     ax.axvline(1.0, color="grey", ls=":")
     ax.set_xscale("log")
-    ax.invert_yaxis()
+    if first is None:
+        first = ax
+        ax.invert_yaxis()
+    else:
+        ax.tick_params(labelleft=False)
     ax.set_xlabel("pause cost / oracle (log; 1 = the bound)")
     ax.set_title(f"{wl}: oracle {sub.oracle_s.iloc[0] * 1e3:.1f} ms")
 show(fig)"""),
@@ -694,6 +699,7 @@ after = miss.groupby("after").miss_tokens.sum() / miss.miss_tokens.sum()
 ratio = eng.set_index(["workload", "policy"]).cost_over_oracle
 SWARM = list(ENGINE_WORKLOADS)[1]
 split = parts[(SWARM, "hints_exact")]
+zero = parts[(SWARM, "hints_exact_margin0")]
 key_numbers(lru=w.lru, ttl_pin=w.ttl_pin, hints_exact=w.hints_exact, hints_noisy=w.hints_noisy_4x,
             belady=w.belady, ttl_leases=ttl.pins_placed, ttl_held=ttl.pins_hit,
             miss_share_under_60s=fast, miss_share_first_call=share["first call"],
@@ -721,7 +727,8 @@ print(f"Answer: with {CONC} sessions in flight and a {CAP:,}-token cache, LRU hi
       f"({ratio[(SWARM, 'hints_exact_margin0')]:.1f}x with margin 0) and "
       f"{ratio[(SWARM, 'hints_noisy_3x')]:.1f}x noisy; the exact hints' gap is "
       f"{split['reload_early_s'] / (sum(split.values())):.0%} the prefetch margin's early reload and "
-      f"{split['step_boundary_s'] / (sum(split.values())):.0%} the step boundary after the copy-out.")"""),
+      f"{split['step_boundary_s'] / (sum(split.values())):.0%} the step boundary after the copy-out "
+      f"(with margin 0: {zero['reload_stall_s'] / sum(zero.values()):.0%} reload stall after the return).")"""),
 ]
 
 
