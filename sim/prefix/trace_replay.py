@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -58,7 +59,7 @@ from sim.prefix.pool import CountingPool
 from sim.prefix.radix import RadixTree
 from sim.prefix.replay_order import interleave
 from sim.prefix.replay_policies import ReplayPolicyOptions, build_plan
-from sim.prefix.session_trace import Session
+from sim.prefix.session_trace import BlockRuns, Session
 
 #: tokens per hash id in the Mooncake format
 MOONCAKE_BLOCK_TOKENS = 512
@@ -247,10 +248,13 @@ def _hit_tokens(matched_blocks: int, block_size: int, prompt: int, recompute: bo
     return min(matched_blocks * block_size, prompt)
 
 
-def block_content(key: int | str, block_ids: tuple[int, ...], block_size: int) -> tuple:
+def block_content(key: int | str, block_ids: Sequence[int], block_size: int) -> tuple:
     """The content of a prompt given as block ids: block ``x`` is tokens ``x * B`` ..
     ``x * B + B - 1`` of the content ``key``, so a run of consecutive ids is one segment
-    and equal ids (under one key) are equal blocks."""
+    and equal ids (under one key) are equal blocks. ``BlockRuns`` (maximal runs) are read
+    run by run, never id by id."""
+    if isinstance(block_ids, BlockRuns):
+        return tuple((key, first * block_size, n * block_size) for first, n in block_ids.runs)
     out: list[tuple] = []
     start = prev = None
     for x in block_ids:
@@ -326,9 +330,9 @@ def replay_sessions(
         not_fitting += keep < len(call.block_ids)
         node = None
         if keep:  # (keep 0: no blocks, or a cache of 0 blocks, which stays empty)
-            node, short = _cache_leading(tree, pool, block_content(keys[rc.session],
-                                         call.block_ids[:keep], bs), m.block_ids[:keep],
-                                         keep, cap, rc.index)  # fmt: skip
+            head = content if keep == len(call.block_ids) else block_content(
+                keys[rc.session], call.block_ids[:keep], bs)  # fmt: skip
+            node, short = _cache_leading(tree, pool, head, m.block_ids[:keep], keep, cap, rc.index)
             cut += short
         pin_s = plan.pin_rule(rc) if plan.pin_rule else plan.pin_for_s[rc.index]
         if pin_s is not None:
