@@ -153,11 +153,11 @@ def trace_replay(
 ) -> None:
     """Parse the flags, replay, print."""
     capacity = parse_cache_tokens(cache_tokens)
-    rule = None
+    hit_rule = None
     if model is not None:
         from sim.prefix.replay_hit_rule import model_hit_rule
 
-        rule = model_hit_rule(model)
+        hit_rule = model_hit_rule(model)
     extra: dict = {}
     if format == "claude-code":
         from sim.prefix.replay_policies import ReplayPolicyOptions
@@ -165,7 +165,7 @@ def trace_replay(
         opts = ReplayPolicyOptions(
             ttl_s, short_wait_s, pin_max_s, hint_noise, seed, max_pinned_fraction
         )
-        session = (concurrency, interleave, opts, rule)
+        session = (concurrency, interleave, opts, hit_rule)
         result, extra = _claude_code(
             file, block_size, capacity, eviction, recompute_last_token, session
         )
@@ -186,7 +186,7 @@ def trace_replay(
             cache_tokens=capacity,
             eviction=eviction,
             recompute_last_token=recompute_last_token,
-            hit_rule=rule,
+            hit_rule=hit_rule,
         )
     out = {**result.to_dict(), **extra}
     out["cache_tokens"] = "inf" if capacity is None else capacity
