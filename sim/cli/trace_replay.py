@@ -55,6 +55,12 @@ _PARAGRAPHS = [
     "--pin-max-s, retain_priority, release at session end; --hint-noise X puts the "
     "expected pause off by a factor in [1/X, X]); leases past --max-pinned-fraction of the "
     "cache are refused and counted. docs/prefix_cache.md describes them.",
+    "Model (--model NAME, a model profile): what is cached does not change, but a call's "
+    "hit is the longest prefix every layer group of the model serves (vLLM's hybrid rule): "
+    "sliding-window and chunked groups are cached with the block table and keep its hits; "
+    "a state-space group (mamba, linear attention) saves no state, so such a hybrid gets no "
+    "hit. The output adds table_hit_tokens (the block table's own hits), "
+    "hit_tokens_lost_by_group and hits_limited_by (the group that took the most).",
     "hit_rate_last_half is the same ratio over the requests from index requests // 2 on "
     "(after warm-up).",
     "Example: kvsim trace-replay workloads/data/mooncake/synthetic_trace.jsonl "
@@ -127,6 +133,14 @@ def trace_replay(
     max_pinned_fraction: Annotated[
         float, typer.Option(help="ttl_pin, hints: leases refused past this share of the cache.")
     ] = 0.5,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Apply this model's layer groups' prefix-hit rule (hybrid: windowed, "
+            "state-space); default: the block table alone.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     recompute_last_token: Annotated[
         bool,
@@ -139,6 +153,11 @@ def trace_replay(
 ) -> None:
     """Parse the flags, replay, print."""
     capacity = parse_cache_tokens(cache_tokens)
+    hit_rule = None
+    if model is not None:
+        from sim.prefix.replay_hit_rule import model_hit_rule
+
+        hit_rule = model_hit_rule(model)
     extra: dict = {}
     if format == "claude-code":
         from sim.prefix.replay_policies import ReplayPolicyOptions
@@ -146,7 +165,7 @@ def trace_replay(
         opts = ReplayPolicyOptions(
             ttl_s, short_wait_s, pin_max_s, hint_noise, seed, max_pinned_fraction
         )
-        session = (concurrency, interleave, opts)
+        session = (concurrency, interleave, opts, hit_rule)
         result, extra = _claude_code(
             file, block_size, capacity, eviction, recompute_last_token, session
         )
@@ -167,6 +186,7 @@ def trace_replay(
             cache_tokens=capacity,
             eviction=eviction,
             recompute_last_token=recompute_last_token,
+            hit_rule=hit_rule,
         )
     out = {**result.to_dict(), **extra}
     out["cache_tokens"] = "inf" if capacity is None else capacity
@@ -188,8 +208,18 @@ def trace_replay(
     typer.echo(f"  evicted blocks     {result.evicted_blocks:,}")
     typer.echo(f"  peak cached tokens {result.peak_cached_tokens:,}")
     typer.echo(f"  calls not fitting  {result.calls_not_fitting:,}")
+    if result.model is not None:
+        _echo_model(result)
     if format == "claude-code":
         _echo_sessions(result)
+
+
+def _echo_model(result) -> None:
+    lost = ", ".join(f"{g} {n:,}" for g, n in result.hit_tokens_lost_by_group.items())
+    typer.echo(f"  model              {result.model} (its layer groups' hit rule)")
+    typer.echo(f"  table hit tokens   {result.table_hit_tokens:,} (the block table alone)")
+    typer.echo(f"  hits limited by    {result.hits_limited_by or 'no group'}"
+               + (f" (hit tokens lost: {lost})" if lost else ""))  # fmt: skip
 
 
 def _echo_sessions(result) -> None:
@@ -210,7 +240,7 @@ def _claude_code(
     file: Path, block_size: int | None, capacity, eviction: str, recompute: bool, session
 ):
     """Replay Claude Code sessions; (result, extra JSON keys). ``session``: (concurrency,
-    interleave mode, ``ReplayPolicyOptions``)."""
+    interleave mode, ``ReplayPolicyOptions``, the ``--model`` hit rule or None)."""
     from sim.prefix.session_trace import load_sessions
     from sim.prefix.trace_replay import replay_sessions
 
@@ -221,6 +251,8 @@ def _claude_code(
             f"--block-size {block_size}: the claude-code file's block size is "
             f"{', '.join(map(str, sizes))}; leave --block-size out"
         )
-    concurrency, mode, opts = session
-    result = replay_sessions(sessions, capacity, eviction, recompute, concurrency, mode, opts)
+    concurrency, mode, opts, rule = session
+    result = replay_sessions(
+        sessions, capacity, eviction, recompute, concurrency, mode, opts, hit_rule=rule
+    )
     return result, {"sessions": len(sessions)}

@@ -41,6 +41,12 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
   it); a call whose blocks leases crowd out caches fewer of them (``calls_cut_by_pins``);
   ``release`` drops a session's path at its last call.
 
+With ``--model NAME`` (``hit_rule``; ``sim.prefix.replay_hit_rule``) what is cached is the
+same, but a call's hit is the longest prefix every layer group of the model serves
+(``sim.prefix.hybrid_hit.longest_hit``, vLLM's hybrid rule) given the blocks matched: a
+windowed model keeps them, a state-space hybrid (no saved states) gets none; the output
+adds the block table's own hits and the hit tokens each group took away.
+
 Invariant: the cache never holds more than ``floor(cache_tokens / B)`` blocks after a
 request (``peak_cached_tokens <= cache_tokens``); replay is deterministic and does work
 per trace block (per run of consecutive block ids for sessions), never per token.
@@ -50,15 +56,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from sim.errors import ConfigError, KvsimError, UnknownNameError
 from sim.prefix.pool import CountingPool
 from sim.prefix.radix import RadixTree
+from sim.prefix.replay_hit_rule import ModelHitRule
 from sim.prefix.replay_order import interleave
 from sim.prefix.replay_policies import ReplayPolicyOptions, build_plan
-from sim.prefix.session_trace import Session
+from sim.prefix.session_trace import BlockRuns, Session
 
 #: tokens per hash id in the Mooncake format
 MOONCAKE_BLOCK_TOKENS = 512
@@ -164,12 +172,27 @@ class ReplayResult:
     calls_not_fitting: int = 0
     hits: list[int] = field(default_factory=list, repr=False)  # per request
     recompute_last_token: bool = False  # the engine's rule: at least one token is computed
+    #: ``--model``: the model whose layer groups decide hits (None: the block table alone)
+    model: str | None = None
+    #: ``--model``: the hit tokens the block table alone would serve (hit_tokens' upper bound)
+    table_hit_tokens: int | None = None
+    #: ``--model``: group -> hit tokens it took away from the table's hits
+    hit_tokens_lost_by_group: dict[str, int] | None = None
+    #: ``--model``: the group that took away the most hit tokens (None: none took any)
+    hits_limited_by: str | None = None
 
     def to_dict(self, per_request: bool = False) -> dict:
         d = asdict(self)
         if not per_request:
             d.pop("hits")
+        if self.model is None:  # without --model the output is exactly as before it existed
+            for k in MODEL_KEYS:
+                d.pop(k)
         return d
+
+
+#: the keys ``--model`` adds to a replay's output
+MODEL_KEYS = ("model", "table_hit_tokens", "hit_tokens_lost_by_group", "hits_limited_by")
 
 
 def replay(
@@ -178,8 +201,10 @@ def replay(
     cache_tokens: int | None = None,
     eviction: str = "lru",
     recompute_last_token: bool = False,
+    hit_rule: ModelHitRule | None = None,
 ) -> ReplayResult:
-    """Replay ``requests`` through a radix tree (see the module docstring for the rules)."""
+    """Replay ``requests`` through a radix tree (see the module docstring for the rules);
+    ``hit_rule`` (``--model``): a model's layer groups decide each hit."""
     if not isinstance(block_size, int) or block_size < 1 or MOONCAKE_BLOCK_TOKENS % block_size:
         raise KvsimError(f"block size must divide {MOONCAKE_BLOCK_TOKENS}, got {block_size}")
     if cache_tokens is not None and cache_tokens < 0:
@@ -189,25 +214,26 @@ def replay(
     cap = None if cache_tokens is None else cache_tokens // block_size
     per_trace_block = MOONCAKE_BLOCK_TOKENS // block_size
     hits: list[int] = []
-    peak = not_fitting = 0
+    peak = not_fitting = table_hits = 0
     for i, req in enumerate(requests):
         not_fitting += cap is not None and len(req.hash_ids) * per_trace_block > cap
         content = tuple((h, 0, MOONCAKE_BLOCK_TOKENS) for h in req.hash_ids)
         m = tree.match(content, now=i)
         matched = len(m.block_ids)
-        if recompute_last_token:
-            hits.append(min(matched * block_size, req.input_length - 1) // block_size * block_size)
-        else:
-            hits.append(min(matched * block_size, req.input_length))
+        hit, table = _call_hit(matched, block_size, req.input_length, recompute_last_token,
+                               hit_rule)  # fmt: skip
+        hits.append(hit)
+        table_hits += table
         new = pool.take(len(req.hash_ids) * per_trace_block - matched)
         tree.insert(content, m.block_ids + new, now=i)
         if cap is not None and tree.total_blocks > cap:
             tree.evict(tree.total_blocks - cap)
         peak = max(peak, tree.total_blocks)
     prompts = [r.input_length for r in requests]
-    return _result(
+    base = _result(
         prompts, hits, tree, block_size, cache_tokens, peak, recompute_last_token, not_fitting
     )
+    return _with_model(base, hit_rule, table_hits)
 
 
 def _result(
@@ -247,10 +273,36 @@ def _hit_tokens(matched_blocks: int, block_size: int, prompt: int, recompute: bo
     return min(matched_blocks * block_size, prompt)
 
 
-def block_content(key: int | str, block_ids: tuple[int, ...], block_size: int) -> tuple:
+def _call_hit(matched_blocks: int, block_size: int, prompt: int, recompute: bool,
+              rule: ModelHitRule | None) -> tuple[int, int]:  # fmt: skip
+    """(hit tokens, the hit tokens of the block table alone) of one call."""
+    table = _hit_tokens(matched_blocks, block_size, prompt, recompute)
+    if rule is None:
+        return table, table
+    h = rule.hit(matched_blocks, block_size)
+    hit = _hit_tokens(h.blocks, block_size, prompt, recompute)
+    rule.count(h.limited_by, table, hit)
+    return hit, table
+
+
+def _with_model(base: ReplayResult, rule: ModelHitRule | None, table_hits: int) -> ReplayResult:
+    """``base`` with the ``--model`` keys filled in (unchanged without a model)."""
+    if rule is None:
+        return base
+    base.model = rule.model
+    base.table_hit_tokens = table_hits
+    base.hit_tokens_lost_by_group = dict(sorted(rule.lost_tokens.items()))
+    base.hits_limited_by = rule.limited_by
+    return base
+
+
+def block_content(key: int | str, block_ids: Sequence[int], block_size: int) -> tuple:
     """The content of a prompt given as block ids: block ``x`` is tokens ``x * B`` ..
     ``x * B + B - 1`` of the content ``key``, so a run of consecutive ids is one segment
-    and equal ids (under one key) are equal blocks."""
+    and equal ids (under one key) are equal blocks. ``BlockRuns`` (maximal runs) are read
+    run by run, never id by id."""
+    if isinstance(block_ids, BlockRuns):
+        return tuple((key, first * block_size, n * block_size) for first, n in block_ids.runs)
     out: list[tuple] = []
     start = prev = None
     for x in block_ids:
@@ -295,8 +347,10 @@ def replay_sessions(
     concurrency: int = 1,
     interleave_mode: str = "time",
     options: ReplayPolicyOptions | None = None,
+    hit_rule: ModelHitRule | None = None,
 ) -> SessionReplayResult:
-    """Replay Claude Code sessions through a radix tree (module docstring: the rules)."""
+    """Replay Claude Code sessions through a radix tree (module docstring: the rules);
+    ``hit_rule`` (``--model``): a model's layer groups decide each hit."""
     sizes = {s.block_size for s in sessions}
     if len(sizes) != 1:
         raise KvsimError(f"sessions have different block sizes {sorted(sizes)}; replay one size")
@@ -315,20 +369,23 @@ def replay_sessions(
     leases = _Leases(tree, budget)
     prompts: list[int] = []
     hits: list[int] = []
-    peak = not_fitting = cut = released = 0
+    peak = not_fitting = cut = released = table_hits = 0
     for rc, content in zip(order, contents, strict=True):
         call = rc.call
         leases.advance(rc.t_s, rc.session)
         m = tree.match(content, now=rc.index)
         prompts.append(call.prompt_tokens)
-        hits.append(_hit_tokens(len(m.block_ids), bs, call.prompt_tokens, recompute_last_token))
+        hit, table = _call_hit(len(m.block_ids), bs, call.prompt_tokens, recompute_last_token,
+                               hit_rule)  # fmt: skip
+        hits.append(hit)
+        table_hits += table
         keep = len(call.block_ids) if cap is None else min(cap, len(call.block_ids))
         not_fitting += keep < len(call.block_ids)
         node = None
         if keep:  # (keep 0: no blocks, or a cache of 0 blocks, which stays empty)
-            node, short = _cache_leading(tree, pool, block_content(keys[rc.session],
-                                         call.block_ids[:keep], bs), m.block_ids[:keep],
-                                         keep, cap, rc.index)  # fmt: skip
+            head = content if keep == len(call.block_ids) else block_content(
+                keys[rc.session], call.block_ids[:keep], bs)  # fmt: skip
+            node, short = _cache_leading(tree, pool, head, m.block_ids[:keep], keep, cap, rc.index)
             cut += short
         pin_s = plan.pin_rule(rc) if plan.pin_rule else plan.pin_for_s[rc.index]
         if pin_s is not None:
@@ -337,6 +394,7 @@ def replay_sessions(
             released += len(tree.evict_path(node))
         peak = max(peak, tree.total_blocks)
     base = _result(prompts, hits, tree, bs, cache_tokens, peak, recompute_last_token, not_fitting)
+    base = _with_model(base, hit_rule, table_hits)
     return _session_result(base, eviction, concurrency, interleave_mode, leases, cut, released)
 
 

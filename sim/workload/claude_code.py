@@ -123,21 +123,12 @@ def pause_kind(call: SessionCall) -> str:
     return HUMAN if call.after_human else TOOL
 
 
-def _common_blocks(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _next_turn(prev: SessionCall, call: SessionCall, block_size: int, pause: float, user: int):
     """(the turn that sends ``call`` after ``prev``, the tail of ``prev``'s reply kept in the
     context or None for all of it)."""
     kind = pause_kind(call)
     tool = "user" if kind == HUMAN else "tool_result"
-    common = _common_blocks(prev.block_ids, call.block_ids)
+    common = prev.block_ids.common_prefix(call.block_ids)
     head = TurnSpec(pause, 1, _out(call), tool, kind, user)
     if common == len(prev.block_ids):  # extends the previous prompt
         return grown_turn(head, prev.prompt_tokens, _out(prev), call.prompt_tokens)
