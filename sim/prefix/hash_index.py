@@ -191,6 +191,9 @@ class HashIndex:
         self._tail[child_id] = list(self._tail[parent_id])
         self.ledger.fork(parent_id, child_id, table)
 
+    def set_retain(self, seq_id: Hashable, priority: float) -> None:
+        """Ignored: vLLM's free queue is one LRU order (no retain bias in ``paged_hash``)."""
+
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Forget it; with ``uncache`` each of its blocks that no other table maps loses
         its hash (``HashBlockPool.uncache_free``, counted as evictions)."""
