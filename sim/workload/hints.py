@@ -10,7 +10,8 @@ Responsibility: ``workload.hints`` (``HintsConfig``) and ``HintEmitter``, which 
     noise): exp(ln(noise_factor) x N(0, 1)), from the ``hints`` stream;
   * E <= ``pin_max_s``: ``pin_for_s = E x pin_slack`` (a lease with a margin; then the
     ``demote`` tier); longer: ``demote`` with ``prefetch_at_s = E`` (when ``prefetch``);
-    every pause hint carries ``retain_priority``;
+    every pause hint carries ``retain_priority`` (minus E with ``retain_by_return``: the
+    engine then keeps the KV expected back soonest longest);
   * a trajectory's last call carries ``release`` (when ``release``): the session is over.
 A call followed by a fork or a spawn (no next turn on its line) carries no hint.
 
@@ -56,6 +57,8 @@ class HintsConfig(BaseModel):
     demote: Literal["host", "nvme"] = "host"
     prefetch: bool = True  # demoted pauses say when they expect to return
     retain_priority: float = Field(0.0, ge=-1e6, le=1e6)
+    # the bias by return: retain_priority - E (seconds), so the sooner back is kept longer
+    retain_by_return: bool = False
     release: bool = True  # the last call releases the session's KV
 
 
@@ -140,15 +143,15 @@ class HintEmitter:
         if nxt is None:
             return None
         e = self.expected_s(nxt.pause_s, nxt.category)
+        retain = c.retain_priority - e if c.retain_by_return else c.retain_priority
         if e <= c.pin_max_s:
             return KVHint(
-                pin_for_s=e * c.pin_slack, retain_priority=c.retain_priority, demote=c.demote,
+                pin_for_s=e * c.pin_slack, retain_priority=retain, demote=c.demote,
                 prefetch_at_s=e if c.prefetch else None,
             )  # fmt: skip
         return KVHint(
-            retain_priority=c.retain_priority, demote=c.demote,
-            prefetch_at_s=e if c.prefetch else None,
-        )  # fmt: skip
+            retain_priority=retain, demote=c.demote, prefetch_at_s=e if c.prefetch else None
+        )
 
 
 def hint_emitter(wcfg: Any, ctx: Any) -> HintEmitter | None:

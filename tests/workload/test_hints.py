@@ -182,3 +182,12 @@ def test_fitted_is_refused_for_replayed_kinds_in_one_line(kind, why):
     with pytest.raises(ConfigError, match=rf"workload\.hints\.source.*{why}") as err:
         emitter(kind, source="fitted")
     assert "\n" not in str(err.value)
+
+
+def test_retain_by_return_biases_the_sooner_return_higher():
+    e = emitter(retain_by_return=True, retain_priority=5.0)
+    assert e.hint(turn(1.0), last=False).retain_priority == 4.0
+    assert e.hint(turn(45.0), last=False) == KVHint(
+        retain_priority=-40.0, demote="host", prefetch_at_s=45.0
+    )
+    assert emitter().hint(turn(45.0), last=False).retain_priority == 0.0  # off by default
