@@ -119,9 +119,14 @@ class PauseLifecycle:
         if d.ttl_s is not None:
             p.release = d.release
             self.env.process(self._ttl(p, d.ttl_s))
-        if self.honours_hints:  # the bias holds while paused and once its blocks are cached
-            kv.retain(seq, 0.0 if req.hint is None else req.hint.retain_priority)
+        self._retain(seq, req)
         self._apply(p, d.action, d.evict_from_prefix_cache, first=True)
+
+    def _retain(self, seq: Hashable, req: Request) -> None:
+        """The ``hints`` policy's eviction bias: the hint's ``retain_priority`` holds while
+        the KV is paused and once its blocks are cached (``KVManager.retain``)."""
+        if self.honours_hints:
+            self.kv.retain(seq, 0.0 if req.hint is None else req.hint.retain_priority)
 
     def _apply(self, p: Pause, action: str, evict: bool = False, first: bool = False) -> None:
         """Start ``action`` for the pause (at its decision, or at a TTL's expiry)."""
@@ -285,6 +290,7 @@ class PauseLifecycle:
             content = p.req.content_slice(0, p.tokens) if kv.uses_content else None
             if kv.restore(p.seq, p.tokens, content):
                 self._restores.pop(0)
+                self._retain(p.seq, p.req)  # a restored sequence is a new one: bias it again
                 p.to(S.COPYING_IN)
                 p.reload_start_s = self.env.now
                 if p.next_req is None:  # a prefetch: held (counted, droppable) meanwhile
