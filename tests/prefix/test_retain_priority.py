@@ -11,7 +11,9 @@ from tree_fixtures import Pool
 
 from sim.memory import make_allocator
 from sim.memory.kv_manager import KVManager
+from sim.prefix.hashcache import HashBlockPool
 from sim.prefix.radix import RadixTree
+from sim.prefix.spans import hash_blocks_from, segments
 
 
 def _three_leaves():
@@ -121,3 +123,69 @@ def test_the_radix_cache_evicts_the_low_priority_session_first():
         tree = kv.alloc.index.tree
         cached = {cid: tree.match([(cid, 48)]).matched_tokens for cid in ("a", "b")}
         assert cached == {"a": 0, "b": 0, survivor: 48}
+
+
+def _hash_kv():
+    alloc = make_allocator("paged_hash", pool_bytes=7 * 16, kv_bytes_per_token=1, block_size=16)
+    return KVManager(alloc)  # 6 usable blocks (block 0 is the null block)
+
+
+def test_the_hash_cache_takes_a_retained_sessions_blocks_last():
+    """vLLM's free queue is LRU: A's blocks, freed first, go first; a retain priority above 0
+    keeps A's after the LRU queue; one below 0 is the LRU queue itself."""
+    for retain_a, survivor in ((None, "b"), (2.0, "a"), (-1.0, "b")):
+        kv = _hash_kv()
+        _live(kv, "A", "a")
+        _live(kv, "B", "b")
+        if retain_a is not None:
+            kv.retain("A", retain_a)
+        kv.drop("A")  # freed first: LRU takes its blocks first
+        kv.drop("B")
+        kv.alloc.check_invariants()
+        assert kv.alloc.allocate("C", 48, content=[("c", 48)])  # 3 of 6 cached blocks go
+        kv.alloc.check_invariants()
+        pool = kv.alloc.index.pool
+        hits = {
+            cid: len(pool.lookup(hash_blocks_from(segments([(cid, 48)]), 0, 0, 16)[0]))
+            for cid in ("a", "b")
+        }
+        assert hits == {"a": 0, "b": 0, survivor: 3}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["take", "free", "retain", "touch", "uncache"]),
+            st.integers(0, 10),
+            st.sampled_from([-1.0, 0.0, 1.0, 3.0]),
+        ),
+        max_size=60,
+    )
+)
+def test_hash_pool_books_and_retained_order(ops):
+    """Random takes, frees (hashed), retains, touches and uncaches keep the pool's books
+    (``check``), and a take pops the LRU queue before any retained block, the lowest
+    priority's oldest first."""
+    pool = HashBlockPool(12, null_block=True)
+    held: list[int] = []
+    serial = 0
+    for op, i, prio in ops:
+        if op == "take" and pool.num_free:
+            expect = pool.free_queue()[0]
+            assert pool.take(1) == [expect]
+            held.append(expect)
+        elif op == "free" and held:
+            b = held.pop(i % len(held))
+            serial += 1
+            pool.cache([b], [serial])
+            pool.decref([b])
+        elif op == "retain":
+            pool.retain([i + 1], prio)
+        elif op == "touch" and pool.refcount[i + 1] == 0 and i + 1 in pool.free_queue():
+            pool.incref([i + 1])
+            held.append(i + 1)
+        elif op == "uncache":
+            pool.uncache_free([i + 1])
+        pool.check()
+        assert pool.num_free == len(pool.free_queue()) == 11 - len(held)
