@@ -150,6 +150,10 @@ class Allocator(ABC):
         False for a kind without a prefix cache."""
         return False
 
+    def set_retain(self, seq_id: Hashable, priority: float) -> None:  # noqa: B027
+        """A live sequence's retain priority (an agent hint): a prefix cache evicts its
+        blocks, once released, after those of lower priority; no-op without a cache."""
+
     def free_uncached(self, seq_id: Hashable) -> None:
         """Free a sequence and drop its context from a prefix cache too (a pause dropped for
         recompute that must really recompute); a kind without a cache just frees it."""

@@ -65,6 +65,7 @@ class Hold:
     tokens: int
     start_s: float
     key: Hashable | None  # the pause it belongs to (None: held by a fork's child)
+    retain_priority: float = 0.0  # an agent hint's eviction bias: lower is dropped first
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,8 @@ class KVManager:
         self.capacity_tokens = allocator.max_sequence_tokens  # on the empty pool
         self.now = 0.0  # simulation time of the current step (prefix caches' access times)
         self.paused: dict[Hashable, Hold] = {}  # insertion order = pause order
+        #: live sequences' retain priorities (agent hints; absent = 0)
+        self._retain: dict[Hashable, float] = {}
         self.paused_tokens = 0
         self._token_s = 0.0  # closed holds: token-seconds in total, by owner, by key
         self._token_s_owner: dict[int, float] = {}
@@ -217,6 +220,8 @@ class KVManager:
         self.ledger.track(parent, shared_tail=True)  # the next write copies the last block
         self.ledger.track(child, shared_tail=True)
         held = self.paused.get(parent)
+        if parent in self._retain:
+            self.retain(child, self._retain[parent])
         if held is not None:
             self._hold(child, held.owner, self.alloc.seq_tokens(child), None)
         return True
@@ -235,6 +240,21 @@ class KVManager:
             raise InvariantError(f"hold: sequence {seq!r} is held already or not live")
         self.ledger.flush(seq)
         self._hold(seq, owner, self.alloc.seq_tokens(seq), key)
+
+    def retain(self, seq: Hashable, priority: float) -> None:
+        """A live sequence's retain priority (an agent hint, vLLM #51428's Retain; 0 =
+        none): its holds are dropped under pressure after those of lower priority, and a
+        prefix cache evicts its blocks, once freed, after those of lower priority."""
+        if not self.alloc.is_live(seq):
+            raise InvariantError(f"retain: sequence {seq!r} is not live")
+        if priority:
+            self._retain[seq] = float(priority)
+        elif self._retain.pop(seq, None) is None:
+            return  # 0 and never set: nothing to change
+        self.alloc.set_retain(seq, float(priority))
+        held = self.paused.get(seq)
+        if held is not None:
+            held.retain_priority = float(priority)
 
     def drop(self, seq: Hashable, uncache: bool = False) -> None:
         """Free a sequence's KV now (drop and recompute); ``uncache`` drops its context
@@ -259,11 +279,15 @@ class KVManager:
 
     # -------------------------------------------------------------- pressure
     def drop_paused(self) -> Hashable | None:
-        """Relieve pressure: drop the most recently held sequence's KV (LIFO, like
-        vLLM's victim choice); its next turn recomputes. None when nothing is held."""
+        """Relieve pressure: drop the held KV of the lowest retain priority, the most
+        recently held first among equals (LIFO, like vLLM's victim choice); its next turn
+        recomputes. None when nothing is held."""
         if not self.paused:
             return None
-        seq = next(reversed(self.paused))
+        if self._retain:  # min keeps the first of equals: the most recent, iterated backwards
+            seq = min(reversed(self.paused), key=lambda s: self.paused[s].retain_priority)
+        else:
+            seq = next(reversed(self.paused))
         self.release(seq)
         self.held_drops += 1
         return seq
@@ -279,6 +303,7 @@ class KVManager:
     # --------------------------------------------------------------- inside
     def _free(self, seq: Hashable, uncache: bool = False) -> None:
         self.ledger.untrack(seq)
+        self._retain.pop(seq, None)
         if not self.alloc.is_live(seq):
             return
         if uncache:
@@ -287,7 +312,7 @@ class KVManager:
             self.alloc.free(seq)
 
     def _hold(self, seq: Hashable, owner: int, tokens: int, key: Hashable | None) -> None:
-        self.paused[seq] = Hold(seq, owner, tokens, self.now, key)
+        self.paused[seq] = Hold(seq, owner, tokens, self.now, key, self._retain.get(seq, 0.0))
         self.paused_tokens += tokens
         self.alloc.set_held(seq, True)
 

@@ -450,6 +450,11 @@ class PagedAllocator(Allocator):
         """Install a ``PrefixListener`` on the index; False without an index."""
         return self.index is not None and self.index.subscribe(listener)
 
+    def set_retain(self, seq_id: Hashable, priority: float) -> None:
+        """The index's retain priority of a live sequence (no-op without an index)."""
+        if self.index is not None:
+            self.index.set_retain(seq_id, priority)
+
     def set_time(self, now_s: float) -> None:
         """Simulation time for the index's access stamps (no-op without an index)."""
         if self.index is not None:

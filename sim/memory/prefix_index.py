@@ -108,6 +108,11 @@ class PrefixIndex(Protocol):
         """``seq_id`` is freed (its references already dropped). With ``uncache`` its
         context leaves the cache too, where no other sequence maps it."""
 
+    def set_retain(self, seq_id: Hashable, priority: float) -> None:
+        """The retain priority of a live sequence's context (an agent hint, vLLM #51428's
+        Retain): when it is released, its cached blocks are evicted after those of lower
+        priority (0: none; an index with one eviction order may ignore it, and says so)."""
+
     def can_allocate(self, n_tokens: int, content: Any) -> bool:
         """Whether ``allocate`` of ``n_tokens`` with ``content`` (not None) would fit now."""
 

@@ -88,6 +88,7 @@ class HashIndex:
         self._content: dict[Hashable, list | None] = {}  # None = unknown content
         self._hashes: dict[Hashable, list[int]] = {}  # hashes of its full blocks
         self._tail: dict[Hashable, list] = {}  # its content past its last full block
+        self._retain: dict[Hashable, float] = {}  # live sequence -> its retain priority (> 0)
 
     @property
     def evictable_blocks(self) -> int:
@@ -191,13 +192,26 @@ class HashIndex:
         self._tail[child_id] = list(self._tail[parent_id])
         self.ledger.fork(parent_id, child_id, table)
 
+    def set_retain(self, seq_id: Hashable, priority: float) -> None:
+        """Its blocks, once released, wait in the pool's queue of ``priority`` (> 0; 0 or
+        less: vLLM's LRU queue, which has nothing below it): ``HashBlockPool.retain``."""
+        if seq_id not in self._content:
+            raise InvariantError(f"paged_hash: set_retain of unknown sequence {seq_id!r}")
+        if priority > 0:
+            self._retain[seq_id] = float(priority)
+        else:
+            self._retain.pop(seq_id, None)
+
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Forget it; with ``uncache`` each of its blocks that no other table maps loses
         its hash (``HashBlockPool.uncache_free``, counted as evictions)."""
         del self._content[seq_id], self._hashes[seq_id], self._tail[seq_id]
         self.ledger.release(seq_id, table)
+        priority = self._retain.pop(seq_id, 0.0)
         if uncache:
             self.pool.uncache_free(reversed(table))
+        elif priority:  # freed tail first: the same order in its retained queue
+            self.pool.retain(reversed(table), priority)
 
     # ------------------------------------------------------------------ queries
     def can_allocate(self, n_tokens: int, content: Any) -> bool:

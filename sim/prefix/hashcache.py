@@ -12,7 +12,11 @@ be compared on one workload:
 - new blocks pop the head of the free queue; a popped block that still has a hash is
   evicted from the map (that is the LRU eviction);
 - a finished request's blocks are freed tail first and appended to the tail, so its last
-  blocks (which hash the most tokens, least likely to be reused) are evicted first.
+  blocks (which hash the most tokens, least likely to be reused) are evicted first;
+- kvsim's addition, an agent hint's retain priority (vLLM #51428's Retain; not in vLLM):
+  ``retain(blocks, p)`` with ``p > 0`` moves free cached blocks out of the queue into a
+  queue of priority ``p``, taken only when the LRU queue and every lower priority's queue
+  are empty (LRU within one); without a priority the pool is vLLM's exactly.
 
 Defaults follow current vLLM (0.33.0's ``KVCacheManager``, found exact block for block:
 docs/prefix_cache.md): ``null_block`` (block 0 reserved, never allocated; usage = 1 -
@@ -27,9 +31,10 @@ The request-level part (hashing content, the hit cap, caching blocks as they fil
 paged core.
 
 Invariant: every block is in exactly one state: free-empty (in the queue, no hash),
-free-cached (in the queue, with a hash: dormant, evictable), allocated (refcount > 0), or
-the reserved null block; the queue holds exactly the refcount-0 blocks; the map holds
-exactly the blocks with a hash.
+free-cached (in the queue or a retained queue, with a hash: dormant, evictable), allocated
+(refcount > 0), or the reserved null block; the queues hold exactly the refcount-0 blocks,
+each once; retained queues hold only cached blocks; the map holds exactly the blocks with a
+hash.
 """
 
 from __future__ import annotations
@@ -63,7 +68,10 @@ class HashBlockPool:
             range(int(null_block), num_blocks)
         )
         self._map: dict[int, dict[int, None]] = {}  # hash -> {block id: None}, oldest first
-        self.num_cached = 0  # blocks in the queue that still have a hash (dormant)
+        self.num_cached = 0  # free blocks (any queue) that still have a hash (dormant)
+        #: retained free cached blocks: priority (> 0) -> its LRU queue; block -> priority
+        self._retained: dict[float, OrderedDict[int, None]] = {}
+        self._priority_of: dict[int, float] = {}
         self.evictions = 0  # cached blocks whose hash was dropped when popped (cumulative)
         #: told when a hash leaves the map (its last block lost it); set by ``HashIndex``
         self.listener: PrefixListener | None = None
@@ -71,18 +79,18 @@ class HashBlockPool:
     # -------------------------------------------------------------- queries
     @property
     def num_free(self) -> int:
-        """Blocks in the free queue (empty or cached): what a request may take."""
-        return len(self._queue)
+        """Blocks in the free queues (empty or cached): what a request may take."""
+        return len(self._queue) + len(self._priority_of)
 
     @property
     def num_empty(self) -> int:
         """Free blocks holding nothing reusable."""
-        return len(self._queue) - self.num_cached
+        return self.num_free - self.num_cached
 
     @property
     def num_allocated(self) -> int:
         """Blocks mapped by at least one table."""
-        return self.usable_blocks - len(self._queue)
+        return self.usable_blocks - self.num_free
 
     @property
     def usable_blocks(self) -> int:
@@ -93,8 +101,12 @@ class HashBlockPool:
         return 1.0 - self.num_free / self.usable_blocks
 
     def free_queue(self) -> list[int]:
-        """The free queue head to tail (the eviction order)."""
-        return list(self._queue)
+        """The free queue head to tail, then the retained queues by priority (the eviction
+        order)."""
+        out = list(self._queue)
+        for p in sorted(self._retained):
+            out.extend(self._retained[p])
+        return out
 
     def lookup(self, hashes: list[int]) -> list[int]:
         """Blocks of the longest run of leading hashes that are cached."""
@@ -111,19 +123,26 @@ class HashBlockPool:
         """vLLM's *touch*: one more table maps each block; a free one leaves the queue."""
         for b in block_ids:
             if self.refcount[b] == 0:
-                if b == self.null_block or b not in self._queue:
+                if b in self._priority_of:
+                    self._unretain(b)
+                elif b == self.null_block or b not in self._queue:
                     raise InvariantError(f"hash pool: incref of block {b}, not in the queue")
-                del self._queue[b]
+                else:
+                    del self._queue[b]
                 self.num_cached -= self.block_hash[b] is not None
             self.refcount[b] += 1
 
     def take(self, n: int) -> list[int]:
         """Pop ``n`` blocks from the head of the queue, evicting their hashes (refcount 1)."""
-        if n > len(self._queue):
-            raise InvariantError(f"hash pool: take({n}) with {len(self._queue)} free blocks")
+        if n > self.num_free:
+            raise InvariantError(f"hash pool: take({n}) with {self.num_free} free blocks")
         out = []
         for _ in range(n):
-            b, _ = self._queue.popitem(last=False)
+            if self._queue:
+                b, _ = self._queue.popitem(last=False)
+            else:  # the LRU queue is empty: the lowest retained priority's oldest block
+                b = next(iter(self._retained[min(self._retained)]))
+                self._unretain(b)
             h = self.block_hash[b]
             if h is not None:
                 self._uncache(b, h)
@@ -132,6 +151,29 @@ class HashBlockPool:
             self.refcount[b] = 1
             out.append(b)
         return out
+
+    def retain(self, block_ids, priority: float) -> int:
+        """Move each given free cached block of the LRU queue to the queue of ``priority``
+        (> 0; 0 or less: nothing moves, vLLM's order has nothing below LRU), in the order
+        given; returns how many moved."""
+        if priority <= 0:
+            return 0
+        moved = 0
+        for b in block_ids:
+            if self.refcount[b] or self.block_hash[b] is None or b not in self._queue:
+                continue
+            del self._queue[b]
+            self._retained.setdefault(priority, OrderedDict())[b] = None
+            self._priority_of[b] = priority
+            moved += 1
+        return moved
+
+    def _unretain(self, b: int) -> None:
+        p = self._priority_of.pop(b)
+        q = self._retained[p]
+        del q[b]
+        if not q:
+            del self._retained[p]
 
     def _uncache(self, b: int, h: int) -> None:
         blocks = self._map[h]
@@ -151,7 +193,10 @@ class HashBlockPool:
         for b in block_ids:
             h = self.block_hash[b]
             if h is None or self.refcount[b] or b not in self._queue:
-                continue
+                if h is None or b not in self._priority_of:
+                    continue
+                self._unretain(b)  # back in the LRU queue (at its tail) as a free-empty block
+                self._queue[b] = None
             self._uncache(b, h)
             self.num_cached -= 1
             self.evictions += 1
@@ -198,8 +243,14 @@ class HashBlockPool:
     def check(self) -> None:
         """Raise InvariantError naming the first broken invariant (module docstring)."""
         queued = set(self._queue)
-        if len(queued) != len(self._queue):
-            raise InvariantError("hash pool: a block is twice in the queue")
+        retained = [b for q in self._retained.values() for b in q]
+        if len(queued) != len(self._queue) or queued & set(retained) or set(retained) != set(
+            self._priority_of
+        ):
+            raise InvariantError("hash pool: a block is twice in the queues")
+        if any(self.block_hash[b] is None for b in retained):
+            raise InvariantError("hash pool: a retained block has no hash")
+        queued |= set(retained)
         for b in range(self.num_blocks):
             if b == self.null_block:
                 if b in queued or self.block_hash[b] is not None or self.refcount[b]:

@@ -73,6 +73,7 @@ class Node:
         "last_access",  # simulation time of the last match or insert through this node
         "created_at",  # simulation time this content entered the tree (FIFO)
         "hit_count",  # prefix matches through this node (LFU)
+        "retain",  # retain priority of the last sequence released through it (lower: sooner)
         "end_tokens",  # tokens from the root to the end of this node
         "serial",  # creation order, for deterministic ties
         "heap_version",  # bumped on each push; older heap entries are stale
@@ -89,6 +90,7 @@ class Node:
         self.last_access = now
         self.created_at = now
         self.hit_count = 0
+        self.retain = 0.0
         self.end_tokens = (parent.end_tokens if parent is not None else 0) + n_tokens(label)
         self.serial = serial
         self.heap_version = 0
@@ -146,6 +148,7 @@ class RadixTree:
         self.pool = pool
         self.strategy = get_strategy(eviction)
         self._rank = self.strategy.key  # bound once: called on every push
+        self.retain_biased = False  # a retain priority was set: ranks lead with it
         self._same_rank = self.strategy.same_rank_blocks
         self.merge_extensions = self.strategy.merges_extensions
         self.content_priority: dict[ContentId, float] = dict(content_priority or {})
@@ -190,6 +193,24 @@ class RadixTree:
         self.content_priority.update(priorities)
         if rebuild:
             self._rebuild_heap()
+
+    def set_retain(self, node: Node, priority: float) -> None:
+        """Give the path to ``node`` (the context of a sequence about to be released) the
+        retain priority ``priority`` (vLLM #51428's Retain): dormant leaves of a lower
+        priority are evicted first, the strategy's order within one priority. Until a
+        priority other than 0 is set the ranks are the strategy's own (nothing changes)."""
+        if priority == 0 and not self.retain_biased:
+            return
+        if not self.retain_biased:
+            self.retain_biased = True
+            key = self.strategy.key
+            self._rank = lambda n, tree: (n.retain, *key(n, tree))
+            self._rebuild_heap()
+        while node is not self.root:
+            node.retain = priority  # a dormant leaf among them is re-ranked when it is pushed
+            if node.lock_ref == 0 and not node.children:
+                self._push(node)
+            node = node.parent
 
     def iter_nodes(self):
         """All nodes except the root, parents before children."""
@@ -293,10 +314,11 @@ class RadixTree:
             node.created_at,
             self._next_serial(),
         )
-        upper.last_access, upper.hit_count, upper.lock_ref = (
+        upper.last_access, upper.hit_count, upper.lock_ref, upper.retain = (
             node.last_access,
             node.hit_count,
             node.lock_ref,
+            node.retain,
         )
         node.label = slice_tokens(node.label, at_tokens, node.n_tokens)
         node.block_ids = node.block_ids[nb:]
@@ -454,7 +476,7 @@ class RadixTree:
         for node in self.iter_nodes():
             if node.lock_ref == 0 and not node.children:
                 node.heap_version += 1
-                key = (*self.strategy.key(node, self), -node.end_tokens, node.serial)
+                key = (*self._rank(node, self), -node.end_tokens, node.serial)
                 self._heap.append((key, node.heap_version, node))
         heapq.heapify(self._heap)
 

@@ -100,6 +100,7 @@ class RadixIndex:
         self._node: dict[Hashable, Node] = {}  # live sequence -> the node it pins
         #: its content past its pinned node's end (not yet in the tree); None = unknown
         self._tail: dict[Hashable, list | None] = {}
+        self._retain: dict[Hashable, float] = {}  # live sequence -> its retain priority (not 0)
         self._now_s: float | None = None
         self._ops = 0
         #: told which blocks enter and leave the tree (keys: block ids); None = nobody
@@ -249,6 +250,15 @@ class RadixIndex:
         self._tail[child_id] = None if tail is None else list(tail)
         self.ledger.fork(parent_id, child_id, table)
 
+    def set_retain(self, seq_id: Hashable, priority: float) -> None:
+        """Its path takes ``priority`` when it is released (``RadixTree.set_retain``)."""
+        if seq_id not in self._node:
+            raise InvariantError(f"radix: set_retain of unknown sequence {seq_id!r}")
+        if priority:
+            self._retain[seq_id] = float(priority)
+        else:
+            self._retain.pop(seq_id, None)
+
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Unpin: its tree blocks stay cached (the pool retains them); with ``uncache`` the
         dormant childless chain ending at its node is evicted too (nodes other sequences
@@ -256,6 +266,7 @@ class RadixIndex:
         node = self._node.pop(seq_id)
         del self._tail[seq_id]
         self.ledger.release(seq_id, table)
+        self.tree.set_retain(node, self._retain.pop(seq_id, 0.0))
         self.tree.unlock(node)
         self._keep_watermark()
         if uncache:

@@ -136,8 +136,9 @@ class Scheduler(ABC):
 
     def relieve(self, plan: BatchPlan, head: Request, *, reject: bool = True) -> bool:
         """Nothing runs and ``head`` (the first waiting request) does not fit: drop the KV
-        held by a paused trajectory (most recent first), else another waiting request's
-        held KV (newest first), else the head's own; with ``reject``, when the pool holds
+        held by a paused trajectory (the lowest retain priority, then the most recent
+        first: ``KVManager.drop_paused``), else another waiting request's held KV (newest
+        first), else the head's own; with ``reject``, when the pool holds
         nothing at all, reject the head (its admission failed in an empty pool: it can
         never fit). Each is one event on ``plan``; True when something changed (admission
         is worth trying again). ``complete_plan`` never rejects: it cannot know whether

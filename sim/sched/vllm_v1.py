@@ -23,8 +23,8 @@ request whose prompt + output (so capped) can never fit the KV pool is rejected
 (``rejected_never_fits``).
 
 Additions for held agent state (sim decisions): when nothing runs and the head of
-WAITING does not fit, the KV held by paused trajectories is dropped, most recently paused
-first, then the held KV of other waiting requests, then the head's own; a request that
+WAITING does not fit, the KV held by paused trajectories is dropped, the lowest retain
+priority (an agent hint) first, most recently paused first among equals, then the held KV of other waiting requests, then the head's own; a request that
 does not fit an otherwise empty pool is rejected (``rejected_never_fits``).
 
 Speculative decoding (``speculative`` set; ``sim.sched.speculative`` has the rules): every

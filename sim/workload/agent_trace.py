@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sim.workload.agent import Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
+from sim.workload.hints import refuse_tool_times
 from sim.workload.turns_file import Call, growth, read_turns
 
 #: the shared prefix of the shipped sample (mini-swe-agent's system prompt as DeepSeek's
@@ -111,3 +112,6 @@ def agent_trace_driver(cfg, ctx: WorkloadContext):
         return Harness(cfg.context_limit, (("agent_trace:system", shared),))
 
     return trajectory_driver("agent_trace", steps, harness)(cfg, ctx)
+
+
+refuse_tool_times("agent_trace", "replays recorded tool times (no pause distribution)")

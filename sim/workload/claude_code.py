@@ -49,6 +49,7 @@ from sim.prefix.session_trace import Entry, Session, SessionCall, Subagent, load
 from sim.workload.agent import Harness, SpawnSpec, TurnSpec, run_trajectory, with_layout
 from sim.workload.arrivals import arrival_strategy
 from sim.workload.context import WorkloadContext
+from sim.workload.hints import refuse_tool_times
 from sim.workload.traces import DATA_DIR
 
 #: the shipped sessions, relative to ``workloads/data``
@@ -301,3 +302,6 @@ def claude_code_driver(cfg, ctx: WorkloadContext):
         ctx.env.process(run_trajectory(ctx, "claude_code", i, steps, h, on_end))
 
     return arrival_strategy(cfg.arrival.kind).run(cfg.arrival, ctx, cfg.num_trajectories, start)
+
+
+refuse_tool_times("claude_code", "replays recorded pauses (no pause distribution)")

@@ -25,6 +25,7 @@ import numpy as np
 from sim.workload.agent import Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
 from sim.workload.empirical import choose, copula_uniforms
+from sim.workload.hints import ToolTimes, register_tool_times
 from sim.workload.params import FunctionCallingParams, calls_for, load_params
 
 
@@ -87,3 +88,9 @@ def function_calling_harness(cfg, ctx: WorkloadContext) -> Harness:
 function_calling_driver = trajectory_driver(
     "function_calling", function_calling_steps, function_calling_harness
 )
+
+
+register_tool_times(
+    "function_calling",
+    lambda cfg, ctx: ToolTimes({"function": cfg.tool_s, "user": cfg.think_s}),
+)  # the pause before a function's result, and the scripted user's before a user turn

@@ -10,7 +10,8 @@ Responsibility: ``workload.hints`` (``HintsConfig``) and ``HintEmitter``, which 
     noise): exp(ln(noise_factor) x N(0, 1)), from the ``hints`` stream;
   * E <= ``pin_max_s``: ``pin_for_s = E x pin_slack`` (a lease with a margin; then the
     ``demote`` tier); longer: ``demote`` with ``prefetch_at_s = E`` (when ``prefetch``);
-    every pause hint carries ``retain_priority``;
+    every pause hint carries ``retain_priority`` (minus E with ``retain_by_return``: the
+    engine then keeps the KV expected back soonest longest);
   * a trajectory's last call carries ``release`` (when ``release``): the session is over.
 A call followed by a fork or a spawn (no next turn on its line) carries no hint.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sim.errors import ConfigError
 from sim.policy import KVHint
 from sim.workload.distributions import MAX_TIME_S
+from sim.workload.kinds import workload_kind
 
 #: points of the quantile grid a distribution's mean is taken over (kinds with a ppf)
 MEAN_GRID = 4096
@@ -55,25 +57,47 @@ class HintsConfig(BaseModel):
     demote: Literal["host", "nvme"] = "host"
     prefetch: bool = True  # demoted pauses say when they expect to return
     retain_priority: float = Field(0.0, ge=-1e6, le=1e6)
+    # the bias by return: retain_priority - E (seconds), so the sooner back is kept longer
+    retain_by_return: bool = False
     release: bool = True  # the last call releases the session's KV
 
 
-#: kind -> (cfg, ctx) -> ({tool category or ANY_TOOL: distribution}, time scale)
-_TOOL_TIMES: dict[str, Callable[[Any, Any], tuple[dict[str, Any], float]]] = {}
+class ToolTimes(NamedTuple):
+    """Where a kind's pauses come from: a distribution per tool category (``ANY_TOOL``: one
+    for every category), the plan's time scale, and the cap the plan clips each pause at."""
+
+    dists: dict[str, Any]
+    scale: float = 1.0
+    cap_s: float | None = None
 
 
-def register_tool_times(kind: str, fn: Callable[[Any, Any], tuple[dict[str, Any], float]]):
+#: kind -> (cfg, ctx) -> ToolTimes (or its first two fields as a tuple)
+_TOOL_TIMES: dict[str, Callable[[Any, Any], tuple]] = {}
+#: kind -> why it has no pause distribution (its refusal of ``source: fitted`` says so)
+_NO_TOOL_TIMES: dict[str, str] = {}
+
+
+def register_tool_times(kind: str, fn: Callable[[Any, Any], tuple]):
     """Declare where ``kind`` draws its tool times from (``source: fitted`` reads it)."""
     _TOOL_TIMES[kind] = fn
+
+
+def refuse_tool_times(kind: str, reason: str) -> None:
+    """Declare that ``kind`` has no pause distribution, and why (e.g. it replays a trace)."""
+    _NO_TOOL_TIMES[kind] = reason
 
 
 def tool_time_kinds() -> list[str]:
     return sorted(_TOOL_TIMES)
 
 
-def dist_estimate(dist: Any, estimate: str, q: float, rng: np.random.Generator) -> float:
-    """The mean or the ``q`` quantile of a distribution: through its ppf when it has one
-    (exact on a grid), else from ``FIT_DRAWS`` seeded draws."""
+def dist_estimate(
+    dist: Any, estimate: str, q: float, rng: np.random.Generator,
+    scale: float = 1.0, cap_s: float | None = None,
+) -> float:  # fmt: skip
+    """The mean or the ``q`` quantile of a distribution's draws clipped to its bounds,
+    times ``scale``, capped at ``cap_s`` (as a plan draws its pauses): through its ppf when
+    it has one (exact on a grid), else from ``FIT_DRAWS`` seeded draws."""
     exact_q = hasattr(dist, "ppf") and estimate == "quantile"
     if exact_q:
         x = np.asarray(dist.ppf(np.array([q])), dtype=np.float64)
@@ -83,6 +107,9 @@ def dist_estimate(dist: Any, estimate: str, q: float, rng: np.random.Generator) 
         x = dist.sample(rng, FIT_DRAWS)
     if dist.min is not None or dist.max is not None:
         x = np.clip(x, dist.min, dist.max)
+    x = scale * x
+    if cap_s is not None:
+        x = np.minimum(x, cap_s)  # monotone: a quantile stays exact
     if exact_q:
         return float(x[0])
     return float(np.quantile(x, q)) if estimate == "quantile" else float(x.mean())
@@ -116,15 +143,15 @@ class HintEmitter:
         if nxt is None:
             return None
         e = self.expected_s(nxt.pause_s, nxt.category)
+        retain = c.retain_priority - e if c.retain_by_return else c.retain_priority
         if e <= c.pin_max_s:
             return KVHint(
-                pin_for_s=e * c.pin_slack, retain_priority=c.retain_priority, demote=c.demote,
+                pin_for_s=e * c.pin_slack, retain_priority=retain, demote=c.demote,
                 prefetch_at_s=e if c.prefetch else None,
             )  # fmt: skip
         return KVHint(
-            retain_priority=c.retain_priority, demote=c.demote,
-            prefetch_at_s=e if c.prefetch else None,
-        )  # fmt: skip
+            retain_priority=retain, demote=c.demote, prefetch_at_s=e if c.prefetch else None
+        )
 
 
 def hint_emitter(wcfg: Any, ctx: Any) -> HintEmitter | None:
@@ -134,16 +161,19 @@ def hint_emitter(wcfg: Any, ctx: Any) -> HintEmitter | None:
         return None
     expected: dict[str, float] = {}
     if cfg.source == "fitted":
+        workload_kind(wcfg.kind)  # the shipped kinds register their tool times on loading
         fn = _TOOL_TIMES.get(wcfg.kind)
         if fn is None:
+            why = _NO_TOOL_TIMES.get(wcfg.kind, "has no pause distribution")
             raise ConfigError(
-                f"source 'fitted' needs a kind with tool-time distributions "
-                f"({', '.join(tool_time_kinds())}); {wcfg.kind!r} has none: use 'exact'",
+                f"source 'fitted' needs a kind with pause distributions "
+                f"({', '.join(tool_time_kinds())}); {wcfg.kind!r} {why}: use 'exact'",
                 field=f"{ctx.field_prefix}.hints.source",
             )
-        dists, scale = fn(wcfg, ctx)
+        tt = ToolTimes(*fn(wcfg, ctx))
         rng = ctx.streams("hints/fit")
         expected = {
-            k: scale * dist_estimate(d, cfg.estimate, cfg.quantile, rng) for k, d in dists.items()
+            k: dist_estimate(d, cfg.estimate, cfg.quantile, rng, tt.scale, tt.cap_s)
+            for k, d in tt.dists.items()
         }
     return HintEmitter(cfg, expected, ctx.streams("hints"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from sim.workload.agent import Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
 from sim.workload.empirical import choose, copula_uniforms
+from sim.workload.hints import ToolTimes, register_tool_times
 from sim.workload.params import HumanInLoopParams, calls_for, load_params
 
 
@@ -98,3 +99,8 @@ def human_in_loop_harness(cfg, ctx: WorkloadContext) -> Harness:
 
 
 human_in_loop_driver = trajectory_driver("human_in_loop", human_in_loop_steps, human_in_loop_harness)
+
+
+register_tool_times(
+    "human_in_loop", lambda cfg, ctx: ToolTimes({"tool": cfg.tool_s, "user": cfg.think_s})
+)  # a tool result's pause, and the human user's think time before a user message

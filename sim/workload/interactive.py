@@ -47,6 +47,7 @@ from sim.workload.empirical import (
     quantile_table,
     shared_factor_uniforms,
 )
+from sim.workload.hints import ToolTimes, register_tool_times
 from sim.workload.observe import observables
 from sim.workload.params import InteractiveCodingAgentParams, calls_for, load_params
 
@@ -398,3 +399,15 @@ def fit_interactive_coding_agent(
     }  # fmt: skip
     validate_params(KIND, out, str(path))
     return out
+
+
+def _tool_times(cfg, ctx: WorkloadContext) -> ToolTimes:
+    """The main line's think times by input kind (``tool``, ``human``), scaled and capped as
+    the plan does. A subagent's pauses (category ``tool`` too) get the main line's tool
+    estimate: the hint knows a pause by its category only."""
+    fit = fitted(cfg, ctx)
+    return ToolTimes({TOOL: fit.think_s[TOOL], HUMAN: fit.think_s[HUMAN]}, cfg.time_scale,
+                     cfg.max_pause_s)  # fmt: skip
+
+
+register_tool_times(KIND, _tool_times)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from sim.workload.agent import ForkSpec, Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
+from sim.workload.hints import ANY_TOOL, ToolTimes, register_tool_times
 from sim.workload.params import MultiAgentTeamParams, load_params
 
 
@@ -61,3 +62,7 @@ def multi_agent_harness(cfg, ctx: WorkloadContext) -> Harness:
 
 
 multi_agent_driver = trajectory_driver("multi_agent_team", multi_agent_steps, multi_agent_harness)
+# the only pause is before each round's calls; it follows a fork, so it carries no hint
+
+
+register_tool_times("multi_agent_team", lambda cfg, ctx: ToolTimes({ANY_TOOL: cfg.round_pause_s}))

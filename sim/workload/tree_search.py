@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from sim.workload.agent import ForkSpec, Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
+from sim.workload.hints import ANY_TOOL, ToolTimes, register_tool_times
 
 
 def _turns(cfg, ctx: WorkloadContext, n: int) -> list[TurnSpec]:
@@ -63,3 +64,6 @@ def tree_search_harness(cfg, ctx: WorkloadContext) -> Harness:
 
 
 tree_search_driver = trajectory_driver("tree_search", tree_search_steps, tree_search_harness)
+
+
+register_tool_times("tree_search", lambda cfg, ctx: ToolTimes({ANY_TOOL: cfg.pause_s}))

@@ -104,6 +104,9 @@ class PromptCache:
         self.calls.append(("forked", parent_id, child_id))
         self.family[child_id], self.tables[child_id] = self.family[parent_id], table
 
+    def set_retain(self, seq_id: Hashable, priority: float) -> None:
+        self.calls.append(("set_retain", seq_id, priority))
+
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         self.calls.append(("released", seq_id, uncache))
         del self.family[seq_id], self.tables[seq_id]

@@ -11,9 +11,20 @@ from sim.errors import ConfigError
 from sim.policy import KVHint
 from sim.workload.agent import TurnSpec
 from sim.workload.coding_agent import fitted
-from sim.workload.config import AgentWorkload, CodingAgentWorkload, HumanInLoopWorkload
+from sim.workload.config import (
+    AgentTraceWorkload,
+    AgentWorkload,
+    ClaudeCodeWorkload,
+    CodingAgentWorkload,
+    FunctionCallingWorkload,
+    HumanInLoopWorkload,
+    InteractiveCodingAgentWorkload,
+    MultiAgentTeamWorkload,
+    TreeSearchWorkload,
+)
 from sim.workload.distributions import Constant
 from sim.workload.hints import HintsConfig, dist_estimate, hint_emitter
+from sim.workload.interactive import fitted as interactive_fitted
 from sim.workload.rng import Streams
 
 ARRIVAL = {"kind": "fixed"}
@@ -79,8 +90,8 @@ def test_fitted_hints_read_the_kinds_tool_time_distributions():
 
 
 def test_fitted_is_refused_for_a_kind_without_tool_times():
-    with pytest.raises(ConfigError, match=r"workload\.hints\.source.*'human_in_loop'"):
-        emitter(HumanInLoopWorkload, source="fitted")
+    with pytest.raises(ConfigError, match=r"workload\.hints\.source.*'claude_code'"):
+        emitter(ClaudeCodeWorkload, source="fitted")
 
 
 def test_dist_estimate_without_a_ppf_draws_from_its_stream():
@@ -92,3 +103,91 @@ def test_dist_estimate_without_a_ppf_draws_from_its_stream():
 def test_bad_hint_options_are_refused(field, value):
     with pytest.raises(ValueError, match=field):
         HintsConfig(**{field: value})
+
+
+# ------------------------------------------------- source: fitted for every fitted agent kind
+def _lognormal_clipped_mean(median, sigma, lo, hi):
+    """E[min(max(X, lo), hi)] of a lognormal, in closed form (independent of the sampler)."""
+    mu, phi = math.log(median), lambda z: 0.5 * (1 + math.erf(z / math.sqrt(2)))
+    za, zb = (math.log(lo) - mu) / sigma, (math.log(hi) - mu) / sigma
+    body = math.exp(mu + sigma**2 / 2) * (phi(zb - sigma) - phi(za - sigma))
+    return body + lo * phi(za) + hi * (1 - phi(zb))
+
+
+def _quantile_table_mean(q):
+    """The exact mean of a piecewise-linear quantile function (trapezoids)."""
+    p, v = np.asarray(q.p), np.asarray(q.values)
+    return float(np.sum(np.diff(p) * (v[1:] + v[:-1]) / 2))
+
+
+def test_fitted_hints_for_human_in_loop_read_think_and_tool_times():
+    # the defaults: think LogNormal(median 60, sigma 1, 2..1800 s), tool (0.3, 0.6, ..10 s)
+    med = emitter(HumanInLoopWorkload, source="fitted").expected
+    assert set(med) == {"tool", "user"}
+    assert med["user"] == pytest.approx(60.0, rel=0.06)  # 8192 draws: ~1.4% std error
+    assert med["tool"] == pytest.approx(0.3, rel=0.04)
+    mean = emitter(HumanInLoopWorkload, source="fitted", estimate="mean").expected
+    assert mean["user"] == pytest.approx(_lognormal_clipped_mean(60.0, 1.0, 2.0, 1800.0), rel=0.06)
+    assert mean["tool"] == pytest.approx(_lognormal_clipped_mean(0.3, 0.6, 1e-9, 10.0), rel=0.04)
+    e = emitter(HumanInLoopWorkload, source="fitted")
+    assert e.hint(turn(600.0, "user"), last=False) == KVHint(
+        demote="host", prefetch_at_s=med["user"]
+    )  # a human's minute: demoted, whatever the true wait
+    assert e.hint(turn(9.0, "tool"), last=False).pin_for_s == pytest.approx(1.25 * med["tool"])
+
+
+def test_fitted_hints_for_function_calling_read_tool_and_think_times():
+    cfg = dict(tool_s={"kind": "constant", "value": 0.25},
+               think_s={"kind": "lognormal", "median": 8.0, "sigma": 0.5})  # fmt: skip
+    kind = FunctionCallingWorkload
+    e = hint_emitter(
+        kind(num_trajectories=1, arrival=ARRIVAL, hints={"source": "fitted"}, **cfg), Ctx()
+    )
+    assert e.expected["function"] == 0.25
+    assert e.expected["user"] == pytest.approx(8.0, rel=0.03)
+
+
+def test_fitted_hints_for_the_interactive_coding_agent_read_its_fitted_tables():
+    kind = InteractiveCodingAgentWorkload
+    fit = interactive_fitted(kind(num_trajectories=1, arrival=ARRIVAL))
+    tool, human = fit.think_s["tool"], fit.think_s["human"]
+    med = emitter(kind, source="fitted").expected
+    assert med["tool"] == pytest.approx(float(np.interp(0.5, tool.p, tool.values)), rel=1e-12)
+    assert med["human"] == pytest.approx(float(np.interp(0.5, human.p, human.values)), rel=1e-12)
+    mean = emitter(kind, source="fitted", estimate="mean").expected
+    assert mean["tool"] == pytest.approx(_quantile_table_mean(tool), rel=2e-3)
+    assert mean["human"] == pytest.approx(_quantile_table_mean(human), rel=2e-3)
+    # the plan's time_scale and max_pause_s apply to the estimate as to the pauses
+    cap = med["human"]  # x3 puts the human median above the cap; the tool median below
+    scaled = hint_emitter(
+        kind(num_trajectories=1, arrival=ARRIVAL, time_scale=3.0, max_pause_s=cap,
+             hints={"source": "fitted"}), Ctx(),
+    ).expected  # fmt: skip
+    assert scaled["human"] == cap
+    assert scaled["tool"] == pytest.approx(min(3.0 * med["tool"], cap), rel=1e-12)
+
+
+def test_fitted_hints_for_tree_search_and_multi_agent_team():
+    e = emitter(TreeSearchWorkload, source="fitted")  # pause_s LogNormal(median 1, sigma 0.8)
+    assert set(e.expected) == {"*"} and e.expected["*"] == pytest.approx(1.0, rel=0.04)
+    team = emitter(MultiAgentTeamWorkload, source="fitted")  # round_pause_s: constant 0
+    assert team.expected == {"*": 0.0}
+
+
+@pytest.mark.parametrize(
+    "kind, why",
+    [(AgentTraceWorkload, "recorded tool times"), (ClaudeCodeWorkload, "recorded pauses")],
+)
+def test_fitted_is_refused_for_replayed_kinds_in_one_line(kind, why):
+    with pytest.raises(ConfigError, match=rf"workload\.hints\.source.*{why}") as err:
+        emitter(kind, source="fitted")
+    assert "\n" not in str(err.value)
+
+
+def test_retain_by_return_biases_the_sooner_return_higher():
+    e = emitter(retain_by_return=True, retain_priority=5.0)
+    assert e.hint(turn(1.0), last=False).retain_priority == 4.0
+    assert e.hint(turn(45.0), last=False) == KVHint(
+        retain_priority=-40.0, demote="host", prefetch_at_s=45.0
+    )
+    assert emitter().hint(turn(45.0), last=False).retain_priority == 0.0  # off by default

@@ -65,7 +65,8 @@ class PauseLifecycle:
         self.copies_in = 0  # copy-ins running: their turns come to the node when done
         self.streaming = 0  # pipelined copy-ins still running after their turn went on
         self._recomputing: dict[int, Pause] = {}  # id(next request) -> pause
-        self.honours_release = options.kind == "hints"
+        #: the ``hints`` policy honours ``release`` and ``retain_priority`` beyond its decisions
+        self.honours_hints = options.kind == "hints"
         self.hint_releases = 0  # sessions whose last call's ``release`` hint freed the cache
 
     def attach(
@@ -93,7 +94,7 @@ class PauseLifecycle:
         """A trajectory's last call ended: free its sequence; a ``release`` hint (honoured
         by the ``hints`` policy) drops its blocks from a prefix cache too."""
         hint = req.hint
-        if self.honours_release and hint is not None and hint.release:
+        if self.honours_hints and hint is not None and hint.release:
             self.kv.drop(req.seq_id, uncache=True)
             self.hint_releases += 1
         else:
@@ -118,7 +119,14 @@ class PauseLifecycle:
         if d.ttl_s is not None:
             p.release = d.release
             self.env.process(self._ttl(p, d.ttl_s))
+        self._retain(seq, req)
         self._apply(p, d.action, d.evict_from_prefix_cache, first=True)
+
+    def _retain(self, seq: Hashable, req: Request) -> None:
+        """The ``hints`` policy's eviction bias: the hint's ``retain_priority`` holds while
+        the KV is paused and once its blocks are cached (``KVManager.retain``)."""
+        if self.honours_hints:
+            self.kv.retain(seq, 0.0 if req.hint is None else req.hint.retain_priority)
 
     def _apply(self, p: Pause, action: str, evict: bool = False, first: bool = False) -> None:
         """Start ``action`` for the pause (at its decision, or at a TTL's expiry)."""
@@ -282,6 +290,7 @@ class PauseLifecycle:
             content = p.req.content_slice(0, p.tokens) if kv.uses_content else None
             if kv.restore(p.seq, p.tokens, content):
                 self._restores.pop(0)
+                self._retain(p.seq, p.req)  # a restored sequence is a new one: bias it again
                 p.to(S.COPYING_IN)
                 p.reload_start_s = self.env.now
                 if p.next_req is None:  # a prefetch: held (counted, droppable) meanwhile
