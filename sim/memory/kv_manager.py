@@ -49,6 +49,7 @@ class KVRequest(Protocol):
     held_tokens: int
     preemptions: int
     admitted_s: float | None
+    remote_tokens: int  # prompt tokens whose KV a prefill instance shipped (0: none)
 
     @property
     def num_tokens(self) -> int: ...
@@ -186,8 +187,8 @@ class KVManager:
     def _remote(req: KVRequest, n: int) -> int:
         """Prompt tokens whose KV arrived from a prefill instance: computed without a step,
         but the last one, which the decode instance recomputes for its logits (vLLM
-        does the same on a full prefix hit). Optional on a request (``Request`` has it)."""
-        return min(getattr(req, "remote_tokens", 0), n - 1)
+        does the same on a full prefix hit)."""
+        return min(req.remote_tokens, n - 1)
 
     def grow(self, req: KVRequest, n_new: int) -> bool:
         """Room for ``n_new`` more computed tokens of a running request; False = miss."""
@@ -202,8 +203,7 @@ class KVManager:
         """Drop a running request's KV (vLLM V1 recompute); it prefills again later."""
         self._free(req.seq_id)
         req.num_computed = 0
-        if getattr(req, "remote_tokens", 0):
-            req.remote_tokens = 0  # type: ignore[attr-defined]  # the shipped KV is gone: recomputed here
+        req.remote_tokens = 0  # shipped KV (disaggregation) is gone too: recomputed here
 
     # ------------------------------------------------------------- workload
     def fork(self, parent: Hashable, child: Hashable) -> bool:

@@ -195,7 +195,7 @@ def test_deferred_tokens_fill_unfilled_slots():
 
     class Req:
         seq_id, prompt_tokens, output_limit, num_computed = "r", 20, 50, 0
-        lookup_tokens = hit_tokens = held_tokens = preemptions = 0
+        lookup_tokens = hit_tokens = held_tokens = preemptions = remote_tokens = 0
         admitted_s = None
         num_tokens = 20
 
