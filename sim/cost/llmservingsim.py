@@ -39,6 +39,7 @@ Invariant: reads CSV with pandas and YAML with ``yaml.safe_load`` only; bad inpu
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ class LlmServingSimDataError(KvsimError):
 
 
 META_GLOB = "*/*/bf16/meta.yaml"
+TP_FOLDER = re.compile(r"tp\d+")
 ATTENTION_COLUMNS = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us")
 #: meta.yaml's ``gpu`` -> the accelerator profile whose datasheet is the reference
 DEVICES = {
@@ -210,8 +212,7 @@ def model_tables(folder: Path, source: str) -> tuple[str, dict[str, Any], dict[i
     name, ops, geometry = MODELS[source]
     meta = read_meta(folder / "meta.yaml")
     by_tp, held = {}, {}
-    for tp_dir in sorted(folder.glob("tp*")):
-        tp = int(tp_dir.name[2:])
+    for tp, tp_dir in tp_folders(folder):
         attn, held[tp] = attention_grid(read_csv(tp_dir / "attention.csv", ATTENTION_COLUMNS))
         dense = read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us"))
         entry = {"dense": curves(dense[dense.layer.isin([*ops, *STEP_OPS])], "tokens"),
@@ -263,8 +264,14 @@ def build(
     return mapping, held
 
 
-def accelerator_of(gpu_dir: Path) -> str:
-    """The accelerator profile of the one GPU whose tables ``gpu_dir`` holds."""
+def tp_folders(folder: Path) -> list[tuple[int, Path]]:
+    """The ``tpN`` folders of a model's tables (N: digits), by N; other names are ignored."""
+    found = [(int(d.name[2:]), d) for d in folder.iterdir() if d.is_dir() and TP_FOLDER.fullmatch(d.name)]
+    return sorted(found)
+
+
+def the_gpu(gpu_dir: Path) -> str:
+    """The one GPU (meta.yaml's ``gpu``) whose tables ``gpu_dir`` holds."""
     metas = sorted(gpu_dir.glob(META_GLOB))
     if not metas:
         raise LlmServingSimDataError(
@@ -273,12 +280,18 @@ def accelerator_of(gpu_dir: Path) -> str:
     gpus = sorted({str(read_meta(m)["gpu"]) for m in metas})
     if len(gpus) > 1:
         raise LlmServingSimDataError(f"{gpu_dir}: tables of several GPUs ({'; '.join(gpus)})")
-    if gpus[0] not in DEVICES:
+    return gpus[0]
+
+
+def accelerator_of(gpu_dir: Path) -> str:
+    """The accelerator profile of the one GPU whose tables ``gpu_dir`` holds."""
+    gpu = the_gpu(gpu_dir)
+    if gpu not in DEVICES:
         raise LlmServingSimDataError(
-            f"{gpu_dir}: GPU {gpus[0]!r} has no accelerator profile here; name one with "
+            f"{gpu_dir}: GPU {gpu!r} has no accelerator profile here; name one with "
             f"--accelerator (valid: {', '.join(sorted(ACCELERATORS))})"
         )
-    return DEVICES[gpus[0]]
+    return DEVICES[gpu]
 
 
 def group_errors(dense: pd.DataFrame, ops: dict[str, int], lo: int, hi: int) -> np.ndarray:
@@ -324,8 +337,8 @@ def cross_validation(gpu_dir: Path, accelerator: str) -> dict[str, Any]:
             continue
         name, ops, _ = MODELS[info["model"]]
         models.add(name)
-        for tp_dir in sorted(meta.parent.glob("tp*")):
-            tps.add(int(tp_dir.name[2:]))
+        for tp, tp_dir in tp_folders(meta.parent):
+            tps.add(tp)
             dense = read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us"))
             max_tokens = max(max_tokens, int(dense.tokens.max()))
             for rng, (lo, hi) in TOKEN_RANGES.items():
@@ -345,13 +358,26 @@ def llmservingsim_calibration(
     gpu_dir: Path, accelerator: str | None, overhead_s: float, *, cross_validate: bool
 ) -> dict[str, Any]:
     """The calibration mapping of the tables in ``gpu_dir`` (``kvsim calibrate
-    --llmservingsim``), with its ``cross_validation`` section when asked."""
+    --llmservingsim``), with its ``cross_validation`` section when asked. Tables that parse
+    but do not hold together (an empty grid, a duplicate row, a meta.yaml field missing, a
+    value that is not a number) are refused in one line, never a traceback."""
+    try:
+        return _calibration(gpu_dir, accelerator, overhead_s, cross_validate=cross_validate)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise LlmServingSimDataError(f"{gpu_dir}: malformed LLMServingSim tables: {what}") from None
+
+
+def _calibration(
+    gpu_dir: Path, accelerator: str | None, overhead_s: float, *, cross_validate: bool
+) -> dict[str, Any]:
+    """``llmservingsim_calibration``'s work, which may trip on malformed tables."""
     acc = accelerator_of(gpu_dir) if accelerator is None else accelerator
     if acc not in ACCELERATORS:
         raise LlmServingSimDataError(
             f"--accelerator {acc!r}: no reference figures (valid: {', '.join(sorted(ACCELERATORS))})"
         )
-    accelerator_of(gpu_dir)  # one GPU, with meta.yaml files
+    the_gpu(gpu_dir)  # one GPU, with meta.yaml files (--accelerator names its profile)
     mapping, _ = build(gpu_dir, acc, overhead_s)
     if not mapping["kernel_tables"]:
         raise LlmServingSimDataError(

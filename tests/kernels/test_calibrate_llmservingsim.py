@@ -102,6 +102,8 @@ def test_the_script_wrapper_writes_the_same_tables(run_cli, data, tmp_path):
     ("no_meta", [], "no */*/bf16/meta.yaml"),
     ("bad_csv", [], "dense.csv: no column 'time_us'"),
     ("gpu", [], "GPU 'NVIDIA H200' has no accelerator profile here; name one with --accelerator"),
+    ("empty_attention", [], "malformed LLMServingSim tables: max() arg is an empty sequence"),
+    ("no_gpu_field", [], "meta.yaml: a meta.yaml with keys gpu, model"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(run_cli, data, tmp_path, change, args, needle):
     tp = data / "meta-llama" / "Llama-3.1-8B" / "bf16" / "tp1"
@@ -111,6 +113,11 @@ def test_bad_input_is_one_line(run_cli, data, tmp_path, change, args, needle):
         (tp / "dense.csv").write_text("layer,tokens,us\nqkv_proj,1,2.0\n")
     elif change == "gpu":
         (tp.parent / "meta.yaml").write_text(yaml.safe_dump({**META, "gpu": "NVIDIA H200"}))
+    elif change == "empty_attention":
+        (tp / "attention.csv").write_text(",".join(("prefill_chunk", "kv_prefill", "n_decode",
+                                                    "kv_decode", "time_us")) + "\n")  # fmt: skip
+    elif change == "no_gpu_field":
+        (tp.parent / "meta.yaml").write_text(yaml.safe_dump({k: v for k, v in META.items() if k != "gpu"}))
     out = tmp_path / "x.yaml"
     code, _, err = run_cli(["calibrate", "--llmservingsim", str(data), *args, "--out", str(out)])
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
@@ -123,3 +130,18 @@ def test_not_a_folder_and_overhead_alone_are_one_line(run_cli, tmp_path):
     assert code == 2 and "not a folder" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(["calibrate", "--overhead-s", "0.1", "--out", str(out)])
     assert code == 2 and "--overhead-s goes with --llmservingsim DIR" in err
+
+
+def test_a_stray_tp_folder_is_ignored_and_accelerator_names_an_unknown_gpu(run_cli, data, tmp_path):
+    """``tp_old`` beside ``tp1`` is not a table folder; a GPU with no profile here is priced
+    against the one ``--accelerator`` names, as the refusal without it says to do."""
+    (data / "meta-llama" / "Llama-3.1-8B" / "bf16" / "tp_old").mkdir()
+    meta = data / "meta-llama" / "Llama-3.1-8B" / "bf16" / "meta.yaml"
+    meta.write_text(yaml.safe_dump({**META, "gpu": "NVIDIA GeForce RTX 4090 D"}))
+    out = tmp_path / "c.yaml"
+    code, _, err = run_cli(["calibrate", "--llmservingsim", str(data), "--accelerator",
+                            "rtx-4090-24gb", "--out", str(out)])  # fmt: skip
+    assert code == 0, err
+    cal = yaml.safe_load(out.read_text())
+    assert list(cal["kernel_tables"]["llama-3.1-8b"]["by_tp"]) == [1]
+    assert cal["device"] == "NVIDIA GeForce RTX 4090 D"
