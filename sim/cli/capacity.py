@@ -100,6 +100,11 @@ def capacity(
     slos = [parse_slo(s) for s in slo]
     sets = parse_set(set_)
     if search == "pd_ratio":  # a grid of prefill:decode splits, not a bracketing search
+        unused = [flag for flag, given in (("--out", out is not None), ("--vary", vary is not None),
+                                           ("--figure", figure is not None)) if given]  # fmt: skip
+        if unused:
+            raise KvsimError(f"--search pd_ratio takes no {', '.join(unused)} (it prints one "
+                             "table of every split; --json for the record)")  # fmt: skip
         _pd_ratio(scenario, slos, sets, replications, executor, workers, scheduler_address,
                   warmup_fraction, as_json)  # fmt: skip
         return

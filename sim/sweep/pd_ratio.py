@@ -92,8 +92,10 @@ def find_pd_ratio(
 
     if not slos:
         raise KvsimError("--search pd_ratio needs at least one --slo")
-    if replications < 1:
-        raise KvsimError(f"--replications must be >= 1, got {replications}")
+    if not 1 <= replications <= 1000:
+        raise KvsimError(f"--replications must be in [1, 1000], got {replications}")
+    if not 0 <= warmup_fraction < 1:
+        raise KvsimError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
     loaded = load_scenario(scenario, dict(sets or {}))
     n, gpus, dec = _shape(loaded)
     if n < 2:

@@ -10,6 +10,7 @@ with a 0.5 s SLO the answer is 2 prefill + 1 decode."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,17 @@ def test_a_scenario_without_roles_is_one_line():
         find_pd_ratio(plain, [parse_slo("ttft_p99_s=0.5")])
     with pytest.raises(KvsimError, match="at least one --slo"):
         find_pd_ratio(PDR, [])
+
+
+def test_bad_options_are_refused_before_any_run(run_cli, tmp_path):
+    slo = [parse_slo("ttft_p99_s=0.5")]
+    with pytest.raises(KvsimError, match=r"--warmup-fraction must be in \[0, 1\), got 1.0"):
+        find_pd_ratio(PDR, slo, warmup_fraction=1.0)
+    with pytest.raises(KvsimError, match=r"--replications must be in \[1, 1000\], got 0"):
+        find_pd_ratio(PDR, slo, replications=0)
+    out = tmp_path / "cap"
+    scenario = str(Path(__file__).resolve().parents[2] / "workloads" / "pd_coding_agents.yaml")
+    code, _, err = run_cli(["capacity", scenario, "--search", "pd_ratio",
+                            "--slo", "ttft_p99_s=0.5", "--out", str(out)])  # fmt: skip
+    assert code == 2 and "--search pd_ratio takes no --out" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
