@@ -39,7 +39,7 @@ import simpy
 from sim.cluster.config import TransferLink
 from sim.cluster.front import ClusterFront
 from sim.cluster.routers import Router
-from sim.sched.request import CANCELLED, CANCELLED_REASON, FINISHED, REJECTED, Request
+from sim.sched.request import CANCELLED, CANCELLED_REASON, FINISHED, Request
 from sim.sizing.groups import GroupBytes
 
 #: request ids of the prefill halves (kept apart from the workload's ids)
@@ -156,6 +156,7 @@ class DisaggFront(ClusterFront):
         p = min(self.prefill_nodes, key=lambda j: (self._prefill_live[j], j))
         nbytes = transfer_bytes(self.kv_groups[p], req.prompt_tokens, new)
         ph = self.phases[req.req_id] = Phases(p, d, nbytes)
+        self.routed[d] += 1
         self._book(req, d)  # the decode side owns the request from now (load, home)
         sub = Request(PREFILL_ID_BASE + req.req_id, ("prefill", req.req_id), req.prompt_tokens,
                       1, self.env.now, content=req.content, traj_id=req.traj_id, turn=req.turn,
@@ -205,28 +206,9 @@ class DisaggFront(ClusterFront):
         return min(self.decode_nodes, key=lambda j: (self._outstanding[j], j))
 
     def _to_node(self, req: Request, j: int) -> None:
+        self.routed[j] += 1
         self._book(req, j)
         self._send(j, "submit", req)
-
-    def _book(self, req: Request, j: int) -> None:
-        """The base front's bookkeeping of a request placed on ``j`` (no move: a request
-        always goes to its sequence's home when it has one)."""
-        self.routed[j] += 1
-        self.home[req.seq_id] = j
-        self._traj_node[req.traj_id] = j
-        self._outstanding[j] += 1
-        self._live[j][req.req_id] = req
-        done = req.on_done
-
-        def ended(r: Request, j: int = j, done=done) -> None:
-            self._outstanding[j] -= 1
-            self._live[j].pop(r.req_id, None)
-            if (r.last_turn or r.status == REJECTED) and self.home.get(r.seq_id) == j:
-                del self.home[r.seq_id]
-            if done is not None:
-                done(r)
-
-        req.on_done = ended
 
     def _fail(self, req: Request, status: int, reason: str) -> None:
         """End a request that never reached its decode instance (recorded by the front)."""

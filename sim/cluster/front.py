@@ -85,7 +85,14 @@ class ClusterFront:
         if home is not None and home != j:  # the sequence moves: the old node lets it go
             self._send(home, "release", seq)
             self.moves += 1
-        self.home[seq] = j
+        self._book(req, j)
+        self._send(j, "submit", req)
+
+    def _book(self, req: Request, j: int) -> None:
+        """Place ``req`` on node ``j`` in the front's books (its sequence's home, its
+        trajectory's node, the node's outstanding and live requests) and undo the load when
+        it ends; the sequence's home goes with its last turn or a rejection."""
+        self.home[req.seq_id] = j
         self._traj_node[req.traj_id] = j
         self._outstanding[j] += 1
         self._live[j][req.req_id] = req
@@ -100,7 +107,6 @@ class ClusterFront:
                 done(r)
 
         req.on_done = ended
-        self._send(j, "submit", req)
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         j = self.home.get(parent)
