@@ -180,6 +180,8 @@ class ReplayResult:
     hit_tokens_lost_by_group: dict[str, int] | None = None
     #: ``--model``: the group that took away the most hit tokens (None: none took any)
     hits_limited_by: str | None = None
+    #: ``--model``: the state layers' saved states (``--mamba-cache-mode``: none or all)
+    mamba_cache_mode: str | None = None
 
     def to_dict(self, per_request: bool = False) -> dict:
         d = asdict(self)
@@ -192,7 +194,8 @@ class ReplayResult:
 
 
 #: the keys ``--model`` adds to a replay's output
-MODEL_KEYS = ("model", "table_hit_tokens", "hit_tokens_lost_by_group", "hits_limited_by")
+MODEL_KEYS = ("model", "table_hit_tokens", "hit_tokens_lost_by_group", "hits_limited_by",
+              "mamba_cache_mode")  # fmt: skip
 
 
 def replay(
@@ -293,6 +296,7 @@ def _with_model(base: ReplayResult, rule: ModelHitRule | None, table_hits: int) 
     base.table_hit_tokens = table_hits
     base.hit_tokens_lost_by_group = dict(sorted(rule.lost_tokens.items()))
     base.hits_limited_by = rule.limited_by
+    base.mamba_cache_mode = "all" if rule.saved_states else "none"
     return base
 
 
