@@ -26,6 +26,7 @@ from sim.errors import ConfigError, KvsimError
 from sim.profiles import load_accelerator, load_model, load_node
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.scenario.load import LoadedScenario
+from sim.scenario.mamba_cache import checked_mamba_cache_mode
 from sim.scenario.paths import (
     CALIBRATION,
     absolute,
@@ -34,7 +35,6 @@ from sim.scenario.paths import (
     names_a_file,
 )
 from sim.scenario.speculative import draft_kv
-from sim.scenario.mamba_cache import checked_mamba_cache_mode
 from sim.sizing.group_demand import (
     KVGroups,
     kv_groups,
