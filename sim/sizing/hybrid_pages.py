@@ -70,6 +70,7 @@ def unify_pages(
     if state == 0 or attn == 0:
         return PageUnification(block_size, block_size, False, attn, state, state)
     align = max(KERNEL_BLOCK_ALIGNMENT_TOKENS, block_size)
+    attn_block: float
     if mamba_cache_mode == "all":
         chunk = math.lcm(_state_chunk(model), align)
         attn_block = chunk * -(-math.ceil(state / attn) // chunk)
