@@ -19,14 +19,13 @@ shared with ``kvsim trace-replay``): ``all`` / ``align`` under an allocator with
 prefix cache, which vLLM's ``MambaModelConfig.verify_and_update_config``
 (``vllm/model_executor/models/config.py``) sets back to ``none``.
 
-Invariant: ``none`` returns before any check, so scenarios without the key resolve
-exactly as before it existed.
+Invariant: ``none`` returns before any check (and before importing ``sim.prefix``), so
+scenarios without the key resolve exactly as before it existed.
 """
 
 from __future__ import annotations
 
 from sim.errors import ConfigError
-from sim.prefix.hybrid_hit import VLLM_MODE_SOURCE, mamba_cache_mode_problem
 from sim.profiles.schema import ModelProfile
 from sim.scenario.load import LoadedScenario
 
@@ -43,6 +42,10 @@ def checked_mamba_cache_mode(
     mode = loaded.scenario.model.mamba_cache_mode
     if mode == "none":
         return mode
+    # imported here: sim.prefix brings the allocators (numpy) that `kvsim validate` of a
+    # scenario without the key never needs
+    from sim.prefix.hybrid_hit import VLLM_MODE_SOURCE, mamba_cache_mode_problem
+
     problem = mamba_cache_mode_problem(mode, model.name, [g.kind for g in model.kv_groups()])
     if problem is None and not caches_prefixes:
         problem = (f"{mode} needs a prefix-caching allocator (radix, paged_hash, or paged "
