@@ -116,3 +116,17 @@ def test_speculative_refusal_names_the_mode(tmp_path, mode, words):
         resolve(load_scenario(_scenario(tmp_path, mode, extra=spec)))
     msg = str(exc.value)
     assert words in msg and "vllm-project/vllm#26201" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(("mode", "state_bytes"), [
+    ("none", 4000 * 16_384 + 24 * 2_158_592),  # the table's tokens and one running state
+    ("all", 4000 * 16_384 + 4000 / 640 * 24 * 2_158_592),  # a block's states per 640 tokens
+])  # fmt: skip
+def test_a_pause_sees_the_saved_states(tmp_path, mode, state_bytes):
+    agent = {"kind": "agent", "num_trajectories": 1, "arrival": {"kind": "fixed"}, "turns": 2,
+             "system_prompt_tokens": 0, "tool_tokens": 0, "task_tokens": 4000,
+             "output_tokens": 1, "observation_tokens": 512, "pause_s": 45.0}  # fmt: skip
+    path = _scenario(tmp_path, mode, extra={"pause_policy": {"kind": "hold"}, "workload": agent})
+    r = run_scenario(path, **{"engine.check_invariants": True})
+    (p,) = r.pauses.itertuples()
+    assert p.tokens == 4000 and p.state_bytes == pytest.approx(state_bytes, rel=1e-12)
