@@ -114,6 +114,11 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("requested_block_size_tokens", "int", "tokens",
        "The scenario's `block_size` before vLLM's page unification raised it.",
        optional=True, when="the block size was raised for a model with state layers"),
+    _k("mamba_cache_mode", "str", "-",
+       "The scenario's `model.mamba_cache_mode` (vLLM's --mamba-cache-mode): `all` keeps a "
+       "state-space model's states at every block boundary, charged with their blocks, so "
+       "its prefix hits are the block table's (docs/prefix_cache.md).",
+       optional=True, when="a mode other than the default none"),
     _k("trajectories_total", "int", "count", "Trajectories the workload will start."),
     _k("command", "argv", "-", "`kvsim` argv as given (null from the Python API).", **_NULL),
     _k("scenario_path", "str", "-", "Scenario file, absolute (null for a dict).", **_NULL),

@@ -151,6 +151,7 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         **_hit_limit(r),
         **_raised_block(r),
         **_table_bytes(r),
+        **({} if r.mamba_cache_mode == "none" else {"mamba_cache_mode": r.mamba_cache_mode}),
     }
 
 

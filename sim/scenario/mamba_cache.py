@@ -31,7 +31,7 @@ from sim.scenario.load import LoadedScenario
 
 
 def _refuse(loaded: LoadedScenario, msg: str) -> ConfigError:
-    return ConfigError(f"mamba_cache_mode: {msg}", location=loaded.where("model", "mamba_cache_mode"),
+    return ConfigError(msg, location=loaded.where("model", "mamba_cache_mode"),
                        field="model.mamba_cache_mode")  # fmt: skip
 
 

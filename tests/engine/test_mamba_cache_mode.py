@@ -55,10 +55,12 @@ def test_one_request_run_charges_a_state_per_block(tmp_path):
     # 8,192 tokens in ceil(8192 / 640) = 13 blocks, each with its end's states
     assert s["peak_allocated_bytes"] == pytest.approx(13 * BLOCK_BYTES_ALL)
     assert "prefix_hit_limited_by" not in s
+    assert s["mamba_cache_mode"] == "all"
 
 
 def test_one_request_in_none_mode_is_as_before(tmp_path):
     s = run_scenario(_scenario(tmp_path, "none")).summary
+    assert "mamba_cache_mode" not in s  # the default adds no key
     assert s["block_size_tokens"] == 528  # the page unification without prefix caching
     assert s["prefix_hit_limited_by"] == "mamba"
     # 16 table blocks of 528 x 16,384 B, the running state in ceil(51,806,208 / 8,650,752)
