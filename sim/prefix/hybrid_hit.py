@@ -123,7 +123,9 @@ def longest_hit(groups: Sequence[HitGroup], block_size: int, max_blocks: int) ->
 
 
 def kv_groups_limiting_group(groups) -> str | None:
-    """``engine_limiting_group`` of a ``sim.sizing.group_demand.KVGroups`` (None: dense)."""
+    """``engine_limiting_group`` of a ``sim.sizing.group_demand.KVGroups`` (None: dense).
+    Under ``mamba_cache_mode: all`` the state groups ride on the block table
+    (``with_saved_states``) and are not in ``groups.side``, so they limit nothing."""
     if groups is None or not groups.hybrid:
         return None
     kinds = [("table", "full", 0)] + [(g.name, g.kind, g.window_tokens) for g in groups.side]
@@ -134,9 +136,10 @@ def engine_limiting_group(kinds: Sequence[tuple[str, str, int]], state_prefix_ca
                           ) -> str | None:  # fmt: skip
     """The group that stops the engine's prefix hits, or None when the block table's hit
     stands. The engine caches a sliding or chunked group's blocks with the block table's
-    (the same tokens, released together), and saves no state-space state (vLLM's default),
-    so the rule is evaluated on a fully cached prompt: only a state group can lower it.
-    ``kinds`` is (name, kind, window) per group."""
+    (the same tokens, released together), and saves a state-space state at every block
+    boundary only with ``state_prefix_caching`` (``mamba_cache_mode: all``), so the rule is
+    evaluated on a fully cached prompt: only a state group without saved states can lower
+    it. ``kinds`` is (name, kind, window) per group."""
     n = 8  # any prompt of a few blocks shows the rule
     groups = [
         HitGroup(name, kind, [state_prefix_caching or kind not in STATE_KINDS] * n, window)

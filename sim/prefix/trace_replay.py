@@ -44,8 +44,10 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
 With ``--model NAME`` (``hit_rule``; ``sim.prefix.replay_hit_rule``) what is cached is the
 same, but a call's hit is the longest prefix every layer group of the model serves
 (``sim.prefix.hybrid_hit.longest_hit``, vLLM's hybrid rule) given the blocks matched: a
-windowed model keeps them, a state-space hybrid (no saved states) gets none; the output
-adds the block table's own hits and the hit tokens each group took away.
+windowed model keeps them, a state-space hybrid gets none without saved states
+(``--mamba-cache-mode none``) and keeps them with a state at every block boundary
+(``all``); the output adds the block table's own hits and the hit tokens each group took
+away.
 
 Invariant: the cache never holds more than ``floor(cache_tokens / B)`` blocks after a
 request (``peak_cached_tokens <= cache_tokens``); replay is deterministic and does work
