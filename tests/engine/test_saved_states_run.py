@@ -132,3 +132,20 @@ def test_a_pause_sees_the_saved_states(tmp_path, mode, state_bytes):
     r = run_scenario(path, **{"engine.check_invariants": True})
     (p,) = r.pauses.itertuples()
     assert p.tokens == 4000 and p.state_bytes == pytest.approx(state_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize(("mode", "hits", "peak"), [
+    # none: nothing cached; turn 2 holds ceil(4514 / 528) = 9 table blocks + 6 for its state
+    ("none", [0, 0], (9 + 6) * 528 * 16_384),
+    # all: turn 1's 4,001 tokens left floor(4001 / 640) = 6 full blocks, with their states,
+    # cached; turn 2 (4,513 prompt tokens) hits them and peaks at ceil(4514 / 640) = 8 blocks
+    ("all", [0, 6 * 640], 8 * BLOCK_BYTES_ALL),
+])  # fmt: skip
+def test_two_request_run_resumes_from_saved_states(tmp_path, mode, hits, peak):
+    agent = {"kind": "agent", "num_trajectories": 1, "arrival": {"kind": "fixed"}, "turns": 2,
+             "system_prompt_tokens": 0, "tool_tokens": 0, "task_tokens": 4000,
+             "output_tokens": 1, "observation_tokens": 512, "pause_s": 45.0}  # fmt: skip
+    extra = {"pause_policy": {"kind": "recompute"}, "workload": agent}  # turn 1 is freed
+    r = run_scenario(_scenario(tmp_path, mode, extra=extra), **{"engine.check_invariants": True})
+    assert list(r.requests["hit_tokens"]) == hits
+    assert r.summary["peak_allocated_bytes"] == pytest.approx(peak)
