@@ -163,12 +163,11 @@ def with_saved_states(groups: KVGroups, block_size: int) -> KVGroups:
     tokens of a table block also pay the states of every state layer at its end, the last
     block's being the running state) and leave ``side``; a model without state groups is
     returned unchanged."""
-    states = [g for g in groups.side if g.state_bytes]
-    if not states:
+    saved = saved_state_bytes_per_token(groups, block_size)
+    if not saved:
         return groups
-    per_block = sum(g.state_bytes for g in states)
     return KVGroups(
-        groups.table_bytes_per_token + per_block / block_size,
+        groups.table_bytes_per_token + saved,
         tuple(g for g in groups.side if not g.state_bytes),
         groups.all_bytes_per_token,
     )
