@@ -99,3 +99,22 @@ def test_replay_hits_call_by_call(mode, hits):
     d = r.to_dict()
     assert d["mamba_cache_mode"] == mode and d["table_hit_tokens"] == 2560
     assert d["hits_limited_by"] == ("mamba" if mode == "none" else None)
+
+
+def test_cli_flag(tmp_path, run_cli):
+    import json
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": i, "input_length": r.input_length, "output_length": 10,
+                    "hash_ids": list(r.hash_ids)}) + "\n" for i, r in enumerate(_trace())))  # fmt: skip
+    code, out, _ = run_cli(f"kvsim trace-replay {trace} --format mooncake --model nemotron-h-8b "
+                           "--mamba-cache-mode all --json")  # fmt: skip
+    assert code == 0
+    d = json.loads(out)
+    assert (d["hit_tokens"], d["mamba_cache_mode"], d["hits_limited_by"]) == (2560, "all", None)
+    code, _, err = run_cli(f"kvsim trace-replay {trace} --format mooncake --mamba-cache-mode all")
+    assert code != 0 and "needs --model" in err and "Traceback" not in err
+    code, _, err = run_cli(f"kvsim trace-replay {trace} --format mooncake --model nemotron-h-8b "
+                           "--mamba-cache-mode align")  # fmt: skip
+    assert code != 0 and "align is not modelled" in err
