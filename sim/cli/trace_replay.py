@@ -141,6 +141,14 @@ def trace_replay(
             show_default=False,
         ),
     ] = None,
+    mamba_cache_mode: Annotated[
+        str,
+        typer.Option(
+            help="With --model: saved states of its Mamba / linear-attention layers, as "
+            "vLLM's --mamba-cache-mode: none (no state saved: no hit) or all (a state at "
+            "every block boundary); align is refused (not modelled).",
+        ),
+    ] = "none",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     recompute_last_token: Annotated[
         bool,
@@ -157,7 +165,9 @@ def trace_replay(
     if model is not None:
         from sim.prefix.replay_hit_rule import model_hit_rule
 
-        hit_rule = model_hit_rule(model)
+        hit_rule = model_hit_rule(model, mamba_cache_mode)
+    elif mamba_cache_mode != "none":
+        raise KvsimError("--mamba-cache-mode: needs --model (the layer groups it applies to)")
     extra: dict = {}
     if format == "claude-code":
         from sim.prefix.replay_policies import ReplayPolicyOptions

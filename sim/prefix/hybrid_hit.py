@@ -15,8 +15,11 @@ for its longest hit no longer than the current one, and repeats until no group l
   chunk's first block on, cached blocks from the left;
 * ``mamba`` / ``linear_attention`` (``MambaManager``): a saved state at the hit point's block
   boundary; scanning from the right, the last boundary with one. Without Mamba prefix
-  caching (vLLM's ``mamba_cache_mode`` ``none``, its default) no state is saved, so a
-  state-space model gets no prefix hit at all.
+  caching (vLLM's ``mamba_cache_mode`` ``none``) no state is saved, so a state-space model
+  gets no prefix hit at all; with ``all`` a state is saved at every block boundary
+  (``MambaManager`` caches each full state block under its block's hash), so the state
+  groups serve wherever the block table does. ``align`` (a state only where a scheduler
+  step ends on a block boundary) is refused, not modelled (``mamba_cache_mode_problem``).
 
 Invariant: a pure function of its inputs; the hit is whole blocks, no longer than any
 group's own answer and than ``max_blocks``; ``limited_by`` names the group that last lowered
@@ -31,6 +34,10 @@ from dataclasses import dataclass
 
 FULL_KINDS = ("full", "mla", "indexer")
 STATE_KINDS = ("mamba", "linear_attention")
+#: vLLM's ``--mamba-cache-mode`` choices (``MambaCacheMode``, ``vllm/config/cache.py``)
+MAMBA_CACHE_MODES = ("none", "all", "align")
+#: where vLLM settles the mode from the flags (cited in the refusals)
+VLLM_MODE_SOURCE = "vllm/model_executor/models/config.py MambaModelConfig.verify_and_update_config"
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,9 @@ def longest_hit(groups: Sequence[HitGroup], block_size: int, max_blocks: int) ->
 
 
 def kv_groups_limiting_group(groups) -> str | None:
-    """``engine_limiting_group`` of a ``sim.sizing.group_demand.KVGroups`` (None: dense)."""
+    """``engine_limiting_group`` of a ``sim.sizing.group_demand.KVGroups`` (None: dense).
+    Under ``mamba_cache_mode: all`` the state groups ride on the block table
+    (``with_saved_states``) and are not in ``groups.side``, so they limit nothing."""
     if groups is None or not groups.hybrid:
         return None
     kinds = [("table", "full", 0)] + [(g.name, g.kind, g.window_tokens) for g in groups.side]
@@ -127,9 +136,10 @@ def engine_limiting_group(kinds: Sequence[tuple[str, str, int]], state_prefix_ca
                           ) -> str | None:  # fmt: skip
     """The group that stops the engine's prefix hits, or None when the block table's hit
     stands. The engine caches a sliding or chunked group's blocks with the block table's
-    (the same tokens, released together), and saves no state-space state (vLLM's default),
-    so the rule is evaluated on a fully cached prompt: only a state group can lower it.
-    ``kinds`` is (name, kind, window) per group."""
+    (the same tokens, released together), and saves a state-space state at every block
+    boundary only with ``state_prefix_caching`` (``mamba_cache_mode: all``), so the rule is
+    evaluated on a fully cached prompt: only a state group without saved states can lower
+    it. ``kinds`` is (name, kind, window) per group."""
     n = 8  # any prompt of a few blocks shows the rule
     groups = [
         HitGroup(name, kind, [state_prefix_caching or kind not in STATE_KINDS] * n, window)
@@ -137,3 +147,26 @@ def engine_limiting_group(kinds: Sequence[tuple[str, str, int]], state_prefix_ca
     ]
     hit = longest_hit(groups, 16, n)
     return hit.limited_by if hit.blocks < n else None
+
+
+def mamba_cache_mode_problem(mode: str, model_name: str, kinds: Sequence[str]) -> str | None:
+    """Why ``mamba_cache_mode`` ``mode`` cannot run for a model whose layer groups are of
+    ``kinds`` (None: it can; ``none`` always can): a mode that changes nothing (no state
+    layer), ``align`` (not modelled), and ``all`` on linear-attention layers, whose model
+    classes (gated DeltaNet: Qwen3-Next) lack ``SupportsMambaPrefixCaching``, so vLLM runs
+    ``align`` instead (``VLLM_MODE_SOURCE``)."""
+    if mode not in MAMBA_CACHE_MODES:
+        return f"{mode!r} is not one of {', '.join(MAMBA_CACHE_MODES)}"
+    if mode == "none":
+        return None
+    if not set(kinds) & set(STATE_KINDS):
+        return (f"{mode} changes nothing: {model_name} has no Mamba or linear-attention "
+                "layers (leave it none)")  # fmt: skip
+    if mode == "align":
+        return ("align is not modelled (it saves states only where a scheduler step ends on "
+                "a block boundary); use all (Mamba2 layers) or none")  # fmt: skip
+    if "linear_attention" in kinds:
+        return (f"all is not what vLLM runs for {model_name}: its linear-attention layers' "
+                f"model class lacks SupportsMambaPrefixCaching, so vLLM falls back to align "
+                f"({VLLM_MODE_SOURCE}); use none")  # fmt: skip
+    return None

@@ -10,8 +10,12 @@ the model (``sim.sizing.group_demand.kv_groups``) can serve, as the engine does:
 - ``sliding_window`` and ``chunked_local`` groups: their blocks are cached and evicted with
   the block table's (the same tokens), so they are cached wherever the table is, and a
   windowed model keeps the table's hits;
-- ``mamba`` / ``linear_attention`` groups: no state is saved at block boundaries (vLLM's
-  default ``mamba_cache_mode`` ``none``), so a state-space hybrid gets no prefix hit.
+- ``mamba`` / ``linear_attention`` groups: with ``mamba_cache_mode`` ``none`` no state is
+  saved at block boundaries, so a state-space hybrid gets no prefix hit; with ``all`` a
+  state is saved at every block boundary and kept as long as the block (the engine's
+  rule: ``sim.sizing.group_demand.with_saved_states``), so the state groups serve the
+  table's hit. ``align`` and the combinations vLLM does not run are refused
+  (``sim.prefix.hybrid_hit.mamba_cache_mode_problem``).
 
 Invariant: the hit is never longer than the table's match; it depends only on the matched
 block count, the block size and the groups, so answers are memoised per matched count
@@ -23,7 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.prefix.hybrid_hit import STATE_KINDS, HitGroup, HybridHit, longest_hit
+from sim.errors import KvsimError
+from sim.prefix.hybrid_hit import (
+    STATE_KINDS,
+    HitGroup,
+    HybridHit,
+    longest_hit,
+    mamba_cache_mode_problem,
+)
 
 #: the name the block table's group carries in the output (as ``engine_limiting_group``)
 TABLE_GROUP = "table"
@@ -35,6 +46,7 @@ class ModelHitRule:
 
     model: str
     groups: tuple[tuple[str, str, int], ...]  # (name, kind, window tokens) beside the table
+    saved_states: bool = False  # a state saved at every block boundary (mode all)
     lost_tokens: dict[str, int] = field(default_factory=dict)  # group -> hit tokens it cut
     _memo: dict[tuple[int, int], HybridHit] = field(default_factory=dict, repr=False)
 
@@ -52,7 +64,8 @@ class ModelHitRule:
     def _hit_groups(self, matched: int) -> list[HitGroup]:
         out = [HitGroup(TABLE_GROUP, "full", [True] * matched)]
         for name, kind, window in self.groups:
-            out.append(HitGroup(name, kind, [kind not in STATE_KINDS] * matched, window))
+            saved = kind not in STATE_KINDS or self.saved_states
+            out.append(HitGroup(name, kind, [saved] * matched, window))
         return out
 
     def count(self, limited_by: str | None, table_hit_tokens: int, hit_tokens: int) -> None:
@@ -69,10 +82,16 @@ class ModelHitRule:
         return max(sorted(self.lost_tokens), key=lambda g: self.lost_tokens[g])
 
 
-def model_hit_rule(name: str) -> ModelHitRule:
-    """The rule for the model profile ``name`` (UnknownNameError lists the models)."""
+def model_hit_rule(name: str, mamba_cache_mode: str = "none") -> ModelHitRule:
+    """The rule for the model profile ``name`` under ``mamba_cache_mode``
+    (UnknownNameError lists the models; KvsimError names a mode that cannot run)."""
     from sim.profiles.registry import load_model
     from sim.sizing.group_demand import kv_groups
 
-    groups = kv_groups(load_model(name))
-    return ModelHitRule(name, tuple((g.name, g.kind, g.window_tokens) for g in groups.side))
+    model = load_model(name)
+    problem = mamba_cache_mode_problem(mamba_cache_mode, name, [g.kind for g in model.kv_groups()])
+    if problem is not None:
+        raise KvsimError(f"--mamba-cache-mode: {problem}")
+    groups = kv_groups(model)
+    return ModelHitRule(name, tuple((g.name, g.kind, g.window_tokens) for g in groups.side),
+                        saved_states=mamba_cache_mode == "all")  # fmt: skip

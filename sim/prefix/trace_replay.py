@@ -44,8 +44,10 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
 With ``--model NAME`` (``hit_rule``; ``sim.prefix.replay_hit_rule``) what is cached is the
 same, but a call's hit is the longest prefix every layer group of the model serves
 (``sim.prefix.hybrid_hit.longest_hit``, vLLM's hybrid rule) given the blocks matched: a
-windowed model keeps them, a state-space hybrid (no saved states) gets none; the output
-adds the block table's own hits and the hit tokens each group took away.
+windowed model keeps them, a state-space hybrid gets none without saved states
+(``--mamba-cache-mode none``) and keeps them with a state at every block boundary
+(``all``); the output adds the block table's own hits and the hit tokens each group took
+away.
 
 Invariant: the cache never holds more than ``floor(cache_tokens / B)`` blocks after a
 request (``peak_cached_tokens <= cache_tokens``); replay is deterministic and does work
@@ -180,6 +182,8 @@ class ReplayResult:
     hit_tokens_lost_by_group: dict[str, int] | None = None
     #: ``--model``: the group that took away the most hit tokens (None: none took any)
     hits_limited_by: str | None = None
+    #: ``--model``: the state layers' saved states (``--mamba-cache-mode``: none or all)
+    mamba_cache_mode: str | None = None
 
     def to_dict(self, per_request: bool = False) -> dict:
         d = asdict(self)
@@ -192,7 +196,8 @@ class ReplayResult:
 
 
 #: the keys ``--model`` adds to a replay's output
-MODEL_KEYS = ("model", "table_hit_tokens", "hit_tokens_lost_by_group", "hits_limited_by")
+MODEL_KEYS = ("model", "table_hit_tokens", "hit_tokens_lost_by_group", "hits_limited_by",
+              "mamba_cache_mode")  # fmt: skip
 
 
 def replay(
@@ -293,6 +298,7 @@ def _with_model(base: ReplayResult, rule: ModelHitRule | None, table_hits: int) 
     base.table_hit_tokens = table_hits
     base.hit_tokens_lost_by_group = dict(sorted(rule.lost_tokens.items()))
     base.hits_limited_by = rule.limited_by
+    base.mamba_cache_mode = "all" if rule.saved_states else "none"
     return base
 
 

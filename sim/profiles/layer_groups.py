@@ -112,6 +112,9 @@ class StateGroup(_Group):
     state_dim: PositiveInt  # Mamba2 d_state; DeltaNet value head dim
     conv_dtype: DType = "bf16"
     state_dtype: DType = "bf16"
+    # the state kernel's chunk (config.json chunk_size): vLLM aligns the block size to it
+    # under mamba_cache_mode all (sim.sizing.hybrid_pages); None: not stated
+    chunk_tokens: PositiveInt | None = None
 
     def conv_elems(self) -> int:
         """Convolution-state elements per sequence per layer."""

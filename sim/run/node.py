@@ -151,13 +151,15 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         **_hit_limit(r),
         **_raised_block(r),
         **_table_bytes(r),
+        **({} if r.mamba_cache_mode == "none" else {"mamba_cache_mode": r.mamba_cache_mode}),
     }
 
 
 def _table_bytes(r: Resolved) -> dict[str, Any]:
     """``allocator_kv_bytes_per_token``, present for a hybrid model: the bytes per token of
-    its block table (the layers that keep every token), what its allocator charges."""
-    if r.kv_groups is None:
+    its block table (the layers that keep every token, and the saved states of
+    ``mamba_cache_mode: all``), what its allocator charges."""
+    if r.kv_groups is None and not r.saved_state_bytes_per_token:
         return {}
     return {"allocator_kv_bytes_per_token": float(r.allocator_kv_bytes_per_token)}
 

@@ -26,6 +26,7 @@ from sim.errors import ConfigError, KvsimError
 from sim.profiles import load_accelerator, load_model, load_node
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.scenario.load import LoadedScenario
+from sim.scenario.mamba_cache import checked_mamba_cache_mode
 from sim.scenario.paths import (
     CALIBRATION,
     absolute,
@@ -34,7 +35,12 @@ from sim.scenario.paths import (
     names_a_file,
 )
 from sim.scenario.speculative import draft_kv
-from sim.sizing.group_demand import KVGroups, kv_groups
+from sim.sizing.group_demand import (
+    KVGroups,
+    kv_groups,
+    saved_state_bytes_per_token,
+    with_saved_states,
+)
 from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
@@ -87,6 +93,11 @@ class Resolved:
     #: Mamba/linear-attention states (``allocator_options['block_size']`` is the raised
     #: one, as ``kvsim plan`` reports); None: the block size runs as given
     requested_block_size_tokens: int | None = None
+    #: ``model.mamba_cache_mode`` as checked (``sim.scenario.mamba_cache``)
+    mamba_cache_mode: str = "none"
+    #: the saved states at block boundaries, per block-table token (all GPUs; 0 unless
+    #: ``mamba_cache_mode`` is ``all``): included in ``allocator_kv_bytes_per_token``
+    saved_state_bytes_per_token: float = 0.0
 
     @property
     def scenario(self):
@@ -106,9 +117,10 @@ class Resolved:
     def allocator_kv_bytes_per_token(self) -> float:
         """Bytes per token of the allocator's block table: every layer's (F1) for a dense
         model, those of the layers that keep every token for a hybrid one; a speculative
-        drafter's KV (every token, ``draft_kv_bytes_per_token_per_gpu``) is in both."""
+        drafter's KV (every token, ``draft_kv_bytes_per_token_per_gpu``) is in both, and so
+        are the saved states of ``mamba_cache_mode: all`` (``saved_state_bytes_per_token``)."""
         if self.kv_groups is None:
-            return self.kv_bytes_per_token
+            return self.kv_bytes_per_token + self.saved_state_bytes_per_token
         draft = self.draft_kv_bytes_per_token_per_gpu * self.num_gpus
         return self.kv_groups.table_bytes_per_token + draft
 
@@ -175,7 +187,12 @@ def resolve(loaded: LoadedScenario) -> Resolved:
             field="hardware",
         )
     kind, options = _allocator_options(loaded, model)
-    requested = _unify_block_size(options, model, hw.tp)
+    mode = checked_mamba_cache_mode(loaded, model, _caches_prefixes(kind))
+    try:
+        requested = _unify_block_size(options, model, hw.tp, mode)
+    except KvsimError as exc:
+        raise _located(loaded, ("model", "mamba_cache_mode"), exc) from None
+    groups, saved = _saved_states(groups, options, mode)
     draft_gpu, draft = draft_kv(loaded, model, _caches_prefixes(kind))
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
@@ -183,7 +200,18 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     return Resolved(
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
         window, draft_gpu, draft, groups if groups.hybrid else None, requested,
+        mamba_cache_mode=mode, saved_state_bytes_per_token=saved,
     )  # fmt: skip
+
+
+def _saved_states(groups: KVGroups, options: dict, mode: str) -> tuple[KVGroups, float]:
+    """The engine's groups under ``mode`` and the saved-state bytes per table token:
+    with ``all`` every block boundary keeps the state layers' states, carried on the
+    block table (``with_saved_states``); otherwise unchanged and 0."""
+    block = options.get("block_size")
+    if mode != "all" or not isinstance(block, int):
+        return groups, 0.0
+    return with_saved_states(groups, block), saved_state_bytes_per_token(groups, block)
 
 
 def _caches_prefixes(kind: str) -> bool:
@@ -293,7 +321,8 @@ def _allocator_options(loaded: LoadedScenario, model: ModelProfile) -> tuple[str
     return kind, options
 
 
-def _unify_block_size(options: dict, model: ModelProfile, tp: int) -> int | None:
+def _unify_block_size(options: dict, model: ModelProfile, tp: int, mode: str = "none"
+                      ) -> int | None:  # fmt: skip
     """Raise ``options['block_size']`` as vLLM does for a model whose state layers need an
     attention page at least one state (``sim.sizing.hybrid_pages``, as ``kvsim plan``);
     returns the block size asked for when raised, else None (dense and windowed models,
@@ -301,7 +330,7 @@ def _unify_block_size(options: dict, model: ModelProfile, tp: int) -> int | None
     block = options.get("block_size")
     if not isinstance(block, int) or isinstance(block, bool) or block < 1:
         return None  # the allocator's own check reports a bad block size
-    pages = unify_pages(model, block, tp)
+    pages = unify_pages(model, block, tp, mamba_cache_mode=mode)
     if not pages.raised:
         return None
     options["block_size"] = pages.block_size_tokens

@@ -58,6 +58,10 @@ class ModelSection(_Cfg):
     # the KV element type (FP8-KV, NVFP4-KV variants): the profile's kv_dtype, set for the
     # layer groups that do not pin their own; same as overrides: {kv_dtype: ...}
     kv_dtype: DType | None = None
+    # vLLM's --mamba-cache-mode: whether a model with state-space layers keeps saved states
+    # at block boundaries for prefix caching (none: no saved state, no prefix hit; all: a
+    # state at every block boundary; align: refused, not modelled). docs/prefix_cache.md
+    mamba_cache_mode: Literal["none", "all", "align"] = "none"
 
     def profile_overrides(self) -> dict[str, Any]:
         """The profile field overrides, ``kv_dtype`` included when set."""

@@ -38,6 +38,21 @@ def _refuse(loaded: LoadedScenario, msg: str, *loc: str) -> ConfigError:
                        field=".".join(("speculative", *loc)))  # fmt: skip
 
 
+def _state_refusal(model: ModelProfile, mode: str) -> str:
+    """Why speculative decoding with a prefix cache on a state-space model is refused."""
+    if mode == "none":  # no saved state here, but vLLM would not run it that way
+        why = ("mamba_cache_mode none saves no state, but with prefix caching and "
+               "speculative decoding on, vLLM switches such a model to align (MambaModelConfig"
+               ".verify_and_update_config), whose saved states")  # fmt: skip
+    else:
+        why = f"under mamba_cache_mode {mode} the saved states at block boundaries"
+    return (
+        f"speculative decoding with prefix caching on a model with state-space layers "
+        f"({model.name}) is refused: {why} and the rejected drafts' state updates do not "
+        f"agree ({VLLM_ISSUE}, open); use a non-caching allocator (paged) or drop speculative"
+    )
+
+
 def draft_kv(
     loaded: LoadedScenario, model: ModelProfile, uses_prefix_cache: bool
 ) -> tuple[float, ModelProfile | None]:
@@ -51,12 +66,7 @@ def draft_kv(
     if sc.cluster is not None and sc.cluster.data_parallel is not None:
         raise _refuse(loaded, "speculative decoding in a data-parallel lockstep cluster is not modelled")
     if uses_prefix_cache and any(g.kind in STATE_KINDS for g in model.kv_groups()):
-        raise _refuse(
-            loaded,
-            f"speculative decoding with prefix caching on a model with state-space layers "
-            f"({model.name}) is refused: vLLM does not support it ({VLLM_ISSUE}); use a "
-            "non-caching allocator (paged) or drop speculative",
-        )
+        raise _refuse(loaded, _state_refusal(model, sc.model.mamba_cache_mode))
     tp = sc.hardware.tp
     if spec.method == "ngram":
         return 0.0, None

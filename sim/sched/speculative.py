@@ -61,7 +61,12 @@ class SpeculativeConfig(BaseModel):
     @property
     def lookahead_tokens(self) -> int:
         """Slots reserved per request per step beyond the verified tokens (vLLM V1
-        ``Scheduler.num_lookahead_tokens``: ``k`` for a drafter with its own KV)."""
+        ``Scheduler.num_lookahead_tokens``: ``k`` for a drafter with its own KV).
+
+        Checked against vLLM's ``Scheduler.__init__`` (``vllm/v1/core/sched/scheduler.py``):
+        ``num_lookahead_tokens = num_spec_tokens`` when ``speculative_config.use_eagle()``
+        (EAGLE, EAGLE-3, MTP) or ``uses_draft_model()``; 0 for ngram. So a draft model
+        reserves the same ``k`` as EAGLE / MTP."""
         return self.num_speculative_tokens if self.method in DRAFTER_METHODS else 0
 
     @property

@@ -16,6 +16,14 @@ and counts the other groups' blocks arithmetically, one demand function per grou
 * ``mamba`` / ``linear_attention``: one state per running sequence, whatever S
   (``MambaManager`` without prefix caching).
 
+With Mamba prefix caching in vLLM's ``all`` mode (``with_saved_states``) a state group
+keeps a state at every block boundary, in a block of its own at the same block-table
+position (``MambaManager`` allocates ``cdiv(S, B)`` state blocks, the last one holding the
+running state, and caches the full ones under the block's hash). The engine then carries
+those states on the block table: each table block also holds the states of every state
+layer at its end (``table_bytes_per_token`` grows by ``sum(state_bytes) / B``), so they are
+cached, shared and evicted with the table's blocks, and the state groups leave ``side``.
+
 Invariant: figures are for the engine instance (per-GPU bytes of the most loaded pipeline
 stage times the GPUs, as ``Resolved.kv_bytes_per_token``); a model whose groups all keep
 every token has no side group, so its allocators behave exactly as before groups existed;
@@ -147,3 +155,24 @@ def kv_groups(
         )
     every = sum(heaviest.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
     return KVGroups(table * num_gpus, tuple(side), every * num_gpus)
+
+
+def with_saved_states(groups: KVGroups, block_size: int) -> KVGroups:
+    """``groups`` as the engine holds them when every block boundary keeps a saved state
+    (vLLM's ``mamba_cache_mode: all``): the state groups ride on the block table (``B``
+    tokens of a table block also pay the states of every state layer at its end, the last
+    block's being the running state) and leave ``side``; a model without state groups is
+    returned unchanged."""
+    saved = saved_state_bytes_per_token(groups, block_size)
+    if not saved:
+        return groups
+    return KVGroups(
+        groups.table_bytes_per_token + saved,
+        tuple(g for g in groups.side if not g.state_bytes),
+        groups.all_bytes_per_token,
+    )
+
+
+def saved_state_bytes_per_token(groups: KVGroups, block_size: int) -> float:
+    """What ``with_saved_states`` adds to a token of the block table (0: no state group)."""
+    return sum(g.state_bytes for g in groups.side) / block_size

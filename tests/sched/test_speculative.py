@@ -78,6 +78,10 @@ def test_the_section_is_validated():
     with pytest.raises(ValidationError):
         spec(num_speculative_tokens=0)
     assert spec().lookahead_tokens == 0 and spec(method="eagle").lookahead_tokens == 3
+    # vLLM's Scheduler: num_lookahead_tokens = k for use_eagle() (eagle, mtp) and
+    # uses_draft_model() alike
+    draft = spec(method="draft_model", draft_model="llama-3.2-1b", num_speculative_tokens=5)
+    assert draft.lookahead_tokens == 5 == spec(method="mtp", num_speculative_tokens=5).lookahead_tokens
     assert spec(method="mtp").drafter_steps == 3 and spec().drafter_steps == 0
 
 

@@ -37,6 +37,7 @@ class PauseDecider:
         # states, not every layer for every token (F1); None: a dense model, F1 exactly
         self.groups = resolved.kv_groups
         self.table_bpt = resolved.allocator_kv_bytes_per_token
+        self.saved_bpt = resolved.saved_state_bytes_per_token  # mamba_cache_mode all
         self.num_gpus = resolved.num_gpus
         self.pool_bytes = resolved.pool_bytes
         self.tiers = resolved.tiers
@@ -73,9 +74,10 @@ class PauseDecider:
             self.held_bytes(r.num_computed, block) for r in sched.running if r is not req
         ) if self.groups is not None else sum(
             r.num_computed for r in sched.running if r is not req
-        ) * self.bpt  # fmt: skip
+        ) * self.table_bpt  # fmt: skip
         total = self.held_bytes(tokens, block)
-        per_gpu = tokens * self.bpt_gpu if self.groups is None else total / self.num_gpus
+        dense = self.groups is None and not self.saved_bpt
+        per_gpu = tokens * self.bpt_gpu if dense else total / self.num_gpus
         return PauseFacts(
             tokens=tokens,
             state_bytes_per_gpu=per_gpu,
@@ -99,9 +101,10 @@ class PauseDecider:
     def held_bytes(self, tokens: int, block_size: int) -> float:
         """Bytes a sequence of ``tokens`` holds over the engine instance: every layer per
         token for a dense model (F1); for a hybrid one its block table's tokens plus its
-        side groups' blocks (``block_size`` tokens each) or states (``KVGroups``)."""
-        if self.groups is None:
-            return float(tokens * self.bpt)
+        side groups' blocks (``block_size`` tokens each) or states (``KVGroups``); the
+        states saved under ``mamba_cache_mode: all`` ride on the table's bytes per token."""
+        if self.groups is None:  # table_bpt is bpt unless saved states are charged
+            return float(tokens * self.table_bpt)
         return float(tokens * self.table_bpt + self.groups.side_bytes(tokens, block_size))
 
     def _swap_budget(self, now: float, last_step_s: float) -> float:

@@ -1,0 +1,151 @@
+"""``model.mamba_cache_mode`` in runs (issue 27 item 2): the memory of saved states at
+block boundaries, the hits they serve, and the located refusals.
+
+Expected figures are written out from nemotron-h-8b's config.json numbers (the profile's
+comment), not taken from the code: 4 attention layers of 2 x 8 x 128 x 2 B = 16,384 B per
+token; 24 Mamba2 layers of 2,158,592 B of state = 51,806,208 B per saved boundary; under
+``all`` vLLM's block is the Mamba chunk (128) times ceil(2,158,592 / 4,096 / 128) = 640
+tokens, so one block holds 640 x 16,384 + 51,806,208 = 62,291,968 B.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sim.errors import ConfigError
+from sim.run import run_scenario
+from sim.scenario.load import load_scenario
+from sim.scenario.resolve import make_allocator_for, resolve
+
+BLOCK_ALL = 640
+BLOCK_BYTES_ALL = 640 * 16_384 + 24 * 2_158_592  # 62,291,968
+
+
+def _scenario(tmp_path, mode: str, kind: str = "radix", model: str = "nemotron-h-8b",
+              extra: dict | None = None) -> str:  # fmt: skip
+    doc = {
+        "schema_version": 1,
+        "name": "saved_states",
+        "seed": 0,
+        "model": {"profile": model, "mamba_cache_mode": mode},
+        "hardware": {"accelerator": "h200-141gb", "tp": 1, "kv_pool_bytes_per_gpu": 20e9},
+        "allocator": {"kind": kind, "block_size": 16},
+        "scheduler": {"kind": "vllm_v1"},
+        "workload": {
+            "kind": "requests",
+            "requests": [{"count": 1, "at_s": 0.0, "prompt_tokens": 8180, "output_tokens": 12}],
+        },
+        **(extra or {}),
+    }
+    path = tmp_path / f"{mode}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def _allocator(tmp_path, mode):
+    return make_allocator_for(resolve(load_scenario(_scenario(tmp_path, mode))))
+
+
+def test_one_request_run_charges_a_state_per_block(tmp_path):
+    s = run_scenario(_scenario(tmp_path, "all"), **{"engine.check_invariants": True}).summary
+    assert s["requests_completed"] == 1
+    assert s["block_size_tokens"] == BLOCK_ALL
+    assert s["allocator_kv_bytes_per_token"] == pytest.approx(BLOCK_BYTES_ALL / BLOCK_ALL)
+    # 8,192 tokens in ceil(8192 / 640) = 13 blocks, each with its end's states
+    assert s["peak_allocated_bytes"] == pytest.approx(13 * BLOCK_BYTES_ALL)
+    assert "prefix_hit_limited_by" not in s
+    assert s["mamba_cache_mode"] == "all"
+
+
+def test_one_request_in_none_mode_is_as_before(tmp_path):
+    s = run_scenario(_scenario(tmp_path, "none")).summary
+    assert "mamba_cache_mode" not in s  # the default adds no key
+    assert s["block_size_tokens"] == 528  # the page unification without prefix caching
+    assert s["prefix_hit_limited_by"] == "mamba"
+    # 16 table blocks of 528 x 16,384 B, the running state in ceil(51,806,208 / 8,650,752)
+    # = 6 blocks more
+    assert s["peak_allocated_bytes"] == pytest.approx((16 + 6) * 528 * 16_384)
+
+
+def test_two_requests_share_the_saved_states(tmp_path):
+    a = _allocator(tmp_path, "all")
+    r = a.allocate("a", 1300, content=[("sys", 1300)])
+    assert r.ok and r.matched_tokens == 0
+    assert a.metrics().allocated_bytes == 3 * BLOCK_BYTES_ALL  # ceil(1300 / 640) blocks
+    a.free("a")
+    # its two full blocks stay cached with the states at their ends; the partial one goes
+    m = a.metrics()
+    assert (m.allocated_bytes, m.cached_bytes) == (0, 2 * BLOCK_BYTES_ALL)
+    r = a.allocate("b", 1500, content=[("sys", 1300), ("b", 200)])
+    assert r.matched_tokens == 2 * BLOCK_ALL  # the state at the end of block 1 serves
+    assert a.metrics().allocated_bytes == 3 * BLOCK_BYTES_ALL
+    a.check_invariants()
+
+
+def test_two_requests_without_saved_states_hit_nothing(tmp_path):
+    a = _allocator(tmp_path, "none")
+    a.allocate("a", 1300, content=[("sys", 1300)])
+    a.free("a")
+    assert a.metrics().cached_bytes == 0  # nothing is cached: no state to resume from
+    r = a.allocate("b", 1500, content=[("sys", 1300), ("b", 200)])
+    assert r.ok and r.matched_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "model", "words"),
+    [
+        ("align", "radix", "nemotron-h-8b", "align is not modelled"),
+        ("all", "paged", "nemotron-h-8b", "needs a prefix-caching allocator"),
+        ("all", "paged_hash", "qwen3-next-80b-a3b", "falls back to align"),
+        ("all", "radix", "llama-3.1-8b", "changes nothing"),
+    ],
+)
+def test_refused_in_one_located_line(tmp_path, mode, kind, model, words):
+    path = _scenario(tmp_path, mode, kind, model)
+    with pytest.raises(ConfigError) as exc:
+        resolve(load_scenario(path))
+    msg = str(exc.value)
+    assert words in msg and "\n" not in msg
+    assert f"{path}:" in msg and "model.mamba_cache_mode" in msg
+
+
+@pytest.mark.parametrize(("mode", "words"), [("none", "switches such a model to align"),
+                                             ("all", "under mamba_cache_mode all")])  # fmt: skip
+def test_speculative_refusal_names_the_mode(tmp_path, mode, words):
+    spec = {"speculative": {"method": "mtp", "num_speculative_tokens": 2, "acceptance_rate": 0.7}}
+    with pytest.raises(ConfigError) as exc:
+        resolve(load_scenario(_scenario(tmp_path, mode, extra=spec)))
+    msg = str(exc.value)
+    assert words in msg and "vllm-project/vllm#26201" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(("mode", "state_bytes"), [
+    ("none", 4000 * 16_384 + 24 * 2_158_592),  # the table's tokens and one running state
+    ("all", 4000 * 16_384 + 4000 / 640 * 24 * 2_158_592),  # a block's states per 640 tokens
+])  # fmt: skip
+def test_a_pause_sees_the_saved_states(tmp_path, mode, state_bytes):
+    agent = {"kind": "agent", "num_trajectories": 1, "arrival": {"kind": "fixed"}, "turns": 2,
+             "system_prompt_tokens": 0, "tool_tokens": 0, "task_tokens": 4000,
+             "output_tokens": 1, "observation_tokens": 512, "pause_s": 45.0}  # fmt: skip
+    path = _scenario(tmp_path, mode, extra={"pause_policy": {"kind": "hold"}, "workload": agent})
+    r = run_scenario(path, **{"engine.check_invariants": True})
+    (p,) = r.pauses.itertuples()
+    assert p.tokens == 4000 and p.state_bytes == pytest.approx(state_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize(("mode", "hits", "peak"), [
+    # none: nothing cached; turn 2 holds ceil(4514 / 528) = 9 table blocks + 6 for its state
+    ("none", [0, 0], (9 + 6) * 528 * 16_384),
+    # all: turn 1's 4,001 tokens left floor(4001 / 640) = 6 full blocks, with their states,
+    # cached; turn 2 (4,513 prompt tokens) hits them and peaks at ceil(4514 / 640) = 8 blocks
+    ("all", [0, 6 * 640], 8 * BLOCK_BYTES_ALL),
+])  # fmt: skip
+def test_two_request_run_resumes_from_saved_states(tmp_path, mode, hits, peak):
+    agent = {"kind": "agent", "num_trajectories": 1, "arrival": {"kind": "fixed"}, "turns": 2,
+             "system_prompt_tokens": 0, "tool_tokens": 0, "task_tokens": 4000,
+             "output_tokens": 1, "observation_tokens": 512, "pause_s": 45.0}  # fmt: skip
+    extra = {"pause_policy": {"kind": "recompute"}, "workload": agent}  # turn 1 is freed
+    r = run_scenario(_scenario(tmp_path, mode, extra=extra), **{"engine.check_invariants": True})
+    assert list(r.requests["hit_tokens"]) == hits
+    assert r.summary["peak_allocated_bytes"] == pytest.approx(peak)
