@@ -92,6 +92,9 @@ class KVGroups:
     #: every token group's bytes per token, windows ignored (F1; what a kind that does not
     #: count groups charges per token)
     all_bytes_per_token: float = 0.0
+    #: the groups whose every token is in the block table, with their bytes per token
+    #: (they sum to ``table_bytes_per_token``); empty when built by hand
+    table: tuple[GroupDemand, ...] = ()
 
     @property
     def hybrid(self) -> bool:
@@ -129,9 +132,12 @@ def kv_groups(
         for g in groups
         if g.kind in TABLE_KINDS
     )
-    side = []
+    side, in_table = [], []
     for g in groups:
         n = heaviest.get(g.name, 0)
+        if g.kind in TABLE_KINDS and n:
+            in_table.append(GroupDemand(g.name, g.kind, n * g.bytes_per_token_per_layer_per_gpu
+                                        * num_gpus, 0, 0.0))  # fmt: skip
         if g.kind in TABLE_KINDS or n == 0:
             continue
         side.append(GroupDemand(
@@ -146,4 +152,4 @@ def kv_groups(
             "group here drops tokens or keeps a state)"
         )
     every = sum(heaviest.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
-    return KVGroups(table * num_gpus, tuple(side), every * num_gpus)
+    return KVGroups(table * num_gpus, tuple(side), every * num_gpus, tuple(in_table))
