@@ -20,8 +20,9 @@ declared on ``Allocator`` with no-op defaults. Memory never calls up into the en
 Invariants: a sequence is held (paused) only while it is live and no request of it is
 running or waiting; ``paused_tokens`` = the sum of the held sequences' tokens (logical:
 a block shared by several counts once per sequence), and the allocator marks exactly the
-held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots); held
-token-seconds only grow; every operation that fails (a miss) leaves the allocator
+held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots);
+``paused_side_bytes`` = the held sequences' side-group bytes (a hybrid model's windows,
+chunks, states; 0 for a dense model); held token-seconds only grow; every operation that fails (a miss) leaves the allocator
 unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
 """
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from sim.errors import KvsimError
-from sim.profiles.layer_groups import STATE_KINDS
+from sim.profiles.layer_groups import AttentionGroup, LayerGroup, StateGroup
 from sim.profiles.schema import ModelProfile
 
 
@@ -51,20 +51,20 @@ def attention_flops_by_layer_group(model: ModelProfile, tokens: int) -> int:
     for names in model.layer_group_names():
         if names:
             per_group[names[0]] = per_group.get(names[0], 0) + 1
-    total = 0
-    for name, layers in per_group.items():
-        g = groups[name]
-        if g.kind in STATE_KINDS:
-            per_layer = s * (4 * g.recurrent_elems() + 2 * g.conv_kernel * g.conv_channels)
-        elif g.kind == "sliding_window":
-            per_layer = 4 * d * s * min(s, g.window_tokens)
-        elif g.kind == "chunked_local":
-            q, r = divmod(s, g.window_tokens)
-            per_layer = 4 * d * (q * g.window_tokens**2 + r * r)
-        else:  # full attention, MLA
-            per_layer = 4 * d * s * s
-        total += layers * per_layer
-    return total
+    return sum(layers * _layer_flops(groups[name], s, d) for name, layers in per_group.items())
+
+
+def _layer_flops(g: LayerGroup, s: int, d: int) -> int:
+    """One layer's attention (or state) FLOPs of a prefill of ``s`` tokens."""
+    if isinstance(g, StateGroup):
+        return s * (4 * g.recurrent_elems() + 2 * g.conv_kernel * g.conv_channels)
+    window = g.window_tokens if isinstance(g, AttentionGroup) else None
+    if window is None:  # full attention, MLA
+        return 4 * d * s * s
+    if g.kind == "sliding_window":
+        return 4 * d * s * min(s, window)
+    q, r = divmod(s, window)  # chunked local: within its chunk
+    return 4 * d * (q * window**2 + r * r)
 
 
 def model_prefill_flops(
