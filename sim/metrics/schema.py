@@ -110,9 +110,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "bytes split by each table group's bytes per token (exact), the side blocks to the "
        "windowed, chunked or state group (exact for one; several share them by what each "
        "holds for the live sequences). The largest row, not the allocator's transient peak "
-       "(<= peak_allocated_bytes; their sum can exceed it, as groups peak apart). Within "
-       "one table block per sequence of `kvsim plan`'s per-group bytes for the same "
-       "contexts (side blocks are whole table blocks).", **_GROUPS),
+       "(<= peak_allocated_bytes; their sum can exceed it, as groups peak apart). A "
+       "one-request run's equals `kvsim plan`'s per-group bytes within block rounding (a "
+       "table group's last block; a window's ceil(w/B) + 1 blocks; side blocks rounded up "
+       "to a table block).", **_GROUPS),
     _k("allocated_bytes_by_group_mean", "floats", "bytes",
        "Per layer group, allocated bytes time-weighted over the run (as "
        "peak_allocated_bytes_by_group; the means sum to the mean allocated bytes).",
@@ -777,7 +778,8 @@ def metrics_markdown() -> str:
         "Every `kvsim run` writes `summary.json` and one Parquet table per record kind. "
         "Each is declared once in `sim/metrics/schema.py` (name, type, unit, meaning); a "
         "test checks every run's outputs against it (`sim.metrics.schema.check_run_folder`).",
-        "Distributions (`dist`) are `{mean, p50, p90, p95, p99}`; `counts` are `{name: int}`. "
+        "Distributions (`dist`) are `{mean, p50, p90, p95, p99}`; `counts` are `{name: int}`, "
+        "`floats` `{name: number}`. "
         "GB is 10^9 bytes. Counts and byte totals are integers.",
         "",
         "## summary.json",

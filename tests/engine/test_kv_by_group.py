@@ -212,3 +212,30 @@ def test_report_shows_kv_by_group_for_a_hybrid_model_only(tmp_path):
     dense = tmp_path / "d.yaml"
     dense.write_text(yaml.safe_dump(_doc("llama-3.1-8b", 1000, 8)))
     assert groups_section(load_run(run_scenario(str(dense)))) == []
+
+
+def test_recorder_shares_the_side_bytes_of_several_side_groups():
+    """Two side groups (a window and a state): the recorder asks the KV manager what each
+    holds for the live sequences and shares the side blocks by it; the table's bytes go
+    800:200 to its two groups; the row's parts sum to its allocated bytes."""
+    from sim.metrics import Recorder
+
+    kv = _kv()
+    rec = Recorder(pool_bytes=10e6, groups=kv_split(GROUPS, 1000.0, counted=True))
+    rec.side_weights = kv.side_bytes_by_group
+    assert kv.alloc.allocate("a", 250)
+    m = kv.metrics()
+    rec.memory(0.0, m, 0.0, 0, 1, 0)
+    frame = rec.group_frame()
+    got = dict(zip(frame.group, frame.allocated_bytes, strict=True))
+    table = m.allocated_bytes - m.side_allocated_bytes
+    assert table == 16 * 16 * 1000  # ceil(250 / 16) blocks of 16 x 1,000 B
+    window, state = 7 * 16 * 3000, 70_000
+    assert got == pytest.approx({
+        "full": 0.8 * table, "index": 0.2 * table,
+        "sliding": m.side_allocated_bytes * window / (window + state),
+        "state": m.side_allocated_bytes * state / (window + state)})  # fmt: skip
+    assert sum(got.values()) == pytest.approx(m.allocated_bytes)
+    s = rec.group_summary(1.0)
+    assert s["peak_allocated_bytes_by_group"]["full"] == round(0.8 * table)
+    assert s["allocated_bytes_by_group_mean"]["index"] == pytest.approx(0.2 * table)
