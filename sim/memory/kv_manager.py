@@ -29,7 +29,7 @@ unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from sim.errors import InvariantError
@@ -77,8 +77,10 @@ class HeldTokenSeconds:
     total: float
     by_owner: dict[int, float]
     by_key: dict[Hashable, float]
-    #: a hybrid model's side groups' byte-seconds held (not per token; 0 for a dense model)
+    #: a hybrid model's side groups' byte-seconds held (not per token; 0 for a dense
+    #: model), in total and by owner
     side_byte_s: float = 0.0
+    side_by_owner: dict[int, float] = field(default_factory=dict)
 
 
 class KVManager:
@@ -103,7 +105,8 @@ class KVManager:
         #: and what they hold for the paused sequences, by vLLM's rules (bytes)
         self._groups = allocator.kv_groups
         self.paused_side_bytes = 0.0
-        self._side_byte_s = 0.0  # closed holds: side byte-seconds
+        self._side_byte_s = 0.0  # closed holds: side byte-seconds, in total and by owner
+        self._side_byte_s_owner: dict[int, float] = {}
         self._token_s = 0.0  # closed holds: token-seconds in total, by owner, by key
         self._token_s_owner: dict[int, float] = {}
         self._token_s_key: dict[Hashable, float] = {}
@@ -342,7 +345,9 @@ class KVManager:
         if self._groups is not None:
             side = self._side_bytes(held.tokens)
             self.paused_side_bytes = max(0.0, self.paused_side_bytes - side)
-            self._side_byte_s += side * (self.now - held.start_s)
+            side_s = side * (self.now - held.start_s)
+            self._side_byte_s += side_s
+            self._side_byte_s_owner[held.owner] = self._side_byte_s_owner.get(held.owner, 0.0) + side_s
         token_s = held.tokens * (self.now - held.start_s)
         self._token_s += token_s
         self._token_s_owner[held.owner] = self._token_s_owner.get(held.owner, 0.0) + token_s
@@ -353,7 +358,7 @@ class KVManager:
         """Token-seconds held idle up to ``now`` (open holds counted until then), and a
         hybrid model's side groups' byte-seconds beside them."""
         total, owner, key = self._token_s, dict(self._token_s_owner), dict(self._token_s_key)
-        side_byte_s = self._side_byte_s
+        side_byte_s, side_owner = self._side_byte_s, dict(self._side_byte_s_owner)
         for held in self.paused.values():
             token_s = held.tokens * (now - held.start_s)
             total += token_s
@@ -361,8 +366,10 @@ class KVManager:
             if held.key is not None:
                 key[held.key] = key.get(held.key, 0.0) + token_s
             if self._groups is not None:
-                side_byte_s += self._side_bytes(held.tokens) * (now - held.start_s)
-        return HeldTokenSeconds(total, owner, key, side_byte_s)
+                side_s = self._side_bytes(held.tokens) * (now - held.start_s)
+                side_byte_s += side_s
+                side_owner[held.owner] = side_owner.get(held.owner, 0.0) + side_s
+        return HeldTokenSeconds(total, owner, key, side_byte_s, side_owner)
 
     @property
     def n_paused(self) -> int:

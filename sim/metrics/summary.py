@@ -178,9 +178,12 @@ def run_warnings(summary: dict, requests) -> list[str]:
 
 
 def hold_byte_s_by_trajectory(kv, sim_time_s: float) -> dict[int, float]:
-    """F29 per trajectory: bytes held while paused x seconds."""
+    """F29 per trajectory: bytes held while paused x seconds (a hybrid model's side groups
+    included)."""
     m = kv.kv_bytes_per_token
-    return {o: t * m for o, t in kv.held_token_seconds(sim_time_s).by_owner.items()}
+    held = kv.held_token_seconds(sim_time_s)
+    side = held.side_by_owner
+    return {o: t * m + side.get(o, 0.0) for o, t in held.by_owner.items()}
 
 
 def fill_hold(traj_frame, kv, sim_time_s: float):

@@ -151,6 +151,7 @@ def test_paused_bytes_count_the_side_groups():
     assert kv.paused_bytes == 0
     held = kv.held_token_seconds(2.0)
     assert held.total == 500.0 and held.side_byte_s == 2.0 * (7 * 16 * 3000 + 70_000)
+    assert held.side_by_owner == {1: held.side_byte_s}
     kv.check_invariants()
 
 
@@ -172,6 +173,8 @@ def test_hybrid_hold_counts_what_the_paused_sequence_holds():
     want = 32768 * g.table_bytes_per_token + g.side_bytes(32768, B)
     assert r.summary["paused_kv_bytes_peak"] == round(want)
     assert math.isclose(r.summary["hold_gb_s"], r.summary["paused_hbm_gb_s"], rel_tol=1e-9)
+    # and per trajectory (trajectories.parquet hold_byte_s adds up to it)
+    assert r.summary["hold_gb_s"] == pytest.approx(r.trajectories.hold_byte_s.sum() / 1e9)
 
 
 # --------------------------------------------------------------------------- cluster
