@@ -58,7 +58,8 @@ def missing_tables(run_dir: Path) -> None:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # not a run folder, or a damaged summary: load_run says so in one line
-    needed = [t for t in TABLES if t != "pauses" or "pause_count" in summary]
+    needed = [t for t in TABLES if (t != "pauses" or "pause_count" in summary)
+              and (t != "memory_groups" or "peak_allocated_bytes_by_group" in summary)]
     for name in needed:
         if not (run_dir / f"{name}.parquet").is_file():
             raise KvsimError(f"{run_dir}: {name}.parquet is missing (the run folder is "

@@ -10,6 +10,8 @@ token-seconds are sums; ITL samples are pooled; ``max_itl_s`` is the largest;
 ``paused_kv_bytes`` and ``paused_hbm_bytes`` means add up (a time-weighted mean of a sum is
 the sum of the means); their peaks, like ``peak_allocated_bytes``, are the sum of the nodes'
 peaks;
+the KV by layer group (``peak_allocated_bytes_by_group``, ``allocated_bytes_by_group_mean``)
+adds up group by name, peaks as the sum of the nodes' peaks;
 ``eta_effective_mean`` is the pool-weighted mean (useful bytes / the cluster's pool);
 ``eta_alloc_mean`` is the pool-weighted mean of the nodes' (nodes with nothing ever
 allocated left out); ``peak_allocated_bytes`` is the sum of the nodes' peaks (an upper
@@ -70,6 +72,18 @@ class RecorderSum:
     def n_steps(self) -> int:
         return sum(r.n_steps for r in self.recs)
 
+    def group_summary(self, sim_time_s: float) -> dict:
+        """The nodes' KV by layer group added up, group by name (peaks, like
+        ``peak_allocated_bytes``, as the sum of the nodes' peaks; means add up); {} when
+        no node's model has several groups."""
+        out: dict[str, dict] = {}
+        for rec in self.recs:
+            for key, by_group in rec.group_summary(sim_time_s).items():
+                into = out.setdefault(key, {})
+                for name, v in by_group.items():
+                    into[name] = into.get(name, 0) + v
+        return out
+
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         pairs = [r.itl_samples() for r in self.recs]
         return (
@@ -108,16 +122,20 @@ class KVSum:
 
     def held_token_seconds(self, now: float) -> HeldTokenSeconds:
         """Token-seconds in node 0's bytes per token (nodes of other TP layouts scaled)."""
-        total, by_owner, by_key = 0.0, {}, {}
+        total, by_owner, by_key, side = 0.0, {}, {}, 0.0
+        side_owner: dict[int, float] = {}
         for kv in self.kvs:
             h = kv.held_token_seconds(now)
+            side += h.side_byte_s
+            for o, v in h.side_by_owner.items():
+                side_owner[o] = side_owner.get(o, 0.0) + v
             scale = float(kv.kv_bytes_per_token) / self.kv_bytes_per_token
             total += h.total * scale
             for o, v in h.by_owner.items():
                 by_owner[o] = by_owner.get(o, 0.0) + v * scale
             for k, v in h.by_key.items():
                 by_key[k] = by_key.get(k, 0.0) + v * scale
-        return HeldTokenSeconds(total, by_owner, by_key)
+        return HeldTokenSeconds(total, by_owner, by_key, side, side_owner)
 
     def prefix_metrics(self) -> _PrefixSum | None:
         pms = [pm for pm in (kv.prefix_metrics() for kv in self.kvs) if pm is not None]

@@ -20,15 +20,16 @@ declared on ``Allocator`` with no-op defaults. Memory never calls up into the en
 Invariants: a sequence is held (paused) only while it is live and no request of it is
 running or waiting; ``paused_tokens`` = the sum of the held sequences' tokens (logical:
 a block shared by several counts once per sequence), and the allocator marks exactly the
-held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots); held
-token-seconds only grow; every operation that fails (a miss) leaves the allocator
+held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots);
+``paused_side_bytes`` = the held sequences' side-group bytes (a hybrid model's windows,
+chunks, states; 0 for a dense model); held token-seconds only grow; every operation that fails (a miss) leaves the allocator
 unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from sim.errors import InvariantError
@@ -76,6 +77,10 @@ class HeldTokenSeconds:
     total: float
     by_owner: dict[int, float]
     by_key: dict[Hashable, float]
+    #: a hybrid model's side groups' byte-seconds held (not per token; 0 for a dense
+    #: model), in total and by owner
+    side_byte_s: float = 0.0
+    side_by_owner: dict[int, float] = field(default_factory=dict)
 
 
 class KVManager:
@@ -96,6 +101,12 @@ class KVManager:
         #: live sequences' retain priorities (agent hints; absent = 0)
         self._retain: dict[Hashable, float] = {}
         self.paused_tokens = 0
+        #: a hybrid model's side groups (windows, chunks, states; ``Allocator.kv_groups``)
+        #: and what they hold for the paused sequences, by vLLM's rules (bytes)
+        self._groups = allocator.kv_groups
+        self.paused_side_bytes = 0.0
+        self._side_byte_s = 0.0  # closed holds: side byte-seconds, in total and by owner
+        self._side_byte_s_owner: dict[int, float] = {}
         self._token_s = 0.0  # closed holds: token-seconds in total, by owner, by key
         self._token_s_owner: dict[int, float] = {}
         self._token_s_key: dict[Hashable, float] = {}
@@ -314,7 +325,16 @@ class KVManager:
     def _hold(self, seq: Hashable, owner: int, tokens: int, key: Hashable | None) -> None:
         self.paused[seq] = Hold(seq, owner, tokens, self.now, key, self._retain.get(seq, 0.0))
         self.paused_tokens += tokens
+        if self._groups is not None:
+            self.paused_side_bytes += self._side_bytes(tokens)
         self.alloc.set_held(seq, True)
+
+    def _side_bytes(self, tokens: int) -> float:
+        """Bytes a sequence of ``tokens`` holds in the side groups (its windows' last
+        blocks, its chunk, its states: ``KVGroups.side_bytes``); 0 for a dense model."""
+        if self._groups is None:
+            return 0.0
+        return float(self._groups.side_bytes(tokens, self.block_size))
 
     def _unhold(self, seq: Hashable) -> None:
         held = self.paused.pop(seq, None)
@@ -322,6 +342,12 @@ class KVManager:
             return
         self.paused_tokens -= held.tokens
         self.alloc.set_held(seq, False)
+        if self._groups is not None:
+            side = self._side_bytes(held.tokens)
+            self.paused_side_bytes = max(0.0, self.paused_side_bytes - side)
+            side_s = side * (self.now - held.start_s)
+            self._side_byte_s += side_s
+            self._side_byte_s_owner[held.owner] = self._side_byte_s_owner.get(held.owner, 0.0) + side_s
         token_s = held.tokens * (self.now - held.start_s)
         self._token_s += token_s
         self._token_s_owner[held.owner] = self._token_s_owner.get(held.owner, 0.0) + token_s
@@ -329,15 +355,21 @@ class KVManager:
             self._token_s_key[held.key] = self._token_s_key.get(held.key, 0.0) + token_s
 
     def held_token_seconds(self, now: float) -> HeldTokenSeconds:
-        """Token-seconds held idle up to ``now`` (open holds counted until then)."""
+        """Token-seconds held idle up to ``now`` (open holds counted until then), and a
+        hybrid model's side groups' byte-seconds beside them."""
         total, owner, key = self._token_s, dict(self._token_s_owner), dict(self._token_s_key)
+        side_byte_s, side_owner = self._side_byte_s, dict(self._side_byte_s_owner)
         for held in self.paused.values():
             token_s = held.tokens * (now - held.start_s)
             total += token_s
             owner[held.owner] = owner.get(held.owner, 0.0) + token_s
             if held.key is not None:
                 key[held.key] = key.get(held.key, 0.0) + token_s
-        return HeldTokenSeconds(total, owner, key)
+            if self._groups is not None:
+                side_s = self._side_bytes(held.tokens) * (now - held.start_s)
+                side_byte_s += side_s
+                side_owner[held.owner] = side_owner.get(held.owner, 0.0) + side_s
+        return HeldTokenSeconds(total, owner, key, side_byte_s, side_owner)
 
     @property
     def n_paused(self) -> int:
@@ -346,8 +378,25 @@ class KVManager:
 
     @property
     def paused_bytes(self) -> float:
-        """KV held by paused sequences (each sequence's tokens; shared blocks per sequence)."""
-        return self.paused_tokens * self.kv_bytes_per_token
+        """KV held by paused sequences (each sequence's tokens; shared blocks per
+        sequence); a hybrid model's side groups add what each paused sequence holds in
+        them by vLLM's rules (the last window's blocks, the current chunk, one state per
+        state layer), so a paused sequence weighs what its groups really keep."""
+        return self.paused_tokens * self.kv_bytes_per_token + self.paused_side_bytes
+
+    def side_bytes_by_group(self) -> tuple[float, ...]:
+        """Bytes each side group holds for the live sequences (``KVGroups.side`` order;
+        a block a fork shares counted per sequence): O(live sequences), asked only to
+        share the side bytes among several side groups; () for a dense model."""
+        groups = self._groups
+        if groups is None:
+            return ()
+        totals = [0.0] * len(groups.side)
+        for seq in self.alloc.sequences():
+            tokens = self.resident_tokens(seq)
+            for i, g in enumerate(groups.side):
+                totals[i] += g.held_bytes(tokens, self.block_size)
+        return tuple(totals)
 
     # ---------------------------------------------------------------- engine
     def memory_state(self) -> tuple[MemoryMetrics, float]:
@@ -436,6 +485,9 @@ class KVManager:
                 raise InvariantError(f"paused sequence {seq!r} is not held in the allocator")
         if total != self.paused_tokens:
             raise InvariantError(f"paused tokens {self.paused_tokens} != {total}")
+        side = sum(self._side_bytes(h.tokens) for h in self.paused.values())
+        if abs(side - self.paused_side_bytes) > 1e-6 * max(side, 1.0):
+            raise InvariantError(f"paused side bytes {self.paused_side_bytes} != {side}")
         if sum(map(self.alloc.is_held, self.alloc.sequences())) != len(self.paused):
             raise InvariantError("the allocator holds sequences the KV manager does not")
 

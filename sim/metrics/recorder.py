@@ -20,14 +20,22 @@ simulation time; the number of regular gaps plus irregular gaps equals the sum o
 requests of (tokens emitted - 1); the step table's ``preempted``, ``rejected`` and
 ``held_drops`` columns sum to the run's preemptions, rejected requests and held drops; on
 every memory row the ``GPU_PARTS`` columns are integers that sum exactly to the GPU's HBM.
+
+A model of several layer groups (``groups``, a ``sim.sizing.group_split.GroupSplit``) also
+gets each memory row's allocated bytes split by group (memory_groups.parquet, long form)
+and, per group, the largest row and the time-weighted mean (the summary's
+``peak_allocated_bytes_by_group`` and ``allocated_bytes_by_group_mean``); the split of a
+row sums to its ``allocated_bytes``.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -36,6 +44,9 @@ from sim.memory.fragmentation import phi_ext
 from sim.metrics.stats import TimeWeighted
 from sim.metrics.table import ChunkedTable
 from sim.sched.request import STATUS_NAMES
+
+if TYPE_CHECKING:
+    from sim.sizing.group_split import GroupSplit
 
 _I, _L, _F = "i4", "i8", "f8"  # counts, token sums and ids, times and bytes
 STEP_SCHEMA = [
@@ -106,6 +117,8 @@ MEMORY_SCHEMA = [
     ("gpu_free_bytes", _L),
 ]
 MEMORY_COLUMNS = tuple(n for n, _ in MEMORY_SCHEMA)
+#: memory_groups.parquet (a model of several layer groups): one row per memory row and group
+GROUP_COLUMNS = ("t_s", "group", "kind", "allocated_bytes")
 #: the per-GPU HBM partition of memory.parquet, in stacking order (weights first)
 GPU_PARTS = MEMORY_COLUMNS[MEMORY_COLUMNS.index("gpu_weights_bytes") :]
 
@@ -207,6 +220,7 @@ class Recorder:
         phi_ext_request_bytes: float | None = None,
         block_kind: bool = False,
         hbm: HbmLayout | None = None,
+        groups: GroupSplit | None = None,
     ) -> None:
         self.pool_bytes = pool_bytes
         # without a layout (a recorder fed by hand): one GPU whose HBM is the pool, slot
@@ -244,6 +258,17 @@ class Recorder:
         self.spec_wasted = 0
         self.decisions = 0
         self._workloads: dict[str, int] = {}  # workload name -> code in the tables
+        # KV by layer group (None: a model of one group): the split, each row's parts
+        # (t, then one value per group, flat), their time-weighted means and largest rows
+        self.groups = groups
+        #: the side groups' bytes for the live sequences, one per ``groups.side`` entry
+        #: (set by the run layer; asked only when several side groups share the side bytes)
+        self.side_weights: Callable[[], Sequence[float]] | None = None
+        n = len(groups.names) if groups is not None else 0
+        self._group_rows = array("d")
+        self._group_mean = [TimeWeighted(0.0, 0.0) for _ in range(n)]
+        self._group_peak = [0.0] * n
+        self._group_side = (0.0, None)  # the last row's side bytes and side weights
 
     def _workload_code(self, name) -> int:
         """The code of a workload name (a request's ``tag``; not a str: "")."""
@@ -439,7 +464,70 @@ class Recorder:
         self.paused_hbm_bytes.observe(t, paused_hbm)
         if paused_hbm > self.paused_hbm_bytes_peak:
             self.paused_hbm_bytes_peak = paused_hbm
+        if self.groups is not None:
+            self._record_groups(t, allocated, m.side_allocated_bytes)
         return useful, allocated
+
+    def _record_groups(self, t: float, allocated: float, side: float) -> None:
+        """One memory row's allocated bytes split by layer group."""
+        groups = self.groups
+        weights = None
+        if self.side_weights is not None and len(groups.side) > 1:
+            weights = tuple(self.side_weights())
+        self._group_side = (side, weights)
+        parts = groups.split(allocated, side, weights)
+        self._group_rows.append(t)
+        self._group_rows.extend(parts)
+        peaks = self._group_peak
+        for i, (tw, v) in enumerate(zip(self._group_mean, parts, strict=True)):
+            tw.observe(t, v)
+            if v > peaks[i]:
+                peaks[i] = v
+
+    def _group_run(self, starts, allocated) -> None:
+        """A run of decode steps split by group: its side bytes stay those of its first
+        step's row (a run takes table blocks only; side groups step exactly)."""
+        side, weights = self._group_side
+        split = self.groups.split
+        cols = list(zip(*(split(a, side, weights) for a in allocated), strict=True))
+        peaks = self._group_peak
+        for i, (tw, values) in enumerate(zip(self._group_mean, cols, strict=True)):
+            tw.observe_steps(starts, values)
+            top = max(values)
+            if top > peaks[i]:
+                peaks[i] = top
+
+    def group_summary(self, sim_time_s: float) -> dict:
+        """``peak_allocated_bytes_by_group`` and ``allocated_bytes_by_group_mean`` ({} for
+        a model of one group)."""
+        if self.groups is None:
+            return {}
+        names = self.groups.names
+        return {
+            "peak_allocated_bytes_by_group": {
+                n: round(p) for n, p in zip(names, self._group_peak, strict=True)
+            },
+            "allocated_bytes_by_group_mean": {
+                n: float(tw.mean(sim_time_s) or 0.0)
+                for n, tw in zip(names, self._group_mean, strict=True)
+            },
+        }
+
+    def group_frame(self) -> pd.DataFrame | None:
+        """memory_groups.parquet (``GROUP_COLUMNS``, long form: one row per memory row and
+        group), or None for a model of one group."""
+        if self.groups is None:
+            return None
+        names, kinds = self.groups.names, self.groups.kinds
+        k = len(names)
+        rows = np.frombuffer(self._group_rows, dtype=np.float64).reshape(-1, k + 1)
+        n = len(rows)
+        return pd.DataFrame({
+            "t_s": np.repeat(rows[:, 0], k),
+            "group": np.tile(np.array(names, dtype=object), n),
+            "kind": np.tile(np.array(kinds, dtype=object), n),
+            "allocated_bytes": rows[:, 1:].ravel(),
+        })  # fmt: skip
 
     def _gpu_parts(self, m, slots, useful: float) -> tuple[tuple[int, ...], float]:
         """One GPU's HBM in ``GPU_PARTS`` order (integers summing to its HBM exactly), and
@@ -502,6 +590,8 @@ class Recorder:
         pool = self.pool_bytes
         self.eta_alloc.observe_steps(starts, eta)
         self.eta_effective.observe_steps(starts, [u / pool for u in useful])
+        if self.groups is not None:
+            self._group_run(starts, allocated)
 
     # --------------------------------------------------------------- endings
     def request_ended(self, req) -> None:

@@ -1,7 +1,8 @@
 """One declared schema per run output: ``summary.json`` and every record table.
 
 Responsibility: the name, unit, type and meaning of every ``summary.json`` key and of every
-column of ``requests``, ``steps``, ``memory``, ``trajectories`` and ``pauses`` (.parquet);
+column of ``requests``, ``steps``, ``memory``, ``trajectories``, ``pauses`` and
+``memory_groups`` (.parquet; the last only for a model of several layer groups);
 ``metrics_markdown()`` renders them as docs/metrics.md (``docs/gen_metrics.py`` writes
 it; a test keeps the file equal to the render) and ``check_summary`` / ``check_table`` /
 ``check_run_folder`` say, one line per problem, where a run's outputs break them.
@@ -23,11 +24,11 @@ from typing import Any
 
 #: summary value kinds: int (JSON integer), float (number), str, bool, dist
 #: ({mean, p50, p90, p95, p99} of numbers or nulls), counts ({name: int}), texts (list of str),
-#: argv (list of str), versions ({package: version string})
+#: argv (list of str), versions ({package: version string}), floats ({name: number})
 #: ({basis, source, median_rel_error, worst_rel_error, outside_domain, detail}: how far to trust
 #: the step times; sim.cost.accuracy)
 KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions", "nodes",
-         "accuracy")  # fmt: skip
+         "accuracy", "floats")  # fmt: skip
 #: the fields of an ``accuracy`` value, in order (= sim.cost.accuracy.KEYS, a test checks)
 ACCURACY_KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domain",
                  "detail")  # fmt: skip
@@ -70,6 +71,8 @@ _PREFIX = {"optional": True, "when": "allocators with a prefix cache (radix, pag
 _CLUSTER = {"optional": True, "when": "cluster runs (a `cluster` section)"}
 _SPEC = {"optional": True, "when": "single-node runs with a `speculative` section"}
 _PD = {"optional": True, "when": "clusters with prefill and decode node groups (roles)"}
+_GROUPS = {"optional": True, "when": "a model of several layer groups (a hybrid, windowed, or "
+           "MLA + indexer model; memory_groups.parquet has the same split over time)"}
 
 SUMMARY_KEYS: tuple[Key, ...] = (
     # ---- the scenario (the run layer's ``meta``)
@@ -106,6 +109,20 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "(all state layers / block size), the last block's being the running state.",
        optional=True, when="a hybrid model, or a state-space model under mamba_cache_mode "
        "all (a dense model's is kv_bytes_per_token)"),
+    _k("peak_allocated_bytes_by_group", "counts", "bytes",
+       "Per layer group (the profile's names; `draft`: a speculative drafter's KV), the "
+       "largest allocated bytes over memory.parquet's rows, all GPUs: the block table's "
+       "bytes split by each table group's bytes per token (exact), the side blocks to the "
+       "windowed, chunked or state group (exact for one; several share them by what each "
+       "holds for the live sequences). The largest row, not the allocator's transient peak "
+       "(<= peak_allocated_bytes; their sum can exceed it, as groups peak apart). A "
+       "one-request run's equals `kvsim plan`'s per-group bytes within block rounding (a "
+       "table group's last block; a window's ceil(w/B) + 1 blocks; side blocks rounded up "
+       "to a table block).", **_GROUPS),
+    _k("allocated_bytes_by_group_mean", "floats", "bytes",
+       "Per layer group, allocated bytes time-weighted over the run (as "
+       "peak_allocated_bytes_by_group; the means sum to the mean allocated bytes).",
+       **_GROUPS),
     _k("block_size_tokens", "int", "tokens",
        "Tokens per KV block the engine ran with: the scenario's `block_size` raised as vLLM "
        "does so one attention page holds a Mamba/linear-attention state "
@@ -481,8 +498,10 @@ MEMORY_TABLE = _cols(
     ("eta_effective", _F, "fraction", "F10 useful/pool."),
     ("num_sequences", _I, "count", "Live sequences."),
     ("paused_kv_bytes", _F, "bytes", "Logical paused KV: each paused sequence's tokens, "
-     "shared blocks once per sequence (can exceed allocated_bytes); the physical figure is "
-     "gpu_paused_kv_bytes."),
+     "shared blocks once per sequence (can exceed allocated_bytes), plus for a hybrid "
+     "model what each paused sequence holds in its sliding-window, chunked-local and "
+     "state-space groups (the last window's blocks, the current chunk, one state per state "
+     "layer); the physical figure is gpu_paused_kv_bytes."),
     ("n_paused", _I, "count", "Paused (held) sequences."),
     ("n_running", _I, "count", "Running requests."),
     ("n_waiting", _I, "count", "Waiting requests."),
@@ -598,6 +617,20 @@ PAUSE_TABLE = _cols(
      "stall."),
 )  # fmt: skip
 
+GROUP_TABLE = _cols(
+    ("t_s", _F, "s", "The memory.parquet row this split belongs to (it holds from then on)."),
+    ("group", _S, "-", "Layer group name, as in the model profile (`draft`: a speculative "
+     "drafter's KV)."),
+    ("kind", _S, "-", "Its kind: full, sliding_window, chunked_local, mla, indexer, mamba, "
+     "linear_attention, draft."),
+    ("allocated_bytes", _F, "bytes", "Allocated bytes of this group (all GPUs); the groups "
+     "of a row sum to its allocated_bytes (see peak_allocated_bytes_by_group for how the "
+     "block table and the side blocks are split)."),
+)  # fmt: skip
+
+#: tables written only by some runs (table -> the summary key that says it is there)
+OPTIONAL_TABLES = {"memory_groups": "peak_allocated_bytes_by_group"}
+
 #: table name -> its declared columns, in file order
 #: the last column of every table: the node that recorded the row (0 on one node; in a
 #: cluster run -1 for requests the router refused and trajectories never placed)
@@ -613,6 +646,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("memory", MEMORY_TABLE),
         ("trajectories", TRAJECTORY_TABLE),
         ("pauses", PAUSE_TABLE),
+        ("memory_groups", GROUP_TABLE),
     )
 }
 _BY_NAME = {k.name: k for k in SUMMARY_KEYS}
@@ -644,6 +678,11 @@ def _value_problem(key: Key, v: Any) -> str | None:
         ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
     elif kind == "accuracy":
         ok = _accuracy_ok(v)
+    elif kind == "floats":
+        ok = isinstance(v, dict) and all(
+            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+            for x in v.values()
+        )
     elif kind == "nodes":
         ok = isinstance(v, list) and all(isinstance(x, dict) and "node_id" in x for x in v)
     else:  # versions
@@ -727,12 +766,13 @@ def check_run_folder(folder: str | Path) -> list[str]:
     import pandas as pd
 
     folder = Path(folder)
-    out = check_summary(json.loads((folder / "summary.json").read_text(encoding="utf-8")))
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    out = check_summary(summary)
     for name in TABLES:
         path = folder / f"{name}.parquet"
         if path.exists():
             out += check_table(name, pd.read_parquet(path))
-        else:
+        elif name not in OPTIONAL_TABLES or OPTIONAL_TABLES[name] in summary:
             out.append(f"{name}.parquet: missing")
     return out
 
@@ -748,7 +788,8 @@ def metrics_markdown() -> str:
         "Every `kvsim run` writes `summary.json` and one Parquet table per record kind. "
         "Each is declared once in `sim/metrics/schema.py` (name, type, unit, meaning); a "
         "test checks every run's outputs against it (`sim.metrics.schema.check_run_folder`).",
-        "Distributions (`dist`) are `{mean, p50, p90, p95, p99}`; `counts` are `{name: int}`. "
+        "Distributions (`dist`) are `{mean, p50, p90, p95, p99}`; `counts` are `{name: int}`, "
+        "`floats` `{name: number}`. "
         "GB is 10^9 bytes. Counts and byte totals are integers.",
         "",
         "## summary.json",

@@ -67,7 +67,8 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
     done = req[req.status == "finished"]
     itl_values, itl_weights = rec.itl_samples()
     m = kv.metrics()
-    hold_byte_s = kv.held_token_seconds(sim_time_s).total * kv.kv_bytes_per_token
+    held = kv.held_token_seconds(sim_time_s)  # a hybrid model's side groups beside
+    hold_byte_s = held.total * kv.kv_bytes_per_token + held.side_byte_s
     lookup = float(req.lookup_tokens.sum())
     prompt = float(req.prompt_tokens[req.admitted_s.notna()].sum())
     reused = float((req.hit_tokens + req.held_tokens)[req.admitted_s.notna()].sum())
@@ -121,6 +122,7 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "kvsim_version": __version__,  # a string: regress never compares it
         "versions": package_versions(),
     }
+    out.update(rec.group_summary(sim_time_s))  # a model of several layer groups
     out["warnings"] = run_warnings(out, req)
     pm = kv.prefix_metrics()
     if pm is not None:  # the prefix cache's own view: raw match before cap/truncation
@@ -176,9 +178,12 @@ def run_warnings(summary: dict, requests) -> list[str]:
 
 
 def hold_byte_s_by_trajectory(kv, sim_time_s: float) -> dict[int, float]:
-    """F29 per trajectory: bytes held while paused x seconds."""
+    """F29 per trajectory: bytes held while paused x seconds (a hybrid model's side groups
+    included)."""
     m = kv.kv_bytes_per_token
-    return {o: t * m for o, t in kv.held_token_seconds(sim_time_s).by_owner.items()}
+    held = kv.held_token_seconds(sim_time_s)
+    side = held.side_by_owner
+    return {o: t * m + side.get(o, 0.0) for o, t in held.by_owner.items()}
 
 
 def fill_hold(traj_frame, kv, sim_time_s: float):

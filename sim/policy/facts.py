@@ -17,7 +17,12 @@ from typing import Literal
 
 from sim.policy.hint import KVHint
 from sim.profiles.schema import ModelProfile
-from sim.sizing import kv_bytes_for_context, offload_round_trip_s, prefill_flops, reload_time_s
+from sim.sizing import (
+    kv_bytes_for_context,
+    model_prefill_flops,
+    offload_round_trip_s,
+    reload_time_s,
+)
 
 Action = Literal["hold", "recompute", "offload_host", "offload_nvme"]
 #: every action a policy may answer, in order of where the state ends up: HBM, nowhere,
@@ -217,8 +222,6 @@ def facts_for_context(
         hbm_free_fraction=hbm_free_fraction,
         link_bw_bytes_per_s=link_bw_bytes_per_s,
         prefill_flops_per_s=prefill_flops_per_s,
-        recompute_flops=prefill_flops(
-            params or model.active_params, model.num_layers, model.d_model, tokens, attention
-        ),
+        recompute_flops=model_prefill_flops(model, tokens, params or model.active_params, attention),
         **rest,
     )

@@ -22,7 +22,8 @@ import pandas as pd
 
 from sim.errors import KvsimError
 
-TABLE_NAMES = ("requests", "steps", "memory", "trajectories", "pauses")
+#: memory_groups: a model of several layer groups only (absent otherwise: empty)
+TABLE_NAMES = ("requests", "steps", "memory", "trajectories", "pauses", "memory_groups")
 
 
 @dataclass
@@ -35,6 +36,7 @@ class RunData:
     memory: pd.DataFrame
     trajectories: pd.DataFrame
     pauses: pd.DataFrame
+    memory_groups: pd.DataFrame  # KV by layer group over time (empty: one group)
     folder: Path | None = None  # where it was read from (None: in memory)
     config: dict | None = None  # the resolved scenario (config.resolved.yaml), when known
 

@@ -161,6 +161,36 @@ def plot_memory(run, node: int | None = None) -> Any:
     return _draw(run, node, _memory_ax, _cluster_memory_ax)
 
 
+def _groups_ax(ax, run, panel: str | None, legend: bool = True,
+               st: series.Stack | None = None) -> None:  # fmt: skip
+    st = series.group_stack(run.memory_groups) if st is None else st
+    if not len(st.t_s):
+        _empty(ax, "one layer group: its KV is the memory plot's")
+        return
+    ax.stackplot(st.t_s, *st.layers.values(), labels=list(st.layers), step="post",
+                 colors=COLORS[: len(st.layers)], alpha=0.85)  # fmt: skip
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("GB (all GPUs)")
+    what = "allocated KV by layer group"
+    _title(ax, what if panel is None else f"{panel}: {what}", panel)
+    if legend:
+        _legend_outside(ax)
+
+
+def _cluster_groups_ax(ax, run, _panel) -> None:
+    from sim.report.data import node_ids
+
+    _groups_ax(ax, run, None)
+    ax.set_title(f"cluster KV by layer group ({len(node_ids(run))} nodes, all GPUs)")
+
+
+def plot_kv_groups(run, node: int | None = None) -> Any:
+    """A model of several layer groups: its allocated KV over time stacked by group (GB,
+    all GPUs; a cluster run: a panel per node, the sum beyond ``MAX_NODE_PANELS``); a
+    model of one group: a note."""
+    return _draw(run, node, _groups_ax, _cluster_groups_ax)
+
+
 def _efficiency_ax(ax, run, panel: str | None, legend: bool = True, eff=None) -> None:
     full = series.efficiency(run.memory, max_points=None) if eff is None else eff
     eff = series.efficiency(run.memory) if eff is None else eff
@@ -361,6 +391,17 @@ PLOTS: tuple[Plot, ...] = (
          "Mean prefill and decode tokens per engine step over time: prefill spikes are "
          "arrivals being absorbed, a flat decode band is steady generation."),
 )  # fmt: skip
+
+
+#: the page-only plot of a model of several layer groups (report.html embeds it; no PNG
+#: file, so every report keeps ``report_files()``, and a one-group model's costs nothing)
+KV_GROUPS_PLOT = Plot("kv_groups", "KV by layer group", plot_kv_groups,
+         "A hybrid, windowed or MLA + indexer model's allocated KV stacked by layer group "
+         "(memory_groups.parquet): full-attention layers grow with the context, "
+         "sliding-window and chunked layers level off at their window's blocks, state "
+         "layers hold one state per sequence, and the table gives each group's largest row "
+         "and time-weighted mean (summary.json's peak_allocated_bytes_by_group, "
+         "allocated_bytes_by_group_mean).")  # fmt: skip
 
 
 def figure_png(fig) -> bytes:

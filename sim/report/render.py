@@ -21,7 +21,7 @@ from pathlib import Path
 from sim.errors import KvsimError
 from sim.report import html as H
 from sim.report.data import RunData, load_run
-from sim.report.plots import PLOTS, figure_png
+from sim.report.plots import KV_GROUPS_PLOT, PLOTS, figure_png
 from sim.report.text import NODE_COLUMNS, node_table_rows, summary_rows, summary_title
 
 REPORT_HTML = "report.html"
@@ -53,6 +53,7 @@ def report_html(run: RunData, pngs: dict[str, bytes]) -> str:
     ]
     if s.get("nodes"):  # a cluster run
         parts += ["<h2>Nodes</h2>", H.table(list(NODE_COLUMNS), node_table_rows(s))]
+    parts += groups_section(run)
     for p in PLOTS:
         parts += [f"<h2>{H.esc(p.title)}</h2>", H.image(pngs[p.file], p.title),
                   f'<p class="read">{H.esc(p.how_to_read)}</p>']  # fmt: skip
@@ -62,6 +63,22 @@ def report_html(run: RunData, pngs: dict[str, bytes]) -> str:
         "(docs/metrics.md).</p>"
     )
     return H.page(f"kvsim report: {run.name}", parts)
+
+
+def groups_section(run: RunData) -> list[str]:
+    """A model of several layer groups: its KV by group, a table of each group's largest
+    row and mean (GB, all GPUs) and the stacked area over time, embedded in the page only;
+    nothing for a model of one group (a run folder without memory_groups.parquet)."""
+    s, p = run.summary, KV_GROUPS_PLOT
+    peaks = s.get("peak_allocated_bytes_by_group")
+    if not peaks or not len(run.memory_groups):
+        return []
+    means = s.get("allocated_bytes_by_group_mean") or {}
+    rows = [[name, f"{peak / 1e9:.4g}", f"{means[name] / 1e9:.4g}" if name in means else ""]
+            for name, peak in peaks.items()]  # fmt: skip
+    return [f"<h2>{H.esc(p.title)}</h2>",
+            H.table(["group", "largest allocated (GB)", "mean allocated (GB)"], rows),
+            H.image(figure_png(p.draw(run)), p.title), f'<p class="read">{H.esc(p.how_to_read)}</p>']  # fmt: skip
 
 
 def render_report(run, folder: str | Path) -> list[Path]:

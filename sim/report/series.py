@@ -103,6 +103,35 @@ def node_sum(frame: pd.DataFrame, cols: list[str],
     return pd.DataFrame({"t_s": t, **{c: total[:, i] for i, c in enumerate(cols)}})
 
 
+def group_stack(groups: pd.DataFrame) -> Stack:
+    """KV allocated to each layer group over time, in GB over all GPUs, one layer per group
+    labelled ``name (kind)`` in the table's order (memory_groups.parquet: each memory row
+    is one run of consecutive rows, one per group). A cluster table sums its nodes
+    (``node_sum``; a group a node lacks counts 0 there). Empty without the table (a model
+    of one layer group)."""
+    if not len(groups):
+        return Stack(np.empty(0), {})
+    nodes = groups["node"].to_numpy() if "node" in groups else np.zeros(len(groups), int)
+    labels: dict[str, str] = {}
+    wide = []
+    for node in np.unique(nodes):
+        g = groups[nodes == node]
+        names = list(dict.fromkeys(g.group))
+        labels.update((n, f"{n} ({k})") for n, k in zip(g.group[: len(names)], g.kind[: len(names)],
+                                                       strict=True))  # fmt: skip
+        vals = g.allocated_bytes.to_numpy(float).reshape(-1, len(names))
+        frame = pd.DataFrame(vals, columns=names)
+        frame.insert(0, "t_s", g.t_s.to_numpy(float)[:: len(names)])
+        frame["node"] = node
+        wide.append(frame)
+    table = pd.concat(wide, ignore_index=True).fillna(0.0)
+    if len(wide) > 1:
+        table = node_sum(table, list(labels))
+    t = table.t_s.to_numpy(float)[stride_index(len(table))]
+    rows = table.iloc[stride_index(len(table))]
+    return Stack(t, {labels[n]: rows[n].to_numpy(float) / GB for n in labels})
+
+
 def cluster_memory_stack(memory: pd.DataFrame, gpus: dict[int, float] | None = None) -> Stack:
     """The cluster's HBM over time, stacked by use (GB): every node's per-GPU partition
     times its GPUs (``gpus``: node id -> GPU count), summed (``node_sum``); a table without

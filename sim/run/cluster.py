@@ -36,7 +36,7 @@ from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old
     preflight_cluster,
     preflight_node,
 )
-from sim.run.node import RunResult, build_node, engine_meta
+from sim.run.node import RunResult, build_node, engine_meta, layer_group_meta
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved
@@ -163,7 +163,7 @@ def _with_node(frame: pd.DataFrame, node: int | Any) -> pd.DataFrame:
 
 def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     sim_time = max(p.node.end_s for p in sim.parts)
-    node_frames, node_pauses = [], []
+    node_frames, node_pauses, node_groups_frames = [], [], []
     for j, p in enumerate(sim.parts):
         p.kv.flush_all()
         for req in sim.front.in_flight(j):  # unfinished at the horizon, on the network too
@@ -171,6 +171,9 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
         f = p.recorder.frames()
         node_frames.append({k: _with_node(v, j) for k, v in f.items()})
         node_pauses.append(_with_node(pause_frame(p.pauses.records(sim_time)), j))
+        groups = p.recorder.group_frame()
+        if groups is not None:
+            node_groups_frames.append(_with_node(groups, j))
     front = sim.recorder.frames()
     traj = front["trajectories"]
     homes = [sim.front.trajectory_node(int(t)) for t in traj.traj_id]
@@ -226,6 +229,7 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
         config,
         sim.resolved,
         pauses,
+        _concat(node_groups_frames) if node_groups_frames else None,
     )
 
 
@@ -264,6 +268,7 @@ def _meta(sim: ClusterSimulation, config: dict) -> dict:
         "exact": sc.engine.exact,
         "kv_pool_bytes": sum(round(r.pool_bytes) for r in rs),  # = the nodes' own, summed
         "kv_bytes_per_token": float(rs[0].kv_bytes_per_token),
+        **layer_group_meta(rs[0]),  # allocator_kv_bytes_per_token etc., node 0's as above
         "trajectories_total": sim.ctx.total,
         "command": None,
         "scenario_path": scenario_path(sim.loaded),

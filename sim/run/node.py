@@ -31,6 +31,8 @@ from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.kinds import engine_rules
 from sim.scenario import Resolved, make_allocator_for
 from sim.sched import Scheduler, make_scheduler
+from sim.sizing.group_demand import kv_groups
+from sim.sizing.group_split import GroupSplit, kv_split
 
 
 @dataclass
@@ -45,6 +47,8 @@ class RunResult:
     config: dict  # the resolved scenario (every default filled in, trace paths absolute)
     resolved: Resolved | None = field(default=None, repr=False)
     pauses: pd.DataFrame | None = None  # one row per tool pause (pauses.parquet)
+    #: KV by layer group at each memory row (memory_groups.parquet); None: one group
+    memory_groups: pd.DataFrame | None = None
 
     def write(self, out_dir: str | Path, *, force: bool = False) -> Path:
         """Write the run folder (see ``sim.run.output``); ``force`` replaces a non-empty one."""
@@ -82,7 +86,10 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
         phi_ext_request_bytes=sc.metrics.phi_ext_request_tokens * allocator.kv_bytes_per_token,
         block_kind=allocator.block_size is not None,
         hbm=HbmLayout.of(resolved, allocator.kv_bytes_per_token),
+        groups=group_split(resolved, allocator),
     )
+    if recorder.groups is not None and len(recorder.groups.side) > 1:
+        recorder.side_weights = kv.side_bytes_by_group  # several side groups share a lump
     node = Node(
         env,
         scheduler,
@@ -111,6 +118,15 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
     )
     pauses.attach(node, kv, scheduler, copies, track=sc.engine.check_invariants)
     return NodeParts(resolved, node, kv, scheduler, cost, recorder, pauses)
+
+
+def group_split(r: Resolved, allocator: Any) -> GroupSplit | None:
+    """How the recorder splits the allocator's bytes by layer group (None: a model of one
+    group): the groups as the engine sees them (``Resolved.kv_groups``, or the table's
+    groups of a model without side groups, e.g. MLA with an indexer)."""
+    hw = r.scenario.hardware
+    groups = r.kv_groups or kv_groups(r.model, hw.tp, hw.pp, num_gpus=r.num_gpus)
+    return kv_split(groups, allocator.kv_bytes_per_token, allocator.kv_groups is not None)
 
 
 def draft_pricer(resolved: Resolved) -> DraftPricer | None:
@@ -148,6 +164,15 @@ def engine_meta(r: Resolved) -> dict[str, Any]:
         "exact": sc.engine.exact,
         "kv_pool_bytes": round(r.pool_bytes),  # byte totals are integers (sim/metrics/schema)
         "kv_bytes_per_token": float(r.kv_bytes_per_token),
+        **layer_group_meta(r),
+    }
+
+
+def layer_group_meta(r: Resolved) -> dict[str, Any]:
+    """The summary's optional facts about a hybrid model's layer groups (the hit rule's
+    limiting group, the raised block size, the block table's bytes per token): a run's,
+    a cluster node's, and a cluster's (its node 0's, as ``kv_bytes_per_token``)."""
+    return {
         **_hit_limit(r),
         **_raised_block(r),
         **_table_bytes(r),

@@ -10,7 +10,8 @@ a target whose nearest existing ancestor is not a writable folder is refused bef
 run. The files: ``config.resolved.yaml`` (the scenario with every default filled in and
 file paths absolute; running it again, from any folder, gives the same results),
 ``summary.json``, ``requests.parquet``, ``steps.parquet``, ``memory.parquet``,
-``trajectories.parquet`` and ``pauses.parquet`` (one row per tool pause).
+``trajectories.parquet`` and ``pauses.parquet`` (one row per tool pause); for a model of
+several layer groups ``memory_groups.parquet`` (its KV by group at each memory row).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ _ORDER = (
     "engine",
 )
 #: the record tables, each written as NAME.parquet when the result has it
-TABLES = ("requests", "steps", "memory", "trajectories", "pauses")
+TABLES = ("requests", "steps", "memory", "trajectories", "pauses", "memory_groups")
 
 
 def resolved_yaml(config: dict, source: str) -> str:

@@ -145,7 +145,8 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
     add_accuracy(summary, [(r, sim.cost, frames["steps"])])  # how far to trust the step times
     summary["wall_time_s"] = wall_time_s
-    for frame in (*frames.values(), pauses):
+    groups = rec.group_frame()  # None: a model of one layer group
+    for frame in (*frames.values(), pauses, *([] if groups is None else [groups])):
         frame["node"] = np.zeros(len(frame), dtype=np.int64)  # one node: node 0
     return RunResult(
         summary,
@@ -156,6 +157,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         config,
         r,
         pauses,
+        groups,
     )
 
 

@@ -29,8 +29,8 @@ from sim.sizing.bounds import (
 from sim.sizing.compute import (
     break_even_wait_s,
     hold_cost_byte_s,
+    model_prefill_flops,
     offload_round_trip_s,
-    prefill_flops,
     reload_time_s,
 )
 from sim.sizing.kv import kv_bytes_for_context
@@ -104,7 +104,7 @@ def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
     kv = kv_bytes_for_context(m, s, kv_dtype=inp.kv_dtype)
     kv_gpu = kv_bytes_for_context(m, s, inp.tp, inp.pp, inp.kv_dtype, per_gpu=True)
     params = inp.params or m.active_params
-    flops = prefill_flops(params, m.num_layers, m.d_model, s, attention=inp.attention)
+    flops = model_prefill_flops(m, s, params, attention=inp.attention)  # F23 by layer group
     reload = reload_time_s(kv_gpu, inp.link_bw_bytes_per_s)
     recompute = flops / inp.prefill_flops_per_s
     t_star = break_even_wait_s(kv_gpu, inp.link_bw_bytes_per_s, inp.mu_ratio, inp.stall_s)

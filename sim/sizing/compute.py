@@ -1,5 +1,21 @@
 """Compute and pause economics: F21, F23, F29-F33.
 
+``model_prefill_flops`` is F23 by layer group (a hybrid model's recompute, F30): the
+linear term ``2 N S`` is unchanged, and each layer's attention term follows what it
+attends, in F23's square convention (``4 d_model`` per query-key pair, every query over
+every key in its span):
+
+* ``full``, ``mla``: ``4 d_model S^2`` (F23's per-layer term);
+* ``sliding_window`` (w): ``4 d_model S min(S, w)``: each query over at most w keys;
+* ``chunked_local`` (c): ``4 d_model (q c^2 + r^2)``, ``S = q c + r``: within its chunk;
+* ``mamba``, ``linear_attention``: linear in S, ``S (4 H P N + 2 k C)``: per token a state
+  update and a read-out, each a multiply-add over the ``H x P x N`` recurrent state, and
+  the causal convolution's ``k`` taps over its ``C`` channels;
+* a block with no cache (``none``) and an indexer beside a layer add nothing (F23 has
+  no indexer term).
+
+A model whose every layer is full attention gets F23 exactly (the same integers).
+
 Invariant: FLOPs, seconds, bytes and bytes/s in; no hidden efficiencies (an MFU or a
 sustained rate is always an explicit argument).
 """
@@ -9,6 +25,8 @@ from __future__ import annotations
 import math
 
 from sim.errors import KvsimError
+from sim.profiles.layer_groups import AttentionGroup, LayerGroup, StateGroup
+from sim.profiles.schema import ModelProfile
 
 
 def ridge_point(peak_flops_per_s: float, mem_bw_bytes_per_s: float) -> float:
@@ -22,6 +40,43 @@ def prefill_flops(
     """F23: ``2*N*S + 4*L*d_model*S^2`` (the attention term only when ``attention``)."""
     linear = 2 * params * tokens
     return linear + (4 * n_layers * d_model * tokens**2 if attention else 0)
+
+
+def attention_flops_by_layer_group(model: ModelProfile, tokens: int) -> int:
+    """F23's attention term of a prefill of ``tokens`` by layer group (module docstring):
+    the sum over the model's layers of what each layer's attention or state computes."""
+    s, d = int(tokens), model.d_model
+    groups = {g.name: g for g in model.kv_groups()}
+    per_group: dict[str, int] = {}
+    for names in model.layer_group_names():
+        if names:
+            per_group[names[0]] = per_group.get(names[0], 0) + 1
+    return sum(layers * _layer_flops(groups[name], s, d) for name, layers in per_group.items())
+
+
+def _layer_flops(g: LayerGroup, s: int, d: int) -> int:
+    """One layer's attention (or state) FLOPs of a prefill of ``s`` tokens."""
+    if isinstance(g, StateGroup):
+        return s * (4 * g.recurrent_elems() + 2 * g.conv_kernel * g.conv_channels)
+    window = g.window_tokens if isinstance(g, AttentionGroup) else None
+    if window is None:  # full attention, MLA
+        return 4 * d * s * s
+    if g.kind == "sliding_window":
+        return 4 * d * s * min(s, window)
+    q, r = divmod(s, window)  # chunked local: within its chunk
+    return 4 * d * (q * window**2 + r * r)
+
+
+def model_prefill_flops(
+    model: ModelProfile, tokens: int, params: float | None = None, attention: bool = True
+) -> float:
+    """F23 for ``model`` by layer group: ``2 N S`` plus, when ``attention``, each layer's
+    own attention term (``attention_flops_by_layer_group``); N is ``params`` or the
+    model's active parameters. Equal to ``prefill_flops`` for a model of full layers."""
+    n = model.active_params if params is None else params
+    if not attention:
+        return prefill_flops(n, model.num_layers, model.d_model, tokens, False)
+    return 2 * n * tokens + attention_flops_by_layer_group(model, tokens)
 
 
 def prefill_time_s(flops: float, mfu: float, peak_flops_per_s: float) -> float:

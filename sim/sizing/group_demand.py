@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
@@ -100,6 +100,9 @@ class KVGroups:
     #: every token group's bytes per token, windows ignored (F1; what a kind that does not
     #: count groups charges per token)
     all_bytes_per_token: float = 0.0
+    #: the groups whose every token is in the block table, with their bytes per token
+    #: (they sum to ``table_bytes_per_token``); empty when built by hand
+    table: tuple[GroupDemand, ...] = ()
 
     @property
     def hybrid(self) -> bool:
@@ -137,9 +140,12 @@ def kv_groups(
         for g in groups
         if g.kind in TABLE_KINDS
     )
-    side = []
+    side, in_table = [], []
     for g in groups:
         n = heaviest.get(g.name, 0)
+        if g.kind in TABLE_KINDS and n:
+            in_table.append(GroupDemand(g.name, g.kind, n * g.bytes_per_token_per_layer_per_gpu
+                                        * num_gpus, 0, 0.0))  # fmt: skip
         if g.kind in TABLE_KINDS or n == 0:
             continue
         side.append(GroupDemand(
@@ -154,7 +160,7 @@ def kv_groups(
             "group here drops tokens or keeps a state)"
         )
     every = sum(heaviest.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
-    return KVGroups(table * num_gpus, tuple(side), every * num_gpus)
+    return KVGroups(table * num_gpus, tuple(side), every * num_gpus, tuple(in_table))
 
 
 def with_saved_states(groups: KVGroups, block_size: int) -> KVGroups:
@@ -166,10 +172,15 @@ def with_saved_states(groups: KVGroups, block_size: int) -> KVGroups:
     saved = saved_state_bytes_per_token(groups, block_size)
     if not saved:
         return groups
+    # the state groups join the table's groups, at their saved states' bytes per token,
+    # so that the table's groups still sum to its bytes per token (the run's KV by group)
+    riding = tuple(replace(g, bytes_per_token=g.state_bytes / block_size)
+                   for g in groups.side if g.state_bytes)  # fmt: skip
     return KVGroups(
         groups.table_bytes_per_token + saved,
         tuple(g for g in groups.side if not g.state_bytes),
         groups.all_bytes_per_token,
+        groups.table + riding,
     )
 
 

@@ -17,7 +17,7 @@ from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
 from sim.policy import Decision, PauseFacts, WaitPredictor, make_policy
 from sim.sched import Request, Scheduler
-from sim.sizing import prefill_flops
+from sim.sizing import model_prefill_flops
 
 
 class PauseDecider:
@@ -116,11 +116,11 @@ class PauseDecider:
         return left
 
     def recompute_flops(self, tokens: int) -> float:
-        """FLOPs to rebuild ``tokens`` of context by prefill (F30, F23 with attention)."""
+        """FLOPs to rebuild ``tokens`` of context by prefill (F30, F23 with attention, by
+        layer group: windows over their window, state layers linear in tokens)."""
         if tokens <= 0:
             return 0.0
-        m = self.model
-        return prefill_flops(self.params, m.num_layers, m.d_model, tokens, self.attention)
+        return model_prefill_flops(self.model, tokens, self.params, self.attention)
 
 
 def free_bytes(pool: FramePool | None) -> float:
