@@ -31,7 +31,7 @@ from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.kinds import engine_rules
 from sim.scenario import Resolved, make_allocator_for
 from sim.sched import Scheduler, make_scheduler
-from sim.sizing.group_demand import kv_groups
+from sim.sizing.group_demand import kv_groups, with_saved_states
 from sim.sizing.group_split import GroupSplit, kv_split
 
 
@@ -123,9 +123,14 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
 def group_split(r: Resolved, allocator: Any) -> GroupSplit | None:
     """How the recorder splits the allocator's bytes by layer group (None: a model of one
     group): the groups as the engine sees them (``Resolved.kv_groups``, or the table's
-    groups of a model without side groups, e.g. MLA with an indexer)."""
+    groups of a model without side groups, e.g. MLA with an indexer, with the saved states
+    of ``mamba_cache_mode: all`` riding on the table as the allocator charges them)."""
     hw = r.scenario.hardware
-    groups = r.kv_groups or kv_groups(r.model, hw.tp, hw.pp, num_gpus=r.num_gpus)
+    groups = r.kv_groups
+    if groups is None:
+        groups = kv_groups(r.model, hw.tp, hw.pp, num_gpus=r.num_gpus)
+        if r.saved_state_bytes_per_token:
+            groups = with_saved_states(groups, r.allocator_options["block_size"])
     return kv_split(groups, allocator.kv_bytes_per_token, allocator.kv_groups is not None)
 
 

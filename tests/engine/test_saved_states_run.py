@@ -54,6 +54,10 @@ def test_one_request_run_charges_a_state_per_block(tmp_path):
     assert s["allocator_kv_bytes_per_token"] == pytest.approx(BLOCK_BYTES_ALL / BLOCK_ALL)
     # 8,192 tokens in ceil(8192 / 640) = 13 blocks, each with its end's states
     assert s["peak_allocated_bytes"] == pytest.approx(13 * BLOCK_BYTES_ALL)
+    # by group: the attention layers' 13 blocks, and the 24 state layers' states at the end
+    # of each of the 13 blocks (no drafter: nothing is left over)
+    assert s["peak_allocated_bytes_by_group"] == {
+        "attention": 13 * 640 * 16_384, "mamba": 13 * 24 * 2_158_592}
     assert "prefix_hit_limited_by" not in s
     assert s["mamba_cache_mode"] == "all"
 
