@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class FixedTerms:
     moe_s: float = 0.0  # routed expert layers (kernel tables of a MoE model)
     logits_gather_s: float = 0.0  # gathering the vocabulary-parallel logits under TP (tables)
 
-    @property
+    @cached_property  # asked on every priced step; the terms are memoised per batch shape
     def total_s(self) -> float:
         return (self.linear_s + self.lm_head_s + self.embedding_s + self.elementwise_s
                 + self.allreduce_s + self.moe_s + self.logits_gather_s)  # fmt: skip

@@ -51,7 +51,12 @@ class StepWork:
 
     @property
     def prefill_tokens(self) -> int:
-        return sum(c for c, _ in self.prefill_chunks)
+        chunks = self.prefill_chunks
+        if not chunks:  # asked several times per priced step: the common shapes first
+            return 0
+        if len(chunks) == 1:
+            return chunks[0][0]
+        return sum(c for c, _ in chunks)
 
     @property
     def n_tokens(self) -> int:
@@ -127,30 +132,43 @@ def step_total(overhead_s: Any, alloc_s: Any, gpu_s: Any, more_s: Any, copy_s: A
 def prefill_share(
     price: Callable[[StepWork], Any], work: StepWork, verify_chunks: Collection[int] = ()
 ) -> float:
+    """``prefill_share_s`` with ``price`` returning a step's breakdown (its ``total_s``)."""
+    return prefill_share_s(lambda w: price(w).total_s, work, verify_chunks)
+
+
+def prefill_share_s(
+    seconds: Callable[[StepWork], float], work: StepWork, verify_chunks: Collection[int] = ()
+) -> float:
     """The share of a step's priced time its prefill tokens are charged (the capacity
     answer's cost per token, docs/capacity_planning.md): 0 without a prompt chunk, 1
     without a decode, else ``p / (p + d)`` where ``p`` prices the step's prompt chunks
-    alone and ``d`` its decodes alone with ``price`` (the step's own pricer). Copies and
+    alone and ``d`` its decodes alone with ``seconds`` (the step's own pricer's seconds,
+    ``CostModel.price_s``: no breakdown is built, this runs on every mixed step). Copies and
     allocator calls are in neither part (they belong to the step, so scaling shares them
     in the same ratio); what every step pays whatever it runs (weights streamed, host
     overhead) is in both parts alone, so it is shared in that ratio too. The chunks at
     positions ``verify_chunks`` of ``work.prefill_chunks`` are speculative decoding's
     verifies (``BatchPlan.verify_chunks``): output work, priced with the decodes."""
-    verify = set(verify_chunks)
-    prompt = tuple(c for i, c in enumerate(work.prefill_chunks) if i not in verify)
+    chunks = work.prefill_chunks
+    if verify_chunks:
+        verify = set(verify_chunks)
+        prompt = tuple(c for i, c in enumerate(chunks) if i not in verify)
+        verifies = tuple(c for i, c in enumerate(chunks) if i in verify)
+    else:
+        prompt, verifies = tuple(chunks), ()
     if not prompt:
         return 0.0
-    if not work.n_decode and len(prompt) == len(work.prefill_chunks):
+    if not work.n_decode and not verifies:
         return 1.0
-    bare = replace(work, copy_bytes=0.0, alloc_calls=0)
-    p = price(replace(bare, n_decode=0, decode_history_tokens=0, prefill_chunks=prompt,
-                      decode_max_history_tokens=None, decode_min_history_tokens=None)).total_s  # fmt: skip
-    verifies = tuple(c for i, c in enumerate(work.prefill_chunks) if i in verify)
-    d = price(replace(bare, prefill_chunks=verifies)).total_s
+    # both parts built directly (no dataclasses.replace: it costs more than the pricing)
+    p = seconds(StepWork(0, 0, prompt, 0.0, 0, None, None))
+    d = seconds(StepWork(work.n_decode, work.decode_history_tokens, verifies, 0.0, 0,
+                         work.decode_max_history_tokens, work.decode_min_history_tokens))  # fmt: skip
     return p / (p + d) if p + d > 0 else 0.0
 
 
 __all__ = [
-    "StepPricer", "advanced", "as_run", "check_run", "prefill_share", "step_offsets", "step_total",
+    "StepPricer", "advanced", "as_run", "check_run", "prefill_share", "prefill_share_s", "step_offsets",
+    "step_total",
     "vmax",
 ]  # fmt: skip

@@ -178,6 +178,17 @@ class CostModel:
         scale = self.config.step_time_scale  # capacity's error band (sim.sweep.error_band)
         return cost if scale == 1.0 else replace(cost, total_s=cost.total_s * scale)
 
+    def price_s(self, work: StepWork) -> float:
+        """``price(work).total_s`` without the breakdown (the same terms, no ``StepCost``):
+        what the engine asks for the steps it only needs the seconds of (a run's later
+        prefill steps, the prefill share's two parts)."""
+        if self.groups is not None:
+            total = self._group_terms(work, 0, self.async_scheduling)[0]
+        else:
+            total = self._roofline(work, 0, self.async_scheduling).total_s
+        scale = self.config.step_time_scale  # as in ``price``: the same product
+        return total if scale == 1.0 else total * scale
+
     def price_run(self, work: StepWork, n_steps: int) -> np.ndarray:
         """Durations of a run of ``n_steps`` steps starting with ``work`` (``work`` alone
         for one step; more: its decodes, every history one token longer a step,
@@ -334,9 +345,10 @@ class CostModel:
 
     def _group_parts(self, work: StepWork, i: Any, pad_tokens: int = 0):
         g = self.groups
-        n_tok, n_seq = work.n_tokens, work.n_decode + len(work.prefill_chunks)
+        chunks = work.prefill_chunks
+        n_tok, n_seq = work.n_decode + work.prefill_tokens, work.n_decode + len(chunks)
         kv_tokens, pairs = self._kv_pairs(work, i)
-        fixed = g.fixed(max(n_tok, pad_tokens), n_seq, bool(work.prefill_chunks))
+        fixed = g.fixed(n_tok if n_tok >= pad_tokens else pad_tokens, n_seq, bool(chunks))
         att, att_mem, att_comp = g.attention_terms(work, i, kv_tokens, pairs, n_seq, fixed.attention_rate)
         return fixed, att, att_mem, att_comp, pairs, kv_tokens
 

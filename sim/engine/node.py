@@ -48,7 +48,7 @@ import numpy as np
 import simpy
 
 from sim.cost import CostModel, StepCost, StepWork
-from sim.cost.pricer import prefill_share
+from sim.cost.pricer import prefill_share_s
 from sim.cost.speculative import DraftPricer
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
@@ -299,7 +299,7 @@ class Node:
             if step.durations is not None and len(step.ends) > 1:
                 run = _Run(step.durations, step.allocated[self.rank], None, None)
             # the group's step, split by this rank's own batch (a run is decodes alone)
-            pre = (step.ends[0] - now) * prefill_share(self.cost.price, work, plan.verify_chunks)
+            pre = (step.ends[0] - now) * prefill_share_s(self.cost.price_s, work, plan.verify_chunks)
             self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run, pre)
             return
         cost = self.cost.price(work)
@@ -308,7 +308,7 @@ class Node:
         run = self._plan_run(plan, work, m, cost)
         if run is None:
             yield self.env.timeout(cost.total_s)
-            pre = cost.total_s * prefill_share(self.cost.price, work, plan.verify_chunks)
+            pre = cost.total_s * prefill_share_s(self.cost.price_s, work, plan.verify_chunks)
             self._commit(plan, now, [now + cost.total_s], cost, m, None, pre)
             return
         # the same sequential sums as numpy's cumsum, in Python: runs are planned long but
@@ -367,9 +367,9 @@ class Node:
         Returns every step's duration and the seconds of it charged to prefill."""
         n_pre = min(len(chunks), k)
         cached, n_dec = plan.prefill_chunks[0][1], plan.n_decode
-        price = self.cost.price
+        price = self.cost.price_s  # seconds alone: no breakdown is recorded for these steps
         out = [cost.total_s]
-        pre = [cost.total_s * prefill_share(price, work)]
+        pre = [cost.total_s * prefill_share_s(price, work)]
         hist = plan.decode_history_tokens
         hi, lo = plan.decode_span()
         for i in range(1, n_pre):
@@ -377,8 +377,8 @@ class Node:
             hist += n_dec
             span = (hi + i, lo + i) if n_dec else (None, None)
             step = StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)
-            out.append(price(step).total_s)
-            pre.append(out[-1] * prefill_share(price, step))
+            out.append(price(step))
+            pre.append(out[-1] * prefill_share_s(price, step))
         if late and k > n_pre:  # the prompt is done: n_dec + 1 decodes
             prefill = plan.scheduled[-1][0]
             hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens

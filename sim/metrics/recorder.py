@@ -379,28 +379,39 @@ class Recorder:
         prev = ends[s0 - 1] if s0 > 0 else 0.0
         first_gap = t0 - prev
         run_max = float(max(durations[1:])) if k > 1 else 0.0
+        # the largest gap of a request that emitted in the step before: the same for all
+        regular_max = first_gap if first_gap > run_max else run_max
+        before, last_step, top = s0 - 1, s0 + k - 1, self.max_itl_s
         regular = 0
         for req in requests:
             last = req.last_emit_step
-            if last == s0 - 1 and last >= 0:
+            if last == before and last >= 0:
                 regular += 1
-                gap_max = first_gap if first_gap > run_max else run_max
+                gap_max = regular_max
             elif last < 0:  # first token
                 req.first_token_s = t0
+                req.last_emit_step = last_step
+                if k == 1:
+                    continue  # one token: no gap yet
                 gap_max = run_max
             else:  # a gap over several steps (stall, preemption)
                 gap = t0 - ends[last]
                 self.irregular_gaps.append(gap)
                 gap_max = gap if gap > run_max else run_max
-            if (k > 1 or last >= 0) and gap_max > req.itl_max_s:
+            if gap_max > req.itl_max_s:
                 req.itl_max_s = gap_max
-            if gap_max > self.max_itl_s and (k > 1 or last >= 0):
-                self.max_itl_s = gap_max
-            req.last_emit_step = s0 + k - 1
-        self.output_tokens += k * len(requests)
-        if regular or (k > 1 and requests):
-            for col, v in zip(self._w, (s0, k, regular, len(requests)), strict=True):
-                col.append(v)
+            if gap_max > top:
+                top = gap_max
+            req.last_emit_step = last_step
+        self.max_itl_s = top
+        n = len(requests)
+        self.output_tokens += k * n
+        if regular or (k > 1 and n):
+            w = self._w
+            w[0].append(s0)
+            w[1].append(k)
+            w[2].append(regular)
+            w[3].append(n)
 
     def speculative(self, accepted: int, drafts: int, wasted: int, verifies: int) -> None:
         """A step's speculative-decoding outcome: ``accepted`` drafts became output tokens

@@ -18,14 +18,13 @@ import pandas as pd
 class ChunkedTable:
     """Rows of a fixed set of typed columns."""
 
-    __slots__ = ("dtype", "chunk_rows", "_rows", "_chunks", "_floats")
+    __slots__ = ("dtype", "chunk_rows", "_rows", "_chunks")
 
     def __init__(self, columns: list[tuple[str, str]], chunk_rows: int = 4096) -> None:
         self.dtype = np.dtype(columns)
         self.chunk_rows = chunk_rows
         self._rows: list[tuple] = []
         self._chunks: list[np.ndarray] = []
-        self._floats = [i for i, (_, t) in enumerate(columns) if np.dtype(t).kind == "f"]
 
     def append(self, row: tuple) -> None:
         rows = self._rows
@@ -34,16 +33,15 @@ class ChunkedTable:
             self._pack()
 
     def _pack(self) -> None:
-        if not self._rows:
+        rows = self._rows
+        if not rows:
             return
-        floats = self._floats
-        clean = [
-            tuple(np.nan if (v is None and i in floats) else v for i, v in enumerate(r))
-            if None in r
-            else r
-            for r in self._rows
-        ]
-        self._chunks.append(np.array(clean, dtype=self.dtype))
+        # column by column (one C-level conversion per column, no per-row Python work);
+        # numpy turns None into NaN in a float column, as the docstring promises
+        chunk = np.empty(len(rows), dtype=self.dtype)
+        for name, column in zip(self.dtype.names, zip(*rows, strict=True), strict=True):
+            chunk[name] = column
+        self._chunks.append(chunk)
         self._rows = []
 
     def __len__(self) -> int:

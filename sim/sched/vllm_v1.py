@@ -373,6 +373,17 @@ class VllmV1Scheduler(Scheduler):
                 self._commit_prefill(
                     plan.scheduled[-1][0], steps, run.prefill_steps(steps), run.prefill_tokens(steps), out
                 )
+        elif not plan.prefill_chunks:  # decodes alone: the loop below, less what a decode skips
+            emitted = out.emitted
+            for req in plan.decodes:  # == plan.scheduled here, in its order
+                if req.status != RUNNING:
+                    continue  # cancelled while the step ran
+                req.num_computed += 1
+                out_n = req.num_output = req.num_output + 1
+                emitted.append(req)
+                if out_n >= req.output_limit:
+                    req.finish()
+                    finished.append(req)
         else:
             emitted = out.emitted
             for req, n in plan.scheduled:
@@ -381,12 +392,12 @@ class VllmV1Scheduler(Scheduler):
                 if req.spec_drafts:
                     self._commit_verify(req, out)
                     continue
-                req.num_computed += n
-                if req.num_computed < req.num_tokens:
+                computed = req.num_computed = req.num_computed + n
+                if computed < req.prompt_tokens + req.num_output:  # Request.num_tokens
                     continue  # a chunk of a longer prefill: nothing sampled
-                req.num_output += 1
+                out_n = req.num_output = req.num_output + 1
                 emitted.append(req)
-                if req.num_output >= req.output_limit:
+                if out_n >= req.output_limit:
                     req.finish()
                     finished.append(req)
         if out.finished:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sim.cost import CostConfig, CostModel, StepWork
 from sim.cost.expert_parallel import LockstepPricer
-from sim.cost.pricer import StepPricer, advanced
+from sim.cost.pricer import StepPricer, advanced, prefill_share, prefill_share_s
 from sim.profiles import load_accelerator, load_model
 
 H100, PRO6000 = load_accelerator("h100-sxm-80gb"), load_accelerator("rtx-pro-6000-server-96gb")
@@ -120,6 +120,46 @@ def test_a_run_of_one_step_is_the_step_for_any_batch(name, async_on, n_decode, c
     hi = 500 + n_decode if n_decode else None
     work = StepWork(n_decode, 500 * n_decode, tuple(chunks), copy_bytes, 0, hi, 500 if n_decode else None)
     assert p.price_run(work, 1).tolist() == [p.price(work).total_s]
+    # the seconds alone (no breakdown), as the engine asks for a run's later steps
+    assert p.price_s(work) == p.price(work).total_s
+
+
+@functools.cache
+def scaled(name: str, scale: float) -> CostModel:
+    """The cost model of MODELS with ``cost.step_time_scale`` (capacity's error band)."""
+    model, accel, tp, cfg = MODELS[name]
+    return CostModel(load_model(model), accel, tp, 1, CostConfig(**cfg, step_time_scale=scale))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(list(MODELS)),
+    n_decode=st.integers(0, 30),
+    chunks=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 30_000)), min_size=1, max_size=3),
+    verify=st.sets(st.integers(0, 2)),
+    scale=st.sampled_from([1.0, 1.3]),
+)
+def test_the_prefill_share_from_seconds_is_the_share_from_breakdowns(name, n_decode, chunks, verify, scale):
+    """``prefill_share_s`` (the engine's, on ``price_s``) equals ``prefill_share`` on full
+    breakdowns, bit for bit, and is the prompt chunks' price over the prompt's plus the
+    decodes' and verifies' (each priced alone, copies and allocator calls in neither)."""
+    p = scaled(name, scale)
+    hi = 500 + n_decode if n_decode else None
+    work = StepWork(n_decode, 500 * n_decode, tuple(chunks), 3e6, 2, hi, 500 if n_decode else None)
+    verify = sorted(v for v in verify if v < len(chunks))
+    share = prefill_share_s(p.price_s, work, verify)
+    assert share == prefill_share(p.price, work, verify)
+    prompt = tuple(c for i, c in enumerate(chunks) if i not in verify)
+    if not prompt:
+        assert share == 0.0
+        return
+    if not n_decode and len(prompt) == len(chunks):
+        assert share == 1.0
+        return
+    pre = p.price(StepWork(0, 0, prompt)).total_s
+    rest = StepWork(n_decode, 500 * n_decode, tuple(chunks[i] for i in verify), 0.0, 0, hi,
+                    500 if n_decode else None)  # fmt: skip
+    assert share == pre / (pre + p.price(rest).total_s)
 
 
 @pytest.mark.parametrize("work", [StepWork(1, 0, ((8, 0),)), StepWork(1, 5, (), 1.0), StepWork(1, 5, (), 0.0, 2)])
