@@ -11,7 +11,8 @@ from pathlib import Path
 from sim.engine.node import StepRecorder
 from sim.metrics import Recorder
 
-NODE = Path(inspect.getfile(StepRecorder))
+# the source, also where node.py runs compiled (sim/_core.py) and getfile names the .so
+NODE = Path(inspect.getfile(StepRecorder)).parent / "node.py"
 
 
 def _protocol_methods() -> dict[str, inspect.Signature]:
