@@ -51,7 +51,7 @@ MODULES: tuple[str, ...] = (
 PURE_ENV = "KVSIM_PURE"
 #: written by setup.py's build next to this file: {module: SHA-256 of the source compiled}
 MANIFEST = "_compiled.json"
-REBUILD_HINT = "pip install -e ."
+REBUILD_HINT = "pip install -e . (or pip install .)"
 
 _ROOT = Path(__file__).resolve().parent  # the folder of the `sim` package
 
@@ -115,8 +115,8 @@ class _CoreFinder:
             if self.fresh[fullname]:
                 return None  # the extension is this source's build: let it load
             warnings.warn(
-                f"kvsim: the compiled {fullname} is not a build of its current source; "
-                f"running the source (rebuild: {REBUILD_HINT})", RuntimeWarning, stacklevel=2,
+                f"kvsim: {fullname} changed since the compiled core was built; running its "
+                f"source (rebuild: {REBUILD_HINT})", RuntimeWarning, stacklevel=2,
             )  # fmt: skip
         return importlib.util.spec_from_file_location(fullname, source_path(fullname))
 

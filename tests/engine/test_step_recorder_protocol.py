@@ -11,8 +11,7 @@ from pathlib import Path
 from sim.engine.node import StepRecorder
 from sim.metrics import Recorder
 
-# the source, also where node.py runs compiled (sim/_core.py) and getfile names the .so
-NODE = Path(inspect.getfile(StepRecorder)).parent / "node.py"
+NODE = Path(inspect.getfile(StepRecorder))
 
 
 def _protocol_methods() -> dict[str, inspect.Signature]:
