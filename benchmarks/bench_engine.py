@@ -9,15 +9,12 @@ The 5,000-request rows are the median of ``--repeat`` runs (5 by default) by who
 time; every other row is one run.
 
     python benchmarks/bench_engine.py --compare /work/main   # this tree against another
-    python benchmarks/bench_engine.py --pure                 # compiled core against pure
 
 ``--compare TREE`` runs each case alternately from this tree and from ``TREE`` (another
 checkout, put first on ``PYTHONPATH``), ``--repeat`` pairs, and prints the median of each
 figure and of the paired ratios (this tree / TREE), with the load average before and
 after: on a shared machine only interleaved pairs compare, and CPU seconds (user + system
-of the ``kvsim run`` process) move less with the load than wall seconds. ``--pure`` pairs
-this tree's compiled core (where ``pip install -e .`` built it) with its pure-Python core
-(``KVSIM_PURE=1``) the same way; the ratios are then compiled / pure.
+of the ``kvsim run`` process) move less with the load than wall seconds.
 
 ``wall_time_s`` (the simulation loop alone) comes from the run's summary; the whole
 process (imports, loading, simulation, writing the run folder) is timed around a
@@ -55,14 +52,10 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
-def run_once(scenario: str, sets: list[str], tree: Path | None = None, extra: tuple[str, ...] = (),
-             pure: bool = False) -> dict:
-    """One ``kvsim run`` in a fresh process (from ``tree`` when given; on the pure-Python
-    core when ``pure``): its summary, wall time, CPU seconds and peak RSS (the peak of every
-    child so far: run the biggest last)."""
-    env = {k: v for k, v in os.environ.items() if k != "KVSIM_PURE"}
-    if pure:
-        env["KVSIM_PURE"] = "1"
+def run_once(scenario: str, sets: list[str], tree: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
+    """One ``kvsim run`` in a fresh process (from ``tree`` when given): its summary, wall
+    time, CPU seconds and peak RSS (the peak of every child so far: run the biggest last)."""
+    env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     with tempfile.TemporaryDirectory() as out:
@@ -80,10 +73,8 @@ def run_once(scenario: str, sets: list[str], tree: Path | None = None, extra: tu
             "rss_mb": max(after.ru_maxrss, before.ru_maxrss) / 1024}  # fmt: skip
 
 
-def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tuple[str, ...]]],
-            pure: bool = False) -> None:
-    """Interleaved pairs: this tree, then ``tree`` (with ``pure``: this tree on its
-    pure-Python core), ``repeat`` times per case."""
+def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tuple[str, ...]]]) -> None:
+    """Interleaved pairs: this tree, then ``tree``, ``repeat`` times per case."""
     here = HERE.parent
     print(f"Machine: {machine()}  \nDate: {datetime.datetime.now(datetime.UTC).isoformat(timespec='minutes')}"
           f"  \nLoad average before: {os.getloadavg()}\n")  # fmt: skip
@@ -94,10 +85,10 @@ def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tupl
         mine, other = [], []
         for _ in range(repeat):
             mine.append(run_once(scenario, sets, here, extra))
-            other.append(run_once(scenario, sets, tree, extra, pure=pure))
+            other.append(run_once(scenario, sets, tree, extra))
         loop = [a["summary"]["wall_time_s"] / b["summary"]["wall_time_s"] for a, b in zip(mine, other, strict=True)]
         cpu = [a["cpu_s"] / b["cpu_s"] for a, b in zip(mine, other, strict=True)]
-        for name, runs in (("this", mine), ("KVSIM_PURE=1" if pure else str(tree), other)):
+        for name, runs in (("this", mine), (str(tree), other)):
             n = runs[0]["summary"]["requests_completed"]
             lo = statistics.median(r["summary"]["wall_time_s"] for r in runs)
             med = statistics.median
@@ -124,11 +115,7 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=500, help="trajectories for (b)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of (a); the median is kept")
     ap.add_argument("--compare", type=Path, default=None, help="another tree: interleaved pairs")
-    ap.add_argument("--pure", action="store_true",
-                    help="interleaved pairs of this tree's compiled core and its pure one")
     args = ap.parse_args()
-    if args.pure:
-        args.compare = HERE.parent
     if args.compare is not None:
         cases = []
         if args.only in (None, "chat"):
@@ -136,7 +123,7 @@ def main() -> None:
         if args.only in (None, "agents"):
             cases.append((f"(b) agents {args.agents}", "agents_500.yaml",
                           [f"workload.num_trajectories={args.agents}"], ("--no-report",)))  # fmt: skip
-        compare(args.compare.resolve(), args.repeat, cases, pure=args.pure)
+        compare(args.compare.resolve(), args.repeat, cases)
         return
     print(f"Machine: {machine()}  \nDate: {datetime.date.today().isoformat()}\n")
     print(

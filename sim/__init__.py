@@ -5,14 +5,11 @@ matplotlib, rich, pydantic, SimPy or the engine (tests/cli/test_startup_imports.
 entry points below load their layers lazily. It adds ``sim.prefix`` (which registers the
 prefix-cache allocator kinds ``radix`` and ``paged_hash``) as a plug-in loader
 (``sim.plugins``) that the allocator registry runs before its first look-up, so
-``sim.memory.make_allocator`` knows every kind whatever is imported first. Where the
-optional compiled core is built, it installs the import hook that picks, module by module,
-the compiled build or the ``.py`` source (``sim._core``; ``KVSIM_PURE=1``: the sources).
+``sim.memory.make_allocator`` knows every kind whatever is imported first.
 """
 
 from __future__ import annotations
 
-from sim import _core
 from sim import plugins as _plugins
 from sim.version import __version__  # one source of truth (summary.json, pyproject)
 
@@ -22,9 +19,6 @@ def _load_prefix_kinds() -> None:
 
 
 _plugins.add_loader("allocators", _load_prefix_kinds)
-# the compiled core, where one is built: its modules load compiled unless KVSIM_PURE=1 or
-# their source changed since the build (sim/_core.py)
-_core.install()
 
 __all__ = ["__version__", "find_capacity", "run_scenario", "run_sweep"]
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim import _core
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -98,9 +97,7 @@ def test_dev_extra_installs_every_third_party_module_the_tests_import():
 def test_version_flag_prints_the_installed_distribution_version(run_cli):
     code, out, err = run_cli(["--version"])
     assert code == 0, err
-    # where the optional compiled core is built, which core runs (tests/test_compiled_core.py)
-    core = f" ({_core.describe()})" if _core.built() else ""
-    assert out == f"kvsim {importlib.metadata.version(DIST)}{core}\n"
+    assert out == f"kvsim {importlib.metadata.version(DIST)}\n"
     # one source of truth: pyproject reads the version from sim.version (statically)
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {
         "attr": "sim.version.__version__"

@@ -4,8 +4,7 @@ Invariant: user errors (``KvsimError``) print one line on stderr and exit with s
 never a traceback; each sub-command lives in its own module of this package and
 registers itself through ``register(app)``; ``COMMANDS`` maps each command to its module
 (``COMMAND_MODULES``, in help order). ``kvsim --version`` prints the installed
-distribution's version (its metadata, what pip reports) and, where the compiled core is
-built, whether it runs (``sim._core``). Ctrl-C while the commands
+distribution's version (its metadata, what pip reports). Ctrl-C while the commands
 import prints ``kvsim: interrupted`` and exits 130, never a traceback (inside a command,
 typer turns it into exit 130; ``run``, ``sweep`` and ``compare`` say what is on disk).
 
@@ -65,15 +64,6 @@ def installed_version() -> str:
         return f"{__version__} (not installed)"
 
 
-def version_line() -> str:
-    """``kvsim --version``: the installed version; where the optional compiled core is
-    built, which core runs, in parentheses (``sim._core``: compiled, or the sources)."""
-    from sim import _core
-
-    line = f"kvsim {installed_version()}"
-    return f"{line} ({_core.describe()})" if _core.built() else line
-
-
 _apps: list[typer.Typer] = []  # the one app, built on first use (typer is not imported before)
 
 
@@ -92,7 +82,7 @@ def _the_app() -> typer.Typer:
 
     def _print_version(value: bool) -> None:
         if value:
-            print(version_line())
+            print(f"kvsim {installed_version()}")
             raise typer.Exit(0)
 
     @app.callback()
@@ -158,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning user errors into one line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:  # the one flag alone: no command line parser to build
-        print(version_line())
+        print(f"kvsim {installed_version()}")
         return 0
     import typer
 

@@ -211,8 +211,7 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("kvsim_version", "str", "-", "The kvsim version that made the run (`sim.version`; "
        "CHANGELOG.md lists the versions whose results moved). Not a metric: `kvsim "
        "regress` compares numbers only."),
-    _k("versions", "versions", "-", "Python and package versions, and `kvsim_core`: whether "
-       "the compiled core ran (`compiled core: N of M modules`) or the sources (`pure Python`)."),
+    _k("versions", "versions", "-", "Python and package versions."),
     _k("warnings", "texts", "-", "Sentences saying a run went pathological (empty if healthy)."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),

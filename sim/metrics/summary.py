@@ -28,7 +28,6 @@ from importlib import metadata
 
 import numpy as np
 
-from sim import _core
 from sim.metrics.recorder import Recorder
 from sim.metrics.stats import describe, describe_weighted
 from sim.sched.request import REJECT_REASONS
@@ -45,8 +44,7 @@ PREEMPTIONS_WARN = 10
 
 
 def package_versions() -> dict[str, str]:
-    # which core ran: the compiled modules or the sources (KVSIM_PURE=1, none built)
-    out = {"python": platform.python_version(), "kvsim_core": _core.summary()}
+    out = {"python": platform.python_version()}
     for dist in ("kvcache-sim", "simpy", "numpy", "pandas", "pydantic", "pyarrow"):
         try:
             out[dist] = metadata.version(dist)
