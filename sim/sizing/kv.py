@@ -6,7 +6,10 @@ forms are what one rank of the most loaded pipeline stage holds. An MLA latent i
 whole on every tensor-parallel rank; when TP exceeds the KV heads, heads are replicated so
 each rank holds at least one (as vLLM does). A model's layers are summed group by group
 (``sim.sizing.groups``): sliding windows and chunks cap what their layers hold, and a
-state-space layer holds one fixed state per sequence. The ``kv_elems_*`` helpers describe
+state-space layer holds one fixed state per sequence. What a trajectory holds counts each
+group's layers as vLLM allocates them, padding layers included (``sim.sizing.layer_padding``;
+gemma-3-27b's 52 sliding layers as 60); per-token F1 figures count the real layers only. The
+``kv_elems_*`` helpers describe
 the profile's own attention fields (``num_kv_heads``, ``head_dim``, ``mla``) only.
 """
 
