@@ -252,7 +252,7 @@ def _groups_table(r: PlanResult) -> Table:
                 f"{c.context_tokens:,}",
                 g.name,
                 kind,
-                f"{g.num_layers}",
+                f"{g.num_layers}" + (f" +{g.padding_layers} pad" if g.padding_layers else ""),
                 g.dtype,
                 f"{g.held_tokens:,}" if not g.state_bytes else "-",
                 f"{g.bytes_per_token:,.0f}",

@@ -24,6 +24,9 @@ those states on the block table: each table block also holds the states of every
 layer at its end (``table_bytes_per_token`` grows by ``sum(state_bytes) / B``), so they are
 cached, shared and evicted with the table's blocks, and the state groups leave ``side``.
 
+Layer counts are vLLM's padded ones (``sim.sizing.layer_padding``: gemma-3-27b's 52 sliding
+layers hold blocks as 60), the same counts ``kvsim plan`` uses, so a run's peak equals plan.
+
 Invariant: figures are for the engine instance (per-GPU bytes of the most loaded pipeline
 stage times the GPUs, as ``Resolved.kv_bytes_per_token``); a model whose groups all keep
 every token has no side group, so its allocators behave exactly as before groups existed;
@@ -132,7 +135,7 @@ def kv_groups(
     loaded stage's per-GPU bytes times ``num_gpus``; KvsimError if no layer keeps every
     token (the block table needs one)."""
     groups = group_bytes(model, tp, kv_dtype)
-    stages = _stage_counts(model, pp)
+    stages = _stage_counts(model, pp, padded=True)
     heaviest = max(stages, key=lambda c: sum(
         c.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups))  # fmt: skip
     table = sum(
@@ -159,7 +162,8 @@ def kv_groups(
             f"{model.name}: the engine needs at least one full-attention or MLA layer (every "
             "group here drops tokens or keeps a state)"
         )
-    every = sum(heaviest.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
+    real = _stage_counts(model, pp)[stages.index(heaviest)]  # F1 counts no padding
+    every = sum(real.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
     return KVGroups(table * num_gpus, tuple(side), every * num_gpus, tuple(in_table))
 
 

@@ -6,7 +6,10 @@ forms are what one rank of the most loaded pipeline stage holds. An MLA latent i
 whole on every tensor-parallel rank; when TP exceeds the KV heads, heads are replicated so
 each rank holds at least one (as vLLM does). A model's layers are summed group by group
 (``sim.sizing.groups``): sliding windows and chunks cap what their layers hold, and a
-state-space layer holds one fixed state per sequence. The ``kv_elems_*`` helpers describe
+state-space layer holds one fixed state per sequence. What a trajectory holds counts each
+group's layers as vLLM allocates them, padding layers included (``sim.sizing.layer_padding``;
+gemma-3-27b's 52 sliding layers as 60); per-token F1 figures count the real layers only. The
+``kv_elems_*`` helpers describe
 the profile's own attention fields (``num_kv_heads``, ``head_dim``, ``mla``) only.
 """
 
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
 from sim.sizing.groups import group_bytes
+from sim.sizing.layer_padding import LayerPadding, vllm_stage_padding
 
 
 def kv_bytes_per_token_f1(
@@ -71,18 +75,28 @@ def layers_per_stage(n_layers: int, pp: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(pp)]
 
 
-def _stage_counts(model: ModelProfile, pp: int) -> list[dict[str, int]]:
-    """For each pipeline stage, how many of its layers each group has."""
-    names = model.layer_group_names()
-    stages, start = [], 0
-    for n in layers_per_stage(model.num_layers, pp):
-        counts: dict[str, int] = {}
-        for layer in names[start : start + n]:
-            for name in layer:
-                counts[name] = counts.get(name, 0) + 1
-        stages.append(counts)
-        start += n
-    return stages
+def _stage_counts(model: ModelProfile, pp: int, padded: bool = False) -> list[dict[str, int]]:
+    """For each pipeline stage, how many of its layers each group has; ``padded``: as vLLM
+    allocates them, each group's count raised to a whole number of KV cache groups
+    (``sim.sizing.layer_padding``)."""
+    stages = stage_layer_padding(model, pp)
+    return [s.padded_layers if padded else s.layers for s in stages]
+
+
+def stage_layer_padding(model: ModelProfile, pp: int) -> list[LayerPadding]:
+    """vLLM's KV cache grouping of each pipeline stage of ``model`` (real and padded layers)."""
+    return vllm_stage_padding(model.layer_group_names(), layers_per_stage(model.num_layers, pp))
+
+
+def model_layer_padding(model: ModelProfile) -> LayerPadding:
+    """vLLM's KV cache grouping of the whole model on one worker (group size, padding)."""
+    return stage_layer_padding(model, 1)[0]
+
+
+def padded_model_counts(model: ModelProfile) -> dict[str, int]:
+    """The whole model's layers per group as vLLM allocates them on one worker (padding
+    included); equal to the real counts for a model without padding."""
+    return model_layer_padding(model).padded_layers
 
 
 def kv_bytes_per_token(model: ModelProfile, kv_dtype: str | None = None) -> float:
@@ -119,11 +133,13 @@ def kv_bytes_for_context(
     ``per_gpu=True``: one rank of the most loaded pipeline stage.
     """
     if not per_gpu:
-        return sum(g.num_layers * g.bytes_per_layer(tokens) for g in group_bytes(model, 1, kv_dtype))
+        whole = padded_model_counts(model)
+        return sum(whole.get(g.name, 0) * g.bytes_per_layer(tokens)
+                   for g in group_bytes(model, 1, kv_dtype))  # fmt: skip
     groups = group_bytes(model, tp, kv_dtype)
     return max(
         sum(counts.get(g.name, 0) * g.bytes_per_layer(tokens, per_gpu=True) for g in groups)
-        for counts in _stage_counts(model, pp)
+        for counts in _stage_counts(model, pp, padded=True)
     )
 
 
@@ -135,7 +151,7 @@ def kv_bytes_for_context_all_gpus(
     groups = group_bytes(model, tp, kv_dtype)
     return tp * sum(
         sum(counts.get(g.name, 0) * g.bytes_per_layer(tokens, per_gpu=True) for g in groups)
-        for counts in _stage_counts(model, pp)
+        for counts in _stage_counts(model, pp, padded=True)
     )
 
 
@@ -151,8 +167,12 @@ class GroupKV:
     held_tokens: int  # per layer (0 for a state group)
     bytes_per_token: float  # all the group's layers, one copy (0 for a state group)
     state_bytes: float  # one sequence's state over all the group's layers (0: token group)
-    bytes: float  # the trajectory's bytes in this group, whole model, one copy
+    bytes: float  # the trajectory's bytes in this group, whole model, one copy, padding in
     bytes_per_gpu: float  # the same on one rank of the stage that holds the most
+    # empty layers vLLM adds to this group's last KV cache group (sim.sizing.layer_padding),
+    # whole model, and the part of ``bytes`` they take (allocated, never written)
+    padding_layers: int = 0
+    padding_bytes: float = 0.0
 
 
 def kv_breakdown(
@@ -162,12 +182,14 @@ def kv_breakdown(
     ``kv_bytes_for_context`` (whole model, and per GPU on the most loaded stage)."""
     whole = {g.name: g for g in group_bytes(model, 1, kv_dtype)}
     per_gpu = group_bytes(model, tp, kv_dtype)
-    stages = _stage_counts(model, pp)
+    stages = _stage_counts(model, pp, padded=True)
     loads = [sum(c.get(g.name, 0) * g.bytes_per_layer(tokens, True) for g in per_gpu) for c in stages]
     heaviest = stages[loads.index(max(loads))]
+    padded = padded_model_counts(model)
     out = []
     for g in per_gpu:
         w = whole[g.name]
+        n = padded.get(g.name, 0)
         out.append(
             GroupKV(
                 name=g.name,
@@ -178,8 +200,10 @@ def kv_breakdown(
                 held_tokens=g.held_tokens(tokens),
                 bytes_per_token=g.num_layers * w.bytes_per_token_per_layer,
                 state_bytes=g.num_layers * w.state_bytes_per_layer,
-                bytes=g.num_layers * w.bytes_per_layer(tokens),
+                bytes=n * w.bytes_per_layer(tokens),
                 bytes_per_gpu=heaviest.get(g.name, 0) * g.bytes_per_layer(tokens, True),
+                padding_layers=n - g.num_layers,
+                padding_bytes=(n - g.num_layers) * w.bytes_per_layer(tokens),
             )
         )
     return out

@@ -32,7 +32,9 @@ from sim.sizing.kv import (
     kv_bytes_for_context_all_gpus,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
+    model_layer_padding,
 )
+from sim.sizing.layer_padding import LayerPadding
 from sim.sizing.paging import expected_tail_waste_tokens
 from sim.units import GB, dtype_bytes
 
@@ -108,6 +110,9 @@ class ContextPlan:
     # run's allocator charges for one request)
     kv_bytes_per_trajectory_all_gpus: float = 0.0
     groups: list[GroupKV] = field(default_factory=list)  # the totals, group by group
+    # what vLLM's padding layers take of kv_bytes_per_trajectory (whole model, one copy;
+    # included in it; sim.sizing.layer_padding)
+    padding_bytes_per_trajectory: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,10 @@ class PlanResult:
     block_size_tokens: int = 16
     state_page_bytes_per_gpu: float = 0.0
     state_page_padded_bytes_per_gpu: float = 0.0
+    # vLLM's KV cache groups (sim.sizing.layer_padding): layers per group, and the empty
+    # layers it adds so every layer kind fills whole groups (0: no padding)
+    kv_cache_group_size_layers: int = 0
+    padding_layers: int = 0
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -184,6 +193,9 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     pages = unify_pages(model, inputs.block_size, tp, kv_dtype)
     if pages.raised:
         warnings.append(raised_block_warning(model.name, pages))
+    padding = model_layer_padding(model)
+    if padding.total_padding_layers:
+        warnings.append(padding_warning(model.name, padding))
     return PlanResult(
         model=model.name,
         gpu=gpu.name,
@@ -213,6 +225,22 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         block_size_tokens=pages.block_size_tokens,
         state_page_bytes_per_gpu=pages.state_page_bytes,
         state_page_padded_bytes_per_gpu=pages.state_page_padded_bytes,
+        kv_cache_group_size_layers=padding.group_size_layers,
+        padding_layers=padding.total_padding_layers,
+    )
+
+
+def padding_warning(model: str, padding: LayerPadding) -> str:
+    """The note for vLLM's padding layers (its own log line reads "Add N padding layers")."""
+    parts = ", ".join(
+        f"{padding.padding_layers(name)} to the {n} {name!r} layers "
+        f"(+{padding.padding_layers(name) / n:.2%} of their KV)"
+        for name, n in padding.layers.items() if padding.padding_layers(name)
+    )
+    return (
+        f"vLLM groups {model}'s KV in groups of {padding.group_size_layers} layers and adds "
+        f"{parts}: padding layers hold blocks but no KV; counted in the KV per trajectory "
+        "above (padding_bytes_per_trajectory)"
     )
 
 
@@ -274,6 +302,7 @@ def _context_plan(
         ),
     )
     result["state_bytes_per_trajectory"] = sum(g.state_bytes for g in result["groups"])
+    result["padding_bytes_per_trajectory"] = sum(g.padding_bytes for g in result["groups"])
     window = model.max_context_tokens
     warnings = []
     if window is not None and total > window:

@@ -83,12 +83,13 @@ def test_one_request_peak_matches_plan(model, tmp_path, run_cli):
 
 def test_gemma_no_longer_charges_every_layer(tmp_path):
     """The issue's figure: 16k tokens on gemma-3-27b peaked at 8.32 GB (every layer for
-    every token); per group it is 1.79 GB."""
+    every token); per group it is 1.85 GB (1.79 GB before vLLM's 8 padding layers were
+    counted: its 52 sliding layers hold blocks as 60, sim.sizing.layer_padding)."""
     run = run_scenario(_scenario(tmp_path, "gemma-3-27b", 16370, 14))
     peak = run.summary["peak_allocated_bytes"]
     every = 16384 * run.summary["kv_bytes_per_token"]
     assert every == pytest.approx(8.32e9, rel=1e-3)
-    assert peak == pytest.approx(1.785e9, rel=1e-3)
+    assert peak == pytest.approx(1.853e9, rel=1e-3)
 
 
 def _shared(tmp_path, model: str) -> str:

@@ -10,6 +10,7 @@ from sim.errors import ConfigError
 from sim.profiles import available, load_model
 from sim.scenario import load_scenario, resolve
 from sim.sizing import kv_bytes_for_context, kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from sim.sizing.kv import model_layer_padding, stage_layer_padding
 from sim.units import dtype_bytes
 
 LEGACY = [n for n in available("model") if load_model(n).layer_groups is None]
@@ -85,9 +86,16 @@ def test_old_profiles_size_as_before(name, tokens, tp, pp):
     model = load_model(name)
     if model.num_q_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
         return  # a layout the model refuses, as before
-    assert kv_bytes_for_context(model, tokens) == _old_kv_bytes(model, tokens, 1, 1, False)
+    # vLLM's padding layers (sim.sizing.layer_padding) add to what the old formula gave:
+    # gemma-3-27b always (52 sliding in groups of 10), others on an uneven PP split
+    whole_pad = model_layer_padding(model).total_padding_layers
+    stage_pad = any(s.total_padding_layers for s in stage_layer_padding(model, pp))
+    old_whole = _old_kv_bytes(model, tokens, 1, 1, False)
+    got_whole = kv_bytes_for_context(model, tokens)
+    assert got_whole == old_whole if not whole_pad else got_whole > old_whole
     got = kv_bytes_for_context(model, tokens, tp, pp, per_gpu=True)
-    assert got == _old_kv_bytes(model, tokens, tp, pp, True)
+    old = _old_kv_bytes(model, tokens, tp, pp, True)
+    assert got == old if not stage_pad else got > old
     per_token = kv_bytes_per_token_per_gpu(model, tp, pp)
     assert per_token == _old_kv_bytes(model, 1, tp, pp, True)  # windows ignored per token
 

@@ -25,10 +25,9 @@ code, and compared with what kvsim computes:
 kvsim's counterparts: ``unify_pages`` (block size, padded page), the paged pool's blocks
 ``floor(M / (B x table_bytes_per_token))`` and per request ``cdiv(S, B) +
 side_blocks(S, B)`` (``sim.sizing.group_demand``). They agree exactly on every model below.
-Not compared: gemma-3-27b (52 sliding + 10 full layers: vLLM pads the sixth sliding group
-with 8 empty layers, so a request holds 6 sliding blocks per window position where kvsim
-counts 5.2: 384 against 333 blocks at a full 1,024-token window, B 16, kvsim 13 % low) and
-deepseek-v3.2 (its indexer page is vLLM's own packed format).
+vLLM's padding layers (a spec whose layers do not fill whole groups: gemma-3-27b's 52
+sliding layers run as 6 groups of 10) are kvsim's too (``sim.sizing.layer_padding``).
+Not compared: deepseek-v3.2 (its indexer page is vLLM's own packed format).
 """
 
 from __future__ import annotations
@@ -97,6 +96,10 @@ CASES = [
     # Llama 4 Scout: 12 full + 36 chunked (8,192), 8 KV heads x 128
     ("llama-4-scout-17b-16e", 1, 2 * 8 * 128 * 2, 0, {"full": 12, "chunked": 36}, "chunked",
      8192),
+    # gemma-3-27b: 10 full + 52 sliding (1,024), 16 KV heads x 128: groups of 10, so six
+    # sliding groups, the last padded with 8 empty layers
+    ("gemma-3-27b", 1, 2 * 16 * 128 * 2, 0, {"full": 10, "sliding": 52}, "sliding", 1024),
+    ("gemma-3-27b", 2, 2 * 8 * 128 * 2, 0, {"full": 10, "sliding": 52}, "sliding", 1024),
 ]  # fmt: skip
 
 
@@ -126,6 +129,17 @@ def test_pool_and_request_blocks_match_vllm(model, tp, attn_1, state, layers, ot
     g = kv_groups(m, tp)
     assert math.floor(available / (block * g.table_bytes_per_token)) == vllm_pool
     assert cdiv(tokens, block) + g.side_blocks(tokens, block) == vllm_request
+
+
+def test_gemma_request_blocks_at_a_full_window():
+    """The figure the padding fixes: 6 sliding groups x 64 blocks = 384 blocks at a full
+    1,024-token window (B 16), not 52 / 10 x 64 = 333."""
+    size, groups = vllm_groups({"full": 10, "sliding": 52})
+    assert (size, groups) == (10, {"full": 1, "sliding": 6})
+    g = kv_groups(load_model("gemma-3-27b"))
+    tokens = 4096
+    assert groups["sliding"] * vllm_request_blocks("sliding", tokens, 16, 1024) == 6 * 64 == 384
+    assert g.side_blocks(tokens, 16) == 384
 
 
 @pytest.mark.parametrize(("tp", "expected"), [(1, 640), (8, 640)])

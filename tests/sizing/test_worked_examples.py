@@ -61,6 +61,13 @@ EXAMPLES = {
         "nemotron-h-8b", None, 4 * 4096,
         [4 * 4096 * s + 24 * (3 * 10240 + 128 * 64 * 128) * 2 for s in CONTEXTS],
     ),
+    # vLLM's padding layers: gemma-3-27b, 52 sliding (1,024) + 10 full, 2 x 16 x 128 x 2 =
+    # 8,192 B per token per layer; groups of 10 layers, so the sliding layers hold blocks
+    # as 6 x 10 = 60 (8 empty)
+    "padding": (
+        "gemma-3-27b", None, 62 * 8192,
+        [10 * 8192 * s + 60 * 8192 * 1024 for s in CONTEXTS],
+    ),
     # NVFP4 KV: 4.5 bits per element (4-bit values, one fp8 scale per 16)
     "nvfp4": (
         "llama-3.1-8b", "nvfp4", 32 * 2 * 8 * 128 * 4.5 / 8,
@@ -78,6 +85,7 @@ CONCURRENCY = {
     "linear_attention": [415, 118, 30],
     "mamba": [537, 169, 45],
     "nvfp4": [331, 82, 20],
+    "padding": [85, 31, 8],
 }
 
 
@@ -113,6 +121,20 @@ def test_concurrency_on_one_h200(kind):
     assert r.kv_pool_bytes_per_gpu == POOL
     assert [c.kv_bytes_per_trajectory for c in r.contexts] == per_seq
     assert [c.max_concurrent for c in r.contexts] == CONCURRENCY[kind]
+
+
+def test_padding_layers_are_their_own_figure():
+    """gemma-3-27b: the 8 padding layers hold 8 x 1,024 x 8,192 = 67,108,864 B of every
+    sequence past the window, named apart from the 52 real sliding layers' bytes."""
+    r = plan_capacity(PlanInputs(model=load_model("gemma-3-27b"),
+                                 accelerator=load_accelerator("h200-141gb"), num_gpus=1,
+                                 contexts=[512, 8192]))  # fmt: skip
+    assert (r.kv_cache_group_size_layers, r.padding_layers) == (10, 8)
+    assert [c.padding_bytes_per_trajectory for c in r.contexts] == [8 * 512 * 8192, 67_108_864]
+    sliding = {g.name: g for g in r.contexts[1].groups}["sliding"]
+    assert (sliding.num_layers, sliding.padding_layers) == (52, 8)
+    assert sliding.bytes == 60 * 1024 * 8192 and sliding.bytes_per_token == 52 * 8192
+    assert any("adds 8 to the 52 'sliding' layers" in w for w in r.warnings)
 
 
 def test_states_count_once_per_sequence_and_layer():
