@@ -150,10 +150,11 @@ def attention_work(model: ModelProfile, tp: int = 1) -> AttentionWork | None:
         for g in groups if not g.holds_state and g.num_layers
     )  # fmt: skip
     state_bytes = sum(g.num_layers * g.state_bytes_per_layer_per_gpu for g in groups if g.holds_state)
-    state_flops = sum(
-        g.num_layers * state_flops_per_token(specs[g.name]) / tp
-        for g in groups if g.holds_state and isinstance(specs[g.name], StateGroup)
-    )  # fmt: skip
+    state_flops = 0.0
+    for g in groups:
+        spec = specs[g.name]
+        if isinstance(spec, StateGroup):
+            state_flops += g.num_layers * state_flops_per_token(spec) / tp
     return AttentionWork(
         token_groups=token,
         num_layers=model.num_layers,
