@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sim.cost.groups import GroupPricer
 from sim.cost.pricer import StepWork, as_run, check_run, step_offsets, step_total, vmax
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
+from sim.sizing.attention_work import attention_work
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
 
@@ -152,6 +153,8 @@ class CostModel:
         self.gemm_flops_per_token_per_gpu = 2 * params / tp
         d_attn = model.num_q_heads * model.head_dim
         self.attn_flops_per_pair_per_gpu = 4 * model.num_layers * d_attn / tp
+        # a hybrid model's attention by layer group (windows, chunks, states); None: dense
+        self.attention_work = attention_work(model, tp)
         self.hbm_bw = accelerator.hbm_bw_bytes_per_s
         self.peak = accelerator.peak_flops_per_s("bf16")
         self.calibration = _load_calibration(c.calibration)
@@ -238,9 +241,13 @@ class CostModel:
 
     def _kv_pairs(self, work: StepWork, i: Any) -> tuple[Any, Any]:
         """(KV tokens read, attention (query, key) pairs) of step ``i`` (0, or an array of
-        step offsets: a run's decodes one token longer a step; each decode attends h + 1)."""
+        step offsets: a run's decodes one token longer a step; each decode attends h + 1).
+        A hybrid model's are its groups' full-attention equivalents (sim.sizing.attention_work)."""
         n = work.n_decode
         kv_tokens = work.decode_history_tokens + i * n + n
+        if self.attention_work is not None:
+            causal = self.config.attention_mask == "causal"
+            return self.attention_work.equivalent(n, kv_tokens, work.prefill_chunks, causal)
         pairs = kv_tokens
         for new, hist in work.prefill_chunks:
             pairs = pairs + self._chunk_pairs(new, hist)

@@ -19,7 +19,9 @@ both alike):
                (tokens attended: history + the new one); with the calibration's skew fit
                (and ``cost.skew_correction``) and the step's longest and shortest decode
                context known, LLMServingSim's correction for decodes of unequal contexts
-               (``kernel_tables.skewed_attention``);
+               (``kernel_tables.skewed_attention``); a hybrid model's token groups each
+               look the table up at the span they attend (a window, a chunk) and its
+               state layers add their state read + write at HBM bandwidth;
   allreduce    under TP, (2 L + 1) all-reduces of tokens x d_model (after the output and
                down projections, and the vocabulary-parallel embedding) and one gather of
                the logits (sequences x vocabulary), each ``latency + bytes x ring factor /
@@ -41,6 +43,7 @@ from sim.cost.groups import FixedTerms, GroupPricer
 from sim.cost.kernel_tables import TableSet, expected_active_experts, skewed_attention
 from sim.errors import ConfigError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
+from sim.sizing.attention_work import attention_work
 
 GEMM_OPS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
 
@@ -81,6 +84,8 @@ class TablePricer(GroupPricer):
         self.top_k = model.experts_per_token or 0
         self.vocab = model.vocab_size or 0
         self.skew = self.tables.skew if config.skew_correction else None
+        # a hybrid model's groups attend their own spans (None: every layer the context)
+        self.attention_work = attention_work(model, tp)
 
     def _fixed_terms(self, n_tok: int, n_logits: int, prefill: bool) -> FixedTerms:
         t, L = self.tables, self.L
@@ -126,6 +131,24 @@ class TablePricer(GroupPricer):
 
     # -- attention ----------------------------------------------------------------------
 
+    def _hybrid_attention(self, work, i, kv_tokens, pairs, n_seq: int, pc: float):
+        """A hybrid model's attention: each token group's layers x the per-layer table at
+        the span that group attends (a sliding layer's window, a chunked layer's chunk:
+        ``sim.sizing.attention_work``), plus the state layers' state read and write at
+        the HBM bandwidth. No skew correction (its fit is of full-attention decodes)."""
+        aw, nd = self.attention_work, work.n_decode
+        decode_kv = work.decode_history_tokens + i * nd + nd
+        t = 0.0 * decode_kv
+        for g in aw.token_groups:
+            kd = aw.decode_tokens(g, nd, decode_kv) / nd if nd else 0.0
+            kp = float(sum(aw.chunk_terms(g, c, h, True)[0] - c for c, h in work.prefill_chunks))
+            t = t + g.layers * self.tables.attention.at(pc, kp, float(nd), kd)
+        t = t + 2.0 * aw.state_bytes_per_seq_per_gpu * n_seq / self.hbm_bw
+        comp = pairs * self.attn_flops_per_pair_per_gpu / self.peak
+        if isinstance(kv_tokens, np.ndarray):
+            return t, self._kv_bytes(kv_tokens), comp
+        return float(t), float(self._kv_bytes(kv_tokens)), comp
+
     def _kv_bytes(self, kv_tokens):
         return kv_tokens * self.kv_bytes_per_token_per_gpu / self.hbm_bw
 
@@ -138,6 +161,8 @@ class TablePricer(GroupPricer):
         pc = float(sum(c for c, _ in work.prefill_chunks))
         kp = float(sum(h for _, h in work.prefill_chunks))
         nd = work.n_decode
+        if self.attention_work is not None:
+            return self._hybrid_attention(work, i, kv_tokens, pairs, n_seq, pc)
         kd = (work.decode_history_tokens + i * nd + nd) / nd if nd else 0.0
         t = self.tables.attention.at(pc, kp, float(nd), kd)
         hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens

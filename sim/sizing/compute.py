@@ -54,10 +54,15 @@ def attention_flops_by_layer_group(model: ModelProfile, tokens: int) -> int:
     return sum(layers * _layer_flops(groups[name], s, d) for name, layers in per_group.items())
 
 
+def state_flops_per_token(g: StateGroup) -> int:
+    """One state layer's FLOPs per token: ``4 H P N + 2 k C`` (module docstring)."""
+    return 4 * g.recurrent_elems() + 2 * g.conv_kernel * g.conv_channels
+
+
 def _layer_flops(g: LayerGroup, s: int, d: int) -> int:
     """One layer's attention (or state) FLOPs of a prefill of ``s`` tokens."""
     if isinstance(g, StateGroup):
-        return s * (4 * g.recurrent_elems() + 2 * g.conv_kernel * g.conv_channels)
+        return s * state_flops_per_token(g)
     window = g.window_tokens if isinstance(g, AttentionGroup) else None
     if window is None:  # full attention, MLA
         return 4 * d * s * s

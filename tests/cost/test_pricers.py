@@ -2,7 +2,8 @@
 priced at once equals its k steps priced one by one, bit for bit, and a run of one step is
 the step (any batch, prefill chunks and copies included). One property test runs every
 pricer: ``roofline_max`` (datasheet and a version-1 calibration), ``per_group`` (datasheet
-and a Vidur calibration), ``kernel_tables`` (dense with the skew correction, and MoE), and
+and a Vidur calibration), ``kernel_tables`` (dense with the skew correction, and MoE), hybrid
+models under each (sliding window, chunked local, Mamba state layers), and
 the expert-parallel ``LockstepPricer`` (experts priced apart, and inside each rank's
 roofline), each with async scheduling on and off."""
 
@@ -19,6 +20,7 @@ from sim.cost import CostConfig, CostModel, StepWork
 from sim.cost.expert_parallel import LockstepPricer
 from sim.cost.pricer import StepPricer, advanced, prefill_share, prefill_share_s
 from sim.profiles import load_accelerator, load_model
+from sim.profiles.schema import ModelProfile, SlidingWindowSpec
 
 H100, PRO6000 = load_accelerator("h100-sxm-80gb"), load_accelerator("rtx-pro-6000-server-96gb")
 
@@ -32,7 +34,14 @@ MODELS = {
     "kernel_tables-skew": ("qwen3-32b", PRO6000, 2, {"calibration": "rtx-pro-6000-server-96gb-llmservingsim",
                                                       "skew_correction": True}),
     "kernel_tables-moe": ("qwen3-30b-a3b", PRO6000, 1, {"calibration": "rtx-pro-6000-server-96gb-llmservingsim"}),
+    # hybrid models (sim.sizing.attention_work): sliding, chunked local and state layers
+    "roofline-sliding": ("gpt-oss-20b", H100, 1, {"step_overhead_s": 1e-3}),
+    "per_group-sliding": ("gemma-3-27b", H100, 2, {"step_pricing": "per_group", "kernel_floor_s": 3e-6}),
+    "roofline-chunked": ("llama-4-scout-17b-16e", H100, 1, {}),
+    "per_group-vidur-mamba": ("nemotron-h-8b", H100, 1, {"calibration": "h100-sxm-80gb-vidur"}),
 }  # fmt: skip
+#: a kernel-table model made hybrid: its table looked up at each group's span
+HYBRID_TABLES = ("qwen3-32b", PRO6000, 2, {"calibration": "rtx-pro-6000-server-96gb-llmservingsim"})
 #: name -> (the cost model of MODELS, ranks, CUDA-graph tokens)
 LOCKSTEP = {
     "lockstep-experts-apart": ("kernel_tables-moe", 3, 512),
@@ -44,9 +53,15 @@ LOCKSTEP = {
 def cost_model(name: str, async_on: bool) -> CostModel:
     if name == "roofline-moe":
         model, accel, tp, cfg = "qwen3-30b-a3b", H100, 1, {"step_overhead_s": 1e-3}
+    elif name == "kernel_tables-sliding":
+        model, accel, tp, cfg = HYBRID_TABLES
     else:
         model, accel, tp, cfg = MODELS[name]
-    m = CostModel(load_model(model), accel, tp, 1, CostConfig(**cfg))
+    profile = load_model(model)
+    if name == "kernel_tables-sliding":  # one layer in two slides over 1,000 tokens
+        window = SlidingWindowSpec(window_tokens=1000, pattern=["sliding", "full"])
+        profile = ModelProfile.model_validate({**profile.model_dump(), "sliding_window": window.model_dump()})
+    m = CostModel(profile, accel, tp, 1, CostConfig(**cfg))
     m.async_scheduling = async_on
     return m
 
@@ -64,6 +79,8 @@ def test_the_lockstep_pricers_split_as_named():
     assert not pricer("lockstep-roofline-eager", False).split
     assert cost_model("kernel_tables-skew", False).pricing == "kernel_tables"
     assert cost_model("per_group-vidur", False).pricing == "per_group"
+    assert cost_model("kernel_tables-sliding", False).pricing == "kernel_tables"
+    assert cost_model("kernel_tables-sliding", False).attention_work is not None
 
 
 @st.composite
@@ -85,7 +102,7 @@ def step(work, i: int):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    name=st.sampled_from([*MODELS, *LOCKSTEP]),
+    name=st.sampled_from([*MODELS, *LOCKSTEP, "kernel_tables-sliding"]),
     async_on=st.booleans(),
     works=st.lists(st.one_of(st.none(), decode_works()), min_size=3, max_size=3),
     steps=st.integers(1, 25),
@@ -107,7 +124,7 @@ def test_a_run_of_k_steps_is_its_k_steps_for_every_pricer(name, async_on, works,
 
 @settings(max_examples=40, deadline=None)
 @given(
-    name=st.sampled_from(list(MODELS)),
+    name=st.sampled_from([*MODELS, "kernel_tables-sliding"]),
     async_on=st.booleans(),
     n_decode=st.integers(0, 30),
     chunks=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 30_000)), max_size=2),
