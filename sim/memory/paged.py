@@ -85,6 +85,8 @@ class PagedAllocator(Allocator):
         self._held_refs: np.ndarray | None = None  # block -> held tables mapping it
         self._rc: np.ndarray | None = None  # the pool's refcounts, from the first hold on
         self._held_idx: dict[Hashable, np.ndarray] = {}  # a held table as an index array
+        #: a resumed sequence's last held index array, extended at its next hold
+        self._idx_kept: dict[Hashable, np.ndarray] = {}
         self._held_side: dict[Hashable, np.ndarray] = {}  # a held sequence's side blocks
         self._paused_slots = 0  # filled slots of blocks only held tables map
         self._side: dict[Hashable, list[int]] = {}  # seq -> blocks of its side groups
@@ -275,6 +277,7 @@ class PagedAllocator(Allocator):
         """Drop the sequence's references, last block first (vLLM's order). The sequence
         is active (``free`` ends a hold first)."""
         table = self._tables.pop(seq_id)
+        self._idx_kept.pop(seq_id, None)  # a new sequence of this id has a new table
         side = self._side.pop(seq_id, None)
         if side:
             returned = self.pool.decref(side)
@@ -303,19 +306,33 @@ class PagedAllocator(Allocator):
             self._held_refs = np.zeros(self.pool.num_blocks, dtype=np.int32)
         refs = self._held_refs
         if held:  # a held table does not change until it is resumed or freed
-            idx = self._held_idx[seq_id] = np.array(self._tables[seq_id], dtype=np.intp)
+            idx = self._held_idx[seq_id] = self._table_index(seq_id)
             refs[idx] += 1
             self._paused_slots += self._fill_where(refs[idx] == self._rc[idx], tokens)
             side = self._held_side[seq_id] = np.array(self._side.get(seq_id, ()), dtype=np.intp)
             refs[side] += 1  # a held sequence's side list does not change either
             self._paused_slots += self._whole(refs[side] == self._rc[side])
         else:
-            idx = self._held_idx.pop(seq_id)
+            idx = self._idx_kept[seq_id] = self._held_idx.pop(seq_id)
             self._paused_slots -= self._fill_where(refs[idx] == self._rc[idx], tokens)
             refs[idx] -= 1
             side = self._held_side.pop(seq_id)
             self._paused_slots -= self._whole(refs[side] == self._rc[side])
             refs[side] -= 1
+
+    def _table_index(self, seq_id: Hashable) -> np.ndarray:
+        """The sequence's block table as an index array, without rebuilding it from the
+        whole table at every hold: the array kept from its last hold is extended by the
+        blocks appended since. Only a table's last block is ever replaced (copy on write),
+        so the kept array is still the table's start unless its own last id changed."""
+        table = self._tables[seq_id]
+        kept = self._idx_kept.pop(seq_id, None)
+        m = 0 if kept is None else len(kept)
+        if kept is None or not m or m > len(table) or kept[-1] != table[m - 1]:
+            return np.array(table, dtype=np.intp)
+        if m == len(table):
+            return kept
+        return np.concatenate((kept, np.array(table[m:], dtype=np.intp)))
 
     def _whole(self, mask: np.ndarray) -> int:
         """Filled slots of the side blocks ``mask`` picks (a side block is whole)."""
