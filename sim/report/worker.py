@@ -7,7 +7,9 @@ run`` simulates on the other core; ``render(folder)`` then hands it the finished
 temporary folder, and it renders the report there from the tables just written, as
 ``kvsim report`` does (``render_extras``). Where only one CPU is available the report is
 rendered in this process instead (``worth_a_worker``), and so it is where matplotlib
-is imported already: there is nothing to overlap.
+is imported already (nothing to overlap) or this process started a worker before (the
+import it hides is paid once per process: a test session or a notebook running again
+pays it once in process rather than once per run).
 
 Protocol: one JSON line per request on the worker's stdin (``{"folder": PATH}``), one
 JSON line per answer on its stdout (``{"problem": null}`` or the one-line note of
@@ -37,11 +39,16 @@ from pathlib import Path
 RERUN = "`kvsim report RUN_DIR` renders it again"
 
 
+#: workers started by this process (``worth_a_worker`` allows one)
+_STARTED: list[int] = []
+
+
 def worth_a_worker() -> bool:
-    """Whether a worker saves time: matplotlib is not imported in this process yet (a
-    notebook, a test session or ``kvsim compare`` after its first report has nothing left
-    to hide) and a second CPU can warm it up while the run uses the first."""
-    if "matplotlib" in sys.modules:
+    """Whether a worker saves time: none was started by this process yet and matplotlib
+    is not imported here (the import it hides is paid once per process: a notebook or a
+    test session that runs again renders in process, after one import) and a second CPU
+    can warm it up while the run uses the first."""
+    if _STARTED or "matplotlib" in sys.modules:
         return False
     try:
         return len(os.sched_getaffinity(0)) > 1
@@ -64,6 +71,8 @@ class ReportWorker:
             )  # fmt: skip
         except OSError:  # no process to start (limits): the caller renders in process
             self._proc = None
+        else:
+            _STARTED.append(self._proc.pid)
 
     @property
     def started(self) -> bool:
@@ -88,14 +97,17 @@ class ReportWorker:
         _remove_report(folder)  # whatever a dying worker half-wrote
         return f"report not written (the report worker stopped); {RERUN}"
 
-    def close(self) -> None:
-        """End the worker (idempotent)."""
+    def close(self, *, kill: bool = False) -> None:
+        """End the worker (idempotent): EOF, which it reads between requests, or ``kill``
+        (an error or Ctrl-C: no waiting for a warm-up nobody needs now)."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
         try:
+            if kill:
+                proc.kill()
             if proc.stdin is not None:
-                proc.stdin.close()  # EOF: it exits between requests
+                proc.stdin.close()
             proc.wait(timeout=2)
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()
@@ -107,8 +119,8 @@ class ReportWorker:
     def __enter__(self) -> ReportWorker:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(kill=exc_type is not None)
 
 
 def _remove_report(folder: Path) -> None:

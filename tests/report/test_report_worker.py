@@ -3,7 +3,9 @@ same files byte for byte, failures as the one-line note, never a run lost."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 
 from report_helpers import E20
 
@@ -70,7 +72,12 @@ def test_kvsim_run_draws_the_report_in_the_worker_when_it_is_worth_it(run_cli, t
     assert code == 0 and len(calls) == 1  # in process: no worker
 
 
-def test_no_worker_where_matplotlib_is_imported_already():
+def test_no_worker_where_matplotlib_is_imported_already_nor_a_second_one(monkeypatch):
     import matplotlib  # noqa: F401
 
     assert worker_mod.worth_a_worker() is False
+    monkeypatch.delitem(sys.modules, "matplotlib")
+    monkeypatch.setattr(worker_mod, "_STARTED", [])
+    assert worker_mod.worth_a_worker() is (len(os.sched_getaffinity(0)) > 1)
+    with ReportWorker():
+        assert worker_mod.worth_a_worker() is False  # one per process
