@@ -1,7 +1,7 @@
 """The report rendered by a worker process that warms up while the simulation runs.
 
-Responsibility: ``ReportWorker`` starts a fresh Python process (``python -m
-sim.report.worker``) that imports matplotlib, pandas, pyarrow and the report's modules
+Responsibility: ``ReportWorker`` starts a fresh Python process (``sim.report.worker``
+run as ``__main__``) that imports matplotlib, pandas, pyarrow and the report's modules
 and draws one throw-away figure (fonts, the Agg canvas, the PNG encoder) while ``kvsim
 run`` simulates on the other core; ``render(folder)`` then hands it the finished run's
 temporary folder, and it renders the report there from the tables just written, as
@@ -38,6 +38,15 @@ from pathlib import Path
 #: what a folder rendered by a worker that failed says (``render_extras``' wording)
 RERUN = "`kvsim report RUN_DIR` renders it again"
 
+#: the worker's command: this ``sim`` first unless its folder is on the path already (an
+#: installed kvsim: site-packages must not move ahead of the standard library)
+_BOOT = (
+    "import runpy, sys\n"
+    "if sys.argv[1] not in sys.path:\n"
+    "    sys.path.insert(0, sys.argv[1])\n"
+    "runpy.run_module('sim.report.worker', run_name='__main__')"
+)
+
 
 #: workers started by this process (``worth_a_worker`` allows one)
 _STARTED: list[int] = []
@@ -60,13 +69,11 @@ class ReportWorker:
     """One worker process rendering the report of a run folder on request."""
 
     def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parents[2])  # the folder holding ``sim``
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding this ``sim``
         try:
             self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-                [sys.executable, "-m", "sim.report.worker"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                [sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                 start_new_session=True,
             )  # fmt: skip
         except OSError:  # no process to start (limits): the caller renders in process
