@@ -10,7 +10,8 @@ folder DIR is complete`` after. All simulation logic is in ``sim.run``; ``summar
 ``command`` is the argv ``sim.cli.main`` received, after ``kvsim``. The report
 (``plot_*.png``, ``report.html``; ``--no-report`` skips it) and ``--trace``'s
 ``trace.json`` are rendered into the temporary folder before it is renamed into place
-(``sim.report``); a report that fails to render is left out with a one-line note, never
+(``sim.report``; the report by a worker process that imports matplotlib while the run
+simulates, ``sim.report.worker``, where a second CPU is free); a report that fails to render is left out with a one-line note, never
 losing the run. The progress line's text is ``sim.report.text.progress_text``.
 """
 
