@@ -2,18 +2,32 @@
 for benchmarks/chat_azure_5000.yaml, as ``kvsim run`` does after a run.
 
     python benchmarks/bench_report.py            # results in benchmarks/results_report.md
+    python benchmarks/bench_report.py --whole --tree /path/to/main --tree . --repeat 3
 
-Each measurement is a fresh process that loads the run's tables (not timed), then times
-importing matplotlib and rendering the report into a temporary folder (timed: what the
-report adds to ``kvsim run``), wall clock and CPU.
+Without ``--whole``, each measurement is a fresh process that loads the run's tables (not
+timed), then times importing matplotlib and rendering the report into a temporary folder
+(what rendering costs in one process), wall clock and CPU.
+
+With ``--whole`` (issue 25 item 7 (a)): the whole ``kvsim run SCENARIO --quiet`` process,
+with the report and with ``--no-report``, per checkout (``--tree``, interleaved so the
+trees see the same load), median wall and CPU seconds (user + system of the process and
+everything it waited for: the report worker's too) and what the report adds to each.
+Byte-code is cached per tree first, as in bench_startup.py. Speed is measured here,
+never asserted in a test.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,6 +51,56 @@ print(json.dumps({"rows": rows, "import_wall_s": t1 - t0, "import_cpu_s": c1 - c
 """
 
 
+def _env(tree: Path, cache: Path) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(cache / str(tree.resolve()).strip("/").replace("/", "_"))
+    return env
+
+
+def _whole_once(tree: Path, cache: Path, out: Path, report: bool) -> tuple[float, float]:
+    """(wall s, CPU s of the process and its waited-for children) of one ``kvsim run``."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [sys.executable, "-m", "sim.cli", "run", str(SCENARIO), "--out", str(out), "--quiet"]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(argv + ([] if report else ["--no-report"]), cwd=tree,
+                   env=_env(tree, cache), check=True, capture_output=True)  # fmt: skip
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def whole(trees: list[Path], repeat: int) -> None:
+    """Whole ``kvsim run`` processes with and without the report, trees interleaved."""
+    times: dict[tuple[Path, bool], list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache, out = Path(tmp) / "pyc", Path(tmp) / "run"
+        for tree in trees:  # untimed: fills the byte-code cache
+            _whole_once(tree, cache, out, True)
+        load0 = os.getloadavg()
+        for _ in range(repeat):
+            for tree in trees:
+                for report in (True, False):
+                    times.setdefault((tree, report), []).append(
+                        _whole_once(tree, cache, out, report))
+        load1 = os.getloadavg()
+    print(f"{os.cpu_count()} CPUs, load average {load0[0]:.1f} before, {load1[0]:.1f} after; "
+          f"{repeat} runs each, interleaved")  # fmt: skip
+    print("| tree | report | median wall s | min wall s | median CPU s | report adds, wall s "
+          "| report adds, CPU s |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for tree in trees:
+        med = {r: (statistics.median(w for w, _ in times[tree, r]),
+                   statistics.median(c for _, c in times[tree, r])) for r in (True, False)}  # fmt: skip
+        for report in (True, False):
+            walls = [w for w, _ in times[tree, report]]
+            adds = (f"{med[True][0] - med[False][0]:.2f} | {med[True][1] - med[False][1]:.2f}"
+                    if report else " | ")  # fmt: skip
+            print(f"| {tree} | {'yes' if report else '--no-report'} | {med[report][0]:.2f} "
+                  f"| {min(walls):.2f} | {med[report][1]:.2f} | {adds} |")  # fmt: skip
+
+
 def main(repeat: int = 5) -> None:
     from sim.run import run_scenario
 
@@ -55,4 +119,12 @@ def main(repeat: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--whole", action="store_true", help="time whole kvsim run processes")
+    ap.add_argument("--tree", action="append", type=Path, help="a checkout (--whole)")
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args()
+    if a.whole:
+        whole(a.tree or [HERE.parent], a.repeat)
+    else:
+        main(a.repeat)

@@ -10,15 +10,17 @@ folder DIR is complete`` after. All simulation logic is in ``sim.run``; ``summar
 ``command`` is the argv ``sim.cli.main`` received, after ``kvsim``. The report
 (``plot_*.png``, ``report.html``; ``--no-report`` skips it) and ``--trace``'s
 ``trace.json`` are rendered into the temporary folder before it is renamed into place
-(``sim.report``); a report that fails to render is left out with a one-line note, never
+(``sim.report``; the report by a worker process that imports matplotlib while the run
+simulates, ``sim.report.worker``, where a second CPU is free); a report that fails to render is left out with a one-line note, never
 losing the run. The progress line's text is ``sim.report.text.progress_text``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -104,15 +106,21 @@ class ReportOptions(NamedTuple):
     trace: bool = False  # trace.json
 
 
-def report_hook(result, options: ReportOptions) -> Callable[[Path], None]:
+def report_hook(result, options: ReportOptions, worker=None) -> Callable[[Path], None]:
     """Renders the report (and trace) into the run's temporary folder; a rendering error
-    leaves the report out and says so on stderr (the run itself is still written)."""
+    leaves the report out and says so on stderr (the run itself is still written). With a
+    started ``sim.report.worker.ReportWorker`` the report is drawn there from the folder's
+    tables (the same files), the trace here."""
 
     def hook(folder: Path) -> None:
         from sim.report.render import render_extras
 
-        problem = render_extras(result, folder, report=options.report, trace=options.trace)
-        if problem:
+        in_worker = options.report and worker is not None and worker.started
+        problems = [render_extras(result, folder, report=options.report and not in_worker,
+                                  trace=options.trace)]  # fmt: skip
+        if in_worker and not problems[0]:  # as in process: no report after a failed trace
+            problems.append(worker.render(folder))
+        for problem in filter(None, problems):
             typer.echo(f"kvsim: warning: {problem}", err=True)
 
     return hook
@@ -129,11 +137,28 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
 
     out_dir = check_out_dir(out, force=force)  # before the run: refuse early
     sim = build(str(file), **parse_set(sets))
-    result = sim.run() if quiet else _run_with_progress(sim)
-    result.summary["command"] = command  # the argv as given (the issue: argv)
-    hook = report_hook(result, extras) if extras.report or extras.trace else None
-    write_run(result, out_dir, force=force, installed=installed, before_install=hook)
+    with _report_worker(extras.report) as worker:  # warms up on the other core meanwhile
+        result = sim.run() if quiet else _run_with_progress(sim)
+        result.summary["command"] = command  # the argv as given (the issue: argv)
+        hook = report_hook(result, extras, worker) if extras.report or extras.trace else None
+        write_run(result, out_dir, force=force, installed=installed, before_install=hook)
     return result
+
+
+@contextlib.contextmanager
+def _report_worker(report: bool) -> Iterator[Any]:
+    """A ``ReportWorker`` while the run goes on (None without a report or a second CPU);
+    closed on every way out."""
+    if not report:
+        yield None
+        return
+    from sim.report.worker import ReportWorker, worth_a_worker
+
+    if not worth_a_worker():
+        yield None
+        return
+    with ReportWorker() as worker:
+        yield worker
 
 
 def _after_run(result) -> None:

@@ -38,7 +38,8 @@ TIER_KEYS = (
 
 
 class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # defer_build: built as a part of the scenario model (its cluster section)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class NodeGroup(_Cfg):

@@ -67,7 +67,8 @@ class ClusterView(Protocol):
 
 
 class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # defer_build: built as a part of the scenario model (its cluster section)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class Router(ABC):

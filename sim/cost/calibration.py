@@ -59,7 +59,9 @@ MAX_EFFICIENCY = 1.5  # above 1 only for cache effects; a typo like 95 for 0.95 
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # defer_build: built on the first calibration file read, not by every import (``kvsim
+    # validate`` of a scenario without a calibration never reads one)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 def _increasing(values: Sequence[float], what: str) -> None:

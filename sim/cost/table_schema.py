@@ -59,7 +59,9 @@ MAX_TIME_US = 1e6  # one second per kernel of one layer: anything above is a uni
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)  # tables hold NaN where unmeasured
+    # tables hold NaN where unmeasured; defer_build: built on the first table read, not by
+    # every import
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _numbers(v: Any) -> Any:

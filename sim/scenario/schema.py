@@ -190,6 +190,10 @@ def _union(models: tuple[type[BaseModel], ...]) -> Any:
 class ScenarioBase(_Cfg):
     """Sections whose shape does not depend on registries."""
 
+    # never validated itself: ``scenario_model()`` builds its subclass, so building this
+    # class's validator too would build the whole scenario schema twice
+    model_config = ConfigDict(defer_build=True)
+
     schema_version: Literal[1] = 1
     name: str = "scenario"
     description: str = ""

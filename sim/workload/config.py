@@ -41,7 +41,9 @@ BranchDist = Annotated[Dist, AfterValidator(within(0, MAX_BRANCHES, "branch coun
 
 
 class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # defer_build: a workload is validated as a part of the scenario model, which builds
+    # these schemas once; building each class's own validator at import would double it
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 # ----------------------------------------------------------------------------- arrivals
@@ -494,4 +496,5 @@ Workload = Annotated[
     ],
     Field(discriminator="kind"),
 ]
-MixWorkload.model_rebuild()  # its components are any Workload (the union above)
+# MixWorkload names ``Workload`` before it is defined: pydantic resolves it when the class
+# is first built (the scenario model builds it; defer_build above)

@@ -35,7 +35,8 @@ MAX_SIGMA = 10.0
 
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # defer_build: built as a part of the model that holds it (sim.workload.config)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     min: float | None = None  # clip below
     max: float | None = None  # clip above

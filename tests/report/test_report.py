@@ -145,6 +145,7 @@ def test_a_report_that_fails_to_render_does_not_lose_the_run(run_cli, tmp_path, 
         raise RuntimeError("boom")
 
     monkeypatch.setattr(render, "render_pngs", broken)
+    monkeypatch.setattr("sim.report.worker.worth_a_worker", lambda: False)  # in this process
     out = tmp_path / "r"
     code, _, stderr = run_cli(["run", E20, "--out", str(out), "--quiet"])
     assert code == 0 and (out / "summary.json").is_file()
