@@ -313,7 +313,10 @@ def test_sigint_to_a_running_kvsim_leaves_nothing(tmp_path):
 
     out = tmp_path / "long"
     code = (
-        "import sys; from sim.cli import main; print('ready', file=sys.stderr, flush=True); "
+        # the command's module and typer imported before 'ready', so that the signal lands
+        # in the run's body even when a loaded machine makes the imports slow
+        "import sys, typer, sim.cli.run; from sim.cli import main; "
+        "print('ready', file=sys.stderr, flush=True); "
         f"sys.exit(main(['run', {str(WORKLOADS / 'agent_swarm.yaml')!r}, '--out', "
         f"{str(out)!r}, '--quiet', '--set', 'workload.num_trajectories=100000']))"
     )
