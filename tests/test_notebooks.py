@@ -73,7 +73,9 @@ def test_stored_notebook_reads_without_running(name):
     assert key_numbers(nb)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xdist_group(f"notebook-{n}")) for n in NAMES]
+)  # each notebook a unit of its own under xdist: together they are minutes of work
 def test_notebook_reexecutes_to_its_stored_numbers(name):
     path = NOTEBOOKS / f"{name}.ipynb"
     stored = nbformat.read(path, as_version=4)
