@@ -1,14 +1,14 @@
 """Shared test fixtures: profiles by name, a CLI runner that captures one command's output;
-and the suite's layout under pytest-xdist (``-n auto``, ``--dist loadgroup`` from
-``pyproject.toml``).
+and the suite's layout under pytest-xdist (``-n auto``: xdist's ``loadscope`` schedule,
+in collection order, unless ``--dist`` is given).
 
-Invariant under xdist: a test file is one unit of work (its module fixtures are built once,
-on one worker) unless it names ``xdist_group`` marks itself, which it does only to spread
-heavy work (a notebook each, the fuzz shards) across workers; those named groups are
-handed out first, so that no heavy unit is left for the end of the run. Each worker's
-default process pool (``sim.sweep.executor.default_workers``) is its share of the CPUs, so
-workers that each start a pool do not oversubscribe the machine. A plain ``pytest`` run
-(no ``-n``) is untouched by both.
+Invariant under xdist: a test file's module-level tests are one unit of work (its module
+fixtures are built once, on one worker), and each test class is a unit of its own. The
+suite has classes only to spread heavy work across workers (a notebook each, the fuzz
+shards), and those are handed out first, so that no heavy unit is left for the end of the
+run. Each worker's default process pool (``sim.sweep.executor.default_workers``) is its
+share of the CPUs, so workers that each start a pool do not oversubscribe the machine. A
+plain ``pytest`` run (no ``-n``) is untouched by both.
 """
 
 from __future__ import annotations
@@ -37,18 +37,22 @@ def pytest_configure(config: pytest.Config) -> None:
         executor.default_workers = lambda: share  # read at call time by every pool's sizing
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into scopes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not _xdist_workers(config):
-        return
-    named = []
-    for item in items:
-        if any(item.iter_markers("xdist_group")):
-            named.append(item)
-        else:  # the file is the unit: its module fixtures are built once
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-    first = set(map(id, named))
-    items[:] = named + [it for it in items if id(it) not in first]  # each worker the same order
+    if _xdist_workers(config):  # the classes (heavy units) first, each worker the same order
+        items.sort(key=lambda item: getattr(item, "cls", None) is None)  # stable
+
+
+@pytest.hookimpl(optionalhook=True)  # defined by pytest-xdist; unused without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``-n N`` alone: ``loadscope`` (a file's module-level tests one unit, a class another)
+    in collection order (the classes first, above), not xdist's most-tests-first order."""
+    given = any(a == "-d" or a.startswith("--dist") for a in config.invocation_params.args)
+    if given:
+        return None  # xdist's own choice
+    from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
+    return LoadScopeScheduling(config, log)
 
 
 @pytest.fixture

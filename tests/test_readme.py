@@ -6,6 +6,8 @@ import shlex
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,12 +28,16 @@ def test_readme_has_setup_main_job_and_tests():
     assert any(req.startswith("pytest-xdist") for req in dev)
 
 
-def test_readme_main_job_writes_the_run_folder(run_cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sets", [
+    ["--set", "workload.num_trajectories=8"],  # CI: 8 of the 64 trajectories, 32 at a time
+    pytest.param([], marks=pytest.mark.slow, id="full"),  # the command as written
+])  # fmt: skip
+def test_readme_main_job_writes_the_run_folder(run_cli, tmp_path, monkeypatch, sets):
     argv = shlex.split(_readme_commands()[1])[1:]
     out = tmp_path / "demo"
     argv[argv.index("--out") + 1] = str(out)
     monkeypatch.chdir(ROOT)
-    code, _, err = run_cli(["kvsim", *argv, "--quiet"])
+    code, _, err = run_cli(["kvsim", *argv, "--quiet", *sets])
     assert code == 0, err
     for name in ("summary.json", "config.resolved.yaml", "requests.parquet", "steps.parquet",
                  "memory.parquet"):

@@ -316,22 +316,34 @@ def test_the_shards_partition_every_input():
         assert all(shards)  # no shard idle
 
 
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param(k, marks=pytest.mark.xdist_group(f"fuzz-{k}")) for k in range(SHARDS)],
-    ids=lambda k: f"shard{k}",
-)
-def written_cases(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, list[dict]]:
-    """(shard, folder, cases): one shard's cases, its mutants written once for the module
-    (the two tests below read them); a shard's two tests share one xdist worker (its group)."""
-    shard = request.param
+@pytest.fixture(scope="class")
+def written_cases(request, tmp_path_factory) -> tuple[int, Path, list[dict]]:
+    """(shard, folder, cases) of the requesting shard class, its mutants written."""
+    shard = request.cls.shard
     tmp = tmp_path_factory.mktemp(f"fuzz{shard}")
     return shard, tmp, _cases(tmp, shard)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="the driver forks one process per case")
-def test_every_mutant_fails_cleanly(written_cases: tuple[int, Path, list[dict]]):
-    _, tmp_path, cases = written_cases
+class _Shard:
+    """The fuzz of one shard (every ``SHARDS``-th input file and flag case from ``shard``);
+    a class per shard (below), so that pytest-xdist (``--dist loadscope``) hands each to a
+    worker of its own, and a shard's mutants are written once for its two tests."""
+
+    shard: int
+
+    @pytest.mark.skipif(not hasattr(os, "fork"), reason="the driver forks one process per case")
+    def test_every_mutant_fails_cleanly(self, written_cases: tuple[int, Path, list[dict]]):
+        _every_mutant_fails_cleanly(*written_cases[1:])
+
+    def test_the_fuzz_work_is_bounded_by_count(self, written_cases: tuple[int, Path, list[dict]]):
+        _the_fuzz_work_is_bounded_by_count(*written_cases)
+
+
+for _k in range(SHARDS):  # TestShard0, ...
+    globals()[f"TestShard{_k}"] = type(f"TestShard{_k}", (_Shard,), {"shard": _k})
+
+
+def _every_mutant_fails_cleanly(tmp_path: Path, cases: list[dict]) -> None:
     results = _run_driver(tmp_path, cases)
     bad = []
     for case in cases:
@@ -342,11 +354,10 @@ def test_every_mutant_fails_cleanly(written_cases: tuple[int, Path, list[dict]])
     assert not bad, f"{len(bad)} of {len(cases)} cases:\n" + "\n".join(bad[:40])
 
 
-def test_the_fuzz_work_is_bounded_by_count(written_cases: tuple[int, Path, list[dict]]):
+def _the_fuzz_work_is_bounded_by_count(shard: int, tmp_path: Path, cases: list[dict]) -> None:
     """The bounded work the fuzz stands for, counted (no wall clock): a fixed number of
     mutants per shipped file and per number flag, so it grows linearly with the inputs.
     Counted per shard; ``test_the_shards_partition_every_input`` makes the shards the whole."""
-    shard, tmp_path, cases = written_cases
     per_file: dict[str, int] = {}
     for case in cases:
         if "needle" in case and case["needle"].startswith(str(tmp_path)):
