@@ -29,6 +29,7 @@ NAMES = [
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
 MAX_BYTES = 1_000_000
+HANG_S = 3600  # per cell
 
 
 def _stream_text(nb) -> str:
@@ -73,14 +74,24 @@ def test_stored_notebook_reads_without_running(name):
     assert key_numbers(nb)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_notebook_reexecutes_to_its_stored_numbers(name):
-    path = NOTEBOOKS / f"{name}.ipynb"
-    stored = nbformat.read(path, as_version=4)
-    fresh = nbformat.read(path, as_version=4)
-    NotebookClient(fresh, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # fmt: skip
-    want, got = key_numbers(stored), key_numbers(fresh)
-    assert set(got) == set(want)
-    moved = {k: (want[k], got[k]) for k in want if not _close(want[k], got[k])}
-    assert not moved, f"{name}: key numbers moved (stored, fresh): {moved}"
+class _Reexecution:
+    """One notebook re-executed; a class per notebook (below), so that pytest-xdist
+    (``--dist loadscope``) hands each to a worker of its own: together they are minutes."""
+
+    name: str
+
+    def test_reexecutes_to_its_stored_numbers(self):
+        path = NOTEBOOKS / f"{self.name}.ipynb"
+        stored = nbformat.read(path, as_version=4)
+        fresh = nbformat.read(path, as_version=4)
+        # timeout: a hang guard per cell, never a speed budget (a loaded machine is slow)
+        NotebookClient(fresh, timeout=HANG_S, kernel_name="python3",
+                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # fmt: skip
+        want, got = key_numbers(stored), key_numbers(fresh)
+        assert set(got) == set(want)
+        moved = {k: (want[k], got[k]) for k in want if not _close(want[k], got[k])}
+        assert not moved, f"{self.name}: key numbers moved (stored, fresh): {moved}"
+
+
+for _name in NAMES:  # TestNotebook01_allocators, ...
+    globals()[f"TestNotebook{_name}"] = type(f"TestNotebook{_name}", (_Reexecution,), {"name": _name})

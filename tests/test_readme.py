@@ -3,7 +3,10 @@
 import json
 import re
 import shlex
+import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,15 +22,22 @@ def test_readme_has_setup_main_job_and_tests():
     assert setup == "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'"
     # the main job: the coding-agent swarm on an 8 x H100 node (fitted on SWE-agent traces)
     assert main_job == ".venv/bin/kvsim run workloads/coding_agent_swarm.yaml --out runs/demo"
-    assert tests == ".venv/bin/python -m pytest"
+    # on every CPU: pytest-xdist comes with the dev extra, and the suite is laid out for it
+    assert tests == ".venv/bin/python -m pytest -n auto"
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert any(req.startswith("pytest-xdist") for req in dev)
 
 
-def test_readme_main_job_writes_the_run_folder(run_cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sets", [
+    ["--set", "workload.num_trajectories=8"],  # CI: 8 of the 64 trajectories, 32 at a time
+    pytest.param([], marks=pytest.mark.slow, id="full"),  # the command as written
+])  # fmt: skip
+def test_readme_main_job_writes_the_run_folder(run_cli, tmp_path, monkeypatch, sets):
     argv = shlex.split(_readme_commands()[1])[1:]
     out = tmp_path / "demo"
     argv[argv.index("--out") + 1] = str(out)
     monkeypatch.chdir(ROOT)
-    code, _, err = run_cli(["kvsim", *argv, "--quiet"])
+    code, _, err = run_cli(["kvsim", *argv, "--quiet", *sets])
     assert code == 0, err
     for name in ("summary.json", "config.resolved.yaml", "requests.parquet", "steps.parquet",
                  "memory.parquet"):

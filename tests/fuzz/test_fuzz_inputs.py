@@ -53,6 +53,10 @@ DEPTH = 1000  # far past the loader's nesting bound (64)
 MAX_PER_SCENARIO = 5 * PICKS_SCENARIO + 4 + 5
 MAX_PER_PROFILE = 5 * PICKS_PROFILE + 4 + 5
 DRIVER_HANG_S = 3600  # the driver's subprocess timeout: a hang guard, never a speed budget
+#: the cases run as this many independent drivers (every SHARDS-th input file and flag
+#: case each), so that pytest-xdist can spread them over its workers; without it they
+#: run one after the other, the same work as one driver but for its start-up
+SHARDS = 4
 
 #: valid command lines of ``plan`` and ``breakeven``, and a valid value of each number flag
 #: (the flags absent from the command line are added one at a time)
@@ -240,13 +244,18 @@ def flag_mutants() -> Iterator[tuple[str, str, list[str]]]:
 
 
 # ---------------------------------------------------------------------------- cases
-def _cases(tmp: Path) -> list[dict]:
+def _shard(items: list, shard: int) -> list:
+    """Every ``SHARDS``-th item from ``shard``: the shards partition the list."""
+    return items[shard::SHARDS]
+
+
+def _cases(tmp: Path, shard: int) -> list[dict]:
     cases: list[dict] = []
-    for src in SCENARIOS:
+    for src in _shard(SCENARIOS, shard):
         for n, (name, data) in enumerate(mutants(src, PICKS_SCENARIO, "description")):
             f = tmp / "scenarios" / f"{n:03d}" / src.name
             cases.append(_case(f, data, ["validate", str(f)], src, name))
-    for src in PROFILES:
+    for src in _shard(PROFILES, shard):
         kind = src.parent.name
         for n, (name, data) in enumerate(mutants(src, PICKS_PROFILE, "notes")):
             folder = tmp / "profiles" / f"{kind}-{src.stem}-{n:03d}"
@@ -257,7 +266,7 @@ def _cases(tmp: Path) -> list[dict]:
                 scenario = str(ROOT / "workloads" / "agent_swarm.yaml")
                 argv = ["validate", scenario, "--set", f"cost.calibration={f}"]
             cases.append(_case(f, data, argv, src, name))
-    for name, flag, argv in flag_mutants():
+    for name, flag, argv in _shard(list(flag_mutants()), shard):
         cases.append({"id": name, "argv": argv, "needle": flag})
     return cases
 
@@ -300,16 +309,41 @@ def test_mutants_are_deterministic():
     assert first == again and len(first) >= 15
 
 
-@pytest.fixture(scope="module")
-def written_cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
-    """Every case, its mutant written once for the module (the two tests below read it)."""
-    tmp = tmp_path_factory.mktemp("fuzz")
-    return tmp, _cases(tmp)
+def test_the_shards_partition_every_input():
+    for items in (SCENARIOS, PROFILES, list(flag_mutants())):
+        shards = [_shard(items, k) for k in range(SHARDS)]
+        assert sorted(map(str, sum(shards, []))) == sorted(map(str, items))
+        assert all(shards)  # no shard idle
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="the driver forks one process per case")
-def test_every_mutant_fails_cleanly(written_cases: tuple[Path, list[dict]]):
-    tmp_path, cases = written_cases
+@pytest.fixture(scope="class")
+def written_cases(request, tmp_path_factory) -> tuple[int, Path, list[dict]]:
+    """(shard, folder, cases) of the requesting shard class, its mutants written."""
+    shard = request.cls.shard
+    tmp = tmp_path_factory.mktemp(f"fuzz{shard}")
+    return shard, tmp, _cases(tmp, shard)
+
+
+class _Shard:
+    """The fuzz of one shard (every ``SHARDS``-th input file and flag case from ``shard``);
+    a class per shard (below), so that pytest-xdist (``--dist loadscope``) hands each to a
+    worker of its own, and a shard's mutants are written once for its two tests."""
+
+    shard: int
+
+    @pytest.mark.skipif(not hasattr(os, "fork"), reason="the driver forks one process per case")
+    def test_every_mutant_fails_cleanly(self, written_cases: tuple[int, Path, list[dict]]):
+        _every_mutant_fails_cleanly(*written_cases[1:])
+
+    def test_the_fuzz_work_is_bounded_by_count(self, written_cases: tuple[int, Path, list[dict]]):
+        _the_fuzz_work_is_bounded_by_count(*written_cases)
+
+
+for _k in range(SHARDS):  # TestShard0, ...
+    globals()[f"TestShard{_k}"] = type(f"TestShard{_k}", (_Shard,), {"shard": _k})
+
+
+def _every_mutant_fails_cleanly(tmp_path: Path, cases: list[dict]) -> None:
     results = _run_driver(tmp_path, cases)
     bad = []
     for case in cases:
@@ -320,20 +354,20 @@ def test_every_mutant_fails_cleanly(written_cases: tuple[Path, list[dict]]):
     assert not bad, f"{len(bad)} of {len(cases)} cases:\n" + "\n".join(bad[:40])
 
 
-def test_the_fuzz_work_is_bounded_by_count(written_cases: tuple[Path, list[dict]]):
+def _the_fuzz_work_is_bounded_by_count(shard: int, tmp_path: Path, cases: list[dict]) -> None:
     """The bounded work the fuzz stands for, counted (no wall clock): a fixed number of
-    mutants per shipped file and per number flag, so it grows linearly with the inputs."""
-    tmp_path, cases = written_cases
+    mutants per shipped file and per number flag, so it grows linearly with the inputs.
+    Counted per shard; ``test_the_shards_partition_every_input`` makes the shards the whole."""
     per_file: dict[str, int] = {}
     for case in cases:
         if "needle" in case and case["needle"].startswith(str(tmp_path)):
             src = case["id"].split(" ", 1)[0]
             per_file[src] = per_file.get(src, 0) + 1
-    bound = {str(p.relative_to(ROOT)): MAX_PER_SCENARIO for p in SCENARIOS}
-    bound.update({str(p.relative_to(ROOT)): MAX_PER_PROFILE for p in PROFILES})
-    assert set(per_file) == set(bound)  # every shipped file is fuzzed
+    bound = {str(p.relative_to(ROOT)): MAX_PER_SCENARIO for p in _shard(SCENARIOS, shard)}
+    bound.update({str(p.relative_to(ROOT)): MAX_PER_PROFILE for p in _shard(PROFILES, shard)})
+    assert set(per_file) == set(bound)  # every file of the shard is fuzzed
     assert all(1 <= n <= bound[f] for f, n in per_file.items()), per_file
-    assert len(cases) - sum(per_file.values()) == len(list(flag_mutants()))
+    assert len(cases) - sum(per_file.values()) == len(_shard(list(flag_mutants()), shard))
 
 
 def test_flag_mutants_cover_every_number_flag():
