@@ -131,8 +131,17 @@ def render_extras(
         if report:
             render_report(run, folder)
     except Exception as exc:  # the run must not be lost to its report
-        for rel in report_files():
-            (folder / rel).unlink(missing_ok=True)
-        return (f"report not written ({type(exc).__name__}: {exc}); "
-                "`kvsim report RUN_DIR` renders it again")  # fmt: skip
+        remove_report(folder)
+        return not_written(f"{type(exc).__name__}: {exc}")
     return None
+
+
+def not_written(reason: str) -> str:
+    """The one line saying the report was left out, and how to render it again."""
+    return f"report not written ({reason}); `kvsim report RUN_DIR` renders it again"
+
+
+def remove_report(folder: Path) -> None:
+    """Remove whatever report files a failed rendering half-wrote into ``folder``."""
+    for rel in report_files():
+        (folder / rel).unlink(missing_ok=True)

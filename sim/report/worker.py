@@ -35,10 +35,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: what a folder rendered by a worker that failed says (``render_extras``' wording)
-RERUN = "`kvsim report RUN_DIR` renders it again"
-
-#: the worker's command: this ``sim`` first unless its folder is on the path already (an
+#: the worker's command, run with ``-P`` (no current folder on the path, where a ``./sim``
+#: would shadow kvsim): this ``sim`` first unless its folder is on the path already (an
 #: installed kvsim: site-packages must not move ahead of the standard library)
 _BOOT = (
     "import runpy, sys\n"
@@ -72,7 +70,7 @@ class ReportWorker:
         root = str(Path(__file__).resolve().parents[2])  # the folder holding this ``sim``
         try:
             self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE,
+                [sys.executable, "-P", "-c", _BOOT, root], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                 start_new_session=True,
             )  # fmt: skip
@@ -89,7 +87,7 @@ class ReportWorker:
         """Render the report into ``folder`` (None) or the one-line note of why not."""
         proc = self._proc
         if proc is None or proc.stdin is None or proc.stdout is None:
-            return f"report not written (no report worker); {RERUN}"
+            return _not_written("no report worker")
         try:
             proc.stdin.write(json.dumps({"folder": str(folder)}) + "\n")
             proc.stdin.flush()
@@ -101,8 +99,10 @@ class ReportWorker:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         self.close()
-        _remove_report(folder)  # whatever a dying worker half-wrote
-        return f"report not written (the report worker stopped); {RERUN}"
+        from sim.report.render import remove_report
+
+        remove_report(folder)  # whatever a dying worker half-wrote
+        return _not_written("the report worker stopped")
 
     def close(self, *, kill: bool = False) -> None:
         """End the worker (idempotent): EOF, which it reads between requests, or ``kill``
@@ -130,11 +130,11 @@ class ReportWorker:
         self.close(kill=exc_type is not None)
 
 
-def _remove_report(folder: Path) -> None:
-    from sim.report.render import report_files
+def _not_written(reason: str) -> str:
+    """``render_extras``' one line (imported here only on a failure: it imports matplotlib)."""
+    from sim.report.render import not_written
 
-    for rel in report_files():
-        (folder / rel).unlink(missing_ok=True)
+    return not_written(reason)
 
 
 def _warm() -> None:
@@ -163,7 +163,7 @@ def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:
             folder = Path(json.loads(line)["folder"])
             problem = render_extras(folder, folder, report=True, trace=False)
         except Exception as exc:  # noqa: BLE001  (a bad request: say so, keep serving)
-            problem = f"report not written ({type(exc).__name__}: {exc}); {RERUN}"
+            problem = _not_written(f"{type(exc).__name__}: {exc}")
         stdout.write(json.dumps({"problem": problem}) + "\n")
         stdout.flush()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from pathlib import Path
 
 from report_helpers import E20
 
@@ -81,3 +82,24 @@ def test_no_worker_where_matplotlib_is_imported_already_nor_a_second_one(monkeyp
     assert worker_mod.worth_a_worker() is (len(os.sched_getaffinity(0)) > 1)
     with ReportWorker():
         assert worker_mod.worth_a_worker() is False  # one per process
+
+
+def test_a_sim_package_in_the_current_folder_does_not_shadow_the_worker(e20_run, tmp_path,
+                                                                         monkeypatch):  # fmt: skip
+    """The worker runs with ``-P``: a ``./sim`` where the user stands is not imported."""
+    fake = tmp_path / "cwd" / "sim" / "report"
+    fake.mkdir(parents=True)
+    for init in (fake.parent / "__init__.py", fake / "__init__.py"):
+        init.write_text("")
+    marker = tmp_path / "shadowed"
+    (fake / "worker.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(fake.parent.parent)
+    # kvsim's folder already on the path (as site-packages is for an installed kvsim), so
+    # the worker's boot does not put it ahead of the current folder itself
+    root = str(Path(worker_mod.__file__).resolve().parents[2])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    folder = _run_folder(e20_run, tmp_path / "run")
+    with ReportWorker() as worker:
+        assert worker.render(folder) is None
+    assert not marker.exists()
+    assert all((folder / rel).exists() for rel in report_files())
