@@ -20,8 +20,10 @@ both alike):
                (and ``cost.skew_correction``) and the step's longest and shortest decode
                context known, LLMServingSim's correction for decodes of unequal contexts
                (``kernel_tables.skewed_attention``); a hybrid model's token groups each
-               look the table up at the span they attend (a window, a chunk) and its
-               state layers add their state read + write at HBM bandwidth;
+               look the table up at the span they attend (a window, a chunk), less the
+               share of the table's pure-prefill time at that shape that the group's mask
+               skips inside the chunk (``_windowed_share``: pairs kept / the table's causal
+               pairs), and its state layers add their state read + write at HBM bandwidth;
   allreduce    under TP, (2 L + 1) all-reduces of tokens x d_model (after the output and
                down projections, and the vocabulary-parallel embedding) and one gather of
                the logits (sequences x vocabulary), each ``latency + bytes x ring factor /
@@ -43,7 +45,7 @@ from sim.cost.groups import FixedTerms, GroupPricer
 from sim.cost.kernel_tables import TableSet, expected_active_experts, skewed_attention
 from sim.errors import ConfigError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
-from sim.sizing.attention_work import attention_work
+from sim.sizing.attention_work import AttentionWork, TokenGroupSpan, attention_work
 
 GEMM_OPS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
 
@@ -71,6 +73,22 @@ def require_tables(model: ModelProfile, tp: int, cal: Calibration | None) -> Tab
         f"TP {tp} (geometry must match); it has: {have}",
         field="cost.calibration",
     )
+
+
+def _windowed_share(g: TokenGroupSpan, chunks) -> float:
+    """The share of the table's prefill pairs a group's mask keeps: the table measures each
+    chunk as causal attention over all of itself after its (clipped) history,
+    ``c h' + c (c + 1) / 2``, while a window or chunk mask computes ``chunk_terms``'s pairs
+    (gpt-oss-20b's 2,048-token first chunk, w = 128: 254,016 of 2,098,176). 1 for a group
+    that attends the whole context, or when the chunks fit inside the mask."""
+    if g.window_tokens is None or not chunks:
+        return 1.0
+    kept = table = 0
+    for c, h in chunks:
+        read, pairs = AttentionWork.chunk_terms(g, c, h, True)
+        kept += pairs
+        table += c * (read - c) + c * (c + 1) // 2
+    return kept / table if table else 1.0
 
 
 class TablePricer(GroupPricer):
@@ -134,15 +152,20 @@ class TablePricer(GroupPricer):
     def _hybrid_attention(self, work, i, kv_tokens, pairs, n_seq: int, pc: float):
         """A hybrid model's attention: each token group's layers x the per-layer table at
         the span that group attends (a sliding layer's window, a chunked layer's chunk:
-        ``sim.sizing.attention_work``), plus the state layers' state read and write at
-        the HBM bandwidth. No skew correction (its fit is of full-attention decodes)."""
+        ``sim.sizing.attention_work``), a windowed group's prefill share cut to the pairs
+        its mask keeps, plus the state layers' state read and write at the HBM bandwidth. No skew correction (its fit is of full-attention decodes)."""
         aw, nd = self.attention_work, work.n_decode
         decode_kv = work.decode_history_tokens + i * nd + nd
         t = 0.0 * decode_kv
+        grid = self.tables.attention
         for g in aw.token_groups:
             kd = aw.decode_tokens(g, nd, decode_kv) / nd if nd else 0.0
             kp = float(sum(aw.chunk_terms(g, c, h, True)[0] - c for c, h in work.prefill_chunks))
-            t = t + g.layers * self.tables.attention.at(pc, kp, float(nd), kd)
+            layer = grid.at(pc, kp, float(nd), kd)
+            excess = 1.0 - _windowed_share(g, work.prefill_chunks)
+            if excess > 0.0:  # the table's chunk is causal over all of itself: drop what the mask skips
+                layer = np.maximum(layer - excess * grid.at(pc, kp, 0.0, 0.0), 0.0)
+            t = t + g.layers * layer
         t = t + 2.0 * aw.state_bytes_per_seq_per_gpu * n_seq / self.hbm_bw
         comp = pairs * self.attn_flops_per_pair_per_gpu / self.peak
         if isinstance(kv_tokens, np.ndarray):

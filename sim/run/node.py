@@ -30,6 +30,7 @@ from sim.metrics import HbmLayout, Recorder
 from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.kinds import engine_rules
 from sim.scenario import Resolved, make_allocator_for
+from sim.scenario.speculative import grouped_draft_layers
 from sim.sched import Scheduler, make_scheduler
 from sim.sizing.group_demand import kv_groups, with_saved_states
 from sim.sizing.group_split import GroupSplit, kv_split
@@ -128,7 +129,8 @@ def group_split(r: Resolved, allocator: Any) -> GroupSplit | None:
     hw = r.scenario.hardware
     groups = r.kv_groups
     if groups is None:
-        groups = kv_groups(r.model, hw.tp, hw.pp, num_gpus=r.num_gpus)
+        groups = kv_groups(r.model, hw.tp, hw.pp, num_gpus=r.num_gpus,
+                           draft_layers=grouped_draft_layers(r.scenario.speculative))
         if r.saved_state_bytes_per_token:
             groups = with_saved_states(groups, r.allocator_options["block_size"])
     return kv_split(groups, allocator.kv_bytes_per_token, allocator.kv_groups is not None)

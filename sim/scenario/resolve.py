@@ -34,7 +34,7 @@ from sim.scenario.paths import (
     missing_file,
     names_a_file,
 )
-from sim.scenario.speculative import draft_kv
+from sim.scenario.speculative import draft_kv, grouped_draft_layers
 from sim.sizing.group_demand import (
     KVGroups,
     kv_groups,
@@ -152,7 +152,8 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "tp"), exc) from None
     try:
-        groups = replace(kv_groups(model, hw.tp, hw.pp, num_gpus=n_gpus),
+        groups = replace(kv_groups(model, hw.tp, hw.pp, num_gpus=n_gpus,
+                                   draft_layers=grouped_draft_layers(sc.speculative)),
                          all_bytes_per_token=kv_gpu * n_gpus)  # fmt: skip
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None

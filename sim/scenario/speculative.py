@@ -16,6 +16,13 @@ data-parallel lockstep clusters (not modelled), and a model with state-space lay
 either (vllm-project/vllm#26201, open: the saved states at block boundaries and the
 rejected drafts' state updates do not agree); kvsim refuses it rather than model it.
 
+vLLM puts an EAGLE head's or MTP layer's attention into the target's KV cache groups of
+the same spec, so it counts towards the group size that pads the other specs
+(``grouped_draft_layers``; ``_get_kv_cache_groups_uniform_page_size``'s own example:
+gpt-oss + EAGLE, 12 sliding + 13 full, sliding padded to 13). A draft model's layers are
+grouped with the target's only when their spec is identical (same KV heads, head size,
+dtype, window); kvsim does not compare specs and leaves them out of the group size.
+
 Invariant: without the section every figure is 0 / None and nothing is refused.
 """
 
@@ -51,6 +58,14 @@ def _state_refusal(model: ModelProfile, mode: str) -> str:
         f"({model.name}) is refused: {why} and the rejected drafts' state updates do not "
         f"agree ({VLLM_ISSUE}, open); use a non-caching allocator (paged) or drop speculative"
     )
+
+
+def grouped_draft_layers(spec) -> int:
+    """Layers of the drafter that vLLM groups with the target's full-attention / MLA
+    layers when it sizes its KV cache groups (``sim.sizing.group_demand.kv_groups``): an
+    EAGLE head or MTP layer (one decoder layer of the target's spec) 1; none for ngram; 0
+    for a draft model, whose layers kvsim keeps as a spec of their own (module docstring)."""
+    return 1 if spec is not None and spec.method in ("eagle", "mtp") else 0
 
 
 def draft_kv(

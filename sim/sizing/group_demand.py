@@ -26,6 +26,9 @@ cached, shared and evicted with the table's blocks, and the state groups leave `
 
 Layer counts are vLLM's padded ones (``sim.sizing.layer_padding``: gemma-3-27b's 52 sliding
 layers hold blocks as 60), the same counts ``kvsim plan`` uses, so a run's peak equals plan.
+An EAGLE head or MTP layer joins the target's table specs before vLLM picks the group size
+(``draft_layers``; gpt-oss-20b + EAGLE pads its sliding layers 12 -> 13), which plan does
+not model (it has no drafter).
 
 Invariant: figures are for the engine instance (per-GPU bytes of the most loaded pipeline
 stage times the GPUs, as ``Resolved.kv_bytes_per_token``); a model whose groups all keep
@@ -44,6 +47,7 @@ from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
 from sim.sizing.groups import group_bytes
 from sim.sizing.kv import _stage_counts
+from sim.sizing.layer_padding import vllm_layer_padding
 
 #: group kinds whose every token stays in the block table
 TABLE_KINDS = ("full", "mla", "indexer")
@@ -80,6 +84,14 @@ class GroupDemand:
     bytes_per_token: float  # 0 for a state group
     window_tokens: int  # window or chunk; 0 for a state group
     state_bytes: float  # one sequence's state; 0 for a token group
+    #: bytes per token of the real (unpadded) layers, what an allocator that does not
+    #: count groups charges (F1); None: the same as ``bytes_per_token`` (no padding)
+    real_bytes_per_token: float | None = None
+
+    @property
+    def unpadded_bytes_per_token(self) -> float:
+        """``bytes_per_token`` without vLLM's padding layers (``sim.sizing.layer_padding``)."""
+        return self.bytes_per_token if self.real_bytes_per_token is None else self.real_bytes_per_token
 
     def held_blocks(self, tokens: int, block_size: int) -> int:
         """Blocks of ``block_size`` tokens one layer of this group holds for ``tokens``."""
@@ -128,14 +140,32 @@ class KVGroups:
         return {g.name: g.held_bytes(tokens, block_size) for g in self.side}
 
 
+def _padded_with_drafter(model: ModelProfile, kinds: dict[str, str], draft_layers: int) -> dict[str, int]:
+    """The target's padded layer counts (one stage) when vLLM groups ``draft_layers``
+    drafter layers with each table-kind spec (an EAGLE head or MTP layer: one decoder
+    layer of the target's geometry, so the same spec as its full-attention / MLA layers):
+    the group size is taken over the joined counts, then the drafter's own layers leave
+    the table groups (the engine charges them as the ``draft`` group). gpt-oss-20b + EAGLE:
+    12 sliding + 13 full, groups of 13: sliding padded 12 -> 13 (vLLM's own example)."""
+    real = _stage_counts(model, 1)[0]
+    joined = {n: c + (draft_layers if kinds.get(n) in TABLE_KINDS else 0) for n, c in real.items()}
+    padded = vllm_layer_padding(joined).padded_layers
+    return {n: c - (draft_layers if kinds.get(n) in TABLE_KINDS else 0) for n, c in padded.items()}
+
+
 def kv_groups(
-    model: ModelProfile, tp: int = 1, pp: int = 1, kv_dtype: str | None = None, num_gpus: int = 1
+    model: ModelProfile, tp: int = 1, pp: int = 1, kv_dtype: str | None = None, num_gpus: int = 1,
+    draft_layers: int = 0,
 ) -> KVGroups:
     """The engine's view of ``model``'s groups at ``tp x pp`` (``num_gpus`` GPUs): the most
     loaded stage's per-GPU bytes times ``num_gpus``; KvsimError if no layer keeps every
-    token (the block table needs one)."""
+    token (the block table needs one). ``draft_layers``: a speculative drafter's layers
+    that vLLM groups with the target's table specs (``_padded_with_drafter``; pp 1 only,
+    as speculative decoding is)."""
     groups = group_bytes(model, tp, kv_dtype)
     stages = _stage_counts(model, pp, padded=True)
+    if draft_layers and pp == 1:
+        stages = [_padded_with_drafter(model, {g.name: g.kind for g in groups}, draft_layers)]
     heaviest = max(stages, key=lambda c: sum(
         c.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups))  # fmt: skip
     table = sum(
@@ -143,12 +173,14 @@ def kv_groups(
         for g in groups
         if g.kind in TABLE_KINDS
     )
+    real = _stage_counts(model, pp)[stages.index(heaviest)]  # F1 counts no padding
     side, in_table = [], []
     for g in groups:
         n = heaviest.get(g.name, 0)
+        unpadded = real.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu * num_gpus
         if g.kind in TABLE_KINDS and n:
             in_table.append(GroupDemand(g.name, g.kind, n * g.bytes_per_token_per_layer_per_gpu
-                                        * num_gpus, 0, 0.0))  # fmt: skip
+                                        * num_gpus, 0, 0.0, unpadded))  # fmt: skip
         if g.kind in TABLE_KINDS or n == 0:
             continue
         side.append(GroupDemand(
@@ -156,13 +188,13 @@ def kv_groups(
             bytes_per_token=n * g.bytes_per_token_per_layer_per_gpu * num_gpus,
             window_tokens=g.window_tokens or 0,
             state_bytes=n * g.state_bytes_per_layer_per_gpu * num_gpus,
+            real_bytes_per_token=unpadded,
         ))  # fmt: skip
     if side and table <= 0:
         raise KvsimError(
             f"{model.name}: the engine needs at least one full-attention or MLA layer (every "
             "group here drops tokens or keeps a state)"
         )
-    real = _stage_counts(model, pp)[stages.index(heaviest)]  # F1 counts no padding
     every = sum(real.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups)
     return KVGroups(table * num_gpus, tuple(side), every * num_gpus, tuple(in_table))
 

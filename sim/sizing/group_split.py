@@ -12,8 +12,9 @@ side blocks (sliding windows, chunks, states). ``GroupSplit.split`` divides an a
   that group's, each sequence's rounded up to whole table blocks); with several, in
   proportion to the bytes each holds for the live sequences (``side_weights``: vLLM's
   rules per sequence, ``KVGroups.by_group``), which the caller measures;
-* an allocator kind that does not count groups charges every layer for every token: each
-  token group gets its bytes-per-token share of the allocated bytes, a state group 0.
+* an allocator kind that does not count groups charges every real layer for every token
+  (F1, no padding layers): each token group gets its unpadded bytes-per-token share of the
+  allocated bytes (``GroupDemand.unpadded_bytes_per_token``), a state group 0.
 
 Invariant: the parts sum to the allocated bytes they split (up to float rounding); a model
 of one layer group has no split (``kv_split`` returns None), so a dense model's outputs do
@@ -68,12 +69,14 @@ def kv_split(groups: KVGroups, allocator_bytes_per_token: float, counted: bool) 
     if len(listed) < 2:
         return None
     bpt = float(allocator_bytes_per_token)
-    charged = groups.table if counted else token_groups
-    shares = {g.name: g.bytes_per_token / bpt for g in charged}
+    # a counting allocator's table pays vLLM's padded layers; the other kinds F1's real ones
+    charged = {g.name: g.bytes_per_token for g in groups.table} if counted else \
+        {g.name: g.unpadded_bytes_per_token for g in token_groups}  # fmt: skip
+    shares = {name: b / bpt for name, b in charged.items()}
     names = [g.name for g in listed]
     kinds = [g.kind for g in listed]
     side = tuple(i for i, g in enumerate(listed) if counted and g in groups.side)
-    draft = bpt - sum(g.bytes_per_token for g in charged)
+    draft = bpt - sum(charged.values())
     table_shares = [shares.get(n, 0.0) for n in names]
     if draft > 1e-9 * bpt:
         names.append(DRAFT_GROUP)

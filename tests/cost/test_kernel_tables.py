@@ -20,7 +20,7 @@ from sim.cost.kernel_tables import (
 )
 from sim.errors import ConfigError
 from sim.profiles import load_accelerator, load_model
-from sim.profiles.schema import ModelProfile
+from sim.profiles.schema import ModelProfile, SlidingWindowSpec
 
 US = 1e-6
 PRO6000 = load_accelerator("rtx-pro-6000-server-96gb")
@@ -271,3 +271,33 @@ def test_shipped_files_name_their_source_in_the_header():
     for name in ("rtx-4090-24gb-llmservingsim", "rtx-pro-6000-server-96gb-llmservingsim"):
         head = available_calibrations()[name].read_text()[:600]
         assert "github.com/casys-kaist/LLMServingSim" in head and "5daddb21" in head and "MIT" in head
+
+
+def test_a_sliding_layers_prefill_chunk_is_priced_at_the_pairs_its_window_keeps(tmp_path):
+    """TINY with one layer in two sliding over 4 tokens, a 16-token chunk over nothing: the
+    table's 20 us is 16 x 17 / 2 = 136 causal pairs; the sliding layer keeps
+    1 + 2 + 3 + 4 x 13 = 58 of them, so it costs 20 x 58 / 136 us and the full layer 20 us
+    (before: 20 us each). A chunk inside the window keeps every pair (the table's time)."""
+    window = SlidingWindowSpec(window_tokens=4, pattern=["sliding", "full"])
+    hybrid = ModelProfile.model_validate({**TINY.model_dump(), "sliding_window": window.model_dump()})
+    m = tiny_cost(tmp_path, model=hybrid)
+    c = m.iteration_time(StepWork(n_decode=0, decode_history_tokens=0, prefill_chunks=((16, 0),)))
+    assert c.extra["attention_group_s"] == pytest.approx((20.0 + 20.0 * 58 / 136) * US, rel=1e-12)
+    wide = SlidingWindowSpec(window_tokens=16, pattern=["sliding", "full"])
+    inside = ModelProfile.model_validate({**TINY.model_dump(), "sliding_window": wide.model_dump()})
+    c = tiny_cost(tmp_path, model=inside).iteration_time(
+        StepWork(n_decode=0, decode_history_tokens=0, prefill_chunks=((16, 0),)))
+    assert c.extra["attention_group_s"] == pytest.approx(2 * 20.0 * US, rel=1e-12)
+
+
+def test_a_sliding_layers_mixed_step_drops_only_the_skipped_prefill_time(tmp_path):
+    """The chunk beside a decode of 16: the mixed table time (40 us) less the skipped share
+    of the pure-prefill time, (1 - 58 / 136) x 20 us, on the sliding layer; the decode
+    reads min(16, 4) = 4 tokens, which the grid prices as 16 (its kd = 0 column is filled
+    from kd = 16)."""
+    window = SlidingWindowSpec(window_tokens=4, pattern=["sliding", "full"])
+    hybrid = ModelProfile.model_validate({**TINY.model_dump(), "sliding_window": window.model_dump()})
+    c = tiny_cost(tmp_path, model=hybrid).iteration_time(
+        StepWork(n_decode=1, decode_history_tokens=15, prefill_chunks=((16, 0),)))
+    sliding = 40.0 - (1 - 58 / 136) * 20.0
+    assert c.extra["attention_group_s"] == pytest.approx((40.0 + sliding) * US, rel=1e-12)

@@ -127,6 +127,21 @@ def test_split_of_a_kind_that_charges_every_layer():
     assert split.split(40_000.0, 0.0) == pytest.approx([8000.0, 2000.0, 30_000.0, 0.0])
 
 
+def test_a_kind_that_charges_every_layer_splits_by_real_layers_not_padded_ones():
+    """gemma-3-27b runs its 52 sliding layers as 60 in vLLM's groups, but an allocator that
+    does not count groups charges F1's real 10 + 52 layers: the parts are 10 : 52 of the
+    allocated bytes and sum to them (with padded shares they summed to 1,129,032,258)."""
+    groups = kv_groups(load_model("gemma-3-27b"), 1, 1, num_gpus=1)
+    split = kv_split(groups, groups.all_bytes_per_token, counted=False)
+    assert split.names == ("full", "sliding")  # no phantom drafter share either
+    parts = split.split(1e9, 0.0)
+    assert parts == pytest.approx([1e9 * 10 / 62, 1e9 * 52 / 62], rel=1e-12)
+    assert sum(parts) == pytest.approx(1e9, rel=1e-12)
+    # a counting allocator's table still pays the padded layers it holds
+    counted = kv_split(groups, groups.table_bytes_per_token, counted=True)
+    assert counted.split(1e9, 2e8) == pytest.approx([8e8, 2e8], rel=1e-12)
+
+
 def test_one_group_has_no_split():
     assert kv_split(KVGroups(1000.0, (), 1000.0, (FULL,)), 1000.0, counted=True) is None
 

@@ -16,6 +16,7 @@ from sim.cost import CostModel, StepWork
 from sim.errors import ConfigError
 from sim.profiles import load_accelerator, load_model
 from sim.run import run_scenario
+from sim.scenario import load_scenario, resolve
 from sim.sched import FINISHED
 from sim.sched.speculative import SpeculativeConfig, accept
 
@@ -254,3 +255,20 @@ def test_agents_generate_the_same_tokens_with_and_without_speculation():
     for key in ("output_tokens", "prefill_tokens", "requests_completed", "trajectories_completed"):
         assert a[key] == b[key], key
     assert b["trajectories_completed"] == 3 and b["steps"] < a["steps"]
+
+
+def test_an_eagle_head_pads_gpt_oss_sliding_layers_as_vllm_groups_them():
+    """gpt-oss-20b + EAGLE: vLLM groups the head's layer with the 12 full ones (13), so the
+    12 sliding layers hold blocks as 13; ngram adds no layer; the summary's bytes per token
+    (F1, real layers) and the drafter's share are unchanged by the padding."""
+    def resolved(method):
+        sc = one_request({**K3_A08, "method": method}, model="gpt-oss-20b",
+                         hardware={"accelerator": "h200-141gb", "kv_pool_bytes_per_gpu": 1e10})  # fmt: skip
+        return resolve(load_scenario(sc))
+
+    per_layer = 2 * 8 * 64 * 2
+    eagle, ngram = resolved("eagle"), resolved("ngram")
+    assert [g.bytes_per_token for g in ngram.kv_groups.side] == [12 * per_layer]
+    assert [g.bytes_per_token for g in eagle.kv_groups.side] == [13 * per_layer]
+    assert eagle.draft_kv_bytes_per_token_per_gpu == per_layer
+    assert eagle.kv_bytes_per_token == ngram.kv_bytes_per_token + per_layer

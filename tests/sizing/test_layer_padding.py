@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.profiles import load_model
+from sim.sizing.group_demand import kv_groups
 from sim.sizing.kv import model_layer_padding, stage_layer_padding
 from sim.sizing.layer_padding import vllm_layer_padding, vllm_stage_padding
 
@@ -75,3 +76,26 @@ def test_padding_never_drops_a_layer(kinds, pp):
     assert whole.layers == {k: kinds.count(k) for k in set(kinds)}
     size = whole.group_size_layers
     assert all(n % size == 0 for n in whole.padded_layers.values()) or len(set(kinds)) == 1
+
+
+def test_an_eagle_layer_joins_the_targets_full_spec_before_the_group_size():
+    """vLLM's own example: gpt-oss-20b + an EAGLE layer is 12 sliding + 13 full, groups of
+    13, so the target's sliding layers hold blocks as 13 (2,048 B per token per layer, bf16);
+    gemma-3-27b + EAGLE: 52 + 11, groups of 11, sliding as 55 (not 60); nemotron-h-8b's 24
+    Mamba layers as 25 (groups of 4 + 1 = 5). The drafter's own layer stays out of the
+    target's table (the engine charges it as ``draft``)."""
+    per_layer = 2 * 8 * 64 * 2  # gpt-oss-20b: 8 KV heads x 64, bf16
+    plain, eagle = (kv_groups(load_model("gpt-oss-20b"), draft_layers=d) for d in (0, 1))
+    assert [g.bytes_per_token for g in plain.side] == [12 * per_layer]
+    assert [g.bytes_per_token for g in eagle.side] == [13 * per_layer]
+    assert eagle.table_bytes_per_token == plain.table_bytes_per_token == 12 * per_layer
+    assert eagle.all_bytes_per_token == plain.all_bytes_per_token  # F1: real layers only
+    gemma = kv_groups(load_model("gemma-3-27b"), draft_layers=1)
+    assert [g.bytes_per_token for g in gemma.side] == [55 * 8192]
+    nemotron = load_model("nemotron-h-8b")
+    one_state = kv_groups(nemotron).side[0].state_bytes / 24
+    assert kv_groups(nemotron, draft_layers=1).side[0].state_bytes == 25 * one_state
+    # a dense or MLA + indexer model (61 + 61 -> 62 + 62) gains no padding
+    for name in ("llama-3.1-8b", "deepseek-v3.2"):
+        m = load_model(name)
+        assert kv_groups(m, draft_layers=1) == kv_groups(m)
