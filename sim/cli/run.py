@@ -137,8 +137,7 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
 
     out_dir = check_out_dir(out, force=force)  # before the run: refuse early
     sim = build(str(file), **parse_set(sets))
-    if sim.resolved is not None:  # what vLLM would not run, said before the run
-        print_warnings(list(sim.resolved.warnings))
+    print_warnings(_config_warnings(sim))  # what vLLM would not run, said before the run
     with _report_worker(extras.report) as worker:  # warms up on the other core meanwhile
         result = sim.run() if quiet else _run_with_progress(sim)
         result.summary["command"] = command  # the argv as given (the issue: argv)
@@ -161,6 +160,13 @@ def _report_worker(report: bool) -> Iterator[Any]:
         return
     with ReportWorker() as worker:
         yield worker
+
+
+def _config_warnings(sim) -> list[str]:
+    """What a run's scenario runs as that vLLM would not (``Resolved.warnings``): its
+    own, or every node group's of a cluster, each once."""
+    parts = [sim.resolved, *(p.resolved for p in getattr(sim, "parts", ()))]
+    return list(dict.fromkeys(w for r in parts if r is not None for w in r.warnings))
 
 
 def _after_run(result) -> None:

@@ -193,3 +193,22 @@ def test_validate_counts_the_pool_in_what_the_allocator_charges(tmp_path, run_cl
     assert code == 0 and f"({20e9 / (BLOCK_BYTES_ALL / 640):,.0f} tokens)" in out
     code, _, err = run_cli(f"kvsim validate {_scenario(tmp_path, 'none')}")
     assert code == 0 and "kvsim: warning: mamba_cache_mode none with prefix caching" in err
+
+
+def test_run_says_the_what_if_once_and_not_as_pathological(tmp_path, run_cli):
+    out = tmp_path / "out"
+    code, _, err = run_cli(f"kvsim run {_scenario(tmp_path, 'none')} --out {out} --quiet "
+                           "--no-report")  # fmt: skip
+    assert code == 0
+    assert err.count("kvsim: warning: mamba_cache_mode none with prefix caching") == 1
+    assert "pathological" not in err
+    import json
+
+    (w,) = json.loads((out / "summary.json").read_text())["warnings"]
+    assert w.startswith("mamba_cache_mode none with prefix caching is a what-if")
+
+
+def test_a_cluster_summary_lists_its_nodes_what_ifs_once(tmp_path):
+    path = _scenario(tmp_path, "none", extra={"cluster": {"nodes": [{"count": 2}]}})
+    s = run_scenario(path).summary
+    assert [w[:45] for w in s["warnings"]] == ["mamba_cache_mode none with prefix caching is "]
