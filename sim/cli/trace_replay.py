@@ -169,7 +169,7 @@ def trace_replay(
 
         hit_rule = model_hit_rule(model, mamba_cache_mode)
         print_warnings([hit_rule.warning] if hit_rule.warning else [])
-    elif mamba_cache_mode != "auto":
+    elif mamba_cache_mode not in ("auto", "none"):  # none saves nothing: nothing to apply
         raise KvsimError("--mamba-cache-mode: needs --model (the layer groups it applies to)")
     extra: dict = {}
     if format == "claude-code":

@@ -19,7 +19,8 @@ for its longest hit no longer than the current one, and repeats until no group l
   gets no prefix hit at all; with ``all`` a state is saved at every block boundary
   (``MambaManager`` caches each full state block under its block's hash), so the state
   groups serve wherever the block table does. ``align`` (a state only where a scheduler
-  step ends on a block boundary) is refused, not modelled (``mamba_cache_mode_problem``).
+  step ends on a block boundary) is refused, not modelled (``mamba_cache_mode_problem``);
+  kvsim's ``auto`` settles the mode as vLLM does (``settle_mamba_cache_mode``).
 
 Invariant: a pure function of its inputs; the hit is whole blocks, no longer than any
 group's own answer and than ``max_blocks``; ``limited_by`` names the group that last lowered

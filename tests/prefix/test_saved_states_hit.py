@@ -175,6 +175,8 @@ def test_cli_flag(tmp_path, run_cli):
     assert "kvsim: warning: " in err and "under-estimate" in err
     code, _, err = run_cli(f"kvsim trace-replay {trace} --format mooncake --mamba-cache-mode all")
     assert code != 0 and "needs --model" in err and "Traceback" not in err
+    code, _, _ = run_cli(f"kvsim trace-replay {trace} --format mooncake --mamba-cache-mode none")
+    assert code == 0  # the former default stays accepted without --model
     code, _, err = run_cli(f"kvsim trace-replay {trace} --format mooncake --model nemotron-h-8b "
                            "--mamba-cache-mode align")  # fmt: skip
     assert code != 0 and "align is not modelled" in err
