@@ -73,6 +73,16 @@ BlockSize = Annotated[
         "gets the larger block vLLM raises it to."
     ),
 ]
+MambaCacheMode = Annotated[
+    str,
+    typer.Option(
+        help="vLLM's --mamba-cache-mode for a model with Mamba / linear-attention layers: "
+        "none (one running state per sequence) or all (a saved state, one page padded to the "
+        "attention page per state layer, at every block boundary; the block size aligns to "
+        "the state kernel's chunk). plan has no allocator, so unlike a run's auto it is not "
+        "settled from prefix caching: give all to plan what vLLM runs with prefix caching on."
+    ),
+]
 WeightDtype = Annotated[
     str | None, typer.Option(help="Weight element type: bf16, fp8 or int4 [default: model's].")
 ]
@@ -129,6 +139,7 @@ def plan(
     headroom: Headroom = 0.0,
     shared_prefix_tokens: SharedPrefix = None,
     block_size: BlockSize = 16,
+    mamba_cache_mode: MambaCacheMode = "none",
     profiles: Profiles = None,
     set_: Sets = None,
     json_out: JsonOut = False,
@@ -160,6 +171,7 @@ def plan(
         shared_prefix_tokens=shared_prefix_tokens,
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
+        mamba_cache_mode=mamba_cache_mode,
     )
     _show(plan_capacity(inputs), json_out)
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any, NamedTuple
 
 import typer
 
-from sim.cli._common import command_argv
+from sim.cli._common import command_argv, print_warnings
 
 HELP = """Run a scenario and write the run folder: config.resolved.yaml, summary.json,
 requests.parquet, steps.parquet, memory.parquet, trajectories.parquet, pauses.parquet,
@@ -137,6 +137,7 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
 
     out_dir = check_out_dir(out, force=force)  # before the run: refuse early
     sim = build(str(file), **parse_set(sets))
+    print_warnings(_config_warnings(sim))  # what vLLM would not run, said before the run
     with _report_worker(extras.report) as worker:  # warms up on the other core meanwhile
         result = sim.run() if quiet else _run_with_progress(sim)
         result.summary["command"] = command  # the argv as given (the issue: argv)
@@ -161,10 +162,19 @@ def _report_worker(report: bool) -> Iterator[Any]:
         yield worker
 
 
+def _config_warnings(sim) -> list[str]:
+    """What a run's scenario runs as that vLLM would not (``Resolved.warnings``): its
+    own, or every node group's of a cluster, each once."""
+    parts = [sim.resolved, *(p.resolved for p in getattr(sim, "parts", ()))]
+    return list(dict.fromkeys(w for r in parts if r is not None for w in r.warnings))
+
+
 def _after_run(result) -> None:
     """A pathological run says so: its ``warnings`` as a WARNING block on stderr (also
     with ``--quiet``); the exit status stays 0, since the run folder is complete."""
-    text = warning_block(result.summary.get("warnings") or [])
+    # printed before the run, and not pathological
+    said = set(result.resolved.warnings) if result.resolved is not None else set()
+    text = warning_block([w for w in result.summary.get("warnings") or [] if w not in said])
     if text:
         sys.stderr.write(text)
     from sim.cost.accuracy import accuracy_warning

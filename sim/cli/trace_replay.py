@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from sim.cli._common import print_json
+from sim.cli._common import print_json, print_warnings
 from sim.errors import KvsimError
 
 _PARAGRAPHS = [
@@ -145,10 +145,12 @@ def trace_replay(
         str,
         typer.Option(
             help="With --model: saved states of its Mamba / linear-attention layers, as "
-            "vLLM's --mamba-cache-mode: none (no state saved: no hit) or all (a state at "
-            "every block boundary); align is refused (not modelled).",
+            "vLLM's --mamba-cache-mode: auto (what vLLM runs with prefix caching: all for "
+            "Mamba layers; linear attention's align is not modelled, so none, warned), none "
+            "(no state saved: no hit; a what-if, warned) or all (a state at every block "
+            "boundary); align is refused (not modelled).",
         ),
-    ] = "none",
+    ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     recompute_last_token: Annotated[
         bool,
@@ -166,7 +168,8 @@ def trace_replay(
         from sim.prefix.replay_hit_rule import model_hit_rule
 
         hit_rule = model_hit_rule(model, mamba_cache_mode)
-    elif mamba_cache_mode != "none":
+        print_warnings([hit_rule.warning] if hit_rule.warning else [])
+    elif mamba_cache_mode not in ("auto", "none"):  # none saves nothing: nothing to apply
         raise KvsimError("--mamba-cache-mode: needs --model (the layer groups it applies to)")
     extra: dict = {}
     if format == "claude-code":

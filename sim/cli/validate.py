@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from sim.cli._common import cluster_line
+from sim.cli._common import cluster_line, print_warnings
 from sim.errors import KvsimError
 
 #: problems listed before the rest are only counted
@@ -57,10 +57,17 @@ def validate(
     typer.echo(
         f"{file}: ok: {sc.name}: {resolved.model.name} on {resolved.num_gpus} x "
         f"{resolved.accelerator.name} (tp {sc.hardware.tp}, pp {sc.hardware.pp}), KV pool "
-        f"{resolved.pool_bytes / GB:,.2f} GB ({resolved.pool_bytes / resolved.kv_bytes_per_token:,.0f}"
+        f"{resolved.pool_bytes / GB:,.2f} GB ({_pool_tokens(resolved):,.0f}"
         f" tokens), allocator {resolved.allocator_kind}, scheduler {sc.scheduler.kind}, "
         f"workload {sc.workload.kind}"
     )
+    print_warnings(list(resolved.warnings))  # what vLLM would not run (exit 0)
+
+
+def _pool_tokens(resolved) -> float:
+    """The pool in tokens of what the allocator charges per token (a hybrid model's block
+    table, saved states and drafter included), not the model's KV bytes per token."""
+    return resolved.pool_bytes / resolved.allocator_kv_bytes_per_token
 
 
 def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], object]:

@@ -96,17 +96,19 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("prefix_hit_limited_by", "str", "-",
        "The layer group that stops the prefix cache's hits under the hybrid hit rule "
        "(sim/prefix/hybrid_hit.py, vLLM's): a state-space group, whose states vLLM saves "
-       "only with Mamba prefix caching (`model.mamba_cache_mode: all`), so without it such "
-       "a model gets no hits.",
+       "only with Mamba prefix caching (`model.mamba_cache_mode: all`, what the default "
+       "`auto` runs for Mamba layers with a prefix cache), so without it such a model gets "
+       "no hits.",
        optional=True, when="a hybrid model with a state-space group, a prefix cache and "
-       "`mamba_cache_mode: none` (a dense or windowed model's hits are the block table's, "
+       "the mode settled to none (a dense or windowed model's hits are the block table's, "
        "and so are a state-space model's under `all`: no key)"),
     _k("allocator_kv_bytes_per_token", "float", "bytes",
        "Bytes per token of a hybrid model's block table (the layers that keep every token, "
        "all GPUs): what its allocator charges per token; its sliding-window, chunked-local "
        "and state-space groups are held beside it (memory.parquet's side_kv_bytes); under "
        "`model.mamba_cache_mode: all` it includes the states saved at each block's end "
-       "(all state layers / block size), the last block's being the running state.",
+       "(all state layers' pages, padded to the attention page as vLLM pads them, / block "
+       "size), the last block's being the running state.",
        optional=True, when="a hybrid model, or a state-space model under mamba_cache_mode "
        "all (a dense model's is kv_bytes_per_token)"),
     _k("peak_allocated_bytes_by_group", "counts", "bytes",
@@ -132,10 +134,12 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "The scenario's `block_size` before vLLM's page unification raised it.",
        optional=True, when="the block size was raised for a model with state layers"),
     _k("mamba_cache_mode", "str", "-",
-       "The scenario's `model.mamba_cache_mode` (vLLM's --mamba-cache-mode): `all` keeps a "
-       "state-space model's states at every block boundary, charged with their blocks, so "
-       "its prefix hits are the block table's (docs/prefix_cache.md).",
-       optional=True, when="a mode other than the default none"),
+       "The mode the run held for `model.mamba_cache_mode` (vLLM's --mamba-cache-mode), as "
+       "settled from the key and the allocator (the default `auto`: all for a Mamba model "
+       "with a prefix cache, as vLLM): `all` keeps a state-space model's states at every "
+       "block boundary, charged with their blocks, so its prefix hits are the block "
+       "table's (docs/prefix_cache.md).",
+       optional=True, when="the settled mode is not none"),
     _k("trajectories_total", "int", "count", "Trajectories the workload will start."),
     _k("command", "argv", "-", "`kvsim` argv as given (null from the Python API).", **_NULL),
     _k("scenario_path", "str", "-", "Scenario file, absolute (null for a dict).", **_NULL),
@@ -239,7 +243,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "CHANGELOG.md lists the versions whose results moved). Not a metric: `kvsim "
        "regress` compares numbers only."),
     _k("versions", "versions", "-", "Python and package versions."),
-    _k("warnings", "texts", "-", "Sentences saying a run went pathological (empty if healthy)."),
+    _k("warnings", "texts", "-",
+       "Sentences saying what the run ran as that vLLM would not (first: `mamba_cache_mode` "
+       "none with a prefix cache, linear-attention hits under-estimated), then those saying "
+       "it went pathological (empty if healthy and as vLLM runs)."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),
     _k("pause_endings", "counts", "count", "Pauses by outcome (how they ended)."),

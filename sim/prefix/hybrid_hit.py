@@ -19,7 +19,8 @@ for its longest hit no longer than the current one, and repeats until no group l
   gets no prefix hit at all; with ``all`` a state is saved at every block boundary
   (``MambaManager`` caches each full state block under its block's hash), so the state
   groups serve wherever the block table does. ``align`` (a state only where a scheduler
-  step ends on a block boundary) is refused, not modelled (``mamba_cache_mode_problem``).
+  step ends on a block boundary) is refused, not modelled (``mamba_cache_mode_problem``);
+  kvsim's ``auto`` settles the mode as vLLM does (``settle_mamba_cache_mode``).
 
 Invariant: a pure function of its inputs; the hit is whole blocks, no longer than any
 group's own answer and than ``max_blocks``; ``limited_by`` names the group that last lowered
@@ -32,10 +33,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sim.errors import KvsimError
+
 FULL_KINDS = ("full", "mla", "indexer")
 STATE_KINDS = ("mamba", "linear_attention")
-#: vLLM's ``--mamba-cache-mode`` choices (``MambaCacheMode``, ``vllm/config/cache.py``)
-MAMBA_CACHE_MODES = ("none", "all", "align")
+#: vLLM's ``--mamba-cache-mode`` choices (``MambaCacheMode``, ``vllm/config/cache.py``),
+#: after kvsim's ``auto``: the mode vLLM settles on from the prefix-cache flag
+MAMBA_CACHE_MODES = ("auto", "none", "all", "align")
 #: where vLLM settles the mode from the flags (cited in the refusals)
 VLLM_MODE_SOURCE = "vllm/model_executor/models/config.py MambaModelConfig.verify_and_update_config"
 
@@ -151,22 +155,59 @@ def engine_limiting_group(kinds: Sequence[tuple[str, str, int]], state_prefix_ca
 
 def mamba_cache_mode_problem(mode: str, model_name: str, kinds: Sequence[str]) -> str | None:
     """Why ``mamba_cache_mode`` ``mode`` cannot run for a model whose layer groups are of
-    ``kinds`` (None: it can; ``none`` always can): a mode that changes nothing (no state
-    layer), ``align`` (not modelled), and ``all`` on linear-attention layers, whose model
-    classes (gated DeltaNet: Qwen3-Next) lack ``SupportsMambaPrefixCaching``, so vLLM runs
-    ``align`` instead (``VLLM_MODE_SOURCE``)."""
+    ``kinds`` (None: it can; ``auto`` and ``none`` always can, and so does any mode on a
+    model without state layers, which vLLM ignores the flag for): ``align`` (not
+    modelled), and ``all`` on linear-attention layers, whose model classes (gated DeltaNet:
+    Qwen3-Next) lack ``SupportsMambaPrefixCaching``, so vLLM runs ``align`` instead
+    (``VLLM_MODE_SOURCE``)."""
     if mode not in MAMBA_CACHE_MODES:
         return f"{mode!r} is not one of {', '.join(MAMBA_CACHE_MODES)}"
-    if mode == "none":
+    if mode in ("auto", "none") or not set(kinds) & set(STATE_KINDS):
         return None
-    if not set(kinds) & set(STATE_KINDS):
-        return (f"{mode} changes nothing: {model_name} has no Mamba or linear-attention "
-                "layers (leave it none)")  # fmt: skip
     if mode == "align":
         return ("align is not modelled (it saves states only where a scheduler step ends on "
-                "a block boundary); use all (Mamba2 layers) or none")  # fmt: skip
+                "a block boundary); use auto (vLLM's choice where kvsim models it)")  # fmt: skip
     if "linear_attention" in kinds:
         return (f"all is not what vLLM runs for {model_name}: its linear-attention layers' "
                 f"model class lacks SupportsMambaPrefixCaching, so vLLM falls back to align "
-                f"({VLLM_MODE_SOURCE}); use none")  # fmt: skip
+                f"({VLLM_MODE_SOURCE}), which kvsim does not model; use auto (no saved "
+                "state here, with a warning that the hits are an under-estimate)")  # fmt: skip
     return None
+
+
+def settle_mamba_cache_mode(
+    mode: str, model_name: str, kinds: Sequence[str], caches_prefixes: bool
+) -> tuple[str, str | None]:
+    """(the mode a run holds: ``none`` or ``all``, a one-line warning or None) for
+    ``mode`` asked of a model with groups of ``kinds``, as vLLM's
+    ``MambaModelConfig.verify_and_update_config`` settles it: without a prefix cache,
+    ``none``; with one, ``none`` becomes ``all`` (``align`` for a model class without
+    ``SupportsMambaPrefixCaching``: linear attention). ``auto`` is that rule, ``align``
+    excepted: not modelled, so ``none`` with a warning. An explicit ``none`` with a
+    prefix cache runs as asked (a what-if) with a warning. A model without state layers
+    holds ``none`` whatever the mode. KvsimError: a mode that cannot run (see
+    ``mamba_cache_mode_problem``), or ``all`` without a prefix cache."""
+    problem = mamba_cache_mode_problem(mode, model_name, kinds)
+    if problem is not None:
+        raise KvsimError(problem)
+    if not set(kinds) & set(STATE_KINDS):
+        return "none", None
+    if mode == "all" and not caches_prefixes:
+        raise KvsimError(
+            "all needs a prefix-caching allocator (radix, paged_hash, or paged with "
+            f"prefix_caching: hash): without prefix caching vLLM sets it back to none "
+            f"({VLLM_MODE_SOURCE}); use auto")  # fmt: skip
+    if not caches_prefixes or mode == "all":
+        return ("none" if mode == "auto" else mode), None
+    vllm_mode = "align" if "linear_attention" in kinds else "all"
+    if mode == "none":
+        return "none", (
+            f"mamba_cache_mode none with prefix caching is a what-if: vLLM runs {model_name} "
+            f"in {vllm_mode} ({VLLM_MODE_SOURCE}); no state is saved here, so prefix hits "
+            "over its state layers are 0")  # fmt: skip
+    if vllm_mode == "all":
+        return "all", None
+    return "none", (
+        f"vLLM runs {model_name}'s linear-attention layers in mamba_cache_mode align "
+        f"({VLLM_MODE_SOURCE}), which kvsim does not model: no state is saved here, so "
+        "prefix hits over its state layers are 0, an under-estimate of vLLM's")  # fmt: skip

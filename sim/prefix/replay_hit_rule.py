@@ -14,8 +14,9 @@ the model (``sim.sizing.group_demand.kv_groups``) can serve, as the engine does:
   saved at block boundaries, so a state-space hybrid gets no prefix hit; with ``all`` a
   state is saved at every block boundary and kept as long as the block (the engine's
   rule: ``sim.sizing.group_demand.with_saved_states``), so the state groups serve the
-  table's hit. ``align`` and the combinations vLLM does not run are refused
-  (``sim.prefix.hybrid_hit.mamba_cache_mode_problem``).
+  table's hit; ``auto`` (the default) is what vLLM runs with a prefix cache, as a run
+  settles it (``sim.prefix.hybrid_hit.settle_mamba_cache_mode``), and ``align`` and the
+  combinations vLLM does not run are refused there.
 
 Invariant: the hit is never longer than the table's match; it depends only on the matched
 block count, the block size and the groups, so answers are memoised per matched count
@@ -33,7 +34,7 @@ from sim.prefix.hybrid_hit import (
     HitGroup,
     HybridHit,
     longest_hit,
-    mamba_cache_mode_problem,
+    settle_mamba_cache_mode,
 )
 
 #: the name the block table's group carries in the output (as ``engine_limiting_group``)
@@ -47,6 +48,7 @@ class ModelHitRule:
     model: str
     groups: tuple[tuple[str, str, int], ...]  # (name, kind, window tokens) beside the table
     saved_states: bool = False  # a state saved at every block boundary (mode all)
+    warning: str | None = None  # what the replay runs as that vLLM would not
     lost_tokens: dict[str, int] = field(default_factory=dict)  # group -> hit tokens it cut
     _memo: dict[tuple[int, int], HybridHit] = field(default_factory=dict, repr=False)
 
@@ -82,16 +84,21 @@ class ModelHitRule:
         return max(sorted(self.lost_tokens), key=lambda g: self.lost_tokens[g])
 
 
-def model_hit_rule(name: str, mamba_cache_mode: str = "none") -> ModelHitRule:
-    """The rule for the model profile ``name`` under ``mamba_cache_mode``
-    (UnknownNameError lists the models; KvsimError names a mode that cannot run)."""
+def model_hit_rule(name: str, mamba_cache_mode: str = "auto") -> ModelHitRule:
+    """The rule for the model profile ``name`` under ``mamba_cache_mode``, settled as a
+    run with a prefix cache settles it (``settle_mamba_cache_mode``: ``auto`` gives
+    ``all`` for a Mamba model, ``none`` with a warning for linear attention); the warning,
+    if any, is the rule's ``warning`` (UnknownNameError lists the models; KvsimError names
+    a mode that cannot run)."""
     from sim.profiles.registry import load_model
     from sim.sizing.group_demand import kv_groups
 
     model = load_model(name)
-    problem = mamba_cache_mode_problem(mamba_cache_mode, name, [g.kind for g in model.kv_groups()])
-    if problem is not None:
-        raise KvsimError(f"--mamba-cache-mode: {problem}")
+    kinds = [g.kind for g in model.kv_groups()]
+    try:
+        mode, warning = settle_mamba_cache_mode(mamba_cache_mode, name, kinds, True)
+    except KvsimError as exc:
+        raise KvsimError(f"--mamba-cache-mode: {exc}") from None
     groups = kv_groups(model)
     return ModelHitRule(name, tuple((g.name, g.kind, g.window_tokens) for g in groups.side),
-                        saved_states=mamba_cache_mode == "all")  # fmt: skip
+                        saved_states=mode == "all", warning=warning)  # fmt: skip

@@ -202,6 +202,8 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     meta = _meta(sim, config)
     # RecorderSum has the Recorder's read side (the metrics layer declares no protocol yet)
     summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)  # type: ignore[arg-type]
+    said = dict.fromkeys(w for p in sim.parts for w in p.resolved.warnings)  # vLLM would not
+    summary["warnings"] = [*said, *summary["warnings"]]
     summary.update(pause_summary(pauses))
     summary["hints_released"] = sum(p.pauses.hint_releases for p in sim.parts)
     nodes = [

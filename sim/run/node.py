@@ -132,7 +132,8 @@ def group_split(r: Resolved, allocator: Any) -> GroupSplit | None:
         groups = kv_groups(r.model, hw.tp, hw.pp, num_gpus=r.num_gpus,
                            draft_layers=grouped_draft_layers(r.scenario.speculative))
         if r.saved_state_bytes_per_token:
-            groups = with_saved_states(groups, r.allocator_options["block_size"])
+            groups = with_saved_states(groups, r.allocator_options["block_size"],
+                                       r.saved_state_page_bytes)  # fmt: skip
     return kv_split(groups, allocator.kv_bytes_per_token, allocator.kv_groups is not None)
 
 

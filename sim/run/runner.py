@@ -137,6 +137,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "config_sha256": config_sha256(config),
     }
     summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
+    summary["warnings"] = [*r.warnings, *summary["warnings"]]  # what vLLM would not run
     if r.scenario.speculative is not None:
         summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))
     pauses = pause_frame(sim.pauses.records(sim_time))

@@ -93,11 +93,17 @@ class Resolved:
     #: Mamba/linear-attention states (``allocator_options['block_size']`` is the raised
     #: one, as ``kvsim plan`` reports); None: the block size runs as given
     requested_block_size_tokens: int | None = None
-    #: ``model.mamba_cache_mode`` as checked (``sim.scenario.mamba_cache``)
+    #: ``model.mamba_cache_mode`` as settled (``sim.scenario.mamba_cache``): none or all
     mamba_cache_mode: str = "none"
     #: the saved states at block boundaries, per block-table token (all GPUs; 0 unless
     #: ``mamba_cache_mode`` is ``all``): included in ``allocator_kv_bytes_per_token``
     saved_state_bytes_per_token: float = 0.0
+    #: one layer's saved state's page on one GPU, padded to the attention page as vLLM pads
+    #: it (None unless ``mamba_cache_mode`` is ``all``)
+    saved_state_page_bytes: float | None = None
+    #: what the scenario runs as that vLLM would not (one sentence each; the run's summary
+    #: lists them first in ``warnings``, ``kvsim run`` and ``validate`` print them)
+    warnings: tuple[str, ...] = ()
 
     @property
     def scenario(self):
@@ -188,12 +194,13 @@ def resolve(loaded: LoadedScenario) -> Resolved:
             field="hardware",
         )
     kind, options = _allocator_options(loaded, model)
-    mode = checked_mamba_cache_mode(loaded, model, _caches_prefixes(kind))
+    mode, mode_warning = checked_mamba_cache_mode(loaded, model, _caches_prefixes(kind))
     try:
         requested = _unify_block_size(options, model, hw.tp, mode)
     except KvsimError as exc:
         raise _located(loaded, ("model", "mamba_cache_mode"), exc) from None
-    groups, saved = _saved_states(groups, options, mode)
+    page = _state_page_padded(options, model, hw.tp, mode)
+    groups, saved = _saved_states(groups, options, page)
     draft_gpu, draft = draft_kv(loaded, model, _caches_prefixes(kind))
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
@@ -202,17 +209,29 @@ def resolve(loaded: LoadedScenario) -> Resolved:
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
         window, draft_gpu, draft, groups if groups.hybrid else None, requested,
         mamba_cache_mode=mode, saved_state_bytes_per_token=saved,
+        saved_state_page_bytes=page, warnings=(mode_warning,) if mode_warning else (),
     )  # fmt: skip
 
 
-def _saved_states(groups: KVGroups, options: dict, mode: str) -> tuple[KVGroups, float]:
-    """The engine's groups under ``mode`` and the saved-state bytes per table token:
-    with ``all`` every block boundary keeps the state layers' states, carried on the
-    block table (``with_saved_states``); otherwise unchanged and 0."""
+def _state_page_padded(options: dict, model: ModelProfile, tp: int, mode: str) -> float | None:
+    """One saved state's page per layer per GPU under ``all`` (vLLM pads it to the
+    attention page, ``PageUnification.state_page_padded_bytes``); None otherwise."""
     block = options.get("block_size")
     if mode != "all" or not isinstance(block, int):
+        return None
+    return unify_pages(model, block, tp, mamba_cache_mode=mode).state_page_padded_bytes
+
+
+def _saved_states(groups: KVGroups, options: dict, page: float | None) -> tuple[KVGroups, float]:
+    """The engine's groups and the saved-state bytes per table token: under ``all``
+    (``page`` set: a saved state's padded page) every block boundary keeps the state
+    layers' states, carried on the block table (``with_saved_states``); otherwise
+    unchanged and 0."""
+    if page is None:
         return groups, 0.0
-    return with_saved_states(groups, block), saved_state_bytes_per_token(groups, block)
+    block = options["block_size"]
+    return (with_saved_states(groups, block, page),
+            saved_state_bytes_per_token(groups, block, page))  # fmt: skip
 
 
 def _caches_prefixes(kind: str) -> bool:

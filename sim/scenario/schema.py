@@ -59,9 +59,10 @@ class ModelSection(_Cfg):
     # layer groups that do not pin their own; same as overrides: {kv_dtype: ...}
     kv_dtype: DType | None = None
     # vLLM's --mamba-cache-mode: whether a model with state-space layers keeps saved states
-    # at block boundaries for prefix caching (none: no saved state, no prefix hit; all: a
-    # state at every block boundary; align: refused, not modelled). docs/prefix_cache.md
-    mamba_cache_mode: Literal["none", "all", "align"] = "none"
+    # at block boundaries for prefix caching (auto: as vLLM settles it from the prefix
+    # cache; none: no saved state, no prefix hit; all: a state at every block boundary;
+    # align: refused, not modelled). docs/prefix_cache.md
+    mamba_cache_mode: Literal["auto", "none", "all", "align"] = "auto"
 
     def profile_overrides(self) -> dict[str, Any]:
         """The profile field overrides, ``kv_dtype`` included when set."""

@@ -47,9 +47,10 @@ def _refuse(loaded: LoadedScenario, msg: str, *loc: str) -> ConfigError:
 
 def _state_refusal(model: ModelProfile, mode: str) -> str:
     """Why speculative decoding with a prefix cache on a state-space model is refused."""
-    if mode == "none":  # no saved state here, but vLLM would not run it that way
-        why = ("mamba_cache_mode none saves no state, but with prefix caching and "
-               "speculative decoding on, vLLM switches such a model to align (MambaModelConfig"
+    if mode in ("auto", "none"):  # vLLM settles on align with a drafter (see below)
+        saves = "follows vLLM" if mode == "auto" else "saves no state"
+        why = (f"mamba_cache_mode {mode} {saves}, but with prefix caching and speculative "
+               "decoding on, vLLM switches such a model to align (MambaModelConfig"
                ".verify_and_update_config), whose saved states")  # fmt: skip
     else:
         why = f"under mamba_cache_mode {mode} the saved states at block boundaries"

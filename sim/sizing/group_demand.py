@@ -21,8 +21,9 @@ keeps a state at every block boundary, in a block of its own at the same block-t
 position (``MambaManager`` allocates ``cdiv(S, B)`` state blocks, the last one holding the
 running state, and caches the full ones under the block's hash). The engine then carries
 those states on the block table: each table block also holds the states of every state
-layer at its end (``table_bytes_per_token`` grows by ``sum(state_bytes) / B``), so they are
+layer at its end (``table_bytes_per_token`` grows by the states' pages ``/ B``), so they are
 cached, shared and evicted with the table's blocks, and the state groups leave ``side``.
+Each saved state is charged as the page vLLM gives it, padded to the attention page.
 
 Layer counts are vLLM's padded ones (``sim.sizing.layer_padding``: gemma-3-27b's 52 sliding
 layers hold blocks as 60), the same counts ``kvsim plan`` uses, so a run's peak equals plan.
@@ -92,6 +93,8 @@ class GroupDemand:
     def unpadded_bytes_per_token(self) -> float:
         """``bytes_per_token`` without vLLM's padding layers (``sim.sizing.layer_padding``)."""
         return self.bytes_per_token if self.real_bytes_per_token is None else self.real_bytes_per_token
+    #: the pages one sequence's state takes: its layers x GPUs (0 for a token group)
+    state_pages: int = 0
 
     def held_blocks(self, tokens: int, block_size: int) -> int:
         """Blocks of ``block_size`` tokens one layer of this group holds for ``tokens``."""
@@ -189,6 +192,7 @@ def kv_groups(
             window_tokens=g.window_tokens or 0,
             state_bytes=n * g.state_bytes_per_layer_per_gpu * num_gpus,
             real_bytes_per_token=unpadded,
+            state_pages=n * num_gpus if g.holds_state else 0,
         ))  # fmt: skip
     if side and table <= 0:
         raise KvsimError(
@@ -199,18 +203,22 @@ def kv_groups(
     return KVGroups(table * num_gpus, tuple(side), every * num_gpus, tuple(in_table))
 
 
-def with_saved_states(groups: KVGroups, block_size: int) -> KVGroups:
+def with_saved_states(
+    groups: KVGroups, block_size: int, state_page_bytes: float | None = None
+) -> KVGroups:
     """``groups`` as the engine holds them when every block boundary keeps a saved state
     (vLLM's ``mamba_cache_mode: all``): the state groups ride on the block table (``B``
     tokens of a table block also pay the states of every state layer at its end, the last
     block's being the running state) and leave ``side``; a model without state groups is
-    returned unchanged."""
-    saved = saved_state_bytes_per_token(groups, block_size)
+    returned unchanged. ``state_page_bytes``: the page one layer's saved state takes on
+    one GPU, padded to the attention page as vLLM pads it (``MambaSpec.page_size_bytes``
+    returns ``page_size_padded``; ``sim.sizing.hybrid_pages``); None: the exact state."""
+    saved = saved_state_bytes_per_token(groups, block_size, state_page_bytes)
     if not saved:
         return groups
     # the state groups join the table's groups, at their saved states' bytes per token,
     # so that the table's groups still sum to its bytes per token (the run's KV by group)
-    riding = tuple(replace(g, bytes_per_token=g.state_bytes / block_size)
+    riding = tuple(replace(g, bytes_per_token=_saved_bytes(g, state_page_bytes) / block_size)
                    for g in groups.side if g.state_bytes)  # fmt: skip
     return KVGroups(
         groups.table_bytes_per_token + saved,
@@ -220,6 +228,13 @@ def with_saved_states(groups: KVGroups, block_size: int) -> KVGroups:
     )
 
 
-def saved_state_bytes_per_token(groups: KVGroups, block_size: int) -> float:
+def _saved_bytes(g: GroupDemand, state_page_bytes: float | None) -> float:
+    """One saved boundary of group ``g``: its pages padded, or its exact state."""
+    return g.state_bytes if state_page_bytes is None else g.state_pages * state_page_bytes
+
+
+def saved_state_bytes_per_token(
+    groups: KVGroups, block_size: int, state_page_bytes: float | None = None
+) -> float:
     """What ``with_saved_states`` adds to a token of the block table (0: no state group)."""
-    return sum(g.state_bytes for g in groups.side) / block_size
+    return sum(_saved_bytes(g, state_page_bytes) for g in groups.side if g.state_bytes) / block_size

@@ -18,12 +18,13 @@ always has, and the padded state page is reported beside it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from sim.errors import KvsimError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
 from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
+from sim.sizing.groups import group_bytes
 from sim.sizing.hybrid_pages import PageUnification, unify_pages
 from sim.sizing.kv import (
     GroupKV,
@@ -42,6 +43,8 @@ from sim.units import GB, dtype_bytes
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 #: F34 as the chapter applies it: the given figures already account for all of memory
 FIGURES_GPU_MEMORY_UTILIZATION = 1.0
+#: ``kvsim plan --mamba-cache-mode`` choices (a run also settles auto, from its allocator)
+PLAN_MAMBA_CACHE_MODES = ("none", "all")
 
 
 def default_gpu_memory_utilization(figures_given: bool) -> float:
@@ -69,6 +72,11 @@ class PlanInputs:
     shared_prefix_tokens: int | None = None
     gpu_memory_utilization: float = FIGURES_GPU_MEMORY_UTILIZATION  # F34's u, in (0, 1]
     block_size: int = 16  # tokens per KV block asked for (vLLM's --block-size)
+    #: vLLM's --mamba-cache-mode for a model with state layers: none (one running state per
+    #: sequence) or all (a saved state, one padded page per state layer, at every block
+    #: boundary, as a run with a prefix cache charges them); plan has no allocator, so it
+    #: is not settled from one
+    mamba_cache_mode: str = "none"
 
     def __post_init__(self) -> None:
         """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
@@ -91,6 +99,9 @@ class PlanInputs:
             check_number(self.shared_prefix_tokens, "--shared-prefix-tokens", 0, MAX_TOKENS)
         check_number(self.gpu_memory_utilization, "--gpu-memory-utilization", 0, 1, low_open=True)
         check_number(self.block_size, "--block-size", 1, MAX_TOKENS)
+        if self.mamba_cache_mode not in PLAN_MAMBA_CACHE_MODES:
+            raise KvsimError(f"--mamba-cache-mode: {self.mamba_cache_mode!r} is not one of "
+                             f"{', '.join(PLAN_MAMBA_CACHE_MODES)}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,8 @@ class PlanResult:
     # layers it adds so every layer kind fills whole groups (0: no padding)
     kv_cache_group_size_layers: int = 0
     padding_layers: int = 0
+    # --mamba-cache-mode: all charges a saved state (padded page) per block boundary
+    mamba_cache_mode: str = "none"
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -182,15 +195,16 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
     pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
+    pages = unify_pages(model, inputs.block_size, tp, kv_dtype, inputs.mamba_cache_mode)
+    saved = pages if inputs.mamba_cache_mode == "all" and pages.state_page_bytes else None
     planned = [
-        _context_plan(model, s, inputs, tp, pp, kv_dtype, usable_gpu, replicas)
+        _context_plan(model, s, inputs, (tp, pp, replicas), kv_dtype, usable_gpu, saved)
         for s in inputs.contexts
     ]
     contexts = [c for c, _ in planned]
     warnings = [w for _, found in planned for w in found]
     if pool_gpu == 0:  # why nothing fits, once (the per-context reasons would repeat it)
         warnings.append(no_pool_warning(mem, util, w_gpu, reserve))
-    pages = unify_pages(model, inputs.block_size, tp, kv_dtype)
     if pages.raised:
         warnings.append(raised_block_warning(model.name, pages))
     padding = model_layer_padding(model)
@@ -227,6 +241,7 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         state_page_padded_bytes_per_gpu=pages.state_page_padded_bytes,
         kv_cache_group_size_layers=padding.group_size_layers,
         padding_layers=padding.total_padding_layers,
+        mamba_cache_mode=inputs.mamba_cache_mode,
     )
 
 
@@ -280,26 +295,58 @@ def window_warning(model: str, window: int, context: int, output_tokens: int = 0
     return f"{what} exceeds {model}'s window of {window:,} tokens (max_context_tokens)"
 
 
+def saved_state_breakdown(
+    model, tokens: int, tp: int, pp: int, kv_dtype, pages: PageUnification | None
+) -> tuple[list[GroupKV], float, float]:
+    """(``kv_breakdown`` of ``tokens``, and what it adds whole-model and per GPU) under
+    ``mamba_cache_mode: all`` (``pages`` given): each state group holds a saved state at
+    each of the ``cdiv(tokens, B)`` block boundaries, each state layer's a page padded to
+    the attention page (vLLM's ``MambaSpec.page_size_bytes``), instead of one running
+    state; unchanged (and 0, 0) without ``pages``."""
+    groups = kv_breakdown(model, tokens, tp, pp, kv_dtype)
+    if pages is None:
+        return groups, 0.0, 0.0
+    own = {g.name: g.state_bytes_per_layer_per_gpu for g in group_bytes(model, tp, kv_dtype)}
+    boundaries = -(-tokens // pages.block_size_tokens)
+    out = []
+    for g in groups:
+        if not g.state_bytes or not own.get(g.name):
+            out.append(g)
+            continue
+        f = boundaries * pages.state_page_padded_bytes / own[g.name]  # per-layer state scales
+        out.append(replace(g, state_bytes=g.state_bytes * f, bytes=g.bytes * f,
+                           bytes_per_gpu=g.bytes_per_gpu * f,
+                           padding_bytes=g.padding_bytes * f))  # fmt: skip
+    whole = sum(g.bytes for g in out) - sum(g.bytes for g in groups)
+    gpu = sum(g.bytes_per_gpu for g in out) - sum(g.bytes_per_gpu for g in groups)
+    return out, whole, gpu
+
+
 def _context_plan(
-    model, context, inputs, tp, pp, kv_dtype, usable_gpu, replicas
+    model, context, inputs, parallel, kv_dtype, usable_gpu, saved
 ) -> tuple[ContextPlan, list[str]]:
-    """One context's capacity, and the warnings it raises (window, nothing fitting)."""
+    """One context's capacity, and the warnings it raises (window, nothing fitting);
+    ``parallel`` is (tp, pp, replicas), ``saved`` the pages of ``mamba_cache_mode: all``."""
+    tp, pp, replicas = parallel
     total = context + inputs.output_tokens
 
     def per_gpu(tokens: int) -> float:
-        return kv_bytes_for_context(model, tokens, tp, pp, kv_dtype, per_gpu=True)
+        extra = saved_state_breakdown(model, tokens, tp, pp, kv_dtype, saved)[2]
+        return kv_bytes_for_context(model, tokens, tp, pp, kv_dtype, per_gpu=True) + extra
 
+    groups, whole_extra, _ = saved_state_breakdown(model, total, tp, pp, kv_dtype, saved)
     traj_gpu = per_gpu(total)
     result = dict(
         context_tokens=context,
         trajectory_tokens=total,
-        kv_bytes_per_trajectory=kv_bytes_for_context(model, total, kv_dtype=kv_dtype),
+        kv_bytes_per_trajectory=kv_bytes_for_context(model, total, kv_dtype=kv_dtype) + whole_extra,
         kv_bytes_per_trajectory_per_gpu=traj_gpu,
         max_concurrent=replicas * math.floor(usable_gpu / traj_gpu),
-        groups=kv_breakdown(model, total, tp, pp, kv_dtype),
+        groups=groups,
+        # the states split over TP ranks, so all GPUs add the whole model's extra
         kv_bytes_per_trajectory_all_gpus=kv_bytes_for_context_all_gpus(
             model, total, tp, pp, kv_dtype
-        ),
+        ) + whole_extra,
     )
     result["state_bytes_per_trajectory"] = sum(g.state_bytes for g in result["groups"])
     result["padding_bytes_per_trajectory"] = sum(g.padding_bytes for g in result["groups"])
@@ -317,7 +364,8 @@ def _context_plan(
     if shared is not None:
         fit, why = _shared_fit(context, shared, traj_gpu, per_gpu(shared), usable_gpu, pool)
         result["max_concurrent_shared"] = replicas * fit
-        result["shared_prefix_bytes"] = kv_bytes_for_context(model, shared, kv_dtype=kv_dtype)
+        result["shared_prefix_bytes"] = kv_bytes_for_context(model, shared, kv_dtype=kv_dtype) \
+            + saved_state_breakdown(model, shared, tp, pp, kv_dtype, saved)[1]
         warnings += why if usable_gpu > 0 else []
     return ContextPlan(**result), warnings
 

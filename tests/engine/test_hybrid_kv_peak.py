@@ -157,3 +157,34 @@ def test_contiguous_oracle_reserves_per_group(model, tmp_path):
     plan = kv_bytes_for_context(load_model(model), 16384)
     g = kv_groups(load_model(model), 1, 1)
     assert plan <= peak <= plan + g.table_bytes_per_token
+
+
+def test_one_request_peak_matches_plan_with_saved_states(tmp_path, run_cli):
+    """``mamba_cache_mode: all`` (a radix cache, as vLLM runs a Mamba model with prefix
+    caching) against ``kvsim plan --mamba-cache-mode all``: nemotron-h-8b at 8,192 tokens
+    holds 13 blocks of 640, each with the 24 state layers' saved states in pages padded to
+    the attention page (640 x 4,096 B); the plan's attention KV is exact (8,192 tokens),
+    the run's is whole blocks, so they differ by the last block's 128 empty slots."""
+    code, out, _ = run_cli("kvsim plan --model nemotron-h-8b --gpu h200-141gb --num-gpus 1 "
+                           "--context 8192 --mamba-cache-mode all --json")  # fmt: skip
+    assert code == 0
+    d = json.loads(out)
+    (ctx,) = d["contexts"]
+    assert (d["block_size_tokens"], d["mamba_cache_mode"]) == (640, "all")
+    assert ctx["state_bytes_per_trajectory"] == 13 * 24 * 640 * 4_096
+    plan = ctx["kv_bytes_per_trajectory"]
+    doc = yaml.safe_load(open(_scenario(tmp_path, "nemotron-h-8b", 8180, 12)))
+    doc["allocator"]["kind"] = "radix"
+    doc["model"] = {"profile": "nemotron-h-8b", "mamba_cache_mode": "all"}
+    path = tmp_path / "all.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    s = run_scenario(str(path), **{"engine.check_invariants": True}).summary
+    assert s["requests_completed"] == 1
+    assert s["peak_allocated_bytes"] == plan + (13 * 640 - 8192) * 16_384
+
+
+def test_plan_refuses_a_mode_it_does_not_plan(run_cli):
+    code, _, err = run_cli("kvsim plan --model nemotron-h-8b --gpu h200-141gb --num-gpus 1 "
+                           "--context 8192 --mamba-cache-mode align")  # fmt: skip
+    assert code == 2 and "--mamba-cache-mode: 'align' is not one of none, all" in err
+    assert "Traceback" not in err

@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.errors import KvsimError
-from sim.prefix.hybrid_hit import RULES, HitGroup, longest_hit, mamba_cache_mode_problem
+from sim.prefix.hybrid_hit import (
+    RULES,
+    HitGroup,
+    longest_hit,
+    mamba_cache_mode_problem,
+    settle_mamba_cache_mode,
+)
 from sim.prefix.replay_hit_rule import model_hit_rule
 from sim.prefix.trace_replay import TraceRequest, replay
 
@@ -61,9 +67,7 @@ def test_hit_never_exceeds_any_groups_own_answer(cached_lists, kinds, max_blocks
     [
         ("align", "nemotron-h-8b", "align is not modelled"),
         ("all", "qwen3-next-80b-a3b", "falls back to align"),
-        ("all", "llama-3.1-8b", "changes nothing"),
-        ("align", "gpt-oss-20b", "changes nothing"),
-        ("most", "nemotron-h-8b", "is not one of none, all, align"),
+        ("most", "nemotron-h-8b", "is not one of auto, none, all, align"),
     ],
 )
 def test_modes_vllm_does_not_run_are_refused(mode, model, words):
@@ -79,6 +83,55 @@ def test_modes_vllm_does_not_run_are_refused(mode, model, words):
 def test_none_and_all_are_fine_where_vllm_runs_them():
     assert mamba_cache_mode_problem("none", "llama-3.1-8b", ["full"]) is None
     assert mamba_cache_mode_problem("all", "nemotron-h-8b", ["full", "mamba"]) is None
+
+
+def test_linear_attention_refusal_points_at_auto():
+    problem = mamba_cache_mode_problem("all", "qwen3-next-80b-a3b", ["full", "linear_attention"])
+    assert "use auto" in problem and "use none" not in problem
+
+
+MAMBA, LINEAR, DENSE = ["full", "mamba"], ["full", "linear_attention"], ["full"]
+
+
+@pytest.mark.parametrize(("mode", "kinds", "caches", "held", "warned"), [
+    # vLLM's MambaModelConfig.verify_and_update_config: no prefix cache -> none
+    ("auto", MAMBA, False, "none", None),
+    ("auto", LINEAR, False, "none", None),
+    ("none", MAMBA, False, "none", None),
+    # a prefix cache: none -> all for a Mamba model ...
+    ("auto", MAMBA, True, "all", None),
+    ("all", MAMBA, True, "all", None),
+    # ... and align for linear attention: not modelled, so none, an under-estimate
+    ("auto", LINEAR, True, "none", "an under-estimate of vLLM's"),
+    # an explicit none with a prefix cache: a what-if vLLM would not run
+    ("none", MAMBA, True, "none", "vLLM runs m in all"),
+    ("none", LINEAR, True, "none", "vLLM runs m in align"),
+    # a model without state layers: vLLM ignores the flag
+    ("all", DENSE, True, "none", None),
+    ("all", DENSE, False, "none", None),
+    ("align", DENSE, True, "none", None),
+])  # fmt: skip
+def test_the_mode_settles_as_vllm_settles_it(mode, kinds, caches, held, warned):
+    got, warning = settle_mamba_cache_mode(mode, "m", kinds, caches)
+    assert got == held
+    if warned is None:
+        assert warning is None
+    else:
+        assert warned in warning and "\n" not in warning and "0" in warning
+
+
+def test_all_without_a_prefix_cache_is_refused():
+    with pytest.raises(KvsimError, match="needs a prefix-caching allocator"):
+        settle_mamba_cache_mode("all", "m", MAMBA, False)
+
+
+def test_replay_default_is_what_vllm_runs():
+    assert model_hit_rule("nemotron-h-8b").saved_states
+    assert model_hit_rule("nemotron-h-8b").warning is None
+    rule = model_hit_rule("qwen3-next-80b-a3b")
+    assert not rule.saved_states and "under-estimate" in rule.warning
+    dense = model_hit_rule("llama-3.1-8b", "all")  # ignored for a dense model
+    assert not dense.saved_states and dense.warning is None
 
 
 def _trace():
@@ -113,8 +166,17 @@ def test_cli_flag(tmp_path, run_cli):
     assert code == 0
     d = json.loads(out)
     assert (d["hit_tokens"], d["mamba_cache_mode"], d["hits_limited_by"]) == (2560, "all", None)
+    code, out, _ = run_cli(f"kvsim trace-replay {trace} --format mooncake --model nemotron-h-8b "
+                           "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["mamba_cache_mode"] == "all"  # auto, as vLLM
+    code, out, err = run_cli(f"kvsim trace-replay {trace} --format mooncake "
+                             "--model qwen3-next-80b-a3b --json")  # fmt: skip
+    assert code == 0 and json.loads(out)["mamba_cache_mode"] == "none"
+    assert "kvsim: warning: " in err and "under-estimate" in err
     code, _, err = run_cli(f"kvsim trace-replay {trace} --format mooncake --mamba-cache-mode all")
     assert code != 0 and "needs --model" in err and "Traceback" not in err
+    code, _, _ = run_cli(f"kvsim trace-replay {trace} --format mooncake --mamba-cache-mode none")
+    assert code == 0  # the former default stays accepted without --model
     code, _, err = run_cli(f"kvsim trace-replay {trace} --format mooncake --model nemotron-h-8b "
                            "--mamba-cache-mode align")  # fmt: skip
     assert code != 0 and "align is not modelled" in err

@@ -33,18 +33,20 @@ def _sessions(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    "model, hits, limited_by",
+    "model, mode, hits, limited_by",
     [
-        ("llama-3.1-8b", [0, 8, 8], None),  # dense: every layer keeps every token
-        ("gemma-3-27b", [0, 8, 8], None),  # sliding window 1024: cached with the table
-        ("llama-4-scout-17b-16e", [0, 8, 8], None),  # chunked local attention
-        ("nemotron-h-8b", [0, 0, 0], "mamba"),  # no saved state: no prefix hit
-        ("qwen3-next-80b-a3b", [0, 0, 0], "deltanet"),  # linear attention: the same
+        ("llama-3.1-8b", "auto", [0, 8, 8], None),  # dense: every layer keeps every token
+        ("gemma-3-27b", "auto", [0, 8, 8], None),  # sliding window 1024: with the table
+        ("llama-4-scout-17b-16e", "auto", [0, 8, 8], None),  # chunked local attention
+        ("nemotron-h-8b", "auto", [0, 8, 8], None),  # vLLM's all: a state at each boundary
+        ("nemotron-h-8b", "none", [0, 0, 0], "mamba"),  # no saved state: no prefix hit
+        # linear attention: vLLM's align is not modelled, so no saved state (warned)
+        ("qwen3-next-80b-a3b", "auto", [0, 0, 0], "deltanet"),
     ],
 )
-def test_exact_hits_per_model(tmp_path, model, hits, limited_by):
+def test_exact_hits_per_model(tmp_path, model, mode, hits, limited_by):
     plain = replay_sessions(_sessions(tmp_path))
-    r = replay_sessions(_sessions(tmp_path), hit_rule=model_hit_rule(model))
+    r = replay_sessions(_sessions(tmp_path), hit_rule=model_hit_rule(model, mode))
     assert plain.hits == [0, 8, 8] and r.hits == hits
     assert (r.model, r.table_hit_tokens, r.hits_limited_by) == (model, 16, limited_by)
     assert r.hit_tokens == sum(hits) and r.hit_rate == pytest.approx(sum(hits) / 40)
@@ -56,7 +58,8 @@ def test_the_rule_changes_hits_not_what_is_cached(tmp_path):
     for cache in (None, 8):
         plain = replay_sessions(_sessions(tmp_path), cache_tokens=cache)
         ssm = replay_sessions(
-            _sessions(tmp_path), cache_tokens=cache, hit_rule=model_hit_rule("nemotron-h-8b")
+            _sessions(tmp_path), cache_tokens=cache,
+            hit_rule=model_hit_rule("nemotron-h-8b", "none"),
         )
         same = ("evicted_blocks", "peak_cached_tokens", "calls_not_fitting")
         assert [getattr(ssm, k) for k in same] == [getattr(plain, k) for k in same]
@@ -98,19 +101,21 @@ def _cli(args: list[str], capsys) -> tuple[int, str]:
 
     code = main(args)
     got = capsys.readouterr()
-    return code, got.out + got.err
+    return code, got.out, got.err
 
 
 def test_cli_names_the_limiting_group(tmp_path, capsys):
     p = tmp_path / "s.jsonl"
     p.write_text(json.dumps(TRACE) + "\n")
     base = ["trace-replay", str(p), "--format", "claude-code"]
-    code, text = _cli([*base, "--model", "nemotron-h-8b", "--json"], capsys)
-    assert code == 0, text
+    none = [*base, "--model", "nemotron-h-8b", "--mamba-cache-mode", "none"]
+    code, text, err = _cli([*none, "--json"], capsys)
+    assert code == 0, err
     out = json.loads(text)
     assert (out["hit_tokens"], out["table_hit_tokens"], out["hits_limited_by"]) == (0, 16, "mamba")
-    code, text = _cli([*base, "--model", "nemotron-h-8b"], capsys)
+    assert "kvsim: warning: mamba_cache_mode none with prefix caching is a what-if" in err
+    code, text, _ = _cli(none, capsys)
     assert code == 0 and "hits limited by    mamba (hit tokens lost: mamba 16)" in text
-    code, text = _cli([*base, "--model", "no-such-model"], capsys)
-    assert code == 2 and "unknown model 'no-such-model'" in text and "nemotron-h-8b" in text
-    assert "Traceback" not in text
+    code, text, err = _cli([*base, "--model", "no-such-model"], capsys)
+    assert code == 2 and "unknown model 'no-such-model'" in err and "nemotron-h-8b" in err
+    assert "Traceback" not in text + err

@@ -150,3 +150,26 @@ def test_all_mode_block_size_matches_vllm(tp, expected):
     assert vllm_block_size(state, attn_1, 16, chunk=128) == expected
     pages = unify_pages(load_model("nemotron-h-8b"), 16, tp, mamba_cache_mode="all")
     assert pages.block_size_tokens == expected
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_all_mode_request_bytes_match_vllm(tp):
+    """Under ``all`` every group (attention and each Mamba group) holds ``cdiv(S, B)``
+    blocks of the one page size (``MambaManager`` allocates a state block per block-table
+    position; ``MambaSpec.page_size_bytes`` is ``page_size_padded``, the attention page):
+    nemotron-h-8b at 8,192 tokens is 13 blocks of 640 in 1 + 6 groups of 4 layers. kvsim
+    charges the same bytes: 13 table blocks of its bytes per token with saved states."""
+    from sim.sizing.group_demand import with_saved_states
+
+    attn_1 = 2 * max(1, 8 // tp) * 128 * 2
+    block = 640
+    size, groups = vllm_groups({"full": 4, "state": 24})
+    assert (size, groups) == (4, {"full": 1, "state": 6})
+    page = block * attn_1  # per layer per GPU; the padded state page equals it
+    vllm_bytes = sum(groups.values()) * cdiv(8192, block) * size * page * tp
+    pages = unify_pages(load_model("nemotron-h-8b"), 16, tp, mamba_cache_mode="all")
+    assert pages.state_page_padded_bytes == page
+    g = with_saved_states(kv_groups(load_model("nemotron-h-8b"), tp, num_gpus=tp), block, page)
+    assert cdiv(8192, block) * block * g.table_bytes_per_token == vllm_bytes
+    if tp == 1:  # 13 blocks x 7 groups x 4 layers x 2,621,440 B
+        assert vllm_bytes == 954_204_160
