@@ -218,7 +218,9 @@ def with_saved_states(
         return groups
     # the state groups join the table's groups, at their saved states' bytes per token,
     # so that the table's groups still sum to its bytes per token (the run's KV by group)
-    riding = tuple(replace(g, bytes_per_token=_saved_bytes(g, state_page_bytes) / block_size)
+    # (no padding layers to take off: each saved boundary is what the allocator charges)
+    riding = tuple(replace(g, bytes_per_token=_saved_bytes(g, state_page_bytes) / block_size,
+                           real_bytes_per_token=None)
                    for g in groups.side if g.state_bytes)  # fmt: skip
     return KVGroups(
         groups.table_bytes_per_token + saved,
