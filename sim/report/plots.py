@@ -133,14 +133,20 @@ def _title(ax, text: str, panel: str | None) -> None:
 def _memory_ax(ax, run, panel: str | None, legend: bool = True,
                st: series.Stack | None = None) -> None:  # fmt: skip
     st = series.memory_stack(run.memory) if st is None else st
+    what = "HBM per GPU by use" if "weights" in st.layers else "KV memory by use"
+    _stack_ax(ax, st, "no memory records", "GB", what, panel, legend)
+
+
+def _stack_ax(ax, st: series.Stack, empty: str, ylabel: str, what: str, panel: str | None,
+              legend: bool) -> None:  # fmt: skip
+    """A stacked area over simulated time (``empty``: the note where it has no rows)."""
     if not len(st.t_s):
-        _empty(ax, "no memory records")
+        _empty(ax, empty)
         return
     ax.stackplot(st.t_s, *st.layers.values(), labels=list(st.layers), step="post",
                  colors=COLORS[: len(st.layers)], alpha=0.85)  # fmt: skip
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("GB")
-    what = "HBM per GPU by use" if "weights" in st.layers else "KV memory by use"
+    ax.set_ylabel(ylabel)
     _title(ax, what if panel is None else f"{panel}: {what}", panel)
     if legend:
         _legend_outside(ax)
@@ -164,17 +170,8 @@ def plot_memory(run, node: int | None = None) -> Any:
 def _groups_ax(ax, run, panel: str | None, legend: bool = True,
                st: series.Stack | None = None) -> None:  # fmt: skip
     st = series.group_stack(run.memory_groups) if st is None else st
-    if not len(st.t_s):
-        _empty(ax, "one layer group: its KV is the memory plot's")
-        return
-    ax.stackplot(st.t_s, *st.layers.values(), labels=list(st.layers), step="post",
-                 colors=COLORS[: len(st.layers)], alpha=0.85)  # fmt: skip
-    ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("GB (all GPUs)")
-    what = "allocated KV by layer group"
-    _title(ax, what if panel is None else f"{panel}: {what}", panel)
-    if legend:
-        _legend_outside(ax)
+    _stack_ax(ax, st, "one layer group: its KV is the memory plot's", "GB (all GPUs)",
+              "allocated KV by layer group", panel, legend)  # fmt: skip
 
 
 def _cluster_groups_ax(ax, run, _panel) -> None:
