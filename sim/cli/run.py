@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -82,6 +82,7 @@ def run(
 ) -> None:
     """Run and write; Ctrl-C exits 130 and says whether the run folder is in place."""
     written: list[Path] = []  # the run folder, once it is complete
+    said: list[str] = []  # the configuration's warnings, printed before the run
     try:
         if replications is not None:  # K seeds on a local pool (sim.cli.sweep)
             from sim.cli.sweep import run_replicated
@@ -89,10 +90,10 @@ def run(
             return run_replicated(file, out, set_ or [], quiet, force, replications)
         extras = ReportOptions(report=not no_report, trace=trace)
         result = _run(file, out, set_ or [], quiet, force, command_argv(ctx), written.append,
-                      extras)  # fmt: skip
+                      extras, said)  # fmt: skip
         if not quiet:
             _print_summary(result.summary, written[0])
-        _after_run(result)
+        _after_run(result, said)
     except KeyboardInterrupt:
         what = f"the run folder {written[0]} is complete" if written else "nothing written"
         typer.echo(f"interrupted: {what}", err=True)
@@ -128,16 +129,20 @@ def report_hook(result, options: ReportOptions, worker=None) -> Callable[[Path],
 
 def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, command: list[str],
          installed: Callable[[Path], object],
-         extras: ReportOptions = ReportOptions()) -> Any:  # fmt: skip
+         extras: ReportOptions = ReportOptions(), said: list[str] | None = None) -> Any:  # fmt: skip
     """Check --out, build, run (with a progress bar unless quiet), write the folder
-    (``installed(folder)`` once it is complete); the ``RunResult``."""
+    (``installed(folder)`` once it is complete); the ``RunResult``. The configuration's
+    warnings are printed before the run and added to ``said``."""
     from sim.run import build
     from sim.run.output import check_out_dir, write_run
     from sim.scenario import parse_set
 
     out_dir = check_out_dir(out, force=force)  # before the run: refuse early
     sim = build(str(file), **parse_set(sets))
-    print_warnings(_config_warnings(sim))  # what vLLM would not run, said before the run
+    warned = _config_warnings(sim)
+    print_warnings(warned)  # what vLLM would not run, said before the run
+    if said is not None:
+        said.extend(warned)
     with _report_worker(extras.report) as worker:  # warms up on the other core meanwhile
         result = sim.run() if quiet else _run_with_progress(sim)
         result.summary["command"] = command  # the argv as given (the issue: argv)
@@ -169,12 +174,13 @@ def _config_warnings(sim) -> list[str]:
     return list(dict.fromkeys(w for r in parts if r is not None for w in r.warnings))
 
 
-def _after_run(result) -> None:
+def _after_run(result, said: Iterable[str] = ()) -> None:
     """A pathological run says so: its ``warnings`` as a WARNING block on stderr (also
-    with ``--quiet``); the exit status stays 0, since the run folder is complete."""
-    # printed before the run, and not pathological
-    said = set(result.resolved.warnings) if result.resolved is not None else set()
-    text = warning_block([w for w in result.summary.get("warnings") or [] if w not in said])
+    with ``--quiet``), less ``said`` (the configuration's, printed before the run: every
+    node group's of a cluster, not pathological); the exit status stays 0, since the run
+    folder is complete."""
+    before = set(said)
+    text = warning_block([w for w in result.summary.get("warnings") or [] if w not in before])
     if text:
         sys.stderr.write(text)
     from sim.cost.accuracy import accuracy_warning

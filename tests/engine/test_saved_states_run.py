@@ -212,3 +212,20 @@ def test_a_cluster_summary_lists_its_nodes_what_ifs_once(tmp_path):
     path = _scenario(tmp_path, "none", extra={"cluster": {"nodes": [{"count": 2}]}})
     s = run_scenario(path).summary
     assert [w[:45] for w in s["warnings"]] == ["mamba_cache_mode none with prefix caching is "]
+
+
+def test_a_warning_said_before_the_run_is_not_said_again_as_pathological(capsys):
+    """``kvsim run`` prints the configuration's warnings (every node group's of a cluster)
+    before the run; the pathological block after it leaves out all of them, not only node
+    0's."""
+    from types import SimpleNamespace
+
+    from sim.cli.run import _after_run
+
+    what_if = "mamba_cache_mode none with prefix caching is a what-if (node group 2)"
+    result = SimpleNamespace(summary={"warnings": [what_if, "mass rejection"]})
+    _after_run(result, [what_if])
+    err = capsys.readouterr().err
+    assert "mass rejection" in err and what_if not in err
+    _after_run(result)
+    assert what_if in capsys.readouterr().err
