@@ -57,3 +57,19 @@ def assert_same_frame(a, b, rel: float = 1e-9) -> None:
             assert np.allclose(x, y, rtol=rel, atol=1e-12, equal_nan=True), col
         else:
             assert (x == y).all(), col
+
+
+def one_request_doc(model: str, prompt: int, output: int, block_size: int = 16) -> dict:
+    """One request of ``prompt`` + ``output`` tokens on one H200 with a 40 GB paged pool:
+    the scenario the per-model peak tests run (a hybrid model's run peak against plan)."""
+    return {
+        "schema_version": 1,
+        "name": "one_request",
+        "seed": 0,
+        "model": model,
+        "hardware": {"accelerator": "h200-141gb", "tp": 1, "kv_pool_bytes_per_gpu": 40e9},
+        "allocator": {"kind": "paged", "block_size": block_size},
+        "scheduler": {"kind": "vllm_v1"},
+        "workload": {"kind": "requests", "requests": [
+            {"count": 1, "at_s": 0.0, "prompt_tokens": prompt, "output_tokens": output}]},
+    }  # fmt: skip

@@ -12,6 +12,7 @@ import json
 
 import pytest
 import yaml
+from engine_helpers import one_request_doc
 
 from sim.profiles import load_model
 from sim.run import run_scenario
@@ -34,20 +35,7 @@ CASES = {
 
 
 def _scenario(tmp_path, model: str, prompt: int, output: int) -> str:
-    doc = {
-        "schema_version": 1,
-        "name": "one_request",
-        "seed": 0,
-        "model": model,
-        "hardware": {"accelerator": "h200-141gb", "tp": 1, "kv_pool_bytes_per_gpu": 40e9},
-        "allocator": {"kind": "paged", "block_size": B},
-        "scheduler": {"kind": "vllm_v1"},
-        "workload": {
-            "kind": "requests",
-            "requests": [{"count": 1, "at_s": 0.0, "prompt_tokens": prompt,
-                          "output_tokens": output}],  # fmt: skip
-        },
-    }
+    doc = one_request_doc(model, prompt, output, B)
     path = tmp_path / f"{model}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return str(path)

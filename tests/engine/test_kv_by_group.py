@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import yaml
-from engine_helpers import run
+from engine_helpers import one_request_doc, run
 
 from sim.memory import make_allocator
 from sim.memory.kv_manager import KVManager
@@ -32,17 +32,7 @@ CASES = {"gemma-3-27b": (16370, 14), "gpt-oss-20b": (16370, 14), "nemotron-h-8b"
 
 
 def _doc(model: str, prompt: int, output: int) -> dict:
-    return {
-        "schema_version": 1,
-        "name": "one_request",
-        "seed": 0,
-        "model": model,
-        "hardware": {"accelerator": "h200-141gb", "tp": 1, "kv_pool_bytes_per_gpu": 40e9},
-        "allocator": {"kind": "paged", "block_size": B},
-        "scheduler": {"kind": "vllm_v1"},
-        "workload": {"kind": "requests", "requests": [
-            {"count": 1, "at_s": 0.0, "prompt_tokens": prompt, "output_tokens": output}]},
-    }  # fmt: skip
+    return one_request_doc(model, prompt, output, B)
 
 
 def _tolerance(model: str, name: str) -> float:
