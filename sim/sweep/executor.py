@@ -175,6 +175,10 @@ class DaskExecutor(Executor):
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    # no dashboard, and the scheduler's remaining HTTP routes on a free
+                    # local port rather than 8787 (taken when several sweeps or test
+                    # workers run at once: "Port 8787 is already in use")
+                    scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
                 )
                 self._client = Client(self._cluster)
         except OSError as exc:

@@ -3,12 +3,15 @@ killed worker that loses no finished run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -53,7 +56,16 @@ def test_local_pool_and_dask_give_the_inline_table(sweep_file, tmp_path):
     pytest.importorskip("distributed")
     inline = run_sweep(sweep_file, tmp_path / "inline", executor="inline")
     local = run_sweep(sweep_file, tmp_path / "local", executor="local", workers=2)
-    dask = run_sweep(sweep_file, tmp_path / "dask", executor="dask", workers=2)
+    # dask's default HTTP port taken (another sweep, another test worker): no warning, since
+    # the scheduler's HTTP routes go to a free local port
+    squatter = socket.socket()
+    with contextlib.suppress(OSError):
+        squatter.bind(("0.0.0.0", 8787))
+        squatter.listen()
+    with squatter, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        dask = run_sweep(sweep_file, tmp_path / "dask", executor="dask", workers=2)
+    assert not [w for w in seen if "8787" in str(w.message)]
     _same(inline, local)
     _same(inline, dask)
 
