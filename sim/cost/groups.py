@@ -118,6 +118,7 @@ class GroupPricer:
         self._fixed: dict[tuple[int, int, bool], FixedTerms] = {}
         self._eff_by_ctx: dict[float, float] = {}  # calibrated attention efficiency by mean context
         self._mem_fit: KernelFit | None = None
+        self._att_floors_s: float | None = None
 
     # -- kernel laws --------------------------------------------------------------------
 
@@ -250,10 +251,9 @@ class GroupPricer:
         once per mean context (the array call on one element, memoised), so a step costs
         no numpy call; equal to ``attention`` of a one-element array, bit for bit."""
         c, cal = self.config, self.cal
-        fit = self._memory_fit()
         eff = c.bw_efficiency
         if cal is not None:
-            ctx = float(math.floor(kv_tokens / max(1, n_seq)))
+            ctx = float(math.floor(kv_tokens / (n_seq if n_seq > 1 else 1)))  # max(1, n_seq)
             ctx = ctx if ctx > 1.0 else 1.0  # np.maximum(1.0, ctx) on a finite float
             eff = self._eff_by_ctx.get(ctx)
             if eff is None:
@@ -262,13 +262,11 @@ class GroupPricer:
                     self._eff_by_ctx[ctx] = eff
         mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read else 0.0
         comp = pairs * self.attn_flops_per_pair_per_gpu / rate if c.attention_flops else 0.0
-        floors = self.L * fit.kernel_floor_s if (c.kv_read or c.attention_flops) else 0.0
-        return floors + (comp if comp > mem else mem), float(mem), float(comp)
+        return self._attention_floors_s() + (comp if comp > mem else mem), float(mem), float(comp)
 
     def attention(self, kv_tokens: np.ndarray, pairs: np.ndarray, n_seq: int, rate: float):
         """(seconds, memory s, compute s) arrays of the attention group for each step."""
         c, cal = self.config, self.cal
-        fit = self._memory_fit()
         if cal is not None:
             mean_ctx = np.maximum(1.0, np.floor(kv_tokens / max(1, n_seq)))
             eff = cal.attention_bw_efficiencies(c.block_size, mean_ctx)
@@ -278,8 +276,17 @@ class GroupPricer:
             else 0.0 * kv_tokens  # fmt: skip
         comp = pairs * self.attn_flops_per_pair_per_gpu / rate if c.attention_flops \
             else 0.0 * pairs  # fmt: skip
-        floors = self.L * fit.kernel_floor_s if (c.kv_read or c.attention_flops) else 0.0
-        return floors + np.maximum(mem, comp), mem, comp
+        return self._attention_floors_s() + np.maximum(mem, comp), mem, comp
+
+    def _attention_floors_s(self) -> float:
+        """The attention group's L kernel floors (made once: asked on every priced step)."""
+        floors = self._att_floors_s
+        if floors is None:
+            c = self.config
+            fit = self._memory_fit()
+            floors = self.L * fit.kernel_floor_s if (c.kv_read or c.attention_flops) else 0.0
+            self._att_floors_s = floors
+        return floors
 
 
 def _allreduce_fit(config, cal: Calibration | None, accel: AcceleratorProfile, tp: int) -> AllReduceFit:

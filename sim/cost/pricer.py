@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class StepWork:
     """The work of one engine step, as the scheduler planned it.
 
@@ -39,6 +39,11 @@ class StepWork:
     had in KV before the step): every roofline term is linear in them. The longest and
     shortest decode history (None: not known, priced as equal contexts) serve only the
     kernel tables' skew correction.
+
+    A value: never changed once built (``advanced`` makes a new one), hashable. Not a
+    frozen dataclass: a frozen one's constructor sets each field through
+    ``object.__setattr__`` (3.5 us against 0.6 us here), and several works are built per
+    engine decision (docs/performance.md).
     """
 
     n_decode: int = 0
@@ -107,9 +112,11 @@ def step_offsets(n_steps: int) -> Any:
 
 def vmax(a: Any, b: Any) -> Any:
     """``max`` of two step terms, scalars or arrays alike (the same IEEE comparison)."""
+    if a.__class__ is float and b.__class__ is float:  # one step: the common case first
+        return b if b > a else a  # Python's max (the first of equals, NaN as it does)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.maximum(a, b)
-    return b if b > a else a  # Python's max (the first of equals, NaN as it does)
+    return b if b > a else a
 
 
 def as_run(x: Any, n_steps: int) -> np.ndarray:

@@ -99,9 +99,11 @@ class CostConfig(BaseModel):
     block_size: int = Field(16, ge=1)  # for calibrated attention bandwidth
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepCost:
-    """Seconds of one step and the terms behind them."""
+    """Seconds of one step and the terms behind them (a value: never changed once built;
+    ``dataclasses.replace`` makes a changed copy). Not frozen: a frozen dataclass's
+    constructor costs ~10x this one's, and one is built per engine decision."""
 
     total_s: float
     mem_s: float
@@ -160,6 +162,7 @@ class CostModel:
         self.calibration = _load_calibration(c.calibration)
         self._act_bytes = dtype_bytes(c.activation_dtype)
         self.pricing = _pricing(c.step_pricing, self.calibration, model, tp)
+        self._host_overhead_s: float | None = None
         self.groups = None
         if self.pricing == "per_group":
             self.groups = GroupPricer(model, accelerator, tp, c, self.calibration)
@@ -318,7 +321,14 @@ class CostModel:
         return 2 * self.model.num_layers * (ring + latency)
 
     def _overhead_s(self) -> float:
-        """The calibration's fitted step overhead when it has one, else the scenario's."""
+        """The calibration's fitted step overhead when it has one, else the scenario's
+        (made once: asked on every priced step)."""
+        overhead_s = self._host_overhead_s
+        if overhead_s is None:
+            overhead_s = self._host_overhead_s = self._make_overhead_s()
+        return overhead_s
+
+    def _make_overhead_s(self) -> float:
         cal = self.calibration
         if cal is not None and cal.step_overhead_s is not None:
             return cal.step_overhead_s

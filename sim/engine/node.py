@@ -64,15 +64,17 @@ if TYPE_CHECKING:
 MAX_ZERO_TIME_DECISIONS = 100_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Run:
-    """A planned run of steps (see ``Node._plan_run``)."""
+    """A planned run of steps (see ``Node._plan_run``; never changed once made)."""
 
     durations: list[float]  # every step's duration
     allocated: list[float]  # allocated bytes during steps 2..k
     chunks: tuple[int, ...] | None  # the prefill's chunks, one per step, while it lasts
     late: tuple | None  # (that prefill, its first decode step) when it decodes in the run
-    prefill_s: list[float] | None = None  # each step's seconds charged to prefill (None: 0)
+    #: the work of each step in which the prefill computes a chunk (None: no prefill); the
+    #: seconds charged to prefill are priced only for the steps taken (runs are mostly cut)
+    prefill_works: list[StepWork] | None = None
 
 
 class StepRecorder(Protocol):
@@ -323,8 +325,7 @@ class Node:
         yield self._wake
         k = self._deadline + 1
         self._wake, self._ends = None, None
-        pre = 0.0 if run.prefill_s is None else sum(run.prefill_s[:k])
-        self._commit(plan, now, ends[:k], cost, m, run, pre)
+        self._commit(plan, now, ends[:k], cost, m, run, self._run_prefill_s(run, k))
 
     def _plan_run(self, plan: BatchPlan, work: StepWork, m: tuple[float, float], cost: StepCost) -> _Run | None:
         """A run of several steps of this batch, or None for a single step: as long as
@@ -346,8 +347,18 @@ class Node:
             allocated = [float(m[1])] * (k - 1)
         if chunks is None:  # decodes alone (only they repeat)
             return _Run(self.cost.price_run(work, k).tolist(), allocated, None, late)
-        durations, prefill_s = self._prefill_run_durations(plan, work, cost, chunks, late is not None, k)
-        return _Run(durations, allocated, chunks, late, prefill_s)
+        durations, works = self._prefill_run_durations(plan, work, cost, chunks, late is not None, k)
+        return _Run(durations, allocated, chunks, late, works)
+
+    def _run_prefill_s(self, run: _Run, k: int) -> float:
+        """Seconds of the first ``k`` steps of ``run`` charged to prefill: each prefill
+        step's duration times its prefill share (``sim.cost.pricer.prefill_share_s``);
+        the steps after the prompt is done charge nothing."""
+        works = run.prefill_works
+        if works is None:
+            return 0.0
+        price, durations = self.cost.price_s, run.durations
+        return sum(durations[i] * prefill_share_s(price, w) for i, w in enumerate(works[:k]))
 
     def _run_offer(self, plan: BatchPlan, work: StepWork, m: tuple[float, float]) -> RunOffer | None:
         """A lockstep rank's offer of a run of pure-decode steps (``plan.run`` of a batch
@@ -360,16 +371,16 @@ class Node:
 
     def _prefill_run_durations(
         self, plan: BatchPlan, work: StepWork, cost: StepCost, chunks: tuple[int, ...], late: bool, k: int
-    ) -> tuple[list[float], list[float]]:
+    ) -> tuple[list[float], list[StepWork]]:
         """Decodes plus one prefill advancing by ``chunks``, then (if the run goes on)
         every request decoding. Every decode's context grows by one per step, so do the
         longest and shortest (the skew correction's); the prefill joins at its prompt.
-        Returns every step's duration and the seconds of it charged to prefill."""
+        Returns every step's duration and the work of each step with a prefill chunk."""
         n_pre = min(len(chunks), k)
         cached, n_dec = plan.prefill_chunks[0][1], plan.n_decode
         price = self.cost.price_s  # seconds alone: no breakdown is recorded for these steps
         out = [cost.total_s]
-        pre = [cost.total_s * prefill_share_s(price, work)]
+        works = [work]
         hist = plan.decode_history_tokens
         hi, lo = plan.decode_span()
         for i in range(1, n_pre):
@@ -378,7 +389,7 @@ class Node:
             span = (hi + i, lo + i) if n_dec else (None, None)
             step = StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)
             out.append(price(step))
-            pre.append(out[-1] * prefill_share_s(price, step))
+            works.append(step)
         if late and k > n_pre:  # the prompt is done: n_dec + 1 decodes
             prefill = plan.scheduled[-1][0]
             hist = plan.decode_history_tokens + n_pre * n_dec + prefill.num_tokens
@@ -386,8 +397,7 @@ class Node:
             hi, lo = (max(hi + n_pre, joined), min(lo + n_pre, joined)) if n_dec else (joined, joined)
             tail = StepWork(n_dec + 1, hist, (), 0.0, 0, hi, lo)
             out += self.cost.price_run(tail, k - n_pre).tolist()
-            pre += [0.0] * (k - n_pre)
-        return out, pre
+        return out, works
 
     # ----------------------------------------------------------------- commit
     def _commit(

@@ -300,8 +300,9 @@ class Recorder:
             self.step_ends.frombytes(np.ascontiguousarray(ends, dtype=np.float64).tobytes())
         end = self.step_ends[-1]
         # a speculative verify rides among the chunks (sim.sched.plan): a decode here
-        n_prefill = len(plan.prefill_chunks) - plan.verify_seqs
-        prefill_tokens = sum(c for c, _ in plan.prefill_chunks) - plan.verify_tokens
+        chunks = plan.prefill_chunks
+        n_prefill = len(chunks) - plan.verify_seqs
+        prefill_tokens = (sum([c for c, _ in chunks]) if chunks else 0) - plan.verify_tokens
         n_decode = plan.n_decode + plan.verify_seqs
         self.prefill_tokens += prefill_tokens
         self._steps.append(

@@ -185,3 +185,15 @@ def test_only_a_batch_of_decodes_repeats(work):
         pricer("roofline", False).price_run(work, 2)
     with pytest.raises(ValueError, match="at least one step"):
         pricer("roofline", False).price_run(StepWork(1, 5), 0)
+
+
+def test_a_step_work_is_a_value():
+    """``StepWork`` is a slots dataclass (not frozen, for its constructor's speed), still a
+    value: equal works are equal and hash alike, and ``advanced`` builds a new work."""
+    a, b = StepWork(3, 90, ((16, 4),), 0.0, 0, 40, 20), StepWork(3, 90, ((16, 4),), 0.0, 0, 40, 20)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != StepWork(3, 91, ((16, 4),), 0.0, 0, 40, 20)
+    later = advanced(a, 2)
+    assert later is not a and a == b  # the first step is left as it was
+    assert (later.decode_history_tokens, later.decode_max_history_tokens, later.decode_min_history_tokens) == (96, 42, 22)
+    assert not hasattr(a, "__dict__")  # slots: no per-instance dictionary

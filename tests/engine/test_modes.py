@@ -110,6 +110,12 @@ def test_exact_and_fast_modes_agree(case):
     assert fast.summary["engine_decisions"] < exact.summary["engine_decisions"]
     assert fast.summary["steps"] == exact.summary["steps"] == exact.summary["engine_decisions"]
     assert fast.steps.n_steps.sum() == exact.summary["steps"]
+    # a run charges prefill the seconds of the prefill steps it took (priced after the
+    # run is cut), as stepping one at a time does
+    pre_fast, pre_exact = fast.steps.prefill_s.sum(), exact.steps.prefill_s.sum()
+    assert pre_fast == pytest.approx(pre_exact, rel=1e-9)
+    if fast.steps.prefill_tokens.sum():
+        assert pre_exact > 0
 
 
 def test_the_cases_exercise_what_they_claim():
