@@ -41,17 +41,22 @@ construction. ``iteration_time`` and ``decode_run_times`` are the version-2 name
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.groups import GroupPricer
 from sim.cost.pricer import StepWork, as_run, check_run, step_offsets, step_total, vmax
+from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.attention_work import attention_work
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 
 class CostConfig(BaseModel):
