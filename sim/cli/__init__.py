@@ -12,12 +12,15 @@ Start-up: a command's module (and what it imports: pandas, pyarrow, matplotlib, 
 the engine) is imported only when that command runs, or when the help lists every
 command; ``kvsim --version`` imports none (``tests/cli/test_startup_imports.py`` checks
 which heavy modules each path leaves out). ``app`` is the fully registered Typer app,
-built on first access.
+built on first access. ``main`` turns pydantic's plug-in discovery off
+(``PYDANTIC_DISABLE_PLUGINS=__all__``) unless the environment sets that variable: the
+scan of every installed distribution's entry points cost each command ~60 ms.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -140,6 +143,10 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: pydantic's switch for its plug-ins: the ``kvsim`` command sets it to ``__all__`` (none)
+#: unless the environment sets it (``main``)
+PYDANTIC_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
+
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
 EXIT_INTERRUPTED = 130
 
@@ -150,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # the one flag alone: no command line parser to build
         print(f"kvsim {installed_version()}")
         return 0
+    # pydantic looks for its plug-ins (entry points of every installed distribution, ~60
+    # ms) before it builds the first validator; kvsim's own config models need none
+    os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
     import typer
 
     from sim.cli._common import Invocation
