@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 from sim.errors import KvsimError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import typer
 
 #: command name -> the module of this package that registers it, in help order
@@ -160,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     # pydantic looks for its plug-ins (entry points of every installed distribution, ~60
     # ms) before it builds the first validator; kvsim's own config models need none
     os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
+    from sim.cli._validate import plain_argv
+
+    plain = plain_argv(argv)
+    if plain is not None:  # ``validate FILE [--set ...]``: no command line parser to build
+        return _validate_plain(*plain)
     import typer
 
     from sim.cli._common import Invocation
@@ -190,6 +197,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kvsim: error: {exc.format_message()}", file=sys.stderr)
         return exc.exit_code
     return 0
+
+
+def _validate_plain(file: Path, sets: list[str] | None) -> int:
+    """``kvsim validate`` without typer (``sim.cli._validate``): the status and the lines
+    the typer command gives for the same arguments, user errors and Ctrl-C included."""
+    from sim.cli._validate import report
+
+    try:
+        return report(file, sets)
+    except KvsimError as exc:
+        print(f"kvsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # as typer inside a command: the status alone
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover
