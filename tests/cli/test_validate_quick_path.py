@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import sim.cli._validate as quick
-from sim.cli import main
 
 ONE = "workloads/seed_chunked_prefill.yaml"
 CLUSTER = "workloads/cluster_coding_agents.yaml"
