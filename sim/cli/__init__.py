@@ -10,11 +10,14 @@ typer turns it into exit 130; ``run``, ``sweep`` and ``compare`` say what is on 
 
 Start-up: a command's module (and what it imports: pandas, pyarrow, matplotlib, rich,
 the engine) is imported only when that command runs, or when the help lists every
-command; ``kvsim --version`` imports none (``tests/cli/test_startup_imports.py`` checks
-which heavy modules each path leaves out). ``app`` is the fully registered Typer app,
-built on first access. ``main`` turns pydantic's plug-in discovery off
-(``PYDANTIC_DISABLE_PLUGINS=__all__``) unless the environment sets that variable: the
-scan of every installed distribution's entry points cost each command ~60 ms.
+command; ``kvsim --version`` imports none, and a plain ``kvsim validate FILE [--set
+KEY=VALUE ...]`` is answered by ``sim.cli._validate`` without building the typer parser
+(the same lines and status as the typer command, which answers every other form;
+``tests/cli/test_startup_imports.py`` checks which heavy modules each path leaves out).
+``app`` is the fully registered Typer app, built on first access. ``main`` turns
+pydantic's plug-in discovery off (``PYDANTIC_DISABLE_PLUGINS=__all__``) unless the
+environment sets that variable: the scan of every installed distribution's entry points
+cost each command ~60 ms.
 """
 
 from __future__ import annotations
