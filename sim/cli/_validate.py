@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sim.errors import KvsimError
+from sim.errors import InvariantError, KvsimError
+
+if TYPE_CHECKING:
+    from sim.scenario import Resolved
 
 #: problems listed before the rest are only counted
 MAX_PROBLEMS = 20
@@ -41,6 +45,8 @@ def report(file: Path, sets: list[str] | None) -> int:
         if len(problems) > MAX_PROBLEMS:
             print(f"kvsim: error: ... and {len(problems) - MAX_PROBLEMS} more", file=sys.stderr)
         return 2
+    if resolved is None:  # every failure is one of the problems above
+        raise InvariantError("validate: no problem and no resolved scenario")
     print(f"{file}: ok: {ok_line(resolved)}")
     from sim.cli._common import print_warnings
 
@@ -48,7 +54,7 @@ def report(file: Path, sets: list[str] | None) -> int:
     return 0
 
 
-def ok_line(resolved) -> str:
+def ok_line(resolved: Resolved) -> str:
     """What a valid scenario resolved to, after ``FILE: ok: ``."""
     sc = resolved.scenario
     if sc.cluster is not None:
@@ -66,13 +72,13 @@ def ok_line(resolved) -> str:
     )
 
 
-def _pool_tokens(resolved) -> float:
+def _pool_tokens(resolved: Resolved) -> float:
     """The pool in tokens of what the allocator charges per token (a hybrid model's block
     table, saved states and drafter included), not the model's KV bytes per token."""
     return resolved.pool_bytes / resolved.allocator_kv_bytes_per_token
 
 
-def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], object]:
+def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], Resolved | None]:
     """(every problem found, the resolved scenario when there is none): loading, then the
     checks a run makes before it starts (``sim.run.checks.preflight``)."""
     from sim.errors import ConfigError
