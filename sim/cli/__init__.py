@@ -10,20 +10,28 @@ typer turns it into exit 130; ``run``, ``sweep`` and ``compare`` say what is on 
 
 Start-up: a command's module (and what it imports: pandas, pyarrow, matplotlib, rich,
 the engine) is imported only when that command runs, or when the help lists every
-command; ``kvsim --version`` imports none (``tests/cli/test_startup_imports.py`` checks
-which heavy modules each path leaves out). ``app`` is the fully registered Typer app,
-built on first access.
+command; ``kvsim --version`` imports none, and a plain ``kvsim validate FILE [--set
+KEY=VALUE ...]`` is answered by ``sim.cli._validate`` without building the typer parser
+(the same lines and status as the typer command, which answers every other form;
+``tests/cli/test_startup_imports.py`` checks which heavy modules each path leaves out).
+``app`` is the fully registered Typer app, built on first access. ``main`` turns
+pydantic's plug-in discovery off (``PYDANTIC_DISABLE_PLUGINS=__all__``) unless the
+environment sets that variable: the scan of every installed distribution's entry points
+cost each command ~60 ms.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING
 
 from sim.errors import KvsimError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import typer
 
 #: command name -> the module of this package that registers it, in help order
@@ -140,6 +148,10 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: pydantic's switch for its plug-ins: the ``kvsim`` command sets it to ``__all__`` (none)
+#: unless the environment sets it (``main``)
+PYDANTIC_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
+
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
 EXIT_INTERRUPTED = 130
 
@@ -150,6 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # the one flag alone: no command line parser to build
         print(f"kvsim {installed_version()}")
         return 0
+    # pydantic looks for its plug-ins (entry points of every installed distribution, ~60
+    # ms) before it builds the first validator; kvsim's own config models need none
+    os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
+    from sim.cli._validate import plain_argv
+
+    plain = plain_argv(argv)
+    if plain is not None:  # ``validate FILE [--set ...]``: no command line parser to build
+        return _validate_plain(*plain)
     import typer
 
     from sim.cli._common import Invocation
@@ -180,6 +200,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kvsim: error: {exc.format_message()}", file=sys.stderr)
         return exc.exit_code
     return 0
+
+
+def _validate_plain(file: Path, sets: list[str] | None) -> int:
+    """``kvsim validate`` without typer (``sim.cli._validate``): the status and the lines
+    the typer command gives for the same arguments, user errors and Ctrl-C included."""
+    from sim.cli._validate import report
+
+    try:
+        return report(file, sets)
+    except KvsimError as exc:
+        print(f"kvsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # as typer inside a command: the status alone
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

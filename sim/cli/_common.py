@@ -14,13 +14,14 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from sim.errors import KvsimError
 from sim.units import GB, GiB
 from sim.yamlio import load_value
+
+if TYPE_CHECKING:
+    import typer
 
 
 @dataclass(frozen=True)

@@ -113,9 +113,10 @@ class _bar:
             self._progress.__exit__(*exc)
 
 
-def validate_sweep(file: Path, sets: list[str] | None, max_problems: int) -> None:
+def validate_sweep(file: Path, sets: list[str] | None, max_problems: int) -> int:
     """``kvsim validate`` of a sweep file: the file, its base, and the base with each
-    point's overrides; one ``ok`` line, or every problem (one line each) and exit 2."""
+    point's overrides; one ``ok`` line and 0, or every problem (one line each) and 2 (the
+    exit status)."""
     from sim.errors import KvsimError
     from sim.sweep.check import check_sweep
     from sim.sweep.spec import load_sweep
@@ -132,7 +133,7 @@ def validate_sweep(file: Path, sets: list[str] | None, max_problems: int) -> Non
             typer.echo(f"kvsim: error: {err}", err=True)
         if len(problems) > max_problems:
             typer.echo(f"kvsim: error: ... and {len(problems) - max_problems} more", err=True)
-        raise typer.Exit(code=2)
+        return 2
     n = len(sweep.points)
     if base.scenario.cluster is not None:  # the cluster it is, as `kvsim validate SCENARIO`
         what = cluster_line(base)
@@ -144,6 +145,7 @@ def validate_sweep(file: Path, sets: list[str] | None, max_problems: int) -> Non
         f"{sweep.replications} replication{'s' if sweep.replications != 1 else ''} = "
         f"{n * sweep.replications} runs of {sweep.base_path.name} ({base.scenario.name}: {what})"
     )
+    return 0
 
 
 def run_replicated(

@@ -38,17 +38,22 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.cost.kernel_tables import ModelTables
 from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
 from sim.cost.table_schema import ModelTablesSpec
 from sim.errors import ConfigError, UnknownNameError
-from sim.profiles.registry import builtin_profiles_dir
+from sim.lazy_numpy import numpy_on_first_use
+from sim.profiles.registry import builtin_profiles_dir, is_shipped
 from sim.yamlio import format_validation_error, load_yaml
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 ENV_VAR = "KVSIM_PROFILES"
 COPY_DIRECTIONS = ("h2d", "d2h")
@@ -694,7 +699,7 @@ def load_calibration(name_or_path: str, search_dirs: list[Path] | None = None) -
         key = None  # load_yaml reports the problem
     if key is not None and key in _LOADED:
         return _LOADED[key]  # immutable: a run's resolve and cost model share one load
-    data, lines = load_yaml(path)
+    data, lines = load_yaml(path, shipped=is_shipped(path))
     spec = validate_mapping(data, str(path), lines)
     cal = calibration_from_spec(spec, str(path))
     if key is not None:

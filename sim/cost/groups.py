@@ -30,14 +30,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sim.cost.calibration import Calibration
 from sim.cost.linear import AllReduceFit, KernelFit, gemm_bytes, gemm_flops
+from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
 from sim.units import dtype_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 LEGACY_ALLREDUCE = AllReduceFit(latency_s=5e-6, bus_bw_bytes_per_s=450e9)
 ELEMENTWISE_KERNELS = 5  # input norm, RoPE, post-attention norm, activation, residual add

@@ -24,8 +24,15 @@ results equal step-by-step pricing).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
-import numpy as np
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,15 @@ class GemmTable:
     time_s: tuple[float, ...]
     models: tuple[str, ...] = ()  # informational: models whose layers have this shape
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_x", np.asarray(self.tokens, dtype=np.float64))
-        object.__setattr__(self, "_t", np.asarray(self.time_s, dtype=np.float64))
+    # the arrays are made on the first look-up (``kvsim validate`` loads tables it never
+    # prices, without numpy); a cached property is a plain attribute from then on
+    @cached_property
+    def _x(self) -> np.ndarray:
+        return np.asarray(self.tokens, dtype=np.float64)
+
+    @cached_property
+    def _t(self) -> np.ndarray:
+        return np.asarray(self.time_s, dtype=np.float64)
 
     def time_at(self, m: float) -> float:
         """Seconds for ``m`` tokens (next measured count at or above ``m``)."""

@@ -37,9 +37,8 @@ finite and in [0, 1) seconds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.cost.kernel_tables import (
@@ -53,6 +52,12 @@ from sim.cost.kernel_tables import (
     fill_attention_holes,
     fill_moe_holes,
 )
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 US = 1e-6
 MAX_TIME_US = 1e6  # one second per kernel of one layer: anything above is a unit mistake

@@ -48,15 +48,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from sim.errors import InvariantError
+from sim.lazy_numpy import numpy_on_first_use
 from sim.memory.base import Allocator, Books, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, PagedPool
 from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
 from sim.memory.prefix_index import PrefixIndex, PrefixListener
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 
 class PagedAllocator(Allocator):

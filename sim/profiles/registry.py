@@ -86,9 +86,18 @@ def available(kind: str, extra_dirs: list[str | Path] | None = None) -> dict[str
     return found
 
 
+def is_shipped(path: Path) -> bool:
+    """Whether ``path`` is one of kvsim's own files (under ``builtin_profiles_dir()``), which
+    ``sim.yamlio`` may read with libyaml (``load_yaml(..., shipped=True)``)."""
+    try:
+        return path.resolve().is_relative_to(builtin_profiles_dir().resolve())
+    except OSError:
+        return False
+
+
 def load_file(path: Path, kind: str, overrides: dict[str, Any] | None = None):
     """Validate one profile file; ``overrides`` replace top-level fields (dotted keys ok)."""
-    data, lines = load_yaml(path)
+    data, lines = load_yaml(path, shipped=is_shipped(path))
     if not isinstance(data, dict):
         raise ConfigError("a profile must be a mapping of fields", location=f"{path}:1")
     data.setdefault("name", path.stem)

@@ -142,6 +142,16 @@ DERIVED_ALLOCATOR_DEFAULTS = {("static", "max_tokens")}
 
 def _json_safe(tp: Any) -> Any:
     try:
+        return _described(tp)
+    except TypeError:  # an unhashable annotation: checked without the cache
+        return _described.__wrapped__(tp)
+
+
+@functools.lru_cache(maxsize=64)
+def _described(tp: Any) -> Any:
+    """``tp`` when pydantic can describe it in a JSON Schema, else ``Any`` (once per type:
+    the allocator kinds share a handful of option types)."""
+    try:
         TypeAdapter(tp).json_schema()
         return tp
     except Exception:  # a type pydantic cannot describe (a protocol object): accept any value

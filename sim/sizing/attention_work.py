@@ -32,14 +32,18 @@ terms are one expression over step offsets (``sim.cost.pricer``), scalars or arr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.layer_groups import StateGroup
 from sim.profiles.schema import ModelProfile
 from sim.sizing.compute import state_flops_per_token
 from sim.sizing.groups import group_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: the scenario key the band scales (sim.cost.roofline.CostConfig.step_time_scale)
+#: the scenario key the band scales (sim.cost.config.CostConfig.step_time_scale)
 SCALE_KEY = "cost.step_time_scale"
 
 

@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 #: the largest token count a distribution may state or a sample may take
 MAX_TOKENS = 10_000_000

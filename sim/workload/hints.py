@@ -24,15 +24,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.errors import ConfigError
+from sim.lazy_numpy import numpy_on_first_use
 from sim.policy import KVHint
 from sim.workload.distributions import MAX_TIME_S
 from sim.workload.kinds import workload_kind
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 #: points of the quantile grid a distribution's mean is taken over (kinds with a ppf)
 MEAN_GRID = 4096

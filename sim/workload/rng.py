@@ -11,8 +11,14 @@ unlike ``hash``); the same seed and name give the same stream in every run.
 from __future__ import annotations
 
 from hashlib import blake2b
+from typing import TYPE_CHECKING
 
-import numpy as np
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 
 def stream_key(name: str) -> int:

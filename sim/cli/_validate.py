@@ -1,0 +1,119 @@
+"""``kvsim validate`` without its command line parser: the checks and the lines printed.
+
+Responsibility: ``report(file, sets)`` loads a scenario (or a sweep file), makes every
+check a run makes before it starts (``sim.run.checks.preflight``) and prints the outcome;
+``sim.cli.validate`` (the typer command) and ``sim.cli.main``'s quick path for a plain
+``kvsim validate FILE [--set KEY=VALUE ...]`` both call it, so the two print the same
+lines and return the same status. Nothing here imports typer (the quick path's gain:
+docs/performance.md, "Start-up").
+
+Invariant: a valid scenario prints one ``ok`` line with what it resolved to (for a
+cluster: its node groups, router and KV pool in all) and returns 0; an invalid one prints
+every problem found (schema errors all at once; then missing trace files, the profiles,
+the KV pool and the allocator), one ``kvsim: error: file:line: field: message`` line each
+on stderr, at most ``MAX_PROBLEMS`` of them then ``... and N more``, and returns 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sim.errors import InvariantError, KvsimError
+
+if TYPE_CHECKING:
+    from sim.scenario import Resolved
+
+#: problems listed before the rest are only counted
+MAX_PROBLEMS = 20
+
+
+def report(file: Path, sets: list[str] | None) -> int:
+    """Check ``file`` (``--set`` overrides applied) and print the outcome; the exit status
+    (0 or 2). A sweep file is checked as ``sim.cli.sweep.validate_sweep`` does."""
+    from sim.sweep.kind import is_sweep_file
+
+    if is_sweep_file(file):  # a sweep file: its base with every point (sim.cli.sweep)
+        from sim.cli.sweep import validate_sweep
+
+        return validate_sweep(file, sets, MAX_PROBLEMS)
+    problems, resolved = check(file, sets)
+    if problems:
+        for err in problems[:MAX_PROBLEMS]:
+            print(f"kvsim: error: {err}", file=sys.stderr)
+        if len(problems) > MAX_PROBLEMS:
+            print(f"kvsim: error: ... and {len(problems) - MAX_PROBLEMS} more", file=sys.stderr)
+        return 2
+    if resolved is None:  # every failure is one of the problems above
+        raise InvariantError("validate: no problem and no resolved scenario")
+    print(f"{file}: ok: {ok_line(resolved)}")
+    from sim.cli._common import print_warnings
+
+    print_warnings(list(resolved.warnings))  # what vLLM would not run (exit 0)
+    return 0
+
+
+def ok_line(resolved: Resolved) -> str:
+    """What a valid scenario resolved to, after ``FILE: ok: ``."""
+    sc = resolved.scenario
+    if sc.cluster is not None:
+        from sim.cli._common import cluster_line
+
+        return f"{sc.name}: {cluster_line(resolved)}"
+    from sim.units import GB
+
+    return (
+        f"{sc.name}: {resolved.model.name} on {resolved.num_gpus} x "
+        f"{resolved.accelerator.name} (tp {sc.hardware.tp}, pp {sc.hardware.pp}), KV pool "
+        f"{resolved.pool_bytes / GB:,.2f} GB ({_pool_tokens(resolved):,.0f}"
+        f" tokens), allocator {resolved.allocator_kind}, scheduler {sc.scheduler.kind}, "
+        f"workload {sc.workload.kind}"
+    )
+
+
+def _pool_tokens(resolved: Resolved) -> float:
+    """The pool in tokens of what the allocator charges per token (a hybrid model's block
+    table, saved states and drafter included), not the model's KV bytes per token."""
+    return resolved.pool_bytes / resolved.allocator_kv_bytes_per_token
+
+
+def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], Resolved | None]:
+    """(every problem found, the resolved scenario when there is none): loading, then the
+    checks a run makes before it starts (``sim.run.checks.preflight``)."""
+    from sim.errors import ConfigError
+    from sim.run.checks import preflight
+    from sim.scenario import load_scenario, parse_set
+
+    try:
+        return [], preflight(load_scenario(str(file), parse_set(sets)))
+    except ConfigError as exc:
+        return exc.problems or [exc], None
+    except KvsimError as exc:
+        return [exc], None
+
+
+def plain_argv(argv: list[str]) -> tuple[Path, list[str] | None] | None:
+    """(FILE, the ``--set`` values or None) when ``argv`` is ``validate FILE`` with no
+    other flag than ``--set VALUE`` / ``--set=VALUE``; None for anything else (help, other
+    flags, a value that looks like a flag: typer's parser answers those)."""
+    if argv[:1] != ["validate"]:
+        return None
+    files: list[str] = []
+    sets: list[str] = []
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg == "--set":
+            value = next(rest, None)
+            if value is None or value.startswith("-"):
+                return None
+            sets.append(value)
+        elif arg.startswith("--set="):
+            sets.append(arg.removeprefix("--set="))
+        elif arg.startswith("-") or not arg:
+            return None
+        else:
+            files.append(arg)
+    if len(files) != 1:
+        return None
+    return Path(files[0]), sets or None

@@ -1,0 +1,93 @@
+"""``sim.yamlio`` reads kvsim's own files (``shipped=True``: profiles, calibrations) with
+libyaml's scanner when PyYAML has it, and every other file with PyYAML's pure loader.
+
+libyaml gives the same data and lines for every file kvsim ships (checked here, so a
+shipped file that parses otherwise fails CI); a shipped file with a problem is parsed
+again by the pure loader, which words it. On malformed text libyaml is not PyYAML's twin
+(it accepts ``a\\t`` and ``|#``; hypothesis found both), which is why user files stay on
+the pure loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sim.yamlio as yamlio
+from sim.cost.calibration import load_calibration
+from sim.errors import ConfigError
+from sim.profiles.registry import builtin_profiles_dir, is_shipped
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml")
+
+
+def _both(path: Path) -> tuple:
+    text = path.read_text(encoding="utf-8")
+    fast = yamlio._parse(yamlio._LibyamlLoader, text, str(path), yamlio.MAX_NODES)
+    return fast, yamlio._parse(yamlio._BoundedLoader, text, str(path), yamlio.MAX_NODES)
+
+
+def test_every_shipped_file_parses_alike_with_libyaml():
+    shipped = sorted(builtin_profiles_dir().rglob("*.yaml"))
+    assert len(shipped) > 20 and all(is_shipped(p) for p in shipped)
+    for path in shipped:
+        fast, pure = _both(path)
+        assert fast == pure, path
+
+
+def test_the_other_yaml_files_of_the_repository_parse_alike_too():
+    """Not required (they are read by the pure loader), but a wider check of the two."""
+    for d in ("workloads", "benchmarks", "tests"):
+        for path in sorted((ROOT / d).rglob("*.y*ml")):
+            fast, pure = _both(path)
+            assert fast == pure, path
+
+
+def test_only_kvsims_own_files_count_as_shipped(tmp_path):
+    assert is_shipped(builtin_profiles_dir() / "models" / "llama-3.1-8b.yaml")
+    assert not is_shipped(tmp_path / "models" / "llama-3.1-8b.yaml")
+    assert not is_shipped(ROOT / "workloads" / "seed_chunked_prefill.yaml")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\na: 2\n",  # a repeated key: both lines named
+        "a: [1, 2\n",  # a syntax error
+        "a: *nope\n",  # an undefined alias
+        "a: &x [*x]\n",  # an alias inside the node it names
+        "a: 2024-13-45\n",  # a value the safe constructor cannot build
+        "a: \x07\n",  # a control character
+        "a: " + "[" * 70 + "]" * 70 + "\n",  # nested too deeply
+        "a: !!python/object:os.system x\n",  # a tag the safe loader refuses
+        "--- 1\n--- 2\n",  # two documents
+    ],
+)
+def test_a_problem_in_a_shipped_file_is_worded_by_the_pure_loader(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as pure:
+        yamlio.load_yaml(path)
+    with pytest.raises(ConfigError) as shipped:
+        yamlio.load_yaml(path, shipped=True)
+    assert str(shipped.value) == str(pure.value)
+
+
+def test_what_libyaml_accepts_and_pyyaml_refuses_stays_refused_in_user_files(tmp_path):
+    for i, (text, libyaml_reads) in enumerate((("a\t", "a"), ("|#", ""))):
+        path = tmp_path / f"odd{i}.yaml"
+        path.write_text(text, encoding="utf-8")
+        assert yamlio.load_yaml(path, shipped=True) == (libyaml_reads, {})
+        with pytest.raises(ConfigError, match="invalid YAML"):
+            yamlio.load_yaml(path)
+
+
+def test_a_shipped_calibration_loads_as_with_the_pure_loader(monkeypatch):
+    fast = load_calibration("h100-sxm-80gb-vidur")
+    monkeypatch.setattr(yamlio, "_SHIPPED_LOADERS", ())
+    import sim.cost.calibration as calibration
+
+    monkeypatch.setattr(calibration, "_LOADED", {})  # no cached load
+    assert load_calibration("h100-sxm-80gb-vidur") == fast
