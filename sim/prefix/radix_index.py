@@ -45,7 +45,7 @@ cached blocks = tree blocks with refcount 0.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from sim.errors import ConfigError, InvariantError
@@ -241,6 +241,19 @@ class RadixIndex:
         tree.lock(res.node)
         tree.unlock(node)
         self._node[seq_id] = res.node
+
+    def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
+        """True when each sequence's new full blocks would lengthen its own leaf in place
+        (``RadixTree.can_extend``: a leaf it alone pins) or are not cached (unknown content)
+        and no watermark evicts between appends. Then a run's fills touch only locked
+        paths, so make_room's victims and their order do not depend on when blocks are
+        taken; one ``extend`` of k blocks leaves the leaf k fills would, and the paths'
+        last access is the latest fill through them when sequences come in the order of
+        their last fills (``DeferredAppends.apply_run``)."""
+        if self.watermark.tau_low_blocks:
+            return False
+        tails, nodes, can_extend = self._tail, self._node, self.tree.can_extend
+        return all(tails[s] is None or can_extend(nodes[s]) for s in seq_ids)
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
         node = self._node[parent_id]
