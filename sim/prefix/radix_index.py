@@ -146,7 +146,7 @@ class RadixIndex:
         if segs is None:
             self.tree.lock(self.tree.root)
             return PrefixHit([], 0, (None, None))
-        m = self.tree.match(segs, limit_tokens=n_tokens - 1)
+        m = self.tree.match_normal(segs, limit_tokens=n_tokens - 1)
         self.tree.lock(m.node)  # pin the matched path before any eviction makes room
         return PrefixHit(m.block_ids, m.hit_tokens, (m, segs))
 
@@ -295,7 +295,7 @@ class RadixIndex:
     # ------------------------------------------------------------------ queries
     def can_allocate(self, n_tokens: int, content: Any) -> bool:
         segs = checked_content(content, n_tokens, "can_allocate", "radix")
-        m = self.tree.match(segs, limit_tokens=n_tokens - 1)
+        m = self.tree.match_normal(segs, limit_tokens=n_tokens - 1)
         pinned = self.tree.unlocked_blocks_on_path(m.node)
         need = -(-n_tokens // self.block_size) - len(m.block_ids)
         return need <= self.pool.num_free + self.tree.evictable_blocks - pinned
