@@ -140,14 +140,22 @@ class RadixIndex:
         return self.ledger.excess_tokens
 
     # ------------------------------------------------------------------ admission
-    def match(self, n_tokens: int, content: Any) -> PrefixHit:
-        """The longest cached prefix, capped at ``n_tokens - 1``, its path pinned."""
+    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
+        """The longest cached prefix, capped at ``n_tokens - 1``, its path pinned; None when
+        the new blocks cannot fit even with every evictable block freed (a request retried
+        step after step while memory is short: the core then pins and unpins nothing; a
+        capped match's split stays, as on any miss)."""
         segs = None if content is None else checked_content(content, n_tokens, "allocate", "radix")
         if segs is None:
             self.tree.lock(self.tree.root)
             return PrefixHit([], 0, (None, None))
-        m = self.tree.match_normal(segs, limit_tokens=n_tokens - 1)
-        self.tree.lock(m.node)  # pin the matched path before any eviction makes room
+        tree = self.tree
+        m = tree.match_normal(segs, limit_tokens=n_tokens - 1)
+        tree.lock(m.node)  # pin the matched path before any eviction makes room
+        short = -(-n_tokens // self.block_size) - len(m.block_ids) - self.pool.num_free
+        if short > tree.evictable_blocks:  # make_room would refuse: a miss
+            tree.unlock(m.node)
+            return None
         return PrefixHit(m.block_ids, m.hit_tokens, (m, segs))
 
     def cancel(self, hit: PrefixHit) -> None:
