@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -148,6 +148,13 @@ class Allocator(ABC):
     def subscribe_prefix(self, listener: Any) -> bool:
         """Install a ``PrefixListener`` on the prefix cache (``PrefixIndex.subscribe``);
         False for a kind without a prefix cache."""
+        return False
+
+    def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
+        """Whether the appends of a run of decode steps to these sequences may be made one
+        per sequence (its whole growth, content and all) instead of block by block in step
+        order, with the same outcome up to which free block ids each sequence gets: a prefix
+        cache that says so (``PrefixIndex.appends_in_bulk``). False here: step order."""
         return False
 
     def set_retain(self, seq_id: Hashable, priority: float) -> None:  # noqa: B027

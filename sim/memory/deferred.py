@@ -9,7 +9,8 @@ and before anything else happens to the sequence (``flush``). ``extra_tokens`` l
 owner report metrics as if everything had been appended. ``grow_each`` is ``grow`` for a
 step's decodes in one call (it stops at the first miss). The engine's fast path asks the
 same ledger how many decode steps fit (``plan_run``) and replays a run's appends
-(``apply_run``) with exactly the calls step-by-step growth would make.
+(``apply_run``) with exactly the calls step-by-step growth would make, or, where the
+allocator says their order cannot matter (``appends_in_bulk``), one append per sequence.
 
 Invariants, for every tracked sequence: ``total = allocator tokens + pending``;
 ``0 <= room <= capacity - total`` (equal except after a fork, whose shared last block must
@@ -219,7 +220,9 @@ class DeferredAppends:
         ``starts[i]`` is the start of the run's step ``i`` (step 0 was grown normally).
         Without content, order and timing cannot matter: each sequence gets at most one
         append. With content, the allocator sees every block fill and every new block at
-        the step it happens (``set_time``), in scheduling order (the late request last).
+        the step it happens (``set_time``), in scheduling order (the late request last),
+        unless it says the order cannot matter (``Allocator.appends_in_bulk``: a radix
+        cache whose sequences each grow a leaf of their own): then one append per sequence.
         """
         plan = [(req, 1) for req in requests]
         if late is not None and late[1] <= steps:
@@ -232,25 +235,48 @@ class DeferredAppends:
                     raise InvariantError(f"fast path: planned growth of {req!r} missed")
             return
         bs = self.alloc.block_size
-        events: list[tuple[int, int]] = []
-        bases = []
-        for j, (req, first) in enumerate(plan):
+        bases = [self.total[req.seq_id] - first + 1 for req, first in plan]  # "before step 1"
+        # each sequence's first new block, then its first block fill (bs - 1 steps later)
+        firsts = []
+        for req, first in plan:
             r = self.room[req.seq_id]
-            bases.append(self.total[req.seq_id] - first + 1)  # tokens "before step 1"
-            new = first + r  # a new block; then a fill bs - 1 steps later
-            events.extend((i, j) for i in range(new, steps + 1, bs))
-            fill = first + r - 1 if r >= 1 else first + bs - 1
-            events.extend((i, j) for i in range(fill, steps + 1, bs))
-        events.sort()
-        step = -1
-        for i, j in events:
-            if i != step:
-                set_time(float(starts[i]))
-                step = i
-            self._append_upto(plan[j][0], bases[j] + i)
+            firsts.append((first + r, first + r - 1 if r >= 1 else first + bs - 1))
+        if self.alloc.appends_in_bulk([req.seq_id for req, _ in plan]):
+            self._apply_in_bulk(plan, bases, firsts, steps, starts, set_time)
+        else:
+            events = [(i, j) for j, ends in enumerate(firsts) for e in ends
+                      for i in range(e, steps + 1, bs)]  # fmt: skip
+            events.sort()
+            step = -1
+            for i, j in events:
+                if i != step:
+                    set_time(float(starts[i]))
+                    step = i
+                self._append_upto(plan[j][0], bases[j] + i)
         for j, (req, _) in enumerate(plan):  # what is left of the run stays pending
             if not self.grow(req, bases[j] + steps):
                 raise InvariantError(f"fast path: planned growth of {req!r} missed")
+
+    def _apply_in_bulk(self, plan, bases, firsts, steps: int, starts, set_time) -> None:
+        """``apply_run``'s appends one per sequence (``Allocator.appends_in_bulk``): each
+        sequence is appended up to its last event of the run (a new block or a block fill)
+        after ``set_time`` of its last fill, in the order of those fills (so every path's
+        last access is its latest fill), and the clock ends at the run's last event."""
+        bs = self.alloc.block_size
+        last_event = 0
+        todo = []
+        for j, (new, fill) in enumerate(firsts):
+            end = max(_last(new, steps, bs), _last(fill, steps, bs))
+            if end > 0:
+                todo.append((_last(fill, steps, bs), j, end))
+                last_event = max(last_event, end)
+        todo.sort()
+        for fill, j, end in todo:
+            if fill > 0:
+                set_time(float(starts[fill]))
+            self._append_upto(plan[j][0], bases[j] + end)
+        if last_event:
+            set_time(float(starts[last_event]))
 
     def _grow_by(self, requests: Sequence[Any], steps: int) -> None:
         """Each request's sequence grows by ``steps`` tokens (no content: one append at
@@ -297,3 +323,8 @@ class DeferredAppends:
             free = self._capacity(seq) - total
             if not 0 <= self.room[seq] <= free:
                 raise InvariantError(f"{seq!r}: room {self.room[seq]} outside [0, {free}]")
+
+
+def _last(first: int, steps: int, every: int) -> int:
+    """The last of steps ``first, first + every, ...`` up to ``steps``; 0 when none."""
+    return first + (steps - first) // every * every if first <= steps else 0

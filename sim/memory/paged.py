@@ -47,7 +47,7 @@ tables; with an index, also the index's own (``PrefixIndex.check``).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sim.errors import InvariantError
@@ -470,6 +470,13 @@ class PagedAllocator(Allocator):
     def subscribe_prefix(self, listener: PrefixListener) -> bool:
         """Install a ``PrefixListener`` on the index; False without an index."""
         return self.index is not None and self.index.subscribe(listener)
+
+    def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
+        """The index's answer (``PrefixIndex.appends_in_bulk``); False without an index, or
+        while the kind ignores content or counts side groups (they change block by block)."""
+        if self.index is None or self._content_off or self.kv_groups is not None:
+            return False
+        return self.index.appends_in_bulk(seq_ids)
 
     def set_retain(self, seq_id: Hashable, priority: float) -> None:
         """The index's retain priority of a live sequence (no-op without an index)."""

@@ -12,6 +12,7 @@ Calls, per operation (hooks run only when the operation succeeds unless said):
 
     allocate        match -> (make_room) -> admitted, or cancel if no room was made
     append          check_content (before any change) -> (make_room) -> appended
+    decode runs     appends_in_bulk: may a run's appends come one per sequence?
     fork            forked
     free            released(uncache=False); free_uncached: released(uncache=True)
     queries         can_allocate, evictable_blocks, excess_tokens, prefix_metrics
@@ -27,7 +28,7 @@ the cached content as it was.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -100,6 +101,15 @@ class PrefixIndex(Protocol):
     ) -> None:
         """``n_tokens`` (``content`` from ``check_content``, or None: unknown) follow
         ``tokens``; ``table`` already has their blocks. Cache the blocks that became full."""
+
+    def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
+        """Whether a decode run's appends to these live sequences may reach ``appended``
+        one call per sequence (all its tokens of the run, after ``set_time`` of its last
+        block fill) instead of one call per new block and per block fill in step order,
+        leaving the same cache (blocks aside: the core hands each sequence its free blocks
+        in one go). An index says True only when the order cannot matter: no eviction
+        between appends but for room, and each sequence's new full blocks join only its
+        own private content. False is always correct."""
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
         """``child_id`` maps the parent's blocks (``table``, a copy) and shares its content."""

@@ -38,7 +38,7 @@ block's content, and the unhashed tail is its content past that block.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from sim.errors import ConfigError, InvariantError
@@ -158,6 +158,11 @@ class HashIndex:
     # ------------------------------------------------------------------ growth
     def check_content(self, content: Any, n_tokens: int, op: str) -> Segments:
         return checked_content(content, n_tokens, op, self.kind)
+
+    def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
+        """False (step order): the hashed pool's cached blocks wait in the free queue that
+        takes pop, beside the blocks fills hash; no order-free form is shown for it."""
+        return False
 
     def appended(
         self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any, table: list[int]

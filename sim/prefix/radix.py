@@ -258,7 +258,13 @@ class RadixTree:
         whole blocks; the node where it ends is split if needed so the caller can lock it.
         With ``now`` the usable path is touched (last access, hit count).
         """
-        segs = segments(content)
+        return self.match_normal(segments(content), now, limit_tokens)
+
+    def match_normal(
+        self, segs: Segments, now: float | None = None, limit_tokens: int | None = None
+    ) -> MatchResult:
+        """``match`` of content already in normal form (what ``spans.segments`` returns),
+        without normalising it again: a long prompt's spans are walked once, not twice."""
         path, partial, partial_m = self._walk(segs)
         raw = (path[-1].end_tokens if path else 0) + partial_m
         capped = raw if limit_tokens is None else max(0, min(raw, limit_tokens))

@@ -45,7 +45,7 @@ cached blocks = tree blocks with refcount 0.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from sim.errors import ConfigError, InvariantError
@@ -140,14 +140,22 @@ class RadixIndex:
         return self.ledger.excess_tokens
 
     # ------------------------------------------------------------------ admission
-    def match(self, n_tokens: int, content: Any) -> PrefixHit:
-        """The longest cached prefix, capped at ``n_tokens - 1``, its path pinned."""
+    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
+        """The longest cached prefix, capped at ``n_tokens - 1``, its path pinned; None when
+        the new blocks cannot fit even with every evictable block freed (a request retried
+        step after step while memory is short: the core then pins and unpins nothing; a
+        capped match's split stays, as on any miss)."""
         segs = None if content is None else checked_content(content, n_tokens, "allocate", "radix")
         if segs is None:
             self.tree.lock(self.tree.root)
             return PrefixHit([], 0, (None, None))
-        m = self.tree.match(segs, limit_tokens=n_tokens - 1)
-        self.tree.lock(m.node)  # pin the matched path before any eviction makes room
+        tree = self.tree
+        m = tree.match_normal(segs, limit_tokens=n_tokens - 1)
+        tree.lock(m.node)  # pin the matched path before any eviction makes room
+        short = -(-n_tokens // self.block_size) - len(m.block_ids) - self.pool.num_free
+        if short > tree.evictable_blocks:  # make_room would refuse: a miss
+            tree.unlock(m.node)
+            return None
         return PrefixHit(m.block_ids, m.hit_tokens, (m, segs))
 
     def cancel(self, hit: PrefixHit) -> None:
@@ -242,6 +250,19 @@ class RadixIndex:
         tree.unlock(node)
         self._node[seq_id] = res.node
 
+    def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
+        """True when each sequence's new full blocks would lengthen its own leaf in place
+        (``RadixTree.can_extend``: a leaf it alone pins) or are not cached (unknown content)
+        and no watermark evicts between appends. Then a run's fills touch only locked
+        paths, so make_room's victims and their order do not depend on when blocks are
+        taken; one ``extend`` of k blocks leaves the leaf k fills would, and the paths'
+        last access is the latest fill through them when sequences come in the order of
+        their last fills (``DeferredAppends.apply_run``)."""
+        if self.watermark.tau_low_blocks:
+            return False
+        tails, nodes, can_extend = self._tail, self._node, self.tree.can_extend
+        return all(tails[s] is None or can_extend(nodes[s]) for s in seq_ids)
+
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
         node = self._node[parent_id]
         self.tree.lock(node)
@@ -282,7 +303,7 @@ class RadixIndex:
     # ------------------------------------------------------------------ queries
     def can_allocate(self, n_tokens: int, content: Any) -> bool:
         segs = checked_content(content, n_tokens, "can_allocate", "radix")
-        m = self.tree.match(segs, limit_tokens=n_tokens - 1)
+        m = self.tree.match_normal(segs, limit_tokens=n_tokens - 1)
         pinned = self.tree.unlocked_blocks_on_path(m.node)
         need = -(-n_tokens // self.block_size) - len(m.block_ids)
         return need <= self.pool.num_free + self.tree.evictable_blocks - pinned

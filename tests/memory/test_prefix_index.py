@@ -100,6 +100,9 @@ class PromptCache:
     def appended(self, seq_id, tokens, n_tokens, content, table) -> None:
         self.calls.append(("appended", seq_id, tokens, n_tokens))
 
+    def appends_in_bulk(self, seq_ids) -> bool:
+        return False
+
     def forked(self, parent_id, child_id, table) -> None:
         self.calls.append(("forked", parent_id, child_id))
         self.family[child_id], self.tables[child_id] = self.family[parent_id], table
