@@ -29,7 +29,7 @@ unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sim.errors import InvariantError
@@ -430,8 +430,7 @@ class KVManager:
             return m
         extra = pending * self.kv_bytes_per_token
         useful = m.useful_bytes + extra
-        return replace(
-            m,
+        return m._replace(
             useful_bytes=useful,
             logical_bytes=m.logical_bytes + extra,
             eta_alloc=useful / m.allocated_bytes if m.allocated_bytes > 0 else None,

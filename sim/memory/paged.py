@@ -238,7 +238,7 @@ class PagedAllocator(Allocator):
     def _copy_on_write(self, table: list[int]) -> None:
         """Give the writer a private copy of its shared last block."""
         (new,) = self.pool.take(1)
-        self.pool.decref((table[-1],))  # stays >= 1: other tables still map it
+        self.pool.decref([table[-1]])  # stays >= 1: other tables still map it
         if self._rc is not None:
             self._rc[new] = 1
             self._rc[table[-1]] -= 1
@@ -289,7 +289,7 @@ class PagedAllocator(Allocator):
                 self._side_unmapped(side)
         if self.pool.refcount[table[-1]] == 1:  # its last block leaves the allocated set
             self._unfilled -= -tokens % self.block_size
-        self._count.blocks_returned += self.pool.decref(reversed(table))
+        self._count.blocks_returned += self.pool.decref(table[::-1])
         if self._rc is not None:
             self._rc[table] -= 1
         if self._held:
