@@ -409,7 +409,10 @@ class KVManager:
         written (they fill slots their sequences already hold): O(1)."""
         slots = self.alloc.kv_slots()
         pending = self.ledger.pending_tokens
-        return slots._replace(unfilled=slots.unfilled - pending) if pending else slots
+        if not pending:
+            return slots
+        allocated, unfilled, paused, cached, free, usable = slots
+        return KVSlots(allocated, unfilled - pending, paused, cached, free, usable)
 
     def request_bytes(self, req: KVRequest) -> float:
         """KV bytes admitting waiting ``req`` would ask for (memory.parquet's

@@ -487,13 +487,9 @@ class PagedAllocator(Allocator):
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool
         free = pool.num_empty * bb
-        return Books(
-            allocated_bytes=pool.num_allocated * bb,
-            free_bytes=free,
-            cached_bytes=pool.num_cached * bb,
-            remainder_bytes=self.pool_bytes - pool.usable_blocks * bb,
-            free_extents=(free,) if free else (),  # any free block serves any request
-        )
+        # allocated, free, cached, remainder, extents (any free block serves any request)
+        return Books(pool.num_allocated * bb, free, pool.num_cached * bb,
+                     self.pool_bytes - pool.usable_blocks * bb, (free,) if free else ())  # fmt: skip
 
     def _check_kind(self) -> None:
         self.pool.check()
