@@ -13,6 +13,11 @@ that was free before it, which is vLLM V1's order and makes the queue an LRU lis
 prefix cache leaves content in free blocks. ``unretain(..., to_front=True)`` puts evicted
 blocks at the head instead (vLLM 2026 main does that for blocks without a hash).
 
+Cost: O(1) per block touched, and whole tables at C speed: the queue is a list read from
+a moving head (``take`` is one slice; the taken prefix is cut off now and then), and a
+``decref`` whose blocks all reach zero, none retained (a finished request's table without
+a prefix cache), checks and queues them in bulk with the block-by-block loop's result.
+
 ``PagedPool`` is what ``PagedAllocator`` uses of a pool; a prefix index may bring its own
 pool with that interface (vLLM's hashed pool in ``sim.prefix.hashcache``, whose cached
 blocks stay in the free queue).
