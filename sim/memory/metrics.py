@@ -30,8 +30,8 @@ MISSED = AllocResult(False)
 
 class MemoryMetrics(NamedTuple):
     """State of one allocator at one instant (F7-F10). A named tuple: one is made at every
-    engine decision for the memory table, and a tuple is made in one C call where a frozen
-    dataclass sets its 17 fields one by one."""
+    engine decision for the memory table, and a tuple is built at once where a frozen
+    dataclass sets its 17 fields one ``object.__setattr__`` at a time."""
 
     pool_bytes: float  # the pool the allocator was given (M_pool)
     useful_bytes: float  # distinct token states resident (a CoW-shared prefix counts once)
