@@ -28,8 +28,8 @@ import math
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from operator import attrgetter, sub
+from typing import Any, ClassVar, NamedTuple
 
 from sim.errors import ConfigError, InvariantError
 from sim.memory.errors import (
@@ -42,9 +42,9 @@ from sim.memory.lineage import TokenLineage
 from sim.memory.metrics import Activity, AllocResult, KVSlots, MemoryMetrics, PrefixMetrics
 
 
-@dataclass(frozen=True, slots=True)
-class Books:
-    """A kind's own part of the metrics: where the pool's bytes are."""
+class Books(NamedTuple):
+    """A kind's own part of the metrics: where the pool's bytes are (a named tuple: made
+    at every engine decision)."""
 
     allocated_bytes: float
     free_bytes: float
@@ -54,22 +54,18 @@ class Books:
 
 
 class _Counters:
-    """Cumulative activity; ``Activity`` snapshots are differences of two of these."""
+    """Cumulative activity, one attribute per ``Activity`` field (the kinds add to them);
+    ``Activity`` values are differences of two ``_snapshot``s."""
 
-    __slots__ = tuple(Activity.__slots__)
+    __slots__ = Activity._fields
 
     def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, 0)
 
-    def minus(self, other: _Counters) -> Activity:
-        return Activity(*(getattr(self, n) - getattr(other, n) for n in self.__slots__))
 
-    def copy(self) -> _Counters:
-        new = _Counters()
-        for name in self.__slots__:
-            setattr(new, name, getattr(self, name))
-        return new
+#: the counters as a tuple in ``Activity`` field order (one C-level call)
+_snapshot: Callable[[_Counters], tuple[Any, ...]] = attrgetter(*Activity._fields)
 
 
 def positive_number(value: Any, field: str) -> float:
@@ -172,7 +168,7 @@ class Allocator(ABC):
         self._tokens: dict[Hashable, int] = {}  # live sequence -> tokens written
         self._lineage = TokenLineage()
         self._count = _Counters()
-        self._mark = _Counters()  # counters at the last take_activity()
+        self._mark = _snapshot(self._count)  # counters at the last take_activity()
         self._copied_mark = 0  # bytes_copied at the last take_copied_bytes()
         self._peak_allocated_bytes = 0
         self._held: set[Hashable] = set()  # live sequences held (paused): set_held
@@ -334,8 +330,9 @@ class Allocator(ABC):
 
     def take_activity(self) -> Activity:
         """Everything done since the previous call (copies, buffers, blocks)."""
-        activity = self._count.minus(self._mark)
-        self._mark = self._count.copy()
+        now = _snapshot(self._count)
+        activity = Activity._make(map(sub, now, self._mark))
+        self._mark = now
         return activity
 
     @abstractmethod

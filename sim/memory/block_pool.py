@@ -13,6 +13,11 @@ that was free before it, which is vLLM V1's order and makes the queue an LRU lis
 prefix cache leaves content in free blocks. ``unretain(..., to_front=True)`` puts evicted
 blocks at the head instead (vLLM 2026 main does that for blocks without a hash).
 
+Cost: O(1) per block touched, and whole tables at C speed: the queue is a list read from
+a moving head (``take`` is one slice; the taken prefix is cut off now and then), and a
+``decref`` whose blocks all reach zero, none retained (a finished request's table without
+a prefix cache), checks and queues them in bulk with the block-by-block loop's result.
+
 ``PagedPool`` is what ``PagedAllocator`` uses of a pool; a prefix index may bring its own
 pool with that interface (vLLM's hashed pool in ``sim.prefix.hashcache``, whose cached
 blocks stay in the free queue).
@@ -23,8 +28,8 @@ block exactly once; ``num_cached`` = blocks with refcount 0 that are retained.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Protocol
 
 from sim.errors import InvariantError
@@ -72,28 +77,38 @@ class PagedPool(Protocol):
         """Raise ``InvariantError`` naming the first broken invariant."""
 
 
-class BlockPool:
-    """``num_blocks`` blocks with refcounts and a FIFO free queue; O(1) per block touched."""
+#: the taken prefix of the queue list is cut off once it is this long and at least half
+#: the list, so the list stays under twice the pool plus this and a cut costs O(1) per
+#: block taken, amortised
+_CUT_BLOCKS = 64
 
-    __slots__ = ("num_blocks", "refcount", "_free", "_retained", "num_cached")
+
+class BlockPool:
+    """``num_blocks`` blocks with refcounts and a FIFO free queue; O(1) per block touched,
+    with a whole table taken or returned in bulk (C-level slices and look-ups)."""
+
+    __slots__ = ("num_blocks", "refcount", "_queue", "_head", "_retained", "num_cached")
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 0:
             raise ValueError(f"num_blocks must be >= 0, got {num_blocks}")
         self.num_blocks = num_blocks
         self.refcount: list[int] = [0] * num_blocks  # tables mapping each block
-        self._free: deque[int] = deque(range(num_blocks))
+        #: the free queue is ``_queue[_head:]``, head first: ``take`` slices it and moves
+        #: ``_head`` instead of popping block by block; the taken prefix is cut now and then
+        self._queue: list[int] = list(range(num_blocks))
+        self._head = 0
         self._retained = bytearray(num_blocks)  # 1 = a cache keeps this block's content
         self.num_cached = 0
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._queue) - self._head
 
     @property
     def num_empty(self) -> int:
         """Free blocks (cached ones are not in the queue here, so all of them)."""
-        return len(self._free)
+        return len(self._queue) - self._head
 
     @property
     def usable_blocks(self) -> int:
@@ -101,21 +116,32 @@ class BlockPool:
 
     @property
     def num_allocated(self) -> int:
-        return self.num_blocks - len(self._free) - self.num_cached
+        return self.num_blocks - len(self._queue) + self._head - self.num_cached
 
     def free_queue(self) -> list[int]:
         """Free block ids in the order ``take`` will hand them out."""
-        return list(self._free)
+        return self._queue[self._head :]
 
     def take(self, n: int) -> list[int]:
-        """Pop ``n`` blocks from the head of the queue; each gets refcount 1."""
-        if n > len(self._free):
-            raise InvariantError(f"block pool: take({n}) with {len(self._free)} free blocks")
-        popleft = self._free.popleft
-        ids = [popleft() for _ in range(n)]
+        """The ``n`` blocks at the head of the queue; each gets refcount 1."""
+        queue, head = self._queue, self._head
+        end = head + n
+        if end > len(queue):
+            raise InvariantError(f"block pool: take({n}) with {len(queue) - head} free blocks")
         rc = self.refcount
-        for b in ids:
+        if n == 1:  # a decode's new block: the common case
+            b = queue[head]
             rc[b] = 1
+            ids = [b]
+        else:
+            ids = queue[head:end]
+            for b in ids:
+                rc[b] = 1
+        if end >= _CUT_BLOCKS and 2 * end >= len(queue):
+            del queue[:end]
+            self._head = 0
+        else:
+            self._head = end
         return ids
 
     def incref(self, ids: Iterable[int]) -> None:
@@ -133,13 +159,27 @@ class BlockPool:
         """One table fewer maps each block; return how many reached zero.
 
         A block reaching zero goes to the tail of the free queue, or becomes cached if a
-        prefix cache retains it. Blocks are processed in the order given.
+        prefix cache retains it. Blocks are processed in the order given. Blocks that all
+        reach zero and none of which is retained (a finished request's table without a
+        prefix cache) go in bulk, with the block-by-block loop's result.
         """
+        blocks = ids if isinstance(ids, list) else list(ids)
+        n = len(blocks)
         rc = self.refcount
         retained = self._retained
-        push = self._free.append
+        if n > 1:
+            get = itemgetter(*blocks)
+            if get(rc).count(1) == n and not any(get(retained)):
+                for b in blocks:
+                    rc[b] -= 1
+                if get(rc).count(0) != n:  # an id given twice: its second decref fails
+                    b = next(b for b in blocks if rc[b] < 0)
+                    raise InvariantError(f"block pool: decref of free block {b}")
+                self._queue.extend(blocks)
+                return n
+        push = self._queue.append
         released = 0
-        for b in ids:
+        for b in blocks:
             r = rc[b] - 1
             if r < 0:
                 raise InvariantError(f"block pool: decref of free block {b}")
@@ -176,15 +216,21 @@ class BlockPool:
             if self.refcount[b] == 0:
                 self.num_cached -= 1
                 freed.append(b)
-        if to_front:
-            self._free.extendleft(reversed(freed))
+        queue, head, k = self._queue, self._head, len(freed)
+        if not to_front:
+            queue.extend(freed)
+        elif head >= k:  # written over the taken prefix
+            queue[head - k : head] = freed
+            self._head = head - k
         else:
-            self._free.extend(freed)
-        return len(freed)
+            queue[head:head] = freed
+        return k
 
     def check(self) -> None:
         """Every block in exactly one state; counts agree."""
-        free = self._free
+        if not 0 <= self._head <= len(self._queue):
+            raise InvariantError(f"block pool: queue head {self._head} outside the queue")
+        free = self.free_queue()
         if len(set(free)) != len(free):
             raise InvariantError("block pool: a block is twice in the free queue")
         in_queue = bytearray(self.num_blocks)

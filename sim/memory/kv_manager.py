@@ -29,7 +29,7 @@ unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sim.errors import InvariantError
@@ -409,7 +409,10 @@ class KVManager:
         written (they fill slots their sequences already hold): O(1)."""
         slots = self.alloc.kv_slots()
         pending = self.ledger.pending_tokens
-        return slots._replace(unfilled=slots.unfilled - pending) if pending else slots
+        if not pending:
+            return slots
+        allocated, unfilled, paused, cached, free, usable = slots
+        return KVSlots(allocated, unfilled - pending, paused, cached, free, usable)
 
     def request_bytes(self, req: KVRequest) -> float:
         """KV bytes admitting waiting ``req`` would ask for (memory.parquet's
@@ -430,8 +433,7 @@ class KVManager:
             return m
         extra = pending * self.kv_bytes_per_token
         useful = m.useful_bytes + extra
-        return replace(
-            m,
+        return m._replace(
             useful_bytes=useful,
             logical_bytes=m.logical_bytes + extra,
             eta_alloc=useful / m.allocated_bytes if m.allocated_bytes > 0 else None,

@@ -8,7 +8,7 @@ snapshots, so a caller can keep them in a time series without copying.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -28,9 +28,10 @@ ADMITTED = AllocResult(True)
 MISSED = AllocResult(False)
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryMetrics:
-    """State of one allocator at one instant (F7-F10)."""
+class MemoryMetrics(NamedTuple):
+    """State of one allocator at one instant (F7-F10). A named tuple: one is made at every
+    engine decision for the memory table, and a tuple is built at once where a frozen
+    dataclass sets its 17 fields one ``object.__setattr__`` at a time."""
 
     pool_bytes: float  # the pool the allocator was given (M_pool)
     useful_bytes: float  # distinct token states resident (a CoW-shared prefix counts once)
@@ -55,7 +56,7 @@ class MemoryMetrics:
 
     def as_dict(self) -> dict:
         """Plain dict (free_extents as a list) for JSON and DataFrames."""
-        d = asdict(self)
+        d = self._asdict()
         d["free_extents"] = list(self.free_extents)
         return d
 
@@ -96,9 +97,10 @@ class PrefixMetrics:
     cow_tail_copies: int  # cumulative partial-tail copies (radix ``cow_tail``)
 
 
-@dataclass(frozen=True, slots=True)
-class Activity:
-    """What the allocator did since the previous ``take_activity()``: for the cost model."""
+class Activity(NamedTuple):
+    """What the allocator did since the previous ``take_activity()``: for the cost model.
+    A tuple in field order, so that it is the difference of two counter snapshots, taken
+    every step, made in one pass (``Allocator.take_activity``)."""
 
     bytes_copied: float = 0  # device-to-device bytes copied (growth, deep fork, CoW)
     cow_copies: int = 0  # copy-on-write block copies

@@ -242,7 +242,7 @@ class PagedAllocator(Allocator):
     def _copy_on_write(self, table: list[int]) -> None:
         """Give the writer a private copy of its shared last block."""
         (new,) = self.pool.take(1)
-        self.pool.decref((table[-1],))  # stays >= 1: other tables still map it
+        self.pool.decref([table[-1]])  # stays >= 1: other tables still map it
         if self._rc is not None:
             self._rc[new] = 1
             self._rc[table[-1]] -= 1
@@ -293,7 +293,7 @@ class PagedAllocator(Allocator):
                 self._side_unmapped(side)
         if self.pool.refcount[table[-1]] == 1:  # its last block leaves the allocated set
             self._unfilled -= -tokens % self.block_size
-        self._count.blocks_returned += self.pool.decref(reversed(table))
+        self._count.blocks_returned += self.pool.decref(table[::-1])
         if self._rc is not None:
             self._rc[table] -= 1
         if self._held:
@@ -498,13 +498,9 @@ class PagedAllocator(Allocator):
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool
         free = pool.num_empty * bb
-        return Books(
-            allocated_bytes=pool.num_allocated * bb,
-            free_bytes=free,
-            cached_bytes=pool.num_cached * bb,
-            remainder_bytes=self.pool_bytes - pool.usable_blocks * bb,
-            free_extents=(free,) if free else (),  # any free block serves any request
-        )
+        # allocated, free, cached, remainder, extents (any free block serves any request)
+        return Books(pool.num_allocated * bb, free, pool.num_cached * bb,
+                     self.pool_bytes - pool.usable_blocks * bb, (free,) if free else ())  # fmt: skip
 
     def _check_kind(self) -> None:
         self.pool.check()
