@@ -2,8 +2,8 @@
 
 Invariant: user YAML is only ever parsed with PyYAML's safe loader (no tags that build
 objects, no eval), once: the composed node tree is walked for line numbers and then
-constructed. A file kvsim ships (``load_yaml(..., shipped=True)``: its profiles and
-calibrations) is scanned by libyaml when PyYAML has it, under the same composer, bounds
+constructed. A file an installed kvsim ships (``load_yaml(..., shipped=True)``: its
+profiles and calibrations in the package, ``sim.profiles.registry.is_shipped``) is scanned by libyaml when PyYAML has it, under the same composer, bounds
 and safe constructor; every shipped file is tested to give the same data and lines both
 ways, and any problem is parsed again by the pure loader, so messages never depend on it. Every mapping key and sequence item gets the 1-based line it was written
 on, so validation errors can name ``file:line``. A document is refused with a one-line

@@ -30,8 +30,8 @@ def _both(path: Path) -> tuple:
 
 
 def test_every_shipped_file_parses_alike_with_libyaml():
-    shipped = sorted(builtin_profiles_dir().rglob("*.yaml"))
-    assert len(shipped) > 20 and all(is_shipped(p) for p in shipped)
+    shipped = sorted(builtin_profiles_dir().rglob("*.yaml"))  # what a wheel ships
+    assert len(shipped) > 20
     for path in shipped:
         fast, pure = _both(path)
         assert fast == pure, path
@@ -45,8 +45,16 @@ def test_the_other_yaml_files_of_the_repository_parse_alike_too():
             assert fast == pure, path
 
 
-def test_only_kvsims_own_files_count_as_shipped(tmp_path):
-    assert is_shipped(builtin_profiles_dir() / "models" / "llama-3.1-8b.yaml")
+def test_only_an_installed_kvsims_own_files_count_as_shipped(tmp_path, monkeypatch):
+    from sim.profiles import registry
+
+    model = builtin_profiles_dir() / "models" / "llama-3.1-8b.yaml"
+    if registry._packaged_dir() is None:  # a checkout: a working tree, read by the pure loader
+        assert not is_shipped(model)
+    # an installed wheel's sim/_profiles (here: the same files standing in for it)
+    folder = builtin_profiles_dir()
+    monkeypatch.setattr(registry, "_packaged_dir", lambda: folder)
+    assert is_shipped(model)
     assert not is_shipped(tmp_path / "models" / "llama-3.1-8b.yaml")
     assert not is_shipped(ROOT / "workloads" / "seed_chunked_prefill.yaml")
 

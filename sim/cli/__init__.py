@@ -15,9 +15,10 @@ KEY=VALUE ...]`` is answered by ``sim.cli._validate`` without building the typer
 (the same lines and status as the typer command, which answers every other form;
 ``tests/cli/test_startup_imports.py`` checks which heavy modules each path leaves out).
 ``app`` is the fully registered Typer app, built on first access. ``main`` turns
-pydantic's plug-in discovery off (``PYDANTIC_DISABLE_PLUGINS=__all__``) unless the
-environment sets that variable: the scan of every installed distribution's entry points
-cost each command ~60 ms.
+pydantic's plug-in discovery off (``PYDANTIC_DISABLE_PLUGINS=__all__``) for the command
+and the worker processes it starts, unless the environment sets that variable, and puts
+the variable back when the command returns: the scan of every installed distribution's
+entry points cost each command ~60 ms.
 """
 
 from __future__ import annotations
@@ -163,8 +164,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kvsim {installed_version()}")
         return 0
     # pydantic looks for its plug-ins (entry points of every installed distribution, ~60
-    # ms) before it builds the first validator; kvsim's own config models need none
+    # ms) before it builds the first validator; kvsim's own config models need none. Set
+    # for the command (and the worker processes it starts), then put back: a caller in the
+    # same process (a notebook, a test) keeps its plug-ins
+    before = os.environ.get(PYDANTIC_PLUGINS_ENV)
     os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
+    try:
+        return _main(argv)
+    finally:
+        if before is None:
+            os.environ.pop(PYDANTIC_PLUGINS_ENV, None)
+
+
+def _main(argv: list[str]) -> int:
+    """``main`` past ``--version``: the quick validate path, else the typer app."""
     from sim.cli._validate import plain_argv
 
     plain = plain_argv(argv)

@@ -106,8 +106,10 @@ def print_json(obj: Any) -> None:
 
 def print_warnings(warnings: list[str]) -> None:
     """Each warning as one ``kvsim: warning:`` line on stderr (stdout keeps its contract)."""
+    from sim.cli._validate import echo
+
     for warning in warnings:
-        print(f"kvsim: warning: {warning}", file=sys.stderr)
+        echo(f"kvsim: warning: {warning}", sys.stderr)
 
 
 def command_line(file: Path, out: str, sets: list[str], quiet: bool, force: bool) -> list[str]:

@@ -4,8 +4,9 @@ Responsibility: ``report(file, sets)`` loads a scenario (or a sweep file), makes
 check a run makes before it starts (``sim.run.checks.preflight``) and prints the outcome;
 ``sim.cli.validate`` (the typer command) and ``sim.cli.main``'s quick path for a plain
 ``kvsim validate FILE [--set KEY=VALUE ...]`` both call it, so the two print the same
-lines and return the same status. Nothing here imports typer (the quick path's gain:
-docs/performance.md, "Start-up").
+lines and return the same status. Nothing here imports typer for a scenario file (the
+quick path's gain: docs/performance.md, "Start-up"); a sweep file's check does
+(``sim.cli.sweep``).
 
 Invariant: a valid scenario prints one ``ok`` line with what it resolved to (for a
 cluster: its node groups, router and KV pool in all) and returns 0; an invalid one prints
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from sim.errors import InvariantError, KvsimError
 
@@ -41,17 +42,29 @@ def report(file: Path, sets: list[str] | None) -> int:
     problems, resolved = check(file, sets)
     if problems:
         for err in problems[:MAX_PROBLEMS]:
-            print(f"kvsim: error: {err}", file=sys.stderr)
+            echo(f"kvsim: error: {err}", sys.stderr)
         if len(problems) > MAX_PROBLEMS:
-            print(f"kvsim: error: ... and {len(problems) - MAX_PROBLEMS} more", file=sys.stderr)
+            echo(f"kvsim: error: ... and {len(problems) - MAX_PROBLEMS} more", sys.stderr)
         return 2
     if resolved is None:  # every failure is one of the problems above
         raise InvariantError("validate: no problem and no resolved scenario")
-    print(f"{file}: ok: {ok_line(resolved)}")
+    echo(f"{file}: ok: {ok_line(resolved)}", sys.stdout)
     from sim.cli._common import print_warnings
 
     print_warnings(list(resolved.warnings))  # what vLLM would not run (exit 0)
     return 0
+
+
+def echo(line: str, stream: TextIO) -> None:
+    """One line on ``stream``, flushed (so stdout and stderr keep their order in one pipe,
+    as ``typer.echo`` kept it), with characters the stream cannot encode replaced rather
+    than raised (a file name in an ASCII terminal)."""
+    try:
+        stream.write(line + "\n")
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write((line + "\n").encode(encoding, "replace").decode(encoding))
+    stream.flush()
 
 
 def ok_line(resolved: Resolved) -> str:

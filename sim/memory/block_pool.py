@@ -126,7 +126,7 @@ class BlockPool:
         """The ``n`` blocks at the head of the queue; each gets refcount 1."""
         queue, head = self._queue, self._head
         end = head + n
-        if end > len(queue):
+        if end > len(queue) or n < 0:  # a negative count would hand taken blocks back
             raise InvariantError(f"block pool: take({n}) with {len(queue) - head} free blocks")
         rc = self.refcount
         if n == 1:  # a decode's new block: the common case

@@ -36,21 +36,30 @@ PACKAGED_SUBDIR = "_profiles"
 _CHECKOUT_PROFILES_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles"
 
 
+def _packaged_dir() -> Path | None:
+    """``sim/_profiles`` of an installed wheel, or None (an editable install: a checkout)."""
+    packaged = importlib.resources.files("sim") / PACKAGED_SUBDIR
+    # pip installs wheels unzipped, so the resource is a real folder (a pathlib.Path)
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    return None
+
+
 def builtin_profiles_dir() -> Path:
     """The shipped profiles: package data of an installed wheel, else the checkout's folder.
 
     An editable install maps ``sim`` onto the checkout, where ``sim/_profiles`` does not
     exist, so the checkout's ``hardware_profiles/`` is the answer there.
     """
-    packaged = importlib.resources.files("sim") / PACKAGED_SUBDIR
-    # pip installs wheels unzipped, so the resource is a real folder (a pathlib.Path)
-    if isinstance(packaged, Path) and packaged.is_dir():
+    packaged = _packaged_dir()
+    if packaged is not None:
         return packaged
     if _CHECKOUT_PROFILES_DIR.is_dir():
         return _CHECKOUT_PROFILES_DIR
     # say so, rather than report every name as unknown with an empty list of choices
     raise KvsimError(
-        f"kvsim's shipped profiles are missing (looked in {packaged} and "
+        f"kvsim's shipped profiles are missing (looked in "
+        f"{importlib.resources.files('sim') / PACKAGED_SUBDIR} and "
         f"{_CHECKOUT_PROFILES_DIR}); reinstall kvsim"
     )
 
@@ -87,10 +96,16 @@ def available(kind: str, extra_dirs: list[str | Path] | None = None) -> dict[str
 
 
 def is_shipped(path: Path) -> bool:
-    """Whether ``path`` is one of kvsim's own files (under ``builtin_profiles_dir()``), which
-    ``sim.yamlio`` may read with libyaml (``load_yaml(..., shipped=True)``)."""
+    """Whether ``path`` is one of the files an installed kvsim ships (under its package's
+    ``sim/_profiles``), which ``sim.yamlio`` may read with libyaml (``load_yaml(...,
+    shipped=True)``). A checkout's ``hardware_profiles/`` is a working tree its user may
+    edit (``kernels_validation/calibrate.py`` writes there), so there every file is read
+    by the pure loader, which refuses what libyaml lets through (``a<TAB>``, ``|#``)."""
+    packaged = _packaged_dir()
+    if packaged is None:
+        return False
     try:
-        return path.resolve().is_relative_to(builtin_profiles_dir().resolve())
+        return path.resolve().is_relative_to(packaged.resolve())
     except OSError:
         return False
 

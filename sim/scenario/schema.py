@@ -141,21 +141,25 @@ DERIVED_ALLOCATOR_DEFAULTS = {("static", "max_tokens")}
 
 
 def _json_safe(tp: Any) -> Any:
+    """``tp`` when pydantic can describe it in a JSON Schema, else ``Any`` (a protocol
+    object: accept any value). Always ``tp`` itself: the cache keeps only the yes or no,
+    since types that compare equal can differ (``Literal['y', 'x'] == Literal['x', 'y']``)."""
     try:
-        return _described(tp)
+        ok = _describable(tp)
     except TypeError:  # an unhashable annotation: checked without the cache
-        return _described.__wrapped__(tp)
+        ok = _describable.__wrapped__(tp)
+    return tp if ok else Any
 
 
 @functools.lru_cache(maxsize=64)
-def _described(tp: Any) -> Any:
-    """``tp`` when pydantic can describe it in a JSON Schema, else ``Any`` (once per type:
-    the allocator kinds share a handful of option types)."""
+def _describable(tp: Any) -> bool:
+    """Whether pydantic can describe ``tp`` in a JSON Schema (once per type: the allocator
+    kinds share a handful of option types)."""
     try:
         TypeAdapter(tp).json_schema()
-        return tp
-    except Exception:  # a type pydantic cannot describe (a protocol object): accept any value
-        return Any
+        return True
+    except Exception:  # a type pydantic cannot describe
+        return False
 
 
 def _allocator_registry() -> tuple[tuple[str, type], ...]:

@@ -98,9 +98,24 @@ rc = [rc, [c.__name__ for c in classes if c.__pydantic_complete__]]
 
 
 def test_the_parser_path_of_validate_still_imports_no_numpy():
-    """``validate`` with a flag the quick path leaves to typer (``--help`` aside, any other
-    option) goes through the parser and still leaves numpy out."""
-    body = MAIN.format(argv=["validate", "workloads/seed_chunked_prefill.yaml", "--set"])
+    """``validate`` in a form the quick path leaves to typer (``--`` before the file) goes
+    through the parser, validates the scenario and still leaves numpy out."""
+    body = MAIN.format(argv=["validate", "--", "workloads/seed_chunked_prefill.yaml"])
     got = _probe(body + "rc = [rc, 'typer' in sys.modules]")
-    assert got["rc"] == [2, True]  # --set without its value: typer's usage error
+    assert got["rc"] == [0, True]  # validated (status 0) by the typer command
     assert "numpy" not in got["heavy"]
+
+
+def test_main_puts_back_the_pydantic_plugin_switch():
+    """``main`` turns pydantic's plug-in scan off for the command only: a caller in the
+    same process finds the variable as it was (unset, or its own value)."""
+    body = MAIN.format(argv=["validate", "workloads/seed_chunked_prefill.yaml"])
+    got = _probe(
+        "import os\nos.environ.pop('PYDANTIC_DISABLE_PLUGINS', None)\n"
+        + body
+        + "first = 'PYDANTIC_DISABLE_PLUGINS' in os.environ\n"
+        + "os.environ['PYDANTIC_DISABLE_PLUGINS'] = 'mine'\n"
+        + body.replace("rc = main", "rc2 = main")
+        + "rc = [rc, rc2, first, os.environ['PYDANTIC_DISABLE_PLUGINS']]"
+    )
+    assert got["rc"] == [0, 0, False, "mine"]

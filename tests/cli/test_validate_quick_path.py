@@ -80,3 +80,38 @@ def test_ctrl_c_gives_status_130_alone_on_both_paths(run_cli, monkeypatch):
     monkeypatch.setattr(quick, "check", interrupted)
     quick_answer, typer_answer = _both(run_cli, monkeypatch, ["validate", ONE])
     assert quick_answer == typer_answer == (130, "", "")
+
+
+_WARNED = """schema_version: 1
+name: warned
+seed: 0
+model: {profile: nemotron-h-8b, mamba_cache_mode: none}
+hardware: {accelerator: h200-141gb, tp: 1, kv_pool_bytes_per_gpu: 20.0e9}
+allocator: {kind: radix, block_size: 16}
+scheduler: {kind: vllm_v1}
+workload:
+  kind: requests
+  requests: [{count: 1, at_s: 0.0, prompt_tokens: 8180, output_tokens: 12}]
+"""
+
+
+@pytest.mark.parametrize("form", [["validate"], ["validate", "--"]])
+def test_ok_line_comes_before_the_warnings_in_one_pipe(tmp_path, form):
+    """stdout and stderr into one pipe, Python's buffering on: each line is flushed as it
+    is written, so the ``ok`` line stays first (both paths: quick and typer)."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "warned_é.yaml"
+    path.write_text(_WARNED)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONIOENCODING"] = "ascii"  # a file name the stream cannot encode: replaced
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim.cli", *form, str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=120,
+    )  # fmt: skip
+    lines = proc.stdout.decode("ascii").splitlines()
+    assert proc.returncode == 0, lines
+    assert lines[0].startswith(str(path).replace("é", "?") + ": ok: warned:"), lines
+    assert lines[1].startswith("kvsim: warning: "), lines

@@ -211,3 +211,12 @@ def test_evicted_blocks_to_the_head_before_and_after_a_cut():
     assert cut.free_queue() == [0, 1, *range(_CUT_BLOCKS, _CUT_BLOCKS + 8)]
     assert cut.take(3) == [0, 1, _CUT_BLOCKS]
     cut.check()
+
+
+def test_take_of_a_negative_count_raises_and_changes_nothing():
+    pool = BlockPool(4)
+    pool.take(2)
+    with pytest.raises(InvariantError, match=r"take\(-1\)"):
+        pool.take(-1)
+    assert pool.free_queue() == [2, 3]
+    pool.check()

@@ -4,9 +4,9 @@ the type is looked up in the per-type cache or, unhashable, checked without it."
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from sim.scenario.schema import _described, _json_safe
+from sim.scenario.schema import _describable, _json_safe
 
 
 class _Opaque:
@@ -18,7 +18,16 @@ def test_a_described_type_is_kept_and_an_opaque_one_accepts_anything():
     assert _json_safe(dict | None) == dict | None
     assert _json_safe(_Opaque) is Any
     assert _json_safe(_Opaque) is Any  # again, from the cache
-    assert _described.cache_info().hits >= 1
+    assert _describable.cache_info().hits >= 1
+
+
+def test_a_type_equal_to_a_cached_one_is_kept_as_it_is():
+    """``Literal['y', 'x'] == Literal['x', 'y']``: the cache answers yes for both, and each
+    kind keeps its own (its choices' order in the schema and in messages)."""
+    first, second = Literal["x", "y"], Literal["y", "x"]
+    assert first == second
+    assert _json_safe(first) is first
+    assert _json_safe(second) is second
 
 
 def test_an_unhashable_annotation_is_checked_without_the_cache():
