@@ -14,7 +14,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from sim.errors import KvsimError
 from sim.units import GB, GiB
@@ -104,10 +104,20 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def echo(line: str, stream: TextIO) -> None:
+    """One line on ``stream``, flushed (so stdout and stderr keep their order in one pipe,
+    as ``typer.echo`` kept it), with characters the stream cannot encode replaced rather
+    than raised (a file name in an ASCII terminal)."""
+    try:
+        stream.write(line + "\n")
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write((line + "\n").encode(encoding, "replace").decode(encoding))
+    stream.flush()
+
+
 def print_warnings(warnings: list[str]) -> None:
     """Each warning as one ``kvsim: warning:`` line on stderr (stdout keeps its contract)."""
-    from sim.cli._validate import echo
-
     for warning in warnings:
         echo(f"kvsim: warning: {warning}", sys.stderr)
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
+from sim.cli._common import echo, print_warnings
 from sim.errors import InvariantError, KvsimError
 
 if TYPE_CHECKING:
@@ -49,22 +50,8 @@ def report(file: Path, sets: list[str] | None) -> int:
     if resolved is None:  # every failure is one of the problems above
         raise InvariantError("validate: no problem and no resolved scenario")
     echo(f"{file}: ok: {ok_line(resolved)}", sys.stdout)
-    from sim.cli._common import print_warnings
-
     print_warnings(list(resolved.warnings))  # what vLLM would not run (exit 0)
     return 0
-
-
-def echo(line: str, stream: TextIO) -> None:
-    """One line on ``stream``, flushed (so stdout and stderr keep their order in one pipe,
-    as ``typer.echo`` kept it), with characters the stream cannot encode replaced rather
-    than raised (a file name in an ASCII terminal)."""
-    try:
-        stream.write(line + "\n")
-    except UnicodeEncodeError:
-        encoding = getattr(stream, "encoding", None) or "utf-8"
-        stream.write((line + "\n").encode(encoding, "replace").decode(encoding))
-    stream.flush()
 
 
 def ok_line(resolved: Resolved) -> str:
