@@ -14,10 +14,7 @@ bandwidth when its inputs are positive; nothing here reads a file.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sim.cost.calibration import Calibration
+from typing import Protocol
 
 COPY_DIRECTIONS = ("h2d", "d2h")
 
@@ -30,8 +27,21 @@ class CopyFit:
     bw_bytes_per_s: float
 
 
+class MeasuredLinks(Protocol):
+    """What ``host_link_fits`` reads of a calibration (``sim.cost.calibration.Calibration``)."""
+
+    @property
+    def copy_fits(self) -> tuple[tuple[str, CopyFit], ...]:
+        """(direction, fit) pairs; () when the copies were not measured."""
+        ...
+
+    def copy_fit(self, direction: str = "h2d") -> CopyFit:
+        """The fit of one direction."""
+        ...
+
+
 def host_link_fits(
-    calibration: Calibration | None,
+    calibration: MeasuredLinks | None,
     profile_bw_bytes_per_s: float,
     *,
     bw_bytes_per_s: float | None = None,
