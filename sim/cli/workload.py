@@ -109,7 +109,7 @@ def _kind_config(kind: str, n: int, overrides: dict[str, Any]):
 
     from sim.workload import WORKLOADS
     from sim.workload.agent_config import TrajectoryWorkload
-    from sim.workload.mix_config import Workload
+    from sim.workload.config import Workload
     from sim.yamlio import format_validation_error
 
     if not issubclass(WORKLOADS[kind].config, TrajectoryWorkload):

@@ -57,7 +57,7 @@ def host_link_fits(
     fits: dict[str, CopyFit] = {}
     measured = calibration is not None and bool(calibration.copy_fits)
     for direction in COPY_DIRECTIONS:
-        fit = calibration.copy_fit(direction) if measured else None
+        fit = calibration.copy_fit(direction) if measured and calibration is not None else None
         bw = bw_bytes_per_s or (fit.bw_bytes_per_s if fit else profile_bw_bytes_per_s)
         over = (fit.overhead_s if fit else 0.0) if overhead_s is None else overhead_s
         fits[direction] = CopyFit(over, bw)

@@ -43,14 +43,19 @@ WORKLOAD_MODELS: dict[str, tuple[str, str]] = {
 def _module(name: str) -> ModuleType:
     """A module of the table, imported now (each by name, so the import graph shows it)."""
     if name == "common_config":
-        from sim.workload import common_config as module
-    elif name == "agent_config":
-        from sim.workload import agent_config as module
-    elif name == "vllm_requests":
-        from sim.workload import vllm_requests as module
-    else:  # mix_config imports this module: it builds the whole union itself
-        raise ValueError(f"workload models of module {name!r} are not loaded here")
-    return module
+        from sim.workload import common_config
+
+        return common_config
+    if name == "agent_config":
+        from sim.workload import agent_config
+
+        return agent_config
+    if name == "vllm_requests":
+        from sim.workload import vllm_requests
+
+        return vllm_requests
+    # mix_config imports this module: it builds the whole union itself
+    raise ValueError(f"workload models of module {name!r} are not loaded here")
 
 
 def workload_models(kinds: Iterable[str] | None = None) -> tuple[type[BaseModel], ...]:
