@@ -83,7 +83,7 @@ def _workload(source: str, n: int, seed: int | None, sets: list[str]):
     if source in WORKLOADS and not Path(source).exists():
         return (source, *_kind_config(source, n, overrides), None, seed or 0)
     from sim.scenario import load_scenario, resolve
-    from sim.workload.config import TrajectoryWorkload
+    from sim.workload.agent_config import TrajectoryWorkload
 
     if not Path(source).is_file():
         raise KvsimError(
@@ -108,7 +108,8 @@ def _kind_config(kind: str, n: int, overrides: dict[str, Any]):
     from pydantic import TypeAdapter, ValidationError
 
     from sim.workload import WORKLOADS
-    from sim.workload.config import TrajectoryWorkload, Workload
+    from sim.workload.agent_config import TrajectoryWorkload
+    from sim.workload.config import Workload
     from sim.yamlio import format_validation_error
 
     if not issubclass(WORKLOADS[kind].config, TrajectoryWorkload):

@@ -15,9 +15,8 @@ questions. Two schema versions load:
   all-reduce per degree (``allreduce.by_tp``); every section of version 1 becomes
   optional, and ``not_measured`` says which ones the file lacks and what stands in.
 
-``host_link_fits`` decides which host link a run's copy engines use: per figure, the
-scenario's explicit value, else the calibration's fit of that direction, else the
-accelerator profile's bandwidth with no per-transfer overhead.
+``host_link_fits`` (which host link a run's copy engines use) lives in
+``sim.cost.host_link`` and is imported from here too.
 
 Invariant: a ``Calibration`` is immutable and valid once built (axes strictly increasing
 and positive, every efficiency in (0, 1.5], grids the size of their axes); queries
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.cost.host_link import COPY_DIRECTIONS, CopyFit, host_link_fits  # noqa: F401  (re-exported)
 from sim.cost.kernel_tables import ModelTables
 from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
 from sim.cost.table_schema import ModelTablesSpec
@@ -56,7 +56,6 @@ else:
     np = numpy_on_first_use(globals())
 
 ENV_VAR = "KVSIM_PROFILES"
-COPY_DIRECTIONS = ("h2d", "d2h")
 MAX_EFFICIENCY = 1.5  # above 1 only for cache effects; a typo like 95 for 0.95 fails
 
 
@@ -369,38 +368,6 @@ def _efficiencies(values: Sequence[float], what: str) -> None:
 
 
 # -- the object the cost model uses -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CopyFit:
-    """``t = overhead_s + bytes / bw_bytes_per_s`` for one direction, pinned memory."""
-
-    overhead_s: float
-    bw_bytes_per_s: float
-
-
-def host_link_fits(
-    calibration: Calibration | None,
-    profile_bw_bytes_per_s: float,
-    *,
-    bw_bytes_per_s: float | None = None,
-    overhead_s: float | None = None,
-) -> dict[str, CopyFit]:
-    """The host link of each direction (``h2d``, ``d2h``) for a run's copy engines.
-
-    Precedence, figure by figure: the scenario's explicit ``bw_bytes_per_s`` /
-    ``overhead_s`` (one value for both directions) win; else the calibration's pinned copy
-    fit of that direction (a measurement of this device); else the accelerator profile's
-    bandwidth and no per-transfer overhead.
-    """
-    fits: dict[str, CopyFit] = {}
-    measured = calibration is not None and bool(calibration.copy_fits)
-    for direction in COPY_DIRECTIONS:
-        fit = calibration.copy_fit(direction) if measured else None
-        bw = bw_bytes_per_s or (fit.bw_bytes_per_s if fit else profile_bw_bytes_per_s)
-        over = (fit.overhead_s if fit else 0.0) if overhead_s is None else overhead_s
-        fits[direction] = CopyFit(over, bw)
-    return fits
 
 
 def _log2_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:

@@ -36,7 +36,8 @@ from typing import Literal
 
 import simpy
 
-from sim.cost.calibration import Calibration, host_link_fits
+from sim.cost.calibration import Calibration
+from sim.cost.host_link import host_link_fits
 from sim.errors import UnknownNameError
 from sim.profiles.schema import AcceleratorProfile, NodeProfile
 

@@ -6,7 +6,10 @@ Responsibility: turn a YAML file (or a dict) plus overrides such as
 fields). Changing a ``kind`` through an override keeps only the options the new kind
 accepts, so ``--set allocator.kind=static`` works on a paged scenario.
 
-Invariant: YAML is parsed only with the safe loader (override values too); the error
+Invariant: YAML is parsed only with the safe loader (override values too); a document
+is accepted, with the same values, exactly when the full scenario model accepts it (the
+model narrowed to its workload kind validates first; what it refuses, the full model
+validates again, and its errors are the ones reported); the error
 location is the line the user wrote (or the ``--set`` that introduced the value); the
 first problem is reported with a count of the others, and the error's ``problems`` lists
 every one (``kvsim validate`` prints them all).
@@ -23,7 +26,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from sim.errors import ConfigError
-from sim.scenario.schema import scenario_model
+from sim.scenario.schema import scenario_model, scenario_model_for
 from sim.yamlio import LineMap, clean_loc, line_for, load_value, load_yaml
 
 
@@ -79,10 +82,23 @@ def load_scenario(
         _apply_override(data, key, value)
     loaded = LoadedScenario(None, name, base, lines, overrides)
     try:
-        loaded.scenario = scenario_model().model_validate(data)
+        loaded.scenario = _validated(data)
     except ValidationError as exc:
         raise _one_line(exc, data, loaded) from None
     return loaded
+
+
+def _validated(data: dict) -> BaseModel:
+    """``data`` validated by the model narrowed to its workload kind; a document that
+    model refuses is validated by the full model, whose errors are the ones raised (their
+    wording lists every valid kind)."""
+    model, narrowed = scenario_model_for(data)
+    if not narrowed:
+        return model.model_validate(data)
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        return scenario_model().model_validate(data)
 
 
 # ------------------------------------------------------------------------- overrides

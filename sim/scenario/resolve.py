@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.cost.calibration import host_link_fits, load_calibration
+from sim.cost.host_link import host_link_fits
 from sim.errors import ConfigError, KvsimError
 from sim.profiles import load_accelerator, load_model, load_node
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
@@ -316,6 +316,8 @@ def _calibration(loaded: LoadedScenario):
         if missing is not None:
             raise missing
         name = absolute(name, loaded.base_dir)
+    from sim.cost.calibration import load_calibration  # its 25 models: only when named
+
     try:
         return load_calibration(name)
     except ConfigError:

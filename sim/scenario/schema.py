@@ -4,7 +4,8 @@ Responsibility: every section and its defaults, with ``kind:`` discriminators fo
 allocator, scheduler, pause policy, workload and arrival process. The allocator section
 is derived from the memory layer's registry (each kind's constructor options), so a kind
 that registers there is accepted here with exactly its options; schedulers and pause
-policies come from their registries, workloads from ``sim.workload.config``.
+policies come from their registries, workloads from ``sim.workload.kind_models`` (the
+kind a document names) or ``sim.workload.mix_config`` (every kind).
 
 Invariant: every model forbids unknown fields (``extra="forbid"``) and is frozen;
 ``schema_version`` is 1; byte figures are bytes, times seconds. The registries are read
@@ -36,8 +37,8 @@ from sim.policy import options_union, policy_class
 from sim.policy.base import policy_options_models
 from sim.profiles.layer_groups import DType
 from sim.sched.speculative import SpeculativeConfig
-from sim.workload.config import Workload
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
+from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
 
 SCHEMA_VERSION = 1
 
@@ -218,7 +219,9 @@ class ScenarioBase(_Cfg):
     hardware: HardwareSection
     cost: CostConfig = CostConfig()
     pause_policy: PausePolicy = policy_class("hold").Options()
-    workload: Workload
+    # the union of the workload kinds, set by ``scenario_model()`` (every kind) or
+    # ``scenario_model_for(data)`` (the kind a document names); declared here for its place
+    workload: Any
     engine: EngineConfig = EngineConfig()
     pricing: PricingSection = PricingSection()
     metrics: MetricsSection = MetricsSection()
@@ -235,19 +238,42 @@ class ScenarioBase(_Cfg):
 
 
 def scenario_model() -> type[BaseModel]:
-    """The full scenario model: the allocator, scheduler and pause-policy unions of the
-    kinds registered now (the same class while the registries do not change)."""
+    """The full scenario model: every workload kind, and the allocator, scheduler and
+    pause-policy unions of the kinds registered now (the same class while the registries
+    do not change)."""
+    return _scenario_model(None)
+
+
+def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
+    """(the model to validate ``data`` with first, whether it is narrowed): a scenario
+    model whose ``workload`` union holds only the kind ``data`` names, so only that kind's
+    module is imported and only its validator built; the full model when ``data`` names no
+    single known kind (or a ``mix``, whose components may be of any kind).
+
+    A narrowed model accepts a document exactly when the full one does, with the same
+    result (the ``kind`` tag picks the same class in both); its error messages would not
+    list every valid kind, so a document it refuses is validated again with the full
+    model, whose errors are the ones reported (``sim.scenario.load``)."""
+    workload = data.get("workload") if isinstance(data, dict) else None
+    kind = workload.get("kind") if isinstance(workload, dict) else None
+    if not isinstance(kind, str) or kind not in WORKLOAD_MODELS or kind == "mix":
+        return scenario_model(), False
+    return _scenario_model((kind,)), True
+
+
+def _scenario_model(workloads: tuple[str, ...] | None) -> type[BaseModel]:
     from sim.sched import scheduler_configs
 
     return _scenario_model_for(_allocator_registry(), scheduler_configs(),
-                               policy_options_models())  # fmt: skip
+                               policy_options_models(), workloads)  # fmt: skip
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=32)
 def _scenario_model_for(
     allocators: tuple[tuple[str, type], ...],
     schedulers: tuple[type[BaseModel], ...],
     policies: tuple[type[BaseModel], ...],
+    workloads: tuple[str, ...] | None,
 ) -> type[BaseModel]:
     from sim.sched import VllmV1Config
 
@@ -256,10 +282,21 @@ def _scenario_model_for(
     return create_model(
         "Scenario",
         __base__=ScenarioBase,
+        workload=(_workload_union(workloads), ...),
         allocator=(_union(allocs), paged()),
         scheduler=(_union(schedulers), VllmV1Config()),
         pause_policy=(_union(policies), policy_class("hold").Options()),
     )
+
+
+def _workload_union(kinds: tuple[str, ...] | None) -> Any:
+    """The ``workload`` section's type: every kind (``sim.workload.mix_config.Workload``)
+    or the union of ``kinds`` alone."""
+    if kinds is None:
+        from sim.workload.mix_config import Workload
+
+        return Workload
+    return _union(workload_models(kinds))
 
 
 def json_schema() -> dict:

@@ -54,7 +54,7 @@ def shared_tokens(cfg: Any) -> int:
 
 def sample_averages(resolved, seed: int, n: int = SAMPLE_TRAJECTORIES) -> dict[str, float]:
     """M_avg, M_peak, K_avg, the ITL floor and the mean trajectory duration of a sample."""
-    from sim.workload.config import TrajectoryWorkload
+    from sim.workload.agent_config import TrajectoryWorkload
     from sim.workload.sample import sample_workload
 
     sc = resolved.scenario

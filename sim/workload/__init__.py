@@ -4,7 +4,7 @@ Workloads are registered by name (``chat``, ``agent``, ``requests``, ``mooncake`
 ``mix``, and the agent kinds ``coding_agent``, ``function_calling``, ``human_in_loop``,
 ``multi_agent_team``, ``tree_search``, ``agent_trace``, ``claude_code``,
 ``interactive_coding_agent`` that share ``sim.workload.agent``'s
-trajectory engine); each has a config model (``sim.workload.config``), a trajectory count and a
+trajectory engine); each has a config model (``sim.workload.config``'s table of kinds), a trajectory count and a
 driver (a SimPy generator that starts trajectories through an arrival strategy). A
 registered driver labels its context with the kind (the ``workload`` column) unless a
 ``mix`` already named it. Every agent kind lays out its prompts through one builder
@@ -26,17 +26,12 @@ from typing import TYPE_CHECKING, Any
 from sim import plugins as _plugins
 
 if TYPE_CHECKING:
+    from sim.workload.agent_config import AgentWorkload
     from sim.workload.arrivals import ARRIVALS, arrival_strategy
-    from sim.workload.config import (
-        AgentWorkload,
-        ChatWorkload,
-        MixWorkload,
-        MooncakeWorkload,
-        RequestsWorkload,
-        Workload,
-    )
+    from sim.workload.common_config import ChatWorkload, MooncakeWorkload, RequestsWorkload
     from sim.workload.context import WorkloadContext
     from sim.workload.kinds import WORKLOADS, WorkloadKind, register_workload, workload_kind
+    from sim.workload.mix_config import MixWorkload, Workload
     from sim.workload.rng import Streams
 
 
@@ -66,8 +61,8 @@ __all__ = [
 #: each public name -> the module of this package that defines it
 _HOME = {
     "ARRIVALS": "arrivals", "arrival_strategy": "arrivals",
-    "AgentWorkload": "config", "ChatWorkload": "config", "MixWorkload": "config",
-    "MooncakeWorkload": "config", "RequestsWorkload": "config", "Workload": "config",
+    "AgentWorkload": "agent_config", "ChatWorkload": "common_config", "MixWorkload": "mix_config",
+    "MooncakeWorkload": "common_config", "RequestsWorkload": "common_config", "Workload": "mix_config",
     "WorkloadContext": "context", "Streams": "rng",
     "WORKLOADS": "kinds", "WorkloadKind": "kinds", "register_workload": "kinds",
     "workload_kind": "kinds",

@@ -12,30 +12,28 @@ driver.
 from __future__ import annotations
 
 from sim.workload.agent import agent_driver
-from sim.workload.agent_trace import agent_trace_driver
-from sim.workload.chat import chat_driver, requests_count, requests_driver
-from sim.workload.claude_code import claude_code_driver
-from sim.workload.coding_agent import coding_agent_driver
-from sim.workload.config import (
+from sim.workload.agent_config import (
     AgentTraceWorkload,
     AgentWorkload,
-    ChatWorkload,
     ClaudeCodeWorkload,
     CodingAgentWorkload,
     FunctionCallingWorkload,
     HumanInLoopWorkload,
     InteractiveCodingAgentWorkload,
-    MixWorkload,
-    MooncakeWorkload,
     MultiAgentTeamWorkload,
-    RequestsWorkload,
     TreeSearchWorkload,
 )
+from sim.workload.agent_trace import agent_trace_driver
+from sim.workload.chat import chat_driver, requests_count, requests_driver
+from sim.workload.claude_code import claude_code_driver
+from sim.workload.coding_agent import coding_agent_driver
+from sim.workload.common_config import ChatWorkload, MooncakeWorkload, RequestsWorkload
 from sim.workload.function_calling import function_calling_driver
 from sim.workload.human_in_loop import human_in_loop_driver
 from sim.workload.interactive import interactive_driver
 from sim.workload.kinds import WorkloadKind, register_workload
 from sim.workload.mix import mix_count, mix_driver
+from sim.workload.mix_config import MixWorkload
 from sim.workload.mooncake import mooncake_count, mooncake_driver
 from sim.workload.multi_agent import multi_agent_driver
 from sim.workload.tree_search import tree_search_driver

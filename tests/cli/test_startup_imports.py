@@ -119,3 +119,40 @@ def test_main_puts_back_the_pydantic_plugin_switch():
         + "rc = [rc, rc2, first, os.environ['PYDANTIC_DISABLE_PLUGINS']]"
     )
     assert got["rc"] == [0, 0, False, "mine"]
+
+
+#: what a scenario imports only when it names it: the agent kinds, the mix (and with it
+#: every kind), the calibration file's models
+BY_NAME = ("sim.workload.agent_config", "sim.workload.billing", "sim.workload.hints",
+           "sim.workload.layout", "sim.workload.context_limit", "sim.workload.vllm_requests",
+           "sim.workload.mix_config", "sim.cost.calibration", "sim.cost.table_schema",
+           "sim.cost.kernel_tables")  # fmt: skip
+
+
+def _validate_imports(scenario: str, *sets: str) -> tuple[int, list[str]]:
+    argv = ["validate", scenario, *(a for s in sets for a in ("--set", s))]
+    body = MAIN.format(argv=argv) + f"rc = [rc, sorted(m for m in {BY_NAME!r} if m in sys.modules)]"
+    rc, modules = _probe(body)["rc"]
+    return rc, modules
+
+
+def test_kvsim_validate_imports_only_the_workload_kind_and_calibration_it_names():
+    """The scenario model is narrowed to the workload kind the document names
+    (``scenario_model_for``): a ``requests`` scenario without a calibration imports no
+    agent kind, no mix and no calibration model; an agent kind with a calibration imports
+    those two and still no mix; a mix imports every kind."""
+    assert _validate_imports("workloads/seed_chunked_prefill.yaml") == (0, [])
+    agents = ["sim.cost.calibration", "sim.cost.kernel_tables", "sim.cost.table_schema",
+              "sim.workload.agent_config", "sim.workload.billing",
+              "sim.workload.context_limit", "sim.workload.hints", "sim.workload.layout"]  # fmt: skip
+    assert _validate_imports("workloads/cluster_coding_agents.yaml") == (0, agents)
+    rc, modules = _validate_imports("workloads/mixed_chat_agents.yaml")
+    assert rc == 0 and {"sim.workload.mix_config", "sim.workload.agent_config",
+                        "sim.workload.vllm_requests"} <= set(modules)  # fmt: skip
+
+
+def test_a_refused_document_is_reported_by_the_full_model():
+    """A kind the narrowed model refuses is validated again with the full one: its error
+    lists every valid kind, so every kind's module is imported then."""
+    rc, modules = _validate_imports("workloads/seed_chunked_prefill.yaml", "workload.requests=[]")
+    assert rc == 2 and "sim.workload.mix_config" in modules

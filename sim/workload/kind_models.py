@@ -1,0 +1,69 @@
+"""The table of workload kinds: each kind's config model declared without importing it.
+
+Responsibility: ``WORKLOAD_MODELS`` (kind -> module of ``sim.workload`` and class of its
+config model, in the order of the ``workload`` union: its JSON Schema, and the valid
+kinds an error lists) and ``workload_models(kinds)``, which imports only the modules of
+the kinds asked for. The scenario model narrowed to a document's kind reads it
+(``sim.scenario.schema.scenario_model_for``); so does the whole union
+(``sim.workload.mix_config.Workload``).
+
+Invariant: every kind of the table names a class whose ``kind`` field is that kind
+(tested); ``mix`` is listed for its place in the union but loaded by
+``sim.workload.mix_config`` alone (its components may be of any kind, so a document
+naming ``mix`` is validated with the whole union).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import ModuleType
+
+from pydantic import BaseModel
+
+#: every workload kind -> (module of ``sim.workload``, class) of its config model, in the
+#: order of the ``workload`` union
+WORKLOAD_MODELS: dict[str, tuple[str, str]] = {
+    "chat": ("common_config", "ChatWorkload"),
+    "agent": ("agent_config", "AgentWorkload"),
+    "requests": ("common_config", "RequestsWorkload"),
+    "mooncake": ("common_config", "MooncakeWorkload"),
+    "mix": ("mix_config", "MixWorkload"),
+    "coding_agent": ("agent_config", "CodingAgentWorkload"),
+    "function_calling": ("agent_config", "FunctionCallingWorkload"),
+    "human_in_loop": ("agent_config", "HumanInLoopWorkload"),
+    "multi_agent_team": ("agent_config", "MultiAgentTeamWorkload"),
+    "tree_search": ("agent_config", "TreeSearchWorkload"),
+    "agent_trace": ("agent_config", "AgentTraceWorkload"),
+    "vllm_requests": ("vllm_requests", "VllmRequestsWorkload"),
+    "claude_code": ("agent_config", "ClaudeCodeWorkload"),
+    "interactive_coding_agent": ("agent_config", "InteractiveCodingAgentWorkload"),
+}
+
+
+def _module(name: str) -> ModuleType:
+    """A module of the table, imported now (each by name, so the import graph shows it)."""
+    if name == "common_config":
+        from sim.workload import common_config
+
+        return common_config
+    if name == "agent_config":
+        from sim.workload import agent_config
+
+        return agent_config
+    if name == "vllm_requests":
+        from sim.workload import vllm_requests
+
+        return vllm_requests
+    # mix_config imports this module: it builds the whole union itself
+    raise ValueError(f"workload models of module {name!r} are not loaded here")
+
+
+def workload_models(kinds: Iterable[str] | None = None) -> tuple[type[BaseModel], ...]:
+    """The config models of ``kinds`` (default: every kind but ``mix``), in the table's
+    order, importing only their modules."""
+    wanted = set(WORKLOAD_MODELS if kinds is None else kinds) - {"mix"}
+    return tuple(
+        getattr(_module(module), name)
+        for kind, (module, name) in WORKLOAD_MODELS.items()
+        if kind in wanted
+    )

@@ -1,0 +1,59 @@
+"""The ``mix`` workload's configuration and the whole ``workload`` union it nests.
+
+Responsibility: ``MixWorkload`` (several workloads on one engine) and ``Workload``, the
+union of every kind of ``sim.workload.kind_models.WORKLOAD_MODELS`` in its order: a mix's
+components may be of any kind, so this module imports every kind's module. The full
+scenario model (``kvsim schema``, and any document a narrowed model refuses) takes its
+``workload`` section from here; ``sim.workload.config.Workload`` is this union.
+
+Invariant: ``Workload`` holds exactly the kinds of ``WORKLOAD_MODELS``, in its order (the
+order of the JSON Schema and of the valid kinds an error lists); a mix component is
+never itself a mix.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, model_validator
+
+from sim.workload.common_config import MAX_COMPONENTS, WorkloadConfigModel
+from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
+
+
+class MixWorkload(WorkloadConfigModel):
+    """Several workloads on one engine, each with its own arrival process; ``names`` label
+    them in the ``workload`` column (default: the kind, with ``_i`` when a kind repeats)."""
+
+    kind: Literal["mix"] = "mix"
+    components: list[Workload] = Field(min_length=1, max_length=MAX_COMPONENTS)
+    names: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,32}$")]] | None = None
+
+    @model_validator(mode="after")
+    def _components(self):
+        if any(c.kind == "mix" for c in self.components):
+            raise ValueError("a mix component cannot itself be a mix")
+        if self.names is not None:
+            if len(self.names) != len(self.components):
+                raise ValueError(
+                    f"names has {len(self.names)} entries for {len(self.components)} components"
+                )
+            if len(set(self.names)) != len(self.names):
+                raise ValueError("names must be unique")
+        return self
+
+    def labels(self) -> list[str]:
+        """Each component's name in the ``workload`` column."""
+        if self.names is not None:
+            return list(self.names)
+        kinds = [c.kind for c in self.components]
+        return [k if kinds.count(k) == 1 else f"{k}_{i}" for i, k in enumerate(kinds)]
+
+
+_OTHERS = dict(zip([k for k in WORKLOAD_MODELS if k != "mix"], workload_models(), strict=True))
+Workload = Annotated[
+    Union[tuple(MixWorkload if k == "mix" else _OTHERS[k] for k in WORKLOAD_MODELS)],  # noqa: UP007
+    Field(discriminator="kind"),
+]
+# MixWorkload names ``Workload`` before it is defined: pydantic resolves it from this
+# module when the class is first built (the scenario model builds it; defer_build)

@@ -1,0 +1,149 @@
+"""The scenario model narrowed to a document's workload kind (``scenario_model_for``).
+
+It must accept exactly what the full model accepts, with the same values, and leave every
+error to the full model (whose wording lists every valid kind); the table of workload
+kinds (``WORKLOAD_MODELS``) must name each kind's model, in the full union's order.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from sim.errors import ConfigError
+from sim.scenario import load_scenario, scenario_model
+from sim.scenario.load import LoadedScenario, validation_problems
+from sim.scenario.schema import scenario_model_for
+from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
+from sim.yamlio import load_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = [
+    *sorted((ROOT / "workloads").glob("*.yaml")),
+    *sorted((ROOT / "benchmarks").glob("*.yaml")),
+    *sorted((ROOT / "tests" / "golden" / "scenarios").glob("*.yaml")),
+]
+SHIPPED = [p for p in SHIPPED if not p.name.endswith("_sweep.yaml")]
+
+BASE: dict[str, Any] = {
+    "model": "chapter-70b",
+    "hardware": {"accelerator": "e20-accelerator"},
+    "workload": {
+        "kind": "chat",
+        "num_requests": 3,
+        "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+        "lengths": {"kind": "parametric", "prompt_tokens": 100, "output_tokens": 10},
+    },
+}
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return get_args(annotation) if get_origin(annotation) is Union else (annotation,)
+
+
+def test_the_table_names_each_kind_s_model_in_the_full_union_s_order():
+    full = _members(scenario_model().model_fields["workload"].annotation)
+    assert [m.model_fields["kind"].annotation for m in full] == [
+        Literal[k] for k in WORKLOAD_MODELS  # type: ignore[valid-type]
+    ]
+    assert workload_models() == tuple(m for m in full if m.__name__ != "MixWorkload")
+    with pytest.raises(ValueError, match="mix_config"):  # mix_config builds the union
+        _module_of_mix()
+
+
+def _module_of_mix():
+    from sim.workload.kind_models import _module
+
+    return _module("mix_config")
+
+
+@pytest.mark.parametrize("kind", list(WORKLOAD_MODELS))
+def test_a_document_naming_one_kind_gets_a_model_holding_that_kind_alone(kind):
+    model, narrowed = scenario_model_for({**BASE, "workload": {"kind": kind}})
+    if kind == "mix":  # its components may be of any kind
+        assert (model, narrowed) == (scenario_model(), False)
+        return
+    assert narrowed
+    assert _members(model.model_fields["workload"].annotation) == workload_models([kind])
+    assert list(model.model_fields) == list(scenario_model().model_fields)  # same order
+    assert scenario_model_for({**BASE, "workload": {"kind": kind, "x": 1}})[0] is model
+
+
+@pytest.mark.parametrize(
+    "workload", [None, "chat", {}, {"kind": None}, {"kind": "nope"}, {"kind": ["chat"]}]
+)
+def test_a_document_naming_no_known_kind_gets_the_full_model(workload):
+    data = {**BASE, "workload": workload}
+    assert scenario_model_for(data) == (scenario_model(), False)
+    assert scenario_model_for(["not", "a", "mapping"]) == (scenario_model(), False)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_scenario_validates_alike_both_ways(path):
+    data, _ = load_yaml(path)
+    model, narrowed = scenario_model_for(data)
+    full = scenario_model().model_validate(data)
+    got = model.model_validate(data)
+    assert narrowed == (data["workload"]["kind"] != "mix")
+    assert got.model_dump() == full.model_dump()
+    assert got.model_dump_json() == full.model_dump_json()
+    assert load_scenario(path).scenario.model_dump() == full.model_dump()
+
+
+def _problems(data: dict) -> list[str]:
+    """What ``load_scenario`` reports, and what the full model's errors alone give."""
+    try:
+        load_scenario(copy.deepcopy(data))
+    except ConfigError as exc:
+        got = [str(p) for p in exc.problems]
+    else:
+        got = []
+    try:
+        scenario_model().model_validate(data)
+    except ValidationError as exc:
+        loaded = LoadedScenario(None, "<scenario>", ROOT)
+        want = [str(p) for p in validation_problems(exc, data, loaded)]
+    else:
+        want = []
+    return [got, want]
+
+
+def test_an_error_in_a_narrowed_kind_is_worded_by_the_full_model():
+    bad = copy.deepcopy(BASE)
+    bad["workload"]["num_requests"] = 0
+    bad["workload"]["extra"] = 1
+    got, want = _problems(bad)
+    assert got == want and len(got) == 2
+    assert any("unknown field; valid: arrival, kind, lengths" in p for p in got)
+
+
+VALUES = st.sampled_from([None, 0, 1, -1, 2.5, "x", "1e3", [], {}, True, {"kind": "constant"}])
+FIELDS = st.sampled_from(
+    ["num_requests", "arrival", "lengths", "system_prompt_tokens", "kind", "extra",
+     "num_trajectories", "turns", "pause_s"]
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["chat", "agent", "requests", "coding_agent"]),
+       edits=st.dictionaries(FIELDS, VALUES, max_size=3))  # fmt: skip
+def test_narrowing_never_changes_what_is_accepted_or_reported(kind, edits):
+    data = copy.deepcopy(BASE)
+    data["workload"]["kind"] = kind
+    if kind != "chat":
+        data["workload"] = {"kind": kind, "num_trajectories": 2, "turns": 3,
+                            "arrival": {"kind": "poisson", "rate_per_s": 1.0}}  # fmt: skip
+    data["workload"].update(edits)
+    got, want = _problems(data)
+    assert got == want
+    if not want:
+        full = scenario_model().model_validate(data)
+        assert load_scenario(copy.deepcopy(data)).scenario.model_dump() == full.model_dump()
