@@ -481,6 +481,7 @@ class PagedAllocator(Allocator):
     def set_retain(self, seq_id: Hashable, priority: float) -> None:
         """The index's retain priority of a live sequence (no-op without an index)."""
         if self.index is not None:
+            self.changes += 1
             self.index.set_retain(seq_id, priority)
 
     def set_time(self, now_s: float) -> None:
