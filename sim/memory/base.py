@@ -371,6 +371,11 @@ class Allocator(ABC):
         """The longest prompt an empty pool of this kind admits."""
 
     # ------------------------------------------------------------------------ metrics
+    def free_bytes(self) -> float:
+        """``metrics().free_bytes`` without the rest of the snapshot (a pause decision
+        reads only this); the block and buffer kinds answer from one counter."""
+        return self._books().free_bytes
+
     def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
         """Snapshot of F7-F10; ``phi_ext`` is F9 for a request of ``request_bytes``."""
         books = self._books()

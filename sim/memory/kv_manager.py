@@ -146,7 +146,7 @@ class KVManager:
     @property
     def free_bytes(self) -> float:
         """Free bytes of the pool (not counting cached, evictable blocks)."""
-        return self.alloc.metrics().free_bytes
+        return self.alloc.free_bytes()
 
     def prefix_metrics(self) -> Any:
         """The prefix cache's own statistics, or None without one."""

@@ -496,9 +496,12 @@ class PagedAllocator(Allocator):
     def _side_allocated_bytes(self) -> float:
         return self._side_allocated * self.block_bytes
 
+    def free_bytes(self) -> float:
+        return self.pool.num_empty * self.block_bytes  # ``_books`` reads it here
+
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool
-        free = pool.num_empty * bb
+        free = self.free_bytes()
         # allocated, free, cached, remainder, extents (any free block serves any request)
         return Books(pool.num_allocated * bb, free, pool.num_cached * bb,
                      self.pool_bytes - pool.usable_blocks * bb, (free,) if free else ())  # fmt: skip

@@ -6,7 +6,8 @@ recompute FLOPs, free host/NVMe room, the step's swap budget) and ask the scenar
 policy (``sim.policy``); learn tool waits as they are observed.
 
 Invariant: facts are read from the KV manager and the scheduler only (never an
-allocator); the policy is called once per pause, with facts of that moment.
+allocator); the policy is called once per pause, with facts of that moment; the running
+batch's bytes (O(running)) are summed only for a policy that ``reads_running_batch``.
 """
 
 from __future__ import annotations
@@ -70,11 +71,7 @@ class PauseDecider:
         wait = req.next_pause_s if self.oracle else self.predictor.predict(req.tool_name)
         free = kv.free_bytes / self.pool_bytes if self.pool_bytes else 0.0
         block = kv.block_size or 1
-        running = sum(
-            self.held_bytes(r.num_computed, block) for r in sched.running if r is not req
-        ) if self.groups is not None else sum(
-            r.num_computed for r in sched.running if r is not req
-        ) * self.table_bpt  # fmt: skip
+        running = self.running_bytes(req, sched, block) if self.policy.reads_running_batch else 0.0
         total = self.held_bytes(tokens, block)
         dense = self.groups is None and not self.saved_bpt
         per_gpu = tokens * self.bpt_gpu if dense else total / self.num_gpus
@@ -97,6 +94,13 @@ class PauseDecider:
             hint=req.hint,
             pool_bytes=self.pool_bytes,
         )
+
+    def running_bytes(self, req: Request, sched: Scheduler, block_size: int) -> float:
+        """KV of the running requests but ``req``, each as ``held_bytes`` counts it
+        (O(running): summed only for a policy that ``reads_running_batch``)."""
+        if self.groups is None:
+            return sum(r.num_computed for r in sched.running if r is not req) * self.table_bpt
+        return sum(self.held_bytes(r.num_computed, block_size) for r in sched.running if r is not req)
 
     def held_bytes(self, tokens: int, block_size: int) -> float:
         """Bytes a sequence of ``tokens`` holds over the engine instance: every layer per
