@@ -99,7 +99,8 @@ class PauseDecider:
         """KV of the running requests but ``req``, each as ``held_bytes`` counts it
         (O(running): summed only for a policy that ``reads_running_batch``)."""
         if self.groups is None:
-            return sum(r.num_computed for r in sched.running if r is not req) * self.table_bpt
+            tokens: int = sum(r.num_computed for r in sched.running if r is not req)
+            return float(tokens * self.table_bpt)  # an int times a float, as before
         return sum(self.held_bytes(r.num_computed, block_size) for r in sched.running if r is not req)
 
     def held_bytes(self, tokens: int, block_size: int) -> float:
