@@ -18,7 +18,7 @@ from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
 from sim.policy import Decision, PauseFacts, WaitPredictor, make_policy
 from sim.sched import Request, Scheduler
-from sim.sizing import model_prefill_flops
+from sim.sizing import layer_group_counts, model_prefill_flops
 
 
 class PauseDecider:
@@ -32,6 +32,7 @@ class PauseDecider:
         )
         self.oracle = p.mode == "oracle"
         self.model = resolved.model
+        self._layer_counts = layer_group_counts(resolved.model)  # F23's terms, built once
         self.bpt_gpu = resolved.kv_bytes_per_token_per_gpu
         self.bpt = resolved.kv_bytes_per_token
         # a hybrid model's sequence holds its table tokens plus its side groups' blocks or
@@ -125,7 +126,9 @@ class PauseDecider:
         layer group: windows over their window, state layers linear in tokens)."""
         if tokens <= 0:
             return 0.0
-        return model_prefill_flops(self.model, tokens, self.params, self.attention)
+        return model_prefill_flops(
+            self.model, tokens, self.params, self.attention, self._layer_counts
+        )
 
 
 def free_bytes(pool: FramePool | None) -> float:
