@@ -140,3 +140,18 @@ def test_a_radix_miss_splits_once_and_the_repeat_asks_nothing(monkeypatch):
     monkeypatch.setattr(KVManager, "retry_misses", False)
     kv.release(2)  # a change: asked again, and now it fits
     assert kv.admit(head) and len(calls) == 2 and head.hit_tokens == 8
+
+
+@pytest.mark.parametrize("kind", ["paged", "radix", "paged_hash", "contiguous", "buddy", "static"])
+def test_changes_count_successes_and_frees_never_misses_nor_holds(kind):
+    options = {"max_tokens": 64} if kind == "static" else {}
+    a = make_allocator(kind, pool_bytes=128.0, kv_bytes_per_token=1.0, **options)
+    content = (lambda n: [("x", n)]) if a.uses_content else (lambda n: None)
+    assert a.allocate(1, 40, content=content(40)) and a.changes == 1
+    assert not a.allocate(2, 400, content=content(400)) and a.changes == 1  # a miss
+    a.set_held(1, True)
+    a.set_held(1, False)
+    assert a.changes == 1  # holding changes no allocation's outcome
+    assert a.append(1, 2, content=[("y", 2)] if a.uses_content else None) and a.changes == 2
+    a.free(1)
+    assert a.changes == 3
