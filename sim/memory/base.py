@@ -173,6 +173,12 @@ class Allocator(ABC):
         self._peak_allocated_bytes = 0
         self._held: set[Hashable] = set()  # live sequences held (paused): set_held
         self._held_tokens = 0  # their tokens
+        #: state changes so far (a success of ``allocate``, ``append``, ``fork``, a
+        #: ``free``, a prefix cache's ``set_retain``): while it stays put, an ``allocate``
+        #: that missed misses again, changing nothing (``KVManager.admit`` skips such a
+        #: retry). A miss never counts, nor ``set_held``: whether a sequence is paused
+        #: changes which slots ``kv_slots`` calls paused, never what an allocation finds
+        self.changes = 0
 
     # ----------------------------------------------------------------- public operations
     def allocate(
@@ -199,6 +205,7 @@ class Allocator(ABC):
             final = _count(final_tokens, "allocate (final_tokens)", minimum=1)
             result = self._allocate_reserved(seq_id, n, content, final)
         if result:
+            self.changes += 1
             self._tokens[seq_id] = n
             self._lineage.add(seq_id, n)
             self._note_peak(self._allocated_bytes())
@@ -219,6 +226,7 @@ class Allocator(ABC):
                 return True
         if not self._append(seq_id, tokens, n, content):
             return False
+        self.changes += 1
         self._tokens[seq_id] = tokens + n
         self._lineage.extend(seq_id, n)
         allocated = self._allocated_bytes()
@@ -235,6 +243,7 @@ class Allocator(ABC):
             raise LiveSequenceError(f"{self.kind}: fork: child {child_id!r} is already live")
         if not self._fork(parent_id, child_id, tokens):
             return False
+        self.changes += 1
         self._tokens[child_id] = tokens
         self._lineage.fork(parent_id, child_id, tokens)
         self._note_peak(self._allocated_bytes())
@@ -248,6 +257,7 @@ class Allocator(ABC):
         tokens = self._tokens.get(seq_id)
         if tokens is None:
             raise self._unknown("free", seq_id)
+        self.changes += 1
         if seq_id in self._held:
             self.set_held(seq_id, False)
         release(seq_id, tokens)
@@ -361,6 +371,11 @@ class Allocator(ABC):
         """The longest prompt an empty pool of this kind admits."""
 
     # ------------------------------------------------------------------------ metrics
+    def free_bytes(self) -> float:
+        """``metrics().free_bytes`` without the rest of the snapshot (a pause decision
+        reads only this); the block and buffer kinds answer from one counter."""
+        return self._books().free_bytes
+
     def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
         """Snapshot of F7-F10; ``phi_ext`` is F9 for a request of ``request_bytes``."""
         books = self._books()

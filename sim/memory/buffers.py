@@ -279,11 +279,14 @@ class BufferAllocator(Allocator):
         return KVSlots(allocated, unfilled, self._held_tokens + self._held_side_tokens,
                        0, space.free_tokens, space.total_tokens)  # fmt: skip
 
+    def free_bytes(self) -> float:
+        return self._space.free_tokens * self.kv_bytes_per_token  # ``_books`` reads it here
+
     def _books(self) -> Books:
         m = self.kv_bytes_per_token
         return Books(
             allocated_bytes=self._allocated_tokens * m,
-            free_bytes=self._space.free_tokens * m,
+            free_bytes=self.free_bytes(),
             cached_bytes=0,
             remainder_bytes=self.pool_bytes - self._space.total_tokens * m,
             free_extents=tuple(h * m for h in self._space.extents()),

@@ -86,6 +86,10 @@ class HeldTokenSeconds:
 class KVManager:
     """One allocator plus admission, growth, preemption, forks, pauses and the fast path."""
 
+    #: True: every admission asks the allocator, even one that must miss again (the
+    #: reference the repeated-miss shortcut is tested against)
+    retry_misses = False
+
     def __init__(self, allocator: Allocator, *, uses_content: bool | None = None) -> None:
         self.alloc = allocator  # read only by this layer and tests
         self.kv_bytes_per_token = allocator.kv_bytes_per_token
@@ -111,6 +115,12 @@ class KVManager:
         self._token_s_owner: dict[int, float] = {}
         self._token_s_key: dict[Hashable, float] = {}
         self.held_drops = 0  # paused/idle sequences dropped to relieve memory pressure
+        #: the last request whose new sequence missed, and (its tokens, its final length,
+        #: ``Allocator.changes``) then: asked again with all three unchanged, ``admit``
+        #: answers the same miss without asking the allocator
+        self._missed: KVRequest | None = None
+        self._missed_at = (0, 0, -1)
+        self.repeated_misses = 0  # admissions answered that way (a statistic, not an output)
         self.forks_failed = 0  # forks that did not fit (the child recomputes)
 
     # ------------------------------------------------------------ what it holds
@@ -136,7 +146,7 @@ class KVManager:
     @property
     def free_bytes(self) -> float:
         """Free bytes of the pool (not counting cached, evictable blocks)."""
-        return self.alloc.metrics().free_bytes
+        return self.alloc.free_bytes()
 
     def prefix_metrics(self) -> Any:
         """The prefix cache's own statistics, or None without one."""
@@ -165,6 +175,12 @@ class KVManager:
         a held one (the trajectory kept its KV over the pause) starts computed up to what
         it holds. The whole prompt is allocated now (rule 3.4.2). False = does not fit;
         nothing changed.
+
+        A new sequence asked again after a miss, with the same tokens and nothing changed
+        in the allocator since (``Allocator.changes``), misses without asking: a miss
+        leaves the allocator as it was, but for a radix match's split of the node where
+        the hit ends, which the first miss made (the retry would find it made). Under
+        memory pressure the waiting queue's head is asked at every decision.
         """
         alloc, seq = self.alloc, req.seq_id
         n = req.num_tokens
@@ -181,11 +197,19 @@ class KVManager:
                 req.held_tokens = held
             req.num_computed = max(held, self._remote(req, n))
             return True
-        content = req.content_slice(0, n) if self.uses_content else None
         # the length it may reach: a reserving allocator (Orca) sizes its buffer from it
-        final = req.prompt_tokens + req.output_limit
-        result = alloc.allocate(seq, n, content=content, final_tokens=max(final, n))
+        final = max(req.prompt_tokens + req.output_limit, n)
+        if (
+            self._missed is req
+            and self._missed_at == (n, final, alloc.changes)
+            and not self.retry_misses
+        ):
+            self.repeated_misses += 1  # nothing changed since it missed: it misses again
+            return False
+        content = req.content_slice(0, n) if self.uses_content else None
+        result = alloc.allocate(seq, n, content=content, final_tokens=final)
         if not result:
+            self._missed, self._missed_at = req, (n, final, alloc.changes)
             return False
         self.ledger.track(seq)
         matched = min(result.matched_tokens, n - 1)

@@ -481,6 +481,7 @@ class PagedAllocator(Allocator):
     def set_retain(self, seq_id: Hashable, priority: float) -> None:
         """The index's retain priority of a live sequence (no-op without an index)."""
         if self.index is not None:
+            self.changes += 1
             self.index.set_retain(seq_id, priority)
 
     def set_time(self, now_s: float) -> None:
@@ -495,9 +496,12 @@ class PagedAllocator(Allocator):
     def _side_allocated_bytes(self) -> float:
         return self._side_allocated * self.block_bytes
 
+    def free_bytes(self) -> float:
+        return self.pool.num_empty * self.block_bytes  # ``_books`` reads it here
+
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool
-        free = pool.num_empty * bb
+        free = self.free_bytes()
         # allocated, free, cached, remainder, extents (any free block serves any request)
         return Books(pool.num_allocated * bb, free, pool.num_cached * bb,
                      self.pool_bytes - pool.usable_blocks * bb, (free,) if free else ())  # fmt: skip

@@ -53,6 +53,9 @@ class PausePolicy(ABC):
 
     name: ClassVar[str]
     Options: ClassVar[type[PolicyOptions]] = PolicyOptions
+    #: the policy reads ``PauseFacts.running_batch_bytes``: the engine sums the other
+    #: running requests' KV for it (O(running) per pause); False: that fact is 0.0
+    reads_running_batch: ClassVar[bool] = False
 
     def __init__(self, options: PolicyOptions | None = None) -> None:
         self.options = options if options is not None else self.Options()

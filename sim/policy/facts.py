@@ -53,7 +53,9 @@ class PauseFacts:
     tool_name: str = ""
     is_last_turn: bool = False  # no turn follows this pause: nothing will reuse the KV
     tool_min_wait_s: float | None = None  # shortest wait seen for this tool (prefetch timer)
-    running_batch_bytes: float = 0.0  # KV of the other running requests (InferCept waste)
+    # KV of the other running requests (InferCept waste); the engine fills it in only for
+    # a policy that ``reads_running_batch`` (0.0 for the others)
+    running_batch_bytes: float = 0.0
     swap_budget_bytes_per_gpu: float = math.inf  # link bytes per GPU still hideable this step
     hint: KVHint | None = None  # what the agent harness said about this pause (``hints``)
     pool_bytes: float = 0.0  # the HBM KV pool over the replica (prices held bytes; 0 = unknown)

@@ -50,6 +50,7 @@ class MinWaste(PausePolicy):
     """Least memory waste of preserve / discard / swap (InferCept)."""
 
     name = "min_waste"
+    reads_running_batch = True  # discard's waste counts the running batch (InferCept)
 
     class Options(PolicyOptions):
         kind: Literal["min_waste"] = "min_waste"

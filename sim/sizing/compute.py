@@ -42,16 +42,28 @@ def prefill_flops(
     return linear + (4 * n_layers * d_model * tokens**2 if attention else 0)
 
 
-def attention_flops_by_layer_group(model: ModelProfile, tokens: int) -> int:
-    """F23's attention term of a prefill of ``tokens`` by layer group (module docstring):
-    the sum over the model's layers of what each layer's attention or state computes."""
-    s, d = int(tokens), model.d_model
+def layer_group_counts(model: ModelProfile) -> tuple[tuple[int, LayerGroup], ...]:
+    """(layers, group) for each layer group of ``model``, in the order of its layers: what
+    F23's attention term sums over. Independent of the tokens: a caller that prices many
+    prefills of one model builds it once (reading the model's groups is the slow part)."""
     groups = {g.name: g for g in model.kv_groups()}
     per_group: dict[str, int] = {}
     for names in model.layer_group_names():
         if names:
             per_group[names[0]] = per_group.get(names[0], 0) + 1
-    return sum(layers * _layer_flops(groups[name], s, d) for name, layers in per_group.items())
+    return tuple((layers, groups[name]) for name, layers in per_group.items())
+
+
+def attention_flops_by_layer_group(
+    model: ModelProfile, tokens: int, counts: tuple[tuple[int, LayerGroup], ...] | None = None
+) -> int:
+    """F23's attention term of a prefill of ``tokens`` by layer group (module docstring):
+    the sum over the model's layers of what each layer's attention or state computes;
+    ``counts`` is ``layer_group_counts(model)`` when the caller kept it."""
+    s, d = int(tokens), model.d_model
+    if counts is None:
+        counts = layer_group_counts(model)
+    return sum(layers * _layer_flops(g, s, d) for layers, g in counts)
 
 
 def state_flops_per_token(g: StateGroup) -> int:
@@ -73,15 +85,20 @@ def _layer_flops(g: LayerGroup, s: int, d: int) -> int:
 
 
 def model_prefill_flops(
-    model: ModelProfile, tokens: int, params: float | None = None, attention: bool = True
+    model: ModelProfile,
+    tokens: int,
+    params: float | None = None,
+    attention: bool = True,
+    counts: tuple[tuple[int, LayerGroup], ...] | None = None,
 ) -> float:
     """F23 for ``model`` by layer group: ``2 N S`` plus, when ``attention``, each layer's
-    own attention term (``attention_flops_by_layer_group``); N is ``params`` or the
-    model's active parameters. Equal to ``prefill_flops`` for a model of full layers."""
+    own attention term (``attention_flops_by_layer_group``, with ``counts`` if kept); N is
+    ``params`` or the model's active parameters. Equal to ``prefill_flops`` for a model
+    of full layers."""
     n = model.active_params if params is None else params
     if not attention:
         return prefill_flops(n, model.num_layers, model.d_model, tokens, False)
-    return 2 * n * tokens + attention_flops_by_layer_group(model, tokens)
+    return 2 * n * tokens + attention_flops_by_layer_group(model, tokens, counts)
 
 
 def prefill_time_s(flops: float, mfu: float, peak_flops_per_s: float) -> float:

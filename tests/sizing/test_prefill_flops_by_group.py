@@ -71,3 +71,22 @@ def test_pause_facts_price_the_recompute_by_group():
     f = facts_for_context(m, 1024, link_bw_bytes_per_s=50e9, prefill_flops_per_s=1e15,
                         predicted_wait_s=1.0, attention=True)  # fmt: skip
     assert f.recompute_flops == pytest.approx(2 * 3.6e9 * 1024 + 163_074_539_520, rel=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tokens=st.integers(0, 300_000),
+    name=st.sampled_from(
+        ["gpt-oss-20b", "nemotron-h-8b", "llama-4-scout-17b-16e", "llama-3.1-70b", "deepseek-v3",
+         "qwen3-next-80b-a3b", "gemma-3-27b"]
+    ),
+)
+def test_kept_layer_counts_give_the_same_flops(tokens, name):
+    """A caller that keeps ``layer_group_counts`` (the pause decision) gets the same
+    figure, bit for bit, as one that lets the model's groups be read again."""
+    from sim.sizing import layer_group_counts
+
+    m = load_model(name)
+    counts = layer_group_counts(m)
+    assert model_prefill_flops(m, tokens, counts=counts) == model_prefill_flops(m, tokens)
+    assert counts and sum(layers for layers, _ in counts) <= m.num_layers  # MLP-only: none

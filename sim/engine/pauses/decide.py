@@ -6,7 +6,8 @@ recompute FLOPs, free host/NVMe room, the step's swap budget) and ask the scenar
 policy (``sim.policy``); learn tool waits as they are observed.
 
 Invariant: facts are read from the KV manager and the scheduler only (never an
-allocator); the policy is called once per pause, with facts of that moment.
+allocator); the policy is called once per pause, with facts of that moment; the running
+batch's bytes (O(running)) are summed only for a policy that ``reads_running_batch``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
 from sim.policy import Decision, PauseFacts, WaitPredictor, make_policy
 from sim.sched import Request, Scheduler
-from sim.sizing import model_prefill_flops
+from sim.sizing import layer_group_counts, model_prefill_flops
 
 
 class PauseDecider:
@@ -31,6 +32,7 @@ class PauseDecider:
         )
         self.oracle = p.mode == "oracle"
         self.model = resolved.model
+        self._layer_counts = layer_group_counts(resolved.model)  # F23's terms, built once
         self.bpt_gpu = resolved.kv_bytes_per_token_per_gpu
         self.bpt = resolved.kv_bytes_per_token
         # a hybrid model's sequence holds its table tokens plus its side groups' blocks or
@@ -70,11 +72,7 @@ class PauseDecider:
         wait = req.next_pause_s if self.oracle else self.predictor.predict(req.tool_name)
         free = kv.free_bytes / self.pool_bytes if self.pool_bytes else 0.0
         block = kv.block_size or 1
-        running = sum(
-            self.held_bytes(r.num_computed, block) for r in sched.running if r is not req
-        ) if self.groups is not None else sum(
-            r.num_computed for r in sched.running if r is not req
-        ) * self.table_bpt  # fmt: skip
+        running = self.running_bytes(req, sched, block) if self.policy.reads_running_batch else 0.0
         total = self.held_bytes(tokens, block)
         dense = self.groups is None and not self.saved_bpt
         per_gpu = tokens * self.bpt_gpu if dense else total / self.num_gpus
@@ -98,6 +96,14 @@ class PauseDecider:
             pool_bytes=self.pool_bytes,
         )
 
+    def running_bytes(self, req: Request, sched: Scheduler, block_size: int) -> float:
+        """KV of the running requests but ``req``, each as ``held_bytes`` counts it
+        (O(running): summed only for a policy that ``reads_running_batch``)."""
+        if self.groups is None:
+            tokens: int = sum(r.num_computed for r in sched.running if r is not req)
+            return float(tokens * self.table_bpt)  # an int times a float, as before
+        return sum(self.held_bytes(r.num_computed, block_size) for r in sched.running if r is not req)
+
     def held_bytes(self, tokens: int, block_size: int) -> float:
         """Bytes a sequence of ``tokens`` holds over the engine instance: every layer per
         token for a dense model (F1); for a hybrid one its block table's tokens plus its
@@ -120,7 +126,9 @@ class PauseDecider:
         layer group: windows over their window, state layers linear in tokens)."""
         if tokens <= 0:
             return 0.0
-        return model_prefill_flops(self.model, tokens, self.params, self.attention)
+        return model_prefill_flops(
+            self.model, tokens, self.params, self.attention, self._layer_counts
+        )
 
 
 def free_bytes(pool: FramePool | None) -> float:
