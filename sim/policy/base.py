@@ -54,8 +54,10 @@ class PausePolicy(ABC):
     name: ClassVar[str]
     Options: ClassVar[type[PolicyOptions]] = PolicyOptions
     #: the policy reads ``PauseFacts.running_batch_bytes``: the engine sums the other
-    #: running requests' KV for it (O(running) per pause); False: that fact is 0.0
-    reads_running_batch: ClassVar[bool] = False
+    #: running requests' KV for it (O(running) per pause). True unless a policy says it
+    #: never reads that fact (False: the fact is 0.0), so a plug-in written before the
+    #: flag still gets the real figure
+    reads_running_batch: ClassVar[bool] = True
 
     def __init__(self, options: PolicyOptions | None = None) -> None:
         self.options = options if options is not None else self.Options()

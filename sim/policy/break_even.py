@@ -32,6 +32,8 @@ from sim.sizing import break_even_wait_s
 class BreakEven(PausePolicy):
     """Hold under the round trip, host DRAM up to a horizon, NVMe beyond."""
 
+    reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
+
     name = "break_even"
 
     class Options(PolicyOptions):

@@ -20,6 +20,8 @@ from sim.policy.facts import Decision, PauseFacts
 class Hold(PausePolicy):
     """Keep every block resident: no stall on resume, memory-time C_hold = M_KV x T_wait."""
 
+    reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
+
     name = "hold"
 
     class Options(PolicyOptions):
@@ -36,6 +38,8 @@ class Recompute(PausePolicy):
     ``evict_from_prefix_cache: true`` also removes the dropped blocks from a prefix cache,
     so the recompute is real even with a radix cache (otherwise cached blocks may hit).
     """
+
+    reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
 
     name = "recompute"
 
@@ -55,6 +59,8 @@ class Recompute(PausePolicy):
 class OffloadHost(PausePolicy):
     """Copy the blocks to pinned host DRAM; free HBM when the copy-out completes."""
 
+    reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
+
     name = "offload_host"
 
     class Options(PolicyOptions):
@@ -70,6 +76,8 @@ class OffloadHost(PausePolicy):
 @register
 class OffloadNvme(PausePolicy):
     """Move the blocks to NVMe (through host memory, or GPUDirect Storage)."""
+
+    reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
 
     name = "offload_nvme"
 

@@ -36,6 +36,8 @@ Fallback = Literal["recompute", "offload_host", "offload_nvme"]
 class Hints(PausePolicy):
     """Pin, demote, prefetch and release as the harness says, when memory allows."""
 
+    reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
+
     name = "hints"
 
     class Options(PolicyOptions):

@@ -27,6 +27,8 @@ from sim.policy.resume import plan_prefetch
 class TtlPin(PausePolicy):
     """Keep resident for a TTL when the tool is short (or unknown), then release."""
 
+    reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
+
     name = "ttl_pin"
 
     class Options(PolicyOptions):

@@ -64,3 +64,17 @@ def test_running_batch_bytes_only_for_a_policy_that_reads_them(policy):
         assert all(got == want for got, want in seen)
     else:
         assert all(got == 0.0 for got, _ in seen)
+
+
+def test_a_policy_that_does_not_say_gets_the_running_batch(monkeypatch):
+    """The flag defaults to True: a plug-in policy written before it (here ``hold`` without
+    its own declaration) still gets the real figure."""
+    from sim.policy.base import PausePolicy
+    from sim.policy.fixed import Hold
+
+    assert PausePolicy.reads_running_batch is True
+    monkeypatch.delattr(Hold, "reads_running_batch")
+    assert Hold.reads_running_batch is True
+    seen = _facts("hold")
+    assert any(want > 0 for _, want in seen)
+    assert all(got == want for got, want in seen)
