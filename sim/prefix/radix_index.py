@@ -152,11 +152,16 @@ class RadixIndex:
         tree = self.tree
         m = tree.match_normal(segs, limit_tokens=n_tokens - 1)
         tree.lock(m.node)  # pin the matched path before any eviction makes room
-        short = -(-n_tokens // self.block_size) - len(m.block_ids) - self.pool.num_free
+        short = self._new_blocks(n_tokens, m.block_ids) - self.pool.num_free
         if short > tree.evictable_blocks:  # make_room would refuse: a miss
             tree.unlock(m.node)
             return None
         return PrefixHit(m.block_ids, m.hit_tokens, (m, segs))
+
+    def _new_blocks(self, n_tokens: int, hit_blocks: list[int]) -> int:
+        """Blocks a prompt of ``n_tokens`` takes beyond those its hit shares (``match``'s
+        early miss and ``can_allocate`` ask the same question)."""
+        return -(-n_tokens // self.block_size) - len(hit_blocks)
 
     def cancel(self, hit: PrefixHit) -> None:
         m = hit.state[0]
@@ -305,7 +310,7 @@ class RadixIndex:
         segs = checked_content(content, n_tokens, "can_allocate", "radix")
         m = self.tree.match_normal(segs, limit_tokens=n_tokens - 1)
         pinned = self.tree.unlocked_blocks_on_path(m.node)
-        need = -(-n_tokens // self.block_size) - len(m.block_ids)
+        need = self._new_blocks(n_tokens, m.block_ids)
         return need <= self.pool.num_free + self.tree.evictable_blocks - pinned
 
     def prefix_metrics(self, block_bytes: float) -> PrefixMetrics:
