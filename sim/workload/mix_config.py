@@ -70,7 +70,7 @@ def workload_union(plugins: tuple[tuple[str, type], ...] = ()) -> Any:
     extra = tuple(config for _, config in plugins)
     components = Annotated[Union[(*_SHIPPED, *extra)], Field(discriminator="kind")]  # noqa: UP007
     mix = create_model(
-        "MixWorkload",
+        "MixWorkloadWithPlugins",
         __base__=MixWorkload,
         __doc__=MixWorkload.__doc__,
         components=(list[components], Field(min_length=1, max_length=MAX_COMPONENTS)),  # type: ignore[valid-type]
