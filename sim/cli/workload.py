@@ -109,7 +109,7 @@ def _kind_config(kind: str, n: int, overrides: dict[str, Any]):
 
     from sim.workload import WORKLOADS
     from sim.workload.agent_config import TrajectoryWorkload
-    from sim.workload.kinds import plugin_kinds
+    from sim.workload.kind_models import plugin_kinds
     from sim.workload.mix_config import workload_union
     from sim.yamlio import format_validation_error
 

@@ -5,9 +5,8 @@ allocator, scheduler, pause policy, workload and arrival process. The allocator 
 is derived from the memory layer's registry (each kind's constructor options), so a kind
 that registers there is accepted here with exactly its options; schedulers, pause
 policies and routers (``cluster.router``) come from their registries, workloads from
-``sim.workload.kind_models`` (the shipped kind a document names),
-``sim.workload.mix_config`` (every shipped kind) and ``sim.workload.kinds.plugin_kinds``
-(the kinds registered besides them).
+``sim.workload.kind_models`` (the shipped kind a document names, and ``plugin_kinds``:
+the kinds registered besides them) or ``sim.workload.mix_config`` (every kind).
 
 Invariant: every model forbids unknown fields (``extra="forbid"``) and is frozen;
 ``schema_version`` is 1; byte figures are bytes, times seconds. The registries are read
@@ -38,12 +37,13 @@ import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator k
 from sim.cluster.config import ClusterSection, cluster_section
 from sim.cluster.routers import router_options_models
 from sim.cost import CostConfig
+from sim.plugins import load_plugins
 from sim.policy import options_union, policy_class
 from sim.policy.base import policy_options_models
 from sim.profiles.layer_groups import DType
 from sim.sched.speculative import SpeculativeConfig
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
-from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
+from sim.workload.kind_models import WORKLOAD_MODELS, plugin_kinds, workload_models
 
 SCHEMA_VERSION = 1
 
@@ -246,8 +246,6 @@ def scenario_model() -> type[BaseModel]:
     """The full scenario model: every workload kind, and the allocator, scheduler,
     pause-policy, router and workload unions of the kinds registered now (the same class
     while the registries do not change)."""
-    from sim.workload.kinds import plugin_kinds
-
     return _scenario_model(None, plugin_kinds())
 
 
@@ -261,7 +259,7 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     result (the ``kind`` tag picks the same class in both); its error messages would not
     list every valid kind, so a document it refuses is validated again with the full
     model, whose errors are the ones reported (``sim.scenario.load``). A plug-in kind
-    (``sim.workload.kinds.plugin_kinds``) is narrowed to as a shipped one is."""
+    (``sim.workload.kind_models.plugin_kinds``) is narrowed to as a shipped one is."""
     workload = data.get("workload") if isinstance(data, dict) else None
     kind = workload.get("kind") if isinstance(workload, dict) else None
     if isinstance(kind, str) and kind in WORKLOAD_MODELS and kind != "mix":
@@ -277,9 +275,6 @@ def _plugin_kinds(workload: Any) -> tuple[tuple[str, type], ...]:
     """The plug-in workload kinds registered now, after the ``workloads`` plug-in loaders
     have run when ``workload`` (or a component of it, a mix's) names a kind that is
     neither shipped nor registered (a loader may register it)."""
-    from sim.plugins import load_plugins
-    from sim.workload.kinds import plugin_kinds
-
     plugins = plugin_kinds()
     parts = [workload]
     if isinstance(workload, dict) and isinstance(workload.get("components"), list):

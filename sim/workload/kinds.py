@@ -7,11 +7,10 @@ registered by ``sim.workload.builtin`` on the first look-up; drivers that dispat
 not the package, so the package's imports stay acyclic.
 
 A kind's config model is a pydantic model whose ``kind`` field is ``Literal[name]`` (the
-tag of the scenario's ``workload`` union); a shipped kind's name (the table
-``sim.workload.kind_models.WORKLOAD_MODELS``) takes only its shipped model, so the
-scenario schema, which reads a shipped kind's model from that table, and the driver
-always agree. ``plugin_kinds()`` lists the other registered kinds for the schema
-(``sim.scenario.schema``): they are accepted from the moment they are registered.
+tag of the scenario's ``workload`` union); a name is registered with one config model
+(registering it again with another is refused, as the allocator and scheduler registries
+do), so the scenario schema (the shipped table ``sim.workload.kind_models``, and
+``plugin_kinds`` there for the others) and the driver always agree.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from pydantic import BaseModel
 
 from sim.errors import UnknownNameError
 from sim.plugins import load_plugins
-from sim.workload.kind_models import WORKLOAD_MODELS
 
 if TYPE_CHECKING:
     from sim.workload.context import WorkloadContext
@@ -58,7 +56,7 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
 
 
 def _check_config(name: str, config: type) -> None:
-    """A config model tagged ``name``; a shipped name only with its shipped model."""
+    """A config model tagged ``name``, and the one ``name`` has if it is registered."""
     tag = None
     if isinstance(config, type) and issubclass(config, BaseModel):
         tag = config.model_fields.get("kind")
@@ -71,19 +69,16 @@ def _check_config(name: str, config: type) -> None:
             f"workload kind {name!r} needs a pydantic config model with a field "
             f"kind: Literal[{name!r}], got {config!r}"
         )
-    shipped = WORKLOAD_MODELS.get(name)
-    home = (config.__module__, config.__qualname__)
-    if shipped is not None and home != (f"sim.workload.{shipped[0]}", shipped[1]):
+    old = WORKLOADS.get(name)
+    if old is not None and _qualified(old.config) != _qualified(config):
         raise ValueError(
-            f"workload kind {name!r} is shipped (sim.workload.{shipped[0]}.{shipped[1]}); "
+            f"workload kind {name!r} is already registered ({_qualified(old.config)}); "
             "register yours under another name"
         )
 
 
-def plugin_kinds() -> tuple[tuple[str, type], ...]:
-    """(name, config model) of each registered kind the shipped table does not list, in
-    registration order: the kinds registered now (loaders not run; ``load_plugins``)."""
-    return tuple((n, k.config) for n, k in WORKLOADS.items() if n not in WORKLOAD_MODELS)
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def workload_kind(name: str) -> WorkloadKind:

@@ -10,7 +10,7 @@ Invariant: ``Workload`` holds exactly the kinds of ``WORKLOAD_MODELS``, in its o
 order of the JSON Schema and of the valid kinds an error lists); a mix component is
 never itself a mix. ``workload_union(plugins)`` is ``Workload`` when no plug-in kind is
 registered, else the same union with the plug-in kinds after the shipped ones, at the top
-level and in a mix's components alike (``sim.workload.kinds.plugin_kinds``).
+level and in a mix's components alike (``sim.workload.kind_models.plugin_kinds``).
 """
 
 from __future__ import annotations

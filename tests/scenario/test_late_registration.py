@@ -245,6 +245,7 @@ def test_the_shipped_workload_union_is_the_same_object_with_no_plug_in(registrie
     """No plug-in registered: the scenario's workload and cluster sections are the shipped
     types themselves (so ``kvsim schema`` prints the same bytes); with one, the schema
     gains it and loses it again once it is gone."""
+
     def sections() -> tuple[tuple, tuple]:
         fields = scenario_model().model_fields
         return get_args(fields["workload"].annotation), get_args(fields["cluster"].annotation)
@@ -321,10 +322,13 @@ def test_a_workload_kind_needs_a_tagged_model_and_a_name_of_its_own(registries):
     class Requests(RequestsWorkload):
         kind: Literal["requests"] = "requests"
 
-    with pytest.raises(ValueError, match="'requests' is shipped"):
+    with pytest.raises(ValueError, match="'requests' is already registered"):
         register_workload(WorkloadKind("requests", Requests, requests_count, requests_driver))
     assert WORKLOADS["requests"].config is RequestsWorkload
     assert "other" not in WORKLOADS
+    register_workload(REQUESTS_LATE)
+    register_workload(REQUESTS_LATE)  # again, with the same model (a module reloaded)
+    assert WORKLOADS["requests_late"].config is RequestsLate
 
 
 # ------------------------------------------------------------------------------- routers
@@ -392,9 +396,7 @@ def test_trace_replay_takes_a_late_eviction_strategy_and_replay_policy(
 
 
 # -------------------------------------------------------------------------- regress runner
-def test_a_regress_runner_registered_after_a_suite_was_loaded_runs(
-    registries, tmp_path, run_cli
-):
+def test_a_regress_runner_registered_after_a_suite_was_loaded_runs(registries, tmp_path, run_cli):
     suite = tmp_path / "suite"
     suite.mkdir()
     case = {"name": "late", "runner": "fixed_late", "inputs": REQUESTS_LATE_FIELDS,
