@@ -42,7 +42,9 @@ from sim.run import run_scenario
 from sim.scenario import load_scenario
 from sim.scenario.schema import json_schema, scenario_model, scenario_model_for
 from sim.sched import VllmV1Config, VllmV1Scheduler, register_scheduler
+from sim.workload.agent_config import CodingAgentWorkload
 from sim.workload.chat import requests_count, requests_driver
+from sim.workload.coding_agent import coding_agent_driver
 from sim.workload.common_config import RequestsWorkload
 from sim.workload.kinds import WORKLOADS, WorkloadKind, register_workload, workload_kind
 from sim.workload.mix_config import Workload
@@ -222,6 +224,13 @@ def test_a_workload_kind_registered_after_the_schema_was_built_validates_and_run
     late, same = run_scenario(_workload()), run_scenario(BASE)
     _same_run(late, same)
     assert set(late.requests.workload) == {"requests_late"}  # the kind labels its requests
+    # --set workload.kind: the old kind's options are dropped by the plug-in's fields
+    chat = {"kind": "chat", "num_requests": 4, "arrival": {"kind": "poisson", "rate_per_s": 1},
+            "lengths": {"prompt_tokens": 300, "output_tokens": 8}}  # fmt: skip
+    sets = {"workload.kind": "requests_late", "workload.requests": REQUESTS["requests"]}
+    assert load_scenario({**BASE, "workload": chat}, sets).scenario.workload == (
+        load_scenario(_workload()).scenario.workload
+    )
 
 
 def test_a_late_workload_kind_is_a_mix_component_and_listed_where_kinds_are(registries):
@@ -289,13 +298,33 @@ def test_kvsim_validate_and_run_take_a_late_workload_kind(registries, tmp_path, 
     assert summary["requests_completed"] == 4
 
 
+def test_kvsim_workload_sample_lists_a_late_agent_kind(registries, run_cli):
+    """A kind given by name (no scenario file) is validated by the same union."""
+
+    class CodingAgentLate(CodingAgentWorkload):
+        kind: Literal["coding_agent_late"] = "coding_agent_late"  # type: ignore[assignment]
+
+    argv = ["workload", "sample", "coding_agent_late", "--n", "2", "--seed", "1", "--json"]
+    assert run_cli(argv)[0] != 0
+    register_workload(WorkloadKind("coding_agent_late", CodingAgentLate,
+                                   workload_kind("coding_agent").count, coding_agent_driver))  # fmt: skip
+    code, out, err = run_cli(argv)
+    assert code == 0, out + err
+    same = run_cli([*argv[:2], "coding_agent", *argv[3:]])[1]
+    late, shipped = json.loads(out), json.loads(same)
+    assert late["kind"] == "coding_agent_late" and late["trajectories"] == shipped["trajectories"]
+    assert len(late["trajectories"]) == 2
+
+
 def test_a_workload_kind_registered_before_the_schema_is_imported_validates():
     """In a fresh interpreter: the kind is registered first, then ``sim.scenario`` is
     imported and the document validated (narrowed, then the full model for a mix)."""
     code = f"""
 import sys
 from typing import Literal
+from sim.workload.agent_config import CodingAgentWorkload
 from sim.workload.chat import requests_count, requests_driver
+from sim.workload.coding_agent import coding_agent_driver
 from sim.workload.common_config import RequestsWorkload
 from sim.workload.kinds import WorkloadKind, register_workload
 
@@ -343,6 +372,11 @@ def test_a_router_registered_after_the_schema_was_built_validates_and_runs(regis
     loaded = load_scenario(late_doc)
     assert isinstance(loaded.scenario.cluster, ClusterSection)
     assert type(loaded.scenario.cluster.router) is RoundRobinLate.Options
+    least = {**cluster, "router": {"kind": "least_load", "by": "kv"}}
+    switched = load_scenario(
+        {**BASE, "cluster": least}, {"cluster.router.kind": "round_robin_late"}
+    )
+    assert switched.scenario == loaded.scenario  # --set drops the old router's options
     late, same = run_scenario(late_doc), run_scenario(same_doc)
     for key in ("requests_completed", "output_tokens_per_s", "peak_allocated_bytes"):
         assert late.summary[key] == same.summary[key], key
