@@ -14,6 +14,7 @@ name. The ``registries`` fixture puts every registry back as it was after each t
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -461,3 +462,14 @@ def test_a_profile_folder_named_after_the_schema_was_built_is_searched(
         run_scenario(doc)
     monkeypatch.setenv("KVSIM_PROFILES", str(tmp_path))
     _same_run(run_scenario(doc), run_scenario(BASE))
+
+
+# ---------------------------------------------------------------------------------- docs
+def test_the_plug_in_page_example_runs(registries):
+    """docs/plugins.md's example registers a kind after the schema was built and runs it."""
+    scenario_model()
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    code = compile(block, "docs/plugins.md", "exec", dont_inherit=True)  # no __future__
+    exec(code, {"__name__": "plugins_example"})
+    assert WORKLOADS["burst"].config.__module__ == "plugins_example"
