@@ -5,9 +5,10 @@ from then on, and gives the run of the shipped kind it copies.
 
 The registries: allocator kinds (the prefix kinds ``radix``/``paged_hash`` among them),
 schedulers, pause policies, routers (``cluster.router``), workload kinds (top level and
-``mix`` components), eviction strategies (``allocator.eviction``, ``trace-replay
---eviction``), replay policies (``trace-replay --eviction``), regress runners (a suite's
-``runner``), profiles (``KVSIM_PROFILES``) and the plug-in loaders of ``sim.plugins``
+``mix`` components, ``kvsim workload sample``), a kind's tool times (``hints.source:
+fitted``), eviction strategies (``allocator.eviction``, ``trace-replay --eviction``),
+replay policies (``trace-replay --eviction``), regress runners (a suite's ``runner``),
+profiles (``KVSIM_PROFILES``) and the plug-in loaders of ``sim.plugins``
 (``allocators``, ``workloads``). Each plug-in below copies a shipped kind under another
 name. The ``registries`` fixture puts every registry back as it was after each test."""
 
@@ -29,6 +30,7 @@ import sim.plugins as plugin_registry
 import sim.policy.base as policy_registry
 import sim.regress.runners.base as runner_registry
 import sim.sched.base as sched_registry
+import sim.workload.hints as hints_registry
 from sim.cluster.config import ClusterSection
 from sim.cluster.routers import RoundRobin
 from sim.cluster.routers import register as register_router
@@ -47,6 +49,7 @@ from sim.workload.agent_config import CodingAgentWorkload
 from sim.workload.chat import requests_count, requests_driver
 from sim.workload.coding_agent import coding_agent_driver
 from sim.workload.common_config import RequestsWorkload
+from sim.workload.hints import register_tool_times
 from sim.workload.kinds import WORKLOADS, WorkloadKind, register_workload, workload_kind
 from sim.workload.mix_config import Workload
 
@@ -113,6 +116,17 @@ REQUESTS_LATE = WorkloadKind("requests_late", RequestsLate, requests_count, requ
 REQUESTS_LATE_FIELDS = {k: v for k, v in REQUESTS.items() if k != "kind"}
 
 
+class CodingAgentLate(CodingAgentWorkload):
+    """The ``coding_agent`` workload under another name."""
+
+    kind: Literal["coding_agent_late"] = "coding_agent_late"  # type: ignore[assignment]
+
+
+CODING_AGENT_LATE = WorkloadKind(
+    "coding_agent_late", CodingAgentLate, lambda cfg: cfg.num_trajectories, coding_agent_driver
+)
+
+
 class LruLate(LRU):
     name = "lru_late"
 
@@ -137,6 +151,7 @@ TABLES = (
     EVICTION_STRATEGIES,
     REPLAY_POLICIES,
     runner_registry._RUNNERS,
+    hints_registry._TOOL_TIMES,
     plugin_registry._PENDING,
 )
 
@@ -198,7 +213,8 @@ def test_the_shipped_kinds_come_back_after_a_test_registered_more(registries):
                         (router_registry._REGISTRY, "round_robin_late"),
                         (WORKLOADS, "requests_late"), (EVICTION_STRATEGIES, "lru_late"),
                         (REPLAY_POLICIES, "belady_late"),
-                        (runner_registry._RUNNERS, "fixed_late")):  # fmt: skip
+                        (runner_registry._RUNNERS, "fixed_late"),
+                        (hints_registry._TOOL_TIMES, "coding_agent_late")):  # fmt: skip
         assert name not in table
     assert "chat" in WORKLOADS and "radix" in alloc_registry._REGISTRY
 
@@ -302,19 +318,27 @@ def test_kvsim_validate_and_run_take_a_late_workload_kind(registries, tmp_path, 
 def test_kvsim_workload_sample_lists_a_late_agent_kind(registries, run_cli):
     """A kind given by name (no scenario file) is validated by the same union."""
 
-    class CodingAgentLate(CodingAgentWorkload):
-        kind: Literal["coding_agent_late"] = "coding_agent_late"  # type: ignore[assignment]
-
     argv = ["workload", "sample", "coding_agent_late", "--n", "2", "--seed", "1", "--json"]
     assert run_cli(argv)[0] != 0
-    register_workload(WorkloadKind("coding_agent_late", CodingAgentLate,
-                                   workload_kind("coding_agent").count, coding_agent_driver))  # fmt: skip
+    register_workload(CODING_AGENT_LATE)
     code, out, err = run_cli(argv)
     assert code == 0, out + err
     same = run_cli([*argv[:2], "coding_agent", *argv[3:]])[1]
     late, shipped = json.loads(out), json.loads(same)
     assert late["kind"] == "coding_agent_late" and late["trajectories"] == shipped["trajectories"]
     assert len(late["trajectories"]) == 2
+
+
+def test_a_late_agent_kind_takes_fitted_hints_once_its_tool_times_are_registered(registries):
+    """``workload.hints.source: fitted`` reads the tool-time registry of the kind named."""
+    agents = {"num_trajectories": 2, "arrival": {"kind": "fixed"}, "hints": {"source": "fitted"}}
+    late = {**BASE, "workload": {"kind": "coding_agent_late", **agents}}
+    register_workload(CODING_AGENT_LATE)
+    with pytest.raises(ConfigError, match="source 'fitted' needs a kind with pause"):
+        run_scenario(late)
+    register_tool_times("coding_agent_late", hints_registry._TOOL_TIMES["coding_agent"])
+    same = {**BASE, "workload": {"kind": "coding_agent", **agents}}
+    _same_run(run_scenario(late), run_scenario(same))
 
 
 def test_a_workload_kind_registered_before_the_schema_is_imported_validates():
@@ -327,6 +351,7 @@ from sim.workload.agent_config import CodingAgentWorkload
 from sim.workload.chat import requests_count, requests_driver
 from sim.workload.coding_agent import coding_agent_driver
 from sim.workload.common_config import RequestsWorkload
+from sim.workload.hints import register_tool_times
 from sim.workload.kinds import WorkloadKind, register_workload
 
 class RequestsLate(RequestsWorkload):
