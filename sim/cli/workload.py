@@ -109,7 +109,8 @@ def _kind_config(kind: str, n: int, overrides: dict[str, Any]):
 
     from sim.workload import WORKLOADS
     from sim.workload.agent_config import TrajectoryWorkload
-    from sim.workload.config import Workload
+    from sim.workload.kind_models import plugin_kinds
+    from sim.workload.mix_config import workload_union
     from sim.yamlio import format_validation_error
 
     if not issubclass(WORKLOADS[kind].config, TrajectoryWorkload):
@@ -124,7 +125,7 @@ def _kind_config(kind: str, n: int, overrides: dict[str, Any]):
                 raise ConfigError(f"{part!r} is not a section", field=f"--set {key}")
         node[path[-1]] = value
     try:
-        cfg = TypeAdapter(Workload).validate_python(data)
+        cfg = TypeAdapter(workload_union(plugin_kinds())).validate_python(data)
     except ValidationError as exc:
         first = format_validation_error(exc, "--set", {}, ("workload",), data).splitlines()[0]
         # a whole-model check is located at the union's tag: name the section instead

@@ -6,6 +6,18 @@ their records), below ``sim/scenario`` (which declares the ``cluster:`` section 
 router registry here). See docs/cluster.md.
 """
 
-from sim.cluster.routers import Router, router_class, router_kinds, router_options_union
+from sim.cluster.routers import (
+    Router,
+    router_class,
+    router_kinds,
+    router_options_models,
+    router_options_union,
+)
 
-__all__ = ["Router", "router_class", "router_kinds", "router_options_union"]
+__all__ = [
+    "Router",
+    "router_class",
+    "router_kinds",
+    "router_options_models",
+    "router_options_union",
+]

@@ -12,16 +12,19 @@ Data-parallel ranks are one identical group; each rank's scenario also gets
 
 Invariant: a group's section keys are checked against the section's fields here (one
 line naming the valid ones); their values are checked when the node's scenario is
-validated (``sim.run.cluster``), with the group's location.
+validated (``sim.run.cluster``), with the group's location. ``cluster_section(routers)``
+is the section for the routers registered at a call (``ClusterSection`` itself for the
+shipped ones), so a router registered late is accepted (``sim.scenario.schema``).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from sim.cluster.routers import router_class, router_options_union
+from sim.cluster.routers import router_class, router_options_models, router_options_union
 
 #: most nodes one scenario may declare (each node is an engine with its own pool)
 MAX_NODES = 256
@@ -64,7 +67,9 @@ class NodeGroup(_Cfg):
         return v
 
 
-RouterOptions = router_options_union()
+#: the routers registered when this module was imported (the shipped ones)
+_ROUTERS = router_options_models()
+RouterOptions = router_options_union(_ROUTERS)
 
 
 class DataParallel(_Cfg):
@@ -200,6 +205,23 @@ class ClusterSection(_Cfg):
         if total > MAX_NODES:
             raise ValueError(f"{total} nodes in all; at most {MAX_NODES}")
         return v
+
+
+def cluster_section(routers: tuple[type[BaseModel], ...]) -> type[ClusterSection]:
+    """The section whose ``router`` is the union of ``routers`` (each registered router's
+    options, ``router_options_models()``): ``ClusterSection`` for the shipped routers."""
+    return ClusterSection if routers == _ROUTERS else _cluster_section_for(routers)
+
+
+@functools.lru_cache(maxsize=16)
+def _cluster_section_for(routers: tuple[type[BaseModel], ...]) -> type[ClusterSection]:
+    router = router_options_union(routers)  # type: ignore[arg-type]
+    return create_model(
+        "ClusterSection",
+        __base__=ClusterSection,
+        __doc__=ClusterSection.__doc__,
+        router=(router, router_class("round_robin").Options()),
+    )
 
 
 def group_overrides(group: NodeGroup) -> dict[str, Any]:

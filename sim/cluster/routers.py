@@ -116,9 +116,16 @@ def router_class(kind: str) -> type[Router]:
         ) from None
 
 
-def router_options_union() -> Any:
-    """The pydantic type of ``cluster.router``: every router's options by ``kind``."""
-    classes = tuple(cls.Options for cls in _REGISTRY.values())
+def router_options_models() -> tuple[type[_Options], ...]:
+    """Every registered router's options model, in registration order (read at each call:
+    a router registered late is as visible as a shipped one)."""
+    return tuple(cls.Options for cls in _REGISTRY.values())
+
+
+def router_options_union(classes: tuple[type[_Options], ...] | None = None) -> Any:
+    """The pydantic type of ``cluster.router``: the options of ``classes`` (default: every
+    registered router's) by ``kind``."""
+    classes = router_options_models() if classes is None else classes
     return Annotated[Union[classes], Field(discriminator="kind")]  # noqa: UP007
 
 

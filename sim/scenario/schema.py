@@ -3,15 +3,18 @@
 Responsibility: every section and its defaults, with ``kind:`` discriminators for the
 allocator, scheduler, pause policy, workload and arrival process. The allocator section
 is derived from the memory layer's registry (each kind's constructor options), so a kind
-that registers there is accepted here with exactly its options; schedulers and pause
-policies come from their registries, workloads from ``sim.workload.kind_models`` (the
-kind a document names) or ``sim.workload.mix_config`` (every kind).
+that registers there is accepted here with exactly its options; schedulers, pause
+policies and routers (``cluster.router``) come from their registries, workloads from
+``sim.workload.kind_models`` (the shipped kind a document names, and ``plugin_kinds``:
+the kinds registered besides them) or ``sim.workload.mix_config`` (every kind).
 
 Invariant: every model forbids unknown fields (``extra="forbid"``) and is frozen;
 ``schema_version`` is 1; byte figures are bytes, times seconds. The registries are read
 lazily: ``scenario_model()`` is built for the registries' contents at the call (cached by
-those contents), so an allocator, scheduler or pause policy registered after this module
-was imported, or after an earlier ``scenario_model()`` call, is accepted from then on.
+those contents), so an allocator, scheduler, pause policy, router or workload kind
+registered after this module was imported, or after an earlier ``scenario_model()`` call,
+is accepted from then on; a document naming a workload kind not registered yet runs the
+workload plug-in loaders first (``sim.plugins``).
 """
 
 from __future__ import annotations
@@ -31,14 +34,16 @@ from pydantic import (
 )
 
 import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
-from sim.cluster.config import ClusterSection
+from sim.cluster.config import ClusterSection, cluster_section
+from sim.cluster.routers import router_options_models
 from sim.cost import CostConfig
+from sim.plugins import load_plugins
 from sim.policy import options_union, policy_class
 from sim.policy.base import policy_options_models
 from sim.profiles.layer_groups import DType
 from sim.sched.speculative import SpeculativeConfig
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
-from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
+from sim.workload.kind_models import WORKLOAD_MODELS, plugin_kinds, workload_models
 
 SCHEMA_VERSION = 1
 
@@ -238,10 +243,10 @@ class ScenarioBase(_Cfg):
 
 
 def scenario_model() -> type[BaseModel]:
-    """The full scenario model: every workload kind, and the allocator, scheduler and
-    pause-policy unions of the kinds registered now (the same class while the registries
-    do not change)."""
-    return _scenario_model(None)
+    """The full scenario model: every workload kind, and the allocator, scheduler,
+    pause-policy, router and workload unions of the kinds registered now (the same class
+    while the registries do not change)."""
+    return _scenario_model(None, plugin_kinds())
 
 
 def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
@@ -253,19 +258,43 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     A narrowed model accepts a document exactly when the full one does, with the same
     result (the ``kind`` tag picks the same class in both); its error messages would not
     list every valid kind, so a document it refuses is validated again with the full
-    model, whose errors are the ones reported (``sim.scenario.load``)."""
+    model, whose errors are the ones reported (``sim.scenario.load``). A plug-in kind
+    (``sim.workload.kind_models.plugin_kinds``) is narrowed to as a shipped one is."""
     workload = data.get("workload") if isinstance(data, dict) else None
     kind = workload.get("kind") if isinstance(workload, dict) else None
-    if not isinstance(kind, str) or kind not in WORKLOAD_MODELS or kind == "mix":
-        return scenario_model(), False
-    return _scenario_model((kind,)), True
+    if isinstance(kind, str) and kind in WORKLOAD_MODELS and kind != "mix":
+        return _scenario_model((kind,), ()), True
+    plugins = _plugin_kinds(workload)
+    named = tuple(p for p in plugins if p[0] == kind)
+    if named:
+        return _scenario_model((), named), True
+    return _scenario_model(None, plugins), False
 
 
-def _scenario_model(workloads: tuple[str, ...] | None) -> type[BaseModel]:
+def _plugin_kinds(workload: Any) -> tuple[tuple[str, type], ...]:
+    """The plug-in workload kinds registered now, after the ``workloads`` plug-in loaders
+    have run when ``workload`` (or a component of it, a mix's) names a kind that is
+    neither shipped nor registered (a loader may register it)."""
+    plugins = plugin_kinds()
+    parts = [workload]
+    if isinstance(workload, dict) and isinstance(workload.get("components"), list):
+        parts += workload["components"]
+    known = {*WORKLOAD_MODELS, *dict(plugins)}
+    named = (p.get("kind") for p in parts if isinstance(p, dict))
+    if any(isinstance(k, str) and k not in known for k in named):
+        load_plugins("workloads")
+        plugins = plugin_kinds()
+    return plugins
+
+
+def _scenario_model(
+    workloads: tuple[str, ...] | None, plugins: tuple[tuple[str, type], ...]
+) -> type[BaseModel]:
     from sim.sched import scheduler_configs
 
     return _scenario_model_for(_allocator_registry(), scheduler_configs(),
-                               policy_options_models(), workloads)  # fmt: skip
+                               policy_options_models(), router_options_models(),
+                               workloads, plugins)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=32)
@@ -273,7 +302,9 @@ def _scenario_model_for(
     allocators: tuple[tuple[str, type], ...],
     schedulers: tuple[type[BaseModel], ...],
     policies: tuple[type[BaseModel], ...],
+    routers: tuple[type[BaseModel], ...],
     workloads: tuple[str, ...] | None,
+    plugins: tuple[tuple[str, type], ...],
 ) -> type[BaseModel]:
     from sim.sched import VllmV1Config
 
@@ -282,21 +313,23 @@ def _scenario_model_for(
     return create_model(
         "Scenario",
         __base__=ScenarioBase,
-        workload=(_workload_union(workloads), ...),
+        workload=(_workload_union(workloads, plugins), ...),
         allocator=(_union(allocs), paged()),
         scheduler=(_union(schedulers), VllmV1Config()),
         pause_policy=(_union(policies), policy_class("hold").Options()),
+        cluster=(cluster_section(routers) | None, None),
     )
 
 
-def _workload_union(kinds: tuple[str, ...] | None) -> Any:
-    """The ``workload`` section's type: every kind (``sim.workload.mix_config.Workload``)
-    or the union of ``kinds`` alone."""
+def _workload_union(kinds: tuple[str, ...] | None, plugins: tuple[tuple[str, type], ...]) -> Any:
+    """The ``workload`` section's type: every shipped kind and ``plugins``
+    (``sim.workload.mix_config.workload_union``), or the union of the shipped ``kinds``
+    and ``plugins`` alone."""
     if kinds is None:
-        from sim.workload.mix_config import Workload
+        from sim.workload.mix_config import workload_union
 
-        return Workload
-    return _union(workload_models(kinds))
+        return workload_union(plugins)
+    return _union(workload_models(kinds) + tuple(config for _, config in plugins))
 
 
 def json_schema() -> dict:

@@ -10,7 +10,8 @@ the kinds asked for. The scenario model narrowed to a document's kind reads it
 Invariant: every kind of the table names a class whose ``kind`` field is that kind
 (tested); ``mix`` is listed for its place in the union but loaded by
 ``sim.workload.mix_config`` alone (its components may be of any kind, so a document
-naming ``mix`` is validated with the whole union).
+naming ``mix`` is validated with the whole union). ``plugin_kinds()`` lists the kinds
+registered (``sim.workload.kinds``) that the table does not: plug-ins, read at each call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Iterable
 from types import ModuleType
 
 from pydantic import BaseModel
+
+from sim.workload.kinds import WORKLOADS
 
 #: every workload kind -> (module of ``sim.workload``, class) of its config model, in the
 #: order of the ``workload`` union
@@ -67,3 +70,10 @@ def workload_models(kinds: Iterable[str] | None = None) -> tuple[type[BaseModel]
         for kind, (module, name) in WORKLOAD_MODELS.items()
         if kind in wanted
     )
+
+
+def plugin_kinds() -> tuple[tuple[str, type], ...]:
+    """(name, config model) of each registered kind the table does not list, in
+    registration order: the kinds registered now (the ``workloads`` plug-in loaders are
+    not run here; ``sim.plugins``)."""
+    return tuple((n, k.config) for n, k in WORKLOADS.items() if n not in WORKLOAD_MODELS)

@@ -5,16 +5,26 @@ table at import time), so a kind registered late is as usable as a shipped one; 
 name is a one-line ``UnknownNameError`` listing the registered kinds. The shipped kinds are
 registered by ``sim.workload.builtin`` on the first look-up; drivers that dispatch on a kind (``mix``) import this module,
 not the package, so the package's imports stay acyclic.
+
+A kind's config model is a pydantic model whose ``kind`` field is ``Literal[name]`` (the
+tag of the scenario's ``workload`` union); a name is registered with one config model
+(registering it again with another is refused, as the allocator and scheduler registries
+do), so the scenario schema (the shipped table ``sim.workload.kind_models``, and
+``plugin_kinds`` there for the others) and the driver always agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel
 
 from sim.errors import UnknownNameError
 from sim.plugins import load_plugins
-from sim.workload.context import WorkloadContext
+
+if TYPE_CHECKING:
+    from sim.workload.context import WorkloadContext
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ WORKLOADS: dict[str, WorkloadKind] = {}
 
 def register_workload(kind: WorkloadKind) -> WorkloadKind:
     """Register ``kind``; its driver labels an unlabelled context with the kind's name."""
+    _check_config(kind.name, kind.config)
     driver = kind.driver
 
     def labelled(cfg, ctx: WorkloadContext):
@@ -42,6 +53,32 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
     kind = replace(kind, driver=labelled)
     WORKLOADS[kind.name] = kind
     return kind
+
+
+def _check_config(name: str, config: type) -> None:
+    """A config model tagged ``name``, and the one ``name`` has if it is registered."""
+    tag = None
+    if isinstance(config, type) and issubclass(config, BaseModel):
+        tag = config.model_fields.get("kind")
+    if (
+        tag is None
+        or get_origin(tag.annotation) is not Literal
+        or get_args(tag.annotation) != (name,)
+    ):
+        raise TypeError(
+            f"workload kind {name!r} needs a pydantic config model with a field "
+            f"kind: Literal[{name!r}], got {config!r}"
+        )
+    old = WORKLOADS.get(name)
+    if old is not None and _qualified(old.config) != _qualified(config):
+        raise ValueError(
+            f"workload kind {name!r} is already registered ({_qualified(old.config)}); "
+            "register yours under another name"
+        )
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def workload_kind(name: str) -> WorkloadKind:

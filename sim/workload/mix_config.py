@@ -8,14 +8,17 @@ scenario model (``kvsim schema``, and any document a narrowed model refuses) tak
 
 Invariant: ``Workload`` holds exactly the kinds of ``WORKLOAD_MODELS``, in its order (the
 order of the JSON Schema and of the valid kinds an error lists); a mix component is
-never itself a mix.
+never itself a mix. ``workload_union(plugins)`` is ``Workload`` when no plug-in kind is
+registered, else the same union with the plug-in kinds after the shipped ones, at the top
+level and in a mix's components alike (``sim.workload.kind_models.plugin_kinds``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import functools
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
 
 from sim.workload.common_config import MAX_COMPONENTS, WorkloadConfigModel
 from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
@@ -51,9 +54,26 @@ class MixWorkload(WorkloadConfigModel):
 
 
 _OTHERS = dict(zip([k for k in WORKLOAD_MODELS if k != "mix"], workload_models(), strict=True))
-Workload = Annotated[
-    Union[tuple(MixWorkload if k == "mix" else _OTHERS[k] for k in WORKLOAD_MODELS)],  # noqa: UP007
-    Field(discriminator="kind"),
-]
+#: the shipped kinds' models, in the table's order
+_SHIPPED = tuple(MixWorkload if k == "mix" else _OTHERS[k] for k in WORKLOAD_MODELS)
+Workload = Annotated[Union[_SHIPPED], Field(discriminator="kind")]  # noqa: UP007
 # MixWorkload names ``Workload`` before it is defined: pydantic resolves it from this
 # module when the class is first built (the scenario model builds it; defer_build)
+
+
+@functools.lru_cache(maxsize=16)
+def workload_union(plugins: tuple[tuple[str, type], ...] = ()) -> Any:
+    """The ``workload`` union with the plug-in kinds ``plugins`` ((name, config model), in
+    registration order) after the shipped kinds; ``Workload`` itself when there is none."""
+    if not plugins:
+        return Workload
+    extra = tuple(config for _, config in plugins)
+    components = Annotated[Union[(*_SHIPPED, *extra)], Field(discriminator="kind")]  # noqa: UP007
+    mix = create_model(
+        "MixWorkloadWithPlugins",
+        __base__=MixWorkload,
+        __doc__=MixWorkload.__doc__,
+        components=(list[components], Field(min_length=1, max_length=MAX_COMPONENTS)),  # type: ignore[valid-type]
+    )
+    kinds = tuple(mix if m is MixWorkload else m for m in _SHIPPED)
+    return Annotated[Union[(*kinds, *extra)], Field(discriminator="kind")]  # noqa: UP007
