@@ -31,7 +31,6 @@ from pydantic import (
 )
 
 import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
-from sim.cluster.config import ClusterSection
 from sim.cost import CostConfig
 from sim.policy import options_union, policy_class
 from sim.policy.base import policy_options_models
@@ -225,8 +224,9 @@ class ScenarioBase(_Cfg):
     engine: EngineConfig = EngineConfig()
     pricing: PricingSection = PricingSection()
     metrics: MetricsSection = MetricsSection()
-    # several nodes behind a router (docs/cluster.md); None: one node (the sections above)
-    cluster: ClusterSection | None = None
+    # several nodes behind a router (docs/cluster.md); None: one node (the sections above).
+    # Its type (``sim.cluster.config.ClusterSection | None``) is set with the workload's
+    cluster: Any = None
     # speculative decoding (sim.sched.speculative, docs/engine.md); None: off
     speculative: SpeculativeConfig | None = None
 
@@ -248,7 +248,8 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     """(the model to validate ``data`` with first, whether it is narrowed): a scenario
     model whose ``workload`` union holds only the kind ``data`` names, so only that kind's
     module is imported and only its validator built; the full model when ``data`` names no
-    single known kind (or a ``mix``, whose components may be of any kind).
+    single known kind (or a ``mix``, whose components may be of any kind). A narrowed
+    model of a document without a ``cluster`` section holds ``cluster: None`` alone.
 
     A narrowed model accepts a document exactly when the full one does, with the same
     result (the ``kind`` tag picks the same class in both); its error messages would not
@@ -258,14 +259,14 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     kind = workload.get("kind") if isinstance(workload, dict) else None
     if not isinstance(kind, str) or kind not in WORKLOAD_MODELS or kind == "mix":
         return scenario_model(), False
-    return _scenario_model((kind,)), True
+    return _scenario_model((kind,), cluster=data.get("cluster") is not None), True
 
 
-def _scenario_model(workloads: tuple[str, ...] | None) -> type[BaseModel]:
+def _scenario_model(workloads: tuple[str, ...] | None, cluster: bool = True) -> type[BaseModel]:
     from sim.sched import scheduler_configs
 
     return _scenario_model_for(_allocator_registry(), scheduler_configs(),
-                               policy_options_models(), workloads)  # fmt: skip
+                               policy_options_models(), workloads, cluster)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=32)
@@ -274,6 +275,7 @@ def _scenario_model_for(
     schedulers: tuple[type[BaseModel], ...],
     policies: tuple[type[BaseModel], ...],
     workloads: tuple[str, ...] | None,
+    cluster: bool,
 ) -> type[BaseModel]:
     from sim.sched import VllmV1Config
 
@@ -283,10 +285,22 @@ def _scenario_model_for(
         "Scenario",
         __base__=ScenarioBase,
         workload=(_workload_union(workloads), ...),
+        cluster=(_cluster_type(cluster), None),
         allocator=(_union(allocs), paged()),
         scheduler=(_union(schedulers), VllmV1Config()),
         pause_policy=(_union(policies), policy_class("hold").Options()),
     )
+
+
+def _cluster_type(cluster: bool) -> Any:
+    """The ``cluster`` section's type: the section or ``None``; ``None`` alone in a model
+    narrowed to a document without the section (a one-node scenario does not import
+    ``sim.cluster``: its routers and their options)."""
+    if not cluster:
+        return None
+    from sim.cluster.config import ClusterSection
+
+    return ClusterSection | None
 
 
 def _workload_union(kinds: tuple[str, ...] | None) -> Any:

@@ -147,3 +147,27 @@ def test_narrowing_never_changes_what_is_accepted_or_reported(kind, edits):
     if not want:
         full = scenario_model().model_validate(data)
         assert load_scenario(copy.deepcopy(data)).scenario.model_dump() == full.model_dump()
+
+
+def test_a_narrowed_model_without_a_cluster_section_holds_cluster_none_alone():
+    """A document without ``cluster`` (or with ``cluster: null``) gets ``cluster: None``
+    alone (``sim.cluster`` is not imported for it); one with the section gets the section;
+    a cluster section given to the one-node model is refused, and then worded by the full
+    model (``load_scenario``)."""
+    one, narrowed = scenario_model_for(BASE)
+    assert narrowed and one.model_fields["cluster"].annotation is type(None)
+    assert scenario_model_for({**BASE, "cluster": None})[0] is one
+    cluster = {"nodes": [{"count": 2}]}
+    many, narrowed = scenario_model_for({**BASE, "cluster": cluster})
+    assert narrowed and many is not one
+    full = scenario_model().model_fields["cluster"].annotation
+    assert many.model_fields["cluster"].annotation == full
+    assert list(one.model_fields) == list(many.model_fields) == list(scenario_model().model_fields)
+    assert one.model_validate(BASE).model_dump() == many.model_validate(BASE).model_dump()
+    with pytest.raises(ValidationError):
+        one.model_validate({**BASE, "cluster": cluster})
+    got = load_scenario({**BASE, "cluster": cluster}).scenario
+    assert got.cluster.n_nodes == 2
+    bad = {**BASE, "cluster": {"nodes": [{"count": 0}], "extra": 1}}
+    got_problems, want = _problems(bad)
+    assert got_problems == want and len(want) == 2
