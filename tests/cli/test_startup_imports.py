@@ -172,3 +172,11 @@ def test_a_one_node_validate_imports_no_cluster_module():
     assert _validate_modules("workloads/seed_chunked_prefill.yaml", ("sim.cluster",)) == (0, [])
     rc, modules = _validate_modules("workloads/cluster_coding_agents.yaml", ("sim.cluster",))
     assert rc == 0 and {"sim.cluster.config", "sim.cluster.routers"} <= set(modules)
+
+
+def test_kvsim_validate_imports_neither_pydantic_s_plugin_loader_nor_importlib_metadata():
+    """With plug-ins off (the command's default) pydantic's loader is a stand-in
+    (``sim.cli._pydantic_plugins``), so ``importlib.metadata`` stays out."""
+    for scenario in ("workloads/seed_chunked_prefill.yaml", "workloads/cluster_coding_agents.yaml"):
+        rc, modules = _validate_modules(scenario, ("importlib.metadata", "email"))
+        assert (rc, modules) == (0, []), scenario
