@@ -30,8 +30,6 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from sim.cli._pydantic_plugins import ALL_OFF
-from sim.cli._pydantic_plugins import install as install_plugin_stand_in
 from sim.errors import KvsimError
 
 if TYPE_CHECKING:
@@ -173,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     # same process (a notebook, a test) keeps its plug-ins
     before = os.environ.get(PYDANTIC_PLUGINS_ENV)
     os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
-    if os.environ[PYDANTIC_PLUGINS_ENV] in ALL_OFF:  # its loader's import alone is ~40 ms
-        install_plugin_stand_in()
+    from sim.cli import _pydantic_plugins
+
+    if os.environ[PYDANTIC_PLUGINS_ENV] in _pydantic_plugins.ALL_OFF:  # loader import: ~40 ms
+        _pydantic_plugins.install()
     try:
         return _main(argv)
     finally:
