@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import Annotated, Any, Literal, Union, get_type_hints
 
 from pydantic import (
@@ -249,7 +250,8 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     model whose ``workload`` union holds only the kind ``data`` names, so only that kind's
     module is imported and only its validator built; the full model when ``data`` names no
     single known kind (or a ``mix``, whose components may be of any kind). A narrowed
-    model of a document without a ``cluster`` section holds ``cluster: None`` alone.
+    model of a document without a ``cluster`` section holds ``cluster: None`` alone while
+    ``sim.cluster.config`` is not imported.
 
     A narrowed model accepts a document exactly when the full one does, with the same
     result (the ``kind`` tag picks the same class in both); its error messages would not
@@ -259,7 +261,10 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     kind = workload.get("kind") if isinstance(workload, dict) else None
     if not isinstance(kind, str) or kind not in WORKLOAD_MODELS or kind == "mix":
         return scenario_model(), False
-    return _scenario_model((kind,), cluster=data.get("cluster") is not None), True
+    # without the section, ``cluster: None`` alone spares importing sim.cluster; once it is
+    # imported (a cluster's node scenarios) the model with the section serves both
+    cluster = data.get("cluster") is not None or "sim.cluster.config" in sys.modules
+    return _scenario_model((kind,), cluster=cluster), True
 
 
 def _scenario_model(workloads: tuple[str, ...] | None, cluster: bool = True) -> type[BaseModel]:

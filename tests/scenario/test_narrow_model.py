@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from sim.errors import ConfigError
 from sim.scenario import load_scenario, scenario_model
 from sim.scenario.load import LoadedScenario, validation_problems
-from sim.scenario.schema import scenario_model_for
+from sim.scenario.schema import _scenario_model, scenario_model_for
 from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
 from sim.yamlio import load_yaml
 
@@ -150,24 +150,31 @@ def test_narrowing_never_changes_what_is_accepted_or_reported(kind, edits):
 
 
 def test_a_narrowed_model_without_a_cluster_section_holds_cluster_none_alone():
-    """A document without ``cluster`` (or with ``cluster: null``) gets ``cluster: None``
-    alone (``sim.cluster`` is not imported for it); one with the section gets the section;
-    a cluster section given to the one-node model is refused, and then worded by the full
-    model (``load_scenario``)."""
-    one, narrowed = scenario_model_for(BASE)
-    assert narrowed and one.model_fields["cluster"].annotation is type(None)
-    assert scenario_model_for({**BASE, "cluster": None})[0] is one
-    cluster = {"nodes": [{"count": 2}]}
-    many, narrowed = scenario_model_for({**BASE, "cluster": cluster})
-    assert narrowed and many is not one
+    """The one-node model (``cluster: None`` alone, what a document without the section gets
+    while ``sim.cluster`` is not imported: tests/cli/test_startup_imports.py) accepts what
+    the model with the section accepts without one, with the same values, and refuses a
+    section; a refused document is worded by the full model (``load_scenario``)."""
+    one = _scenario_model(("chat",), cluster=False)
+    many = _scenario_model(("chat",), cluster=True)
+    assert one.model_fields["cluster"].annotation is type(None)
     full = scenario_model().model_fields["cluster"].annotation
     assert many.model_fields["cluster"].annotation == full
     assert list(one.model_fields) == list(many.model_fields) == list(scenario_model().model_fields)
-    assert one.model_validate(BASE).model_dump() == many.model_validate(BASE).model_dump()
+    for data in (BASE, {**BASE, "cluster": None}):
+        assert one.model_validate(data).model_dump() == many.model_validate(data).model_dump()
+    cluster = {"nodes": [{"count": 2}]}
     with pytest.raises(ValidationError):
         one.model_validate({**BASE, "cluster": cluster})
-    got = load_scenario({**BASE, "cluster": cluster}).scenario
-    assert got.cluster.n_nodes == 2
+    assert load_scenario({**BASE, "cluster": cluster}).scenario.cluster.n_nodes == 2
     bad = {**BASE, "cluster": {"nodes": [{"count": 0}], "extra": 1}}
-    got_problems, want = _problems(bad)
-    assert got_problems == want and len(want) == 2
+    got, want = _problems(bad)
+    assert got == want and len(want) == 2
+
+
+def test_a_cluster_and_its_node_scenarios_share_one_narrowed_model():
+    """Once ``sim.cluster.config`` is imported (as here), a document without the section
+    gets the model with it: a cluster scenario's node scenarios build no second model."""
+    import sim.cluster.config  # noqa: F401
+
+    with_section, narrowed = scenario_model_for({**BASE, "cluster": {"nodes": [{"count": 2}]}})
+    assert narrowed and scenario_model_for(BASE) == (with_section, True)
