@@ -48,7 +48,8 @@ def _real() -> types.ModuleType:
     """pydantic's own loader, imported now in the stand-in's place."""
     if isinstance(sys.modules.get(LOADER), _StandIn):
         del sys.modules[LOADER]
-    return importlib.import_module(LOADER)
+    # LOADER spelt out: the layer test (tests/test_layers.py) reads the module imported
+    return importlib.import_module("pydantic.plugin._loader")
 
 
 def install() -> None:
