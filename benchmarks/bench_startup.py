@@ -4,8 +4,10 @@ Runs each command as a fresh process (``python -m sim.cli ...``), interleaving t
 checkouts compared (``--tree DIR``, several allowed: before / after), ``--repeat`` times,
 and prints the median and the minimum wall time per command and tree, the median CPU time (user + system,
 less sensitive to other jobs on the machine), with the machine's
-load average before and after, and the modules each command imported (``-X importtime``
-count). Speed is measured here, never asserted in a test.
+load average before and after, the modules each command imported (``-X importtime``
+count) and, for every tree after the first, the median of its CPU time over the first
+tree's in the same round (paired ratios: a round's runs see the same load). Speed is
+measured here, never asserted in a test.
 
 Byte-code: each tree gets its own ``__pycache__`` folder under a temporary directory
 (``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE`` is dropped) and one untimed run of
@@ -81,13 +83,16 @@ def main() -> None:
     load1 = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load0[0]:.1f} before, {load1[0]:.1f} after; "
           f"{a.repeat} runs each, interleaved")  # fmt: skip
-    print("| command | tree | median wall s | min wall s | median CPU s | modules imported |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| command | tree | median wall s | min wall s | median CPU s | CPU / first tree "
+          "(median of pairs) | modules imported |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|")
     for (name, tree), ts in times.items():
         walls, cpus = [w for w, _ in ts], [c for _, c in ts]
+        first = [c for _, c in times[(name, a.tree[0])]]
+        ratio = statistics.median(c / f for c, f in zip(cpus, first, strict=True))
         n = modules(tree, COMMANDS[name])
         print(f"| `kvsim {' '.join(COMMANDS[name])}` | {tree} | {statistics.median(walls):.3f} "
-              f"| {min(walls):.3f} | {statistics.median(cpus):.3f} | {n} |")  # fmt: skip
+              f"| {min(walls):.3f} | {statistics.median(cpus):.3f} | {ratio:.3f} | {n} |")  # fmt: skip
 
 
 if __name__ == "__main__":

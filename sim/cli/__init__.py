@@ -18,7 +18,9 @@ KEY=VALUE ...]`` is answered by ``sim.cli._validate`` without building the typer
 pydantic's plug-in discovery off (``PYDANTIC_DISABLE_PLUGINS=__all__``) for the command
 and the worker processes it starts, unless the environment sets that variable, and puts
 the variable back when the command returns: the scan of every installed distribution's
-entry points cost each command ~60 ms.
+entry points cost each command ~60 ms. With the switch at ``__all__``, pydantic's plug-in
+loader itself is not imported either (``sim.cli._pydantic_plugins``: it imports
+``importlib.metadata``, ~40 ms).
 """
 
 from __future__ import annotations
@@ -169,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     # same process (a notebook, a test) keeps its plug-ins
     before = os.environ.get(PYDANTIC_PLUGINS_ENV)
     os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
+    from sim.cli import _pydantic_plugins
+
+    if os.environ[PYDANTIC_PLUGINS_ENV] in _pydantic_plugins.ALL_OFF:  # loader import: ~40 ms
+        _pydantic_plugins.install()
     try:
         return _main(argv)
     finally:

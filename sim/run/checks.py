@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.cluster.config import group_overrides, node_extra_overrides
 from sim.errors import ConfigError, InvariantError, KvsimError
 from sim.scenario import LoadedScenario, Resolved, load_scenario, make_allocator_for, resolve
 from sim.scenario.paths import missing_files
@@ -95,6 +94,8 @@ def _check_ranks_per_expert(resolved: Resolved) -> None:
 def node_scenarios(loaded: LoadedScenario) -> list[LoadedScenario]:
     """One node scenario per ``cluster.nodes`` group (no ``cluster`` section in them);
     a problem in a group is one line located at that group."""
+    from sim.cluster.config import group_overrides, node_extra_overrides  # a cluster's only
+
     section = loaded.scenario.cluster
     data = loaded.scenario.model_dump(mode="json", exclude={"cluster"})
     out = []

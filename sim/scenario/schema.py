@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import Annotated, Any, Literal, Union, get_type_hints
 
 from pydantic import (
@@ -34,8 +35,6 @@ from pydantic import (
 )
 
 import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
-from sim.cluster.config import ClusterSection, cluster_section
-from sim.cluster.routers import router_options_models
 from sim.cost import CostConfig
 from sim.plugins import load_plugins
 from sim.policy import options_union, policy_class
@@ -230,8 +229,9 @@ class ScenarioBase(_Cfg):
     engine: EngineConfig = EngineConfig()
     pricing: PricingSection = PricingSection()
     metrics: MetricsSection = MetricsSection()
-    # several nodes behind a router (docs/cluster.md); None: one node (the sections above)
-    cluster: ClusterSection | None = None
+    # several nodes behind a router (docs/cluster.md); None: one node (the sections above).
+    # Its type (``sim.cluster.config.ClusterSection | None``) is set where the workload's is
+    cluster: Any = None
     # speculative decoding (sim.sched.speculative, docs/engine.md); None: off
     speculative: SpeculativeConfig | None = None
 
@@ -253,7 +253,9 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     """(the model to validate ``data`` with first, whether it is narrowed): a scenario
     model whose ``workload`` union holds only the kind ``data`` names, so only that kind's
     module is imported and only its validator built; the full model when ``data`` names no
-    single known kind (or a ``mix``, whose components may be of any kind).
+    single known kind (or a ``mix``, whose components may be of any kind). A narrowed
+    model of a document without a ``cluster`` section holds ``cluster: None`` alone while
+    ``sim.cluster.config`` is not imported.
 
     A narrowed model accepts a document exactly when the full one does, with the same
     result (the ``kind`` tag picks the same class in both); its error messages would not
@@ -262,12 +264,16 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     (``sim.workload.kind_models.plugin_kinds``) is narrowed to as a shipped one is."""
     workload = data.get("workload") if isinstance(data, dict) else None
     kind = workload.get("kind") if isinstance(workload, dict) else None
+    # without the section, ``cluster: None`` alone spares importing sim.cluster; once it is
+    # imported (a cluster's node scenarios) the model with the section serves both
+    cluster = not isinstance(data, dict) or data.get("cluster") is not None
+    cluster = cluster or "sim.cluster.config" in sys.modules
     if isinstance(kind, str) and kind in WORKLOAD_MODELS and kind != "mix":
-        return _scenario_model((kind,), ()), True
+        return _scenario_model((kind,), (), cluster), True
     plugins = _plugin_kinds(workload)
     named = tuple(p for p in plugins if p[0] == kind)
     if named:
-        return _scenario_model((), named), True
+        return _scenario_model((), named, cluster), True
     return _scenario_model(None, plugins), False
 
 
@@ -288,13 +294,21 @@ def _plugin_kinds(workload: Any) -> tuple[tuple[str, type], ...]:
 
 
 def _scenario_model(
-    workloads: tuple[str, ...] | None, plugins: tuple[tuple[str, type], ...]
+    workloads: tuple[str, ...] | None,
+    plugins: tuple[tuple[str, type], ...] = (),
+    cluster: bool = True,
 ) -> type[BaseModel]:
     from sim.sched import scheduler_configs
 
     return _scenario_model_for(_allocator_registry(), scheduler_configs(),
-                               policy_options_models(), router_options_models(),
+                               policy_options_models(), _routers() if cluster else None,
                                workloads, plugins)  # fmt: skip
+
+
+def _routers() -> tuple[type[BaseModel], ...]:
+    from sim.cluster.routers import router_options_models
+
+    return router_options_models()
 
 
 @functools.lru_cache(maxsize=32)
@@ -302,7 +316,7 @@ def _scenario_model_for(
     allocators: tuple[tuple[str, type], ...],
     schedulers: tuple[type[BaseModel], ...],
     policies: tuple[type[BaseModel], ...],
-    routers: tuple[type[BaseModel], ...],
+    routers: tuple[type[BaseModel], ...] | None,
     workloads: tuple[str, ...] | None,
     plugins: tuple[tuple[str, type], ...],
 ) -> type[BaseModel]:
@@ -317,8 +331,19 @@ def _scenario_model_for(
         allocator=(_union(allocs), paged()),
         scheduler=(_union(schedulers), VllmV1Config()),
         pause_policy=(_union(policies), policy_class("hold").Options()),
-        cluster=(cluster_section(routers) | None, None),
+        cluster=(_cluster_type(routers), None),
     )
+
+
+def _cluster_type(routers: tuple[type[BaseModel], ...] | None) -> Any:
+    """The ``cluster`` section's type: the section for ``routers`` or ``None``; ``None``
+    alone (``routers`` None) in a model narrowed to a document without the section (a
+    one-node scenario does not import ``sim.cluster``: its routers and their options)."""
+    if routers is None:
+        return None
+    from sim.cluster.config import cluster_section
+
+    return cluster_section(routers) | None
 
 
 def _workload_union(kinds: tuple[str, ...] | None, plugins: tuple[tuple[str, type], ...]) -> Any:

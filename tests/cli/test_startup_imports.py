@@ -156,3 +156,27 @@ def test_a_refused_document_is_reported_by_the_full_model():
     lists every valid kind, so every kind's module is imported then."""
     rc, modules = _validate_imports("workloads/seed_chunked_prefill.yaml", "workload.requests=[]")
     assert rc == 2 and "sim.workload.mix_config" in modules
+
+
+def _validate_modules(scenario: str, prefixes: tuple[str, ...]) -> tuple[int, list[str]]:
+    """(status, the sorted modules under ``prefixes`` a validate of ``scenario`` imported)."""
+    body = MAIN.format(argv=["validate", scenario])
+    body += f"rc = [rc, sorted(m for m in sys.modules if m.startswith({prefixes!r}))]"
+    rc, modules = _probe(body)["rc"]
+    return rc, modules
+
+
+def test_a_one_node_validate_imports_no_cluster_module():
+    """The cluster section (its routers and their options) is imported only for a
+    scenario that has one (``scenario_model_for`` narrows ``cluster`` to ``None``)."""
+    assert _validate_modules("workloads/seed_chunked_prefill.yaml", ("sim.cluster",)) == (0, [])
+    rc, modules = _validate_modules("workloads/cluster_coding_agents.yaml", ("sim.cluster",))
+    assert rc == 0 and {"sim.cluster.config", "sim.cluster.routers"} <= set(modules)
+
+
+def test_kvsim_validate_imports_neither_pydantic_s_plugin_loader_nor_importlib_metadata():
+    """With plug-ins off (the command's default) pydantic's loader is a stand-in
+    (``sim.cli._pydantic_plugins``), so ``importlib.metadata`` stays out."""
+    for scenario in ("workloads/seed_chunked_prefill.yaml", "workloads/cluster_coding_agents.yaml"):
+        rc, modules = _validate_modules(scenario, ("importlib.metadata", "email"))
+        assert (rc, modules) == (0, []), scenario

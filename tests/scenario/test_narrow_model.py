@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from sim.errors import ConfigError
 from sim.scenario import load_scenario, scenario_model
 from sim.scenario.load import LoadedScenario, validation_problems
-from sim.scenario.schema import scenario_model_for
+from sim.scenario.schema import _scenario_model, scenario_model_for
 from sim.workload.kind_models import WORKLOAD_MODELS, workload_models
 from sim.yamlio import load_yaml
 
@@ -147,3 +147,34 @@ def test_narrowing_never_changes_what_is_accepted_or_reported(kind, edits):
     if not want:
         full = scenario_model().model_validate(data)
         assert load_scenario(copy.deepcopy(data)).scenario.model_dump() == full.model_dump()
+
+
+def test_a_narrowed_model_without_a_cluster_section_holds_cluster_none_alone():
+    """The one-node model (``cluster: None`` alone, what a document without the section gets
+    while ``sim.cluster`` is not imported: tests/cli/test_startup_imports.py) accepts what
+    the model with the section accepts without one, with the same values, and refuses a
+    section; a refused document is worded by the full model (``load_scenario``)."""
+    one = _scenario_model(("chat",), cluster=False)
+    many = _scenario_model(("chat",), cluster=True)
+    assert one.model_fields["cluster"].annotation is type(None)
+    full = scenario_model().model_fields["cluster"].annotation
+    assert many.model_fields["cluster"].annotation == full
+    assert list(one.model_fields) == list(many.model_fields) == list(scenario_model().model_fields)
+    for data in (BASE, {**BASE, "cluster": None}):
+        assert one.model_validate(data).model_dump() == many.model_validate(data).model_dump()
+    cluster = {"nodes": [{"count": 2}]}
+    with pytest.raises(ValidationError):
+        one.model_validate({**BASE, "cluster": cluster})
+    assert load_scenario({**BASE, "cluster": cluster}).scenario.cluster.n_nodes == 2
+    bad = {**BASE, "cluster": {"nodes": [{"count": 0}], "extra": 1}}
+    got, want = _problems(bad)
+    assert got == want and len(want) == 2
+
+
+def test_a_cluster_and_its_node_scenarios_share_one_narrowed_model():
+    """Once ``sim.cluster.config`` is imported (as here), a document without the section
+    gets the model with it: a cluster scenario's node scenarios build no second model."""
+    import sim.cluster.config  # noqa: F401
+
+    with_section, narrowed = scenario_model_for({**BASE, "cluster": {"nodes": [{"count": 2}]}})
+    assert narrowed and scenario_model_for(BASE) == (with_section, True)
