@@ -342,7 +342,7 @@ class Node:
             k = 1 + mem.steps
             if k == 1:
                 return None
-            allocated = mem.allocated_bytes.tolist()
+            allocated = mem.allocated_bytes
         else:
             allocated = [float(m[1])] * (k - 1)
         if chunks is None:  # decodes alone (only they repeat)
