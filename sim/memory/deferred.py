@@ -29,7 +29,7 @@ from typing import Any
 from sim.errors import InvariantError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecodeRun:
     """Memory plan of ``steps`` more decode steps of the same sequences."""
 
@@ -183,23 +183,25 @@ class DeferredAppends:
         if max_steps <= 0 or not (requests or late):
             return DecodeRun(0, [])
         room = self.room
-        slack = [room[seq] for seq in map(_seq_id, requests)]
         bs = self.alloc.block_size
         if bs is None:  # buffers: only within the current capacity
             steps = max_steps
-            if slack:
-                steps = min(steps, min(slack))
+            if requests:
+                steps = min(steps, min([room[seq] for seq in map(_seq_id, requests)]))
             if late is not None:
                 steps = min(steps, late[1] - 1 + room[late[0].seq_id])
             steps = max(0, steps)
             return DecodeRun(steps, [float(base_allocated)] * steps)
-        if (slack and max(slack) >= bs) or (late and room[late[0].seq_id] >= bs):
-            return DecodeRun(0, [])  # not the shape of a block table: step exactly
         if self.alloc.kv_groups is not None:  # side groups take and free blocks: step exactly
             return DecodeRun(0, [])
+        if late and room[late[0].seq_id] >= bs:
+            return DecodeRun(0, [])  # not the shape of a block table: step exactly
         per_residue = [0] * bs  # step r + 1 takes a block for every seq with room == r % bs
-        for r in slack:
-            per_residue[r] += 1
+        try:
+            for seq in map(_seq_id, requests):
+                per_residue[room[seq]] += 1  # rooms are >= 0 (``check``)
+        except IndexError:  # a room of B or more: not the shape of a block table: step exactly
+            return DecodeRun(0, [])
         per_step = (per_residue * (max_steps // bs + 1))[:max_steps]
         if late is not None:  # its appends start at step `first`: blocks at first + room + t B
             req, first = late

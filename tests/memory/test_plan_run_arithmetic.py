@@ -122,3 +122,18 @@ def test_plan_run_equals_the_numpy_plan_and_holds_step_by_step(spec):
         growing = [*reqs, *([late[0]] if late and step >= late[1] else [])]
         need = sum(1 for req in growing if ledger.room[req.seq_id] == 0)
         assert need > alloc.available_blocks()
+
+
+def test_a_room_of_a_block_or_more_is_stepped_exactly():
+    """A room no block table leaves (``B`` or more: a buffer-like sequence behind a block
+    kind) gives no run, for a batch member or for the late request, as numpy's plan did."""
+    for late_room in (False, True):
+        alloc, ledger, reqs, late = _build("paged", 4, 40, [(5, 0), (9, 1)], (6, 0, 2))
+        assert len(reqs) == 2 and late is not None
+        big = late[0] if late_room else reqs[1]
+        ledger.room[big.seq_id] = 4
+        base = alloc.metrics().allocated_bytes
+        run = ledger.plan_run(reqs, 10, base, late)
+        assert (run.steps, run.allocated_bytes) == (0, []) == _reference(ledger, reqs, 10, base, late)
+        ledger.room[big.seq_id] = 3  # within a block: a run again
+        assert ledger.plan_run(reqs, 10, base, late).steps == 10
