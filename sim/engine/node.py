@@ -382,7 +382,7 @@ class Node:
         out = [cost.total_s]
         works = [work]
         hist = plan.decode_history_tokens
-        hi, lo = plan.decode_span()
+        hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens  # decode_span()
         for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec
