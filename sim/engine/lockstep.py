@@ -190,7 +190,7 @@ class Lockstep:
             k = min(k, bisect_left(ends, self.horizon_s) + 1)
             if k <= 1:
                 return None
-        allocated = {r: m.allocated_bytes.tolist()[: k - 1] for r, m in mem.items()}
+        allocated = {r: m.allocated_bytes[: k - 1] for r, m in mem.items()}
         n_dummy = self.n_ranks - len(joined)
         return _Run(ends[:k], durations[:k], wait[:k], k - 1, done, priced, allocated, n_dummy)
 

@@ -342,7 +342,7 @@ class Node:
             k = 1 + mem.steps
             if k == 1:
                 return None
-            allocated = mem.allocated_bytes.tolist()
+            allocated = mem.allocated_bytes
         else:
             allocated = [float(m[1])] * (k - 1)
         if chunks is None:  # decodes alone (only they repeat)
@@ -382,7 +382,7 @@ class Node:
         out = [cost.total_s]
         works = [work]
         hist = plan.decode_history_tokens
-        hi, lo = plan.decode_span()
+        hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens  # decode_span()
         for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec

@@ -19,26 +19,22 @@ be copied on the next write, so ``room`` is 0 then); ``pending_tokens`` = sum of
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sim.errors import InvariantError
-from sim.lazy_numpy import numpy_on_first_use
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    np = numpy_on_first_use(globals())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecodeRun:
     """Memory plan of ``steps`` more decode steps of the same sequences."""
 
     steps: int  # how many more steps fit without a miss, a copy or a new buffer
-    allocated_bytes: np.ndarray  # allocated bytes during each of those steps
+    allocated_bytes: list[float]  # allocated bytes during each of those steps
 
 
 _seq_id = attrgetter("seq_id")
@@ -178,33 +174,43 @@ class DeferredAppends:
         before any step that would miss, copy (buffer growth) or need a new buffer; block
         kinds may take new blocks (free or evictable cached ones) while enough exist.
         ``allocated_bytes[i]`` is the allocated figure during step ``i + 1``.
+
+        Block boundaries by arithmetic, in plain Python (runs are planned a few steps long:
+        numpy's per-call cost was most of this): a sequence with ``room`` tokens left in
+        its last block takes a block at steps ``room + 1, room + 1 + B, ...``, so the
+        blocks taken per step repeat with period ``B``, counted once by ``room``.
         """
         if max_steps <= 0 or not (requests or late):
-            return DecodeRun(0, np.empty(0))
+            return DecodeRun(0, [])
         room = self.room
-        slack = np.array([room[seq] for seq in map(_seq_id, requests)], dtype=np.int64)
         bs = self.alloc.block_size
         if bs is None:  # buffers: only within the current capacity
             steps = max_steps
-            if len(slack):
-                steps = min(steps, int(slack.min()))
+            if requests:
+                steps = min(steps, min([room[seq] for seq in map(_seq_id, requests)]))
             if late is not None:
                 steps = min(steps, late[1] - 1 + room[late[0].seq_id])
             steps = max(0, steps)
-            return DecodeRun(steps, np.full(steps, float(base_allocated)))
-        if (len(slack) and slack.max() >= bs) or (late and room[late[0].seq_id] >= bs):
-            return DecodeRun(0, np.empty(0))  # not the shape of a block table: step exactly
+            return DecodeRun(steps, [float(base_allocated)] * steps)
         if self.alloc.kv_groups is not None:  # side groups take and free blocks: step exactly
-            return DecodeRun(0, np.empty(0))
-        r = np.arange(max_steps)  # step r + 1 takes a block for every seq with slack == r % bs
-        per_step = np.bincount(slack, minlength=bs)[r % bs]
-        if late is not None:  # its appends start at step `first`: blocks at first + slack + t bs
+            return DecodeRun(0, [])
+        if late and room[late[0].seq_id] >= bs:
+            return DecodeRun(0, [])  # not the shape of a block table: step exactly
+        per_residue = [0] * bs  # step r + 1 takes a block for every seq with room == r % bs
+        try:
+            for seq in map(_seq_id, requests):
+                per_residue[room[seq]] += 1  # rooms are >= 0 (``check``)
+        except IndexError:  # a room of B or more: not the shape of a block table: step exactly
+            return DecodeRun(0, [])
+        per_step = (per_residue * (max_steps // bs + 1))[:max_steps]
+        if late is not None:  # its appends start at step `first`: blocks at first + room + t B
             req, first = late
-            per_step[first - 1 + room[req.seq_id] :: bs] += 1
-        taken = np.cumsum(per_step)
-        steps = int(np.searchsorted(taken, self.alloc.available_blocks(), side="right"))
+            for r in range(first - 1 + room[req.seq_id], max_steps, bs):
+                per_step[r] += 1
+        taken = list(accumulate(per_step))
+        steps = bisect_right(taken, self.alloc.available_blocks())
         block_bytes = bs * self.alloc.kv_bytes_per_token
-        return DecodeRun(steps, base_allocated + taken[:steps] * block_bytes)
+        return DecodeRun(steps, [base_allocated + t * block_bytes for t in taken[:steps]])
 
     def apply_run(
         self,
