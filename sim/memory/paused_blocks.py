@@ -76,15 +76,21 @@ class PausedBlocks:
         """``seq`` is held now; ``filled`` = its filled slots (tokens, side blocks whole)."""
         tracked = self._tracked.get(seq)
         if tracked:
-            self._prune(seq, tracked)
             rc, refs, fill = self._rc, self._held_refs, self._fill
+            alone = []
             for b in tracked:
+                r = rc[b]
+                if r == 1:  # the other tables left: private again (its fill stays in filled)
+                    alone.append(b)
+                    continue
                 f = fill[b]
                 filled -= f
                 h = refs[b] + 1
                 refs[b] = h
-                if h == rc[b]:
+                if h == r:
                     self.slots += f
+            if alone:
+                self._untrack(seq, tracked, alone)
         self.slots += filled  # its private blocks
 
     def resume(self, seq: Hashable, filled: int) -> None:
@@ -92,22 +98,22 @@ class PausedBlocks:
         tracked = self._tracked.get(seq)
         if tracked:
             rc, refs, fill = self._rc, self._held_refs, self._fill
+            alone = []
             for b in tracked:
                 f = fill[b]
                 filled -= f
-                h = refs[b]
-                if h == rc[b]:
+                h, r = refs[b], rc[b]
+                if h == r:
                     self.slots -= f
                 refs[b] = h - 1
-            self._prune(seq, tracked)
+                if r == 1:  # the other tables left: private from now on
+                    alone.append(b)
+            if alone:
+                self._untrack(seq, tracked, alone)
         self.slots -= filled
 
-    def _prune(self, seq: Hashable, tracked: set[int]) -> None:
-        """Untrack the blocks only active ``seq`` maps now (their other tables left)."""
-        rc = self._rc
-        alone = [b for b in tracked if rc[b] == 1]
-        if not alone:
-            return
+    def _untrack(self, seq: Hashable, tracked: set[int], alone: list[int]) -> None:
+        """Blocks of ``tracked`` that only ``seq`` maps now (held count 0) become private."""
         refs, fill, owner = self._held_refs, self._fill, self._owner
         for b in alone:
             del refs[b], fill[b]
