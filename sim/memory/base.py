@@ -268,7 +268,7 @@ class Allocator(ABC):
     def set_held(self, seq_id: Hashable, held: bool) -> None:
         """Mark a live sequence held (paused: its KV idles between two turns) or active
         again; ``kv_slots`` counts the filled slots only held sequences map as paused.
-        O(1) for buffer kinds, O(blocks of the sequence) for block kinds."""
+        O(1) for buffer kinds, O(its shared blocks) for block kinds (``PausedBlocks``)."""
         tokens = self._live_tokens(seq_id, "set_held")
         if (seq_id in self._held) == held:
             return

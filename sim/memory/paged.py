@@ -21,13 +21,11 @@ prefix kinds (``radix``, ``paged_hash``) are this class composed with an index f
 
 Physical slots (``kv_slots``) are counters kept as blocks change hands, never a scan:
 ``_unfilled`` is the empty slots of distinct partly filled blocks (only a table's last
-block can be partial, and a shared one counts once); ``_held_refs`` counts, per block,
-the tables of held (paused) sequences that map it, ``_rc`` mirrors the pool's refcounts
-(numpy arrays, made at the first hold, then kept where the core changes a refcount), and
-``_paused_slots`` is the filled slots of blocks that only held tables map (a block shared
-by an active and a held sequence is active). ``_unfilled`` moves in O(1) per operation;
-the held counts a table at a time in numpy (a hold or resume, and a free, fork or prefix
-hit while something is held), never at query time.
+block can be partial, and a shared one counts once), moved in O(1) per operation; the
+paused slots (filled slots of blocks that only held tables map: a block shared by an
+active and a held sequence is active) are ``sim.memory.paused_blocks``'s, from the first
+hold on, at a cost of the blocks whose sharing changes (a hold, resume, free or fork
+touches a table's shared blocks only), never at query time.
 
 Hybrid models (``use_kv_groups``, ``sim.sizing.group_demand``): the table holds the layer
 groups that keep every token; a sequence also maps ``side_blocks(tokens)`` blocks of the
@@ -40,27 +38,22 @@ Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side block
 ``side_blocks(tokens)``; the refcount of every block = the number of tables and side lists
 that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
-remainder = pool; ``_unfilled``, ``_held_refs`` and ``_paused_slots`` equal a scan of the
-tables; with an index, also the index's own (``PrefixIndex.check``).
+remainder = pool; ``_unfilled`` and the paused slots equal a scan of the tables (and
+``PausedBlocks.check``); with an index, also the index's own (``PrefixIndex.check``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sim.errors import InvariantError
-from sim.lazy_numpy import numpy_on_first_use
 from sim.memory.base import Allocator, Books, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, PagedPool
 from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
+from sim.memory.paused_blocks import PausedBlocks
 from sim.memory.prefix_index import PrefixIndex, PrefixListener
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    np = numpy_on_first_use(globals())
 
 
 class PagedAllocator(Allocator):
@@ -86,13 +79,7 @@ class PagedAllocator(Allocator):
         self._tables: dict[Hashable, list[int]] = {}  # seq -> physical block ids, by logical
         self.index: PrefixIndex | None = None  # the prefix cache, if composed with one
         self._unfilled = 0  # empty slots of distinct partly filled allocated blocks
-        self._held_refs: np.ndarray | None = None  # block -> held tables mapping it
-        self._rc: np.ndarray | None = None  # the pool's refcounts, from the first hold on
-        self._held_idx: dict[Hashable, np.ndarray] = {}  # a held table as an index array
-        #: a resumed sequence's last held index array, extended at its next hold
-        self._idx_kept: dict[Hashable, np.ndarray] = {}
-        self._held_side: dict[Hashable, np.ndarray] = {}  # a held sequence's side blocks
-        self._paused_slots = 0  # filled slots of blocks only held tables map
+        self._paused: PausedBlocks | None = None  # the paused slots, from the first hold on
         self._side: dict[Hashable, list[int]] = {}  # seq -> blocks of its side groups
         self._side_allocated = 0  # distinct side blocks allocated (a fork shares them)
 
@@ -129,8 +116,8 @@ class PagedAllocator(Allocator):
         if delta > 0:
             new = self.pool.take(delta)
             side.extend(new)
-            if self._rc is not None:
-                self._rc[new] = 1
+            if self._paused is not None:
+                self._paused.taken(seq_id, new)
             self._count.blocks_taken += delta
             self._side_allocated += delta
         elif delta < 0:
@@ -139,10 +126,8 @@ class PagedAllocator(Allocator):
             returned = self.pool.decref(old)
             self._count.blocks_returned += returned
             self._side_allocated -= returned
-            if self._rc is not None:
-                self._rc[old] -= 1
-            if self._held:  # the sequence is active: blocks only held forks map now pause
-                self._side_unmapped(old)
+            if self._paused is not None:  # the sequence is active: blocks it shared with
+                self._paused.unmapped(seq_id, old)  # held forks only may pause
 
     def compose(self, index: PrefixIndex) -> None:
         """Give this empty allocator a prefix cache (once); blocks come from ``index.pool``."""
@@ -162,8 +147,8 @@ class PagedAllocator(Allocator):
             if n_new + side > pool.num_free:
                 return MISSED
             self._tables[seq_id] = ids = pool.take(n_new)
-            if self._rc is not None:
-                self._rc[ids] = 1
+            if self._paused is not None:
+                self._paused.taken(seq_id, ids)
             self._count.blocks_taken += n_new
             self._unfilled += -n_tokens % self.block_size  # the new last block's rest
             if side:
@@ -188,12 +173,10 @@ class PagedAllocator(Allocator):
         if side:
             self._side_resize(seq_id, side)
         self._unfilled += -n_tokens % self.block_size  # hit blocks are whole: the tail is new
-        if self._rc is not None:
-            self._rc[table[len(shared) :]] = 1
-            if shared:
-                self._rc[shared] += 1
-                if self._held:  # full cached blocks only held tables mapped
-                    self._mapped_by_active(shared, n_tokens)
+        if self._paused is not None:
+            self._paused.taken(seq_id, table[len(shared) :])
+            if shared:  # full cached blocks, maybe mapped by held tables only until now
+                self._paused.mapped(seq_id, shared, self.block_size)
         copied = index.admitted(seq_id, n_tokens, table, hit)
         if copied:  # a cached partial block copied into the private tail (radix cow_tail)
             self._count.cow_copies += 1
@@ -221,17 +204,17 @@ class PagedAllocator(Allocator):
             self._side_resize(seq_id, side)
         if cow:
             old = table[-1]
-            self._copy_on_write(table)
+            self._copy_on_write(seq_id, table)
             self._unfilled += -(tokens + n_tokens) % bs  # the shared block keeps its rest
-            if self._held:
-                self._unmapped_by_active([old], tokens % bs)
+            if self._paused is not None:
+                self._paused.unmapped(seq_id, (old,))
         else:  # the last block, if partial, is the writer's own
             self._unfilled += -(tokens + n_tokens) % bs - -tokens % bs
         if n_new:
             new = pool.take(n_new)
             table.extend(new)
-            if self._rc is not None:
-                self._rc[new] = 1
+            if self._paused is not None:
+                self._paused.taken(seq_id, new)
             self._count.blocks_taken += n_new
         if side > 0:
             self._side_resize(seq_id, side)
@@ -239,14 +222,13 @@ class PagedAllocator(Allocator):
             index.appended(seq_id, tokens, n_tokens, content, table)
         return True
 
-    def _copy_on_write(self, table: list[int]) -> None:
+    def _copy_on_write(self, seq_id: Hashable, table: list[int]) -> None:
         """Give the writer a private copy of its shared last block."""
-        (new,) = self.pool.take(1)
+        new = self.pool.take(1)
         self.pool.decref([table[-1]])  # stays >= 1: other tables still map it
-        if self._rc is not None:
-            self._rc[new] = 1
-            self._rc[table[-1]] -= 1
-        table[-1] = new
+        if self._paused is not None:
+            self._paused.taken(seq_id, new)
+        table[-1] = new[0]
         self._count.cow_copies += 1
         self._count.blocks_taken += 1
         self._add_copy(self.block_bytes)
@@ -255,18 +237,12 @@ class PagedAllocator(Allocator):
         table = list(self._tables[parent_id])
         self.pool.incref(table)
         self._tables[child_id] = table
-        if self._rc is not None:
-            self._rc[table] += 1
         side = self._side.get(parent_id)
         if side:  # the child maps the parent's side blocks until it moves past them
             self.pool.incref(side)
             self._side[child_id] = list(side)
-            if self._rc is not None:
-                self._rc[side] += 1
-        if self._held:  # the child is active: blocks only held tables mapped are not
-            self._mapped_by_active(table, tokens)
-            if side:
-                self._side_mapped(side)
+        if self._paused is not None:  # the child is active: blocks only held tables mapped are not
+            self._paused.forked(parent_id, child_id, table, self._last_fill(tokens), side or ())
         if self.index is not None:
             self.index.forked(parent_id, child_id, table)
         return True
@@ -281,109 +257,45 @@ class PagedAllocator(Allocator):
         """Drop the sequence's references, last block first (vLLM's order). The sequence
         is active (``free`` ends a hold first)."""
         table = self._tables.pop(seq_id)
-        self._idx_kept.pop(seq_id, None)  # a new sequence of this id has a new table
         side = self._side.pop(seq_id, None)
         if side:
             returned = self.pool.decref(side)
             self._count.blocks_returned += returned
             self._side_allocated -= returned
-            if self._rc is not None:
-                self._rc[side] -= 1
-            if self._held:
-                self._side_unmapped(side)
         if self.pool.refcount[table[-1]] == 1:  # its last block leaves the allocated set
             self._unfilled -= -tokens % self.block_size
         self._count.blocks_returned += self.pool.decref(table[::-1])
-        if self._rc is not None:
-            self._rc[table] -= 1
-        if self._held:
-            self._unmapped_by_active(table, tokens)
+        if self._paused is not None:  # only the blocks it shared can change state
+            self._paused.released(seq_id)
         if self.index is not None:
             self.index.released(seq_id, table, uncache)
 
     # ------------------------------------------------- held (paused) block counts
     def _held_changed(self, seq_id: Hashable, tokens: int, held: bool) -> None:
-        """One table more (or fewer) of a held sequence maps each of its blocks; a block
-        all of whose tables are held has its filled slots counted paused."""
-        if self._rc is None:  # the first hold: start the per-block counts
-            self._rc = np.array(self.pool.refcount, dtype=np.int32)
-            self._held_refs = np.zeros(self.pool.num_blocks, dtype=np.int32)
-        refs = self._held_refs
-        if held:  # a held table does not change until it is resumed or freed
-            idx = self._held_idx[seq_id] = self._table_index(seq_id)
-            refs[idx] += 1
-            self._paused_slots += self._fill_where(refs[idx] == self._rc[idx], tokens)
-            side = self._held_side[seq_id] = np.array(self._side.get(seq_id, ()), dtype=np.intp)
-            refs[side] += 1  # a held sequence's side list does not change either
-            self._paused_slots += self._whole(refs[side] == self._rc[side])
+        """The paused slots move by the sequence's private blocks and those of its shared
+        blocks that only held tables map (``PausedBlocks``, started at the first hold)."""
+        paused = self._paused
+        if paused is None:  # the first hold: track the live tables as they are
+            paused = self._paused = PausedBlocks(self.pool.refcount, self.block_size, self._held)
+            paused.start(
+                (s, t, self._last_fill(self._tokens[s]), self._side.get(s, ()))
+                for s, t in self._tables.items()
+            )
+        filled = tokens + self.block_size * len(self._side.get(seq_id, ()))
+        if held:
+            paused.hold(seq_id, filled)
         else:
-            idx = self._idx_kept[seq_id] = self._held_idx.pop(seq_id)
-            self._paused_slots -= self._fill_where(refs[idx] == self._rc[idx], tokens)
-            refs[idx] -= 1
-            side = self._held_side.pop(seq_id)
-            self._paused_slots -= self._whole(refs[side] == self._rc[side])
-            refs[side] -= 1
+            paused.resume(seq_id, filled)
 
-    def _table_index(self, seq_id: Hashable) -> np.ndarray:
-        """The sequence's block table as an index array, without rebuilding it from the
-        whole table at every hold: the array kept from its last hold is extended by the
-        blocks appended since. Only a table's last block is ever replaced (copy on write),
-        so the kept array is still the table's start unless its own last id changed."""
-        table = self._tables[seq_id]
-        kept = self._idx_kept.pop(seq_id, None)
-        m = 0 if kept is None else len(kept)
-        if kept is None or not m or m > len(table) or kept[-1] != table[m - 1]:
-            return np.array(table, dtype=np.intp)
-        if m == len(table):
-            return kept
-        return np.concatenate((kept, np.array(table[m:], dtype=np.intp)))
-
-    def _whole(self, mask: np.ndarray) -> int:
-        """Filled slots of the side blocks ``mask`` picks (a side block is whole)."""
-        return int(np.count_nonzero(mask)) * self.block_size
-
-    def _side_mapped(self, blocks: list[int]) -> None:
-        """An active sequence now maps side ``blocks`` too (references taken)."""
-        idx = np.array(blocks, dtype=np.intp)
-        held = self._held_refs[idx]
-        self._paused_slots -= self._whole((held > 0) & (held == self._rc[idx] - 1))
-
-    def _side_unmapped(self, blocks: list[int]) -> None:
-        """An active sequence stopped mapping side ``blocks`` (references dropped)."""
-        idx = np.array(blocks, dtype=np.intp)
-        held = self._held_refs[idx]
-        self._paused_slots += self._whole((held > 0) & (held == self._rc[idx]))
-
-    def _fill_where(self, mask: np.ndarray, tokens: int) -> int:
-        """Filled slots of the blocks ``mask`` picks among the first of a ``tokens``-long
-        table (all full but its last)."""
-        bs = self.block_size
-        last = -(-tokens // bs) - 1
-        moved = int(np.count_nonzero(mask[:last])) * bs
-        if len(mask) > last and mask[last]:
-            moved += tokens - last * bs
-        return moved
-
-    def _mapped_by_active(self, blocks: list[int], tokens: int) -> None:
-        """An active table now maps ``blocks`` too (the first of a ``tokens``-long table,
-        references already taken): those only held tables mapped are active again."""
-        idx = np.array(blocks, dtype=np.intp)
-        held = self._held_refs[idx]
-        mask = (held > 0) & (held == self._rc[idx] - 1)
-        self._paused_slots -= self._fill_where(mask, tokens)
-
-    def _unmapped_by_active(self, blocks: list[int], tokens: int) -> None:
-        """An active table stopped mapping ``blocks`` (the first of a ``tokens``-long
-        table, references already dropped; one partial block: ``tokens`` is its fill)."""
-        idx = np.array(blocks, dtype=np.intp)
-        held = self._held_refs[idx]
-        mask = (held > 0) & (held == self._rc[idx])
-        self._paused_slots += self._fill_where(mask, tokens)
+    def _last_fill(self, tokens: int) -> int:
+        """Filled slots of the last block of a ``tokens``-long table."""
+        return tokens - (-(-tokens // self.block_size) - 1) * self.block_size
 
     def kv_slots(self) -> KVSlots:
         """O(1): the pool's block counts and the counters above, in slots."""
         pool, bs = self.pool, self.block_size
-        return KVSlots(pool.num_allocated * bs, self._unfilled, self._paused_slots,
+        paused = 0 if self._paused is None else self._paused.slots
+        return KVSlots(pool.num_allocated * bs, self._unfilled, paused,
                        pool.num_cached * bs, pool.num_empty * bs, pool.usable_blocks * bs)  # fmt: skip
 
     # ---------------------------------------------------------------------- queries
@@ -548,7 +460,7 @@ class PagedAllocator(Allocator):
             self.index.check(self._tables, self._tokens)
 
     def _check_counters(self, fill: dict[int, int]) -> None:
-        """``_unfilled``, ``_held_refs`` and ``_paused_slots`` against a scan."""
+        """``_unfilled`` and the paused slots against a scan (``fill``: table blocks)."""
         unfilled = sum(self.block_size - f for f in fill.values())
         if unfilled != self._unfilled:
             raise InvariantError(f"paged: unfilled slots {self._unfilled}, scan {unfilled}")
@@ -556,13 +468,13 @@ class PagedAllocator(Allocator):
         for seq_id in self._held:
             for b in (*self._tables[seq_id], *self._side.get(seq_id, ())):
                 refs[b] = refs.get(b, 0) + 1
-        counted = self._held_refs
-        if self._rc is not None and self._rc.tolist() != self.pool.refcount:
-            raise InvariantError("paged: the refcount mirror differs from the pool")
-        nonzero = {} if counted is None else {int(b): int(counted[b]) for b in np.flatnonzero(counted)}
-        if refs != nonzero:
-            raise InvariantError("paged: held block references differ from a scan")
         rc = self.pool.refcount
         paused = sum(fill.get(b, self.block_size) for b, h in refs.items() if h == rc[b])
-        if paused != self._paused_slots:
-            raise InvariantError(f"paged: paused slots {self._paused_slots}, scan {paused}")
+        counted = 0 if self._paused is None else self._paused.slots
+        if paused != counted:
+            raise InvariantError(f"paged: paused slots {counted}, scan {paused}")
+        if self._paused is not None:
+            side_fill = dict.fromkeys(
+                (b for side in self._side.values() for b in side), self.block_size
+            )
+            self._paused.check(self._tables, self._side, {**fill, **side_fill})

@@ -1,7 +1,7 @@
-"""A paged hold reuses the index array of the sequence's last hold (issue 25 item 3: no
-per-pause rebuild of the whole block table), extended by the blocks appended since: the
-paused slots must still equal the table as it is at the hold, after growth, after a
-copy-on-write of the last block, and for a new sequence under the same id."""
+"""A paged hold counts the table as it is at the hold (issue 25 item 3: a hold touches the
+table's shared blocks only, ``sim.memory.paused_blocks``; its private blocks move as one
+figure): after growth, after a copy-on-write of the last block, and for a new sequence
+under the same id."""
 
 from __future__ import annotations
 
