@@ -8,10 +8,11 @@ harness's KV hints (``KVHint``, honoured by the ``hints`` policy); the pause ora
 prediction (``WaitPredictor``); the closed-form resume timelines (``resume_timeline``).
 
 Invariant: pure: no SimPy, no clock, no imports from the engine; the pause economics come
-from ``sim.sizing`` so the policies and ``kvsim breakeven`` agree.
+from ``sim.sizing`` so the policies and ``kvsim breakeven`` agree. The policies' own
+modules are imported by name when a policy is asked for (``sim.policy.base.POLICY_MODULES``),
+not by this package's import.
 """
 
-from sim.policy import break_even, fixed, hinted, min_waste, ttl_pin  # noqa: F401  (registers)
 from sim.policy.base import (
     PausePolicy,
     PolicyOptions,

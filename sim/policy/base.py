@@ -3,7 +3,16 @@
 Responsibility: one place where a policy name becomes an object (``make_policy``), where
 options are validated (pydantic, ``extra="forbid"``; errors become one-line
 ``ConfigError``s naming ``pause_policy.<field>``), and where the behaviour shared by every
-policy lives: attaching a prefetch plan to an offload.
+policy lives: attaching a prefetch plan to an offload. ``POLICY_MODULES`` declares each
+shipped policy (name -> its module of ``sim.policy``) without importing it: a module is
+imported when one of its names is asked for (``policy_class``), and
+every declared module when the whole registry is read (``policy_names``,
+``policy_options_models``, an unknown name's error), so ``kvsim validate`` of a scenario
+imports only the policy it names.
+
+Invariant (registry): every name of ``POLICY_MODULES`` is registered by that module
+(tested); the registry reads in the table's order, then the policies registered besides
+it (plug-ins) in registration order, whichever module was imported first.
 
 Invariant: a policy is a pure function of ``PauseFacts`` (plus its options): no SimPy, no
 clock, no state between calls, so it is unit-tested on hand-built facts and two calls with
@@ -12,6 +21,7 @@ equal facts give equal decisions.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, Union
@@ -79,11 +89,42 @@ class PausePolicy(ABC):
         return f"{type(self).__name__}({self.options!r})"
 
 
+#: every shipped pause policy -> its module of ``sim.policy``, in the order the registry
+#: reads (the ``pause_policy`` union's order: its JSON Schema)
+POLICY_MODULES: dict[str, str] = {
+    "break_even": "break_even",
+    "hold": "fixed",
+    "recompute": "fixed",
+    "offload_host": "fixed",
+    "offload_nvme": "fixed",
+    "hints": "hinted",
+    "min_waste": "min_waste",
+    "ttl_pin": "ttl_pin",
+}
+
 _REGISTRY: dict[str, type[PausePolicy]] = {}
+
+
+def _import_module(module: str) -> None:
+    """Import ``sim.policy.<module>`` (one of ``POLICY_MODULES``'), which registers its
+    policies."""
+    importlib.import_module(f"sim.policy.{module}")
+
+
+def _load_all() -> dict[str, type[PausePolicy]]:
+    """The registry with every declared policy imported, in the registry's order: the
+    table's, then the plug-ins' registration order."""
+    for module in dict.fromkeys(POLICY_MODULES.values()):
+        _import_module(module)
+    declared = {name: _REGISTRY[name] for name in POLICY_MODULES}
+    return {**declared, **{n: c for n, c in _REGISTRY.items() if n not in POLICY_MODULES}}
 
 
 def register(cls: type[PausePolicy]) -> type[PausePolicy]:
     """Class decorator: make ``cls`` reachable by ``cls.name``."""
+    module = POLICY_MODULES.get(cls.name)
+    if module is not None and cls.__module__ != f"sim.policy.{module}":
+        _import_module(module)  # a shipped name taken by another class: refused below
     if cls.name in _REGISTRY:
         raise ValueError(f"pause policy {cls.name!r} registered twice")
     _REGISTRY[cls.name] = cls
@@ -91,14 +132,17 @@ def register(cls: type[PausePolicy]) -> type[PausePolicy]:
 
 
 def policy_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(_load_all())
 
 
 def policy_class(kind: str) -> type[PausePolicy]:
+    """The policy registered as ``kind``, importing its module alone when it is declared."""
+    if kind not in _REGISTRY and isinstance(kind, str) and kind in POLICY_MODULES:
+        _import_module(POLICY_MODULES[kind])
     try:
         return _REGISTRY[kind]
     except KeyError:
-        raise UnknownNameError("pause policy", str(kind), list(_REGISTRY)) from None
+        raise UnknownNameError("pause policy", str(kind), list(_load_all())) from None
 
 
 def make_policy(kind: str | PolicyOptions, **options: Any) -> PausePolicy:
@@ -124,9 +168,9 @@ def parse_options(cls: type[PausePolicy], data: dict[str, Any]) -> PolicyOptions
 
 
 def policy_options_models() -> tuple[type[PolicyOptions], ...]:
-    """Every registered policy's options model, in registration order (read at each call:
+    """Every registered policy's options model, in the registry's order (read at each call:
     a policy registered late is as visible as a shipped one)."""
-    return tuple(cls.Options for cls in _REGISTRY.values())
+    return tuple(cls.Options for cls in _load_all().values())
 
 
 def options_union() -> Any:

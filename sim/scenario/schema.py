@@ -37,14 +37,23 @@ from pydantic import (
 import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
 from sim.cost import CostConfig
 from sim.plugins import load_plugins
-from sim.policy import options_union, policy_class
-from sim.policy.base import policy_options_models
+from sim.policy import PolicyOptions, options_union, policy_class
+from sim.policy.base import POLICY_MODULES, policy_options_models
 from sim.profiles.layer_groups import DType
 from sim.sched.speculative import SpeculativeConfig
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
 from sim.workload.kind_models import WORKLOAD_MODELS, plugin_kinds, workload_models
 
 SCHEMA_VERSION = 1
+
+
+def __getattr__(name: str) -> Any:
+    """``PausePolicy``: the ``pause_policy`` section's type, every policy registered now
+    (kept for readers of the name; built on access, which imports every policy's module,
+    so that importing this module imports none)."""
+    if name == "PausePolicy":
+        return options_union()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Cfg(BaseModel):
@@ -136,11 +145,6 @@ class EngineConfig(_Cfg):
     max_sim_time_s: float = Field(DEFAULT_MAX_SIM_TIME_S, gt=0, allow_inf_nan=False)
 
 
-#: the ``pause_policy`` section as registered when this module was imported (kept for
-#: readers of the name; ``scenario_model()`` reads the registry at each call)
-PausePolicy = options_union()
-
-
 #: allocator options whose default depends on the scenario (filled when the run is built)
 DERIVED_ALLOCATOR_DEFAULTS = {("static", "max_tokens")}
 
@@ -222,7 +226,9 @@ class ScenarioBase(_Cfg):
     model: Annotated[ModelSection, BeforeValidator(_name_is_profile)]
     hardware: HardwareSection
     cost: CostConfig = CostConfig()
-    pause_policy: PausePolicy = policy_class("hold").Options()
+    # the union of the pause policies, set as the workload's is (every policy, or the one a
+    # document names)
+    pause_policy: PolicyOptions = policy_class("hold").Options()
     # the union of the workload kinds, set by ``scenario_model()`` (every kind) or
     # ``scenario_model_for(data)`` (the kind a document names); declared here for its place
     workload: Any
@@ -268,13 +274,23 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     # imported (a cluster's node scenarios) the model with the section serves both
     cluster = not isinstance(data, dict) or data.get("cluster") is not None
     cluster = cluster or "sim.cluster.config" in sys.modules
+    policy = _named_policy(data)
     if isinstance(kind, str) and kind in WORKLOAD_MODELS and kind != "mix":
-        return _scenario_model((kind,), (), cluster), True
+        return _scenario_model((kind,), (), cluster, policy), True
     plugins = _plugin_kinds(workload)
     named = tuple(p for p in plugins if p[0] == kind)
     if named:
-        return _scenario_model((), named, cluster), True
+        return _scenario_model((), named, cluster, policy), True
     return _scenario_model(None, plugins), False
+
+
+def _named_policy(data: Any) -> str | None:
+    """The shipped pause policy ``data`` names (``hold`` when it has no ``pause_policy``
+    section), whose module alone a narrowed model imports; None for any other section (a
+    plug-in's name, no readable kind): the narrowed model then holds every policy."""
+    section = data.get("pause_policy") if isinstance(data, dict) else None
+    kind = "hold" if section is None else (section.get("kind") if isinstance(section, dict) else None)
+    return kind if isinstance(kind, str) and kind in POLICY_MODULES else None
 
 
 def _plugin_kinds(workload: Any) -> tuple[tuple[str, type], ...]:
@@ -297,12 +313,16 @@ def _scenario_model(
     workloads: tuple[str, ...] | None,
     plugins: tuple[tuple[str, type], ...] = (),
     cluster: bool = True,
+    policy: str | None = None,
 ) -> type[BaseModel]:
+    """The scenario model of ``workloads`` and ``plugins`` (``_workload_union``), with the
+    ``cluster`` section or ``None`` alone, and the pause policy ``policy`` alone (its
+    module alone imported) or, None, every registered one."""
     from sim.sched import scheduler_configs
 
-    return _scenario_model_for(_allocator_registry(), scheduler_configs(),
-                               policy_options_models(), _routers() if cluster else None,
-                               workloads, plugins)  # fmt: skip
+    policies = (policy_class(policy).Options,) if policy else policy_options_models()
+    return _scenario_model_for(_allocator_registry(), scheduler_configs(), policies,
+                               _routers() if cluster else None, workloads, plugins)  # fmt: skip
 
 
 def _routers() -> tuple[type[BaseModel], ...]:
