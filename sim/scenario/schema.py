@@ -288,8 +288,10 @@ def _named_policy(data: Any) -> str | None:
     """The shipped pause policy ``data`` names (``hold`` when it has no ``pause_policy``
     section), whose module alone a narrowed model imports; None for any other section (a
     plug-in's name, no readable kind): the narrowed model then holds every policy."""
-    section = data.get("pause_policy") if isinstance(data, dict) else None
-    kind = "hold" if section is None else (section.get("kind") if isinstance(section, dict) else None)
+    if not isinstance(data, dict):
+        return None
+    section = data.get("pause_policy", {"kind": "hold"})
+    kind = section.get("kind") if isinstance(section, dict) else None
     return kind if isinstance(kind, str) and kind in POLICY_MODULES else None
 
 
