@@ -183,26 +183,30 @@ def allocator_models() -> tuple[type[BaseModel], ...]:
     return _allocator_models_for(_allocator_registry())
 
 
-@functools.lru_cache(maxsize=16)
 def _allocator_models_for(registry: tuple[tuple[str, type], ...]) -> tuple[type[BaseModel], ...]:
+    return tuple(_allocator_model(kind, cls) for kind, cls in registry)
+
+
+@functools.lru_cache(maxsize=64)
+def _allocator_model(kind: str, cls: type) -> type[BaseModel]:
+    """The config model of allocator ``kind`` (class ``cls``), from its options (one class
+    per kind and class: the full union and a model narrowed to the kind share it)."""
     from sim.memory import allocator_options
 
-    models = []
-    for kind, cls in registry:
-        options = allocator_options(kind)
-        hints = get_type_hints(cls.__init__)
-        fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
-        for name, default in options.items():
-            tp = _json_safe(hints.get(name, Any))
-            if (kind, name) in DERIVED_ALLOCATOR_DEFAULTS:
-                fields[name] = (tp | None, None)
-            elif default is inspect.Parameter.empty:
-                fields[name] = (tp, ...)
-            else:
-                fields[name] = (tp, default)
-        title = "".join(p.capitalize() for p in kind.split("_")) + "Allocator"
-        models.append(create_model(title, __base__=_Cfg, **fields))
-    return tuple(models)
+    options = allocator_options(kind)
+    hints = get_type_hints(cls.__init__)
+    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
+    for name, default in options.items():
+        tp = _json_safe(hints.get(name, Any))
+        if (kind, name) in DERIVED_ALLOCATOR_DEFAULTS:
+            fields[name] = (tp | None, None)
+        elif default is inspect.Parameter.empty:
+            fields[name] = (tp, ...)
+        else:
+            fields[name] = (tp, default)
+    title = "".join(p.capitalize() for p in kind.split("_")) + "Allocator"
+    model: type[BaseModel] = create_model(title, __base__=_Cfg, **fields)
+    return model
 
 
 def _union(models: tuple[type[BaseModel], ...]) -> Any:
@@ -274,13 +278,13 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     # imported (a cluster's node scenarios) the model with the section serves both
     cluster = not isinstance(data, dict) or data.get("cluster") is not None
     cluster = cluster or "sim.cluster.config" in sys.modules
-    policy = _named_policy(data)
+    policy, allocator = _named_policy(data), _named_allocator(data)
     if isinstance(kind, str) and kind in WORKLOAD_MODELS and kind != "mix":
-        return _scenario_model((kind,), (), cluster, policy), True
+        return _scenario_model((kind,), (), cluster, policy, allocator), True
     plugins = _plugin_kinds(workload)
     named = tuple(p for p in plugins if p[0] == kind)
     if named:
-        return _scenario_model((), named, cluster, policy), True
+        return _scenario_model((), named, cluster, policy, allocator), True
     return _scenario_model(None, plugins), False
 
 
@@ -293,6 +297,18 @@ def _named_policy(data: Any) -> str | None:
     section = data.get("pause_policy", {"kind": "hold"})
     kind = section.get("kind") if isinstance(section, dict) else None
     return kind if isinstance(kind, str) and kind in POLICY_MODULES else None
+
+
+def _named_allocator(data: Any) -> str | None:
+    """The allocator kind ``data`` names (``paged`` when it has no ``allocator`` section),
+    whose config model alone a narrowed model builds; None for a section naming none: the
+    narrowed model then holds every registered kind (an unknown one is refused and worded
+    by the full model)."""
+    if not isinstance(data, dict):
+        return None
+    section = data.get("allocator", {"kind": "paged"})
+    kind = section.get("kind") if isinstance(section, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _plugin_kinds(workload: Any) -> tuple[tuple[str, type], ...]:
@@ -316,14 +332,20 @@ def _scenario_model(
     plugins: tuple[tuple[str, type], ...] = (),
     cluster: bool = True,
     policy: str | None = None,
+    allocator: str | None = None,
 ) -> type[BaseModel]:
     """The scenario model of ``workloads`` and ``plugins`` (``_workload_union``), with the
-    ``cluster`` section or ``None`` alone, and the pause policy ``policy`` alone (its
-    module alone imported) or, None, every registered one."""
+    ``cluster`` section or ``None`` alone, the pause policy ``policy`` alone (its module
+    alone imported) or, None, every registered one, and the allocator kind ``allocator``
+    alone (its config model alone built) or, None or not registered, every registered
+    one."""
     from sim.sched import scheduler_configs
 
     policies = (policy_class(policy).Options,) if policy else policy_options_models()
-    return _scenario_model_for(_allocator_registry(), scheduler_configs(), policies,
+    registry = _allocator_registry()
+    allocators = tuple(p for p in registry if p[0] == allocator) or registry
+    paged = next((p for p in registry if p[0] == "paged"), registry[0])  # the default
+    return _scenario_model_for(allocators, paged, scheduler_configs(), policies,
                                _routers() if cluster else None, workloads, plugins)  # fmt: skip
 
 
@@ -336,6 +358,7 @@ def _routers() -> tuple[type[BaseModel], ...]:
 @functools.lru_cache(maxsize=32)
 def _scenario_model_for(
     allocators: tuple[tuple[str, type], ...],
+    default_allocator: tuple[str, type],
     schedulers: tuple[type[BaseModel], ...],
     policies: tuple[type[BaseModel], ...],
     routers: tuple[type[BaseModel], ...] | None,
@@ -344,13 +367,12 @@ def _scenario_model_for(
 ) -> type[BaseModel]:
     from sim.sched import VllmV1Config
 
-    allocs = _allocator_models_for(allocators)
-    paged = next((m for m in allocs if m.model_fields["kind"].default == "paged"), allocs[0])
+    allocator = _union(_allocator_models_for(allocators))
     return create_model(
         "Scenario",
         __base__=ScenarioBase,
         workload=(_workload_union(workloads, plugins), ...),
-        allocator=(_union(allocs), paged()),
+        allocator=(allocator, _allocator_model(*default_allocator)()),
         scheduler=(_union(schedulers), VllmV1Config()),
         pause_policy=(_union(policies), policy_class("hold").Options()),
         cluster=(_cluster_type(routers), None),

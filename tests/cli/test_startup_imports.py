@@ -196,3 +196,13 @@ def test_kvsim_validate_imports_only_the_pause_policy_it_names():
             "--set", "pause_policy.ttl_s=-1"]  # fmt: skip
     body = MAIN.format(argv=argv) + f"rc = [rc, sorted(m for m in {policies!r} if m in sys.modules)]"
     assert _probe(body)["rc"] == [2, sorted(policies)]
+
+
+def test_kvsim_validate_builds_the_named_allocator_kind_s_model_alone():
+    """The narrowed model holds the allocator kind a document names: one config model is
+    built, not one per registered kind (each costs a ``create_model``)."""
+    body = MAIN.format(argv=["validate", "workloads/seed_chunked_prefill.yaml"]) + """
+from sim.scenario.schema import _allocator_model
+rc = [rc, _allocator_model.cache_info().currsize]
+"""
+    assert _probe(body)["rc"] == [0, 1]

@@ -234,3 +234,49 @@ def test_narrowing_the_policy_never_changes_what_is_accepted_or_reported(kind, e
     if not want:
         full = scenario_model().model_validate(data)
         assert load_scenario(copy.deepcopy(data)).scenario.model_dump() == full.model_dump()
+
+
+ALLOCATOR_KINDS = ["buddy", "contiguous", "paged", "paged_hash", "radix", "static"]
+
+
+@pytest.mark.parametrize("kind", [*ALLOCATOR_KINDS, None])
+def test_a_document_naming_one_allocator_gets_a_model_holding_that_kind_alone(kind):
+    """Only the named kind's config model is built (``paged`` without the section, None
+    here); it is the class the full union holds, and the section's default stays ``paged``."""
+    data = {**BASE, "allocator": {"kind": kind}} if kind else BASE
+    model, narrowed = scenario_model_for(data)
+    assert narrowed
+    full = _members(scenario_model().model_fields["allocator"].annotation)
+    got = model.model_fields["allocator"].annotation
+    assert got in full and got.model_fields["kind"].default == (kind or "paged")
+    assert model.model_fields["allocator"].default == scenario_model().model_fields["allocator"].default
+    assert model.model_fields["allocator"].default.kind == "paged"
+
+
+@pytest.mark.parametrize("section", [None, "paged", {}, {"kind": None}, {"kind": "nope"}])
+def test_a_document_naming_no_registered_allocator_gets_every_kind(section):
+    model, narrowed = scenario_model_for({**BASE, "allocator": section})
+    assert narrowed
+    full = scenario_model().model_fields["allocator"].annotation
+    assert _members(model.model_fields["allocator"].annotation) == _members(full)
+
+
+ALLOCATOR_FIELDS = st.sampled_from(
+    ["kind", "block_size", "max_tokens", "growth", "placement", "min_block_tokens",
+     "eviction", "null_block", "extra", "reservation"]
+)  # fmt: skip
+ALLOCATOR_VALUES = st.sampled_from(
+    [None, 0, 1, -1, 16, 2.5, "x", "lru", "first_fit", "double", [], {}, True]
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from([*ALLOCATOR_KINDS, "nope"]),
+       edits=st.dictionaries(ALLOCATOR_FIELDS, ALLOCATOR_VALUES, max_size=3))  # fmt: skip
+def test_narrowing_the_allocator_never_changes_what_is_accepted_or_reported(kind, edits):
+    data = {**copy.deepcopy(BASE), "allocator": {"kind": kind, **edits}}
+    got, want = _problems(data)
+    assert got == want
+    if not want:
+        full = scenario_model().model_validate(data)
+        assert load_scenario(copy.deepcopy(data)).scenario.model_dump() == full.model_dump()
