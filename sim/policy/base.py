@@ -1,18 +1,15 @@
-"""The pause-policy protocol, its options, and the registry of policies by name.
+"""The pause-policy protocol, its options, and the table and registry of policies by name.
 
-Responsibility: one place where a policy name becomes an object (``make_policy``), where
-options are validated (pydantic, ``extra="forbid"``; errors become one-line
-``ConfigError``s naming ``pause_policy.<field>``), and where the behaviour shared by every
-policy lives: attaching a prefetch plan to an offload. ``POLICY_MODULES`` declares each
-shipped policy (name -> its module of ``sim.policy``) without importing it: a module is
-imported when one of its names is asked for (``policy_class``), and
-every declared module when the whole registry is read (``policy_names``,
-``policy_options_models``, an unknown name's error), so ``kvsim validate`` of a scenario
-imports only the policy it names.
+Responsibility: where options are validated (pydantic, ``extra="forbid"``; errors become
+one-line ``ConfigError``s naming ``pause_policy.<field>``), where the behaviour shared by
+every policy lives (attaching a prefetch plan to an offload), ``register`` (the class
+decorator every policy uses) and ``POLICY_MODULES``, which declares each shipped policy
+(name -> its module of ``sim.policy``) without importing it. The look-ups by name
+(``make_policy``, ``policy_class``, ...) are ``sim.policy.registry``'s: they import the
+policies' modules, which import this one.
 
-Invariant (registry): every name of ``POLICY_MODULES`` is registered by that module
-(tested); the registry reads in the table's order, then the policies registered besides
-it (plug-ins) in registration order, whichever module was imported first.
+Invariant (registry): every name of ``POLICY_MODULES`` is registered by that module and
+by no other class (tested).
 
 Invariant: a policy is a pure function of ``PauseFacts`` (plus its options): no SimPy, no
 clock, no state between calls, so it is unit-tested on hand-built facts and two calls with
@@ -21,14 +18,13 @@ equal facts give equal decisions.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim.errors import ConfigError, UnknownNameError
+from sim.errors import ConfigError
 from sim.policy.facts import Decision, PauseFacts
 from sim.policy.resume import plan_prefetch
 
@@ -90,7 +86,8 @@ class PausePolicy(ABC):
 
 
 #: every shipped pause policy -> its module of ``sim.policy``, in the order the registry
-#: reads (the ``pause_policy`` union's order: its JSON Schema)
+#: reads (the ``pause_policy`` union's order: its JSON Schema); ``sim.policy.registry``
+#: imports a module when one of its policies is asked for
 POLICY_MODULES: dict[str, str] = {
     "break_even": "break_even",
     "hold": "fixed",
@@ -102,55 +99,19 @@ POLICY_MODULES: dict[str, str] = {
     "ttl_pin": "ttl_pin",
 }
 
+#: name -> policy class, as registered (shipped policies when their module is imported)
 _REGISTRY: dict[str, type[PausePolicy]] = {}
 
 
-def _import_module(module: str) -> None:
-    """Import ``sim.policy.<module>`` (one of ``POLICY_MODULES``'), which registers its
-    policies."""
-    importlib.import_module(f"sim.policy.{module}")
-
-
-def _load_all() -> dict[str, type[PausePolicy]]:
-    """The registry with every declared policy imported, in the registry's order: the
-    table's, then the plug-ins' registration order."""
-    for module in dict.fromkeys(POLICY_MODULES.values()):
-        _import_module(module)
-    declared = {name: _REGISTRY[name] for name in POLICY_MODULES}
-    return {**declared, **{n: c for n, c in _REGISTRY.items() if n not in POLICY_MODULES}}
-
-
 def register(cls: type[PausePolicy]) -> type[PausePolicy]:
-    """Class decorator: make ``cls`` reachable by ``cls.name``."""
+    """Class decorator: make ``cls`` reachable by ``cls.name``. A shipped policy's name is
+    refused to any other class, whether its module is imported yet or not."""
     module = POLICY_MODULES.get(cls.name)
-    if module is not None and cls.__module__ != f"sim.policy.{module}":
-        _import_module(module)  # a shipped name taken by another class: refused below
-    if cls.name in _REGISTRY:
+    taken = module is not None and cls.__module__ != f"sim.policy.{module}"
+    if taken or cls.name in _REGISTRY:
         raise ValueError(f"pause policy {cls.name!r} registered twice")
     _REGISTRY[cls.name] = cls
     return cls
-
-
-def policy_names() -> list[str]:
-    return sorted(_load_all())
-
-
-def policy_class(kind: str) -> type[PausePolicy]:
-    """The policy registered as ``kind``, importing its module alone when it is declared."""
-    if kind not in _REGISTRY and isinstance(kind, str) and kind in POLICY_MODULES:
-        _import_module(POLICY_MODULES[kind])
-    try:
-        return _REGISTRY[kind]
-    except KeyError:
-        raise UnknownNameError("pause policy", str(kind), list(_load_all())) from None
-
-
-def make_policy(kind: str | PolicyOptions, **options: Any) -> PausePolicy:
-    """``make_policy('break_even', horizon_s=30)`` or from a validated options object."""
-    if isinstance(kind, PolicyOptions):
-        return policy_class(kind.kind)(kind)
-    cls = policy_class(kind)
-    return cls(parse_options(cls, {"kind": kind, **options}))
 
 
 def parse_options(cls: type[PausePolicy], data: dict[str, Any]) -> PolicyOptions:
@@ -165,17 +126,3 @@ def parse_options(cls: type[PausePolicy], data: dict[str, Any]) -> PolicyOptions
             valid = ", ".join(sorted(cls.Options.model_fields))
             msg = f"unknown option for pause policy {cls.name!r}; valid: {valid}"
         raise ConfigError(msg, field=field) from None
-
-
-def policy_options_models() -> tuple[type[PolicyOptions], ...]:
-    """Every registered policy's options model, in the registry's order (read at each call:
-    a policy registered late is as visible as a shipped one)."""
-    return tuple(cls.Options for cls in _load_all().values())
-
-
-def options_union() -> Any:
-    """The pydantic type of a ``pause_policy`` section: every policy's options by ``kind``."""
-    classes = policy_options_models()
-    if len(classes) == 1:
-        return classes[0]
-    return Annotated[Union[classes], Field(discriminator="kind")]  # noqa: UP007

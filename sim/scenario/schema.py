@@ -38,7 +38,8 @@ import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator k
 from sim.cost import CostConfig
 from sim.plugins import load_plugins
 from sim.policy import PolicyOptions, options_union, policy_class
-from sim.policy.base import POLICY_MODULES, policy_options_models
+from sim.policy.base import POLICY_MODULES
+from sim.policy.registry import policy_options_models
 from sim.profiles.layer_groups import DType
 from sim.sched.speculative import SpeculativeConfig
 from sim.workload.distributions import FLOAT_TEXT_PATTERN

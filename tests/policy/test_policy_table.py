@@ -1,4 +1,5 @@
-"""The pause policies declared by name (``sim.policy.base.POLICY_MODULES``).
+"""The pause policies declared by name (``sim.policy.base.POLICY_MODULES``) and looked up
+(``sim.policy.registry``).
 
 A policy's module is imported when the policy is asked for, so each case runs in a fresh
 interpreter (a subprocess: this process has imported every policy already) and reports
@@ -47,7 +48,8 @@ def test_the_registry_reads_in_the_table_s_order_whichever_module_came_first():
     to the front: the ``pause_policy`` union (and its JSON Schema) keeps one order."""
     body = """
 from sim.policy import policy_class
-from sim.policy.base import POLICY_MODULES, policy_options_models
+from sim.policy.base import POLICY_MODULES
+from sim.policy.registry import policy_options_models
 policy_class("ttl_pin"), policy_class("hints")
 kinds = [m.model_fields["kind"].default for m in policy_options_models()]
 out = [kinds == list(POLICY_MODULES), kinds]
@@ -75,7 +77,8 @@ except UnknownNameError as exc:
 @pytest.mark.parametrize("name", ["hold", "ttl_pin"])
 def test_a_plug_in_taking_a_shipped_name_is_refused_before_the_shipped_module_is_imported(name):
     """A class of another module registered under a shipped name is refused as if every
-    policy had been imported (the shipped module is imported first)."""
+    policy had been imported, with the same message; the shipped policy stays its
+    module's."""
     body = f"""
 from sim.policy import PausePolicy, register
 class Mine(PausePolicy):
@@ -88,15 +91,17 @@ try:
 except ValueError as exc:
     out = str(exc)
 """
+    body += "\nfrom sim.policy import policy_class\nout = [out, policy_class(" + repr(name) + ").__module__]"
     got = _fresh(body)
-    assert got["out"] == f"pause policy {name!r} registered twice"
+    module = "fixed" if name == "hold" else name
+    assert got["out"] == [f"pause policy {name!r} registered twice", f"sim.policy.{module}"]
 
 
 def test_a_plug_in_policy_is_registered_and_listed_after_the_shipped_ones():
     body = """
 from typing import Literal
 from sim.policy import PausePolicy, PolicyOptions, make_policy, policy_names, register
-from sim.policy.base import policy_options_models
+from sim.policy.registry import policy_options_models
 @register
 class Mine(PausePolicy):
     name = "mine"

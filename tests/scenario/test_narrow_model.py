@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from sim.errors import ConfigError
 from sim.policy import policy_class
-from sim.policy.base import POLICY_MODULES, policy_options_models
+from sim.policy.base import POLICY_MODULES
+from sim.policy.registry import policy_options_models
 from sim.scenario import load_scenario, scenario_model
 from sim.scenario.load import LoadedScenario, validation_problems
 from sim.scenario.schema import _scenario_model, scenario_model_for
