@@ -12,13 +12,17 @@ than ``MAX_FILE_BYTES``, nests deeper than ``MAX_DEPTH``, would expand (aliases
 included) to more than ``MAX_NODES`` nodes, has an alias that contains itself, repeats a
 key in one mapping (the message names both lines), or holds a value that cannot be built
 (``2024-13-45``: the message names its line). The two size bounds are the defaults; a
-caller that reads large files by design (an allocation trace) passes its own.
-``load_json`` reads JSON with ``json`` (no aliases: memory proportional to the file), with
+caller that reads large files by design (an allocation trace) passes its own. The last
+file parsed under the default bounds is remembered with its text: the same path with the
+same text again (``kvsim validate`` asks whether a file is a sweep file, then loads it) is
+answered from it, as a deep copy, so the caller may change what it gets; nothing is kept
+on disk. ``load_json`` reads JSON with ``json`` (no aliases: memory proportional to the file), with
 the lines of the top-level members and of the items of top-level lists.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -210,13 +214,31 @@ def load_yaml(
     any problem is parsed again, and worded, by the pure loader."""
     path = Path(path)
     text = _read_text(path, max_bytes)
+    if max_nodes is not None or max_bytes is not None:  # large files: never remembered
+        return _load_text(text, str(path), max_nodes, shipped)
+    key = (str(path), text, shipped)
+    last = _LAST[0] if _LAST else None  # one read: another thread may replace it
+    if last is None or last[0] != key:
+        last = (key, *_load_text(text, str(path), None, shipped))
+        _LAST[:] = [last]
+    _, data, lines = last
+    return copy.deepcopy(data), dict(lines)  # the remembered data is never handed out
+
+
+#: the last file parsed under the default bounds: ((path, text, shipped), data, lines)
+_LAST: list[tuple[tuple[str, str, bool], Any, LineMap]] = []
+
+
+def _load_text(text: str, source: str, max_nodes: int | None, shipped: bool) -> tuple[Any, LineMap]:
+    """``load_yaml`` of a file's text: libyaml first for a shipped file (when PyYAML has
+    it), the pure loader otherwise and for any problem."""
     if shipped and _SHIPPED_LOADERS:
         limit = MAX_NODES if max_nodes is None else max_nodes
         try:
-            return _parse(_SHIPPED_LOADERS[0], text, str(path), limit)
+            return _parse(_SHIPPED_LOADERS[0], text, source, limit)
         except (yaml.YAMLError, ConfigError):
             pass
-    return loads_yaml(text, str(path), max_nodes=max_nodes)
+    return loads_yaml(text, source, max_nodes=max_nodes)
 
 
 def _read_text(path: Path, max_bytes: int | None) -> str:

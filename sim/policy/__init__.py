@@ -8,19 +8,16 @@ harness's KV hints (``KVHint``, honoured by the ``hints`` policy); the pause ora
 prediction (``WaitPredictor``); the closed-form resume timelines (``resume_timeline``).
 
 Invariant: pure: no SimPy, no clock, no imports from the engine; the pause economics come
-from ``sim.sizing`` so the policies and ``kvsim breakeven`` agree.
+from ``sim.sizing`` so the policies and ``kvsim breakeven`` agree. The policies' own
+modules are imported by name when a policy is asked for (``sim.policy.registry``), not by
+this package's import.
 """
 
-from sim.policy import break_even, fixed, hinted, min_waste, ttl_pin  # noqa: F401  (registers)
 from sim.policy.base import (
     PausePolicy,
     PolicyOptions,
     PredictorOptions,
-    make_policy,
-    options_union,
     parse_options,
-    policy_class,
-    policy_names,
     register,
 )
 from sim.policy.facts import (
@@ -34,6 +31,7 @@ from sim.policy.facts import (
 from sim.policy.hint import DEMOTE_TIERS, KVHint
 from sim.policy.oracle import PauseCost, action_costs, oracle_cost, realised_cost
 from sim.policy.predict import PREDICT_MODES, ToolWaitStats, WaitPredictor
+from sim.policy.registry import make_policy, options_union, policy_class, policy_names
 from sim.policy.resume import ResumeTimeline, plan_prefetch, resume_timeline, speculative_fire_s
 
 __all__ = [

@@ -1,9 +1,15 @@
-"""The pause-policy protocol, its options, and the registry of policies by name.
+"""The pause-policy protocol, its options, and the table and registry of policies by name.
 
-Responsibility: one place where a policy name becomes an object (``make_policy``), where
-options are validated (pydantic, ``extra="forbid"``; errors become one-line
-``ConfigError``s naming ``pause_policy.<field>``), and where the behaviour shared by every
-policy lives: attaching a prefetch plan to an offload.
+Responsibility: where options are validated (pydantic, ``extra="forbid"``; errors become
+one-line ``ConfigError``s naming ``pause_policy.<field>``), where the behaviour shared by
+every policy lives (attaching a prefetch plan to an offload), ``register`` (the class
+decorator every policy uses) and ``POLICY_MODULES``, which declares each shipped policy
+(name -> its module of ``sim.policy``) without importing it. The look-ups by name
+(``make_policy``, ``policy_class``, ...) are ``sim.policy.registry``'s: they import the
+policies' modules, which import this one.
+
+Invariant (registry): every name of ``POLICY_MODULES`` is registered by that module and
+by no other class (tested).
 
 Invariant: a policy is a pure function of ``PauseFacts`` (plus its options): no SimPy, no
 clock, no state between calls, so it is unit-tested on hand-built facts and two calls with
@@ -14,11 +20,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim.errors import ConfigError, UnknownNameError
+from sim.errors import ConfigError
 from sim.policy.facts import Decision, PauseFacts
 from sim.policy.resume import plan_prefetch
 
@@ -79,34 +85,33 @@ class PausePolicy(ABC):
         return f"{type(self).__name__}({self.options!r})"
 
 
+#: every shipped pause policy -> its module of ``sim.policy``, in the order the registry
+#: reads (the ``pause_policy`` union's order: its JSON Schema); ``sim.policy.registry``
+#: imports a module when one of its policies is asked for
+POLICY_MODULES: dict[str, str] = {
+    "break_even": "break_even",
+    "hold": "fixed",
+    "recompute": "fixed",
+    "offload_host": "fixed",
+    "offload_nvme": "fixed",
+    "hints": "hinted",
+    "min_waste": "min_waste",
+    "ttl_pin": "ttl_pin",
+}
+
+#: name -> policy class, as registered (shipped policies when their module is imported)
 _REGISTRY: dict[str, type[PausePolicy]] = {}
 
 
 def register(cls: type[PausePolicy]) -> type[PausePolicy]:
-    """Class decorator: make ``cls`` reachable by ``cls.name``."""
-    if cls.name in _REGISTRY:
+    """Class decorator: make ``cls`` reachable by ``cls.name``. A shipped policy's name is
+    refused to any other class, whether its module is imported yet or not."""
+    module = POLICY_MODULES.get(cls.name)
+    taken = module is not None and cls.__module__ != f"sim.policy.{module}"
+    if taken or cls.name in _REGISTRY:
         raise ValueError(f"pause policy {cls.name!r} registered twice")
     _REGISTRY[cls.name] = cls
     return cls
-
-
-def policy_names() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def policy_class(kind: str) -> type[PausePolicy]:
-    try:
-        return _REGISTRY[kind]
-    except KeyError:
-        raise UnknownNameError("pause policy", str(kind), list(_REGISTRY)) from None
-
-
-def make_policy(kind: str | PolicyOptions, **options: Any) -> PausePolicy:
-    """``make_policy('break_even', horizon_s=30)`` or from a validated options object."""
-    if isinstance(kind, PolicyOptions):
-        return policy_class(kind.kind)(kind)
-    cls = policy_class(kind)
-    return cls(parse_options(cls, {"kind": kind, **options}))
 
 
 def parse_options(cls: type[PausePolicy], data: dict[str, Any]) -> PolicyOptions:
@@ -121,17 +126,3 @@ def parse_options(cls: type[PausePolicy], data: dict[str, Any]) -> PolicyOptions
             valid = ", ".join(sorted(cls.Options.model_fields))
             msg = f"unknown option for pause policy {cls.name!r}; valid: {valid}"
         raise ConfigError(msg, field=field) from None
-
-
-def policy_options_models() -> tuple[type[PolicyOptions], ...]:
-    """Every registered policy's options model, in registration order (read at each call:
-    a policy registered late is as visible as a shipped one)."""
-    return tuple(cls.Options for cls in _REGISTRY.values())
-
-
-def options_union() -> Any:
-    """The pydantic type of a ``pause_policy`` section: every policy's options by ``kind``."""
-    classes = policy_options_models()
-    if len(classes) == 1:
-        return classes[0]
-    return Annotated[Union[classes], Field(discriminator="kind")]  # noqa: UP007

@@ -37,14 +37,24 @@ from pydantic import (
 import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
 from sim.cost import CostConfig
 from sim.plugins import load_plugins
-from sim.policy import options_union, policy_class
-from sim.policy.base import policy_options_models
+from sim.policy import PolicyOptions, options_union, policy_class
+from sim.policy.base import POLICY_MODULES
+from sim.policy.registry import policy_options_models
 from sim.profiles.layer_groups import DType
 from sim.sched.speculative import SpeculativeConfig
 from sim.workload.distributions import FLOAT_TEXT_PATTERN
 from sim.workload.kind_models import WORKLOAD_MODELS, plugin_kinds, workload_models
 
 SCHEMA_VERSION = 1
+
+
+def __getattr__(name: str) -> Any:
+    """``PausePolicy``: the ``pause_policy`` section's type, every policy registered now
+    (kept for readers of the name; built on access, which imports every policy's module,
+    so that importing this module imports none)."""
+    if name == "PausePolicy":
+        return options_union()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Cfg(BaseModel):
@@ -136,11 +146,6 @@ class EngineConfig(_Cfg):
     max_sim_time_s: float = Field(DEFAULT_MAX_SIM_TIME_S, gt=0, allow_inf_nan=False)
 
 
-#: the ``pause_policy`` section as registered when this module was imported (kept for
-#: readers of the name; ``scenario_model()`` reads the registry at each call)
-PausePolicy = options_union()
-
-
 #: allocator options whose default depends on the scenario (filled when the run is built)
 DERIVED_ALLOCATOR_DEFAULTS = {("static", "max_tokens")}
 
@@ -179,26 +184,30 @@ def allocator_models() -> tuple[type[BaseModel], ...]:
     return _allocator_models_for(_allocator_registry())
 
 
-@functools.lru_cache(maxsize=16)
 def _allocator_models_for(registry: tuple[tuple[str, type], ...]) -> tuple[type[BaseModel], ...]:
+    return tuple(_allocator_model(kind, cls) for kind, cls in registry)
+
+
+@functools.lru_cache(maxsize=64)
+def _allocator_model(kind: str, cls: type) -> type[BaseModel]:
+    """The config model of allocator ``kind`` (class ``cls``), from its options (one class
+    per kind and class: the full union and a model narrowed to the kind share it)."""
     from sim.memory import allocator_options
 
-    models = []
-    for kind, cls in registry:
-        options = allocator_options(kind)
-        hints = get_type_hints(cls.__init__)
-        fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
-        for name, default in options.items():
-            tp = _json_safe(hints.get(name, Any))
-            if (kind, name) in DERIVED_ALLOCATOR_DEFAULTS:
-                fields[name] = (tp | None, None)
-            elif default is inspect.Parameter.empty:
-                fields[name] = (tp, ...)
-            else:
-                fields[name] = (tp, default)
-        title = "".join(p.capitalize() for p in kind.split("_")) + "Allocator"
-        models.append(create_model(title, __base__=_Cfg, **fields))
-    return tuple(models)
+    options = allocator_options(kind)
+    hints = get_type_hints(cls.__init__)
+    fields: dict[str, Any] = {"kind": (Literal[kind], kind)}
+    for name, default in options.items():
+        tp = _json_safe(hints.get(name, Any))
+        if (kind, name) in DERIVED_ALLOCATOR_DEFAULTS:
+            fields[name] = (tp | None, None)
+        elif default is inspect.Parameter.empty:
+            fields[name] = (tp, ...)
+        else:
+            fields[name] = (tp, default)
+    title = "".join(p.capitalize() for p in kind.split("_")) + "Allocator"
+    model: type[BaseModel] = create_model(title, __base__=_Cfg, **fields)
+    return model
 
 
 def _union(models: tuple[type[BaseModel], ...]) -> Any:
@@ -222,7 +231,9 @@ class ScenarioBase(_Cfg):
     model: Annotated[ModelSection, BeforeValidator(_name_is_profile)]
     hardware: HardwareSection
     cost: CostConfig = CostConfig()
-    pause_policy: PausePolicy = policy_class("hold").Options()
+    # the union of the pause policies, set as the workload's is (every policy, or the one a
+    # document names)
+    pause_policy: PolicyOptions = policy_class("hold").Options()
     # the union of the workload kinds, set by ``scenario_model()`` (every kind) or
     # ``scenario_model_for(data)`` (the kind a document names); declared here for its place
     workload: Any
@@ -268,13 +279,37 @@ def scenario_model_for(data: Any) -> tuple[type[BaseModel], bool]:
     # imported (a cluster's node scenarios) the model with the section serves both
     cluster = not isinstance(data, dict) or data.get("cluster") is not None
     cluster = cluster or "sim.cluster.config" in sys.modules
+    policy, allocator = _named_policy(data), _named_allocator(data)
     if isinstance(kind, str) and kind in WORKLOAD_MODELS and kind != "mix":
-        return _scenario_model((kind,), (), cluster), True
+        return _scenario_model((kind,), (), cluster, policy, allocator), True
     plugins = _plugin_kinds(workload)
     named = tuple(p for p in plugins if p[0] == kind)
     if named:
-        return _scenario_model((), named, cluster), True
+        return _scenario_model((), named, cluster, policy, allocator), True
     return _scenario_model(None, plugins), False
+
+
+def _named_policy(data: Any) -> str | None:
+    """The shipped pause policy ``data`` names (``hold`` when it has no ``pause_policy``
+    section), whose module alone a narrowed model imports; None for any other section (a
+    plug-in's name, no readable kind): the narrowed model then holds every policy."""
+    if not isinstance(data, dict):
+        return None
+    section = data.get("pause_policy", {"kind": "hold"})
+    kind = section.get("kind") if isinstance(section, dict) else None
+    return kind if isinstance(kind, str) and kind in POLICY_MODULES else None
+
+
+def _named_allocator(data: Any) -> str | None:
+    """The allocator kind ``data`` names (``paged`` when it has no ``allocator`` section),
+    whose config model alone a narrowed model builds; None for a section naming none: the
+    narrowed model then holds every registered kind (an unknown one is refused and worded
+    by the full model)."""
+    if not isinstance(data, dict):
+        return None
+    section = data.get("allocator", {"kind": "paged"})
+    kind = section.get("kind") if isinstance(section, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _plugin_kinds(workload: Any) -> tuple[tuple[str, type], ...]:
@@ -297,12 +332,22 @@ def _scenario_model(
     workloads: tuple[str, ...] | None,
     plugins: tuple[tuple[str, type], ...] = (),
     cluster: bool = True,
+    policy: str | None = None,
+    allocator: str | None = None,
 ) -> type[BaseModel]:
+    """The scenario model of ``workloads`` and ``plugins`` (``_workload_union``), with the
+    ``cluster`` section or ``None`` alone, the pause policy ``policy`` alone (its module
+    alone imported) or, None, every registered one, and the allocator kind ``allocator``
+    alone (its config model alone built) or, None or not registered, every registered
+    one."""
     from sim.sched import scheduler_configs
 
-    return _scenario_model_for(_allocator_registry(), scheduler_configs(),
-                               policy_options_models(), _routers() if cluster else None,
-                               workloads, plugins)  # fmt: skip
+    policies = (policy_class(policy).Options,) if policy else policy_options_models()
+    registry = _allocator_registry()
+    allocators = tuple(p for p in registry if p[0] == allocator) or registry
+    paged = next((p for p in registry if p[0] == "paged"), registry[0])  # the default
+    return _scenario_model_for(allocators, paged, scheduler_configs(), policies,
+                               _routers() if cluster else None, workloads, plugins)  # fmt: skip
 
 
 def _routers() -> tuple[type[BaseModel], ...]:
@@ -314,6 +359,7 @@ def _routers() -> tuple[type[BaseModel], ...]:
 @functools.lru_cache(maxsize=32)
 def _scenario_model_for(
     allocators: tuple[tuple[str, type], ...],
+    default_allocator: tuple[str, type],
     schedulers: tuple[type[BaseModel], ...],
     policies: tuple[type[BaseModel], ...],
     routers: tuple[type[BaseModel], ...] | None,
@@ -322,13 +368,12 @@ def _scenario_model_for(
 ) -> type[BaseModel]:
     from sim.sched import VllmV1Config
 
-    allocs = _allocator_models_for(allocators)
-    paged = next((m for m in allocs if m.model_fields["kind"].default == "paged"), allocs[0])
+    allocator = _union(_allocator_models_for(allocators))
     return create_model(
         "Scenario",
         __base__=ScenarioBase,
         workload=(_workload_union(workloads, plugins), ...),
-        allocator=(_union(allocs), paged()),
+        allocator=(allocator, _allocator_model(*default_allocator)()),
         scheduler=(_union(schedulers), VllmV1Config()),
         pause_policy=(_union(policies), policy_class("hold").Options()),
         cluster=(_cluster_type(routers), None),

@@ -180,3 +180,29 @@ def test_kvsim_validate_imports_neither_pydantic_s_plugin_loader_nor_importlib_m
     for scenario in ("workloads/seed_chunked_prefill.yaml", "workloads/cluster_coding_agents.yaml"):
         rc, modules = _validate_modules(scenario, ("importlib.metadata", "email"))
         assert (rc, modules) == (0, []), scenario
+
+
+def test_kvsim_validate_imports_only_the_pause_policy_it_names():
+    """The narrowed model holds the pause policy a document names (``hold`` without the
+    section), so only that policy's module is imported (``sim.policy.base.POLICY_MODULES``)
+    besides ``hold``'s, the section's default; a refused policy section is worded by the
+    full model, which imports every one."""
+    policies = tuple(f"sim.policy.{m}" for m in ("break_even", "fixed", "hinted", "min_waste", "ttl_pin"))
+    assert _validate_modules("workloads/seed_chunked_prefill.yaml", policies) == (
+        0, ["sim.policy.fixed"])  # fmt: skip
+    assert _validate_modules("workloads/human_in_loop_nvme.yaml", policies) == (
+        0, ["sim.policy.break_even", "sim.policy.fixed"])  # fmt: skip
+    argv = ["validate", "workloads/seed_chunked_prefill.yaml", "--set", "pause_policy.kind=ttl_pin",
+            "--set", "pause_policy.ttl_s=-1"]  # fmt: skip
+    body = MAIN.format(argv=argv) + f"rc = [rc, sorted(m for m in {policies!r} if m in sys.modules)]"
+    assert _probe(body)["rc"] == [2, sorted(policies)]
+
+
+def test_kvsim_validate_builds_the_named_allocator_kind_s_model_alone():
+    """The narrowed model holds the allocator kind a document names: one config model is
+    built, not one per registered kind (each costs a ``create_model``)."""
+    body = MAIN.format(argv=["validate", "workloads/seed_chunked_prefill.yaml"]) + """
+from sim.scenario.schema import _allocator_model
+rc = [rc, _allocator_model.cache_info().currsize]
+"""
+    assert _probe(body)["rc"] == [0, 1]

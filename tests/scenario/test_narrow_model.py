@@ -1,8 +1,10 @@
-"""The scenario model narrowed to a document's workload kind (``scenario_model_for``).
+"""The scenario model narrowed to a document's workload kind and pause policy
+(``scenario_model_for``).
 
 It must accept exactly what the full model accepts, with the same values, and leave every
 error to the full model (whose wording lists every valid kind); the table of workload
-kinds (``WORKLOAD_MODELS``) must name each kind's model, in the full union's order.
+kinds (``WORKLOAD_MODELS``) must name each kind's model, in the full union's order, and
+the table of pause policies (``POLICY_MODULES``) each policy's module, in the registry's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sim.errors import ConfigError
+from sim.policy import policy_class
+from sim.policy.base import POLICY_MODULES
+from sim.policy.registry import policy_options_models
 from sim.scenario import load_scenario, scenario_model
 from sim.scenario.load import LoadedScenario, validation_problems
 from sim.scenario.schema import _scenario_model, scenario_model_for
@@ -178,3 +183,101 @@ def test_a_cluster_and_its_node_scenarios_share_one_narrowed_model():
 
     with_section, narrowed = scenario_model_for({**BASE, "cluster": {"nodes": [{"count": 2}]}})
     assert narrowed and scenario_model_for(BASE) == (with_section, True)
+
+
+def test_the_policy_table_names_each_policy_s_module_in_the_registry_s_order():
+    """``POLICY_MODULES``: each shipped pause policy is registered by the module the table
+    names, and the registry (the ``pause_policy`` union) reads in the table's order."""
+    for name, module in POLICY_MODULES.items():
+        assert policy_class(name).__module__ == f"sim.policy.{module}"
+    kinds = [m.model_fields["kind"].default for m in policy_options_models()]
+    assert kinds[: len(POLICY_MODULES)] == list(POLICY_MODULES)
+    full = _members(scenario_model().model_fields["pause_policy"].annotation)
+    assert full == policy_options_models()
+
+
+@pytest.mark.parametrize("policy", [*POLICY_MODULES, None])
+def test_a_document_naming_one_policy_gets_a_model_holding_that_policy_alone(policy):
+    """A document without a ``pause_policy`` section (None here) gets ``hold`` alone."""
+    data = {**BASE, "pause_policy": {"kind": policy}} if policy else BASE
+    model, narrowed = scenario_model_for(data)
+    assert narrowed
+    got = model.model_fields["pause_policy"].annotation
+    assert got is policy_class(policy or "hold").Options
+    assert list(model.model_fields) == list(scenario_model().model_fields)  # same order
+
+
+@pytest.mark.parametrize("section", [None, "hold", {}, {"kind": None}, {"kind": "nope"}])
+def test_a_document_naming_no_known_policy_gets_every_policy(section):
+    """A section naming no shipped policy (a plug-in's name, none readable) keeps the
+    whole registry in the narrowed model (``None``: the section written ``null``)."""
+    model, narrowed = scenario_model_for({**BASE, "pause_policy": section})
+    assert narrowed
+    assert _members(model.model_fields["pause_policy"].annotation) == policy_options_models()
+
+
+POLICY_FIELDS = st.sampled_from(
+    ["kind", "resume", "prefetch_margin_s", "horizon_s", "mu_hbm", "ttl_s", "extra",
+     "predictor", "preempt_swap"]
+)  # fmt: skip
+POLICY_VALUES = st.sampled_from(
+    [None, 0, 1, -1, 2.5, "x", "naive", "speculative", [], {}, True, {"mode": "min"}]
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from([*POLICY_MODULES, "nope"]),
+       edits=st.dictionaries(POLICY_FIELDS, POLICY_VALUES, max_size=3))  # fmt: skip
+def test_narrowing_the_policy_never_changes_what_is_accepted_or_reported(kind, edits):
+    data = {**copy.deepcopy(BASE), "pause_policy": {"kind": kind, **edits}}
+    got, want = _problems(data)
+    assert got == want
+    if not want:
+        full = scenario_model().model_validate(data)
+        assert load_scenario(copy.deepcopy(data)).scenario.model_dump() == full.model_dump()
+
+
+ALLOCATOR_KINDS = ["buddy", "contiguous", "paged", "paged_hash", "radix", "static"]
+
+
+@pytest.mark.parametrize("kind", [*ALLOCATOR_KINDS, None])
+def test_a_document_naming_one_allocator_gets_a_model_holding_that_kind_alone(kind):
+    """Only the named kind's config model is built (``paged`` without the section, None
+    here); it is the class the full union holds, and the section's default stays ``paged``."""
+    data = {**BASE, "allocator": {"kind": kind}} if kind else BASE
+    model, narrowed = scenario_model_for(data)
+    assert narrowed
+    full = _members(scenario_model().model_fields["allocator"].annotation)
+    got = model.model_fields["allocator"].annotation
+    assert got in full and got.model_fields["kind"].default == (kind or "paged")
+    assert model.model_fields["allocator"].default == scenario_model().model_fields["allocator"].default
+    assert model.model_fields["allocator"].default.kind == "paged"
+
+
+@pytest.mark.parametrize("section", [None, "paged", {}, {"kind": None}, {"kind": "nope"}])
+def test_a_document_naming_no_registered_allocator_gets_every_kind(section):
+    model, narrowed = scenario_model_for({**BASE, "allocator": section})
+    assert narrowed
+    full = scenario_model().model_fields["allocator"].annotation
+    assert _members(model.model_fields["allocator"].annotation) == _members(full)
+
+
+ALLOCATOR_FIELDS = st.sampled_from(
+    ["kind", "block_size", "max_tokens", "growth", "placement", "min_block_tokens",
+     "eviction", "null_block", "extra", "reservation"]
+)  # fmt: skip
+ALLOCATOR_VALUES = st.sampled_from(
+    [None, 0, 1, -1, 16, 2.5, "x", "lru", "first_fit", "double", [], {}, True]
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from([*ALLOCATOR_KINDS, "nope"]),
+       edits=st.dictionaries(ALLOCATOR_FIELDS, ALLOCATOR_VALUES, max_size=3))  # fmt: skip
+def test_narrowing_the_allocator_never_changes_what_is_accepted_or_reported(kind, edits):
+    data = {**copy.deepcopy(BASE), "allocator": {"kind": kind, **edits}}
+    got, want = _problems(data)
+    assert got == want
+    if not want:
+        full = scenario_model().model_validate(data)
+        assert load_scenario(copy.deepcopy(data)).scenario.model_dump() == full.model_dump()
