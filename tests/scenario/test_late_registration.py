@@ -287,8 +287,15 @@ def test_a_late_workload_kind_is_a_mix_component_and_listed_where_kinds_are(regi
     assert "'interactive_coding_agent', 'requests_late'" in str(info.value)
     schema = json_schema()  # kvsim schema: at the top level and in a mix's components
     assert "requests_late" in json.dumps(schema["properties"]["workload"])
-    mixes = [d for name, d in schema["$defs"].items() if name.startswith("MixWorkload")]
-    assert any("requests_late" in json.dumps(d["properties"]["components"]) for d in mixes)
+    mixes = [name for name in schema["$defs"] if name.startswith("MixWorkload")]
+    assert mixes == ["MixWorkloadWithPlugins"]  # one mix model, with the plug-in's components
+    components = schema["$defs"]["MixWorkloadWithPlugins"]["properties"]["components"]
+    assert "requests_late" in json.dumps(components)
+    for inner in ("requests_late", "requests"):  # a mix in a mix, a plug-in kind inside or not
+        nested = {"kind": "mix", "components": [_mix(inner)["workload"]]}
+        with pytest.raises(ConfigError, match=r"^<scenario>: workload\.mix: a mix component "
+                           r"cannot itself be a mix$"):  # fmt: skip
+            load_scenario({**BASE, "workload": nested})
 
 
 def test_the_shipped_workload_union_is_the_same_object_with_no_plug_in(registries):
@@ -445,6 +452,8 @@ def test_a_router_registered_after_the_schema_was_built_validates_and_runs(regis
         {**BASE, "cluster": least}, {"cluster.router.kind": "round_robin_late"}
     )
     assert switched.scenario == loaded.scenario  # --set drops the old router's options
+    unnamed = load_scenario({**BASE, "cluster": {"nodes": [{"count": 2}]}}).scenario.cluster
+    assert unnamed.router == RoundRobin.Options()  # the shipped section's default
     late, same = run_scenario(late_doc), run_scenario(same_doc)
     for key in ("requests_completed", "output_tokens_per_s", "peak_allocated_bytes"):
         assert late.summary[key] == same.summary[key], key

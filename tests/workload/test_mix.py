@@ -136,6 +136,8 @@ def test_default_names_and_validation():
     ):
         with pytest.raises(ValidationError, match=message):
             MixWorkload.model_validate({**mix, **bad})
+    with pytest.raises(ValidationError, match="cannot itself be a mix"):  # a built component
+        MixWorkload(components=[MixWorkload.model_validate(mix)])
 
 
 def test_the_workload_examples_in_the_docs_validate():
