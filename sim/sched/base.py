@@ -37,8 +37,8 @@ from typing import ClassVar
 from pydantic import BaseModel
 
 from sim.errors import InvariantError, UnknownNameError
-from sim.plugins import check_kind_tag
 from sim.memory.kv_manager import KVManager
+from sim.plugins import check_kind_tag
 from sim.sched.plan import BatchPlan, CommitResult, RunLimit
 from sim.sched.request import NEVER_FITS, REJECTED, RUNNING, WAITING, Request
 from sim.sched.speculative import SpeculativeConfig
