@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim.errors import UnknownNameError
 from sim.plugins import check_kind_tag, load_plugins
+from sim.workload.shipped_kinds import WORKLOAD_MODELS
 
 if TYPE_CHECKING:
     from sim.workload.context import WorkloadContext
@@ -57,8 +58,6 @@ def _check_config(name: str, config: type) -> None:
     """A config model tagged ``name``; the one ``name`` has if it is registered, and the
     table's class if ``name`` is a shipped kind (so a plug-in cannot take a shipped name
     before the shipped kinds load and leave the registry half-loaded)."""
-    from sim.workload.kind_models import WORKLOAD_MODELS  # imports this module
-
     check_kind_tag("workload kind", name, config)
     old = WORKLOADS.get(name)
     if old is not None and _qualified(old.config) != _qualified(config):
