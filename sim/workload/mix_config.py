@@ -38,7 +38,7 @@ class MixWorkload(WorkloadConfigModel):
     def _no_mix_component(cls, data: Any) -> Any:
         # before the components' union: with plug-in kinds that union holds no mix
         comps = data.get("components") if isinstance(data, Mapping) else None
-        if isinstance(comps, list) and any(_kind_of(c) == "mix" for c in comps):
+        if isinstance(comps, (list, tuple)) and any(_kind_of(c) == "mix" for c in comps):
             raise ValueError("a mix component cannot itself be a mix")
         return data
 
