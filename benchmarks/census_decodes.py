@@ -12,7 +12,8 @@ plain loop's CPU seconds are printed first for scale):
    less a calibrated wrapper cost) of the passes that walk every scheduled decode:
    ``commit``, ``grow_each``, ``_decodes_from``, ``_add_decodes``,
    ``steps_to_first_finish``, ``decode_span``, ``Recorder.emit``, ``plan_run`` and
-   ``apply_run`` (those two include their numpy and block appends, which stay O(changed));
+   ``apply_run`` (those two include their block-boundary arithmetic and block appends, which stay
+   O(changed));
 3. **token-count reads**: ``Request.num_computed`` / ``num_output`` made counting
    properties, each access counted by the calling function: what a clock behind those
    names would tax outside the passes it replaces.

@@ -220,7 +220,7 @@ def _cluster_section_for(routers: tuple[type[BaseModel], ...]) -> type[ClusterSe
         "ClusterSection",
         __base__=ClusterSection,
         __doc__=ClusterSection.__doc__,
-        router=(router, router_class("round_robin").Options()),
+        router=(router, ClusterSection.model_fields["router"].default),
     )
 
 

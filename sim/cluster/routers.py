@@ -40,6 +40,7 @@ from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sim.errors import ConfigError
+from sim.plugins import check_kind_tag
 
 
 class ClusterView(Protocol):
@@ -98,6 +99,8 @@ _REGISTRY: dict[str, type[Router]] = {}
 
 
 def register(cls: type[Router]) -> type[Router]:
+    """Class decorator: make ``cls`` reachable by ``cls.kind`` (its ``Options`` tagged so)."""
+    check_kind_tag("router kind", cls.kind, cls.Options)
     _REGISTRY[cls.kind] = cls
     return cls
 

@@ -178,7 +178,9 @@ class DeferredAppends:
         Block boundaries by arithmetic, in plain Python (runs are planned a few steps long:
         numpy's per-call cost was most of this): a sequence with ``room`` tokens left in
         its last block takes a block at steps ``room + 1, room + 1 + B, ...``, so the
-        blocks taken per step repeat with period ``B``, counted once by ``room``.
+        blocks taken per step repeat with period ``B``, counted once by ``room`` for the
+        first ``min(B, max_steps)`` steps (no list of ``B`` counts: a huge ``B`` is cheap). A
+        negative room is a broken book (``InvariantError``).
         """
         if max_steps <= 0 or not (requests or late):
             return DecodeRun(0, [])
@@ -194,23 +196,36 @@ class DeferredAppends:
             return DecodeRun(steps, [float(base_allocated)] * steps)
         if self.alloc.kv_groups is not None:  # side groups take and free blocks: step exactly
             return DecodeRun(0, [])
-        if late and room[late[0].seq_id] >= bs:
-            return DecodeRun(0, [])  # not the shape of a block table: step exactly
-        per_residue = [0] * bs  # step r + 1 takes a block for every seq with room == r % bs
-        try:
-            for seq in map(_seq_id, requests):
-                per_residue[room[seq]] += 1  # rooms are >= 0 (``check``)
-        except IndexError:  # a room of B or more: not the shape of a block table: step exactly
-            return DecodeRun(0, [])
-        per_step = (per_residue * (max_steps // bs + 1))[:max_steps]
+        late_room = 0 if late is None else room[late[0].seq_id]
+        if not 0 <= late_room < bs:
+            return self._off_shape(late_room)
+        # step r + 1 takes a block for every seq with room == r % B: the first
+        # min(B, max_steps) residues, repeated (O(batch + steps), whatever B is)
+        width = min(bs, max_steps)
+        per_step = [0] * width
+        for seq in map(_seq_id, requests):
+            r = room[seq]
+            if 0 <= r < width:
+                per_step[r] += 1
+            elif not 0 <= r < bs:
+                return self._off_shape(r)
+        if max_steps > bs:
+            per_step = (per_step * (max_steps // bs + 1))[:max_steps]
         if late is not None:  # its appends start at step `first`: blocks at first + room + t B
-            req, first = late
-            for r in range(first - 1 + room[req.seq_id], max_steps, bs):
+            for r in range(late[1] - 1 + late_room, max_steps, bs):
                 per_step[r] += 1
         taken = list(accumulate(per_step))
         steps = bisect_right(taken, self.alloc.available_blocks())
         block_bytes = bs * self.alloc.kv_bytes_per_token
         return DecodeRun(steps, [base_allocated + t * block_bytes for t in taken[:steps]])
+
+    @staticmethod
+    def _off_shape(room: int) -> DecodeRun:
+        """A room no block table leaves: ``B`` or more (a buffer-like sequence behind a
+        block kind) is stepped exactly (no run); a negative one is a broken book."""
+        if room < 0:
+            raise InvariantError(f"plan_run: a negative room ({room})")
+        return DecodeRun(0, [])
 
     def apply_run(
         self,

@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from sim.errors import InvariantError, UnknownNameError
 from sim.memory.kv_manager import KVManager
+from sim.plugins import check_kind_tag
 from sim.sched.plan import BatchPlan, CommitResult, RunLimit
 from sim.sched.request import NEVER_FITS, REJECTED, RUNNING, WAITING, Request
 from sim.sched.speculative import SpeculativeConfig
@@ -224,6 +225,7 @@ def register_scheduler(cls: type[Scheduler]) -> type[Scheduler]:
     """Class decorator: make ``cls`` reachable by ``cls.name``."""
     if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
         raise TypeError(f"{cls!r} must subclass sim.sched.Scheduler")
+    check_kind_tag("scheduler", cls.name, cls.Config)
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"scheduler {cls.name!r} registered twice")
     _REGISTRY[cls.name] = cls

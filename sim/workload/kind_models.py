@@ -2,7 +2,8 @@
 
 Responsibility: ``WORKLOAD_MODELS`` (kind -> module of ``sim.workload`` and class of its
 config model, in the order of the ``workload`` union: its JSON Schema, and the valid
-kinds an error lists) and ``workload_models(kinds)``, which imports only the modules of
+kinds an error lists; declared in ``sim.workload.shipped_kinds``, which the registry
+reads too) and ``workload_models(kinds)``, which imports only the modules of
 the kinds asked for. The scenario model narrowed to a document's kind reads it
 (``sim.scenario.schema.scenario_model_for``); so does the whole union
 (``sim.workload.mix_config.Workload``).
@@ -22,25 +23,10 @@ from types import ModuleType
 from pydantic import BaseModel
 
 from sim.workload.kinds import WORKLOADS
+from sim.workload.shipped_kinds import WORKLOAD_MODELS
 
-#: every workload kind -> (module of ``sim.workload``, class) of its config model, in the
-#: order of the ``workload`` union
-WORKLOAD_MODELS: dict[str, tuple[str, str]] = {
-    "chat": ("common_config", "ChatWorkload"),
-    "agent": ("agent_config", "AgentWorkload"),
-    "requests": ("common_config", "RequestsWorkload"),
-    "mooncake": ("common_config", "MooncakeWorkload"),
-    "mix": ("mix_config", "MixWorkload"),
-    "coding_agent": ("agent_config", "CodingAgentWorkload"),
-    "function_calling": ("agent_config", "FunctionCallingWorkload"),
-    "human_in_loop": ("agent_config", "HumanInLoopWorkload"),
-    "multi_agent_team": ("agent_config", "MultiAgentTeamWorkload"),
-    "tree_search": ("agent_config", "TreeSearchWorkload"),
-    "agent_trace": ("agent_config", "AgentTraceWorkload"),
-    "vllm_requests": ("vllm_requests", "VllmRequestsWorkload"),
-    "claude_code": ("agent_config", "ClaudeCodeWorkload"),
-    "interactive_coding_agent": ("agent_config", "InteractiveCodingAgentWorkload"),
-}
+__all__ = ["WORKLOAD_MODELS", "plugin_kinds", "workload_models"]
+
 
 
 def _module(name: str) -> ModuleType:

@@ -16,12 +16,11 @@ do), so the scenario schema (the shipped table ``sim.workload.kind_models``, and
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from sim.errors import UnknownNameError
-from sim.plugins import load_plugins
+from sim.plugins import check_kind_tag, load_plugins
+from sim.workload.shipped_kinds import WORKLOAD_MODELS
 
 if TYPE_CHECKING:
     from sim.workload.context import WorkloadContext
@@ -56,25 +55,23 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
 
 
 def _check_config(name: str, config: type) -> None:
-    """A config model tagged ``name``, and the one ``name`` has if it is registered."""
-    tag = None
-    if isinstance(config, type) and issubclass(config, BaseModel):
-        tag = config.model_fields.get("kind")
-    if (
-        tag is None
-        or get_origin(tag.annotation) is not Literal
-        or get_args(tag.annotation) != (name,)
-    ):
-        raise TypeError(
-            f"workload kind {name!r} needs a pydantic config model with a field "
-            f"kind: Literal[{name!r}], got {config!r}"
-        )
+    """A config model tagged ``name``; the one ``name`` has if it is registered, and the
+    table's class if ``name`` is a shipped kind (so a plug-in cannot take a shipped name
+    before the shipped kinds load and leave the registry half-loaded)."""
+    check_kind_tag("workload kind", name, config)
     old = WORKLOADS.get(name)
     if old is not None and _qualified(old.config) != _qualified(config):
         raise ValueError(
             f"workload kind {name!r} is already registered ({_qualified(old.config)}); "
             "register yours under another name"
         )
+    if name in WORKLOAD_MODELS:
+        shipped = "sim.workload.{}.{}".format(*WORKLOAD_MODELS[name])
+        if _qualified(config) != shipped:
+            raise ValueError(
+                f"workload kind {name!r} is a shipped kind ({shipped}); "
+                "register yours under another name"
+            )
 
 
 def _qualified(cls: type) -> str:

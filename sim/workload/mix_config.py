@@ -16,6 +16,7 @@ level and in a mix's components alike (``sim.workload.kind_models.plugin_kinds``
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, create_model, model_validator
@@ -32,10 +33,17 @@ class MixWorkload(WorkloadConfigModel):
     components: list[Workload] = Field(min_length=1, max_length=MAX_COMPONENTS)
     names: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,32}$")]] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_mix_component(cls, data: Any) -> Any:
+        # before the components' union: with plug-in kinds that union holds no mix
+        comps = data.get("components") if isinstance(data, Mapping) else None
+        if isinstance(comps, (list, tuple)) and any(_kind_of(c) == "mix" for c in comps):
+            raise ValueError("a mix component cannot itself be a mix")
+        return data
+
     @model_validator(mode="after")
     def _components(self):
-        if any(c.kind == "mix" for c in self.components):
-            raise ValueError("a mix component cannot itself be a mix")
         if self.names is not None:
             if len(self.names) != len(self.components):
                 raise ValueError(
@@ -53,6 +61,13 @@ class MixWorkload(WorkloadConfigModel):
         return [k if kinds.count(k) == 1 else f"{k}_{i}" for i, k in enumerate(kinds)]
 
 
+def _kind_of(component: Any) -> Any:
+    """A component's ``kind``, given as a mapping or as a config model."""
+    if isinstance(component, Mapping):
+        return component.get("kind")
+    return getattr(component, "kind", None)
+
+
 _OTHERS = dict(zip([k for k in WORKLOAD_MODELS if k != "mix"], workload_models(), strict=True))
 #: the shipped kinds' models, in the table's order
 _SHIPPED = tuple(MixWorkload if k == "mix" else _OTHERS[k] for k in WORKLOAD_MODELS)
@@ -68,12 +83,16 @@ def workload_union(plugins: tuple[tuple[str, type], ...] = ()) -> Any:
     if not plugins:
         return Workload
     extra = tuple(config for _, config in plugins)
-    components = Annotated[Union[(*_SHIPPED, *extra)], Field(discriminator="kind")]  # noqa: UP007
+    # no mix among the components (``_no_mix_component`` refuses one first): the schema
+    # has one mix model, this one
+    others = tuple(m for m in _SHIPPED if m is not MixWorkload)
+    components = Annotated[Union[(*others, *extra)], Field(discriminator="kind")]  # noqa: UP007
+    field = MixWorkload.model_fields["components"]  # its bounds, with the plug-ins' union
     mix = create_model(
         "MixWorkloadWithPlugins",
         __base__=MixWorkload,
         __doc__=MixWorkload.__doc__,
-        components=(list[components], Field(min_length=1, max_length=MAX_COMPONENTS)),  # type: ignore[valid-type]
+        components=(list[components], field),  # type: ignore[valid-type]
     )
     kinds = tuple(mix if m is MixWorkload else m for m in _SHIPPED)
     return Annotated[Union[(*kinds, *extra)], Field(discriminator="kind")]  # noqa: UP007

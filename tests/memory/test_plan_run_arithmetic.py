@@ -6,14 +6,19 @@ implementation it replaced made (kept here as the reference: ``bincount`` of the
 the plan is true: growing the batch one token per step (the late request from its first
 step) for the planned steps never misses and leaves, after each step, the allocated bytes
 the plan gave for it, while one step more would take more blocks than are available.
+A huge block size costs no memory of its size; a negative room raises ``InvariantError``.
 """
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.errors import InvariantError
 from sim.memory.contiguous import ContiguousAllocator
 from sim.memory.deferred import DeferredAppends
 from sim.memory.paged import PagedAllocator
@@ -87,7 +92,7 @@ def _build(kind: str, block_size: int, pool_blocks: int, seqs, late_spec):
 _seq = st.tuples(st.integers(1, 70), st.integers(0, 20))  # prompt, tokens grown since
 SPECS = st.tuples(
     st.sampled_from(["paged", "contiguous"]),
-    st.sampled_from([1, 4, 16]),  # block size
+    st.sampled_from([1, 4, 16, 262144]),  # block size (the last: rooms past any run)
     st.integers(2, 80),  # pool blocks
     st.lists(_seq, max_size=8),  # the batch
     st.none() | st.tuples(st.integers(1, 70), st.integers(0, 20), st.integers(1, 12)),
@@ -137,3 +142,31 @@ def test_a_room_of_a_block_or_more_is_stepped_exactly():
         assert (run.steps, run.allocated_bytes) == (0, []) == _reference(ledger, reqs, 10, base, late)
         ledger.room[big.seq_id] = 3  # within a block: a run again
         assert ledger.plan_run(reqs, 10, base, late).steps == 10
+
+
+def test_a_large_block_size_costs_the_batch_and_the_steps_not_the_block():
+    """At ``B = 2**20`` a short run's plan holds no list of ``B`` counts (8 MiB): its
+    memory is that of the batch and the steps (tracemalloc's peak, not a time)."""
+    alloc, ledger, reqs, late = _build("paged", 2**20, 40, [(5, 0), (9, 1)] * 4, (7, 1, 3))
+    base = alloc.metrics().allocated_bytes
+    ledger.plan_run(reqs, 8, base, late)  # once untraced: first-call costs are not the plan's
+    tracemalloc.start()
+    try:
+        run = ledger.plan_run(reqs, 8, base, late)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 64 * 1024
+    assert (run.steps, run.allocated_bytes) == _reference(ledger, reqs, 8, base, late)
+    assert run.steps == 8
+
+
+@pytest.mark.parametrize("who", ["batch", "late"])
+def test_a_negative_room_is_a_broken_book(who):
+    """A room below zero (the books corrupted) is an ``InvariantError``, never a plan."""
+    alloc, ledger, reqs, late = _build("paged", 16, 40, [(5, 0), (9, 1)], (6, 0, 2))
+    assert len(reqs) == 2 and late is not None
+    ledger.room[(late[0] if who == "late" else reqs[1]).seq_id] = -1
+    base = alloc.metrics().allocated_bytes
+    with pytest.raises(InvariantError, match=r"plan_run: a negative room \(-1\)"):
+        ledger.plan_run(reqs, 10, base, late)

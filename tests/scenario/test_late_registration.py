@@ -14,6 +14,7 @@ name. The ``registries`` fixture puts every registry back as it was after each t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -155,20 +156,29 @@ TABLES = (
 )
 
 
-@pytest.fixture
-def registries(monkeypatch):
-    """Every registry put back as it was after the test (in place: modules that imported
-    a table by name see the same dict); the shipped kinds are loaded first."""
+@contextlib.contextmanager
+def _restored():
+    """Every registry put back as it was on leaving (in place: modules that imported a
+    table by name see the same dict); the shipped kinds are loaded first."""
     allocator_kinds(), workload_kind("chat"), runner_names()  # run the shipped loaders
     saved = [dict(t) for t in TABLES]
     pending = {k: list(v) for k, v in plugin_registry._PENDING.items()}
+    try:
+        yield
+    finally:
+        for table, contents in zip(TABLES, saved, strict=True):
+            table.clear()
+            table.update(contents)
+        plugin_registry._PENDING.clear()  # the loaders a test added and did not run go
+        plugin_registry._PENDING.update(pending)
+
+
+@pytest.fixture
+def registries(monkeypatch):
+    """Every registry put back as it was after the test (``_restored``)."""
     monkeypatch.delenv("KVSIM_PROFILES", raising=False)
-    yield
-    for table, contents in zip(TABLES, saved, strict=True):
-        table.clear()
-        table.update(contents)
-    plugin_registry._PENDING.clear()  # the loaders a test added and did not run go
-    plugin_registry._PENDING.update(pending)
+    with _restored():
+        yield
 
 
 def _workload(kind: str = "requests_late") -> dict:
@@ -206,16 +216,30 @@ def test_kinds_registered_after_the_schema_was_built_validate_and_run(registries
     _same_run(late, same)
 
 
-def test_the_shipped_kinds_come_back_after_a_test_registered_more(registries):
-    for table, name in ((alloc_registry._REGISTRY, "paged_late"),
-                        (sched_registry._REGISTRY, "vllm_late"),
-                        (policy_registry._REGISTRY, "hold_late"),
-                        (router_registry._REGISTRY, "round_robin_late"),
-                        (WORKLOADS, "requests_late"), (EVICTION_STRATEGIES, "lru_late"),
-                        (REPLAY_POLICIES, "belady_late"),
-                        (runner_registry._RUNNERS, "fixed_late"),
-                        (hints_registry._TOOL_TIMES, "coding_agent_late")):  # fmt: skip
+def test_the_shipped_kinds_come_back_after_a_test_registered_more():
+    late = ((alloc_registry._REGISTRY, "paged_late"), (sched_registry._REGISTRY, "vllm_late"),
+            (policy_registry._REGISTRY, "hold_late"),
+            (router_registry._REGISTRY, "round_robin_late"), (WORKLOADS, "requests_late"),
+            (EVICTION_STRATEGIES, "lru_late"), (REPLAY_POLICIES, "belady_late"),
+            (runner_registry._RUNNERS, "fixed_late"),
+            (hints_registry._TOOL_TIMES, "coding_agent_late"))  # fmt: skip
+    with _restored():
+        register_allocator("paged_late", PagedLate)
+        register_scheduler(VllmLate)
+        register(HoldLate)
+        register_router(RoundRobinLate)
+        register_workload(REQUESTS_LATE)
+        register_strategy(LruLate())
+        register_replay_policy("belady_late", REPLAY_POLICIES["belady"])
+        register_runner(FixedLate())
+        register_tool_times("coding_agent_late", hints_registry._TOOL_TIMES["coding_agent"])
+        plugin_registry.add_loader("allocators", lambda: None)
+        for table, name in late:
+            assert name in table
+        assert plugin_registry._PENDING["allocators"]
+    for table, name in late:
         assert name not in table
+    assert not plugin_registry._PENDING.get("allocators")
     assert "chat" in WORKLOADS and "radix" in alloc_registry._REGISTRY
 
 
@@ -263,8 +287,15 @@ def test_a_late_workload_kind_is_a_mix_component_and_listed_where_kinds_are(regi
     assert "'interactive_coding_agent', 'requests_late'" in str(info.value)
     schema = json_schema()  # kvsim schema: at the top level and in a mix's components
     assert "requests_late" in json.dumps(schema["properties"]["workload"])
-    mixes = [d for name, d in schema["$defs"].items() if name.startswith("MixWorkload")]
-    assert any("requests_late" in json.dumps(d["properties"]["components"]) for d in mixes)
+    mixes = [name for name in schema["$defs"] if name.startswith("MixWorkload")]
+    assert mixes == ["MixWorkloadWithPlugins"]  # one mix model, with the plug-in's components
+    components = schema["$defs"]["MixWorkloadWithPlugins"]["properties"]["components"]
+    assert "requests_late" in json.dumps(components)
+    for inner in ("requests_late", "requests"):  # a mix in a mix, a plug-in kind inside or not
+        nested = {"kind": "mix", "components": [_mix(inner)["workload"]]}
+        with pytest.raises(ConfigError, match=r"^<scenario>: workload\.mix: a mix component "
+                           r"cannot itself be a mix$"):  # fmt: skip
+            load_scenario({**BASE, "workload": nested})
 
 
 def test_the_shipped_workload_union_is_the_same_object_with_no_plug_in(registries):
@@ -386,6 +417,24 @@ def test_a_workload_kind_needs_a_tagged_model_and_a_name_of_its_own(registries):
     assert WORKLOADS["requests_late"].config is RequestsLate
 
 
+def test_a_plug_in_cannot_take_a_shipped_workload_name_before_the_shipped_kinds_load(
+    registries,
+):
+    """Registered before ``sim.workload.builtin`` ran (``requests`` not in the registry
+    yet), a plug-in under a shipped name is refused at once: the shipped kinds still load."""
+
+    class Requests(RequestsWorkload):
+        kind: Literal["requests"] = "requests"
+
+    del WORKLOADS["requests"]
+    with pytest.raises(ValueError, match=r"'requests' is a shipped kind \(sim\.workload\."
+                       r"common_config\.RequestsWorkload\); register yours under"):  # fmt: skip
+        register_workload(WorkloadKind("requests", Requests, requests_count, requests_driver))
+    assert "requests" not in WORKLOADS
+    register_workload(WorkloadKind("requests", RequestsWorkload, requests_count, requests_driver))
+    assert WORKLOADS["requests"].config is RequestsWorkload
+
+
 # ------------------------------------------------------------------------------- routers
 def test_a_router_registered_after_the_schema_was_built_validates_and_runs(registries):
     cluster = {"nodes": [{"count": 2}], "router": {"kind": "round_robin_late"}}
@@ -403,10 +452,38 @@ def test_a_router_registered_after_the_schema_was_built_validates_and_runs(regis
         {**BASE, "cluster": least}, {"cluster.router.kind": "round_robin_late"}
     )
     assert switched.scenario == loaded.scenario  # --set drops the old router's options
+    unnamed = load_scenario({**BASE, "cluster": {"nodes": [{"count": 2}]}}).scenario.cluster
+    assert unnamed.router == RoundRobin.Options()  # the shipped section's default
     late, same = run_scenario(late_doc), run_scenario(same_doc)
     for key in ("requests_completed", "output_tokens_per_s", "peak_allocated_bytes"):
         assert late.summary[key] == same.summary[key], key
     assert late.requests.node.tolist() == same.requests.node.tolist()
+
+
+def test_a_router_or_scheduler_whose_options_are_not_tagged_with_its_name_is_refused(
+    registries,
+):
+    """An ``Options`` (``Config``) inherited with its parent's tag would map the tag to two
+    models in the scenario's union: refused at registration, and scenarios still load."""
+
+    class Sticky(RoundRobin):
+        kind = "sticky"
+
+        class Options(RoundRobin.Options):
+            stickiness: int = 1
+
+    class VllmSticky(VllmV1Scheduler):
+        name = "vllm_sticky"
+
+    with pytest.raises(TypeError, match=r"^router kind 'sticky' needs a pydantic config model "
+                       r"with a field kind: Literal\['sticky'\], got "):  # fmt: skip
+        register_router(Sticky)
+    with pytest.raises(TypeError, match=r"^scheduler 'vllm_sticky' needs .* Literal\['vllm_st"):
+        register_scheduler(VllmSticky)
+    assert "sticky" not in router_registry._REGISTRY
+    assert "vllm_sticky" not in sched_registry._REGISTRY
+    doc = {**BASE, "cluster": {"nodes": [{"count": 2}]}}
+    assert load_scenario(doc).scenario.cluster.router.kind == "round_robin"
 
 
 # ---------------------------------------------------------------- prefix: eviction, replay

@@ -136,6 +136,9 @@ def test_default_names_and_validation():
     ):
         with pytest.raises(ValidationError, match=message):
             MixWorkload.model_validate({**mix, **bad})
+    for built in ([MixWorkload.model_validate(mix)], (mix,)):  # a built component, a tuple
+        with pytest.raises(ValidationError, match="cannot itself be a mix"):
+            MixWorkload(components=built)
 
 
 def test_the_workload_examples_in_the_docs_validate():
