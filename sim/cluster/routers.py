@@ -99,14 +99,25 @@ _REGISTRY: dict[str, type[Router]] = {}
 
 
 def register(cls: type[Router]) -> type[Router]:
-    """Class decorator: make ``cls`` reachable by ``cls.kind`` (its ``Options`` tagged so)."""
+    """Class decorator: make ``cls`` reachable by ``cls.kind`` (its ``Options`` tagged so;
+    a kind already registered to another class is refused, as pause policies are)."""
     check_kind_tag("router kind", cls.kind, cls.Options)
+    old = _REGISTRY.get(cls.kind)
+    if old is not None and _qualified(old) != _qualified(cls):  # the same class reloaded is fine
+        raise ValueError(
+            f"router kind {cls.kind!r} is already registered ({_qualified(old)}); "
+            "register yours under another name"
+        )
     _REGISTRY[cls.kind] = cls
     return cls
 
 
 def router_kinds() -> tuple[str, ...]:
     return tuple(_REGISTRY)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def router_class(kind: str) -> type[Router]:

@@ -109,6 +109,15 @@ class PagedAllocator(Allocator):
         held = 0 if seq_id is None else len(self._side[seq_id])
         return groups.side_blocks(tokens, self.block_size) - held
 
+    def _side_need(self, seq_id: Hashable, delta: int) -> int:
+        """Free blocks a side ``delta`` (``_side_delta``) costs the pool: ``delta`` when it
+        grows; when it shrinks, minus the dropped blocks that really go back (refcount 1:
+        a block a fork also maps stays in use)."""
+        if delta >= 0:
+            return delta
+        rc = self.pool.refcount
+        return -sum(1 for b in self._side[seq_id][:-delta] if rc[b] == 1)
+
     def _side_resize(self, seq_id: Hashable, delta: int) -> None:
         """Take ``delta`` more side blocks (the pool has them) or drop ``-delta``, oldest
         first (blocks that left a window)."""
@@ -197,7 +206,7 @@ class PagedAllocator(Allocator):
         cow = tokens % bs != 0 and pool.refcount[table[-1]] > 1
         need = n_new + 1 if cow else n_new
         side = self._side_delta(seq_id, tokens + n_tokens) if self.kv_groups else 0
-        need += side
+        need += self._side_need(seq_id, side) if side else 0
         if need > pool.num_free and (index is None or not index.make_room(need - pool.num_free)):
             return False
         if side < 0:  # blocks that left the window go back first
@@ -308,7 +317,8 @@ class PagedAllocator(Allocator):
         cow = n > 0 and tokens % bs != 0 and self.pool.refcount[table[-1]] > 1
         if self.kv_groups is None:
             return n_new + int(cow)
-        return max(0, n_new + int(cow) + self._side_delta(seq_id, tokens + n))
+        side = self._side_need(seq_id, self._side_delta(seq_id, tokens + n))
+        return max(0, n_new + int(cow) + side)
 
     def can_allocate(self, n_tokens: int, *, content: Any = None) -> bool:
         n = checked_count(n_tokens, "can_allocate", minimum=1)

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field
 
-from sim.errors import UnknownNameError
+from sim.errors import InvariantError, UnknownNameError
 from sim.policy.base import (
     _REGISTRY,
     POLICY_MODULES,
@@ -50,6 +50,12 @@ def _registry() -> dict[str, type[PausePolicy]]:
     """Every policy, each declared module imported, in the registry's order."""
     for module in dict.fromkeys(POLICY_MODULES.values()):
         _import(module)
+    missing = [name for name in POLICY_MODULES if name not in _REGISTRY]
+    if missing:  # their modules were imported, so importing them again registers nothing
+        raise InvariantError(
+            f"shipped pause policies {', '.join(missing)} were removed from the registry "
+            "after their modules registered them"
+        )
     declared = {name: _REGISTRY[name] for name in POLICY_MODULES}
     return {**declared, **{n: c for n, c in _REGISTRY.items() if n not in POLICY_MODULES}}
 

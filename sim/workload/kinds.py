@@ -42,6 +42,7 @@ WORKLOADS: dict[str, WorkloadKind] = {}
 def register_workload(kind: WorkloadKind) -> WorkloadKind:
     """Register ``kind``; its driver labels an unlabelled context with the kind's name."""
     _check_config(kind.name, kind.config)
+    _check_driver(kind.name, kind.driver)
     driver = kind.driver
 
     def labelled(cfg, ctx: WorkloadContext):
@@ -49,6 +50,7 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
             ctx.label = kind.name
         return driver(cfg, ctx)
 
+    labelled.__wrapped__ = driver  # type: ignore[attr-defined]  # the driver as registered
     kind = replace(kind, driver=labelled)
     WORKLOADS[kind.name] = kind
     return kind
@@ -74,8 +76,27 @@ def _check_config(name: str, config: type) -> None:
             )
 
 
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+def _check_driver(name: str, driver: Any) -> None:
+    """The driver ``name`` has if it is registered (the same function by name: a module
+    reloaded), and one of ``sim.workload``'s own if ``name`` is a shipped kind (a plug-in
+    reusing a shipped config model must not replace a shipped kind's driver)."""
+    old = WORKLOADS.get(name)
+    registered = getattr(old.driver, "__wrapped__", old.driver) if old is not None else None
+    if registered is not None and _qualified(registered) != _qualified(driver):
+        raise ValueError(
+            f"workload kind {name!r} is already registered with the driver "
+            f"{_qualified(registered)}; register yours under another name"
+        )
+    module = getattr(driver, "__module__", None) or ""
+    if name in WORKLOAD_MODELS and not module.startswith("sim.workload."):
+        raise ValueError(
+            f"workload kind {name!r} is a shipped kind (its driver is sim.workload's); "
+            "register yours under another name"
+        )
+
+
+def _qualified(cls: Any) -> str:
+    return f"{getattr(cls, '__module__', None)}.{getattr(cls, '__qualname__', repr(cls))}"
 
 
 def workload_kind(name: str) -> WorkloadKind:

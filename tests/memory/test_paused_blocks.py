@@ -119,6 +119,7 @@ _SHARED_AGAIN = [("allocate", 0, 20), ("allocate", 0, 5), ("hold", 1, 1), ("fork
 @pytest.mark.parametrize("case", sorted(CASES))
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
+@example(ops=[*_SHARED_AGAIN, ("hold", 0, 1)])  # written to while private again, then held
 @example(ops=[*_SHARED_AGAIN, ("fork", 0, 1), ("hold", 0, 1), ("hold", 3, 1)])
 @example(ops=[*_SHARED_AGAIN, ("allocate", 33, 5), ("hold", 0, 1), ("hold", 3, 1)])
 def test_paused_slots_equal_the_table_scan(case, ops):

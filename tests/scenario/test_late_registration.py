@@ -37,6 +37,7 @@ from sim.cluster.routers import RoundRobin
 from sim.cluster.routers import register as register_router
 from sim.errors import ConfigError
 from sim.memory import PagedAllocator, allocator_kinds, register_allocator
+from sim.policy import policy_names
 from sim.policy.base import register
 from sim.policy.fixed import Hold
 from sim.prefix.eviction import EVICTION_STRATEGIES, LRU, register_strategy
@@ -160,7 +161,8 @@ TABLES = (
 def _restored():
     """Every registry put back as it was on leaving (in place: modules that imported a
     table by name see the same dict); the shipped kinds are loaded first."""
-    allocator_kinds(), workload_kind("chat"), runner_names()  # run the shipped loaders
+    # run the shipped loaders and import every shipped policy (each module registers once)
+    allocator_kinds(), workload_kind("chat"), runner_names(), policy_names()
     saved = [dict(t) for t in TABLES]
     pending = {k: list(v) for k, v in plugin_registry._PENDING.items()}
     try:
@@ -433,6 +435,32 @@ def test_a_plug_in_cannot_take_a_shipped_workload_name_before_the_shipped_kinds_
     assert "requests" not in WORKLOADS
     register_workload(WorkloadKind("requests", RequestsWorkload, requests_count, requests_driver))
     assert WORKLOADS["requests"].config is RequestsWorkload
+
+
+def test_a_plug_in_cannot_replace_a_shipped_kind_s_driver(registries):
+    """Review 2026-12-02: the shipped config model with a driver of one's own took the
+    shipped name and changed every run of it; refused, before and after the shipped load."""
+
+    def my_driver(cfg, ctx):  # pragma: no cover - never run
+        raise AssertionError
+
+    with pytest.raises(ValueError, match="'chat' is already registered with the driver"):
+        register_workload(WorkloadKind("chat", WORKLOADS["chat"].config, requests_count, my_driver))
+    chat = WORKLOADS.pop("chat")
+    with pytest.raises(ValueError, match=r"'chat' is a shipped kind \(its driver"):
+        register_workload(WorkloadKind("chat", chat.config, requests_count, my_driver))
+    assert "chat" not in WORKLOADS
+    register_workload(WorkloadKind("chat", chat.config, requests_count, chat.driver.__wrapped__))
+
+
+def test_a_router_kind_is_not_replaced_by_another_class(registries):
+    class Sticky(RoundRobin):  # a plug-in reusing a shipped name
+        pass
+
+    with pytest.raises(ValueError, match="router kind 'round_robin' is already registered"):
+        register_router(Sticky)
+    assert router_registry._REGISTRY["round_robin"] is RoundRobin
+    register_router(RoundRobin)  # the same class again (a module reloaded) is fine
 
 
 # ------------------------------------------------------------------------------- routers
