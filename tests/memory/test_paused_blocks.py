@@ -14,6 +14,8 @@ Then: a hold or resume reads the refcounts of the table's shared blocks only.
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -94,8 +96,14 @@ def _run(a, ops) -> None:
             seq = live[pick % len(live)]
             if op == "append":
                 more = segments([(f"s{seq}-{pick}", n)])
-                if a.append(seq, n, content=more if a.uses_content else None):
+                can = a.can_append(seq, n)
+                before = (a.seq_tokens(seq), a.pool.num_free)
+                ok = a.append(seq, n, content=more if a.uses_content else None)
+                assert ok or not can  # can_append said yes: the append must succeed
+                if ok:
                     content[seq] = segments([*content[seq], *more])
+                elif a.index is None:  # a refused append changes nothing (an index may evict)
+                    assert (a.seq_tokens(seq), a.pool.num_free) == before
             elif op == "fork":
                 if a.fork(seq, next_id):
                     content[next_id] = content[seq]
@@ -183,3 +191,22 @@ def test_a_hold_or_resume_reads_the_shared_blocks_only():
         assert rc.reads == reads
     assert a.kv_slots().paused == 16_000
     a.check_invariants()
+
+
+def _seeded_ops(seed: int) -> list[tuple[str, int, int]]:
+    """A run of OPS' shape drawn from ``random.Random(seed)`` (longer than OPS draws)."""
+    rng = random.Random(seed)
+    kinds = ("allocate", "append", "fork", "hold", "free", "free_uncached", "allocate",
+             "append", "hold", "hold", "fork")  # fmt: skip
+    return [(rng.choice(kinds), rng.randrange(10_000), rng.randrange(1, 40 if rng.random() < 0.5 else 90))
+            for _ in range(rng.randrange(10, 150))]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [50, *range(0, 40)])
+def test_appends_past_shared_side_blocks_are_refused_not_half_applied(seed):
+    """A hybrid model's side window that moves past blocks a fork also maps (review
+    2026-12-02): only the dropped blocks that really go back (refcount 1) count as freed
+    (``PagedAllocator._side_need``). Counting them all made ``can_append`` say yes and the
+    append raise halfway; seed 50 raised ``InvariantError: block pool: take(2) with 0 free
+    blocks`` before."""
+    _run(_make("paged-hybrid"), _seeded_ops(seed))
