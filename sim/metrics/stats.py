@@ -72,7 +72,8 @@ def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict[str, floa
 
 
 class TimeWeighted:
-    """Integral over time of a piecewise-constant quantity, sampled when it changes."""
+    """Integral over time of a piecewise-constant quantity, sampled when it changes (a
+    sample of the value it has is no change: one interval, one term)."""
 
     __slots__ = ("last_t", "last_v", "area", "span")
 
@@ -83,7 +84,11 @@ class TimeWeighted:
         self.span = 0.0
 
     def observe(self, t: float, value: float | None) -> None:
-        """The quantity is ``value`` from ``t`` on."""
+        """The quantity is ``value`` from ``t`` on. A value equal to the one it already
+        has adds nothing (its interval goes on as one term), so the integral does not
+        depend on how often an unchanged quantity is sampled."""
+        if value == self.last_v:
+            return
         self._close(t)
         self.last_t, self.last_v = t, value
 
