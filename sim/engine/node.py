@@ -14,7 +14,12 @@ block exhaustion, miss or copy), it is priced
 at once (``CostModel.price_run`` and ``price``, ``sim.cost.pricer``) and waited for in one SimPy
 event. A workload post during the run wakes the engine at the end of the step in progress,
 so the run is cut exactly where step-by-step execution (``exact=True``) would have seen
-the post; both modes give the same results (tested to 1e-9).
+the post; both modes give the same results (tested to 1e-9). Under async scheduling a post
+received at the end of step i is first planned into step i + 2, so the plan made at that
+boundary would be the run's own step i + 1: the run goes on through it and is cut after it
+(``runs_past_receipt``; off in a cluster, whose router reads the nodes between steps), with
+the posts stamped and applied as if it had been cut at step i (bit for bit the same results,
+one decision fewer).
 
 Lockstep (``lockstep``, ``sim.engine.lockstep``): the node is one data-parallel rank of
 a MoE engine; each step is priced with the other ranks' and ends with theirs; runs are
