@@ -97,7 +97,7 @@ def test_time_weighted_mean_does_not_depend_on_repeated_samples(changes, repeats
     """Sampling an unchanged value again (a decision that changed nothing) adds no term:
     the mean is bit for bit that of the changes alone."""
     times = sorted(t for t, _ in changes)
-    samples = [(t, v) for t, (_, v) in zip(times, changes)]
+    samples = [(t, v) for t, (_, v) in zip(times, changes, strict=True)]
     dense = []
     for i, (t, v) in enumerate(samples):
         dense.append((t, v))
