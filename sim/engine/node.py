@@ -242,10 +242,12 @@ class Node:
             return
         if self.lag and self.runs_past_receipt and self.lockstep is None:
             # received at the end of step i and first planned into step i + 2: step i + 1
-            # is the one the run has next (the same batch), so the run goes on through it
-            recv = self._ends[i]
-            if self.max_sim_time_s is None or recv <= self.max_sim_time_s:
-                self._recv_s = recv
+            # is the one the run has next (the same batch), so the run goes on through it,
+            # unless it would end past max_sim_time_s (the loop stops there, before the
+            # posts would be taken)
+            limit = self.max_sim_time_s
+            if limit is None or self._ends[i + 1] <= limit:
+                self._recv_s = self._ends[i]
                 i += 1
                 if i >= self._deadline:
                     return

@@ -122,6 +122,13 @@ PAST_RECEIPT = {
     "agents-hash-prune": MODE_CASES["agents-hash-prune"],
     "agents-buddy-recompute": MODE_CASES["agents-buddy-recompute"],
     "horizon": ("chat_azure.yaml", {"workload.num_requests": 80, "duration_s": 6.0}),
+    # a long prompt prefilled alone (memory samples constant over the run) and a short one
+    # arriving during it: the time-weighted means must not depend on where the run is cut
+    "prefill-alone": ("seed_chunked_prefill.yaml", {"workload.requests": [
+        {"count": 1, "at_s": 0.0, "prompt_tokens": 5000, "output_tokens": 4},
+        {"count": 1, "at_s": 0.2, "prompt_tokens": 16, "output_tokens": 4}]}),  # fmt: skip
+    "agents-pressure": ("agent_swarm_pressure.yaml", {"workload.num_trajectories": 16, "seed": 1,
+                                                      "engine.check_invariants": False}),  # fmt: skip
     # offloads to host at tool pauses: copies completing post at boundaries (invariants off:
     # their per-decision check of this large pool costs ~40 ms a decision)
     "coding-agent-offload": ("coding_agent_swarm.yaml", {"workload.num_trajectories": 4,
@@ -161,6 +168,26 @@ def test_a_run_goes_on_through_the_step_a_received_post_cannot_change(case):
     # the memory rows left are rows of the run cut at every receipt, unchanged
     both = on.memory.merge(off.memory, how="left", indicator=True)
     assert (both["_merge"] == "both").all() and len(on.memory) < len(off.memory)
+
+
+def test_a_run_that_would_end_past_max_sim_time_is_cut_at_the_receipt():
+    """The loop stops at the first boundary past ``engine.max_sim_time_s``, before taking
+    posts: a run that would end there is cut at the receipt, so the posts received are
+    stamped and held as without the change."""
+    reqs = [{"count": 8, "at_s": 0.0, "prompt_tokens": 16, "output_tokens": 60},
+            {"count": 1, "at_s": 0.44, "prompt_tokens": 16, "output_tokens": 5}]  # fmt: skip
+    over = {"workload.requests": reqs, "duration_s": 0.5, "engine.max_sim_time_s": 0.51}
+    held = {}
+    for on in (True, False):
+        from engine_helpers import WORKLOADS
+
+        from sim.run.runner import build
+
+        sim = build(str(WORKLOADS / "seed_chunked_prefill.yaml"), **over)
+        sim.node.runs_past_receipt = on
+        sim.run()
+        held[on] = [(op[0], op[1].queued_s) for op in (*sim.node._held, *sim.node.inbox)]
+    assert held[True] == held[False] and held[True][0][1] is not None
 
 
 def test_a_cluster_cuts_its_runs_at_the_receipt():
