@@ -13,10 +13,11 @@ included) to more than ``MAX_NODES`` nodes, has an alias that contains itself, r
 key in one mapping (the message names both lines), or holds a value that cannot be built
 (``2024-13-45``: the message names its line). The two size bounds are the defaults; a
 caller that reads large files by design (an allocation trace) passes its own. The last
-file parsed under the default bounds is remembered with its text: the same path with the
-same text again (``kvsim validate`` asks whether a file is a sweep file, then loads it) is
-answered from it, as a deep copy, so the caller may change what it gets; nothing is kept
-on disk. ``load_json`` reads JSON with ``json`` (no aliases: memory proportional to the file), with
+few files parsed under the default bounds are remembered with their text (at most
+``REMEMBERED_FILES``, ``REMEMBERED_TEXT_CHARS`` characters in all): the same path with the
+same text again (``kvsim validate`` asks whether a file is a sweep file, then loads it; a
+cluster's node groups read the same calibration) is answered from it, as a deep copy, so
+the caller may change what it gets; nothing is kept on disk. ``load_json`` reads JSON with ``json`` (no aliases: memory proportional to the file), with
 the lines of the top-level members and of the items of top-level lists.
 """
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -217,16 +220,37 @@ def load_yaml(
     if max_nodes is not None or max_bytes is not None:  # large files: never remembered
         return _load_text(text, str(path), max_nodes, shipped)
     key = (str(path), text, shipped)
-    last = _LAST[0] if _LAST else None  # one read: another thread may replace it
-    if last is None or last[0] != key:
-        last = (key, *_load_text(text, str(path), None, shipped))
-        _LAST[:] = [last]
-    _, data, lines = last
+    with _REMEMBERED_LOCK:
+        hit = _REMEMBERED.get(key)
+        if hit is not None:
+            _REMEMBERED.move_to_end(key)
+    if hit is None:
+        hit = _load_text(text, str(path), None, shipped)
+        _remember(key, hit)
+    data, lines = hit
     return copy.deepcopy(data), dict(lines)  # the remembered data is never handed out
 
 
-#: the last file parsed under the default bounds: ((path, text, shipped), data, lines)
-_LAST: list[tuple[tuple[str, str, bool], Any, LineMap]] = []
+#: the files parsed last under the default bounds, least recently used first: (path,
+#: text, shipped) -> (data, lines); at most ``REMEMBERED_FILES`` files and
+#: ``REMEMBERED_TEXT_CHARS`` characters of text (a cluster's node groups each read the same
+#: calibration and profiles: parsed once, not once per group)
+_REMEMBERED: OrderedDict[tuple[str, str, bool], tuple[Any, LineMap]] = OrderedDict()
+_REMEMBERED_LOCK = threading.Lock()
+REMEMBERED_FILES = 8
+REMEMBERED_TEXT_CHARS = 4 * 1024 * 1024
+
+
+def _remember(key: tuple[str, str, bool], parsed: tuple[Any, LineMap]) -> None:
+    if len(key[1]) > REMEMBERED_TEXT_CHARS:
+        return
+    with _REMEMBERED_LOCK:
+        _REMEMBERED[key] = parsed
+        _REMEMBERED.move_to_end(key)
+        chars = sum(len(k[1]) for k in _REMEMBERED)
+        while len(_REMEMBERED) > REMEMBERED_FILES or chars > REMEMBERED_TEXT_CHARS:
+            old, _ = _REMEMBERED.popitem(last=False)
+            chars -= len(old[1])
 
 
 def _load_text(text: str, source: str, max_nodes: int | None, shipped: bool) -> tuple[Any, LineMap]:

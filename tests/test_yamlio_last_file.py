@@ -1,9 +1,11 @@
-"""``sim.yamlio.load_yaml`` remembers the last file it parsed under the default bounds:
+"""``sim.yamlio.load_yaml`` remembers the last files it parsed under the default bounds:
 the same path with the same text again is answered without parsing, as a deep copy
-(``kvsim validate`` asks whether a file is a sweep file, then loads it)."""
+(``kvsim validate`` asks whether a file is a sweep file, then loads it; a cluster's node
+groups read the same calibration)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(text, source, **kw)
 
     monkeypatch.setattr(yamlio, "loads_yaml", counting)
-    monkeypatch.setattr(yamlio, "_LAST", [])
+    monkeypatch.setattr(yamlio, "_REMEMBERED", OrderedDict())
     return seen
 
 
@@ -53,7 +55,7 @@ def test_a_changed_file_another_path_or_other_bounds_are_parsed_again(tmp_path: 
     assert yamlio.load_yaml(path)[0] == {"a": 2}
     assert yamlio.load_yaml(other)[0] == {"a": 1}
     assert yamlio.load_yaml(other, max_nodes=100)[0] == {"a": 1}  # large-file callers
-    assert yamlio._LAST[0][0][0] == str(other)
+    assert next(reversed(yamlio._REMEMBERED))[0] == str(other)
     assert yamlio.load_yaml(other, max_bytes=100)[0] == {"a": 1}
     assert parses == [str(path), str(path), str(other), str(other), str(other)]
 
@@ -64,4 +66,37 @@ def test_a_refused_file_is_refused_every_time(tmp_path: Path, parses):
     for _ in range(2):
         with pytest.raises(ConfigError, match="duplicate|repeat|twice|already"):
             yamlio.load_yaml(path)
-    assert parses == [str(path), str(path)] and yamlio._LAST == []
+    assert parses == [str(path), str(path)] and not yamlio._REMEMBERED
+
+
+def test_files_read_in_turn_are_each_parsed_once(tmp_path: Path, parses):
+    """A cluster's node groups each read the scenario's calibration and profiles in turn."""
+    paths = [tmp_path / f"f{i}.yaml" for i in range(3)]
+    for i, p in enumerate(paths):
+        p.write_text(f"a: {i}\n", encoding="utf-8")
+    for _ in range(3):
+        assert [yamlio.load_yaml(p)[0] for p in paths] == [{"a": 0}, {"a": 1}, {"a": 2}]
+    assert parses == [str(p) for p in paths]
+
+
+def test_what_is_remembered_is_bounded(tmp_path: Path, parses, monkeypatch: pytest.MonkeyPatch):
+    """At most ``REMEMBERED_FILES`` files and ``REMEMBERED_TEXT_CHARS`` characters: the
+    least recently used go first, and a file larger than the whole budget is never kept."""
+    monkeypatch.setattr(yamlio, "REMEMBERED_FILES", 2)
+    monkeypatch.setattr(yamlio, "REMEMBERED_TEXT_CHARS", 40)
+    a, b, c, big = (tmp_path / f"{n}.yaml" for n in "abcz")
+    for p in (a, b, c):
+        p.write_text(f"name: {p.stem}\n", encoding="utf-8")
+    big.write_text("text: " + "x" * 60 + "\n", encoding="utf-8")
+    yamlio.load_yaml(a)
+    yamlio.load_yaml(b)
+    yamlio.load_yaml(a)  # a is now the most recent
+    yamlio.load_yaml(c)  # b goes
+    assert [k[0] for k in yamlio._REMEMBERED] == [str(a), str(c)]
+    yamlio.load_yaml(big)
+    assert [k[0] for k in yamlio._REMEMBERED] == [str(a), str(c)]
+    long = tmp_path / "long.yaml"
+    long.write_text("k: " + "y" * 25 + "\n", encoding="utf-8")  # 29 chars: c (8) stays, a goes
+    yamlio.load_yaml(long)
+    assert [k[0] for k in yamlio._REMEMBERED] == [str(c), str(long)]
+    assert sum(len(k[1]) for k in yamlio._REMEMBERED) <= 40

@@ -14,7 +14,12 @@ block exhaustion, miss or copy), it is priced
 at once (``CostModel.price_run`` and ``price``, ``sim.cost.pricer``) and waited for in one SimPy
 event. A workload post during the run wakes the engine at the end of the step in progress,
 so the run is cut exactly where step-by-step execution (``exact=True``) would have seen
-the post; both modes give the same results (tested to 1e-9).
+the post; both modes give the same results (tested to 1e-9). Under async scheduling a post
+received at the end of step i is first planned into step i + 2, so the plan made at that
+boundary would be the run's own step i + 1: the run goes on through it and is cut after it
+(``runs_past_receipt``; off in a cluster, whose router reads the nodes between steps), with
+the posts stamped and applied as if it had been cut at step i (bit for bit the same results,
+one decision fewer).
 
 Lockstep (``lockstep``, ``sim.engine.lockstep``): the node is one data-parallel rank of
 a MoE engine; each step is priced with the other ranks' and ends with theirs; runs are
@@ -99,9 +104,7 @@ class StepRecorder(Protocol):
     def rejected_at_submit(
         self, now_s: float, count: int, n_running: int, n_waiting: int
     ) -> None: ...
-    def emit(
-        self, requests: Iterable[Request], s0: int, k: int, durations: np.ndarray | None = None
-    ) -> None: ...
+    def emit(self, requests: Iterable[Request], s0: int, k: int) -> None: ...
     def memory(
         self,
         t: float,
@@ -160,6 +163,13 @@ class Node:
         #: step is made while the step before it runs, so posts received at a boundary
         #: (``_held``) reach the plan made at the next one (``_take_posts``)
         self.lag = scheduler.async_scheduling
+        #: with ``lag``, a run goes on through the step after the one in which the first
+        #: post came (``_post``): those posts are received at that step's end, so the plan
+        #: made there would be the run's next step anyway. A cluster turns it off: the
+        #: front's router reads its nodes while they run, and a run commits at its end
+        self.runs_past_receipt = True
+        self._recv_s: float | None = None  # when the posts of a run going on were received
+        self._recv_split = -1  # index in ``inbox`` of the first post made after ``_recv_s``
         self._held: list[tuple] = []
         self._stepped = False  # a step ended at this boundary (its posts are received now)
         self._step_start = 0.0  # when the latest step (the last of a run) began
@@ -214,6 +224,11 @@ class Node:
             self.inbox.append(op)
             if self.lockstep is not None:  # a group run ends after the step in progress
                 self.lockstep.cut(self.env.now)
+            recv = self._recv_s
+            if recv is not None:  # a run goes on past the receipt of earlier posts
+                if self._recv_split < 0 and self.env.now > recv:
+                    self._recv_split = len(self.inbox) - 1  # received at the run's end
+                return
         wake = self._wake
         if wake is None or wake.triggered:
             return
@@ -223,9 +238,22 @@ class Node:
         if op is None:
             return  # the end of the workload changes nothing for the run in progress
         i = bisect_left(self._ends, self.env.now)
-        if i < self._deadline:  # wake after the step in progress instead of the run's end
-            self._deadline = i
-            self._arm(wake, i)
+        if i >= self._deadline:
+            return
+        if self.lag and self.runs_past_receipt and self.lockstep is None:
+            # received at the end of step i and first planned into step i + 2: step i + 1
+            # is the one the run has next (the same batch), so the run goes on through it,
+            # unless it would end past max_sim_time_s (the loop stops there, before the
+            # posts would be taken)
+            limit = self.max_sim_time_s
+            if limit is None or self._ends[i + 1] <= limit:
+                self._recv_s = self._ends[i]
+                i += 1
+                if i >= self._deadline:
+                    return
+        # wake after the step in progress (or the one after it) instead of the run's end
+        self._deadline = i
+        self._arm(wake, i)
 
     def _wake_at_horizon(self, _event) -> None:
         wake = self._wake
@@ -413,9 +441,7 @@ class Node:
         k = len(ends)
         rec, kv = self.rec, self.kv
         s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting), prefill_s)
-        durations = None
         if k > 1:
-            durations = run.durations[:k]
             late = run.late if run.late is not None and run.late[1] <= k - 1 else None
             starts = [start, *ends[:-1]]
             kv.apply_decode_run(plan.decodes, k - 1, starts, late)
@@ -434,11 +460,11 @@ class Node:
                 pre_tokens = sum(run.chunks[:n_pre])
                 rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run, n_pre))
         result = self.sched.commit(plan, k)
-        rec.emit(result.emitted, s0, k, durations)
+        rec.emit(result.emitted, s0, k)
         if result.drafts:
             rec.speculative(result.extra_tokens, result.drafts, result.wasted_tokens, plan.verify_seqs)
         for req, first in result.emitted_from:
-            rec.emit([req], s0 + first, k - first, None if durations is None else durations[first:])
+            rec.emit([req], s0 + first, k - first)
         end = float(ends[-1])
         self.last_step_s = end - (float(ends[-2]) if k > 1 else start)
         kv.set_time(end)
@@ -500,9 +526,21 @@ class Node:
         nothing to plan ahead of, and everything received applies at once.
         """
         now = self.env.now
-        for op in self.inbox:
-            if op[0] == "submit" and op[1].queued_s is None:
-                op[1].queued_s = now
+        recv, split = self._recv_s, self._recv_split
+        if recv is not None:  # a run went on one step past posts received at ``recv``
+            self._recv_s, self._recv_split = None, -1
+            inbox = self.inbox
+            early, late = (inbox, []) if split < 0 else (inbox[:split], inbox[split:])
+            _stamp(early, recv)
+            _stamp(late, now)
+            # what was received at ``recv`` was held there and applies now, into the plan
+            # made at the start of the step just ended, as if the run had been cut there
+            ops, self._held, self.inbox = self._held + early, late, []
+            self._plan_s = self._step_start
+            self._stepped = False
+            self._apply_ops(ops)
+            return
+        _stamp(self.inbox, now)
         if self.lag and self._stepped:  # this plan was made when the step just ended began
             ops, self._held, self.inbox = self._held, self.inbox, []
             self._plan_s = self._step_start
@@ -605,6 +643,13 @@ def _settle(env: simpy.Environment) -> simpy.Event:
     event._ok, event._value = True, None
     env.schedule(event, SETTLE_PRIORITY)
     return event
+
+
+def _stamp(ops: list[tuple], received_s: float) -> None:
+    """The engine received ``ops`` at ``received_s``: a submission's ``queued_s``."""
+    for op in ops:
+        if op[0] == "submit" and op[1].queued_s is None:
+            op[1].queued_s = received_s
 
 
 def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:

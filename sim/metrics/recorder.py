@@ -34,7 +34,7 @@ import math
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, sub
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -370,16 +370,17 @@ class Recorder:
         row.update(events)
         self._steps.append(tuple(row[c] for c in STEP_COLUMNS))
 
-    def emit(self, requests, s0: int, k: int, durations: np.ndarray | None = None) -> None:
+    def emit(self, requests, s0: int, k: int) -> None:
         """Every request in ``requests`` sampled one token at each of steps s0 .. s0+k-1.
 
-        ``durations`` are the run's step durations (needed when ``k > 1``).
+        A gap is the difference of two steps' end times, within a run as between single
+        steps (so a run's gaps are bit for bit those of its steps taken one at a time).
         """
         ends = self.step_ends
         t0 = ends[s0]
         prev = ends[s0 - 1] if s0 > 0 else 0.0
         first_gap = t0 - prev
-        run_max = float(max(durations[1:])) if k > 1 else 0.0
+        run_max = max(map(sub, ends[s0 + 1 : s0 + k], ends[s0 : s0 + k - 1])) if k > 1 else 0.0
         # the largest gap of a request that emitted in the step before: the same for all
         regular_max = first_gap if first_gap > run_max else run_max
         before, last_step, top = s0 - 1, s0 + k - 1, self.max_itl_s

@@ -72,7 +72,8 @@ def describe_weighted(values: np.ndarray, weights: np.ndarray) -> dict[str, floa
 
 
 class TimeWeighted:
-    """Integral over time of a piecewise-constant quantity, sampled when it changes."""
+    """Integral over time of a piecewise-constant quantity, sampled when it changes (a
+    sample of the value it has is no change: one interval, one term)."""
 
     __slots__ = ("last_t", "last_v", "area", "span")
 
@@ -83,26 +84,32 @@ class TimeWeighted:
         self.span = 0.0
 
     def observe(self, t: float, value: float | None) -> None:
-        """The quantity is ``value`` from ``t`` on."""
+        """The quantity is ``value`` from ``t`` on. A value equal to the one it already
+        has adds nothing (its interval goes on as one term), so the integral does not
+        depend on how often an unchanged quantity is sampled."""
+        if value == self.last_v:
+            return
         self._close(t)
         self.last_t, self.last_v = t, value
 
     def observe_steps(self, starts, values) -> None:
         """Value ``values[i]`` from ``starts[i]`` on (NaN = undefined), for a run of steps
-        (sequences of floats; a run is mostly a few steps, where Python beats numpy)."""
-        self._close(float(starts[0]))
-        area, span = self.area, self.span
-        prev = starts[0]
-        for i in range(1, len(starts)):
-            t, v = starts[i], values[i - 1]
-            if v == v:  # not NaN
-                d = t - prev
-                area += d * v
+        (sequences of floats; a run is mostly a few steps, where Python beats numpy): the
+        same terms as ``observe`` at each start, so a run adds what its steps observed one
+        at a time would (a value equal to the one before adds no term)."""
+        last_t, last_v, area, span = self.last_t, self.last_v, self.area, self.span
+        for t, v in zip(starts, values, strict=True):
+            if v != v:  # NaN: undefined from t on
+                v = None
+            if v == last_v:
+                continue
+            if last_v is not None and t > last_t:
+                d = t - last_t
+                area += last_v * d
                 span += d
-            prev = t
+            last_t, last_v = t, v
         self.area, self.span = float(area), float(span)
-        last = float(values[-1])
-        self.last_t, self.last_v = float(starts[-1]), None if math.isnan(last) else last
+        self.last_t, self.last_v = float(last_t), None if last_v is None else float(last_v)
 
     def _close(self, t: float) -> None:
         if self.last_v is not None and t > self.last_t:

@@ -85,6 +85,8 @@ def build_cluster(loaded: LoadedScenario) -> ClusterSimulation:
     resolved = [by_group[g] for g in node_groups(section)]
     env = simpy.Environment()
     parts = [build_node(env, r) for r in resolved]
+    for part in parts:  # the front's router reads each node while its runs go on
+        part.node.runs_past_receipt = False
     lockstep = _lockstep(env, section, parts)
     router = make_router(section.router, len(parts))
     directory = None

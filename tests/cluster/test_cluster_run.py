@@ -215,6 +215,15 @@ def test_ttft_estimate_counts_the_prompts_already_routed():
 
 
 # --------------------------------------------------- one node: identical to no cluster
+def _cut_at_receipt(source, **overrides):
+    """The plain run with its runs cut where a post is received, as a cluster's nodes cut
+    theirs (their router reads them between steps; ``Node.runs_past_receipt``); that it
+    changes nothing but the decisions is tested in tests/engine/test_async_scheduling_engine.py."""
+    sim = build(source, **overrides)
+    sim.node.runs_past_receipt = False
+    return sim.run()
+
+
 def _identical(plain, clustered) -> None:
     for name in ("requests", "steps", "memory", "trajectories", "pauses"):
         a, b = getattr(plain, name), getattr(clustered, name)
@@ -239,7 +248,7 @@ def _identical(plain, clustered) -> None:
     "router", [{"kind": "round_robin"}, {"kind": "prefix_affinity", "mu": 0.7}]
 )
 def test_a_one_node_cluster_is_the_plain_run(router):
-    plain = run_scenario(scenario(CL4))
+    plain = _cut_at_receipt(scenario(CL4))
     clustered = run_scenario(scenario(CL4, {"nodes": [{"count": 1}], "router": router}))
     assert plain.summary["requests_completed"] > 50  # it ran something
     _identical(plain, clustered)
@@ -251,7 +260,7 @@ def test_a_one_node_cluster_is_the_plain_run(router):
 def test_the_shipped_swarm_as_a_one_node_cluster(kind):
     """The lead's manual check, kept: coding_agent_swarm with 8 trajectories."""
     path = str(ROOT / "workloads" / "coding_agent_swarm.yaml")
-    plain = run_scenario(path, **{"workload.num_trajectories": 8})
+    plain = _cut_at_receipt(path, **{"workload.num_trajectories": 8})
     one = {"nodes": [{"count": 1}], "router": {"kind": kind}}
     clustered = run_scenario(path, **{"workload.num_trajectories": 8, "cluster": one})
     _identical(plain, clustered)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from engine_helpers import assert_same_frame, assert_same_summary, run
+from test_modes import CASES as MODE_CASES
 
 #: every step is 60 GB of weights at 3.0 TB/s = 20 ms of GPU (no FLOPs, no KV read), plus
 #: 5 ms of host work per step; one request: a 16-token prefill step and 9 decode steps
@@ -81,6 +82,9 @@ def test_a_post_during_step_n_is_planned_into_step_n_plus_2(exact):
     assert _times(on, 1) == pytest.approx([0.030, 0.040, 0.040, 0.060, 0.080], abs=1e-12)
     assert _times(off, 1) == pytest.approx([0.030, 0.040, 0.040, 0.040, 0.060], abs=1e-12)
     assert on.summary["sim_time_s"] == pytest.approx(off.summary["sim_time_s"] + 0.020, abs=1e-12)
+    if not exact:  # A's run (0-40 ms) goes on through step 3 (40-60 ms), which B cannot change
+        assert on.steps.start_s.tolist()[:2] == pytest.approx([0.0, 0.060], abs=1e-12)
+        assert on.steps.n_steps.tolist()[:2] == [3, 7]
 
 
 def test_with_nothing_else_to_plan_a_received_post_applies_at_once():
@@ -106,3 +110,92 @@ def test_request_instants_are_ordered(setting):
         assert (q[a] <= q[b] + 1e-12).all(), (a, b)
     early = (q.scheduled_s < q.admitted_s).sum()
     assert early > 0 if setting else early == 0
+
+
+#: single-node scenarios whose runs are cut by posts: chat arrivals, agent turns after tool
+#: pauses (radix cache, held KV dropped under pressure, forks and prunes, recompute, offload to
+#: host), a horizon, memory pressure
+PAST_RECEIPT = {
+    "chat": CASES["chat"],
+    "pressure": CASES["pressure"],
+    "agents-radix": MODE_CASES["agents-radix"],
+    "agents-hash-prune": MODE_CASES["agents-hash-prune"],
+    "agents-buddy-recompute": MODE_CASES["agents-buddy-recompute"],
+    "horizon": ("chat_azure.yaml", {"workload.num_requests": 80, "duration_s": 6.0}),
+    # a long prompt prefilled alone (memory samples constant over the run) and a short one
+    # arriving during it: the time-weighted means must not depend on where the run is cut
+    "prefill-alone": ("seed_chunked_prefill.yaml", {"workload.requests": [
+        {"count": 1, "at_s": 0.0, "prompt_tokens": 5000, "output_tokens": 4},
+        {"count": 1, "at_s": 0.2, "prompt_tokens": 16, "output_tokens": 4}]}),  # fmt: skip
+    "agents-pressure": ("agent_swarm_pressure.yaml", {"workload.num_trajectories": 16, "seed": 1,
+                                                      "engine.check_invariants": False}),  # fmt: skip
+    # offloads to host at tool pauses: copies completing post at boundaries (invariants off:
+    # their per-decision check of this large pool costs ~40 ms a decision)
+    "coding-agent-offload": ("coding_agent_swarm.yaml", {"workload.num_trajectories": 4,
+                                                         "pause_policy.kind": "break_even",
+                                                         "engine.check_invariants": False}),  # fmt: skip
+}
+
+
+def _run_past_receipt(name: str, on: bool, **overrides):
+    from engine_helpers import WORKLOADS
+
+    from sim.run.runner import build
+
+    sim = build(str(WORKLOADS / name), **{"engine.check_invariants": True, **overrides})
+    sim.node.runs_past_receipt = on
+    return sim.run()
+
+
+@pytest.mark.parametrize("case", list(PAST_RECEIPT))
+def test_a_run_goes_on_through_the_step_a_received_post_cannot_change(case):
+    """A post during step i of a run is received at its end and first planned into step
+    i + 2, so step i + 1 is the run's own next step: the run goes on through it (one
+    decision fewer) and every result is bit for bit that of cutting the run at step i;
+    only the decision-level rows (one per decision) are fewer."""
+    name, overrides = PAST_RECEIPT[case]
+    on = _run_past_receipt(name, True, **overrides)
+    off = _run_past_receipt(name, False, **overrides)
+    skip = {"engine_decisions", "wall_time_s"}
+    assert {k: v for k, v in on.summary.items() if k not in skip} == {
+        k: v for k, v in off.summary.items() if k not in skip
+    }
+    for table in ("requests", "trajectories", "pauses"):
+        a, b = getattr(on, table), getattr(off, table)
+        assert (a is None and b is None) or a.equals(b), table
+    assert on.summary["engine_decisions"] < off.summary["engine_decisions"]
+    assert on.steps.n_steps.sum() == off.steps.n_steps.sum() == on.summary["steps"]
+    # the memory rows left are rows of the run cut at every receipt, unchanged
+    both = on.memory.merge(off.memory, how="left", indicator=True)
+    assert (both["_merge"] == "both").all() and len(on.memory) < len(off.memory)
+
+
+def test_a_run_that_would_end_past_max_sim_time_is_cut_at_the_receipt():
+    """The loop stops at the first boundary past ``engine.max_sim_time_s``, before taking
+    posts: a run that would end there is cut at the receipt, so the posts received are
+    stamped and held as without the change."""
+    reqs = [{"count": 8, "at_s": 0.0, "prompt_tokens": 16, "output_tokens": 60},
+            {"count": 1, "at_s": 0.44, "prompt_tokens": 16, "output_tokens": 5}]  # fmt: skip
+    over = {"workload.requests": reqs, "duration_s": 0.5, "engine.max_sim_time_s": 0.51}
+    held = {}
+    for on in (True, False):
+        from engine_helpers import WORKLOADS
+
+        from sim.run.runner import build
+
+        sim = build(str(WORKLOADS / "seed_chunked_prefill.yaml"), **over)
+        sim.node.runs_past_receipt = on
+        sim.run()
+        held[on] = [(op[0], op[1].queued_s) for op in (*sim.node._held, *sim.node.inbox)]
+    assert held[True] == held[False] and held[True][0][1] is not None
+
+
+def test_a_cluster_cuts_its_runs_at_the_receipt():
+    """A cluster's router reads its nodes between their steps (a run commits at its end),
+    so their runs stop where the post is received, as before."""
+    from engine_helpers import WORKLOADS
+
+    from sim.run.runner import build
+
+    sim = build(str(WORKLOADS / "cluster_coding_agents.yaml"))
+    assert [p.node.runs_past_receipt for p in sim.parts] == [False] * len(sim.parts)
