@@ -231,8 +231,7 @@ class RadixIndex:
         self._tail[seq_id] = rest(tail, qi, qoff)
         blocks = table[start:full]
         tree = self.tree
-        if tree.can_extend(node):
-            tree.extend(node, content, blocks, now)
+        if tree.try_extend(node, content, blocks, now):
             self.pool.retain(blocks)
             self.ledger.map(seq_id, blocks)
             if self.listener is not None:  # they continue the node's old last block

@@ -76,7 +76,22 @@ def segments(spans: Iterable[Sequence]) -> Segments:
 
 def checked_content(content: Any, n: int, op: str, kind: str) -> Segments:
     """An allocator's ``content=`` argument as normal segments of ``n`` tokens; misuse (not
-    spans, or another length) raises ``AllocatorError`` naming the kind and operation."""
+    spans, or another length) raises ``AllocatorError`` naming the kind and operation.
+
+    One segment of plain types (what a decode's content is) is normal as it stands: it is
+    returned without a walk (``segments`` would return an equal tuple)."""
+    if type(content) is tuple and len(content) == 1:
+        seg = content[0]
+        if (
+            type(seg) is tuple
+            and len(seg) == 3
+            and type(seg[0]) in _PLAIN_IDS
+            and type(seg[1]) is int
+            and type(seg[2]) is int
+            and seg[1] >= 0
+            and seg[2] == n > 0
+        ):
+            return content
     try:
         segs = segments(content)
     except (TypeError, ValueError) as exc:
