@@ -588,7 +588,10 @@ class RadixTree:
             node = self._pop_victim()
             if node is None:
                 break
-            take = min(n_blocks - len(freed), self._blocks_before_rival(node, self._peek_key()))
+            take = n_blocks - len(freed)
+            if take > 1:  # one block: the victim's last, whatever ranks next (a victim
+                # gives at least one block before any rival, see _blocks_before_rival)
+                take = min(take, self._blocks_before_rival(node, self._peek_key()))
             freed.extend(self._trim(node, take))
         if freed and self.pool is not None:
             self.pool.release_cached(freed)

@@ -63,7 +63,7 @@ from sim.prefix.spans import (
     extend_normal,
     rest,
     slice_tokens,
-    take,
+    split,
 )
 from sim.prefix.stats import PrefixStats
 
@@ -227,8 +227,7 @@ class RadixIndex:
         full, start = tokens // bs, node.end_tokens // bs
         if tail is None or full <= start:
             return
-        content, qi, qoff = take(tail, 0, 0, (full - start) * bs)
-        self._tail[seq_id] = rest(tail, qi, qoff)
+        content, self._tail[seq_id] = split(tail, (full - start) * bs)
         blocks = table[start:full]
         tree = self.tree
         if tree.try_extend(node, content, blocks, now):

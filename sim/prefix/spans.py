@@ -299,6 +299,19 @@ def rest(segs: Sequence[Segment], qi: int, qoff: int) -> list[Segment]:
     return [(cid, s + qoff, n - qoff), *segs[qi + 1 :]]
 
 
+def split(segs: Sequence[Segment], n: int) -> tuple[Segments, list[Segment]]:
+    """The first ``n`` tokens (``take`` from the start) and the segments after them
+    (``rest``); one segment (a decode's tail) is cut without a walk."""
+    if len(segs) == 1 and n > 0:
+        seg = segs[0]
+        cid, s, k = seg
+        if n >= k:
+            return (seg,), []
+        return ((cid, s, n),), [(cid, s + n, k - n)]
+    head, qi, qoff = take(segs, 0, 0, n)
+    return head, rest(segs, qi, qoff)
+
+
 def join(a: Segments, b: Segments) -> Segments:
     """Concatenation of two normal tuples, normalised at the join in O(1) Python steps
     (for growing a long label without re-normalising it)."""
