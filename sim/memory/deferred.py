@@ -297,15 +297,17 @@ class DeferredAppends:
         every path's last access is its latest fill), and the clock ends at the run's last
         event. ``todo``: ``(last fill or 0, plan index, last event, ...)`` per sequence."""
         todo.sort()
-        last_event = 0
+        last_event = clock = 0  # clock: the step whose start was set last (0: none yet)
         append_upto = self._append_upto
         for fill, j, end, *_ in todo:
-            if fill > 0:
+            if fill != clock and fill > 0:  # setting the same time again changes nothing
                 set_time(float(starts[fill]))
+                clock = fill
             append_upto(plan[j][0], bases[j] + end)
             if end > last_event:
                 last_event = end
-        set_time(float(starts[last_event]))
+        if last_event != clock:
+            set_time(float(starts[last_event]))
 
     def _grow_by(self, requests: Sequence[Any], steps: int) -> None:
         """Each request's sequence grows by ``steps`` tokens (no content: one append at

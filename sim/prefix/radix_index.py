@@ -211,7 +211,8 @@ class RadixIndex:
                 bs = self.block_size
                 if tokens // bs > self._node[seq_id].end_tokens // bs:
                     self._cache_full_blocks(seq_id, tokens, now, table)
-        self._keep_watermark()
+        if self.watermark.tau_low_blocks:  # (a decode's append: no call without one)
+            self._keep_watermark()
 
     def _cache_full_blocks(
         self, seq_id: Hashable, tokens: int, now: float, table: list[int]
