@@ -320,7 +320,7 @@ class DeferredAppends:
         total, room, pending, owner = self.total, self.room, self.pending, self.owner
         strict = self.uses_content
         added = 0
-        for req, need in zip(requests, needs):
+        for req, need in zip(requests, needs, strict=False):  # needs may be endless
             if need <= 0:
                 continue
             seq = req.seq_id
