@@ -277,18 +277,24 @@ class DeferredAppends:
             if self.alloc.appends_in_bulk([plan[t[1]][0].seq_id for t in todo]):
                 self._apply_in_bulk(plan, bases, todo, starts, set_time)
             else:
-                events = [(i, t[1]) for t in todo for e in t[3:]
-                          for i in range(e, steps + 1, bs)]  # fmt: skip
-                events.sort()
-                step = -1
-                for i, j in events:
-                    if i != step:
-                        set_time(float(starts[i]))
-                        step = i
-                    self._append_upto(plan[j][0], bases[j] + i)
+                self._apply_in_order(plan, bases, todo, steps, starts, set_time)
         # what is left of the run stays pending
         self._grow_needs([req for req, _ in plan],
                          [bases[j] + steps - total[req.seq_id] for j, (req, _) in enumerate(plan)])  # fmt: skip
+
+    def _apply_in_order(self, plan, bases, todo, steps: int, starts, set_time) -> None:
+        """``apply_run``'s appends in step order: every new block and every block fill of
+        the sequences in ``todo`` at its step's start, sequences in plan order within a
+        step (what stepping would do)."""
+        bs = self.alloc.block_size
+        events = [(i, t[1]) for t in todo for e in t[3:] for i in range(e, steps + 1, bs)]
+        events.sort()
+        step = -1
+        for i, j in events:
+            if i != step:
+                set_time(float(starts[i]))
+                step = i
+            self._append_upto(plan[j][0], bases[j] + i)
 
     def _apply_in_bulk(self, plan, bases, todo, starts, set_time) -> None:
         """``apply_run``'s appends one per sequence (``Allocator.appends_in_bulk``): each
