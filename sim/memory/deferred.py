@@ -20,9 +20,9 @@ be copied on the next write, so ``room`` is 0 then); ``pending_tokens`` = sum of
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -256,69 +256,92 @@ class DeferredAppends:
                     raise InvariantError(f"fast path: planned growth of {req!r} missed")
             return
         bs = self.alloc.block_size
-        bases = [self.total[req.seq_id] - first + 1 for req, first in plan]  # "before step 1"
-        # each sequence's first new block, then its first block fill (bs - 1 steps later)
-        firsts = []
-        for req, first in plan:
-            r = self.room[req.seq_id]
-            firsts.append((first + r, first + r - 1 if r >= 1 else first + bs - 1))
-        if self.alloc.appends_in_bulk([req.seq_id for req, _ in plan]):
-            self._apply_in_bulk(plan, bases, firsts, steps, starts, set_time)
-        else:
-            events = [(i, j) for j, ends in enumerate(firsts) for e in ends
-                      for i in range(e, steps + 1, bs)]  # fmt: skip
-            events.sort()
-            step = -1
-            for i, j in events:
-                if i != step:
-                    set_time(float(starts[i]))
-                    step = i
-                self._append_upto(plan[j][0], bases[j] + i)
-        for j, (req, _) in enumerate(plan):  # what is left of the run stays pending
-            if not self.grow(req, bases[j] + steps):
-                raise InvariantError(f"fast path: planned growth of {req!r} missed")
-
-    def _apply_in_bulk(self, plan, bases, firsts, steps: int, starts, set_time) -> None:
-        """``apply_run``'s appends one per sequence (``Allocator.appends_in_bulk``): each
-        sequence is appended up to its last event of the run (a new block or a block fill)
-        after ``set_time`` of its last fill, in the order of those fills (so every path's
-        last access is its latest fill), and the clock ends at the run's last event."""
-        bs = self.alloc.block_size
-        last_event = 0
+        total, room = self.total, self.room
+        bases = []  # each sequence's tokens "before step 1"
+        # the sequences with an event in the run: (its last block fill, its index in the
+        # plan, its last event, its first new block, its first block fill); a sequence's
+        # fills come bs - 1 steps after its new blocks (at its first step when its room is
+        # 0), and each repeats every bs steps
         todo = []
-        for j, (new, fill) in enumerate(firsts):
-            end = max(_last(new, steps, bs), _last(fill, steps, bs))
-            if end > 0:
-                todo.append((_last(fill, steps, bs), j, end))
-                last_event = max(last_event, end)
+        for j, (req, first) in enumerate(plan):
+            seq = req.seq_id
+            r = room[seq]
+            bases.append(total[seq] - first + 1)
+            new = first + r
+            fill = new - 1 if r else new + bs - 1
+            if new <= steps or fill <= steps:
+                last_new = new + (steps - new) // bs * bs if new <= steps else 0
+                last_fill = fill + (steps - fill) // bs * bs if fill <= steps else 0
+                todo.append((last_fill, j, max(last_new, last_fill), new, fill))
+        if todo:
+            if self.alloc.appends_in_bulk([plan[t[1]][0].seq_id for t in todo]):
+                self._apply_in_bulk(plan, bases, todo, starts, set_time)
+            else:
+                self._apply_in_order(plan, bases, todo, steps, starts, set_time)
+        # what is left of the run stays pending
+        self._grow_needs([req for req, _ in plan],
+                         [bases[j] + steps - total[req.seq_id] for j, (req, _) in enumerate(plan)])  # fmt: skip
+
+    def _apply_in_order(self, plan, bases, todo, steps: int, starts, set_time) -> None:
+        """``apply_run``'s appends in step order: every new block and every block fill of
+        the sequences in ``todo`` at its step's start, sequences in plan order within a
+        step (what stepping would do)."""
+        bs = self.alloc.block_size
+        events = [(i, t[1]) for t in todo for e in t[3:] for i in range(e, steps + 1, bs)]
+        events.sort()
+        step = -1
+        for i, j in events:
+            if i != step:
+                set_time(float(starts[i]))
+                step = i
+            self._append_upto(plan[j][0], bases[j] + i)
+
+    def _apply_in_bulk(self, plan, bases, todo, starts, set_time) -> None:
+        """``apply_run``'s appends one per sequence (``Allocator.appends_in_bulk``): each
+        sequence with an event is appended up to its last event of the run (a new block or
+        a block fill) after ``set_time`` of its last fill, in the order of those fills (so
+        every path's last access is its latest fill), and the clock ends at the run's last
+        event. ``todo``: ``(last fill or 0, plan index, last event, ...)`` per sequence."""
         todo.sort()
-        for fill, j, end in todo:
-            if fill > 0:
+        last_event = clock = 0  # clock: the step whose start was set last (0: none yet)
+        append_upto = self._append_upto
+        for fill, j, end, *_ in todo:
+            if fill != clock and fill > 0:  # setting the same time again changes nothing
                 set_time(float(starts[fill]))
-            self._append_upto(plan[j][0], bases[j] + end)
-        if last_event:
+                clock = fill
+            append_upto(plan[j][0], bases[j] + end)
+            if end > last_event:
+                last_event = end
+        if last_event != clock:
             set_time(float(starts[last_event]))
 
     def _grow_by(self, requests: Sequence[Any], steps: int) -> None:
         """Each request's sequence grows by ``steps`` tokens (no content: one append at
         most per sequence, when the run passes its room)."""
+        self._grow_needs(requests, repeat(steps))
+
+    def _grow_needs(self, requests: Sequence[Any], needs: Iterable[int]) -> None:
+        """Each request's sequence grows by its ``needs`` tokens (``grow``, with the
+        pending arithmetic in line): a miss is a broken plan (``InvariantError``)."""
         total, room, pending, owner = self.total, self.room, self.pending, self.owner
         strict = self.uses_content
         added = 0
-        for req in requests:
+        for req, need in zip(requests, needs, strict=False):  # needs may be endless
+            if need <= 0:
+                continue
             seq = req.seq_id
             r = room[seq]
-            if steps < r or (steps == r and not strict):
-                room[seq] = r - steps
-                total[seq] += steps
+            if need < r or (need == r and not strict):
+                room[seq] = r - need
+                total[seq] += need
                 p = pending.get(seq)
                 if p is None:
-                    pending[seq] = steps
+                    pending[seq] = need
                     owner[seq] = req
                 else:
-                    pending[seq] = p + steps
-                added += steps
-            elif not self.grow(req, total[seq] + steps):
+                    pending[seq] = p + need
+                added += need
+            elif not self.grow(req, total[seq] + need):
                 raise InvariantError(f"fast path: planned growth of {req!r} missed")
         self.pending_tokens += added
 
@@ -345,7 +368,3 @@ class DeferredAppends:
             if not 0 <= self.room[seq] <= free:
                 raise InvariantError(f"{seq!r}: room {self.room[seq]} outside [0, {free}]")
 
-
-def _last(first: int, steps: int, every: int) -> int:
-    """The last of steps ``first, first + every, ...`` up to ``steps``; 0 when none."""
-    return first + (steps - first) // every * every if first <= steps else 0

@@ -207,7 +207,9 @@ class PagedAllocator(Allocator):
         need = n_new + 1 if cow else n_new
         side = self._side_delta(seq_id, tokens + n_tokens) if self.kv_groups else 0
         need += self._side_need(seq_id, side) if side else 0
-        if need > pool.num_free and (index is None or not index.make_room(need - pool.num_free)):
+        if need > 0 and need > pool.num_free and (
+            index is None or not index.make_room(need - pool.num_free)
+        ):
             return False
         if side < 0:  # blocks that left the window go back first
             self._side_resize(seq_id, side)

@@ -421,8 +421,14 @@ class RadixTree:
         ``node`` (``can_extend`` must hold) and touch the path: what ``insert(content,
         block_ids, now, start=node)`` would cache, as part of ``node`` instead of a child.
         The tree now owns ``block_ids`` (all adopted: a leaf has nothing below to match)."""
-        if not self.can_extend(node):
+        if not self.try_extend(node, content, block_ids, now):
             raise ValueError(f"extend: {node!r} is not a leaf pinned once")
+
+    def try_extend(self, node: Node, content: Segments, block_ids: list[int], now: float) -> bool:
+        """``extend`` where ``can_extend`` holds; False (nothing changed) where it does not
+        (one test of the node for a caller that would otherwise insert)."""
+        if not self.can_extend(node):
+            return False
         total = n_tokens(content)
         if total != len(block_ids) * self.block_size or not block_ids:
             raise ValueError(
@@ -441,6 +447,7 @@ class RadixTree:
         while up is not root:  # the touch (a pinned node: no heap entry to refresh)
             up.last_access = now
             up = up.parent
+        return True
 
     def lock(self, node: Node) -> None:
         """Pin ``node`` and its ancestors (a running request's path, rule 3.6.6)."""
@@ -581,7 +588,10 @@ class RadixTree:
             node = self._pop_victim()
             if node is None:
                 break
-            take = min(n_blocks - len(freed), self._blocks_before_rival(node, self._peek_key()))
+            take = n_blocks - len(freed)
+            if take > 1:  # one block: the victim's last, whatever ranks next (a victim
+                # gives at least one block before any rival, see _blocks_before_rival)
+                take = min(take, self._blocks_before_rival(node, self._peek_key()))
             freed.extend(self._trim(node, take))
         if freed and self.pool is not None:
             self.pool.release_cached(freed)

@@ -63,7 +63,7 @@ from sim.prefix.spans import (
     extend_normal,
     rest,
     slice_tokens,
-    take,
+    split,
 )
 from sim.prefix.stats import PrefixStats
 
@@ -211,7 +211,8 @@ class RadixIndex:
                 bs = self.block_size
                 if tokens // bs > self._node[seq_id].end_tokens // bs:
                     self._cache_full_blocks(seq_id, tokens, now, table)
-        self._keep_watermark()
+        if self.watermark.tau_low_blocks:  # (a decode's append: no call without one)
+            self._keep_watermark()
 
     def _cache_full_blocks(
         self, seq_id: Hashable, tokens: int, now: float, table: list[int]
@@ -227,12 +228,10 @@ class RadixIndex:
         full, start = tokens // bs, node.end_tokens // bs
         if tail is None or full <= start:
             return
-        content, qi, qoff = take(tail, 0, 0, (full - start) * bs)
-        self._tail[seq_id] = rest(tail, qi, qoff)
+        content, self._tail[seq_id] = split(tail, (full - start) * bs)
         blocks = table[start:full]
         tree = self.tree
-        if tree.can_extend(node):
-            tree.extend(node, content, blocks, now)
+        if tree.try_extend(node, content, blocks, now):
             self.pool.retain(blocks)
             self.ledger.map(seq_id, blocks)
             if self.listener is not None:  # they continue the node's old last block

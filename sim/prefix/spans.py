@@ -76,7 +76,22 @@ def segments(spans: Iterable[Sequence]) -> Segments:
 
 def checked_content(content: Any, n: int, op: str, kind: str) -> Segments:
     """An allocator's ``content=`` argument as normal segments of ``n`` tokens; misuse (not
-    spans, or another length) raises ``AllocatorError`` naming the kind and operation."""
+    spans, or another length) raises ``AllocatorError`` naming the kind and operation.
+
+    One segment of plain types (what a decode's content is) is normal as it stands: it is
+    returned without a walk (``segments`` would return an equal tuple)."""
+    if type(content) is tuple and len(content) == 1:
+        seg = content[0]
+        if (
+            type(seg) is tuple
+            and len(seg) == 3
+            and type(seg[0]) in _PLAIN_IDS
+            and type(seg[1]) is int
+            and type(seg[2]) is int
+            and seg[1] >= 0
+            and seg[2] == n > 0
+        ):
+            return content
     try:
         segs = segments(content)
     except (TypeError, ValueError) as exc:
@@ -282,6 +297,19 @@ def rest(segs: Sequence[Segment], qi: int, qoff: int) -> list[Segment]:
         return list(segs[qi:])
     cid, s, n = segs[qi]
     return [(cid, s + qoff, n - qoff), *segs[qi + 1 :]]
+
+
+def split(segs: Sequence[Segment], n: int) -> tuple[Segments, list[Segment]]:
+    """The first ``n`` tokens (``take`` from the start) and the segments after them
+    (``rest``); one segment (a decode's tail) is cut without a walk."""
+    if len(segs) == 1 and n > 0:
+        seg = segs[0]
+        cid, s, k = seg
+        if n >= k:
+            return (seg,), []
+        return ((cid, s, n),), [(cid, s + n, k - n)]
+    head, qi, qoff = take(segs, 0, 0, n)
+    return head, rest(segs, qi, qoff)
 
 
 def join(a: Segments, b: Segments) -> Segments:

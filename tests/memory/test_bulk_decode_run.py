@@ -140,3 +140,52 @@ def test_bulk_is_offered_only_where_order_cannot_matter():
                             tau_low_blocks=4, target_free_blocks=8)  # fmt: skip
     marked.allocate("c", 9, content=_prompt(2, 4, 5))
     assert not marked.appends_in_bulk(["c"])  # the watermark evicts between appends
+
+
+def _run(spec, mode: str, late_first: int):
+    """One decode run of ``spec``'s batch (its last request joins at step ``late_first``
+    when there are two or more): ``bulk`` and ``order`` through ``apply_run`` (bulk
+    offered or refused), ``steps`` as the engine's exact mode makes it, ``grow`` per step
+    in scheduling order, each step at its start time."""
+    alloc, ledger, reqs, t0 = _build(spec, mode == "bulk")
+    late = (reqs[-1], late_first) if len(reqs) > 1 else None
+    decodes = reqs[:-1] if late else reqs
+    run = ledger.plan_run(decodes, spec[4], alloc.metrics().allocated_bytes, late)
+    starts = [t0 + 0.25 * i for i in range(run.steps + 1)]
+    if mode == "steps":
+        before = {r.seq_id: ledger.total[r.seq_id] for r in reqs}
+        for i in range(1, run.steps + 1):
+            alloc.set_time(starts[i])
+            for r in decodes:
+                assert ledger.grow(r, before[r.seq_id] + i)
+            if late and i >= late_first:
+                assert ledger.grow(late[0], before[late[0].seq_id] + i - late_first + 1)
+    else:
+        ledger.apply_run(decodes, run.steps, starts, alloc.set_time, late)
+    alloc.set_time(starts[-1])  # the next decision's clock (a run sets it at events only)
+    alloc.check_invariants()
+    ledger.check()
+    tables = {s: list(t) for s, t in alloc._tables.items()}
+    states = [(_state(alloc, ledger), ledger.owner)]
+    for r in reqs:  # then the same flushes, releases and evictions
+        ledger.flush(r.seq_id)
+        ledger.untrack(r.seq_id)
+        alloc.free(r.seq_id)
+        states.append(_state(alloc, ledger))
+    while alloc.index.tree.evictable_blocks:
+        alloc.index.make_room(1)
+        states.append(_tree(alloc))
+    return states, tables
+
+
+@settings(max_examples=150, deadline=None)
+@given(SPECS, st.integers(1, 12))
+def test_a_run_leaves_what_its_steps_leave(spec, late_first):
+    """``apply_run`` against stepping (a late request included): the same state (the
+    ledger's pending tokens and their owners; not their order, which only ``flush_all``
+    reads and which changes nothing: a pending append fills no block); step order also
+    hands out the very same block ids."""
+    steps, steps_tables = _run(spec, "steps", late_first)
+    order, order_tables = _run(spec, "order", late_first)
+    assert order == steps and order_tables == steps_tables
+    assert _run(spec, "bulk", late_first)[0] == steps

@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.memory.errors import AllocatorError
 from sim.prefix.spans import (
     ROOT_HASH,
     advance,
     block_hashes,
     blocks,
     chain_hash,
+    checked_content,
     common_prefix,
     concat,
     describe,
@@ -28,6 +30,8 @@ from sim.prefix.spans import (
     rest,
     segments,
     slice_tokens,
+    split,
+    take,
 )
 
 
@@ -145,3 +149,37 @@ def test_join_drop_last_and_rest_agree_with_slicing(a, b, cut):
     hashes, qi2, qoff2 = hash_blocks_from(whole, qi, qoff, 4, parent)
     assert hashes == chain[j:]
     assert tuple(rest(whole, qi2, qoff2)) == slice_tokens(whole, 4 * len(chain), total)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=SPANS, n=st.integers(0, 60))
+def test_split_is_take_then_rest(a, n):
+    """One cut (a decode tail of one segment takes no walk) = ``take`` from the start, then
+    ``rest`` from where it stopped; the head is the first ``n`` tokens (fewer at the end)."""
+    segs = list(segments(a))
+    head, tail = split(segs, n)
+    want, qi, qoff = take(segs, 0, 0, n)
+    assert (head, tail) == (want, rest(segs, qi, qoff))
+    assert head == slice_tokens(tuple(segs), 0, n)
+    assert tuple(tail) == slice_tokens(tuple(segs), min(n, n_tokens(tuple(segs))), 10**6)
+
+
+@pytest.mark.parametrize(
+    "content, n",
+    [((("out", 5, 3),), 3), (((7, 0, 1),), 1), ((("a", 0, 2), ("a", 2, 2)), 4),
+     ([("out", 5, 3)], 3), ((("out", 3),), 3), ((("a", 0, 0), ("b", 1, 2)), 2)],  # fmt: skip
+)
+def test_checked_content_is_the_normal_form(content, n):
+    """A plain one-segment tuple comes back as it is (no walk); anything else is
+    normalised: the same normal tuple either way."""
+    assert checked_content(content, n, "append", "radix") == segments(content)
+
+
+@pytest.mark.parametrize(
+    "content, n",
+    [((("out", 5, 3),), 4), (((True, 0, 3),), 3), ((("a", -1, 3),), 3), ((("a", 0, 3.0),), 3),
+     (((1.5, 0, 3),), 3), ((("a", 0, -3),), -3), ((("a", 0, 0),), 1), ("abc", 3)],  # fmt: skip
+)
+def test_checked_content_refuses_misuse_on_its_fast_path_too(content, n):
+    with pytest.raises(AllocatorError, match="radix: append:"):
+        checked_content(content, n, "append", "radix")
