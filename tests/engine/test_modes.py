@@ -25,6 +25,13 @@ AGENTS = {
     "workload.arrival.concurrency": 6,
 }
 
+#: two decoders, then prompts arriving 0.15 s apart (each while the one before chunks)
+TWO_PREFILLS = [
+    {"count": 2, "at_s": 0.0, "prompt_tokens": 4, "output_tokens": 120},
+    {"count": 4, "at_s": 0.3, "interval_s": 0.15, "prompt_tokens": 300, "output_tokens": 12},
+    {"count": 1, "at_s": 1.0, "prompt_tokens": 130, "output_tokens": 1},
+]
+
 CASES = {
     "e20-chunked": ("seed_chunked_prefill.yaml", {"hardware.kv_pool_bytes_per_gpu": 8e9}),
     "e20-pressure": ("seed_chunked_prefill.yaml", {"hardware.kv_pool_bytes_per_gpu": 2e9}),
@@ -45,6 +52,19 @@ CASES = {
                 {"count": 2, "at_s": 1.0, "prompt_tokens": 126, "output_tokens": 40},
                 {"count": 1, "at_s": 1.0, "prompt_tokens": 63, "output_tokens": 30},
             ],
+        },
+    ),
+    # prompts arriving while another chunks: steps with one's last chunk and the next one's
+    # first (single steps), runs between them, decode histories priced
+    "two-prefills": (
+        "seed_chunked_prefill.yaml",
+        {
+            "hardware.kv_pool_bytes_per_gpu": 2e9,
+            "scheduler.max_num_batched_tokens": 64,
+            "scheduler.long_prefill_token_threshold": 0,
+            "cost.kv_read": True,
+            "cost.attention_flops": True,
+            "workload.requests": TWO_PREFILLS,
         },
     ),
     "chat-paged": (
@@ -106,6 +126,7 @@ def test_exact_and_fast_modes_agree(case):
     assert_same_summary(fast.summary, exact.summary)
     assert_same_frame(fast.requests, exact.requests)
     assert_same_frame(fast.trajectories, exact.trajectories)
+    assert_same_frame(fast.pauses, exact.pauses)
     # the fast mode really did skip iterations, and both ran the same steps
     assert fast.summary["engine_decisions"] < exact.summary["engine_decisions"]
     assert fast.summary["steps"] == exact.summary["steps"] == exact.summary["engine_decisions"]
