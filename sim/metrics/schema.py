@@ -638,6 +638,17 @@ GROUP_TABLE = _cols(
 #: tables written only by some runs (table -> the summary key that says it is there)
 OPTIONAL_TABLES = {"memory_groups": "peak_allocated_bytes_by_group"}
 
+#: table name -> a paragraph docs/metrics.md prints above its columns (how to read its rows)
+TABLE_NOTES: dict[str, str] = {
+    "memory": (
+        "One row per engine decision (and when the engine goes idle): a run of steps is one "
+        "decision, so the KV a run's decodes add shows at the next row, and rows are not "
+        "evenly spaced in time. Average a column over time (each row weighted by how long it "
+        "holds), not over rows; `summary.json`'s means (`eta_alloc_mean`, "
+        "`paused_kv_bytes_mean`, ...) are integrated step by step."
+    ),
+}
+
 #: table name -> its declared columns, in file order
 #: the last column of every table: the node that recorded the row (0 on one node; in a
 #: cluster run -1 for requests the router refused and trajectories never placed)
@@ -815,7 +826,9 @@ def metrics_markdown() -> str:
         extra = f" ({'; '.join(notes)})" if notes else ""
         lines.append(f"| `{k.name}` | {k.kind} | {k.unit} | {k.meaning}{extra} |")
     for name, cols in TABLES.items():
-        lines += ["", f"## {name}.parquet", "", "| column | type | unit | meaning |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += ["", f"## {name}.parquet", ""]
+        if name in TABLE_NOTES:
+            lines += [TABLE_NOTES[name], ""]
+        lines += ["| column | type | unit | meaning |", "|---|---|---|---|"]
         lines += [f"| `{c.name}` | {c.dtype} | {c.unit} | {c.meaning} |" for c in cols]
     return "\n".join(lines) + "\n"
