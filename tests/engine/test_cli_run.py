@@ -314,8 +314,11 @@ def test_sigint_to_a_running_kvsim_leaves_nothing(tmp_path):
     out = tmp_path / "long"
     code = (
         # the command's module and typer imported before 'ready', so that the signal lands
-        # in the run's body even when a loaded machine makes the imports slow
-        "import sys, typer, sim.cli.run; from sim.cli import main; "
+        # in the run's body even when a loaded machine makes the imports slow; Python's
+        # Ctrl-C handler put back, as a terminal's kvsim has it: a test run started as a
+        # background job of a non-interactive shell inherits SIGINT ignored
+        "import signal, sys, typer, sim.cli.run; from sim.cli import main; "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); "
         "print('ready', file=sys.stderr, flush=True); "
         f"sys.exit(main(['run', {str(WORKLOADS / 'agent_swarm.yaml')!r}, '--out', "
         f"{str(out)!r}, '--quiet', '--set', 'workload.num_trajectories=100000']))"
