@@ -367,4 +367,3 @@ class DeferredAppends:
             free = self._capacity(seq) - total
             if not 0 <= self.room[seq] <= free:
                 raise InvariantError(f"{seq!r}: room {self.room[seq]} outside [0, {free}]")
-
