@@ -15,7 +15,7 @@ Composition with a prefix cache (``sim.memory.prefix_index``): ``compose(index)`
 an empty allocator a ``PrefixIndex``; the core then asks it which cached blocks a new
 sequence shares (``match``), to evict for room (``make_room``), and tells it when blocks
 fill, fork or are released; ``useful_tokens``, ``prefix_metrics``, ``set_time`` and
-``free_uncached`` consult it. Without an index (the ``paged`` kind) none of that runs. The
+``free_uncached`` consult it (``releasing`` before a release drops any reference). Without an index (the ``paged`` kind) none of that runs. The
 prefix kinds (``radix``, ``paged_hash``) are this class composed with an index from
 ``sim.prefix``, where they are defined and registered; this module never imports them.
 
@@ -267,6 +267,8 @@ class PagedAllocator(Allocator):
     def _release(self, seq_id: Hashable, tokens: int, *, uncache: bool) -> None:
         """Drop the sequence's references, last block first (vLLM's order). The sequence
         is active (``free`` ends a hold first)."""
+        if self.index is not None:  # it still maps its blocks (``PrefixIndex.releasing``)
+            self.index.releasing(seq_id)
         table = self._tables.pop(seq_id)
         side = self._side.pop(seq_id, None)
         if side:
