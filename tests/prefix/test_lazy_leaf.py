@@ -220,3 +220,25 @@ def test_a_release_caches_the_waiting_blocks_and_a_check_catches_stale_records()
         a.append("y", 4, content=[("r", 4)])
         assert "y" in index._waiting
         index.released("y", a._tables["y"], False)  # the core calls releasing first
+
+
+def test_a_late_join_keeps_the_later_stamps_of_a_shared_path():
+    """``a``'s fill at t=3 joins at its release, after ``c``'s admission touched the shared
+    system prompt at t=4: that node keeps 4 (eager insertion stamped it 3, then 4)."""
+    run = Run(40, "lru", 0)
+    sys8 = (("sys", 0, 8),)
+    for t, (seq, obs) in enumerate((("a", "oa"), ("b", "ob")), start=1):
+        run.both(lambda x, t=t: x.set_time(float(t)))
+        run.both(lambda x, seq=seq, obs=obs: x.allocate(seq, 12, content=concat(sys8, ((obs, 0, 4),))))
+    run.both(lambda x: x.set_time(3.0))
+    run.both(lambda x: x.append("a", 4, content=(("out-a", 0, 4),)))
+    lazy = run.allocs[0].index
+    assert "a" in lazy._waiting
+    run.both(lambda x: x.set_time(4.0))
+    run.both(lambda x: x.allocate("c", 12, content=concat(sys8, (("oc", 0, 4),))))
+    assert "a" in lazy._waiting  # c's walk stops at the system prompt
+    run.both(lambda x: x.free("a"))
+    shared = lazy._node["b"].parent
+    assert shared.label == sys8 and shared.last_access == 4.0
+    assert lazy._node["c"].parent is shared
+    run.both(_deep)
