@@ -30,6 +30,12 @@ rank by last access, which a touch gives the whole path, and by the last block's
 ``lfu`` and ``fifo`` rank a new child by its own zero hits and creation time, so they keep a
 child per insert). The one difference left is the tie-break between equally ranked blocks at
 equal depth, which goes by node age ("older node first").
+
+Late extension: the caller may mark such a leaf ``waiting`` (``wait``: full blocks of its
+own are due to join it) and make the extension later (``extend_late``, stamped with the
+latest fill time; stamps only grow, so the path ends as the extensions at fill time leave
+it). Any walk (``match``, ``insert``) that reaches a waiting node first calls the tree's
+``join_late``, so nothing reads a node before its blocks join it.
 """
 
 from __future__ import annotations

@@ -17,6 +17,16 @@ Semantics:
   tokens' as ``append(seq, n, content=spans)`` fills them. Content already in the tree
   (held in other blocks) keeps the tree's copy; the sequence's duplicate stays private.
   Tokens appended without content end the sequence's cacheable content.
+- The lazy leaf: blocks that would lengthen the sequence's own leaf in place (a leaf only
+  it pins, ``RadixTree.can_extend``) wait instead (``_Waiting``: its cached end and the
+  latest fill time) and join the leaf in one extension, with the pool's retain and the
+  ledger's map, when something could read them: a walk reaching the leaf (a match,
+  ``can_allocate``, an insert), the sequence's fork, its release (``releasing``, before the
+  core drops its references), an append of unknown content, a listener subscribing, or the
+  ``tree`` read from outside. Until then they are pinned, neither cached nor evictable, and
+  new to the ledger, so no book, count or eviction can tell; the join stamps the path as
+  the fills would have (``RadixTree.extend_late``). An index with a listener joins every
+  fill at once (the listener is told at fill time).
 - A live sequence pins (locks) its path; ``fork`` pins it for the child too. ``free``
   unpins: the sequence's tree blocks stay *cached* (dormant, refcount 0, retained in the
   pool), its other blocks return to the free queue. ``free_uncached`` then also evicts the
@@ -40,7 +50,8 @@ requests count once in ``useful_bytes``.
 Invariants (``check``): the tree's own; the ledger's; a block is retained by the pool
 exactly when the tree owns it; every tree block with refcount > 0 lies on a locked path;
 every node's lock count = live sequences pinning it or a descendant (+1 for the root);
-cached blocks = tree blocks with refcount 0.
+cached blocks = tree blocks with refcount 0; each waiting record marks its sequence's leaf
+and covers full blocks of its live table past that leaf's end (``_check_waiting``).
 """
 
 from __future__ import annotations
