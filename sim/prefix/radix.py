@@ -474,6 +474,17 @@ class RadixTree:
                 up.last_access = filled_s
             up = up.parent
 
+    def stamped_by(self, node: Node, now: float) -> bool:
+        """Whether no node on the path to ``node`` carries a stamp later than ``now`` (then,
+        while stamps only grow from ``now`` on, ``extend_late`` leaves what extensions at
+        their fill times leave)."""
+        root = self.root
+        while node is not root:
+            if node.last_access > now:
+                return False
+            node = node.parent
+        return True
+
     def _grow(self, node: Node, content: Segments, block_ids: list[int]) -> None:
         """Append whole blocks to a leaf pinned once (``extend``'s change, no touch)."""
         total = n_tokens(content)

@@ -130,7 +130,10 @@ class RadixIndex:
         Stamps never go back: a time before the latest one given counts as the latest (an
         engine may stamp a step's end before handling events inside that step).
         """
-        if self._now_s is None or now_s > self._now_s:
+        if self._now_s is None:  # the op counter's stamps end: no fill waits across them
+            self.join_waiting()
+            self._now_s = float(now_s)
+        elif now_s > self._now_s:
             self._now_s = float(now_s)
 
     def _now(self) -> float:
@@ -286,7 +289,12 @@ class RadixIndex:
         if tail is None or full <= start:
             return
         tree = self._tree
-        if self.lazy_leaves and self.listener is None and tree.can_extend(node):
+        if (
+            self.lazy_leaves
+            and self.listener is None
+            and tree.can_extend(node)
+            and tree.stamped_by(node, now)  # (not so only past the op counter's stamps)
+        ):
             w = self._waiting[seq_id] = _Waiting(seq_id, table, full, now)
             tree.wait(node, w)
             return

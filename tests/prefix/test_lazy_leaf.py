@@ -73,12 +73,12 @@ _OPS = st.one_of(
 class Run:
     """One allocator per mode, driven in lockstep; ``content`` is each live sequence's."""
 
-    def __init__(self, blocks: int, eviction: str, tau: int) -> None:
+    def __init__(self, blocks: int, eviction: str, tau: int, tail_policy: str = "truncate") -> None:
         self.allocs = []
         for lazy in (True, False):
             a = RadixAllocator(pool_bytes=blocks * B, kv_bytes_per_token=1, block_size=B,
                                eviction=eviction, tau_low_blocks=tau,
-                               target_free_blocks=2 * tau)  # fmt: skip
+                               target_free_blocks=2 * tau, tail_policy=tail_policy)  # fmt: skip
             a.index.lazy_leaves = lazy
             self.allocs.append(a)
         self.content: dict[str, tuple | None] = {}  # live sequence -> its content (None: unknown)
@@ -146,7 +146,7 @@ class Run:
 @settings(max_examples=300, deadline=None)
 @given(
     st.integers(8, 40),
-    st.sampled_from([("lru", 0), ("priority", 0), ("lru", 3)]),
+    st.sampled_from([("lru", 0), ("priority", 0), ("lru", 3), ("lru", 0, "cow_tail")]),
     st.lists(_OPS, max_size=50),
 )
 def test_a_lazy_leaf_leaves_what_eager_insertion_leaves(blocks, strategy, ops):
