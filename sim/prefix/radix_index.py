@@ -25,8 +25,10 @@ Semantics:
   core drops its references), an append of unknown content, a listener subscribing, or the
   ``tree`` read from outside. Until then they are pinned, neither cached nor evictable, and
   new to the ledger, so no book, count or eviction can tell; the join stamps the path as
-  the fills would have (``RadixTree.extend_late``). An index with a listener joins every
-  fill at once (the listener is told at fill time).
+  the fills would have (``RadixTree.extend_late``), which holds while stamps only grow: a
+  fill whose path carries a later stamp (the op counter's, see Time) joins at once, and
+  the first ``set_time`` joins the fills waiting on the counter. An index with a listener
+  joins every fill at once (the listener is told at fill time).
 - A live sequence pins (locks) its path; ``fork`` pins it for the child too. ``free``
   unpins: the sequence's tree blocks stay *cached* (dormant, refcount 0, retained in the
   pool), its other blocks return to the free queue. ``free_uncached`` then also evicts the

@@ -242,3 +242,25 @@ def test_a_late_join_keeps_the_later_stamps_of_a_shared_path():
     assert shared.label == sys8 and shared.last_access == 4.0
     assert lazy._node["c"].parent is shared
     run.both(_deep)
+
+
+@pytest.mark.parametrize("fill_first", [False, True])
+def test_the_op_counters_stamps_then_simulation_time(fill_first):
+    """Before the first ``set_time`` an op counter stamps (1, 2, ...); a simulation time
+    may be below it. A fill then joins at once where its path carries a later stamp, and
+    fills waiting on the counter join before the clock changes source."""
+    run = Run(40, "lru", 0)
+    run.both(lambda x: x.allocate("a", 4, content=(("p", 0, 4),)))  # stamped 1
+    if fill_first:
+        run.both(lambda x: x.append("a", 4, content=(("out-a", 0, 4),)))  # waits at 2
+        assert "a" in run.allocs[0].index._waiting
+    run.both(lambda x: x.set_time(0.0))
+    assert not run.allocs[0].index._waiting
+    run.both(lambda x: x.append("a", 4, content=(("out-a", 4, 4),)))  # 0.0 < its stamp
+    assert not run.allocs[0].index._waiting
+    run.both(_deep)
+    run.both(lambda x: x.set_time(1.5))
+    run.both(lambda x: x.append("a", 4, content=(("out-a", 8, 4),)))
+    assert "a" in run.allocs[0].index._waiting  # the path now carries 0.0 at most
+    run.both(lambda x: x.free("a"))
+    run.both(_deep)
