@@ -16,8 +16,9 @@ an empty allocator a ``PrefixIndex``; the core then asks it which cached blocks 
 sequence shares (``match``), to evict for room (``make_room``), and tells it when blocks
 fill, fork or are released (``releasing`` before a release drops any reference);
 ``useful_tokens``, ``prefix_metrics``, ``set_time`` and ``free_uncached`` consult it.
-Without an index (the ``paged`` kind) none of that runs. The prefix kinds (``radix``, ``paged_hash``) are this class composed with an index from
-``sim.prefix``, where they are defined and registered; this module never imports them.
+Without an index (the ``paged`` kind) none of that runs. The prefix kinds (``radix``,
+``paged_hash``) are this class composed with an index from ``sim.prefix``, where they are
+defined and registered; this module never imports them.
 
 Physical slots (``kv_slots``) are counters kept as blocks change hands, never a scan:
 ``_unfilled`` is the empty slots of distinct partly filled blocks (only a table's last
