@@ -14,10 +14,11 @@ blocks that reach zero go back to the FIFO free queue (``block_pool``).
 Composition with a prefix cache (``sim.memory.prefix_index``): ``compose(index)`` gives
 an empty allocator a ``PrefixIndex``; the core then asks it which cached blocks a new
 sequence shares (``match``), to evict for room (``make_room``), and tells it when blocks
-fill, fork or are released; ``useful_tokens``, ``prefix_metrics``, ``set_time`` and
-``free_uncached`` consult it. Without an index (the ``paged`` kind) none of that runs. The
-prefix kinds (``radix``, ``paged_hash``) are this class composed with an index from
-``sim.prefix``, where they are defined and registered; this module never imports them.
+fill, fork or are released (``releasing`` before a release drops any reference);
+``useful_tokens``, ``prefix_metrics``, ``set_time`` and ``free_uncached`` consult it.
+Without an index (the ``paged`` kind) none of that runs. The prefix kinds (``radix``,
+``paged_hash``) are this class composed with an index from ``sim.prefix``, where they are
+defined and registered; this module never imports them.
 
 Physical slots (``kv_slots``) are counters kept as blocks change hands, never a scan:
 ``_unfilled`` is the empty slots of distinct partly filled blocks (only a table's last
@@ -267,6 +268,8 @@ class PagedAllocator(Allocator):
     def _release(self, seq_id: Hashable, tokens: int, *, uncache: bool) -> None:
         """Drop the sequence's references, last block first (vLLM's order). The sequence
         is active (``free`` ends a hold first)."""
+        if self.index is not None:  # it still maps its blocks (``PrefixIndex.releasing``)
+            self.index.releasing(seq_id)
         table = self._tables.pop(seq_id)
         side = self._side.pop(seq_id, None)
         if side:

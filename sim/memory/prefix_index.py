@@ -14,7 +14,8 @@ Calls, per operation (hooks run only when the operation succeeds unless said):
     append          check_content (before any change) -> (make_room) -> appended
     decode runs     appends_in_bulk: may a run's appends come one per sequence?
     fork            forked
-    free            released(uncache=False); free_uncached: released(uncache=True)
+    free            releasing -> released(uncache=False); free_uncached: releasing ->
+                    released(uncache=True)
     queries         can_allocate, evictable_blocks, excess_tokens, prefix_metrics
     clock, books    set_time, check
     observers       subscribe (a ``PrefixListener``: told what becomes and stops being
@@ -113,6 +114,11 @@ class PrefixIndex(Protocol):
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
         """``child_id`` maps the parent's blocks (``table``, a copy) and shares its content."""
+
+    def releasing(self, seq_id: Hashable) -> None:
+        """``seq_id`` is about to be freed and still maps its blocks: an index that left
+        some of them out of its cache for now (the radix index's waiting fills) takes them
+        in, so that those whose last reference goes are cached, not freed."""
 
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """``seq_id`` is freed (its references already dropped). With ``uncache`` its

@@ -207,6 +207,9 @@ class HashIndex:
         else:
             self._retain.pop(seq_id, None)
 
+    def releasing(self, seq_id: Hashable) -> None:
+        """Nothing: every full block is hashed as it fills."""
+
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Forget it; with ``uncache`` each of its blocks that no other table maps loses
         its hash (``HashBlockPool.uncache_free``, counted as evictions)."""

@@ -30,11 +30,18 @@ rank by last access, which a touch gives the whole path, and by the last block's
 ``lfu`` and ``fifo`` rank a new child by its own zero hits and creation time, so they keep a
 child per insert). The one difference left is the tie-break between equally ranked blocks at
 equal depth, which goes by node age ("older node first").
+
+Late extension: the caller may mark such a leaf ``waiting`` (``wait``: full blocks of its
+own are due to join it) and make the extension later (``extend_late``, stamped with the
+latest fill time; stamps only grow, so the path ends as the extensions at fill time leave
+it). Any walk (``match``, ``insert``) that reaches a waiting node first calls the tree's
+``join_late``, so nothing reads a node before its blocks join it.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,6 +85,7 @@ class Node:
         "serial",  # creation order, for deterministic ties
         "heap_version",  # bumped on each push; older heap entries are stale
         "alive",  # False once removed from the tree
+        "waiting",  # None, or its owner's record of full blocks not joined yet (``join_late``)
     )
 
     def __init__(self, parent, label, block_ids, now, serial):
@@ -95,6 +103,7 @@ class Node:
         self.serial = serial
         self.heap_version = 0
         self.alive = True
+        self.waiting = None
 
     @property
     def n_tokens(self) -> int:
@@ -165,6 +174,10 @@ class RadixTree:
         self.evictable_blocks = 0
         self.evicted_blocks = 0  # cumulative
         self.evicted_nodes = 0  # cumulative (nodes removed entirely)
+        #: called with a node whose ``waiting`` is set when a walk (match, insert) reaches
+        #: it, before the walk reads it: the owner joins the blocks waiting for it
+        #: (``extend_late``); None while no node ever waits (the tree alone, trace replay)
+        self.join_late: Callable[[Node], None] | None = None
 
     # ------------------------------------------------------------------ queries
     def _next_serial(self) -> int:
@@ -231,6 +244,8 @@ class RadixTree:
             child = node.children.get(key)
             if child is None:
                 return path, *self._best_partial(node, segs, qi, qoff)
+            if child.waiting is not None:
+                self._join(child)
             m, qi2, qoff2 = match_at(segs, qi, qoff, child.label)
             if m < child.n_tokens:
                 return path, child, m
@@ -243,6 +258,8 @@ class RadixTree:
         cid, start, _ = segs[qi]
         best, best_m = None, 0
         for child in node.by_first.get((cid, start + qoff), ()):
+            if child.waiting is not None:
+                self._join(child)
             m = match_at(segs, qi, qoff, child.label, limit=self.block_size)[0]
             if m > best_m:
                 best, best_m = child, m
@@ -380,6 +397,8 @@ class RadixTree:
             child = node.children.get(key)
             if child is None:
                 break
+            if child.waiting is not None:
+                self._join(child)
             m = match_at(segs, qi, qoff, child.label)[0]
             if m < child.n_tokens:
                 child = self._split(child, (m // bs) * bs)
@@ -429,6 +448,45 @@ class RadixTree:
         (one test of the node for a caller that would otherwise insert)."""
         if not self.can_extend(node):
             return False
+        self._grow(node, content, block_ids)
+        root, up = self.root, node
+        while up is not root:  # the touch (a pinned node: no heap entry to refresh)
+            up.last_access = now
+            up = up.parent
+        return True
+
+    def extend_late(
+        self, node: Node, content: Segments, block_ids: list[int], filled_s: float
+    ) -> None:
+        """The ``extend`` of blocks that filled at ``filled_s`` (the latest of them), made
+        now, from a node marked ``waiting`` (its mark is cleared): the path keeps, node by
+        node, the later of its own stamp and ``filled_s``. Stamps only grow and every
+        extension touches the whole path, so this leaves what the extensions made at their
+        fill times leave, whatever touched the path since (the nodes a split put on it
+        included). ``can_extend`` must hold: nothing but its owner changed the node."""
+        if not self.can_extend(node):
+            raise ValueError(f"extend_late: {node!r} is not a leaf pinned once")
+        node.waiting = None
+        self._grow(node, content, block_ids)
+        root, up = self.root, node
+        while up is not root:
+            if up.last_access < filled_s:
+                up.last_access = filled_s
+            up = up.parent
+
+    def stamped_by(self, node: Node, now: float) -> bool:
+        """Whether no node on the path to ``node`` carries a stamp later than ``now`` (then,
+        while stamps only grow from ``now`` on, ``extend_late`` leaves what extensions at
+        their fill times leave)."""
+        root = self.root
+        while node is not root:
+            if node.last_access > now:
+                return False
+            node = node.parent
+        return True
+
+    def _grow(self, node: Node, content: Segments, block_ids: list[int]) -> None:
+        """Append whole blocks to a leaf pinned once (``extend``'s change, no touch)."""
         total = n_tokens(content)
         if total != len(block_ids) * self.block_size or not block_ids:
             raise ValueError(
@@ -443,11 +501,21 @@ class RadixTree:
         node.end_tokens += total
         blocks.update(block_ids)
         self.total_blocks += len(block_ids)  # pinned: not evictable
-        root, up = self.root, node
-        while up is not root:  # the touch (a pinned node: no heap entry to refresh)
-            up.last_access = now
-            up = up.parent
-        return True
+
+    def wait(self, node: Node, record: object) -> None:
+        """Mark a leaf pinned once (``can_extend``) as having full blocks waiting to join it
+        (``record``, its owner's): a walk that reaches it calls ``join_late`` first."""
+        if self.join_late is None or not self.can_extend(node):
+            raise ValueError(f"wait: {node!r} is not a leaf pinned once, or nobody joins it")
+        node.waiting = record
+
+    def _join(self, node: Node) -> None:
+        join_late = self.join_late
+        if join_late is None:
+            raise InvariantError(f"{node!r} waits but the tree has no join_late")
+        join_late(node)
+        if node.waiting is not None:
+            raise InvariantError(f"join_late left {node!r} waiting")
 
     def lock(self, node: Node) -> None:
         """Pin ``node`` and its ancestors (a running request's path, rule 3.6.6)."""
@@ -664,6 +732,8 @@ class RadixTree:
                 raise InvariantError(f"{child!r}: missing from the first-token index")
         if sum(map(len, node.by_first.values())) != len(node.children):
             raise InvariantError(f"{node!r}: stale first-token index")
+        if node.waiting is not None and not self.can_extend(node):
+            raise InvariantError(f"{node!r} waits but is not a leaf pinned once")
         if node is not self.root and node.lock_ref == 0 and not node.children:
             if id(node) not in live_heap:
                 raise InvariantError(f"dormant leaf {node!r} missing from the heap")

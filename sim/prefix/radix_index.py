@@ -17,6 +17,18 @@ Semantics:
   tokens' as ``append(seq, n, content=spans)`` fills them. Content already in the tree
   (held in other blocks) keeps the tree's copy; the sequence's duplicate stays private.
   Tokens appended without content end the sequence's cacheable content.
+- The lazy leaf: blocks that would lengthen the sequence's own leaf in place (a leaf only
+  it pins, ``RadixTree.can_extend``) wait instead (``_Waiting``: its cached end and the
+  latest fill time) and join the leaf in one extension, with the pool's retain and the
+  ledger's map, when something could read them: a walk reaching the leaf (a match,
+  ``can_allocate``, an insert), the sequence's fork, its release (``releasing``, before the
+  core drops its references), an append of unknown content, a listener subscribing, or the
+  ``tree`` read from outside. Until then they are pinned, neither cached nor evictable, and
+  new to the ledger, so no book, count or eviction can tell; the join stamps the path as
+  the fills would have (``RadixTree.extend_late``), which holds while stamps only grow: a
+  fill whose path carries a later stamp (the op counter's, see Time) joins at once, and
+  the first ``set_time`` joins the fills waiting on the counter. An index with a listener
+  joins every fill at once (the listener is told at fill time).
 - A live sequence pins (locks) its path; ``fork`` pins it for the child too. ``free``
   unpins: the sequence's tree blocks stay *cached* (dormant, refcount 0, retained in the
   pool), its other blocks return to the free queue. ``free_uncached`` then also evicts the
@@ -40,7 +52,8 @@ requests count once in ``useful_bytes``.
 Invariants (``check``): the tree's own; the ledger's; a block is retained by the pool
 exactly when the tree owns it; every tree block with refcount > 0 lies on a locked path;
 every node's lock count = live sequences pinning it or a descendant (+1 for the root);
-cached blocks = tree blocks with refcount 0.
+cached blocks = tree blocks with refcount 0; each waiting record marks its sequence's leaf
+and covers full blocks of its live table past that leaf's end (``_check_waiting``).
 """
 
 from __future__ import annotations
@@ -74,6 +87,9 @@ class RadixIndex:
     """A ``PrefixIndex``: a radix tree of reusable full blocks (see module docstring)."""
 
     kind = "radix"
+    #: a running sequence's fills wait to join its own leaf until something reads it;
+    #: False: each fill joins at once (the eager reference, for tests)
+    lazy_leaves = True
 
     def __init__(
         self,
@@ -94,13 +110,16 @@ class RadixIndex:
             _block_count(tau_low_blocks, "tau_low_blocks"),
             _block_count(target_free_blocks, "target_free_blocks"),
         )
-        self.tree = RadixTree(block_size, self, eviction, content_priority)
+        self._tree = RadixTree(block_size, self, eviction, content_priority)
+        self._tree.join_late = self._join_node
         self.stats = PrefixStats()
         self.ledger = FamilyLedger(block_size)
         self._node: dict[Hashable, Node] = {}  # live sequence -> the node it pins
         #: its content past its pinned node's end (not yet in the tree); None = unknown
         self._tail: dict[Hashable, list | None] = {}
         self._retain: dict[Hashable, float] = {}  # live sequence -> its retain priority (not 0)
+        #: live sequence -> the full blocks its fills left waiting to join its leaf
+        self._waiting: dict[Hashable, _Waiting] = {}
         self._now_s: float | None = None
         self._ops = 0
         #: told which blocks enter and leave the tree (keys: block ids); None = nobody
@@ -113,7 +132,10 @@ class RadixIndex:
         Stamps never go back: a time before the latest one given counts as the latest (an
         engine may stamp a step's end before handling events inside that step).
         """
-        if self._now_s is None or now_s > self._now_s:
+        if self._now_s is None:  # the op counter's stamps end: no fill waits across them
+            self.join_waiting()
+            self._now_s = float(now_s)
+        elif now_s > self._now_s:
             self._now_s = float(now_s)
 
     def _now(self) -> float:
@@ -127,13 +149,46 @@ class RadixIndex:
             self.listener.evicted(block_ids)
 
     def subscribe(self, listener: PrefixListener) -> bool:
-        """Report blocks entering the tree (``_cache_full_blocks``) and leaving it."""
+        """Report blocks entering the tree (``_cache_full_blocks``) and leaving it; from
+        now on every fill joins the tree at once (a listener is told at fill time)."""
+        self.join_waiting()
         self.listener = listener
         return True
 
     @property
+    def tree(self) -> RadixTree:
+        """The tree as eager insertion leaves it: every waiting fill is joined first (a
+        reader from outside sees no lag)."""
+        self.join_waiting()
+        return self._tree
+
+    def join_waiting(self) -> None:
+        """Join every sequence's waiting full blocks to its leaf (``_join``)."""
+        for w in list(self._waiting.values()):
+            self._join(w)
+
+    def _join_node(self, node: Node) -> None:
+        """The tree's ``join_late``: a walk reached a node with blocks waiting."""
+        self._join(node.waiting)
+
+    def _join(self, w: _Waiting) -> None:
+        """Make the one extension the sequence's waiting fills would have made, stamped at
+        the latest fill (``RadixTree.extend_late``), with the pool's retain and the
+        ledger's map of those blocks (its own, new to the ledger: no excess changes)."""
+        seq_id = w.seq_id
+        del self._waiting[seq_id]
+        node = self._node[seq_id]
+        bs = self.block_size
+        start = node.end_tokens // bs
+        content, self._tail[seq_id] = split(self._tail[seq_id], (w.full_blocks - start) * bs)
+        blocks = w.table[start : w.full_blocks]
+        self._tree.extend_late(node, content, blocks, w.filled_s)
+        self.pool.retain(blocks)
+        self.ledger.map(seq_id, blocks)
+
+    @property
     def evictable_blocks(self) -> int:
-        return self.tree.evictable_blocks
+        return self._tree.evictable_blocks
 
     @property
     def excess_tokens(self) -> int:
@@ -147,9 +202,9 @@ class RadixIndex:
         capped match's split stays, as on any miss)."""
         segs = None if content is None else checked_content(content, n_tokens, "allocate", "radix")
         if segs is None:
-            self.tree.lock(self.tree.root)
+            self._tree.lock(self._tree.root)
             return PrefixHit([], 0, (None, None))
-        tree = self.tree
+        tree = self._tree
         m = tree.match_normal(segs, limit_tokens=n_tokens - 1)
         tree.lock(m.node)  # pin the matched path before any eviction makes room
         short = self._new_blocks(n_tokens, m.block_ids) - self.pool.num_free
@@ -165,12 +220,12 @@ class RadixIndex:
 
     def cancel(self, hit: PrefixHit) -> None:
         m = hit.state[0]
-        self.tree.unlock(self.tree.root if m is None else m.node)
+        self._tree.unlock(self._tree.root if m is None else m.node)
 
     def make_room(self, short_blocks: int) -> bool:
-        if short_blocks > self.tree.evictable_blocks:
+        if short_blocks > self._tree.evictable_blocks:
             return False  # evict nothing: a miss changes nothing
-        self.tree.evict(short_blocks)
+        self._tree.evict(short_blocks)
         return True
 
     def admitted(self, seq_id: Hashable, n_tokens: int, table: list[int], hit: PrefixHit) -> int:
@@ -182,11 +237,11 @@ class RadixIndex:
             matched, served = m.matched_tokens, m.hit_tokens
             if m.block_ids:
                 self.ledger.map(seq_id, m.block_ids)
-                self.tree.touch(m.node, now, hit=True)
-            if self.tail_policy == "cow_tail" and m.tail_tokens and self.tree.owns(m.tail_block_id):
+                self._tree.touch(m.node, now, hit=True)
+            if self.tail_policy == "cow_tail" and m.tail_tokens and self._tree.owns(m.tail_block_id):
                 copied = m.tail_tokens  # the source survived any eviction made for room
                 self.stats.cow_tail_copies += 1
-        node = self._node[seq_id] = self.tree.root if m is None else m.node
+        node = self._node[seq_id] = self._tree.root if m is None else m.node
         self._tail[seq_id] = None if segs is None else _past(segs, node.end_tokens)
         self._cache_full_blocks(seq_id, n_tokens, now, table)
         self.stats.record(seq_id, n_tokens, matched, served + copied)
@@ -202,15 +257,20 @@ class RadixIndex:
     ) -> None:
         tail = self._tail[seq_id]
         if tail is not None:
-            if content is None:
-                self._tail[seq_id] = None  # tokens of unknown content: nothing more to cache
+            if content is None:  # tokens of unknown content: nothing more to cache
+                if seq_id in self._waiting:
+                    self._join(self._waiting[seq_id])
+                self._tail[seq_id] = None
             else:
                 extend_normal(tail, content)  # normalised by check_content
                 now = self._now()
-                tokens += n_tokens
-                bs = self.block_size
-                if tokens // bs > self._node[seq_id].end_tokens // bs:
-                    self._cache_full_blocks(seq_id, tokens, now, table)
+                full = (tokens + n_tokens) // self.block_size
+                w = self._waiting.get(seq_id)
+                if w is not None:  # its leaf waits: the fill waits too
+                    if full > w.full_blocks:
+                        w.full_blocks, w.filled_s = full, now
+                elif full > self._node[seq_id].end_tokens // self.block_size:
+                    self._cache_full_blocks(seq_id, tokens + n_tokens, now, table)
         if self.watermark.tau_low_blocks:  # (a decode's append: no call without one)
             self._keep_watermark()
 
@@ -219,8 +279,10 @@ class RadixIndex:
     ) -> None:
         """Cache the sequence's full blocks past its pinned node; move its pin to their end.
 
-        Its own unshared leaf grows in place (``RadixTree.extend``); otherwise the blocks go
-        in below the node (``insert``). Work: O(new blocks + segments of the tail).
+        Its own unshared leaf grows in place (``RadixTree.extend``): without a listener, the
+        blocks wait (``_Waiting``) and join the leaf when something reads it (``_join``);
+        otherwise they go in below the node (``insert``). Work: O(new blocks + segments of
+        the tail); O(1) for a waiting leaf.
         """
         tail = self._tail[seq_id]
         node = self._node[seq_id]
@@ -228,9 +290,18 @@ class RadixIndex:
         full, start = tokens // bs, node.end_tokens // bs
         if tail is None or full <= start:
             return
+        tree = self._tree
+        if (
+            self.lazy_leaves
+            and self.listener is None
+            and tree.can_extend(node)
+            and tree.stamped_by(node, now)  # (not so only past the op counter's stamps)
+        ):
+            w = self._waiting[seq_id] = _Waiting(seq_id, table, full, now)
+            tree.wait(node, w)
+            return
         content, self._tail[seq_id] = split(tail, (full - start) * bs)
         blocks = table[start:full]
-        tree = self.tree
         if tree.try_extend(node, content, blocks, now):
             self.pool.retain(blocks)
             self.ledger.map(seq_id, blocks)
@@ -264,12 +335,14 @@ class RadixIndex:
         their last fills (``DeferredAppends.apply_run``)."""
         if self.watermark.tau_low_blocks:
             return False
-        tails, nodes, can_extend = self._tail, self._node, self.tree.can_extend
+        tails, nodes, can_extend = self._tail, self._node, self._tree.can_extend
         return all(tails[s] is None or can_extend(nodes[s]) for s in seq_ids)
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
+        if parent_id in self._waiting:  # the child pins the node and maps those blocks
+            self._join(self._waiting[parent_id])
         node = self._node[parent_id]
-        self.tree.lock(node)
+        self._tree.lock(node)
         self._node[child_id] = node
         tail = self._tail[parent_id]
         self._tail[child_id] = None if tail is None else list(tail)
@@ -284,48 +357,56 @@ class RadixIndex:
         else:
             self._retain.pop(seq_id, None)
 
+    def releasing(self, seq_id: Hashable) -> None:
+        """Before the core drops its references: its waiting blocks join the tree (and are
+        retained), so those reaching refcount 0 are cached, as eager insertion leaves them."""
+        if seq_id in self._waiting:
+            self._join(self._waiting[seq_id])
+
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Unpin: its tree blocks stay cached (the pool retains them); with ``uncache`` the
         dormant childless chain ending at its node is evicted too (nodes other sequences
         pin, or that still have children, stay)."""
+        if seq_id in self._waiting:
+            raise InvariantError(f"radix: {seq_id!r} released with blocks waiting (no releasing)")
         node = self._node.pop(seq_id)
         del self._tail[seq_id]
         self.ledger.release(seq_id, table)
-        self.tree.set_retain(node, self._retain.pop(seq_id, 0.0))
-        self.tree.unlock(node)
+        self._tree.set_retain(node, self._retain.pop(seq_id, 0.0))
+        self._tree.unlock(node)
         self._keep_watermark()
         if uncache:
-            self.tree.evict_path(node)
+            self._tree.evict_path(node)
 
     def _keep_watermark(self) -> None:
         if not self.watermark.tau_low_blocks:
             return  # no watermark: eviction only on a shortfall
         n = self.watermark.blocks_to_evict(self.pool.num_free)
         if n > 0:
-            self.tree.evict(n)
+            self._tree.evict(n)
 
     # ------------------------------------------------------------------ queries
     def can_allocate(self, n_tokens: int, content: Any) -> bool:
         segs = checked_content(content, n_tokens, "can_allocate", "radix")
-        m = self.tree.match_normal(segs, limit_tokens=n_tokens - 1)
-        pinned = self.tree.unlocked_blocks_on_path(m.node)
+        m = self._tree.match_normal(segs, limit_tokens=n_tokens - 1)
+        pinned = self._tree.unlocked_blocks_on_path(m.node)
         need = self._new_blocks(n_tokens, m.block_ids)
-        return need <= self.pool.num_free + self.tree.evictable_blocks - pinned
+        return need <= self.pool.num_free + self._tree.evictable_blocks - pinned
 
     def prefix_metrics(self, block_bytes: float) -> PrefixMetrics:
         return self.stats.metrics(
             cached_bytes=self.pool.num_cached * block_bytes,
             active_bytes=self.pool.num_allocated * block_bytes,
-            evicted_blocks=self.tree.evicted_blocks,
+            evicted_blocks=self._tree.evicted_blocks,
         )
 
     def check(self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]) -> None:
         try:
-            self.tree.check_invariants()
+            self._tree.check_invariants()
             self.ledger.check(tables)
         except InvariantError as exc:
             raise InvariantError(f"radix: {exc}") from None
-        owner = self.tree.block_owner()
+        owner = self._tree.block_owner()
         pool = self.pool
         for b in range(pool.num_blocks):
             if pool.is_retained(b) != (b in owner):
@@ -341,6 +422,31 @@ class RadixIndex:
         if dormant != pool.num_cached:
             raise InvariantError(f"radix: {dormant} dormant tree blocks, {pool.num_cached} cached")
         self._check_locks()
+        self._check_waiting(tables, tokens)
+
+    def _check_waiting(
+        self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]
+    ) -> None:
+        """Each waiting record marks its sequence's leaf (and only waiting leaves are
+        marked), reads the core's live table, and covers full blocks past the leaf's end
+        that the tail's content holds."""
+        marked = {id(n) for n in self._tree.iter_nodes() if n.waiting is not None}
+        bs = self.block_size
+        for seq_id, w in self._waiting.items():
+            node = self._node[seq_id]
+            tail = self._tail[seq_id]
+            if (
+                w.seq_id != seq_id
+                or node.waiting is not w
+                or w.table is not tables[seq_id]
+                or not node.end_tokens // bs < w.full_blocks <= tokens[seq_id] // bs
+                or tail is None
+                or sum(n for _, _, n in tail) != tokens[seq_id] - node.end_tokens
+            ):
+                raise InvariantError(f"radix: the blocks waiting for {seq_id!r} are stale")
+            marked.discard(id(node))
+        if marked:
+            raise InvariantError("radix: a leaf is marked waiting for no sequence")
 
     def _check_locks(self) -> None:
         pins: dict[int, int] = {}
@@ -348,10 +454,25 @@ class RadixIndex:
             while node is not None:
                 pins[id(node)] = pins.get(id(node), 0) + 1
                 node = node.parent
-        for node in [self.tree.root, *self.tree.iter_nodes()]:
-            want = pins.get(id(node), 0) + (node is self.tree.root)
+        for node in [self._tree.root, *self._tree.iter_nodes()]:
+            want = pins.get(id(node), 0) + (node is self._tree.root)
             if node.lock_ref != want:
                 raise InvariantError(f"radix: {node!r} lock_ref {node.lock_ref} != {want} pins")
+
+
+class _Waiting:
+    """A sequence's full blocks waiting to join its leaf: those of ``table`` (the core's
+    live table, read at the join: a full block never changes) from its node's end to
+    ``full_blocks``, the latest filled at ``filled_s``; their content is the head of the
+    sequence's ``_tail``."""
+
+    __slots__ = ("seq_id", "table", "full_blocks", "filled_s")
+
+    def __init__(self, seq_id: Hashable, table: list[int], full_blocks: int, filled_s: float):
+        self.seq_id = seq_id
+        self.table = table
+        self.full_blocks = full_blocks
+        self.filled_s = filled_s
 
 
 def _past(segs: Segments, n_tokens: int) -> list:

@@ -110,6 +110,9 @@ class PromptCache:
     def set_retain(self, seq_id: Hashable, priority: float) -> None:
         self.calls.append(("set_retain", seq_id, priority))
 
+    def releasing(self, seq_id: Hashable) -> None:
+        self.calls.append(("releasing", seq_id, self.pool.refcount[self.tables[seq_id][0]]))
+
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         self.calls.append(("released", seq_id, uncache))
         del self.family[seq_id], self.tables[seq_id]
@@ -203,7 +206,9 @@ def test_calls_follow_the_documented_order():
         ("check_content", "append"),
         ("appended", "x", 5, 3),
         ("forked", "x", "c"),
+        ("releasing", "c", 2),  # before the core drops its references
         ("released", "c", False),
+        ("releasing", "x", 1),
         ("released", "x", True),
     ]
     assert index.now_s == 2.5 and index.entries == {} and a.metrics().cached_bytes == 0

@@ -1,0 +1,266 @@
+"""The radix index's lazy leaf: a running sequence's fills wait to join its own leaf until
+something reads it (``RadixIndex._waiting``), and leave what eager insertion leaves.
+
+Random runs of admissions (fresh prompts, the context of a finished or of a live sequence
+plus a new observation), growth with and without content, forks, frees (cached and
+uncached), retain priorities, capacity probes and clock ticks go through a lazy index and
+an eager one (``lazy_leaves = False``) in lockstep: every result, the books, the block
+tables, refcounts and free queue agree after every operation, and the tree (labels, block
+ids, stamps, locks, hit counts, serials), the retained blocks and the family ledger agree
+wherever the lazy tree is read (``RadixIndex.tree`` joins every waiting fill first) and at
+the end.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.errors import InvariantError
+from sim.prefix.kinds import RadixAllocator
+from sim.prefix.spans import concat, n_tokens
+
+B = 4  # tokens per block
+
+
+def _tree(index) -> list:
+    tree = index.tree  # joins the lazy index's waiting fills
+    nodes = [tree.root, *tree.iter_nodes()]
+    return sorted(
+        (n.serial, n.parent.serial if n.parent else None, n.label, tuple(n.block_ids),
+         n.lock_ref, n.last_access, n.created_at, n.hit_count, n.retain, n.waiting)  # fmt: skip
+        for n in nodes
+    ) + [(tree.total_blocks, tree.evictable_blocks, tree.evicted_blocks, tree.n_nodes)]
+
+
+def _deep(alloc) -> tuple:
+    """The whole cache, read through ``tree`` first (a lazy index joins)."""
+    index = alloc.index
+    tree = _tree(index)
+    pool = alloc.pool
+    retained = [pool.is_retained(b) for b in range(pool.num_blocks)]
+    return tree, retained, index.ledger._fams, index.ledger.excess_tokens, index._tail
+
+
+def _books(alloc) -> tuple:
+    """What the core and the engine read, without reading the tree."""
+    pool = alloc.pool
+    return (
+        alloc.metrics(),
+        alloc.kv_slots(),
+        alloc.prefix_metrics(),
+        alloc.take_activity(),
+        alloc.available_blocks(),
+        pool.free_queue(),
+        list(pool.refcount),
+        {s: list(t) for s, t in alloc._tables.items()},
+    )
+
+
+_OPS = st.one_of(
+    st.tuples(st.just("admit"), st.integers(0, 60), st.integers(1, 14), st.integers(0, 13)),
+    st.tuples(st.just("grow"), st.integers(0, 60), st.integers(1, 9), st.integers(0, 5)),
+    st.tuples(st.just("fork"), st.integers(0, 60)),
+    st.tuples(st.just("free"), st.integers(0, 60), st.booleans()),
+    st.tuples(st.just("retain"), st.integers(0, 60), st.integers(0, 2)),
+    st.tuples(st.just("probe"), st.integers(0, 60), st.integers(1, 14)),
+    st.tuples(st.just("tick"), st.integers(0, 3)),
+    st.tuples(st.just("peek"),),
+)
+
+
+class Run:
+    """One allocator per mode, driven in lockstep; ``content`` is each live sequence's."""
+
+    def __init__(self, blocks: int, eviction: str, tau: int, tail_policy: str = "truncate") -> None:
+        self.allocs = []
+        for lazy in (True, False):
+            a = RadixAllocator(pool_bytes=blocks * B, kv_bytes_per_token=1, block_size=B,
+                               eviction=eviction, tau_low_blocks=tau,
+                               target_free_blocks=2 * tau, tail_policy=tail_policy)  # fmt: skip
+            a.index.lazy_leaves = lazy
+            self.allocs.append(a)
+        self.content: dict[str, tuple | None] = {}  # live sequence -> its content (None: unknown)
+        self.finished: list[tuple] = []
+        self.n = 0
+        self.now = 0.0
+
+    def both(self, op):
+        lazy, eager = (op(a) for a in self.allocs)
+        assert lazy == eager
+        return lazy
+
+    def pick(self, k: int) -> str | None:
+        live = list(self.content)
+        return live[k % len(live)] if live else None
+
+    def base(self, k: int) -> tuple:
+        known = [c for c in self.content.values() if c is not None] + self.finished
+        if known and k % 3:
+            return known[k % len(known)]
+        return (("sys", 0, 1 + k % 13),)
+
+    def step(self, op: tuple) -> None:
+        kind = op[0]
+        if kind == "admit":
+            self.n += 1
+            seq = f"s{self.n}"
+            content = concat(self.base(op[1]), ((f"obs-{seq}", 0, op[2]),))
+            if self.both(lambda a: a.allocate(seq, n_tokens(content), content=content)):
+                self.content[seq] = content
+        elif kind == "grow" and (seq := self.pick(op[1])) is not None:
+            cur = self.content[seq]
+            if cur is None or op[3] == 0:  # unknown content from here on
+                more, self.content[seq] = None, None
+            else:
+                done = sum(n for c, _, n in cur if c == f"out-{seq}")
+                more = ((f"out-{seq}", done, op[2]),)
+            if self.both(lambda a: a.append(seq, op[2], content=more)) and more is not None:
+                self.content[seq] = concat(cur, more)
+        elif kind == "fork" and (seq := self.pick(op[1])) is not None:
+            self.n += 1
+            child = f"s{self.n}"
+            if self.both(lambda a: a.fork(seq, child)):
+                self.content[child] = self.content[seq]
+        elif kind == "free" and (seq := self.pick(op[1])) is not None:
+            self.both(lambda a: (a.free_uncached if op[2] else a.free)(seq))
+            content = self.content.pop(seq)
+            if content is not None:
+                self.finished.append(content)
+        elif kind == "retain" and (seq := self.pick(op[1])) is not None:
+            self.both(lambda a: a.set_retain(seq, op[2]))
+        elif kind == "probe":
+            content = concat(self.base(op[1]), (("probe", 0, op[2]),))
+            self.both(lambda a: a.can_allocate(n_tokens(content), content=content))
+        elif kind == "tick":
+            self.now += op[1] * 0.5
+            self.both(lambda a: a.set_time(self.now))
+        elif kind == "peek":
+            self.both(_deep)
+        self.both(_books)
+        for a in self.allocs:
+            a.check_invariants()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(8, 40),
+    st.sampled_from([("lru", 0), ("priority", 0), ("lru", 3), ("lru", 0, "cow_tail")]),
+    st.lists(_OPS, max_size=50),
+)
+def test_a_lazy_leaf_leaves_what_eager_insertion_leaves(blocks, strategy, ops):
+    run = Run(blocks, *strategy)
+    for op in ops:
+        run.step(op)
+    for seq in list(run.content):  # and the releases after it
+        run.step(("free", list(run.content).index(seq), False))
+    run.both(_deep)
+
+
+def test_fills_wait_until_read_and_a_match_joins_them():
+    a = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
+    index = a.index
+    a.set_time(1.0)
+    a.allocate("x", 6, content=[("p", 6)])  # one full block, its own leaf
+    a.set_time(2.0)
+    a.append("x", 7, content=[("o", 7)])  # 13 tokens: blocks 2 and 3 fill
+    a.set_time(3.0)
+    a.append("x", 1, content=[("o", 7, 1)])  # no block fills
+    assert index._tree.total_blocks == 1 and index._waiting["x"].full_blocks == 3
+    assert index._waiting["x"].filled_s == 2.0
+    a.check_invariants()
+    hit = a.allocate("y", 13, content=[("p", 6), ("o", 7)])  # its walk reaches x's leaf
+    assert hit.matched_tokens == 12 and "x" not in index._waiting
+    assert index._tree.total_blocks == 3
+    assert index._node["y"] is index._node["x"] and index._node["x"].end_tokens == 12
+    a.check_invariants()
+
+
+def test_a_listener_keeps_the_index_eager_and_subscribing_joins():
+    a = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
+    index = a.index
+    a.allocate("x", 4, content=[("p", 4)])
+    a.append("x", 8, content=[("o", 8)])
+    assert "x" in index._waiting
+
+    class Feed:
+        def __init__(self):
+            self.keys: list = []
+
+        def cached(self, parent, keys, content):
+            self.keys.append(list(keys))
+
+        def evicted(self, keys):
+            pass
+
+    feed = Feed()
+    assert a.subscribe_prefix(feed)
+    assert not index._waiting and index._tree.total_blocks == 3
+    a.append("x", 4, content=[("o", 8, 4)])
+    assert not index._waiting and index._tree.total_blocks == 4 and feed.keys == [[3]]
+
+
+def test_a_release_caches_the_waiting_blocks_and_a_check_catches_stale_records():
+    a = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
+    index = a.index
+    a.allocate("x", 4, content=[("p", 4)])
+    a.append("x", 9, content=[("o", 9)])
+    w = index._waiting["x"]
+    w.full_blocks += 1  # a record past the sequence's tokens
+    with pytest.raises(InvariantError, match="waiting for 'x' are stale"):
+        a.check_invariants()
+    w.full_blocks -= 1
+    a.check_invariants()
+    a.free("x")
+    assert a.pool.num_cached == 3 and index._tree.total_blocks == 3
+    a.check_invariants()
+    with pytest.raises(InvariantError, match="no releasing"):
+        a.allocate("y", 5, content=[("q", 5)])
+        a.append("y", 4, content=[("r", 4)])
+        assert "y" in index._waiting
+        index.released("y", a._tables["y"], False)  # the core calls releasing first
+
+
+def test_a_late_join_keeps_the_later_stamps_of_a_shared_path():
+    """``a``'s fill at t=3 joins at its release, after ``c``'s admission touched the shared
+    system prompt at t=4: that node keeps 4 (eager insertion stamped it 3, then 4)."""
+    run = Run(40, "lru", 0)
+    sys8 = (("sys", 0, 8),)
+    for t, (seq, obs) in enumerate((("a", "oa"), ("b", "ob")), start=1):
+        run.both(lambda x, t=t: x.set_time(float(t)))
+        run.both(lambda x, seq=seq, obs=obs: x.allocate(seq, 12, content=concat(sys8, ((obs, 0, 4),))))
+    run.both(lambda x: x.set_time(3.0))
+    run.both(lambda x: x.append("a", 4, content=(("out-a", 0, 4),)))
+    lazy = run.allocs[0].index
+    assert "a" in lazy._waiting
+    run.both(lambda x: x.set_time(4.0))
+    run.both(lambda x: x.allocate("c", 12, content=concat(sys8, (("oc", 0, 4),))))
+    assert "a" in lazy._waiting  # c's walk stops at the system prompt
+    run.both(lambda x: x.free("a"))
+    shared = lazy._node["b"].parent
+    assert shared.label == sys8 and shared.last_access == 4.0
+    assert lazy._node["c"].parent is shared
+    run.both(_deep)
+
+
+@pytest.mark.parametrize("fill_first", [False, True])
+def test_the_op_counters_stamps_then_simulation_time(fill_first):
+    """Before the first ``set_time`` an op counter stamps (1, 2, ...); a simulation time
+    may be below it. A fill then joins at once where its path carries a later stamp, and
+    fills waiting on the counter join before the clock changes source."""
+    run = Run(40, "lru", 0)
+    run.both(lambda x: x.allocate("a", 4, content=(("p", 0, 4),)))  # stamped 1
+    if fill_first:
+        run.both(lambda x: x.append("a", 4, content=(("out-a", 0, 4),)))  # waits at 2
+        assert "a" in run.allocs[0].index._waiting
+    run.both(lambda x: x.set_time(0.0))
+    assert not run.allocs[0].index._waiting
+    run.both(lambda x: x.append("a", 4, content=(("out-a", 4, 4),)))  # 0.0 < its stamp
+    assert not run.allocs[0].index._waiting
+    run.both(_deep)
+    run.both(lambda x: x.set_time(1.5))
+    run.both(lambda x: x.append("a", 4, content=(("out-a", 8, 4),)))
+    assert "a" in run.allocs[0].index._waiting  # the path now carries 0.0 at most
+    run.both(lambda x: x.free("a"))
+    run.both(_deep)
