@@ -23,8 +23,9 @@ Calls, per operation (hooks run only when the operation succeeds unless said):
 
 Invariant: the index never changes a refcount or a block table (the core does) and never
 calls the core; it may change which blocks the pool keeps cached (retain/unretain, hashes)
-and leaves the pool's books balanced; a miss (``match`` returns None, or ``cancel``) leaves
-the cached content as it was.
+and leaves the pool's books balanced, up to the index joining content it held back (the
+radix index's waiting fills, joined before anything reads them); a miss (``match`` returns
+None, or ``cancel``) leaves the cached content as it was.
 """
 
 from __future__ import annotations
@@ -92,7 +93,10 @@ class PrefixIndex(Protocol):
     def admitted(self, seq_id: Hashable, n_tokens: int, table: list[int], hit: PrefixHit) -> int:
         """``seq_id``'s table (the hit's blocks, then new ones) is installed: cache its full
         blocks and record the hit. Return the tokens copied from a cached partial block into
-        its private tail (served from cache too; the core counts the copy), usually 0."""
+        its private tail (served from cache too; the core counts the copy), usually 0.
+        ``table`` is the core's own list for the sequence's whole life: the index may keep
+        it and read it later (the core only appends to it and may replace its last,
+        partial block on a copy-on-write; an entry of a full block never changes)."""
 
     def check_content(self, content: Any, n_tokens: int, op: str) -> Any:
         """``content`` of ``n_tokens`` in the index's normal form; ``AllocatorError`` if not."""
@@ -101,7 +105,8 @@ class PrefixIndex(Protocol):
         self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any, table: list[int]
     ) -> None:
         """``n_tokens`` (``content`` from ``check_content``, or None: unknown) follow
-        ``tokens``; ``table`` already has their blocks. Cache the blocks that became full."""
+        ``tokens``; ``table`` already has their blocks. Cache the blocks that became full
+        (now, or later from the kept ``table``: see ``admitted``)."""
 
     def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
         """Whether a decode run's appends to these live sequences may reach ``appended``

@@ -103,7 +103,7 @@ class Node:
         self.serial = serial
         self.heap_version = 0
         self.alive = True
-        self.waiting = None
+        self.waiting: object | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -474,7 +474,7 @@ class RadixTree:
                 up.last_access = filled_s
             up = up.parent
 
-    def stamped_by(self, node: Node, now: float) -> bool:
+    def path_not_after(self, node: Node, now: float) -> bool:
         """Whether no node on the path to ``node`` carries a stamp later than ``now`` (then,
         while stamps only grow from ``now`` on, ``extend_late`` leaves what extensions at
         their fill times leave)."""

@@ -59,6 +59,7 @@ and covers full blocks of its live table past that leaf's end (``_check_waiting`
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import ConfigError, InvariantError
@@ -169,7 +170,10 @@ class RadixIndex:
 
     def _join_node(self, node: Node) -> None:
         """The tree's ``join_late``: a walk reached a node with blocks waiting."""
-        self._join(node.waiting)
+        w = node.waiting
+        if not isinstance(w, _Waiting):
+            raise InvariantError(f"radix: {node!r} waits on {w!r}, not this index's record")
+        self._join(w)
 
     def _join(self, w: _Waiting) -> None:
         """Make the one extension the sequence's waiting fills would have made, stamped at
@@ -238,7 +242,11 @@ class RadixIndex:
             if m.block_ids:
                 self.ledger.map(seq_id, m.block_ids)
                 self._tree.touch(m.node, now, hit=True)
-            if self.tail_policy == "cow_tail" and m.tail_tokens and self._tree.owns(m.tail_block_id):
+            if (
+                self.tail_policy == "cow_tail"
+                and m.tail_tokens
+                and self._tree.owns(m.tail_block_id)
+            ):
                 copied = m.tail_tokens  # the source survived any eviction made for room
                 self.stats.cow_tail_copies += 1
         node = self._node[seq_id] = self._tree.root if m is None else m.node
@@ -295,7 +303,7 @@ class RadixIndex:
             self.lazy_leaves
             and self.listener is None
             and tree.can_extend(node)
-            and tree.stamped_by(node, now)  # (not so only past the op counter's stamps)
+            and tree.path_not_after(node, now)  # (not so only past the op counter's stamps)
         ):
             w = self._waiting[seq_id] = _Waiting(seq_id, table, full, now)
             tree.wait(node, w)
@@ -460,19 +468,17 @@ class RadixIndex:
                 raise InvariantError(f"radix: {node!r} lock_ref {node.lock_ref} != {want} pins")
 
 
+@dataclass(slots=True)
 class _Waiting:
-    """A sequence's full blocks waiting to join its leaf: those of ``table`` (the core's
-    live table, read at the join: a full block never changes) from its node's end to
-    ``full_blocks``, the latest filled at ``filled_s``; their content is the head of the
+    """A sequence's full blocks waiting to join its leaf; their content is the head of the
     sequence's ``_tail``."""
 
-    __slots__ = ("seq_id", "table", "full_blocks", "filled_s")
-
-    def __init__(self, seq_id: Hashable, table: list[int], full_blocks: int, filled_s: float):
-        self.seq_id = seq_id
-        self.table = table
-        self.full_blocks = full_blocks
-        self.filled_s = filled_s
+    seq_id: Hashable  # the live sequence whose own leaf they lengthen
+    #: the core's live table (kept, read at the join: an entry of a full block never
+    #: changes, ``PrefixIndex.admitted``); the blocks are those from the leaf's end on
+    table: list[int]
+    full_blocks: int  # the sequence's full blocks now: the waiting ones end here
+    filled_s: float  # when the latest of them filled (the join stamps the path with it)
 
 
 def _past(segs: Segments, n_tokens: int) -> list:

@@ -2,24 +2,25 @@
 something reads it (``RadixIndex._waiting``), and leave what eager insertion leaves.
 
 Random runs of admissions (fresh prompts, the context of a finished or of a live sequence
-plus a new observation), growth with and without content, forks, frees (cached and
-uncached), retain priorities, capacity probes and clock ticks go through a lazy index and
-an eager one (``lazy_leaves = False``) in lockstep: every result, the books, the block
-tables, refcounts and free queue agree after every operation, and the tree (labels, block
-ids, stamps, locks, hit counts, serials), the retained blocks and the family ledger agree
-wherever the lazy tree is read (``RadixIndex.tree`` joins every waiting fill first) and at
-the end.
+plus a new observation), growth with and without content (its own, or a copy of another
+live sequence's next tokens, so one insert walks into another's waiting leaf), forks, frees
+(cached and uncached), retain priorities, holds (pauses), capacity probes and clock ticks
+go through a lazy index and an eager one (``lazy_leaves = False``) in lockstep: every
+result, the books, the block tables, refcounts and free queue agree after every operation,
+and the tree (labels, block ids, stamps, locks, hit counts, serials), the retained blocks
+and the family ledger agree wherever the lazy tree is read (``RadixIndex.tree`` joins every
+waiting fill first) and at the end.
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from sim.errors import InvariantError
 from sim.prefix.kinds import RadixAllocator
-from sim.prefix.spans import concat, n_tokens
+from sim.prefix.spans import concat, n_tokens, slice_tokens
 
 B = 4  # tokens per block
 
@@ -28,8 +29,18 @@ def _tree(index) -> list:
     tree = index.tree  # joins the lazy index's waiting fills
     nodes = [tree.root, *tree.iter_nodes()]
     return sorted(
-        (n.serial, n.parent.serial if n.parent else None, n.label, tuple(n.block_ids),
-         n.lock_ref, n.last_access, n.created_at, n.hit_count, n.retain, n.waiting)  # fmt: skip
+        (
+            n.serial,
+            n.parent.serial if n.parent else None,
+            n.label,
+            tuple(n.block_ids),
+            n.lock_ref,
+            n.last_access,
+            n.created_at,
+            n.hit_count,
+            n.retain,
+            n.waiting,
+        )
         for n in nodes
     ) + [(tree.total_blocks, tree.evictable_blocks, tree.evicted_blocks, tree.n_nodes)]
 
@@ -58,15 +69,25 @@ def _books(alloc) -> tuple:
     )
 
 
+_ADMIT = st.tuples(st.just("admit"), st.integers(0, 60), st.integers(1, 14), st.integers(0, 13))
+_GROW = st.tuples(st.just("grow"), st.integers(0, 60), st.integers(1, 9), st.integers(0, 5))
 _OPS = st.one_of(
-    st.tuples(st.just("admit"), st.integers(0, 60), st.integers(1, 14), st.integers(0, 13)),
-    st.tuples(st.just("grow"), st.integers(0, 60), st.integers(1, 9), st.integers(0, 5)),
+    _ADMIT,
+    _ADMIT,
+    _GROW,
+    _GROW,
+    _GROW,
+    # a live sequence appends the tokens another live one holds past its own length
+    st.tuples(st.just("copy"), st.integers(0, 60), st.integers(0, 60), st.integers(1, 9)),
     st.tuples(st.just("fork"), st.integers(0, 60)),
     st.tuples(st.just("free"), st.integers(0, 60), st.booleans()),
     st.tuples(st.just("retain"), st.integers(0, 60), st.integers(0, 2)),
+    st.tuples(st.just("held"), st.integers(0, 60), st.booleans()),
     st.tuples(st.just("probe"), st.integers(0, 60), st.integers(1, 14)),
     st.tuples(st.just("tick"), st.integers(0, 3)),
-    st.tuples(st.just("peek"),),
+    st.tuples(
+        st.just("peek"),
+    ),
 )
 
 
@@ -118,6 +139,15 @@ class Run:
                 more = ((f"out-{seq}", done, op[2]),)
             if self.both(lambda a: a.append(seq, op[2], content=more)) and more is not None:
                 self.content[seq] = concat(cur, more)
+        elif kind == "copy" and (seq := self.pick(op[1])) is not None:
+            src = self.content.get(self.pick(op[2]) or "")
+            cur = self.content[seq]
+            if cur is None or src is None or n_tokens(src) <= n_tokens(cur):
+                return self.step(("grow", op[1], op[3], 1))
+            n = min(op[3], n_tokens(src) - n_tokens(cur))
+            more = slice_tokens(src, n_tokens(cur), n_tokens(cur) + n)
+            if self.both(lambda a: a.append(seq, n, content=more)):
+                self.content[seq] = concat(cur, more)
         elif kind == "fork" and (seq := self.pick(op[1])) is not None:
             self.n += 1
             child = f"s{self.n}"
@@ -130,6 +160,8 @@ class Run:
                 self.finished.append(content)
         elif kind == "retain" and (seq := self.pick(op[1])) is not None:
             self.both(lambda a: a.set_retain(seq, op[2]))
+        elif kind == "held" and (seq := self.pick(op[1])) is not None:
+            self.both(lambda a: a.set_held(seq, op[2]))
         elif kind == "probe":
             content = concat(self.base(op[1]), (("probe", 0, op[2]),))
             self.both(lambda a: a.can_allocate(n_tokens(content), content=content))
@@ -141,21 +173,43 @@ class Run:
         self.both(_books)
         for a in self.allocs:
             a.check_invariants()
+        lazy = self.allocs[0]
+        if lazy.index._waiting:
+            event("fills waiting")
+        if lazy.prefix_metrics().evicted_blocks:
+            event("evictions")
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.integers(8, 40),
+_CASES = (
+    st.integers(6, 30),
     st.sampled_from([("lru", 0), ("priority", 0), ("lru", 3), ("lru", 0, "cow_tail")]),
-    st.lists(_OPS, max_size=50),
+    st.lists(_OPS, min_size=20, max_size=100),
 )
-def test_a_lazy_leaf_leaves_what_eager_insertion_leaves(blocks, strategy, ops):
+
+
+def _lockstep(blocks: int, strategy: tuple, ops: list) -> None:
     run = Run(blocks, *strategy)
     for op in ops:
         run.step(op)
     for seq in list(run.content):  # and the releases after it
         run.step(("free", list(run.content).index(seq), False))
     run.both(_deep)
+
+
+@settings(max_examples=300, deadline=None)
+@given(*_CASES)
+def test_a_lazy_leaf_leaves_what_eager_insertion_leaves(blocks, strategy, ops):
+    """Removing the join at a fork or at an append of unknown content fails here; the rarer
+    paths (the first ``set_time``, an insert's walk) have unit tests below and fail the slow
+    run of 1,500 examples (measured by removing each join, 2026-12-03)."""
+    _lockstep(blocks, strategy, ops)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None)
+@given(*_CASES)
+def test_a_lazy_leaf_leaves_what_eager_insertion_leaves_long(blocks, strategy, ops):
+    _lockstep(blocks, strategy, ops)
 
 
 def test_fills_wait_until_read_and_a_match_joins_them():
@@ -175,6 +229,28 @@ def test_fills_wait_until_read_and_a_match_joins_them():
     assert index._tree.total_blocks == 3
     assert index._node["y"] is index._node["x"] and index._node["x"].end_tokens == 12
     a.check_invariants()
+
+
+def test_an_insert_walking_into_a_waiting_leaf_joins_it_first():
+    """``c`` forks ``p``; ``p`` grows a block (a new leaf below the shared node, inserted) and
+    another (it waits at that leaf); ``c`` appends the same two blocks: its insert walks
+    through ``p``'s leaf, which must hold its waiting block before the walk reads it."""
+    run = Run(40, "lru", 0)
+    run.both(lambda x: x.set_time(1.0))
+    run.both(lambda x: x.allocate("p", 4, content=(("sys", 0, 4),)))
+    run.both(lambda x: x.fork("p", "c"))
+    out = (("out", 0, 4), ("out", 4, 4))
+    run.both(lambda x: x.append("p", 4, content=out[:1]))
+    run.both(lambda x: x.set_time(2.0))
+    run.both(lambda x: x.append("p", 4, content=out[1:]))
+    lazy = run.allocs[0]
+    assert "p" in lazy.index._waiting and lazy.index._node["p"].end_tokens == 8
+    run.both(lambda x: x.set_time(3.0))
+    run.both(lambda x: x.append("c", 8, content=out))
+    assert not lazy.index._waiting
+    lazy.check_invariants()
+    run.both(_books)
+    run.both(_deep)
 
 
 def test_a_listener_keeps_the_index_eager_and_subscribing_joins():
@@ -229,7 +305,9 @@ def test_a_late_join_keeps_the_later_stamps_of_a_shared_path():
     sys8 = (("sys", 0, 8),)
     for t, (seq, obs) in enumerate((("a", "oa"), ("b", "ob")), start=1):
         run.both(lambda x, t=t: x.set_time(float(t)))
-        run.both(lambda x, seq=seq, obs=obs: x.allocate(seq, 12, content=concat(sys8, ((obs, 0, 4),))))
+        run.both(
+            lambda x, seq=seq, obs=obs: x.allocate(seq, 12, content=concat(sys8, ((obs, 0, 4),)))
+        )
     run.both(lambda x: x.set_time(3.0))
     run.both(lambda x: x.append("a", 4, content=(("out-a", 0, 4),)))
     lazy = run.allocs[0].index
