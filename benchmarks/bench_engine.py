@@ -4,6 +4,7 @@ loop second, whole-process time and peak RSS of ``kvsim run``.
     python benchmarks/bench_engine.py                 # (a) 5k and 50k chat, (b) agents
     python benchmarks/bench_engine.py --only chat     # just (a)
     python benchmarks/bench_engine.py --agents 100    # (b) with fewer trajectories
+    python benchmarks/bench_engine.py --only capacity # (d) the capacity search, 2 workers
 
 The 5,000-request rows are the median of ``--repeat`` runs (5 by default) by whole-process
 time; every other row is one run.
@@ -15,6 +16,10 @@ checkout, put first on ``PYTHONPATH``), ``--repeat`` pairs, and prints the media
 figure and of the paired ratios (this tree / TREE), with the load average before and
 after: on a shared machine only interleaved pairs compare, and CPU seconds (user + system
 of the ``kvsim run`` process) move less with the load than wall seconds.
+
+(d) times ``kvsim capacity workloads/coding_agents_capacity.yaml --slo ttft_p99_s=2
+--json --workers 2`` as a whole (its workers' CPU included: they are waited-for children);
+with ``--compare`` it also says whether the two trees' JSON answers are byte-identical.
 
 ``wall_time_s`` (the simulation loop alone) comes from the run's summary; the whole
 process (imports, loading, simulation, writing the run folder) is timed around a
@@ -98,6 +103,59 @@ def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tupl
     print(f"\nLoad average after: {os.getloadavg()}")
 
 
+CAPACITY = ["capacity", "workloads/coding_agents_capacity.yaml", "--slo", "ttft_p99_s=2",
+            "--json", "--workers", "2"]  # fmt: skip
+
+
+def capacity_once(tree: Path | None = None) -> dict:
+    """Target (d): one ``kvsim capacity`` search in a fresh process (from ``tree`` when
+    given): its JSON answer, wall seconds and CPU seconds of it and its workers."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "sim.cli", *CAPACITY], check=True,
+                          cwd=tree or HERE.parent, env=env, capture_output=True)  # fmt: skip
+    wall_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    answer = json.loads(done.stdout)
+    return {"json": done.stdout, "wall_s": wall_s, "probes": len(answer["points"]),
+            "capacity": answer["capacity"],
+            "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}  # fmt: skip
+
+
+def capacity(tree: Path | None, repeat: int) -> None:
+    """(d) alone, or interleaved with ``tree``: medians of wall and CPU seconds."""
+    print(f"Machine: {machine()}  \nDate: {datetime.datetime.now(datetime.UTC).isoformat(timespec='minutes')}"
+          f"  \nLoad average before: {os.getloadavg()}\n")  # fmt: skip
+    print("`kvsim " + " ".join(CAPACITY) + "`\n")
+    print("| tree | runs | wall s | CPU s | probes | capacity | JSON as this tree's |")
+    print("|---|---:|---:|---:|---:|---|---|")
+    trees = [("this", HERE.parent)] + ([] if tree is None else [(str(tree), tree)])
+    runs: dict[str, list[dict]] = {name: [] for name, _ in trees}
+    for _ in range(repeat):
+        for name, path in trees:
+            runs[name].append(capacity_once(path))
+    mine = runs["this"][0]["json"]
+    med = statistics.median
+    for name, _ in trees:
+        rs = runs[name]
+        cap = rs[0]["capacity"]
+        same = all(r["json"] == mine for r in rs)
+        print(f"| {name} | {len(rs)} | {med(r['wall_s'] for r in rs):.1f} | "
+              f"{med(r['cpu_s'] for r in rs):.1f} | {rs[0]['probes']} | "
+              f"{cap['value']:.2f} ({cap['ci95_low']:.2f} - {cap['ci95_high']:.2f}), "
+              f"per replication {cap['per_replication']} | "
+              f"{'identical' if same else 'differs'} |", flush=True)  # fmt: skip
+    if tree is not None:
+        pairs = list(zip(runs["this"], runs[str(tree)], strict=True))
+        print(f"\nMedian paired ratios (this / other): wall "
+              f"{med(a['wall_s'] / b['wall_s'] for a, b in pairs):.3f}, CPU "
+              f"{med(a['cpu_s'] / b['cpu_s'] for a, b in pairs):.3f}")  # fmt: skip
+    print(f"\nLoad average after: {os.getloadavg()}")
+
+
 def row(label: str, r: dict) -> str:
     s = r["summary"]
     n = s["requests_completed"]
@@ -111,11 +169,14 @@ def row(label: str, r: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["chat", "agents"], default=None)
+    ap.add_argument("--only", choices=["chat", "agents", "capacity"], default=None)
     ap.add_argument("--agents", type=int, default=500, help="trajectories for (b)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of (a); the median is kept")
     ap.add_argument("--compare", type=Path, default=None, help="another tree: interleaved pairs")
     args = ap.parse_args()
+    if args.only == "capacity":
+        capacity(None if args.compare is None else args.compare.resolve(), args.repeat)
+        return
     if args.compare is not None:
         cases = []
         if args.only in (None, "chat"):
