@@ -23,9 +23,10 @@ Calls, per operation (hooks run only when the operation succeeds unless said):
 
 Invariant: the index never changes a refcount or a block table (the core does) and never
 calls the core; it may change which blocks the pool keeps cached (retain/unretain, hashes)
-and leaves the pool's books balanced, up to the index joining content it held back (the
-radix index's waiting fills, joined before anything reads them); a miss (``match`` returns
-None, or ``cancel``) leaves the cached content as it was.
+and leaves the pool's books balanced; a miss (``match`` returns None, or ``cancel``)
+leaves the cached content as it was, up to content the index held back and joins when
+something reads it (the radix index's waiting fills: a probe's walk may join them, which
+caches what filling would have cached already).
 """
 
 from __future__ import annotations

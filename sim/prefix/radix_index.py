@@ -468,7 +468,7 @@ class RadixIndex:
                 raise InvariantError(f"radix: {node!r} lock_ref {node.lock_ref} != {want} pins")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # a record is itself (compared, hashed by identity)
 class _Waiting:
     """A sequence's full blocks waiting to join its leaf; their content is the head of the
     sequence's ``_tail``."""
