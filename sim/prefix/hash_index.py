@@ -28,8 +28,10 @@ past its last full block, so each block is hashed once, in O(its segments).
 Deferred hashing: a running sequence's appends are only recorded (``_Pending``: the content
 pieces, and a global serial for each append that fills a block); ``join`` hashes and caches
 them when something could read the map or the sequence's hashes: a lookup (``match``,
-``can_allocate``), an admission, a fork, a release (``releasing``, before the core drops
-its references), an append of unknown content, a listener subscribing, ``check``. A join
+``can_allocate``: an admission's match joins, so ``admitted`` finds nothing pending), a
+fork, a release (``releasing``, before the core drops its references), an append of
+unknown content, a listener subscribing (``check`` validates the records, joining
+nothing). A join
 hashes each sequence's pending content in one pass and enters the new blocks in the order
 of their serials, so the map (whose per-hash order picks a lookup's block) is what caching
 at fill time leaves. Until then the blocks are allocated (refcount > 0): no count, queue or
@@ -42,10 +44,12 @@ hashes) is told of the hashes of the blocks each admission or append caches (som
 cached already: another copy) and, by the pool, of each hash whose last block loses it;
 without one, each costs one attribute check.
 
-Invariant (``check``, after a ``join``): the pool's (``HashBlockPool.check``, run by the
-core); while a sequence's content is known, it has one hash per full block, each block of
-its table carries its hash in the pool, the last hash chains from the one before over the
-last full block's content, and the unhashed tail is its content past that block.
+Invariant (``check``): the pool's (``HashBlockPool.check``, run by the core); a pending
+record keeps its sequence's live table and counts its appends' full blocks; while a
+sequence's content is known, the part hashed so far (its tokens before its pending pieces)
+has one hash per full block, each block of its table carries its hash in the pool, the
+last hash chains from the one before over the last full block's content, and the unhashed
+tail is its content past that block.
 """
 
 from __future__ import annotations
@@ -167,7 +171,7 @@ class HashIndex:
             self.ledger.map(seq_id, blocks)  # its own fresh blocks: no excess changes
             have.extend(new)
         pending.clear()
-        order.sort()
+        order.sort()  # (one append's blocks tie on the serial: they have distinct hashes)
         self.pool.cache([b for _, b, _ in order], [h for _, _, h in order])
 
     # ------------------------------------------------------------------ admission
@@ -251,6 +255,8 @@ class HashIndex:
                 p.fills.append((self._fills, full))
                 p.full_blocks = full
             return
+        if self._pending:  # (a listener subscribed, or the reference switched on: in order)
+            self.join()
         extend_normal(cur, content)  # normalised by check_content
         tail = self._tail[seq_id]
         extend_normal(tail, content)
