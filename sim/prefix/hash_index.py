@@ -25,20 +25,37 @@ is also *takeable* (it is in the free queue): nothing is evictable apart from it
 Hashing is incremental: a sequence keeps its chain hash (its last block's) and the content
 past its last full block, so each block is hashed once, in O(its segments).
 
+Deferred hashing: a running sequence's appends are only recorded (``_Pending``: the content
+pieces, and a global serial for each append that fills a block); ``join`` hashes and caches
+them when something could read the map or the sequence's hashes: a lookup (``match``,
+``can_allocate``: an admission's match joins, so ``admitted`` finds nothing pending), a
+fork, a release (``releasing``, before the core drops its references), an append of
+unknown content, a listener subscribing (``check`` validates the records, joining
+nothing). A join
+hashes each sequence's pending content in one pass and enters the new blocks in the order
+of their serials, so the map (whose per-hash order picks a lookup's block) is what caching
+at fill time leaves. Until then the blocks are allocated (refcount > 0): no count, queue or
+eviction reads their hashes, and the ledger maps a sequence's own fresh blocks without
+changing ``excess_tokens``. An index with a listener hashes at fill time (the listener is
+told then).
+
 Observers: ``subscribe(listener)`` (a ``sim.memory.PrefixListener``, keys = chained block
 hashes) is told of the hashes of the blocks each admission or append caches (some may be
 cached already: another copy) and, by the pool, of each hash whose last block loses it;
 without one, each costs one attribute check.
 
-Invariant (``check``): the pool's (``HashBlockPool.check``, run by the core); while a
-sequence's content is known, it has one hash per full block, each block of its table
-carries its hash in the pool, the last hash chains from the one before over the last full
-block's content, and the unhashed tail is its content past that block.
+Invariant (``check``): the pool's (``HashBlockPool.check``, run by the core); a pending
+record keeps its sequence's live table and counts its appends' full blocks; while a
+sequence's content is known, the part hashed so far (its tokens before its pending pieces)
+has one hash per full block, each block of its table carries its hash in the pool, the
+last hash chains from the one before over the last full block's content, and the unhashed
+tail is its content past that block.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ConfigError, InvariantError
@@ -55,6 +72,7 @@ from sim.prefix.spans import (
     checked_content,
     extend_normal,
     hash_blocks_from,
+    n_tokens,
     rest,
     slice_tokens,
 )
@@ -65,6 +83,9 @@ class HashIndex:
     """A ``PrefixIndex``: chained block hashes over vLLM's LRU free queue (module docstring)."""
 
     kind = "paged_hash"
+    #: a running sequence's appends are hashed when something reads them (``join``);
+    #: False: at each append (the eager reference, for tests)
+    lazy_hashes = True
 
     def __init__(
         self,
@@ -89,6 +110,9 @@ class HashIndex:
         self._hashes: dict[Hashable, list[int]] = {}  # hashes of its full blocks
         self._tail: dict[Hashable, list] = {}  # its content past its last full block
         self._retain: dict[Hashable, float] = {}  # live sequence -> its retain priority (> 0)
+        #: live sequence -> its appends not hashed yet (``join``)
+        self._pending: dict[Hashable, _Pending] = {}
+        self._fills = 0  # serial of the last append that filled a block
 
     @property
     def evictable_blocks(self) -> int:
@@ -103,14 +127,58 @@ class HashIndex:
 
     def subscribe(self, listener: PrefixListener) -> bool:
         """Report hashes entering the pool's map (``admitted``, ``appended``) and leaving
-        it (the pool tells: an eviction or ``uncache_free`` took its last block)."""
+        it (the pool tells: an eviction or ``uncache_free`` took its last block); from now
+        on every append is hashed at once (a listener is told at fill time)."""
+        self.join()
         self.pool.listener = listener
         return True
+
+    def join(self) -> None:
+        """Hash and cache every pending append: each sequence's content in one pass, the
+        new blocks entered into the pool's map in the order their appends came (serials),
+        as hashing at each append would have entered them."""
+        pending = self._pending
+        if not pending:
+            return
+        bs = self.block_size
+        order: list[tuple[int, int, int]] = []  # (serial, block, hash) of every new block
+        for seq_id, p in pending.items():
+            cur, tail, have = self._content[seq_id], self._tail[seq_id], self._hashes[seq_id]
+            if cur is None:
+                raise InvariantError(f"paged_hash: {seq_id!r} pends content after unknown tokens")
+            pieces = p.pieces
+            if len(pieces) > 1:  # one normal run of them, then one join onto each list
+                run: list = []
+                for piece in pieces:
+                    extend_normal(run, piece)
+                pieces = [run]
+            for piece in pieces:
+                extend_normal(cur, piece)
+                extend_normal(tail, piece)
+            if not p.fills:
+                continue
+            start = len(have)
+            new, qi, qoff = hash_blocks_from(tail, 0, 0, bs, have[-1] if have else ROOT_HASH)
+            self._tail[seq_id] = rest(tail, qi, qoff)
+            blocks = p.table[start : start + len(new)]
+            k = 0
+            for serial, full in p.fills:  # the blocks an append filled carry its serial
+                while k < full - start:
+                    order.append((serial, blocks[k], new[k]))
+                    k += 1
+            if k != len(new):
+                raise InvariantError(f"paged_hash: {seq_id!r}: fills cover {k} of {len(new)}")
+            self.ledger.map(seq_id, blocks)  # its own fresh blocks: no excess changes
+            have.extend(new)
+        pending.clear()
+        order.sort()  # (one append's blocks tie on the serial: they have distinct hashes)
+        self.pool.cache([b for _, b, _ in order], [h for _, _, h in order])
 
     # ------------------------------------------------------------------ admission
     def _lookup(self, n_tokens: int, content: Any, op: str):
         """(hashed content, cached run, capped hit, whether it fits) of a new prompt."""
         segs = None if content is None else checked_content(content, n_tokens, op, self.kind)
+        self.join()  # the map as caching at fill time leaves it
         if segs is None:
             hashes, tail = [], []
         else:
@@ -136,6 +204,8 @@ class HashIndex:
 
     def admitted(self, seq_id: Hashable, n_tokens: int, table: list[int], hit: PrefixHit) -> int:
         (segs, hashes, tail), found = hit.state
+        if self._pending:  # (match joined them; nothing appends between)
+            raise InvariantError("paged_hash: appends pending at an admission")
         n_hit = len(hit.block_ids)
         self.pool.cache(table[n_hit : len(hashes)], hashes[n_hit:])
         listener = self.pool.listener
@@ -171,8 +241,22 @@ class HashIndex:
         if cur is None:
             return
         if content is None:
+            self.join()  # what it appended before is hashed first, in order
             self._content[seq_id] = None  # tokens of unknown content: nothing more to cache
             return
+        if self.lazy_hashes and self.pool.listener is None:
+            p = self._pending.get(seq_id)
+            if p is None:
+                p = self._pending[seq_id] = _Pending(table, len(self._hashes[seq_id]))
+            p.pieces.append(content)  # normalised by check_content
+            full = (tokens + n_tokens) // self.block_size
+            if full > p.full_blocks:
+                self._fills += 1
+                p.fills.append((self._fills, full))
+                p.full_blocks = full
+            return
+        if self._pending:  # (a listener subscribed, or the reference switched on: in order)
+            self.join()
         extend_normal(cur, content)  # normalised by check_content
         tail = self._tail[seq_id]
         extend_normal(tail, content)
@@ -191,6 +275,7 @@ class HashIndex:
         have.extend(new)
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
+        self.join()  # the child copies the parent's hashes
         cur = self._content[parent_id]
         self._content[child_id] = None if cur is None else list(cur)
         self._hashes[child_id] = list(self._hashes[parent_id])
@@ -208,11 +293,15 @@ class HashIndex:
             self._retain.pop(seq_id, None)
 
     def releasing(self, seq_id: Hashable) -> None:
-        """Nothing: every full block is hashed as it fills."""
+        """Before the core drops its references: pending appends are hashed (every
+        sequence's, in order), so the blocks reaching refcount 0 are cached as at fill time."""
+        self.join()
 
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Forget it; with ``uncache`` each of its blocks that no other table maps loses
         its hash (``HashBlockPool.uncache_free``, counted as evictions)."""
+        if seq_id in self._pending:
+            raise InvariantError(f"paged_hash: {seq_id!r} released with appends pending")
         del self._content[seq_id], self._hashes[seq_id], self._tail[seq_id]
         self.ledger.release(seq_id, table)
         priority = self._retain.pop(seq_id, 0.0)
@@ -233,13 +322,39 @@ class HashIndex:
         )
 
     def check(self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]) -> None:
+        """The ledger's, each pending record's (``_check_pending``) and each sequence's
+        hashed part (``_check_hashes``); nothing is joined."""
         try:
             self.ledger.check(tables)
         except InvariantError as exc:
             raise InvariantError(f"paged_hash: {exc}") from None
         for seq_id, hashes in self._hashes.items():
             if self._content[seq_id] is not None:
-                self._check_hashes(seq_id, hashes, tables[seq_id], tokens[seq_id])
+                hashed = tokens[seq_id]
+                if seq_id in self._pending:
+                    hashed = self._check_pending(seq_id, tables[seq_id], hashed)
+                self._check_hashes(seq_id, hashes, tables[seq_id], hashed)
+            elif seq_id in self._pending:
+                raise InvariantError(f"paged_hash: {seq_id!r} pends content after unknown tokens")
+
+    def _check_pending(self, seq_id: Hashable, table: list[int], tokens: int) -> int:
+        """A pending record keeps the live table and counts its appends' full blocks:
+        returns the tokens hashed (those before its pieces)."""
+        p = self._pending[seq_id]
+        pieces = sum(n_tokens(piece) for piece in p.pieces)
+        fills = [f for _, f in p.fills]
+        serials = [s for s, _ in p.fills]
+        if (
+            p.table is not table
+            or not 0 < pieces <= tokens
+            or p.full_blocks != tokens // self.block_size
+            or p.full_blocks != (fills[-1] if fills else len(self._hashes[seq_id]))
+            or fills != sorted(set(fills))
+            or serials != sorted(set(serials))
+            or (serials and serials[-1] > self._fills)
+        ):
+            raise InvariantError(f"paged_hash: pending appends of {seq_id!r} are stale")
+        return tokens - pieces
 
     def _check_hashes(
         self, seq_id: Hashable, hashes: list[int], table: list[int], tokens: int
@@ -247,6 +362,8 @@ class HashIndex:
         """O(blocks + segments): no hash is recomputed but the last one."""
         cur, bs = tuple(self._content[seq_id]), self.block_size
         full = tokens // bs
+        if n_tokens(cur) != tokens:
+            raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale (length)")
         block_hash = self.pool.block_hash
         stale = len(hashes) != full or any(block_hash[table[i]] != h for i, h in enumerate(hashes))
         if not stale and full:
@@ -254,3 +371,16 @@ class HashIndex:
             stale = hashes[-1] != chain_hash(parent, slice_tokens(cur, (full - 1) * bs, full * bs))
         if stale or self._tail[seq_id] != rest(cur, *advance(cur, 0, 0, full * bs)):
             raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale")
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A live sequence's appends not hashed yet (``HashIndex.join``)."""
+
+    #: the core's live table (kept: ``PrefixIndex.admitted``); the new blocks are read
+    #: from it at the join
+    table: list[int]
+    full_blocks: int  # its full blocks after the last pending append
+    pieces: list = field(default_factory=list)  # each append's normal content, in order
+    #: (serial, full blocks after it) of each pending append that filled a block
+    fills: list[tuple[int, int]] = field(default_factory=list)
