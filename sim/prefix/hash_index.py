@@ -31,10 +31,9 @@ them when something could read the map or the sequence's hashes: a lookup (``mat
 ``can_allocate``: an admission's match joins, so ``admitted`` finds nothing pending), a
 fork, a release (``releasing``, before the core drops its references), an append of
 unknown content, a listener subscribing (``check`` validates the records, joining
-nothing). A join
-hashes each sequence's pending content in one pass and enters the new blocks in the order
-of their serials, so the map (whose per-hash order picks a lookup's block) is what caching
-at fill time leaves. Until then the blocks are allocated (refcount > 0): no count, queue or
+nothing). A join hashes each sequence's pending content in one pass and enters the new
+blocks in the order of their serials, so the map (whose per-hash order picks a lookup's
+block) is what caching at fill time leaves. Until then the blocks are allocated (refcount > 0): no count, queue or
 eviction reads their hashes, and the ledger maps a sequence's own fresh blocks without
 changing ``excess_tokens``. An index with a listener hashes at fill time (the listener is
 told then).
@@ -373,7 +372,7 @@ class HashIndex:
             raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # a record is itself (compared by identity)
 class _Pending:
     """A live sequence's appends not hashed yet (``HashIndex.join``)."""
 
