@@ -19,12 +19,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from lockstep import COMMON_OPS, B, Lockstep, books
 
 from sim.errors import InvariantError
 from sim.prefix.kinds import RadixAllocator
-from sim.prefix.spans import concat, n_tokens, slice_tokens
-
-B = 4  # tokens per block
+from sim.prefix.spans import concat, n_tokens
 
 
 def _tree(index) -> list:
@@ -56,118 +55,55 @@ def _deep(alloc) -> tuple:
     return tree, retained, index.ledger._fams, index.ledger.excess_tokens, index._tail
 
 
-def _books(alloc) -> tuple:
-    """What the core and the engine read, without reading the tree."""
-    pool = alloc.pool
-    return (
-        alloc.metrics(),
-        alloc.kv_slots(),
-        alloc.prefix_metrics(),
-        alloc.take_activity(),
-        alloc.available_blocks(),
-        pool.free_queue(),
-        list(pool.refcount),
-        {s: list(t) for s, t in alloc._tables.items()},
-    )
-
-
-_ADMIT = st.tuples(st.just("admit"), st.integers(0, 60), st.integers(1, 14), st.integers(0, 13))
-_GROW = st.tuples(st.just("grow"), st.integers(0, 60), st.integers(1, 9), st.integers(0, 5))
 _OPS = st.one_of(
-    _ADMIT,
-    _ADMIT,
-    _GROW,
-    _GROW,
-    _GROW,
-    # a live sequence appends the tokens another live one holds past its own length
-    st.tuples(st.just("copy"), st.integers(0, 60), st.integers(0, 60), st.integers(1, 9)),
-    st.tuples(st.just("fork"), st.integers(0, 60)),
+    *COMMON_OPS,
     # fork, the parent grows a block and another, the child copies both (an insert walks
     # into the parent's waiting leaf)
     st.tuples(st.just("fork_and_follow"), st.integers(0, 60)),
-    st.tuples(st.just("free"), st.integers(0, 60), st.booleans()),
-    st.tuples(st.just("retain"), st.integers(0, 60), st.integers(0, 2)),
-    st.tuples(st.just("held"), st.integers(0, 60), st.booleans()),
-    st.tuples(st.just("probe"), st.integers(0, 60), st.integers(1, 14)),
     st.tuples(st.just("tick"), st.integers(0, 3)),
     # the clock ticks, a fresh prompt shares only a system prompt (its walk stops above
     # any waiting leaf and touches the shared nodes), and the tree is read
     st.tuples(st.just("tick_admit_peek"), st.integers(0, 60), st.integers(1, 14)),
-    st.tuples(st.just("peek"), st.just(0)),
 )
 
 
-class Run:
-    """One allocator per mode, driven in lockstep; ``content`` is each live sequence's."""
+class Run(Lockstep):
+    """A lazy and an eager radix allocator in lockstep, with a clock."""
 
     def __init__(self, blocks: int, eviction: str, tau: int, tail_policy: str = "truncate") -> None:
-        self.allocs = []
+        allocs = []
         for lazy in (True, False):
             a = RadixAllocator(pool_bytes=blocks * B, kv_bytes_per_token=1, block_size=B,
                                eviction=eviction, tau_low_blocks=tau,
                                target_free_blocks=2 * tau, tail_policy=tail_policy)  # fmt: skip
             a.index.lazy_leaves = lazy
-            self.allocs.append(a)
-        self.content: dict[str, tuple | None] = {}  # live sequence -> its content (None: unknown)
-        self.finished: list[tuple] = []
-        self.n = 0
+            allocs.append(a)
+        super().__init__(allocs, _deep)
         self.now = 0.0
 
-    def both(self, op):
-        lazy, eager = (op(a) for a in self.allocs)
-        assert lazy == eager
-        return lazy
+    def act(self, op: tuple) -> None:
+        if op[0] == "tick":
+            self.now += op[1] * 0.5
+            self.both(lambda a: a.set_time(self.now))
 
-    def pick(self, k: int) -> str | None:
-        live = list(self.content)
-        return live[k % len(live)] if live else None
-
-    def base(self, k: int) -> tuple:
-        known = [c for c in self.content.values() if c is not None] + self.finished
-        if known and k % 3:
-            return known[k % len(known)]
-        return (("sys", 0, 1 + k % 13),)
+    def checked(self) -> None:
+        lazy = self.allocs[0]
+        if lazy.index._waiting:
+            event("fills waiting")
+        if lazy.prefix_metrics().evicted_blocks:
+            event("evictions")
 
     def step(self, op: tuple) -> None:
         kind = op[0]
-        if kind == "admit":
-            self.n += 1
-            seq = f"s{self.n}"
-            content = concat(self.base(op[1]), ((f"obs-{seq}", 0, op[2]),))
-            if self.both(lambda a: a.allocate(seq, n_tokens(content), content=content)):
-                self.content[seq] = content
-        elif kind == "grow" and (seq := self.pick(op[1])) is not None:
-            cur = self.content[seq]
-            if cur is None or op[3] == 0:  # unknown content from here on
-                more, self.content[seq] = None, None
-            else:
-                done = sum(n for c, _, n in cur if c == f"out-{seq}")
-                more = ((f"out-{seq}", done, op[2]),)
-            if self.both(lambda a: a.append(seq, op[2], content=more)) and more is not None:
-                self.content[seq] = concat(cur, more)
-        elif kind == "copy" and (seq := self.pick(op[1])) is not None:
-            src = self.content.get(self.pick(op[2]) or "")
-            cur = self.content[seq]
-            if cur is None or src is None or n_tokens(src) <= n_tokens(cur):
-                return self.step(("grow", op[1], op[3], 1))
-            n = min(op[3], n_tokens(src) - n_tokens(cur))
-            more = slice_tokens(src, n_tokens(cur), n_tokens(cur) + n)
-            if self.both(lambda a: a.append(seq, n, content=more)):
-                self.content[seq] = concat(cur, more)
-        elif kind == "fork" and (seq := self.pick(op[1])) is not None:
-            self.n += 1
-            child = f"s{self.n}"
-            if self.both(lambda a: a.fork(seq, child)):
-                self.content[child] = self.content[seq]
-        elif kind == "tick_admit_peek":
+        if kind == "tick_admit_peek":
             self.step(("tick", 0))
-            self.step(("admit", 3 * op[1], op[2], 0))  # 3 k: base() gives a fresh prompt
-            return self.step(("peek",))
+            self.step(("admit", 3 * op[1], op[2]))  # 3 k: base() gives a fresh prompt
+            self.step(("peek",))
         elif kind == "fork_and_follow" and (seq := self.pick(op[1])) is not None:
             self.step(("fork", op[1]))
             child = f"s{self.n}"
             if self.content[seq] is None or child not in self.content:
-                return None
+                return
             tokens = n_tokens(self.content[seq])
             at = list(self.content).index  # positions move as sequences come and go
             self.step(("grow", at(seq), -tokens % B + B, 1))  # fills its block and one more
@@ -176,32 +112,8 @@ class Run:
             if seq in self.content and child in self.content:
                 grown = n_tokens(self.content[seq]) - tokens
                 self.step(("copy", at(child), at(seq), grown))
-            return None
-        elif kind == "free" and (seq := self.pick(op[1])) is not None:
-            self.both(lambda a: (a.free_uncached if op[2] else a.free)(seq))
-            content = self.content.pop(seq)
-            if content is not None:
-                self.finished.append(content)
-        elif kind == "retain" and (seq := self.pick(op[1])) is not None:
-            self.both(lambda a: a.set_retain(seq, op[2]))
-        elif kind == "held" and (seq := self.pick(op[1])) is not None:
-            self.both(lambda a: a.set_held(seq, op[2]))
-        elif kind == "probe":
-            content = concat(self.base(op[1]), (("probe", 0, op[2]),))
-            self.both(lambda a: a.can_allocate(n_tokens(content), content=content))
-        elif kind == "tick":
-            self.now += op[1] * 0.5
-            self.both(lambda a: a.set_time(self.now))
-        elif kind == "peek":
-            self.both(_deep)
-        self.both(_books)
-        for a in self.allocs:
-            a.check_invariants()
-        lazy = self.allocs[0]
-        if lazy.index._waiting:
-            event("fills waiting")
-        if lazy.prefix_metrics().evicted_blocks:
-            event("evictions")
+        else:
+            super().step(op)
 
 
 _CASES = (
@@ -215,9 +127,7 @@ def _lockstep(blocks: int, strategy: tuple, ops: list) -> None:
     run = Run(blocks, *strategy)
     for op in ops:
         run.step(op)
-    for seq in list(run.content):  # and the releases after it
-        run.step(("free", list(run.content).index(seq), False))
-    run.both(_deep)
+    run.release_all()
 
 
 @settings(max_examples=300, deadline=None)
@@ -274,7 +184,7 @@ def test_an_insert_walking_into_a_waiting_leaf_joins_it_first():
     run.both(lambda x: x.append("c", 8, content=out))
     assert not lazy.index._waiting
     lazy.check_invariants()
-    run.both(_books)
+    run.both(books)
     run.both(_deep)
 
 
