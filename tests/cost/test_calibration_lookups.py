@@ -43,7 +43,14 @@ def test_time_at_is_the_searchsorted_form(table, m):
 
 def test_time_at_at_and_between_and_past_the_measured_counts():
     t = GemmTable(4096, 4096, (1, 64, 128), (10e-6, 12e-6, 20e-6))
-    assert [t.time_at(m) for m in (0, 1, 2, 64, 64.5, 128)] == [10e-6, 10e-6, 12e-6, 12e-6, 20e-6, 20e-6]
+    assert [t.time_at(m) for m in (0, 1, 2, 64, 64.5, 128)] == [
+        10e-6,
+        10e-6,
+        12e-6,
+        12e-6,
+        20e-6,
+        20e-6,
+    ]
     assert t.time_at(384) == 20e-6 * 3.0  # linear past the last count
 
 
@@ -52,7 +59,9 @@ def test_the_unchecked_efficiency_is_the_checked_one_and_the_check_stays():
     ctx = np.array([1.0, 17.0, 1000.0, 4096.0, 2.0e6])
     for bs in (16, 32):
         assert np.array_equal(cal.attention_bw_at(bs, ctx), cal.attention_bw_efficiencies(bs, ctx))
-    assert cal.attention_bw_efficiency(16, 1000) == float(cal.attention_bw_at(16, np.array([1000.0]))[0])
+    assert cal.attention_bw_efficiency(16, 1000) == float(
+        cal.attention_bw_at(16, np.array([1000.0]))[0]
+    )
     for bad in ([0.0], [5.0, -1.0], [np.nan, -3.0]):
         with pytest.raises(ValueError, match="context <= 0"):
             cal.attention_bw_efficiencies(16, np.array(bad))
@@ -60,8 +69,11 @@ def test_the_unchecked_efficiency_is_the_checked_one_and_the_check_stays():
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.floats(0.0, 1e-4), st.floats(1e-3, 1.0), st.floats(1e-3, 1.0),
-    st.one_of(st.integers(0, 1 << 40), st.floats(0.0, 1e12)), st.floats(0.0, 1e15),
+    st.floats(0.0, 1e-4),
+    st.floats(1e-3, 1.0),
+    st.floats(1e-3, 1.0),
+    st.one_of(st.integers(0, 1 << 40), st.floats(0.0, 1e12)),
+    st.floats(0.0, 1e15),
 )
 def test_a_kernel_fit_on_floats_is_its_numpy_form(floor, bw_eff, fl_eff, n_bytes, flops):
     """``KernelFit.time_s`` on scalars picks the larger term as ``np.maximum`` does (the

@@ -152,7 +152,11 @@ def test_a_batch_takes_the_ids_one_take_each_would():
     batch.append_each(items)
     assert batch._tables == one._tables and batch._tables["a"] == [0, 5, 6, 8]
     assert batch.pool.free_queue() == one.pool.free_queue()
-    assert (batch.changes, batch._unfilled, batch.kv_slots()) == (one.changes, one._unfilled, one.kv_slots())
+    assert (batch.changes, batch._unfilled, batch.kv_slots()) == (
+        one.changes,
+        one._unfilled,
+        one.kv_slots(),
+    )
     assert batch._peak_allocated_bytes == one._peak_allocated_bytes == 9 * B
 
 
@@ -161,7 +165,9 @@ def test_what_a_batch_cannot_do_goes_one_by_one():
     assert alloc.allocate("p", 5)
     assert alloc.fork("p", "q")  # a shared partial last block: the next write copies it
     alloc.append_each([("p", 1)])
-    assert alloc.take_activity().cow_copies == 1 and alloc._tables["p"][-1] != alloc._tables["q"][-1]
+    assert (
+        alloc.take_activity().cow_copies == 1 and alloc._tables["p"][-1] != alloc._tables["q"][-1]
+    )
     assert alloc.allocate("h", 4)
     alloc.set_held("h", True)  # held: ``append`` takes it out of the paused slots and back
     alloc.append_each([("h", 1)])
@@ -233,4 +239,9 @@ def test_a_runs_growth_keeps_the_order_of_blocks_around_a_copy():
         states.append(_state(alloc, ledger))
     assert states[0] == states[1]
     tables = states[0][0]
-    assert (tables["a"], tables["p"], tables["q"], tables["b"]) == ([0, 4, 5], [1, 6, 7], [1, 2], [3, 8, 9])
+    assert (tables["a"], tables["p"], tables["q"], tables["b"]) == (
+        [0, 4, 5],
+        [1, 6, 7],
+        [1, 2],
+        [3, 8, 9],
+    )
