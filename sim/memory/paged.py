@@ -259,21 +259,26 @@ class PagedAllocator(Allocator):
         rc = pool.refcount
         counts = []
         need = unfilled = 0
+        after: dict[Hashable, tuple[int, int]] = {}  # tokens and blocks after its appends
         for seq_id, n_tokens in items:
-            tokens = tokens_of.get(seq_id)
-            if (
-                tokens is None
-                or n_tokens.__class__ is not int
-                or n_tokens <= 0
-                or (held and seq_id in held)
-                or (tokens % bs and rc[tables[seq_id][-1]] > 1)
-            ):
+            if n_tokens.__class__ is not int or n_tokens <= 0 or (held and seq_id in held):
                 super().append_each(items)  # nothing has changed yet
                 return
-            k = (tokens + n_tokens + bs - 1) // bs - len(tables[seq_id])
+            so_far = after.get(seq_id)
+            if so_far is None:
+                tokens = tokens_of.get(seq_id)
+                if tokens is None or (tokens % bs and rc[tables[seq_id][-1]] > 1):
+                    super().append_each(items)
+                    return
+                blocks = len(tables[seq_id])
+            else:  # its second append in the batch: its own last block now
+                tokens, blocks = so_far
+            end = tokens + n_tokens
+            k = (end + bs - 1) // bs - blocks
+            after[seq_id] = (end, blocks + k)
             counts.append(k)
             need += k
-            unfilled += -(tokens + n_tokens) % bs - -tokens % bs
+            unfilled += -end % bs - -tokens % bs
         if need > pool.num_free:
             raise InvariantError(f"{self.kind}: append_each: {need} blocks, {pool.num_free} free")
         ids = pool.take(need) if need else []

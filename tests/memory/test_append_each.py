@@ -160,6 +160,38 @@ def test_a_batch_takes_the_ids_one_take_each_would():
     assert batch._peak_allocated_bytes == one._peak_allocated_bytes == 9 * B
 
 
+_ITEMS = st.lists(st.tuples(st.sampled_from("abcdpq"), st.integers(0, 2 * B)), max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 3 * B), min_size=4, max_size=4), st.booleans(), st.booleans(), _ITEMS)
+def test_append_each_is_the_appends_one_by_one(prompts, forked, held, items):
+    """Any batch, a sequence twice included: the same tables, books and errors."""
+    states, errors = [], []
+    for batch in (True, False):
+        alloc = _paged(64, True)
+        for seq, tokens in zip("abcd", prompts, strict=True):
+            assert alloc.allocate(seq, tokens)
+        if forked:
+            assert alloc.fork("a", "p") and alloc.fork("b", "q")
+        if held:
+            alloc.set_held("c", True)
+        try:
+            if batch:
+                alloc.append_each(items)
+            else:
+                for seq, n in items:
+                    assert alloc.append(seq, n)
+            errors.append(None)
+        except Exception as exc:  # an unknown sequence: the same error either way
+            errors.append(type(exc))
+            continue
+        alloc.check_invariants()
+        states.append(_state(alloc, DeferredAppends(alloc, uses_content=False)))
+    assert errors[0] == errors[1]
+    assert states[0] == states[1] if len(states) == 2 else errors[0] is not None
+
+
 def test_what_a_batch_cannot_do_goes_one_by_one():
     alloc = _paged(16, True)
     assert alloc.allocate("p", 5)
