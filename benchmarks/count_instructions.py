@@ -9,9 +9,12 @@ building the scenario and stopping, once building it and running the loop
 (``Simulation.run`` without collecting the tables, as ``profile_engine.py``); the loop's
 instructions are the difference, reported with the ratio to the first tree. Runs are one
 at a time, each ~50x slower than without valgrind (chat at 1,500 requests: ~1 minute).
-Every run compiles every module from source (``PYTHONPYCACHEPREFIX`` an empty folder,
-nothing written), so a tree's ``__pycache__`` cannot make its start cheaper than another
-tree's; that part is the same in both runs of a tree and cancels. Needs ``valgrind``.
+Byte-code comes from a cache of each tree's own (``PYTHONPYCACHEPREFIX`` a fresh folder,
+filled by one run without valgrind first, then read only), so no tree starts cheaper
+because its ``__pycache__`` happened to be warm or cold; string hashing is fixed
+(``PYTHONHASHSEED=0``). A tree's loop count still varies by ~0.7 % from run to run (a
+reviewer's two runs of the same tree: 458.3 M and 455.2 M at 200 chat requests; the loop is
+the difference of two larger counts), so read ratios beyond ~1 %. Needs ``valgrind``.
 """
 
 from __future__ import annotations
@@ -37,16 +40,29 @@ if {run_loop!r}:
 """
 
 
-def instructions(tree: Path, scenario: str, sets: list[str], run_loop: bool) -> int:
-    """Instructions of one process (valgrind's "Collected" count)."""
-    code = _CHILD.format(bench=str(Path(__file__).resolve().parent), sets=sets,
+def _code(scenario: str, sets: list[str], run_loop: bool) -> str:
+    return _CHILD.format(bench=str(Path(__file__).resolve().parent), sets=sets,
                          scenario=scenario, run_loop=run_loop)  # fmt: skip
+
+
+def warm(tree: Path, scenario: str, sets: list[str], pyc: Path) -> None:
+    """Fill ``pyc`` with the byte-code of everything a run imports (one run, no valgrind;
+    the loop too, since it imports some modules on first use)."""
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=str(pyc))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-c", _code(scenario, sets, True)], cwd=tree, env=env,
+                   check=True, capture_output=True)  # fmt: skip
+
+
+def instructions(tree: Path, scenario: str, sets: list[str], run_loop: bool, pyc: Path) -> int:
+    """Instructions of one process (valgrind's "Collected" count)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))  # fmt: skip
+                   PYTHONPYCACHEPREFIX=str(pyc), PYTHONHASHSEED="0")  # fmt: skip
         done = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", code],
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+             "-c", _code(scenario, sets, run_loop)],
             cwd=tree, env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
     found = re.search(r"Collected : (\d+)", done.stderr)
@@ -68,8 +84,11 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     first = None
     for tree in map(Path, args.tree):
-        built = instructions(tree, args.scenario, args.set, False)
-        whole = instructions(tree, args.scenario, args.set, True)
+        with tempfile.TemporaryDirectory() as tmp:
+            pyc = Path(tmp)
+            warm(tree, args.scenario, args.set, pyc)
+            built = instructions(tree, args.scenario, args.set, False, pyc)
+            whole = instructions(tree, args.scenario, args.set, True, pyc)
         loop = whole - built
         first = loop if first is None else first
         print(f"| {tree} | {built:,} | {whole:,} | {loop:,} | {loop / first:.3f} |", flush=True)

@@ -127,36 +127,38 @@ class DeferredAppends:
         budget = None if bs is None or strict else self.alloc.bulk_free_blocks()
         bulk: list[tuple[Hashable, int]] = []  # appends known to fit, not yet made
         added = done = 0
-        for req in requests:
-            seq = req.seq_id
-            target = req.num_computed + n
-            t = total[seq]
-            need = target - t
-            if need > 0:
-                r = room[seq]
-                if need < r or (need == r and not strict):
-                    room[seq] = r - need
-                    total[seq] = target
-                    p = pending.get(seq)
-                    if p is None:
-                        pending[seq] = need
-                        owner[seq] = req
+        try:  # what was queued is made even if a misuse raises (the books stay one)
+            for req in requests:
+                seq = req.seq_id
+                target = req.num_computed + n
+                t = total[seq]
+                need = target - t
+                if need > 0:
+                    r = room[seq]
+                    if need < r or (need == r and not strict):
+                        room[seq] = r - need
+                        total[seq] = target
+                        p = pending.get(seq)
+                        if p is None:
+                            pending[seq] = need
+                            owner[seq] = req
+                        else:
+                            pending[seq] = p + need
+                        added += need
+                    elif budget is not None and (t + r) % bs == 0 and (k := (need - r + bs - 1) // bs) <= budget:  # fmt: skip
+                        budget -= k  # the last block is the sequence's own: k new blocks
+                        self._queue(seq, t, target, bulk)
                     else:
-                        pending[seq] = p + need
-                    added += need
-                elif budget is not None and (t + r) % bs == 0 and (k := (need - r + bs - 1) // bs) <= budget:  # fmt: skip
-                    budget -= k  # the last block is the sequence's own: k new blocks
-                    self._queue(seq, t, target, bulk)
-                else:
-                    self._append_queued(bulk)
-                    grown = self.grow(req, target)
-                    if budget is not None:
-                        budget = self.alloc.bulk_free_blocks()
-                    if not grown:
-                        break
-            done += 1
-        self._append_queued(bulk)
-        self.pending_tokens += added
+                        self._append_queued(bulk)
+                        grown = self.grow(req, target)
+                        if budget is not None:
+                            budget = self.alloc.bulk_free_blocks()
+                        if not grown:
+                            break
+                done += 1
+        finally:
+            self.pending_tokens += added
+            self._append_queued(bulk)
         return done
 
     def _queue(
@@ -237,8 +239,9 @@ class DeferredAppends:
         late_room = 0 if late is None else room[late[0].seq_id]
         if not 0 <= late_room < bs:
             return self._off_shape(late_room)
-        if late is not None and late_room == 0 and total[late[0].seq_id] % bs:
-            return DecodeRun(0, [])  # a fork's shared last block: its first write copies it
+        # a fork's shared last block (room 0 inside a block): its first write copies it,
+        # one block more at once, which the arithmetic below does not count: no run
+        shared = late is not None and late_room == 0 and total[late[0].seq_id] % bs != 0
         # step r + 1 takes a block for every seq with room == r % B: the first
         # min(B, max_steps) residues, repeated (O(batch + steps), whatever B is)
         width = min(bs, max_steps)
@@ -248,11 +251,13 @@ class DeferredAppends:
             if 0 < r < width:
                 per_step[r] += 1
             elif r == 0:
-                if total[seq] % bs:  # a shared last block (a fork's): stepped, not run
-                    return DecodeRun(0, [])
+                if total[seq] % bs:
+                    shared = True
                 per_step[0] += 1
             elif not 0 <= r < bs:
                 return self._off_shape(r)
+        if shared:
+            return DecodeRun(0, [])
         if max_steps > bs:
             per_step = (per_step * (max_steps // bs + 1))[:max_steps]
         if late is not None:  # its appends start at step `first`: blocks at first + room + t B
@@ -375,29 +380,31 @@ class DeferredAppends:
         batched = not (bs is None or strict) and self.alloc.bulk_free_blocks() is not None
         bulk: list[tuple[Hashable, int]] = []
         added = 0
-        for req, need in zip(requests, needs, strict=False):  # needs may be endless
-            if need <= 0:
-                continue
-            seq = req.seq_id
-            r = room[seq]
-            if need < r or (need == r and not strict):
-                room[seq] = r - need
-                total[seq] += need
-                p = pending.get(seq)
-                if p is None:
-                    pending[seq] = need
-                    owner[seq] = req
-                else:
-                    pending[seq] = p + need
-                added += need
-                continue
-            t = total[seq]
-            if batched:  # a shared last block too: ``append_each`` copies it in turn
-                self._queue(seq, t, t + need, bulk)
-            elif not self.grow(req, t + need):
-                raise InvariantError(f"fast path: planned growth of {req!r} missed")
-        self._append_queued(bulk)
-        self.pending_tokens += added
+        try:
+            for req, need in zip(requests, needs, strict=False):  # needs may be endless
+                if need <= 0:
+                    continue
+                seq = req.seq_id
+                r = room[seq]
+                if need < r or (need == r and not strict):
+                    room[seq] = r - need
+                    total[seq] += need
+                    p = pending.get(seq)
+                    if p is None:
+                        pending[seq] = need
+                        owner[seq] = req
+                    else:
+                        pending[seq] = p + need
+                    added += need
+                    continue
+                t = total[seq]
+                if batched:  # a shared last block too: ``append_each`` copies it in turn
+                    self._queue(seq, t, t + need, bulk)
+                elif not self.grow(req, t + need):
+                    raise InvariantError(f"fast path: planned growth of {req!r} missed")
+        finally:
+            self.pending_tokens += added
+            self._append_queued(bulk)
 
     def _append_upto(self, req: Any, target: int) -> None:
         seq = req.seq_id

@@ -239,9 +239,15 @@ class PagedAllocator(Allocator):
         whose last block is its own (or full) then only takes ``ceil`` of its overflow in
         free blocks; None with them (an append may evict, or take and return side
         blocks)."""
-        if self.index is None and self.kv_groups is None:
+        if self.index is None and self.kv_groups is None and not self._appends_overridden():
             return self.pool.num_free
         return None
+
+    def _appends_overridden(self) -> bool:
+        """A subclass's own ``append`` or ``_append`` (a plug-in's): it sees every append,
+        so none go in a batch that would pass it by."""
+        kind = type(self)
+        return kind._append is not PagedAllocator._append or kind.append is not Allocator.append
 
     def append_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
         """The appends one by one (``Allocator.append_each``) in two passes: count each
@@ -252,6 +258,9 @@ class PagedAllocator(Allocator):
         items = items if isinstance(items, list) else list(items)
         held = self._held
         if self.index is not None or self.kv_groups is not None or not items:
+            super().append_each(items)
+            return
+        if self._appends_overridden():
             super().append_each(items)
             return
         tables, tokens_of, bs = self._tables, self._tokens, self.block_size
