@@ -448,6 +448,12 @@ class Calibration:
         element, so runs of steps price exactly as single steps)."""
         if np.any(context_tokens <= 0):
             raise ValueError("calibration axes are positive; got a context <= 0")
+        return self.attention_bw_at(block_size, context_tokens)
+
+    def attention_bw_at(self, block_size: int, context_tokens: np.ndarray) -> np.ndarray:
+        """``attention_bw_efficiencies`` of contexts the caller made positive (the pricers'
+        mean contexts, ``np.maximum(1.0, ...)``), without the check: priced on every run,
+        where the check cost more than the look-up."""
         per_ctx = self._per_context(block_size)
         xs = self.__dict__.get("_log2_contexts")  # the axis, once (priced every step)
         if xs is None:

@@ -71,6 +71,12 @@ class FixedTerms:
                 + self.allreduce_s + self.moe_s + self.logits_gather_s)  # fmt: skip
 
 
+#: the part of ``FixedTerms`` a token count (and prefill?) decides: (the linear layers'
+#: kernel fit, linear s, memory s, compute s, FLOPs, embedding s, elementwise s,
+#: all-reduce s, attention FLOP/s); the LM head's GEMM is added per logit count
+_TokenTerms = tuple[KernelFit, float, float, float, float, float, float, float, float]
+
+
 def gemm_shapes(model: ModelProfile, tp: int) -> list[tuple[int, int]] | None:
     """Per-GPU (K, N) of the layer's GEMMs, or None when the profile lacks the MLP width."""
     if model.intermediate_size is None or model.attention == "mla":
@@ -121,6 +127,7 @@ class GroupPricer:
         self.attn_flops_per_pair_per_gpu = 4 * self.L * model.num_q_heads * model.head_dim / tp
         self.allreduce_fit = _allreduce_fit(config, calibration, accelerator, tp)
         self._fixed: dict[tuple[int, int, bool], FixedTerms] = {}
+        self._by_tokens: dict[tuple[int, bool], _TokenTerms] = {}  # ``_fixed_terms``' part
         self._eff_by_ctx: dict[float, float] = {}  # calibrated attention efficiency by mean context
         self._mem_fit: KernelFit | None = None
         self._att_floors_s: float | None = None
@@ -183,8 +190,24 @@ class GroupPricer:
         return terms
 
     def _fixed_terms(self, n_tok: int, n_logits: int, prefill: bool) -> FixedTerms:
+        """The LM head's GEMM (by logits) added to the token-count part (memoised by
+        tokens and prefill?, which many logit counts share), in the order of one sum."""
+        key = (n_tok, prefill)
+        part = self._by_tokens.get(key)
+        if part is None:
+            part = self._token_terms(n_tok, prefill)
+            if len(self._by_tokens) < 65536:
+                self._by_tokens[key] = part
+        fit, lin, mem, comp, flops, emb, elem, allreduce_s, rate = part
+        lm = 0.0
+        if n_logits > 0 and self.lm_shape is not None:
+            lm, m_s, c_s = self._gemm(*self.lm_shape, n_logits, fit)
+            mem, comp = mem + m_s, comp + c_s
+        return FixedTerms(lin, mem, comp, flops, lm, emb, elem, allreduce_s, rate)
+
+    def _token_terms(self, n_tok: int, prefill: bool) -> _TokenTerms:
         fit = self._linear_fit(n_tok, prefill)
-        lin = mem = comp = flops = lm = 0.0
+        lin = mem = comp = flops = 0.0
         if n_tok > 0:
             if self.shapes is None:
                 lin, mem, comp, flops = self._whole_model(n_tok, fit)
@@ -193,9 +216,6 @@ class GroupPricer:
                     t, m_s, c_s = self._gemm(k, n, n_tok, fit)
                     lin, mem, comp = lin + self.L * t, mem + self.L * m_s, comp + self.L * c_s
                     flops += self.L * gemm_flops(n_tok, k, n) if self.config.gemm_flops else 0.0
-        if n_logits > 0 and self.lm_shape is not None:
-            lm, m_s, c_s = self._gemm(*self.lm_shape, n_logits, fit)
-            mem, comp = mem + m_s, comp + c_s
         emb = elem = 0.0
         if self.config.elementwise and n_tok > 0:
             mfit = self._memory_fit()
@@ -205,7 +225,7 @@ class GroupPricer:
                                            self.hbm_bw, self.peak))  # fmt: skip
             elem = self.L * self._elementwise_layer_s(n_tok, mfit)
         rate = self._attention_rate(lin, flops, fit)
-        return FixedTerms(lin, mem, comp, flops, lm, emb, elem, self._allreduce_s(n_tok), rate)
+        return fit, lin, mem, comp, flops, emb, elem, self._allreduce_s(n_tok), rate
 
     def _whole_model(self, n_tok: int, fit: KernelFit) -> tuple[float, float, float, float]:
         c = self.config
@@ -262,7 +282,7 @@ class GroupPricer:
             ctx = ctx if ctx > 1.0 else 1.0  # np.maximum(1.0, ctx) on a finite float
             eff = self._eff_by_ctx.get(ctx)
             if eff is None:
-                eff = float(cal.attention_bw_efficiencies(c.block_size, np.array([ctx]))[0])
+                eff = float(cal.attention_bw_at(c.block_size, np.array([ctx]))[0])
                 if len(self._eff_by_ctx) < 65536:
                     self._eff_by_ctx[ctx] = eff
         mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read else 0.0
@@ -274,7 +294,7 @@ class GroupPricer:
         c, cal = self.config, self.cal
         if cal is not None:
             mean_ctx = np.maximum(1.0, np.floor(kv_tokens / max(1, n_seq)))
-            eff = cal.attention_bw_efficiencies(c.block_size, mean_ctx)
+            eff = cal.attention_bw_at(c.block_size, mean_ctx)
         else:
             eff = c.bw_efficiency
         mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read \

@@ -23,8 +23,8 @@ results equal step-by-step pricing).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 from sim.lazy_numpy import numpy_on_first_use
@@ -45,22 +45,14 @@ class GemmTable:
     time_s: tuple[float, ...]
     models: tuple[str, ...] = ()  # informational: models whose layers have this shape
 
-    # the arrays are made on the first look-up (``kvsim validate`` loads tables it never
-    # prices, without numpy); a cached property is a plain attribute from then on
-    @cached_property
-    def _x(self) -> np.ndarray:
-        return np.asarray(self.tokens, dtype=np.float64)
-
-    @cached_property
-    def _t(self) -> np.ndarray:
-        return np.asarray(self.time_s, dtype=np.float64)
-
     def time_at(self, m: float) -> float:
-        """Seconds for ``m`` tokens (next measured count at or above ``m``)."""
-        x, t = self._x, self._t
-        if m > x[-1]:
-            return float(t[-1] * (m / x[-1]))
-        return float(t[int(np.searchsorted(x, m, side="left"))])
+        """Seconds for ``m`` tokens (next measured count at or above ``m``): on the tuples
+        (a bisection; ``np.searchsorted`` on one value cost more than the look-up), the
+        arrays' IEEE arithmetic on floats (tokens are exact integers)."""
+        tokens, times = self.tokens, self.time_s
+        if m > tokens[-1]:
+            return float(times[-1] * (m / tokens[-1]))
+        return float(times[bisect_left(tokens, m)])
 
 
 @dataclass(frozen=True)
@@ -75,6 +67,8 @@ class KernelFit:
         """Seconds for one kernel moving ``n_bytes`` and doing ``flops`` (scalar or array)."""
         mem = n_bytes / (hbm_bw * self.bw_efficiency)
         comp = flops / (peak * self.flops_efficiency)
+        if mem.__class__ is float and comp.__class__ is float:  # np.maximum's choice, no call
+            return self.kernel_floor_s + (comp if comp > mem else mem)
         return self.kernel_floor_s + np.maximum(mem, comp)
 
 

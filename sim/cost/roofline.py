@@ -255,7 +255,7 @@ class CostModel:
         if cal is not None:
             w_eff = cal.decode_bw_efficiency(max(1, n_tokens))
             mean_ctx = np.floor(kv_tokens / n_seq) if n_seq else np.ones_like(kv_tokens)
-            kv_eff = cal.attention_bw_efficiencies(c.block_size, np.maximum(1.0, mean_ctx))
+            kv_eff = cal.attention_bw_at(c.block_size, np.maximum(1.0, mean_ctx))
         weights_s = self.weight_bytes_per_gpu / (self.hbm_bw * w_eff) if c.weights else 0.0
         kv_bytes = kv_tokens * self.kv_bytes_per_token_per_gpu
         kv_s = kv_bytes / (self.hbm_bw * kv_eff) if c.kv_read else 0.0 * kv_tokens

@@ -153,6 +153,22 @@ class Allocator(ABC):
         cache that says so (``PrefixIndex.appends_in_bulk``). False here: step order."""
         return False
 
+    def bulk_free_blocks(self) -> int | None:
+        """How many free blocks a batch of appends (``append_each``) may take, where an
+        append into a sequence's own blocks does nothing but take free blocks (a block kind
+        with no prefix cache and no side layer groups); None where an append can do more
+        (evict, copy, resize a buffer): such appends are made one at a time. None here."""
+        return None
+
+    def append_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
+        """``append(seq_id, n_tokens)`` for each item, in order, without content: the caller
+        knows they fit (``bulk_free_blocks``), so a miss is a broken book
+        (``InvariantError``). A kind may make them in one pass, with the outcome of the
+        appends one by one: the same block ids, counters and peak."""
+        for seq_id, n_tokens in items:
+            if not self.append(seq_id, n_tokens):
+                raise InvariantError(f"{self.kind}: append_each: {seq_id!r} missed")
+
     def set_retain(self, seq_id: Hashable, priority: float) -> None:  # noqa: B027
         """A live sequence's retain priority (an agent hint): a prefix cache evicts its
         blocks, once released, after those of lower priority; no-op without a cache."""

@@ -117,31 +117,68 @@ class DeferredAppends:
     def grow_each(self, requests: Sequence[Any], n: int = 1) -> int:
         """``grow(req, req.num_computed + n)`` for each request in order (a step's decodes
         at once); returns how many succeeded: it stops at the first miss, which changes
-        nothing (so the caller can handle that request and the rest one by one)."""
+        nothing (so the caller can handle that request and the rest one by one). Where the
+        allocator lets appends go in a batch (``bulk_free_blocks``), the block-boundary
+        appends that surely fit go in one ``append_each``, in order, made before any other
+        allocator call (``_queue``)."""
         total, room, pending, owner = self.total, self.room, self.pending, self.owner
         strict = self.uses_content  # a prefix cache must see the block fill: no == room
+        bs = self._bs
+        budget = None if bs is None or strict else self.alloc.bulk_free_blocks()
+        bulk: list[tuple[Hashable, int]] = []  # appends known to fit, not yet made
         added = done = 0
-        for req in requests:
-            seq = req.seq_id
-            target = req.num_computed + n
-            need = target - total[seq]
-            if need > 0:
-                r = room[seq]
-                if need < r or (need == r and not strict):
-                    room[seq] = r - need
-                    total[seq] = target
-                    p = pending.get(seq)
-                    if p is None:
-                        pending[seq] = need
-                        owner[seq] = req
+        try:  # what was queued is made even if a misuse raises (the books stay one)
+            for req in requests:
+                seq = req.seq_id
+                target = req.num_computed + n
+                t = total[seq]
+                need = target - t
+                if need > 0:
+                    r = room[seq]
+                    if need < r or (need == r and not strict):
+                        room[seq] = r - need
+                        total[seq] = target
+                        p = pending.get(seq)
+                        if p is None:
+                            pending[seq] = need
+                            owner[seq] = req
+                        else:
+                            pending[seq] = p + need
+                        added += need
+                    elif budget is not None and (t + r) % bs == 0 and (k := (need - r + bs - 1) // bs) <= budget:  # fmt: skip
+                        budget -= k  # the last block is the sequence's own: k new blocks
+                        self._queue(seq, t, target, bulk)
                     else:
-                        pending[seq] = p + need
-                    added += need
-                elif not self.grow(req, target):
-                    break
-            done += 1
-        self.pending_tokens += added
+                        self._append_queued(bulk)
+                        grown = self.grow(req, target)
+                        if budget is not None:
+                            budget = self.alloc.bulk_free_blocks()
+                        if not grown:
+                            break
+                done += 1
+        finally:
+            self.pending_tokens += added
+            self._append_queued(bulk)
         return done
+
+    def _queue(
+        self, seq: Hashable, tokens: int, target: int, bulk: list[tuple[Hashable, int]]
+    ) -> None:
+        """Book ``seq``'s growth from ``tokens`` to ``target`` as appended (its pending
+        tokens with it) and queue the allocator's append in ``bulk``."""
+        p = self.pending.pop(seq, 0)
+        if p:
+            del self.owner[seq]
+            self.pending_tokens -= p
+        bulk.append((seq, target - tokens + p))
+        self.total[seq] = target
+        self.room[seq] = -target % self._bs
+
+    def _append_queued(self, bulk: list[tuple[Hashable, int]]) -> None:
+        """Make the queued appends (they fit: ``_queue`` counted their blocks)."""
+        if bulk:
+            self.alloc.append_each(bulk)
+            bulk.clear()
 
     def flush(self, seq: Hashable) -> None:
         """Append a sequence's pending tokens (they fit: no new capacity is needed)."""
@@ -172,7 +209,9 @@ class DeferredAppends:
         ``late = (request, first)``: one more request that appends only from remaining
         step ``first`` on (a prompt that finishes its prefill inside the run). A run stops
         before any step that would miss, copy (buffer growth) or need a new buffer; block
-        kinds may take new blocks (free or evictable cached ones) while enough exist.
+        kinds may take new blocks (free or evictable cached ones) while enough exist; a
+        fork's shared last block (``track(shared_tail=True)``: its first write copies it)
+        makes no run.
         ``allocated_bytes[i]`` is the allocated figure during step ``i + 1``.
 
         Block boundaries by arithmetic, in plain Python (runs are planned a few steps long:
@@ -196,19 +235,29 @@ class DeferredAppends:
             return DecodeRun(steps, [float(base_allocated)] * steps)
         if self.alloc.kv_groups is not None:  # side groups take and free blocks: step exactly
             return DecodeRun(0, [])
+        total = self.total
         late_room = 0 if late is None else room[late[0].seq_id]
         if not 0 <= late_room < bs:
             return self._off_shape(late_room)
+        # a fork's shared last block (room 0 inside a block): its first write copies it,
+        # one block more at once, which the arithmetic below does not count: no run
+        shared = late is not None and late_room == 0 and total[late[0].seq_id] % bs != 0
         # step r + 1 takes a block for every seq with room == r % B: the first
         # min(B, max_steps) residues, repeated (O(batch + steps), whatever B is)
         width = min(bs, max_steps)
         per_step = [0] * width
         for seq in map(_seq_id, requests):
             r = room[seq]
-            if 0 <= r < width:
+            if 0 < r < width:
                 per_step[r] += 1
+            elif r == 0:
+                if total[seq] % bs:
+                    shared = True
+                per_step[0] += 1
             elif not 0 <= r < bs:
                 return self._off_shape(r)
+        if shared:
+            return DecodeRun(0, [])
         if max_steps > bs:
             per_step = (per_step * (max_steps // bs + 1))[:max_steps]
         if late is not None:  # its appends start at step `first`: blocks at first + room + t B
@@ -322,28 +371,40 @@ class DeferredAppends:
 
     def _grow_needs(self, requests: Sequence[Any], needs: Iterable[int]) -> None:
         """Each request's sequence grows by its ``needs`` tokens (``grow``, with the
-        pending arithmetic in line): a miss is a broken plan (``InvariantError``)."""
+        pending arithmetic in line, and the block-boundary appends made in one
+        ``append_each``, in request order, where the allocator offers it: the planned run
+        counted their blocks): a miss is a broken plan (``InvariantError``)."""
         total, room, pending, owner = self.total, self.room, self.pending, self.owner
         strict = self.uses_content
+        bs = self._bs
+        batched = not (bs is None or strict) and self.alloc.bulk_free_blocks() is not None
+        bulk: list[tuple[Hashable, int]] = []
         added = 0
-        for req, need in zip(requests, needs, strict=False):  # needs may be endless
-            if need <= 0:
-                continue
-            seq = req.seq_id
-            r = room[seq]
-            if need < r or (need == r and not strict):
-                room[seq] = r - need
-                total[seq] += need
-                p = pending.get(seq)
-                if p is None:
-                    pending[seq] = need
-                    owner[seq] = req
-                else:
-                    pending[seq] = p + need
-                added += need
-            elif not self.grow(req, total[seq] + need):
-                raise InvariantError(f"fast path: planned growth of {req!r} missed")
-        self.pending_tokens += added
+        try:
+            for req, need in zip(requests, needs, strict=False):  # needs may be endless
+                if need <= 0:
+                    continue
+                seq = req.seq_id
+                r = room[seq]
+                if need < r or (need == r and not strict):
+                    room[seq] = r - need
+                    total[seq] += need
+                    p = pending.get(seq)
+                    if p is None:
+                        pending[seq] = need
+                        owner[seq] = req
+                    else:
+                        pending[seq] = p + need
+                    added += need
+                    continue
+                t = total[seq]
+                if batched:  # a shared last block too: ``append_each`` copies it in turn
+                    self._queue(seq, t, t + need, bulk)
+                elif not self.grow(req, t + need):
+                    raise InvariantError(f"fast path: planned growth of {req!r} missed")
+        finally:
+            self.pending_tokens += added
+            self._append_queued(bulk)
 
     def _append_upto(self, req: Any, target: int) -> None:
         seq = req.seq_id

@@ -14,7 +14,7 @@ is O(1) except ``remove``, which is O(nodes it deletes) (each node is deleted on
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 from sim.errors import InvariantError
 
@@ -49,6 +49,16 @@ class TokenLineage:
         self._leaf[seq_id].tokens += n_tokens
         self.distinct_tokens += n_tokens
         self.logical_tokens += n_tokens
+
+    def extend_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
+        """``extend`` for each ``(seq_id, n_tokens)``."""
+        leaf = self._leaf
+        added = 0
+        for seq_id, n_tokens in items:
+            leaf[seq_id].tokens += n_tokens
+            added += n_tokens
+        self.distinct_tokens += added
+        self.logical_tokens += added
 
     def fork(self, parent_id: Hashable, child_id: Hashable, parent_tokens: int) -> None:
         """``child_id`` shares every state of ``parent_id`` (``parent_tokens`` long)."""

@@ -234,6 +234,79 @@ class PagedAllocator(Allocator):
             index.appended(seq_id, tokens, n_tokens, content, table)
         return True
 
+    def bulk_free_blocks(self) -> int | None:
+        """Free blocks, without a prefix index or side groups: an append into a sequence
+        whose last block is its own (or full) then only takes ``ceil`` of its overflow in
+        free blocks; None with them (an append may evict, or take and return side
+        blocks)."""
+        if self.index is None and self.kv_groups is None and not self._appends_overridden():
+            return self.pool.num_free
+        return None
+
+    def _appends_overridden(self) -> bool:
+        """A subclass's own ``append`` or ``_append`` (a plug-in's): it sees every append,
+        so none go in a batch that would pass it by."""
+        kind = type(self)
+        return kind._append is not PagedAllocator._append or kind.append is not Allocator.append
+
+    def append_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
+        """The appends one by one (``Allocator.append_each``) in two passes: count each
+        sequence's new blocks, take them all from the queue at once (the same ids, in the
+        same order, as one ``take`` each), then extend the tables and the books. Appends
+        with an index or side groups, into a held sequence, a shared last block (a copy
+        on write) or of an odd count are made one by one, through ``append``."""
+        items = items if isinstance(items, list) else list(items)
+        held = self._held
+        if self.index is not None or self.kv_groups is not None or not items:
+            super().append_each(items)
+            return
+        if self._appends_overridden():
+            super().append_each(items)
+            return
+        tables, tokens_of, bs = self._tables, self._tokens, self.block_size
+        pool = self.pool
+        rc = pool.refcount
+        counts = []
+        need = unfilled = 0
+        after: dict[Hashable, tuple[int, int]] = {}  # tokens and blocks after its appends
+        for seq_id, n_tokens in items:
+            if n_tokens.__class__ is not int or n_tokens <= 0 or (held and seq_id in held):
+                super().append_each(items)  # nothing has changed yet
+                return
+            so_far = after.get(seq_id)
+            if so_far is None:
+                tokens = tokens_of.get(seq_id)
+                if tokens is None or (tokens % bs and rc[tables[seq_id][-1]] > 1):
+                    super().append_each(items)
+                    return
+                blocks = len(tables[seq_id])
+            else:  # its second append in the batch: its own last block now
+                tokens, blocks = so_far
+            end = tokens + n_tokens
+            k = (end + bs - 1) // bs - blocks
+            after[seq_id] = (end, blocks + k)
+            counts.append(k)
+            need += k
+            unfilled += -end % bs - -tokens % bs
+        if need > pool.num_free:
+            raise InvariantError(f"{self.kind}: append_each: {need} blocks, {pool.num_free} free")
+        ids = pool.take(need) if need else []
+        paused = self._paused
+        at = 0
+        for (seq_id, n_tokens), k in zip(items, counts, strict=True):
+            tokens_of[seq_id] += n_tokens
+            if k:
+                new = ids[at : at + k]
+                at += k
+                tables[seq_id].extend(new)
+                if paused is not None:
+                    paused.taken(seq_id, new)
+        self._unfilled += unfilled
+        self._count.blocks_taken += need
+        self.changes += len(items)
+        self._lineage.extend_each(items)
+        self._note_peak(self._allocated_bytes())
+
     def _copy_on_write(self, seq_id: Hashable, table: list[int]) -> None:
         """Give the writer a private copy of its shared last block."""
         new = self.pool.take(1)

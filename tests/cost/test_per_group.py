@@ -166,6 +166,27 @@ def test_calibrated_tables_price_measured_shapes_and_fallback_the_rest():
     assert t == cal.linear_fallback.kernel_floor_s + max(mem, comp)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 600), st.integers(0, 40), st.booleans()), min_size=1, max_size=12),
+       st.sampled_from([1, 2, 4]), st.booleans())  # fmt: skip
+def test_fixed_terms_do_not_depend_on_what_was_priced_before(shapes, tp, calibrated):
+    """The token-count part is memoised apart from the LM head's (many logit counts share
+    one token count): a fresh pricer gives every batch shape the terms a pricer that has
+    priced other shapes first gives it, field for field (uncalibrated, prefill and decode
+    GEMMs run at their own MFU)."""
+    cal = load_calibration("h100-sxm-80gb-vidur") if calibrated else None
+    warm = GroupPricer(L8B, H100, tp, CostConfig(), cal)
+    for n_tok, n_logits, prefill in shapes:
+        warm.fixed(n_tok, n_logits + 1, prefill)  # the same tokens, other logits first
+        warm.fixed(n_tok, n_logits, not prefill)  # and the other kernel fit
+        fresh = GroupPricer(L8B, H100, tp, CostConfig(), cal)
+        assert warm.fixed(n_tok, n_logits, prefill) == fresh.fixed(n_tok, n_logits, prefill)
+    lm = GroupPricer(L8B, H100, tp, CostConfig(), cal)
+    a, b = lm.fixed(64, 1, False), lm.fixed(64, 64, False)
+    assert (a.linear_s, a.linear_flops, a.allreduce_s) == (b.linear_s, b.linear_flops, b.allreduce_s)
+    assert a.lm_head_s < b.lm_head_s and a.linear_mem_s < b.linear_mem_s
+
+
 # -- fast == exact ----------------------------------------------------------------------------
 
 MODES = [
