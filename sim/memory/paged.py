@@ -256,13 +256,10 @@ class PagedAllocator(Allocator):
         with an index or side groups, into a held sequence, a shared last block (a copy
         on write) or of an odd count are made one by one, through ``append``."""
         items = items if isinstance(items, list) else list(items)
+        if not items or self.bulk_free_blocks() is None:  # an index, side groups, a plug-in
+            super().append_each(items)
+            return
         held = self._held
-        if self.index is not None or self.kv_groups is not None or not items:
-            super().append_each(items)
-            return
-        if self._appends_overridden():
-            super().append_each(items)
-            return
         tables, tokens_of, bs = self._tables, self._tokens, self.block_size
         pool = self.pool
         rc = pool.refcount
