@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from operator import attrgetter, sub
 from typing import Any, ClassVar, NamedTuple
 
@@ -152,6 +152,55 @@ class Allocator(ABC):
         order, with the same outcome up to which free block ids each sequence gets: a prefix
         cache that says so (``PrefixIndex.appends_in_bulk``). False here: step order."""
         return False
+
+    def append_in_bulk(
+        self,
+        items: Sequence[tuple[Hashable, int]],
+        contents: Sequence[Any],
+        times_s: Sequence[float | None],
+    ) -> bool:
+        """A decode run's appends one per sequence (``appends_in_bulk``), if the kind takes
+        them so: for each item ``i`` in order, ``set_time(times_s[i])`` where that is not
+        None, then ``append(seq_id, n_tokens, content=contents[i])``; True. The run was
+        planned, so a miss is a broken book (``InvariantError``). False, with nothing
+        changed, where the order of the appends could matter: the caller makes them in
+        step order. A kind may make them in one pass, with the outcome of the appends one
+        by one (the same block ids, cache, counters and peak). Lists of unequal lengths
+        (``ValueError``) or an unknown sequence raise before anything changes."""
+        self._check_bulk(items, contents, times_s)
+        if not self.appends_in_bulk([seq_id for seq_id, _ in items]):
+            return False
+        self._append_one_by_one(items, contents, times_s)
+        return True
+
+    def _check_bulk(
+        self,
+        items: Sequence[tuple[Hashable, int]],
+        contents: Sequence[Any],
+        times_s: Sequence[float | None],
+    ) -> None:
+        """``append_in_bulk``'s misuse checks, made before any change."""
+        if not len(items) == len(contents) == len(times_s):
+            raise ValueError(
+                f"{self.kind}: append_in_bulk: {len(items)} items, {len(contents)} contents, "
+                f"{len(times_s)} times"
+            )
+        tokens = self._tokens
+        for seq_id, _ in items:
+            if seq_id not in tokens:
+                raise self._unknown("append_in_bulk", seq_id)
+
+    def _append_one_by_one(
+        self,
+        items: Sequence[tuple[Hashable, int]],
+        contents: Sequence[Any],
+        times_s: Sequence[float | None],
+    ) -> None:
+        for (seq_id, n_tokens), content, now_s in zip(items, contents, times_s, strict=True):
+            if now_s is not None:
+                self.set_time(now_s)
+            if not self.append(seq_id, n_tokens, content=content):
+                raise InvariantError(f"{self.kind}: append_in_bulk: {seq_id!r} missed")
 
     def bulk_free_blocks(self) -> int | None:
         """How many free blocks a batch of appends (``append_each``) may take, where an

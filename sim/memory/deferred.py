@@ -322,11 +322,8 @@ class DeferredAppends:
                 last_new = new + (steps - new) // bs * bs if new <= steps else 0
                 last_fill = fill + (steps - fill) // bs * bs if fill <= steps else 0
                 todo.append((last_fill, j, max(last_new, last_fill), new, fill))
-        if todo:
-            if self.alloc.appends_in_bulk([plan[t[1]][0].seq_id for t in todo]):
-                self._apply_in_bulk(plan, bases, todo, starts, set_time)
-            else:
-                self._apply_in_order(plan, bases, todo, steps, starts, set_time)
+        if todo and not self._apply_in_bulk(plan, bases, todo, starts, set_time):
+            self._apply_in_order(plan, bases, todo, steps, starts, set_time)
         # what is left of the run stays pending
         self._grow_needs([req for req, _ in plan],
                          [bases[j] + steps - total[req.seq_id] for j, (req, _) in enumerate(plan)])  # fmt: skip
@@ -345,24 +342,42 @@ class DeferredAppends:
                 step = i
             self._append_upto(plan[j][0], bases[j] + i)
 
-    def _apply_in_bulk(self, plan, bases, todo, starts, set_time) -> None:
-        """``apply_run``'s appends one per sequence (``Allocator.appends_in_bulk``): each
-        sequence with an event is appended up to its last event of the run (a new block or
-        a block fill) after ``set_time`` of its last fill, in the order of those fills (so
-        every path's last access is its latest fill), and the clock ends at the run's last
-        event. ``todo``: ``(last fill or 0, plan index, last event, ...)`` per sequence."""
+    def _apply_in_bulk(self, plan, bases, todo, starts, set_time) -> bool:
+        """``apply_run``'s appends one per sequence, if the allocator takes them so
+        (``Allocator.append_in_bulk``; False: nothing changed): each sequence with an event
+        is appended up to its last event of the run (a new block or a block fill) after the
+        time of its last fill, in the order of those fills (so every path's last access is
+        its latest fill), and the clock ends at the run's last event. ``todo``: ``(last
+        fill or 0, plan index, last event, ...)`` per sequence."""
         todo.sort()
         last_event = clock = 0  # clock: the step whose start was set last (0: none yet)
-        append_upto = self._append_upto
+        total, pending = self.total, self.pending
+        items: list[tuple[Hashable, int]] = []
+        contents, times_s, targets = [], [], []
         for fill, j, end, *_ in todo:
+            now_s = None
             if fill != clock and fill > 0:  # setting the same time again changes nothing
-                set_time(float(starts[fill]))
+                now_s = float(starts[fill])
                 clock = fill
-            append_upto(plan[j][0], bases[j] + end)
+            req = plan[j][0]
+            seq, target = req.seq_id, bases[j] + end
+            base = total[seq] - pending.get(seq, 0)
+            items.append((seq, target - base))
+            contents.append(req.content_slice(base, target))
+            times_s.append(now_s)
+            targets.append(target)
             if end > last_event:
                 last_event = end
-        if last_event != clock:
-            set_time(float(starts[last_event]))
+        if len({seq for seq, _ in items}) != len(items):  # each from its base before the run
+            raise InvariantError("fast path: a sequence twice in one run")
+        if not self.alloc.append_in_bulk(items, contents, times_s):
+            return False
+        for (seq, _), target in zip(items, targets, strict=True):
+            if seq in pending:
+                self._drop(seq)
+            self._appended(seq, target)
+        set_time(float(starts[last_event]))  # the clock where the appends one by one leave it
+        return True
 
     def _grow_by(self, requests: Sequence[Any], steps: int) -> None:
         """Each request's sequence grows by ``steps`` tokens (no content: one append at

@@ -46,12 +46,13 @@ remainder = pool; ``_unfilled`` and the paused slots equal a scan of the tables 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from sim.errors import InvariantError
 from sim.memory.base import Allocator, Books, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, PagedPool
+from sim.memory.errors import AllocatorError
 from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
 from sim.memory.paused_blocks import PausedBlocks
 from sim.memory.prefix_index import PrefixIndex, PrefixListener
@@ -303,6 +304,111 @@ class PagedAllocator(Allocator):
         self.changes += len(items)
         self._lineage.extend_each(items)
         self._note_peak(self._allocated_bytes())
+
+    def append_in_bulk(
+        self,
+        items: Sequence[tuple[Hashable, int]],
+        contents: Sequence[Any],
+        times_s: Sequence[float | None],
+    ) -> bool:
+        """``Allocator.append_in_bulk`` in one pass where the prefix index takes the run in
+        bulk (``PrefixIndex.appends_in_bulk``: only room evicts between the appends, and
+        each sequence's fills join its own content): the content checked for all first,
+        room made as the appends one by one would make it (each item's shortfall, in
+        order, before any block is taken: the blocks earlier items take come from the
+        head of the free queue and room returns evicted blocks to its tail), the new blocks
+        taken at once (the same ids as one ``take`` each), then per item its time, table,
+        the index's ``appended`` and its tokens, and the books once. One by one where the
+        pass would not be the appends one by one (a plug-in's appends, a sequence twice or
+        held, an odd count, a shared last block, bad content or time, no room); False
+        where the index does not take the run in bulk (or there is none, it is ignored,
+        or side groups change block by block)."""
+        self._check_bulk(items, contents, times_s)
+        done = self._append_each_content(items, contents, times_s)
+        if done is None:
+            return False
+        if not done:
+            self._append_one_by_one(items, contents, times_s)
+        return True
+
+    def _append_each_content(
+        self,
+        items: Sequence[tuple[Hashable, int]],
+        contents: Sequence[Any],
+        times_s: Sequence[float | None],
+    ) -> bool | None:
+        """``append_in_bulk``'s pass over checked lists: True when made; None when the index
+        does not take these appends in bulk, False when it does but they go one by one
+        (nothing changed for either, but for room made before a miss, which the appends
+        one by one make again as free blocks and then miss the same way)."""
+        index = self.index
+        if index is None or self._content_off or self.kv_groups is not None:
+            return None  # ``appends_in_bulk`` is False
+        tables, tokens_of = self._tables, self._tokens
+        held, bs, rc = self._held, self.block_size, self.pool.refcount
+        seen: set[Hashable] = set()
+        one_by_one = self._appends_overridden()
+        for (seq_id, n_tokens), now_s in zip(items, times_s, strict=True):
+            tokens = tokens_of[seq_id]
+            if (
+                n_tokens.__class__ is not int
+                or n_tokens <= 0
+                or seq_id in seen
+                or (held and seq_id in held)
+                or (tokens % bs and rc[tables[seq_id][-1]] > 1)  # a copy on write
+                or not (now_s is None or now_s.__class__ is float or now_s.__class__ is int)
+            ):
+                one_by_one = True
+            seen.add(seq_id)
+        if not self.appends_in_bulk(seen):
+            return None
+        if one_by_one:
+            return False
+        check = index.check_content
+        checked, counts, starts = [], [], []
+        for (seq_id, n_tokens), content in zip(items, contents, strict=True):
+            if content is not None:
+                try:
+                    content = check(content, n_tokens, "append")
+                except AllocatorError:  # one by one, it raises at this item
+                    return False
+            checked.append(content)
+            tokens = tokens_of[seq_id]
+            counts.append((tokens + n_tokens + bs - 1) // bs - len(tables[seq_id]))
+            starts.append(tokens)
+        pool = self.pool
+        need = 0  # blocks the items so far take
+        for k in counts:
+            short = need + k - pool.num_free
+            if short > 0 and not index.make_room(short):  # a miss: as one by one
+                return False  # (what room made is free blocks, which they find again)
+            need += k
+        ids = pool.take(need) if need else []
+        paused, appended = self._paused, index.appended
+        at = unfilled = 0
+        for i, (seq_id, n_tokens) in enumerate(items):
+            now_s = times_s[i]
+            if now_s is not None:
+                self.set_time(now_s)
+            tokens, k, table = starts[i], counts[i], tables[seq_id]
+            end = tokens + n_tokens
+            unfilled += -end % bs - -tokens % bs
+            if k:
+                new = ids[at : at + k]
+                at += k
+                table.extend(new)
+                if paused is not None:
+                    paused.taken(seq_id, new)
+            appended(seq_id, tokens, n_tokens, checked[i], table)
+            tokens_of[seq_id] = end
+        self._unfilled += unfilled
+        self._count.blocks_taken += need
+        self.changes += len(items)
+        self._lineage.extend_each(items)
+        # the allocated blocks only grow through the batch (room turns cached blocks into
+        # free ones), so the appends' peaks one by one are their last
+        self._note_peak(self._allocated_bytes())
+        return True
 
     def _copy_on_write(self, seq_id: Hashable, table: list[int]) -> None:
         """Give the writer a private copy of its shared last block."""

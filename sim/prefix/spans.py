@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from hashlib import blake2b
+from operator import itemgetter
 from typing import Any
 
 from sim.memory.errors import AllocatorError
@@ -126,7 +127,16 @@ def concat(*parts: Segments) -> Segments:
 
 
 def slice_tokens(segs: Segments, start: int, stop: int) -> Segments:
-    """Tokens ``[start, stop)`` of ``segs`` as a normal tuple (an edge label, a block)."""
+    """Tokens ``[start, stop)`` of ``segs`` as a normal tuple (an edge label, a block).
+
+    Walked from the nearer end (segments of ``n_tokens >= 0``; the result is the same
+    either way): a turn's new tokens at the end of a long context (an agent's next prompt
+    past what its sequence holds) cost the segments after ``start``, not all before it.
+    The total that decides it is one C-level sum, taken for long tuples only."""
+    if len(segs) > _WALK_FROM_START and start > 0:
+        total = sum(map(_N_TOKENS, segs))
+        if start > total - stop:
+            return _slice_from_end(segs, start, stop, total)
     out: list[Segment] = []
     pos = 0
     for cid, s, n in segs:
@@ -141,6 +151,32 @@ def slice_tokens(segs: Segments, start: int, stop: int) -> Segments:
         if a < b:
             out.append((cid, s + a - pos, b - a))
         pos = end
+    return tuple(out)
+
+
+#: tuples up to this many segments are walked from the start without a look at the total
+_WALK_FROM_START = 8
+_N_TOKENS = itemgetter(2)
+
+
+def _slice_from_end(segs: Segments, start: int, stop: int, total: int) -> Segments:
+    """``slice_tokens`` walking back from the end (``total``: the tokens of ``segs``)."""
+    out: list[Segment] = []
+    end = total
+    for i in range(len(segs) - 1, -1, -1):
+        cid, s, n = segs[i]
+        pos = end - n
+        if pos >= stop:  # after the slice: only count it
+            end = pos
+            continue
+        if end <= start:
+            break
+        a = start if start > pos else pos
+        b = stop if stop < end else end
+        if a < b:
+            out.append((cid, s + a - pos, b - a))
+        end = pos
+    out.reverse()
     return tuple(out)
 
 

@@ -66,6 +66,24 @@ def test_equal_ids_are_equal_tokens_up_to_the_shorter():
     assert common_prefix(a, b) == 64
 
 
+LONG_SPANS = st.lists(
+    st.tuples(st.sampled_from(["a", "b", 7]), st.integers(0, 12), st.integers(0, 9)), max_size=40
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans=LONG_SPANS, start=st.integers(-3, 200), stop=st.integers(-3, 200))
+def test_a_slice_of_a_long_context_is_its_tokens_from_either_end(spans, start, stop):
+    """``slice_tokens`` walks long tuples from the nearer end (an agent's new turn at the
+    end of its context): the same tokens as from the start, in normal form."""
+    segs = segments(spans)
+    toks = tokens(segs)
+    lo, hi = max(start, 0), max(stop, 0)
+    out = slice_tokens(segs, start, stop)
+    assert tokens(out) == toks[lo:hi]
+    assert out == segments(out)  # normal
+
+
 @settings(max_examples=200, deadline=None)
 @given(a=SPANS, b=SPANS, cut=st.integers(0, 40))
 def test_span_operations_agree_with_materialised_tokens(a, b, cut):
