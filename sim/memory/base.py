@@ -167,19 +167,6 @@ class Allocator(ABC):
         step order. A kind may make them in one pass, with the outcome of the appends one
         by one (the same block ids, cache, counters and peak). Lists of unequal lengths
         (``ValueError``) or an unknown sequence raise before anything changes."""
-        self._check_bulk(items, contents, times_s)
-        if not self.appends_in_bulk([seq_id for seq_id, _ in items]):
-            return False
-        self._append_one_by_one(items, contents, times_s)
-        return True
-
-    def _check_bulk(
-        self,
-        items: Sequence[tuple[Hashable, int]],
-        contents: Sequence[Any],
-        times_s: Sequence[float | None],
-    ) -> None:
-        """``append_in_bulk``'s misuse checks, made before any change."""
         if not len(items) == len(contents) == len(times_s):
             raise ValueError(
                 f"{self.kind}: append_in_bulk: {len(items)} items, {len(contents)} contents, "
@@ -189,6 +176,24 @@ class Allocator(ABC):
         for seq_id, _ in items:
             if seq_id not in tokens:
                 raise self._unknown("append_in_bulk", seq_id)
+        done = self._append_each_content(items, contents, times_s)
+        if done is None:
+            return False
+        if not done:
+            self._append_one_by_one(items, contents, times_s)
+        return True
+
+    def _append_each_content(
+        self,
+        items: Sequence[tuple[Hashable, int]],
+        contents: Sequence[Any],
+        times_s: Sequence[float | None],
+    ) -> bool | None:
+        """A kind's one pass over ``append_in_bulk``'s checked lists: True when it made the
+        appends; None when the kind does not take them in bulk (step order), False when it
+        does but they go one by one (nothing changed for either). Here no pass: None or
+        False, as ``appends_in_bulk`` says."""
+        return None if not self.appends_in_bulk([seq_id for seq_id, _ in items]) else False
 
     def _append_one_by_one(
         self,

@@ -305,12 +305,12 @@ class PagedAllocator(Allocator):
         self._lineage.extend_each(items)
         self._note_peak(self._allocated_bytes())
 
-    def append_in_bulk(
+    def _append_each_content(
         self,
         items: Sequence[tuple[Hashable, int]],
         contents: Sequence[Any],
         times_s: Sequence[float | None],
-    ) -> bool:
+    ) -> bool | None:
         """``Allocator.append_in_bulk`` in one pass where the prefix index takes the run in
         bulk (``PrefixIndex.appends_in_bulk``: only room evicts between the appends, and
         each sequence's fills join its own content): the content checked for all first,
@@ -318,29 +318,13 @@ class PagedAllocator(Allocator):
         order, before any block is taken: the blocks earlier items take come from the
         head of the free queue and room returns evicted blocks to its tail), the new blocks
         taken at once (the same ids as one ``take`` each), then per item its time, table,
-        the index's ``appended`` and its tokens, and the books once. One by one where the
-        pass would not be the appends one by one (a plug-in's appends, a sequence twice or
-        held, an odd count, a shared last block, bad content or time, no room); False
-        where the index does not take the run in bulk (or there is none, it is ignored,
-        or side groups change block by block)."""
-        self._check_bulk(items, contents, times_s)
-        done = self._append_each_content(items, contents, times_s)
-        if done is None:
-            return False
-        if not done:
-            self._append_one_by_one(items, contents, times_s)
-        return True
-
-    def _append_each_content(
-        self,
-        items: Sequence[tuple[Hashable, int]],
-        contents: Sequence[Any],
-        times_s: Sequence[float | None],
-    ) -> bool | None:
-        """``append_in_bulk``'s pass over checked lists: True when made; None when the index
-        does not take these appends in bulk, False when it does but they go one by one
-        (nothing changed for either, but for room made before a miss, which the appends
-        one by one make again as free blocks and then miss the same way)."""
+        the index's ``appended`` and its tokens, and the books once; True. False (one by
+        one) where the pass would not be the appends one by one (a plug-in's appends, a
+        sequence twice or held, an odd count, a shared last block, bad content or time,
+        no room); None where the index does not take the run in bulk (or there is none,
+        it is ignored, or side groups change block by block). Nothing changed but for
+        True, and for room made before a miss, which the appends one by one make again
+        as free blocks and then miss the same way."""
         index = self.index
         if index is None or self._content_off or self.kv_groups is not None:
             return None  # ``appends_in_bulk`` is False
