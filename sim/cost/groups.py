@@ -273,8 +273,9 @@ class GroupPricer:
     def _attention_one(self, kv_tokens, pairs, n_seq: int, rate: float) -> tuple[float, float, float]:
         """``attention`` of one step on floats: the same IEEE operations in the same order
         (numpy's elementwise arithmetic is Python's), the calibrated efficiency looked up
-        once per mean context (the array call on one element, memoised), so a step costs
-        no numpy call; equal to ``attention`` of a one-element array, bit for bit."""
+        once per mean context (memoised) in the calibration's table of that array call on
+        one element (``Calibration.attention_bw_one``), so a step costs no numpy call;
+        equal to ``attention`` of a one-element array, bit for bit."""
         c, cal = self.config, self.cal
         eff = c.bw_efficiency
         if cal is not None:
@@ -282,7 +283,7 @@ class GroupPricer:
             ctx = ctx if ctx > 1.0 else 1.0  # np.maximum(1.0, ctx) on a finite float
             eff = self._eff_by_ctx.get(ctx)
             if eff is None:
-                eff = float(cal.attention_bw_at(c.block_size, np.array([ctx]))[0])
+                eff = cal.attention_bw_one(c.block_size, ctx)
                 if len(self._eff_by_ctx) < 65536:
                     self._eff_by_ctx[ctx] = eff
         mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read else 0.0
