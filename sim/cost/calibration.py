@@ -467,14 +467,15 @@ class Calibration:
         return np.interp(np.log2(context_tokens), xs, per_ctx)
 
     def attention_bw_one(self, block_size: int, context_tokens: float) -> float:
-        """``attention_bw_at`` of one context of whole tokens, at least 1 (the pricers' mean
-        contexts, ``floor`` then ``max(1, .)``), equal bit for bit to that call on a
-        one-element array: read from chunks of 4,096 consecutive contexts, each made by
-        one such call on all of them (numpy's log2 and interp give an element the same
-        value whatever the array's length: ``tests/cost/test_calibration_lookups.py``
-        checks every context of the chunks it reads), so a step's attention is priced
-        without a numpy call. Other contexts (a fraction, or past the chunks kept) go
-        through the array call itself."""
+        """``attention_bw_at`` of one finite context, equal bit for bit to that call on a
+        one-element array. A context of whole tokens, at least 1 (the pricers' mean
+        contexts, ``floor`` then ``max(1, .)``), is read from chunks of 4,096 consecutive
+        contexts, each made by one such call on all of them (numpy's log2 and interp give
+        an element the same value whatever the array's length:
+        ``tests/cost/test_calibration_lookups.py`` checks every context of the first three
+        chunks, and contexts spread over 64 more), so a step's attention is priced without
+        a numpy call. Other contexts (a fraction, below 1, or past the chunks kept) go
+        through the array call itself and make no chunk."""
         k = int(context_tokens)
         tables = self.__dict__.get("_eff_chunks")
         if tables is None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from sim.cost.calibration import Calibration
 from sim.cost.linear import AllReduceFit, KernelFit, gemm_bytes, gemm_flops
+from sim.cost.pricer import MEMO_ENTRIES_MAX
 from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
@@ -185,7 +186,7 @@ class GroupPricer:
         terms = self._fixed.get(key)
         if terms is None:
             terms = self._fixed_terms(n_tok, n_logits, prefill)
-            if len(self._fixed) < 65536:
+            if len(self._fixed) < MEMO_ENTRIES_MAX:
                 self._fixed[key] = terms
         return terms
 
@@ -196,7 +197,7 @@ class GroupPricer:
         part = self._by_tokens.get(key)
         if part is None:
             part = self._token_terms(n_tok, prefill)
-            if len(self._by_tokens) < 65536:
+            if len(self._by_tokens) < MEMO_ENTRIES_MAX:
                 self._by_tokens[key] = part
         fit, lin, mem, comp, flops, emb, elem, allreduce_s, rate = part
         lm = 0.0
@@ -284,7 +285,7 @@ class GroupPricer:
             eff = self._eff_by_ctx.get(ctx)
             if eff is None:
                 eff = cal.attention_bw_one(c.block_size, ctx)
-                if len(self._eff_by_ctx) < 65536:
+                if len(self._eff_by_ctx) < MEMO_ENTRIES_MAX:
                     self._eff_by_ctx[ctx] = eff
         mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read else 0.0
         comp = pairs * self.attn_flops_per_pair_per_gpu / rate if c.attention_flops else 0.0

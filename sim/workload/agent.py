@@ -224,12 +224,22 @@ class _Line:
 def _context_tokens(line: _Line, context: Segments) -> int:
     """``n_tokens(context)``, read from ``line.counted`` when that is this very tuple (a
     new call's context is the last one plus an observation, the last reply's plus its kept
-    output: the count follows by one addition instead of a pass over every segment)."""
+    output: ``_extended`` counts it by one addition instead of a pass over every segment)."""
     seen, tokens = line.counted
     if seen is not context:
         tokens = n_tokens(context)
         line.counted = (context, tokens)
     return tokens
+
+
+def _extended(line: _Line, base: Segments, part: Segments) -> Segments:
+    """``concat(base, part)``; its count is remembered on ``line`` when ``base``'s is
+    (``n_tokens(part)``: one segment, one read)."""
+    seen, tokens = line.counted
+    context = concat(base, part)
+    if seen is base:
+        line.counted = (context, tokens + n_tokens(part))
+    return context
 
 
 def _next_input(ctx: WorkloadContext, line: _Line, harness: Harness, spec: TurnSpec) -> bool:
@@ -261,10 +271,7 @@ def _next_input(ctx: WorkloadContext, line: _Line, harness: Harness, spec: TurnS
         line.compactions += 1
     moved = fitted.reduced or spec.rebuild or line.trimmed
     obs = segments([(ctx.new_content("obs"), spec.input_tokens)])
-    unchanged = fitted.context is context  # then its tokens are ``total``
-    context = concat(fitted.context, obs)
-    if unchanged:
-        line.counted = (context, total + spec.input_tokens)
+    context = _extended(line, fitted.context, obs)  # counted unless fit_window cut it
     if harness.builder is not None and harness.builder.layout.compacts_at(line.calls):
         compacted = harness.builder.compact(context, line.calls, ctx.new_content("summary"))
         if compacted is not None:  # the periodic compaction (rule 3.8 (4))
@@ -357,10 +364,7 @@ def _turn(ctx, line: _Line, spec: TurnSpec, traj: _Traj, turn: int, last: bool, 
         return
     out = req.num_output
     kept = out if spec.kept_output_tokens is None else min(spec.kept_output_tokens, out)
-    before, (seen, tokens) = line.context, line.counted
-    line.context = concat(before, ((req.output_id, out - kept, kept),))
-    if seen is before:
-        line.counted = (line.context, tokens + kept)
+    line.context = _extended(line, line.context, ((req.output_id, out - kept, kept),))
     line.trimmed = line.trimmed or kept < out
 
 

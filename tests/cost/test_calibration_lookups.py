@@ -127,6 +127,10 @@ def test_a_fraction_or_a_context_past_the_kept_chunks_takes_the_array_call():
     assert _one_element(cal, bs, 2000.5) != _one_element(cal, bs, 2000.0)
     chunks = cal.__dict__["_eff_chunks"][bs]
     assert list(chunks) == [0]
+    with np.errstate(divide="ignore", invalid="ignore"):  # log2 of 0 and of a negative
+        for ctx in (0.0, -1.0, -5000.0, 0.5):  # below 1 (no pricer asks): no chunk is made
+            np.testing.assert_equal(cal.attention_bw_one(bs, ctx), _one_element(cal, bs, ctx))
+    assert list(chunks) == [0]
     for index in range(1, 2 * EFF_CHUNKS_MAX):  # a chunk each, until the cap
         ctx = float((index << EFF_CHUNK_BITS) + 5)
         assert cal.attention_bw_one(bs, ctx) == _one_element(cal, bs, ctx)

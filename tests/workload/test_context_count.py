@@ -1,7 +1,9 @@
 """A line's context tokens counted by addition (``sim.workload.agent._context_tokens``): the
 count the agent hands ``fit_window`` and puts on each request is the context's own
 (``n_tokens``) through compaction, truncation, rebuilt contexts, forks, subagents,
-harness layouts and replies kept shorter than generated (radix runs also check every prompt's content against its count)."""
+harness layouts (a per-call field at the front or the end: the request's prompt is then a
+rendered copy of the context, counted on its own) and replies kept shorter than
+generated."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from sim.prefix.spans import n_tokens
 from sim.run import run_scenario
 from sim.workload import agent
+from sim.workload.context import WorkloadContext
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
@@ -37,6 +40,11 @@ CASES = {
     "truncate_oldest": (_agent("truncate_oldest"), {}),
     "layout-compaction": (WORKLOADS / "harness_layout.yaml",
                           {"workload.num_trajectories": 3, "workload.harness.compact_every": 4}),
+    "layout-field-front": (WORKLOADS / "harness_layout.yaml",
+                           {"workload.num_trajectories": 3, "workload.harness.per_call_field_tokens": 16}),
+    "layout-field-end": (WORKLOADS / "harness_layout.yaml",
+                         {"workload.num_trajectories": 3, "workload.harness.per_call_field_tokens": 16,
+                          "workload.harness.per_call_field_at": "end"}),
     "tree_search": (WORKLOADS / "tree_search_h100.yaml", {"workload.num_trajectories": 1}),
     "multi_agent_team": (WORKLOADS / "multi_agent_team.yaml", {"workload.num_trajectories": 2}),
     # replies kept shorter than they were (the next call's input grows by less)
@@ -62,11 +70,19 @@ def test_the_counted_context_is_the_contexts_own(monkeypatch, case):
         counted.append(remembered)
         return tokens
 
+    real_request = WorkloadContext.request
+
+    def request(self, seq, prompt_tokens, output_tokens, content, **kwargs):
+        assert prompt_tokens == n_tokens(content)  # the count each request is made with
+        prompts.append(prompt_tokens)
+        return real_request(self, seq, prompt_tokens, output_tokens, content, **kwargs)
+
     monkeypatch.setattr(agent, "fit_window", fit)
     monkeypatch.setattr(agent, "_context_tokens", count)
+    monkeypatch.setattr(WorkloadContext, "request", request)
     res = run_scenario(scenario, **sets)
-    prompts = res.requests.prompt_tokens.tolist()
-    assert fitted and prompts and res.summary["warnings"] == []
+    assert fitted and res.summary["warnings"] == []
+    assert len(prompts) == res.summary["requests_submitted"]
     # counts by addition; the rest (a line's first call, a rebuilt, compacted or forked
     # context) a pass over the segments: most of them where lines are long
     assert any(counted)
