@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,10 @@ else:
     np = numpy_on_first_use(globals())
 
 ENV_VAR = "KVSIM_PROFILES"
+#: ``attention_bw_one``'s table: contexts per chunk (a power of two) and chunks kept per
+#: block size (64 x 4,096 contexts x 8 bytes: 2 MiB at most; past it, one array call each)
+EFF_CHUNK_BITS = 12
+EFF_CHUNKS_MAX = 64
 MAX_EFFICIENCY = 1.5  # above 1 only for cache effects; a typo like 95 for 0.95 fails
 
 
@@ -460,6 +465,42 @@ class Calibration:
             xs = np.log2(np.asarray(self.attention_context_tokens, dtype=np.float64))
             self.__dict__["_log2_contexts"] = xs
         return np.interp(np.log2(context_tokens), xs, per_ctx)
+
+    def attention_bw_one(self, block_size: int, context_tokens: float) -> float:
+        """``attention_bw_at`` of one finite context, equal bit for bit to that call on a
+        one-element array. A context of whole tokens, at least 1 (the pricers' mean
+        contexts, ``floor`` then ``max(1, .)``), is read from chunks of 4,096 consecutive
+        contexts, each made by one such call on all of them (numpy's log2 and interp give
+        an element the same value whatever the array's length:
+        ``tests/cost/test_calibration_lookups.py`` checks every context of the first three
+        chunks, and contexts spread over 64 more), so a step's attention is priced without
+        a numpy call. Other contexts (a fraction, below 1, or past the chunks kept) go
+        through the array call itself and make no chunk."""
+        k = int(context_tokens)
+        tables = self.__dict__.get("_eff_chunks")
+        if tables is None:
+            tables = self.__dict__["_eff_chunks"] = {}
+        chunks = tables.get(block_size)
+        if chunks is None:
+            chunks = tables[block_size] = {}
+        index = k >> EFF_CHUNK_BITS
+        chunk = chunks.get(index)
+        if chunk is None or k != context_tokens or k < 1:
+            if k != context_tokens or k < 1 or len(chunks) >= EFF_CHUNKS_MAX:
+                one = np.array([context_tokens], dtype=np.float64)
+                return float(self.attention_bw_at(block_size, one)[0])
+            chunk = chunks[index] = self._eff_chunk(block_size, index)
+        return chunk[k - (index << EFF_CHUNK_BITS)]
+
+    def _eff_chunk(self, block_size: int, index: int) -> array[float]:
+        """``attention_bw_at`` of the contexts ``index << EFF_CHUNK_BITS`` onwards, as an
+        ``array('d')`` (8 bytes a context; reading one gives a Python float); context 0,
+        which no pricer asks, is computed at 1."""
+        lo = index << EFF_CHUNK_BITS
+        ctx = np.arange(lo, lo + (1 << EFF_CHUNK_BITS), dtype=np.float64)
+        if lo == 0:
+            ctx[0] = 1.0
+        return array("d", self.attention_bw_at(block_size, ctx).tolist())
 
     def _per_context(self, block_size: int) -> np.ndarray:
         cache = self.__dict__.setdefault("_per_context_cache", {})

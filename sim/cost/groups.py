@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from sim.cost.calibration import Calibration
 from sim.cost.linear import AllReduceFit, KernelFit, gemm_bytes, gemm_flops
+from sim.cost.pricer import MEMO_ENTRIES_MAX
 from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
@@ -185,7 +186,7 @@ class GroupPricer:
         terms = self._fixed.get(key)
         if terms is None:
             terms = self._fixed_terms(n_tok, n_logits, prefill)
-            if len(self._fixed) < 65536:
+            if len(self._fixed) < MEMO_ENTRIES_MAX:
                 self._fixed[key] = terms
         return terms
 
@@ -196,7 +197,7 @@ class GroupPricer:
         part = self._by_tokens.get(key)
         if part is None:
             part = self._token_terms(n_tok, prefill)
-            if len(self._by_tokens) < 65536:
+            if len(self._by_tokens) < MEMO_ENTRIES_MAX:
                 self._by_tokens[key] = part
         fit, lin, mem, comp, flops, emb, elem, allreduce_s, rate = part
         lm = 0.0
@@ -273,8 +274,9 @@ class GroupPricer:
     def _attention_one(self, kv_tokens, pairs, n_seq: int, rate: float) -> tuple[float, float, float]:
         """``attention`` of one step on floats: the same IEEE operations in the same order
         (numpy's elementwise arithmetic is Python's), the calibrated efficiency looked up
-        once per mean context (the array call on one element, memoised), so a step costs
-        no numpy call; equal to ``attention`` of a one-element array, bit for bit."""
+        once per mean context (memoised) in the calibration's table of that array call on
+        one element (``Calibration.attention_bw_one``), so a step costs no numpy call;
+        equal to ``attention`` of a one-element array, bit for bit."""
         c, cal = self.config, self.cal
         eff = c.bw_efficiency
         if cal is not None:
@@ -282,8 +284,8 @@ class GroupPricer:
             ctx = ctx if ctx > 1.0 else 1.0  # np.maximum(1.0, ctx) on a finite float
             eff = self._eff_by_ctx.get(ctx)
             if eff is None:
-                eff = float(cal.attention_bw_at(c.block_size, np.array([ctx]))[0])
-                if len(self._eff_by_ctx) < 65536:
+                eff = cal.attention_bw_one(c.block_size, ctx)
+                if len(self._eff_by_ctx) < MEMO_ENTRIES_MAX:
                     self._eff_by_ctx[ctx] = eff
         mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read else 0.0
         comp = pairs * self.attn_flops_per_pair_per_gpu / rate if c.attention_flops else 0.0

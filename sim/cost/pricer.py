@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 else:
     np = numpy_on_first_use(globals())
 
+#: entries a pricer's memo (prices or terms by batch shape) keeps at most; past it, a new
+#: shape is priced and not kept (a bound on memory, not on correctness)
+MEMO_ENTRIES_MAX = 65536
+
 
 @dataclass(slots=True, unsafe_hash=True)
 class StepWork:
@@ -180,7 +184,6 @@ def prefill_share_s(
 
 
 __all__ = [
-    "StepPricer", "advanced", "as_run", "check_run", "prefill_share", "prefill_share_s", "step_offsets",
-    "step_total",
-    "vmax",
+    "MEMO_ENTRIES_MAX", "StepPricer", "advanced", "as_run", "check_run", "prefill_share", "prefill_share_s",
+    "step_offsets", "step_total", "vmax",
 ]  # fmt: skip

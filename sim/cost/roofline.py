@@ -45,7 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 from sim.cost.config import CostConfig
 from sim.cost.groups import GroupPricer
-from sim.cost.pricer import StepWork, as_run, check_run, step_offsets, step_total, vmax
+from sim.cost.pricer import (
+    MEMO_ENTRIES_MAX,
+    StepWork,
+    as_run,
+    check_run,
+    step_offsets,
+    step_total,
+    vmax,
+)
 from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.attention_work import attention_work
@@ -56,6 +64,10 @@ if TYPE_CHECKING:
     import numpy as np
 else:
     np = numpy_on_first_use(globals())
+
+#: what prices a step with no decode (``CostModel.price_s``' memo): its prefill chunks,
+#: history tokens, copy bytes, allocator calls, and whether the host overlaps the GPU
+_PromptKey = tuple[tuple[tuple[int, int], ...], int, float, int, bool]
 
 
 @dataclass(slots=True)
@@ -122,6 +134,7 @@ class CostModel:
         self._act_bytes = dtype_bytes(c.activation_dtype)
         self.pricing = _pricing(c.step_pricing, self.calibration, model, tp)
         self._host_overhead_s: float | None = None
+        self._prompt_s: dict[_PromptKey, float] = {}  # price_s of steps with no decode
         self.groups = None
         if self.pricing == "per_group":
             self.groups = GroupPricer(model, accelerator, tp, c, self.calibration)
@@ -146,7 +159,22 @@ class CostModel:
     def price_s(self, work: StepWork) -> float:
         """``price(work).total_s`` without the breakdown (the same terms, no ``StepCost``):
         what the engine asks for the steps it only needs the seconds of (a run's later
-        prefill steps, the prefill share's two parts)."""
+        prefill steps, the prefill share's two parts). A step with no decode is memoised
+        by what prices it (its chunks, history, copies, allocator calls, and the overlap):
+        the prefill share prices every mixed step's prompt chunks alone, and chunked
+        prompts repeat their chunks (chat_azure_5000: 13,640 such steps, 8,009 distinct)."""
+        if not work.n_decode:
+            key: _PromptKey = (work.prefill_chunks, work.decode_history_tokens, work.copy_bytes, work.alloc_calls,
+                   self.async_scheduling)  # fmt: skip
+            seconds = self._prompt_s.get(key)
+            if seconds is None:
+                seconds = self._price_s(work)
+                if len(self._prompt_s) < MEMO_ENTRIES_MAX:
+                    self._prompt_s[key] = seconds
+            return seconds
+        return self._price_s(work)
+
+    def _price_s(self, work: StepWork) -> float:
         if self.groups is not None:
             total = self._group_terms(work, 0, self.async_scheduling)[0]
         else:

@@ -175,10 +175,12 @@ class RadixIndex:
             raise InvariantError(f"radix: {node!r} waits on {w!r}, not this index's record")
         self._join(w)
 
-    def _join(self, w: _Waiting) -> None:
+    def _join(self, w: _Waiting, mapped: bool = True) -> None:
         """Make the one extension the sequence's waiting fills would have made, stamped at
         the latest fill (``RadixTree.extend_late``), with the pool's retain and the
-        ledger's map of those blocks (its own, new to the ledger: no excess changes)."""
+        ledger's map of those blocks (its own, new to the ledger: no excess changes).
+        ``mapped`` False leaves them out of the ledger: only for a sequence about to be
+        released (``releasing``), whose release would take them out again."""
         seq_id = w.seq_id
         del self._waiting[seq_id]
         node = self._node[seq_id]
@@ -188,7 +190,8 @@ class RadixIndex:
         blocks = w.table[start : w.full_blocks]
         self._tree.extend_late(node, content, blocks, w.filled_s)
         self.pool.retain(blocks)
-        self.ledger.map(seq_id, blocks)
+        if mapped:
+            self.ledger.map(seq_id, blocks)
 
     @property
     def evictable_blocks(self) -> int:
@@ -367,9 +370,15 @@ class RadixIndex:
 
     def releasing(self, seq_id: Hashable) -> None:
         """Before the core drops its references: its waiting blocks join the tree (and are
-        retained), so those reaching refcount 0 are cached, as eager insertion leaves them."""
+        retained), so those reaching refcount 0 are cached, as eager insertion leaves them.
+        The ledger is not told of them: ``released`` comes next (the core calls nothing
+        between that reads the ledger), and its ``FamilyLedger.release`` would take back
+        at once what the map gave, blocks only this sequence maps (new to the ledger: no
+        other family can map a block still waiting), leaving the ledger as it is now; an
+        agent's whole trajectory of fills can be waiting here, so the two passes over
+        them are skipped."""
         if seq_id in self._waiting:
-            self._join(self._waiting[seq_id])
+            self._join(self._waiting[seq_id], mapped=False)
 
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Unpin: its tree blocks stay cached (the pool retains them); with ``uncache`` the

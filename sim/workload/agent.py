@@ -216,6 +216,30 @@ class _Line:
     pause_s: float = 0.0
     requests: list = field(default_factory=list)
     stable_tokens: int | None = None  # a subagent's own leading zones (None: the harness's)
+    # (a context, its tokens): ``_context_tokens``' memory, valid while ``context`` is that
+    # very tuple (contexts are rebuilt, never changed in place)
+    counted: tuple[Segments | None, int] = (None, 0)
+
+
+def _context_tokens(line: _Line, context: Segments) -> int:
+    """``n_tokens(context)``, read from ``line.counted`` when that is this very tuple (a
+    new call's context is the last one plus an observation, the last reply's plus its kept
+    output: ``_extended`` counts it by one addition instead of a pass over every segment)."""
+    seen, tokens = line.counted
+    if seen is not context:
+        tokens = n_tokens(context)
+        line.counted = (context, tokens)
+    return tokens
+
+
+def _extended(line: _Line, base: Segments, part: Segments) -> Segments:
+    """``concat(base, part)``; its count is remembered on ``line`` when ``base``'s is
+    (``n_tokens(part)``: one segment, one read)."""
+    seen, tokens = line.counted
+    context = concat(base, part)
+    if seen is base:
+        line.counted = (context, tokens + n_tokens(part))
+    return context
 
 
 def _next_input(ctx: WorkloadContext, line: _Line, harness: Harness, spec: TurnSpec) -> bool:
@@ -230,6 +254,7 @@ def _next_input(ctx: WorkloadContext, line: _Line, harness: Harness, spec: TurnS
     stable = harness.stable_tokens if line.stable_tokens is None else line.stable_tokens
     if spec.rebuild:
         context = slice_tokens(context, 0, stable if spec.keep_tokens is None else spec.keep_tokens)
+    total = _context_tokens(line, context)
     fitted = fit_window(
         context,
         stable,
@@ -237,6 +262,7 @@ def _next_input(ctx: WorkloadContext, line: _Line, harness: Harness, spec: TurnS
         ctx.context_window,
         harness.limit,
         ctx.new_content("summary"),
+        total_tokens=total,
     )
     if fitted.context is None:
         line.exhausted = True
@@ -245,7 +271,7 @@ def _next_input(ctx: WorkloadContext, line: _Line, harness: Harness, spec: TurnS
         line.compactions += 1
     moved = fitted.reduced or spec.rebuild or line.trimmed
     obs = segments([(ctx.new_content("obs"), spec.input_tokens)])
-    context = concat(fitted.context, obs)
+    context = _extended(line, fitted.context, obs)  # counted unless fit_window cut it
     if harness.builder is not None and harness.builder.layout.compacts_at(line.calls):
         compacted = harness.builder.compact(context, line.calls, ctx.new_content("summary"))
         if compacted is not None:  # the periodic compaction (rule 3.8 (4))
@@ -310,7 +336,7 @@ def _turn(ctx, line: _Line, spec: TurnSpec, traj: _Traj, turn: int, last: bool, 
     line.calls += 1
     req = ctx.request(
         line.seq,
-        n_tokens(prompt),
+        _context_tokens(line, prompt) if prompt is line.context else n_tokens(prompt),
         spec.output_tokens,
         prompt,
         traj_id=traj.traj_id,
@@ -338,7 +364,7 @@ def _turn(ctx, line: _Line, spec: TurnSpec, traj: _Traj, turn: int, last: bool, 
         return
     out = req.num_output
     kept = out if spec.kept_output_tokens is None else min(spec.kept_output_tokens, out)
-    line.context = concat(line.context, ((req.output_id, out - kept, kept),))
+    line.context = _extended(line, line.context, ((req.output_id, out - kept, kept),))
     line.trimmed = line.trimmed or kept < out
 
 

@@ -67,13 +67,16 @@ def fit_window(
     window: int | None,
     limit: ContextLimit,
     summary_id: ContentId,
+    total_tokens: int | None = None,
 ) -> Fitted:
     """Apply ``limit`` before a call whose prompt is ``context`` + ``input_tokens``.
 
     ``stable_tokens`` are the leading tokens (system prompt, tool definitions) a harness
-    never rewrites; ``summary_id`` names the summary's content if one is made.
+    never rewrites; ``summary_id`` names the summary's content if one is made;
+    ``total_tokens``, when the caller knows it, is ``n_tokens(context)`` (a pass over
+    every segment saved). A context that fits comes back as the same tuple.
     """
-    total = n_tokens(context)
+    total = n_tokens(context) if total_tokens is None else total_tokens
     if window is None or total + input_tokens <= limit.threshold * window:
         return Fitted(context, False)
     if limit.policy == "stop":

@@ -2,7 +2,9 @@
 forms they replace (bit for bit): a GEMM table's next measured count
 (``GemmTable.time_at``: a bisection on the tuples, was ``np.searchsorted`` on one value)
 and the attention efficiency without its argument check (``attention_bw_at``, for the
-pricers' contexts, already at least 1), whose checked form still refuses a context <= 0.
+pricers' contexts, already at least 1), whose checked form still refuses a context <= 0,
+and of one context from a table of chunks (``attention_bw_one``: every context a chunk
+holds against the one-element array call).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.calibration import load_calibration
+from sim.cost.calibration import EFF_CHUNK_BITS, EFF_CHUNKS_MAX, load_calibration
 from sim.cost.linear import GemmTable, KernelFit
 
 
@@ -84,3 +86,57 @@ def test_a_kernel_fit_on_floats_is_its_numpy_form(floor, bw_eff, fl_eff, n_bytes
     assert fit.time_s(n_bytes, flops, hbm, peak) == float(ref)
     both = fit.time_s(np.array([n_bytes, 0.0]), np.array([flops, flops]), hbm, peak)
     assert both[0] == float(ref)
+
+
+def _one_element(cal, bs: int, ctx: float) -> float:
+    return float(cal.attention_bw_at(bs, np.array([ctx], dtype=np.float64))[0])
+
+
+@pytest.mark.filterwarnings("error")  # chunk 0 does not take log2(0)
+@pytest.mark.parametrize("name", ["synthetic-example", "a100-80gb-vidur"])
+def test_one_context_from_the_chunks_is_the_one_element_call(name):
+    """Every context of the first three chunks (every one a run under 12,288 tokens of mean
+    context reads), and contexts spread to 2**24, at a measured block size and one between
+    two measured ones: the chunk's value is the one-element call's, bit for bit. The
+    synthetic file's efficiency varies with the context (1,024 to 65,536 measured); the
+    public ones measured one context (flat)."""
+    cal = load_calibration(name)
+    cal.__dict__.pop("_eff_chunks", None)  # the loaded file is shared: start with no chunk
+    rng = np.random.default_rng(7)
+    spread = [float(x) for x in rng.integers(1, 1 << 24, size=400)]
+    for bs in (16, 24):
+        for k in range(1, 3 << EFF_CHUNK_BITS):
+            assert cal.attention_bw_one(bs, float(k)) == _one_element(cal, bs, float(k)), (bs, k)
+        for ctx in spread:
+            assert cal.attention_bw_one(bs, ctx) == _one_element(cal, bs, ctx), (bs, ctx)
+        chunks = cal.__dict__["_eff_chunks"][bs]
+        assert len(chunks) == EFF_CHUNKS_MAX  # 3 + the spread's, up to the cap
+        for index, chunk in chunks.items():
+            assert len(chunk) == 1 << EFF_CHUNK_BITS
+            k = (index << EFF_CHUNK_BITS) + (1 << EFF_CHUNK_BITS) - 1  # each chunk's last
+            assert chunk[-1] == _one_element(cal, bs, float(k))
+
+
+def test_a_fraction_or_a_context_past_the_kept_chunks_takes_the_array_call():
+    cal = load_calibration("synthetic-example")
+    cal.__dict__.pop("_eff_chunks", None)
+    bs = 16
+    assert cal.attention_bw_one(bs, 2000.0) == _one_element(cal, bs, 2000.0)
+    # a fraction never reads the chunk of its whole part (their values differ)
+    assert cal.attention_bw_one(bs, 2000.5) == _one_element(cal, bs, 2000.5)
+    assert _one_element(cal, bs, 2000.5) != _one_element(cal, bs, 2000.0)
+    chunks = cal.__dict__["_eff_chunks"][bs]
+    assert list(chunks) == [0]
+    with np.errstate(divide="ignore", invalid="ignore"):  # log2 of 0 and of a negative
+        for ctx in (0.0, -1.0, -5000.0, 0.5):  # below 1 (no pricer asks): no chunk is made
+            np.testing.assert_equal(cal.attention_bw_one(bs, ctx), _one_element(cal, bs, ctx))
+    assert list(chunks) == [0]
+    for index in range(1, 2 * EFF_CHUNKS_MAX):  # a chunk each, until the cap
+        ctx = float((index << EFF_CHUNK_BITS) + 5)
+        assert cal.attention_bw_one(bs, ctx) == _one_element(cal, bs, ctx)
+    assert sorted(chunks) == list(range(EFF_CHUNKS_MAX))
+    # chunks are per block size: another starts its own
+    assert cal.attention_bw_one(32, 2000.0) == _one_element(cal, 32, 2000.0)
+    assert cal.attention_bw_one(32, 2000.0) != cal.attention_bw_one(bs, 2000.0)
+    assert list(cal.__dict__["_eff_chunks"][32]) == [0]
+    assert isinstance(cal.attention_bw_one(bs, 5.0), float)

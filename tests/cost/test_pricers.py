@@ -197,3 +197,36 @@ def test_a_step_work_is_a_value():
     assert later is not a and a == b  # the first step is left as it was
     assert (later.decode_history_tokens, later.decode_max_history_tokens, later.decode_min_history_tokens) == (96, 42, 22)
     assert not hasattr(a, "__dict__")  # slots: no per-instance dictionary
+
+
+@pytest.mark.parametrize(
+    ("name", "distinct", "overlap_moves"),
+    [("per_group-vidur", 6, True), ("roofline", 6, True), ("kernel_tables-skew", 5, False)],
+)
+def test_a_step_with_no_decode_is_priced_once_per_shape(name, distinct, overlap_moves):
+    """``price_s`` of a step with no decode (the prefill share's prompt part) is memoised by
+    what prices it: the same chunks again answer the memo, each of the chunks, history,
+    copy bytes, allocator calls and async scheduling (switched between calls, as a run sets
+    it) makes its own price, and every answer is the full pricing's (the kernel tables
+    read no history without decodes: five distinct prices of six; their steps cost the
+    same with async scheduling)."""
+    model, accel, tp, cfg = MODELS[name]
+    p = CostModel(load_model(model), accel, tp, 1, CostConfig(**{**cfg, "alloc_latency_s": 5e-6, "step_overhead_s": 1e-3}))
+    chunks = ((512, 0),)
+    works = [StepWork(0, 0, chunks), StepWork(0, 0, ((512, 1024),)), StepWork(0, 0, chunks, 3e6),
+             StepWork(0, 0, chunks, 0.0, 4), StepWork(0, 7000, chunks), StepWork(0, 0, (*chunks, (64, 0)))]  # fmt: skip
+    seen = []
+    for async_on in (False, True, False):
+        p.async_scheduling = async_on
+        for w in works:
+            first, again = p.price_s(w), p.price_s(w)
+            assert first == again == p.price(w).total_s
+            seen.append(first)
+    n = len(works)
+    assert len(set(seen[:n])) == distinct
+    assert (seen[:n] != seen[n : 2 * n]) == overlap_moves
+    assert seen[:n] == seen[2 * n :]
+    assert len(p._prompt_s) == 2 * n
+    # a step with decodes is not memoised
+    p.price_s(StepWork(3, 300, chunks, 0.0, 0, 100, 100))
+    assert len(p._prompt_s) == 2 * n
