@@ -25,6 +25,12 @@ with ``--compare`` it also says whether the two trees' JSON answers are byte-ide
 process (imports, loading, simulation, writing the run folder) is timed around a
 ``kvsim run --quiet`` subprocess, whose peak RSS is read from ``getrusage``. Prints a
 markdown table to paste into ``results_engine.md`` with the machine and date.
+
+Byte-code is cached per tree (``_pyc.py``), filled by one untimed small run of each
+scenario (and one capacity search for (d)) before the timed ones, so a whole process
+costs what it costs an installed kvsim; before 2026-12-03 every child compiled ~130
+modules from source (``PYTHONDONTWRITEBYTECODE=1`` on these machines), ~0.5 s of each
+whole-process figure.
 """
 
 from __future__ import annotations
@@ -42,7 +48,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from _pyc import tree_env
+
 HERE = Path(__file__).resolve().parent
+#: each tree's byte-code (``_pyc.py``), for every child process of this benchmark
+_CACHE = Path(tempfile.mkdtemp(prefix="kvsim-bench-pyc-"))
 
 
 def machine() -> str:
@@ -60,9 +70,7 @@ def machine() -> str:
 def run_once(scenario: str, sets: list[str], tree: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
     """One ``kvsim run`` in a fresh process (from ``tree`` when given): its summary, wall
     time, CPU seconds and peak RSS (the peak of every child so far: run the biggest last)."""
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    env = tree_env(tree or HERE.parent, _CACHE, on_path=tree is not None)
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "sim.cli", "run", str(HERE / scenario), "--out", out, "--quiet", *extra]
         for s in sets:
@@ -76,6 +84,17 @@ def run_once(scenario: str, sets: list[str], tree: Path | None = None, extra: tu
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return {"summary": summary, "process_s": process_s, "cpu_s": cpu_s,
             "rss_mb": max(after.ru_maxrss, before.ru_maxrss) / 1024}  # fmt: skip
+
+
+def warm(trees: list[Path | None], capacity_search: bool = False) -> None:
+    """Untimed: fill each tree's byte-code (a small chat run and a small agents run import
+    what the cases do; the capacity search its own modules)."""
+    for tree in trees:
+        run_once("chat_azure_5000.yaml", ["workload.num_requests=50"], tree, ("--no-report",))
+        run_once("chat_azure_5000.yaml", ["workload.num_requests=50"], tree)  # the report's
+        run_once("agents_500.yaml", ["workload.num_trajectories=2"], tree, ("--no-report",))
+        if capacity_search:
+            capacity_once(tree)
 
 
 def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tuple[str, ...]]]) -> None:
@@ -110,9 +129,7 @@ CAPACITY = ["capacity", "workloads/coding_agents_capacity.yaml", "--slo", "ttft_
 def capacity_once(tree: Path | None = None) -> dict:
     """Target (d): one ``kvsim capacity`` search in a fresh process (from ``tree`` when
     given): its JSON answer, wall seconds and CPU seconds of it and its workers."""
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    env = tree_env(tree or HERE.parent, _CACHE, on_path=tree is not None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "sim.cli", *CAPACITY], check=True,
@@ -174,9 +191,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs of (a); the median is kept")
     ap.add_argument("--compare", type=Path, default=None, help="another tree: interleaved pairs")
     args = ap.parse_args()
+    other = None if args.compare is None else args.compare.resolve()
     if args.only == "capacity":
-        capacity(None if args.compare is None else args.compare.resolve(), args.repeat)
+        warm([None] + ([] if other is None else [other]), capacity_search=True)
+        capacity(other, args.repeat)
         return
+    warm([None] + ([] if other is None else [other]))
     if args.compare is not None:
         cases = []
         if args.only in (None, "chat"):

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _pyc import tree_env
+
 COMMANDS = {
     "--version": ["--version"],
     "validate (one node)": ["validate", "workloads/seed_chunked_prefill.yaml"],
@@ -42,11 +44,7 @@ _CACHE = Path(tempfile.mkdtemp(prefix="kvsim-bench-pyc-"))
 
 
 def _env(tree: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    # one byte-code folder per tree: two checkouts' modules share names, not sources
-    env["PYTHONPYCACHEPREFIX"] = str(_CACHE / str(tree.resolve()).strip("/").replace("/", "_"))
-    return env
+    return tree_env(tree, _CACHE)  # one byte-code folder per tree (_pyc.py)
 
 
 def once(tree: Path, args: list[str]) -> tuple[float, float]:
