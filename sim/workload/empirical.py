@@ -161,14 +161,14 @@ def markov_walk(
     rows: dict[str, Callable[[float], str]] = {}  # each state's row, made when first left
     out: list[str] = []
     state = None
+    pick = first
     for x in u:
-        if state is None:
-            pick = first
-        else:
-            pick = rows.get(state)
-            if pick is None:
+        if state is not None:
+            known = rows.get(state)
+            if known is None:
                 row = transitions.get(state)
-                pick = rows[state] = first if row is None else chooser(row)
+                known = rows[state] = first if row is None else chooser(row)
+            pick = known
         state = pick(x)
         out.append(state)
     return out
