@@ -22,8 +22,10 @@ of ``validate``, more than a third of it), which no user pays twice.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,6 +43,7 @@ COMMANDS = {
 
 
 _CACHE = Path(tempfile.mkdtemp(prefix="kvsim-bench-pyc-"))
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 def _env(tree: Path) -> dict[str, str]:

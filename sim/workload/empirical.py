@@ -1,8 +1,9 @@
 """Empirical building blocks shared by the fitted generators and their fits.
 
 Responsibility: quantile tables that keep a sample's whole tail (``quantile_table``), rank
-correlation through a Gaussian copula (``copula_uniforms``), discrete count tables, and
-a categorical walk (a first-order Markov chain over tool categories).
+correlation through a Gaussian copula (``copula_uniforms``), discrete count tables, a
+categorical draw by shares (``chooser``, ``choose``) and a categorical walk (a first-order
+Markov chain over tool categories).
 
 Invariant: pure functions of their inputs and of the numpy generator passed in; each draws
 a fixed number of variates per call (so adding one draw never shifts another stream).
@@ -132,7 +133,10 @@ def _phi(z: np.ndarray) -> np.ndarray:
 
 def chooser(probs: Mapping[str, float]) -> Callable[[float], str]:
     """``choose`` for one mapping of shares, its cumulative table made once (a caller
-    drawing many names from the same shares makes one)."""
+    drawing many names from the same shares makes one). The shares need a name, none
+    negative or NaN, and a positive finite total (``ValueError`` otherwise; the fitted
+    parameters' schema refuses such files); the uniforms are Python floats in [0, 1)
+    (``Generator.random(n).tolist()``)."""
     names, cum = _cum(probs)
     last = len(names) - 1
 
@@ -175,7 +179,14 @@ def markov_walk(
 
 
 def _cum(probs: Mapping[str, float]) -> tuple[list[str], list[float]]:
-    """The names and their cumulative shares, normalised (float64, as Python floats)."""
+    """The names and their cumulative shares, normalised (float64, as Python floats);
+    ``ValueError`` unless there is a name, no share is negative or NaN and the total is
+    positive and finite."""
     names = list(probs)
-    cum = np.cumsum([probs[k] for k in names], dtype=np.float64)
+    shares = [float(probs[k]) for k in names]
+    if not (names and all(x >= 0 for x in shares) and 0 < math.fsum(shares) < math.inf):
+        raise ValueError(
+            f"shares need a name, no negative share and a positive finite total: {dict(probs)!r}"
+        )
+    cum = np.cumsum(shares, dtype=np.float64)
     return names, (cum / cum[-1]).tolist()

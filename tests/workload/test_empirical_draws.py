@@ -14,7 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.errors import ConfigError
+from sim.workload.coding_agent import _tokens, _tool_names
+from sim.workload.distributions import Quantiles
 from sim.workload.empirical import _phi, choose, chooser, copula_uniforms, markov_walk
+from sim.workload.params import load_params, validate_params
 
 NAMES = ("read", "edit", "bash", "search", "test")
 
@@ -62,6 +66,74 @@ def test_choose_boundaries() -> None:
     assert choose({"only": 3.0}, 0.0) == "only"
 
 
+@pytest.mark.parametrize(
+    "shares",
+    [{}, {"a": 0.0}, {"a": 0.0, "b": 0.0}, {"a": -1.0, "b": 2.0}, {"a": math.nan, "b": 1.0},
+     {"a": math.inf}],
+)  # fmt: skip
+def test_choose_refuses_shares_nothing_can_be_drawn_by(shares: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="shares need a name"):
+        chooser(shares)
+
+
+def test_each_call_draws_its_own_categorys_tool() -> None:
+    fit = load_params("coding_agent")
+    data = fit.model_dump(mode="json")
+    for name, cat in data["categories"].items():  # disjoint tool names per category
+        cat["tools"] = {f"{name}-{tool}": share for tool, share in cat["tools"].items()}
+    fit = validate_params("coding_agent", data)
+    cats = [c for c in fit.categories for _ in range(30)]
+    names = _tool_names(fit, cats, np.random.default_rng(2))
+    u = np.random.default_rng(2).random(len(cats)).tolist()
+    for cat, name, x in zip(cats, names, u, strict=True):
+        assert name == by_rule(fit.categories[cat].tools, x)  # its own category's shares
+
+
+def test_tokens_round_and_floor_at_one() -> None:
+    dist = Quantiles(kind="quantiles", p=[0.0, 0.5, 1.0], values=[0.0, 2.5, 10.0])
+    got = _tokens(dist, np.array([0.0, 0.05, 0.1, 0.5, 0.55, 1.0]))
+    # ppf: 0, 0.25, 0.5, 2.5, 3.25, 10 -> rint (half to even): 0, 0, 0, 2, 3, 10 -> at least 1
+    assert got.tolist() == [1, 1, 1, 2, 3, 10] and got.dtype == np.int64
+
+
+def _coding_fit(**change) -> dict:
+    data = load_params("coding_agent").model_dump(mode="json")
+    first = next(iter(data["categories"]))
+    data["categories"][first].update(change)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tools": {}}, "needs at least one name"),
+        ({"tools": {"ls": 0.0, "cat": 0.0}}, "the shares sum to 0"),
+        ({"tools": {"ls": -0.5, "cat": 1.0}}, "the share of 'ls' is negative"),
+        ({"next": {"no_such_category": 1.0}}, "'no_such_category' is not a category"),
+    ],
+)
+def test_fitted_shares_that_draw_nothing_are_refused(change: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate_params("coding_agent", _coding_fit(**change), "fit.yaml")
+
+
+def test_fitted_first_action_needs_a_share() -> None:
+    data = load_params("coding_agent").model_dump(mode="json")
+    for cat in data["categories"].values():
+        cat["start"] = cat["share"] = 0.0
+    with pytest.raises(ConfigError, match="no first action"):
+        validate_params("coding_agent", data, "fit.yaml")
+    data = load_params("human_in_loop").model_dump(mode="json")
+    for tool in data["tools"].values():
+        tool["share"] = 0.0
+    with pytest.raises(ConfigError, match="the shares sum to 0"):
+        validate_params("human_in_loop", data, "fit.yaml")
+    data = load_params("function_calling").model_dump(mode="json")
+    data["tools"] = {name: 0.0 for name in data["tools"]}
+    with pytest.raises(ConfigError, match="tools.*the shares sum to 0"):
+        validate_params("function_calling", data, "fit.yaml")
+
+
 def test_markov_walk_follows_its_rows() -> None:
     start = {"read": 0.5, "edit": 0.5}
     rows = {"read": {"edit": 1.0}, "edit": {"bash": 0.3, "read": 0.7}}  # "bash" has no row
@@ -89,7 +161,7 @@ def test_phi_is_the_normal_cdf(shape: tuple[int, ...]) -> None:
     assert got.shape == z.shape and got.dtype == np.float64
     cdf = NormalDist().cdf
     want = np.array([cdf(x) for x in z.ravel().tolist()]).reshape(shape)
-    assert np.array_equal(got, want)  # the same erf of the same quotient
+    assert np.allclose(got, want, rtol=0, atol=1e-15)
 
 
 def test_copula_uniforms_marginals_and_rank_correlation() -> None:
