@@ -23,18 +23,27 @@ with ``--compare`` it also says whether the two trees' JSON answers are byte-ide
 
 ``wall_time_s`` (the simulation loop alone) comes from the run's summary; the whole
 process (imports, loading, simulation, writing the run folder) is timed around a
-``kvsim run --quiet`` subprocess, whose peak RSS is read from ``getrusage``. Prints a
+``kvsim run --quiet`` subprocess, whose CPU seconds and peak RSS ``os.wait4`` reads. Prints a
 markdown table to paste into ``results_engine.md`` with the machine and date.
+
+Byte-code is cached per tree (``_pyc.py``), filled before the timed runs by one untimed
+run of every case with a tiny workload (and one capacity search for (d)), so a whole
+process costs what it costs an installed kvsim; before 2026-12-03 every child compiled
+~130 modules from source (``PYTHONDONTWRITEBYTECODE=1`` on these machines), ~0.5 s of
+each whole-process figure. Peak RSS is each ``kvsim run``'s own (``os.wait4``: the
+process and the children it waited for); before 2026-12-03 it was the peak of every
+child the benchmark had run so far.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
 import os
 import platform
-import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +51,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _pyc import tree_env
+
 HERE = Path(__file__).resolve().parent
+#: each tree's byte-code (``_pyc.py``), for every child process of this benchmark
+_CACHE = Path(tempfile.mkdtemp(prefix="kvsim-bench-pyc-"))
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 def machine() -> str:
@@ -57,25 +71,50 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
+def child(cmd: list[str], cwd: Path, env: dict[str, str], capture: bool = False) -> dict:
+    """Run one child process to its end: its wall seconds, CPU seconds (user + system) and
+    peak RSS in MB, its own and its waited-for children's (``os.wait4``: not the peak of
+    every child this benchmark ran), and its stdout when ``capture``."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE if capture else None)
+    out = proc.stdout.read() if proc.stdout is not None else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall_s = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return {"wall_s": wall_s, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "rss_mb": usage.ru_maxrss / 1024, "stdout": out}  # fmt: skip
+
+
 def run_once(scenario: str, sets: list[str], tree: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
     """One ``kvsim run`` in a fresh process (from ``tree`` when given): its summary, wall
-    time, CPU seconds and peak RSS (the peak of every child so far: run the biggest last)."""
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    time, CPU seconds and peak RSS."""
+    env = tree_env(tree or HERE.parent, _CACHE, on_path=tree is not None)
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "sim.cli", "run", str(HERE / scenario), "--out", out, "--quiet", *extra]
         for s in sets:
             cmd += ["--set", s]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, cwd=tree or HERE.parent, env=env)
-        process_s = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = child(cmd, tree or HERE.parent, env)
         summary = json.loads((Path(out) / "summary.json").read_text())
-    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"summary": summary, "process_s": process_s, "cpu_s": cpu_s,
-            "rss_mb": max(after.ru_maxrss, before.ru_maxrss) / 1024}  # fmt: skip
+    return {"summary": summary, "process_s": done["wall_s"], "cpu_s": done["cpu_s"],
+            "rss_mb": done["rss_mb"]}  # fmt: skip
+
+
+#: a case: (label, scenario, --set values, extra ``kvsim run`` arguments)
+Case = tuple[str, str, list[str], tuple[str, ...]]
+#: what a warm-up run of a case sets last (later ``--set`` values win): a tiny workload
+_TINY = {"chat_azure_5000.yaml": "workload.num_requests=50", "agents_500.yaml": "workload.num_trajectories=2"}
+
+
+def warm(trees: list[Path | None], cases: list[Case], capacity_search: bool = False) -> None:
+    """Untimed: fill each tree's byte-code with what the timed cases import, by running
+    each case with a tiny workload (``_TINY``); the capacity search once as it is."""
+    for tree in trees:
+        for _, scenario, sets, extra in cases:
+            run_once(scenario, [*sets, _TINY[scenario]], tree, extra)
+        if capacity_search:
+            capacity_once(tree)
 
 
 def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tuple[str, ...]]]) -> None:
@@ -110,19 +149,11 @@ CAPACITY = ["capacity", "workloads/coding_agents_capacity.yaml", "--slo", "ttft_
 def capacity_once(tree: Path | None = None) -> dict:
     """Target (d): one ``kvsim capacity`` search in a fresh process (from ``tree`` when
     given): its JSON answer, wall seconds and CPU seconds of it and its workers."""
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "sim.cli", *CAPACITY], check=True,
-                          cwd=tree or HERE.parent, env=env, capture_output=True)  # fmt: skip
-    wall_s = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    answer = json.loads(done.stdout)
-    return {"json": done.stdout, "wall_s": wall_s, "probes": len(answer["points"]),
-            "capacity": answer["capacity"],
-            "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}  # fmt: skip
+    env = tree_env(tree or HERE.parent, _CACHE, on_path=tree is not None)
+    done = child([sys.executable, "-m", "sim.cli", *CAPACITY], tree or HERE.parent, env, capture=True)
+    answer = json.loads(done["stdout"])
+    return {"json": done["stdout"], "wall_s": done["wall_s"], "probes": len(answer["points"]),
+            "capacity": answer["capacity"], "cpu_s": done["cpu_s"]}  # fmt: skip
 
 
 def capacity(tree: Path | None, repeat: int) -> None:
@@ -174,49 +205,51 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs of (a); the median is kept")
     ap.add_argument("--compare", type=Path, default=None, help="another tree: interleaved pairs")
     args = ap.parse_args()
+    other = None if args.compare is None else args.compare.resolve()
+    trees: list[Path | None] = [None] + ([] if other is None else [other])
     if args.only == "capacity":
-        capacity(None if args.compare is None else args.compare.resolve(), args.repeat)
+        warm(trees, [], capacity_search=True)
+        capacity(other, args.repeat)
         return
-    if args.compare is not None:
-        cases = []
+    if other is not None:
+        cases: list[Case] = []
         if args.only in (None, "chat"):
             cases.append(("(a) chat 5,000, --no-report", "chat_azure_5000.yaml", [], ("--no-report",)))
         if args.only in (None, "agents"):
             cases.append((f"(b) agents {args.agents}", "agents_500.yaml",
                           [f"workload.num_trajectories={args.agents}"], ("--no-report",)))  # fmt: skip
-        compare(args.compare.resolve(), args.repeat, cases)
+        warm(trees, cases)
+        compare(other, args.repeat, cases)
         return
+    chat: list[Case] = []  # the median of --repeat runs each
+    once: list[Case] = []
+    if args.only in (None, "chat"):
+        chat += [("(a) chat 5,000, paged", "chat_azure_5000.yaml", [], ()),
+                 ("(a) chat 5,000, paged, no calibration", "chat_azure_5000.yaml",
+                  ["cost.calibration=null"], ())]  # fmt: skip
+        once.append(("(a) chat 50,000, paged", "chat_azure_5000.yaml", ["workload.num_requests=50000"], ()))
+    if args.only in (None, "agents"):
+        n = args.agents
+        for kind in ("radix", "paged_hash", "paged"):
+            once.append((f"(b) agents {n}, {kind}", "agents_500.yaml",
+                         [f"workload.num_trajectories={n}", f"allocator.kind={kind}"], ()))  # fmt: skip
+        for policy in ("hold", "offload_host"):
+            sets = [f"workload.num_trajectories={n}", "allocator.kind=paged"]
+            sets += ["hardware.node=dgx-h100", f"pause_policy.kind={policy}"]
+            once.append((f"(b) agents {n}, paged + dgx-h100, {policy}", "agents_500.yaml", sets, ()))
+    warm(trees, chat + once)
     print(f"Machine: {machine()}  \nDate: {datetime.date.today().isoformat()}\n")
     print(
         "| run | requests | trajectories | simulated s | decisions | steps | loop s | "
         "requests / loop s | process s | peak RSS MB |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    if args.only in (None, "chat"):
-        for label, sets in (
-            ("(a) chat 5,000, paged", []),
-            ("(a) chat 5,000, paged, no calibration", ["cost.calibration=null"]),
-        ):
-            runs = sorted(
-                (run_once("chat_azure_5000.yaml", sets) for _ in range(args.repeat)),
-                key=lambda r: r["process_s"],
-            )
-            print(row(label, runs[len(runs) // 2]), flush=True)
-        big = run_once("chat_azure_5000.yaml", ["workload.num_requests=50000"])
-        print(row("(a) chat 50,000, paged", big), flush=True)
-    if args.only in (None, "agents"):
-        n = args.agents
-        for kind in ("radix", "paged_hash", "paged"):
-            r = run_once(
-                "agents_500.yaml", [f"workload.num_trajectories={n}", f"allocator.kind={kind}"]
-            )
-            print(row(f"(b) agents {n}, {kind}", r), flush=True)
-        for policy in ("hold", "offload_host"):
-            sets = [f"workload.num_trajectories={n}", "allocator.kind=paged"]
-            sets += ["hardware.node=dgx-h100", f"pause_policy.kind={policy}"]
-            r = run_once("agents_500.yaml", sets)
-            print(row(f"(b) agents {n}, paged + dgx-h100, {policy}", r), flush=True)
-
+    for label, scenario, sets, extra in chat:
+        runs = sorted((run_once(scenario, sets, None, extra) for _ in range(args.repeat)),
+                      key=lambda r: r["process_s"])  # fmt: skip
+        print(row(label, runs[len(runs) // 2]), flush=True)
+    for label, scenario, sets, extra in once:
+        print(row(label, run_once(scenario, sets, None, extra)), flush=True)
 
 if __name__ == "__main__":
     main()

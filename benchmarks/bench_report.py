@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _pyc import tree_env
+
 HERE = Path(__file__).resolve().parent
 SCENARIO = HERE / "chat_azure_5000.yaml"
 
@@ -51,13 +53,6 @@ print(json.dumps({"rows": rows, "import_wall_s": t1 - t0, "import_cpu_s": c1 - c
 """
 
 
-def _env(tree: Path, cache: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(cache / str(tree.resolve()).strip("/").replace("/", "_"))
-    return env
-
-
 def _whole_once(tree: Path, cache: Path, out: Path, report: bool) -> tuple[float, float]:
     """(wall s, CPU s of the process and its waited-for children) of one ``kvsim run``."""
     shutil.rmtree(out, ignore_errors=True)
@@ -65,7 +60,7 @@ def _whole_once(tree: Path, cache: Path, out: Path, report: bool) -> tuple[float
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv + ([] if report else ["--no-report"]), cwd=tree,
-                   env=_env(tree, cache), check=True, capture_output=True)  # fmt: skip
+                   env=tree_env(tree, cache), check=True, capture_output=True)  # fmt: skip
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)

@@ -22,14 +22,18 @@ of ``validate``, more than a third of it), which no user pays twice.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _pyc import tree_env
 
 COMMANDS = {
     "--version": ["--version"],
@@ -39,14 +43,11 @@ COMMANDS = {
 
 
 _CACHE = Path(tempfile.mkdtemp(prefix="kvsim-bench-pyc-"))
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 def _env(tree: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    # one byte-code folder per tree: two checkouts' modules share names, not sources
-    env["PYTHONPYCACHEPREFIX"] = str(_CACHE / str(tree.resolve()).strip("/").replace("/", "_"))
-    return env
+    return tree_env(tree, _CACHE)  # one byte-code folder per tree (_pyc.py)
 
 
 def once(tree: Path, args: list[str]) -> tuple[float, float]:

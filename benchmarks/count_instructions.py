@@ -20,13 +20,14 @@ the difference of two larger counts), so read ratios beyond ~1 %. Needs ``valgri
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _pyc import tree_env
 
 _CHILD = """
 import sys, yaml
@@ -48,8 +49,7 @@ def _code(scenario: str, sets: list[str], run_loop: bool) -> str:
 def warm(tree: Path, scenario: str, sets: list[str], pyc: Path) -> None:
     """Fill ``pyc`` with the byte-code of everything a run imports (one run, no valgrind;
     the loop too, since it imports some modules on first use)."""
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=str(pyc))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = tree_env(tree, pyc)
     subprocess.run([sys.executable, "-c", _code(scenario, sets, True)], cwd=tree, env=env,
                    check=True, capture_output=True)  # fmt: skip
 
@@ -58,8 +58,7 @@ def instructions(tree: Path, scenario: str, sets: list[str], run_loop: bool, pyc
     """Instructions of one process (valgrind's "Collected" count)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONPYCACHEPREFIX=str(pyc), PYTHONHASHSEED="0")  # fmt: skip
+        env = tree_env(tree, pyc, PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")  # read only
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
              "-c", _code(scenario, sets, run_loop)],

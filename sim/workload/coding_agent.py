@@ -18,11 +18,13 @@ Invariant: a plan is a pure function of the config, the fit and the named stream
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sim.workload.agent import Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
-from sim.workload.empirical import choose, copula_uniforms, markov_walk
+from sim.workload.empirical import chooser, copula_uniforms, markov_walk
 from sim.workload.hints import register_tool_times
 from sim.workload.params import CodingAgentParams, load_params
 
@@ -79,7 +81,7 @@ def coding_agent_steps(cfg, ctx: WorkloadContext) -> tuple:
 
 def _tokens(dist, u: np.ndarray) -> np.ndarray:
     """Token counts at probabilities ``u`` of a quantile table (or its clipped draw)."""
-    return np.clip(np.rint(dist.ppf(u)), 1, None).astype(np.int64)
+    return np.maximum(np.rint(dist.ppf(u)), 1.0).astype(np.int64)  # np.clip's cost, less
 
 
 def _start(fit: CodingAgentParams) -> dict[str, float]:
@@ -90,7 +92,14 @@ def _start(fit: CodingAgentParams) -> dict[str, float]:
 def _tool_names(fit: CodingAgentParams, cats: list[str], rng) -> list[str]:
     """A tool name per call, from its category's shares (one uniform per call)."""
     u = rng.random(len(cats)).tolist()
-    return [choose(fit.categories[c].tools, x) for c, x in zip(cats, u, strict=True)]
+    picks: dict[str, Callable[[float], str]] = {}  # each category's table, made once
+    out = []
+    for c, x in zip(cats, u, strict=True):
+        pick = picks.get(c)
+        if pick is None:
+            pick = picks[c] = chooser(fit.categories[c].tools)
+        out.append(pick(x))
+    return out
 
 
 def coding_agent_harness(cfg, ctx: WorkloadContext) -> Harness:

@@ -1,8 +1,9 @@
 """Empirical building blocks shared by the fitted generators and their fits.
 
 Responsibility: quantile tables that keep a sample's whole tail (``quantile_table``), rank
-correlation through a Gaussian copula (``copula_uniforms``), discrete count tables, and
-a categorical walk (a first-order Markov chain over tool categories).
+correlation through a Gaussian copula (``copula_uniforms``), discrete count tables, a
+categorical draw by shares (``chooser``, ``choose``) and a categorical walk (a first-order
+Markov chain over tool categories).
 
 Invariant: pure functions of their inputs and of the numpy generator passed in; each draws
 a fixed number of variates per call (so adding one draw never shifts another stream).
@@ -11,7 +12,8 @@ a fixed number of variates per call (so adding one draw never shifts another str
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -122,16 +124,32 @@ def normal_scores(pool: Sequence[float], x: Sequence[float]) -> np.ndarray:
 
 
 def _phi(z: np.ndarray) -> np.ndarray:
-    """The standard normal CDF (vectorised ``erf``)."""
-    erf = np.vectorize(math.erf, otypes=[np.float64])
-    return 0.5 * (1.0 + erf(z / math.sqrt(2.0)))
+    """The standard normal CDF: ``math.erf`` on each element (through a list: a trajectory
+    draws a few values, where ``np.vectorize``'s per-call cost was most of the time)."""
+    x = np.asarray(z, dtype=np.float64) / math.sqrt(2.0)
+    erf = np.array(list(map(math.erf, x.ravel().tolist())), dtype=np.float64).reshape(x.shape)
+    return 0.5 * (1.0 + erf)
+
+
+def chooser(probs: Mapping[str, float]) -> Callable[[float], str]:
+    """``choose`` for one mapping of shares, its cumulative table made once (a caller
+    drawing many names from the same shares makes one). The shares need a name, none
+    negative or NaN, and a positive finite total (``ValueError`` otherwise; the fitted
+    parameters' schema refuses such files); the uniforms are Python floats in [0, 1)
+    (``Generator.random(n).tolist()``)."""
+    names, cum = _cum(probs)
+    last = len(names) - 1
+
+    def pick(u: float) -> str:
+        i = bisect_right(cum, u)
+        return names[i if i < last else last]
+
+    return pick
 
 
 def choose(probs: Mapping[str, float], u: float) -> str:
     """The name whose cumulative share first passes ``u`` (in [0, 1))."""
-    names, cum = _cum(probs)
-    i = int(np.searchsorted(cum, u, side="right"))
-    return names[min(i, len(names) - 1)]
+    return chooser(probs)(u)
 
 
 def markov_walk(
@@ -143,19 +161,32 @@ def markov_walk(
     """``n`` states of a first-order chain: the first from ``start``, each next one from the
     previous state's row (``start`` where a state has no row). One uniform per state."""
     u = rng.random(n).tolist()
-    rows = {k: _cum(v) for k, v in transitions.items()}
-    first = _cum(start)
+    first = chooser(start)
+    rows: dict[str, Callable[[float], str]] = {}  # each state's row, made when first left
     out: list[str] = []
     state = None
+    pick = first
     for x in u:
-        names, cum = rows.get(state, first) if state is not None else first
-        i = int(np.searchsorted(cum, x, side="right"))
-        state = names[min(i, len(names) - 1)]
+        if state is not None:
+            known = rows.get(state)
+            if known is None:
+                row = transitions.get(state)
+                known = rows[state] = first if row is None else chooser(row)
+            pick = known
+        state = pick(x)
         out.append(state)
     return out
 
 
-def _cum(probs: Mapping[str, float]) -> tuple[list[str], np.ndarray]:
+def _cum(probs: Mapping[str, float]) -> tuple[list[str], list[float]]:
+    """The names and their cumulative shares, normalised (float64, as Python floats);
+    ``ValueError`` unless there is a name, no share is negative or NaN and the total is
+    positive and finite."""
     names = list(probs)
-    cum = np.cumsum([probs[k] for k in names], dtype=np.float64)
-    return names, cum / cum[-1]
+    shares = [float(probs[k]) for k in names]
+    if not (names and all(x >= 0 for x in shares) and 0 < math.fsum(shares) < math.inf):
+        raise ValueError(
+            f"shares need a name, no negative share and a positive finite total: {dict(probs)!r}"
+        )
+    cum = np.cumsum(shares, dtype=np.float64)
+    return names, (cum / cum[-1]).tolist()

@@ -24,7 +24,7 @@ import numpy as np
 
 from sim.workload.agent import Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
-from sim.workload.empirical import choose, copula_uniforms
+from sim.workload.empirical import chooser, copula_uniforms
 from sim.workload.hints import ToolTimes, register_tool_times
 from sim.workload.params import FunctionCallingParams, calls_for, load_params
 
@@ -55,7 +55,7 @@ def function_calling_steps(cfg, ctx: WorkloadContext) -> tuple:
     out = np.clip(np.rint(fit.completion_tokens.ppf(u[:, 0])), 1, None).astype(np.int64)
     call_grow = fit.call_growth_tokens.ppf(u[:, 1])
     user_grow = fit.user_growth_tokens.ppf(u[:, 1])
-    names = [choose(fit.tools, x) for x in ctx.streams("tools").random(n).tolist()]
+    names = list(map(chooser(fit.tools), ctx.streams("tools").random(n).tolist()))
     tool_s = cfg.tool_s.sample(pau, n).clip(min=0.0)
     think_s = cfg.think_s.sample(pau, users).clip(min=0.0)
     # the call index each user turn starts at

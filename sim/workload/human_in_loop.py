@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from sim.workload.agent import Harness, TurnSpec, trajectory_driver
 from sim.workload.context import WorkloadContext
-from sim.workload.empirical import choose, copula_uniforms
+from sim.workload.empirical import chooser, copula_uniforms
 from sim.workload.hints import ToolTimes, register_tool_times
 from sim.workload.params import HumanInLoopParams, calls_for, load_params
 
@@ -46,7 +46,7 @@ def human_in_loop_steps(cfg, ctx: WorkloadContext) -> tuple:
     n = sum(per_turn)
     user_msgs, replies = _messages(fit, tok, users)
     shares = {name: t.share for name, t in fit.tools.items()}
-    names = [choose(shares, x) for x in ctx.streams("tools").random(n).tolist()]
+    names = list(map(chooser(shares), ctx.streams("tools").random(n).tolist()))
     u_call, u_result = tok.random(n), tok.random(n)
     think = cfg.think_s.sample(pau, users).clip(min=0.0).tolist()
     tool_s = cfg.tool_s.sample(pau, n).clip(min=0.0).tolist()

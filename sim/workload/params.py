@@ -16,9 +16,9 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.errors import ConfigError
 from sim.workload.distributions import MAX_TIME_S, Dist, Quantiles
@@ -46,6 +46,23 @@ class _P(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def _shares(value: dict[str, float]) -> dict[str, float]:
+    """A mapping of names to the shares a draw picks them by (``empirical.chooser``): at
+    least one name, no negative share, a positive total (they are normalised)."""
+    if not value:
+        raise ValueError("needs at least one name with a share")
+    for name, share in value.items():
+        if share < 0:
+            raise ValueError(f"the share of {name!r} is negative ({share})")
+    if not sum(value.values()) > 0:
+        raise ValueError("the shares sum to 0: nothing can be drawn")
+    return value
+
+
+#: names and the shares a draw picks them by (validated by ``_shares``)
+Shares = Annotated[dict[str, float], AfterValidator(_shares)]
+
+
 class Source(_P):
     """Where a fit came from (shown in docs and ``kvsim workload sample``)."""
 
@@ -61,8 +78,8 @@ class ToolCategory(_P):
 
     share: float = Field(ge=0, le=1)  # share of the calls that run a tool (informative)
     start: float = Field(ge=0, le=1)  # probability that a trajectory's first action is this
-    next: dict[str, float]  # category of the next action (first-order chain)
-    tools: dict[str, float]  # tool names (first word of the command) and their shares
+    next: Shares  # category of the next action (first-order chain)
+    tools: Shares  # tool names (first word of the command) and their shares
     completion_tokens: Quantiles  # the reply that issues this action
     tool_s: Quantiles  # tool time, timeouts excluded
     growth_tokens: Quantiles  # what the next prompt adds beyond this prompt and reply
@@ -80,6 +97,21 @@ class CodingAgentParams(_P):
     timeout_s: float = Field(gt=0, le=MAX_TIME_S)  # the harness's tool timeout
     timeout_overhead_s: Quantiles  # a timed-out call's time past ``timeout_s`` (kill, cleanup)
     categories: dict[str, ToolCategory] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _chain(self) -> CodingAgentParams:
+        """The chain draws only categories it has: every ``next`` names one, and the
+        first action has a positive ``start`` (or, without one, ``share``) somewhere."""
+        for name, c in self.categories.items():
+            unknown = sorted(set(c.next) - set(self.categories))
+            if unknown:
+                raise ValueError(
+                    f"categories.{name}.next: {unknown[0]!r} is not a category "
+                    f"(categories: {', '.join(self.categories)})"
+                )
+        if not any(c.start > 0 or c.share > 0 for c in self.categories.values()):
+            raise ValueError("categories: every start and share is 0: no first action can be drawn")
+        return self
 
 
 class CallsByLength(_P):
@@ -111,7 +143,7 @@ class FunctionCallingParams(_P):
     user_growth_tokens: Dist  # prompt growth at a new user turn (the user message)
     observation_min_tokens: int = Field(ge=1)  # the smallest tool result with its framing
     rank_correlation: float = Field(ge=-1, le=1)  # Spearman(completion, call growth)
-    tools: dict[str, float]  # function names and their shares
+    tools: Shares  # function names and their shares
 
 
 class ServiceTool(_P):
@@ -138,6 +170,15 @@ class HumanInLoopParams(_P):
     reply_user_rank_correlation: float = Field(0.0, ge=-1.0, le=1.0)
     tools: dict[str, ServiceTool] = Field(min_length=1)  # the most called, the rest "other"
     max_calls: int | None = Field(None, ge=1)  # the harness's step limit (None: none seen)
+
+    @model_validator(mode="after")
+    def _tool_shares(self) -> HumanInLoopParams:
+        """A call's tool is drawn by these shares: they need a positive total."""
+        try:
+            _shares({name: t.share for name, t in self.tools.items()})
+        except ValueError as exc:
+            raise ValueError(f"tools: {exc}") from None
+        return self
 
 
 class RoleParams(_P):
