@@ -14,8 +14,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # the fitted parameters' schema imports ``check_shares``: no numpy for validate
+    np = numpy_on_first_use(globals())
 
 #: knots of a fitted quantile table: dense in both tails so p1, p99, p99.9 and the
 #: extremes (the minimum and the maximum themselves) are kept, not smoothed away
@@ -133,9 +139,8 @@ def _phi(z: np.ndarray) -> np.ndarray:
 
 def chooser(probs: Mapping[str, float]) -> Callable[[float], str]:
     """``choose`` for one mapping of shares, its cumulative table made once (a caller
-    drawing many names from the same shares makes one). The shares need a name, none
-    negative or NaN, and a positive finite total (``ValueError`` otherwise; the fitted
-    parameters' schema refuses such files); the uniforms are Python floats in [0, 1)
+    drawing many names from the same shares makes one). Shares that can draw nothing are a
+    ``ValueError`` (``check_shares``); the uniforms are Python floats in [0, 1)
     (``Generator.random(n).tolist()``)."""
     names, cum = _cum(probs)
     last = len(names) - 1
@@ -178,15 +183,23 @@ def markov_walk(
     return out
 
 
+def check_shares(probs: Mapping[str, float]) -> None:
+    """``ValueError`` unless a name can be drawn by these shares: at least one name, no
+    negative or NaN share, a positive finite total (shares are normalised). The fitted
+    parameters' schema (``sim.workload.params.Shares``) refuses a file by this rule."""
+    if not probs:
+        raise ValueError("needs at least one name with a share")
+    for name, share in probs.items():
+        if not share >= 0:
+            raise ValueError(f"the share of {name!r} is negative or NaN ({share})")
+    if not 0 < math.fsum(probs.values()) < math.inf:
+        raise ValueError("the shares sum to 0 (or not to a finite number): nothing can be drawn")
+
+
 def _cum(probs: Mapping[str, float]) -> tuple[list[str], list[float]]:
     """The names and their cumulative shares, normalised (float64, as Python floats);
-    ``ValueError`` unless there is a name, no share is negative or NaN and the total is
-    positive and finite."""
+    ``check_shares``'s ``ValueError`` for shares that can draw nothing."""
+    check_shares(probs)
     names = list(probs)
-    shares = [float(probs[k]) for k in names]
-    if not (names and all(x >= 0 for x in shares) and 0 < math.fsum(shares) < math.inf):
-        raise ValueError(
-            f"shares need a name, no negative share and a positive finite total: {dict(probs)!r}"
-        )
-    cum = np.cumsum(shares, dtype=np.float64)
+    cum = np.cumsum([probs[k] for k in names], dtype=np.float64)
     return names, (cum / cum[-1]).tolist()

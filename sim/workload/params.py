@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from sim.errors import ConfigError
 from sim.workload.distributions import MAX_TIME_S, Dist, Quantiles
+from sim.workload.empirical import check_shares
 from sim.yamlio import format_validation_error, load_yaml, loads_yaml
 
 #: the kinds whose defaults are fitted from data
@@ -47,15 +48,9 @@ class _P(BaseModel):
 
 
 def _shares(value: dict[str, float]) -> dict[str, float]:
-    """A mapping of names to the shares a draw picks them by (``empirical.chooser``): at
-    least one name, no negative share, a positive total (they are normalised)."""
-    if not value:
-        raise ValueError("needs at least one name with a share")
-    for name, share in value.items():
-        if share < 0:
-            raise ValueError(f"the share of {name!r} is negative ({share})")
-    if not sum(value.values()) > 0:
-        raise ValueError("the shares sum to 0: nothing can be drawn")
+    """A mapping of names to the shares a draw picks them by (``empirical.chooser``), by
+    the draw's own rule (``empirical.check_shares``)."""
+    check_shares(value)
     return value
 
 
