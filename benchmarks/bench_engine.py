@@ -117,7 +117,7 @@ def warm(trees: list[Path | None], cases: list[Case], capacity_search: bool = Fa
             capacity_once(tree)
 
 
-def compare(tree: Path, repeat: int, cases: list[tuple[str, str, list[str], tuple[str, ...]]]) -> None:
+def compare(tree: Path, repeat: int, cases: list[Case]) -> None:
     """Interleaved pairs: this tree, then ``tree``, ``repeat`` times per case."""
     here = HERE.parent
     print(f"Machine: {machine()}  \nDate: {datetime.datetime.now(datetime.UTC).isoformat(timespec='minutes')}"

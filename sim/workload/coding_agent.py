@@ -47,7 +47,7 @@ def coding_agent_steps(cfg, ctx: WorkloadContext) -> tuple:
     tok, pau, tools = ctx.streams("tokens"), ctx.streams("pauses"), ctx.streams("tools")
     n = int((cfg.turns or fit.turns).sample_tokens(ctx.streams("turns"), 1)[0])
     first = int((cfg.first_prompt_tokens or fit.first_prompt_tokens).sample_tokens(tok, 1)[0])
-    cats = markov_walk(tools, _start(fit), {k: c.next for k, c in fit.categories.items()}, n - 1)
+    cats = markov_walk(tools, fit.start_shares(), {k: c.next for k, c in fit.categories.items()}, n - 1)
     names = _tool_names(fit, cats, tools)
     completions = np.empty(n, dtype=np.int64)
     tool_s = np.zeros(max(0, n - 1))
@@ -85,9 +85,6 @@ def _tokens(dist, u: np.ndarray) -> np.ndarray:
     return np.maximum(np.rint(dist.ppf(u)), 1.0).astype(np.int64)
 
 
-def _start(fit: CodingAgentParams) -> dict[str, float]:
-    start = {k: c.start for k, c in fit.categories.items() if c.start > 0}
-    return start or {k: c.share for k, c in fit.categories.items()}
 
 
 def _tool_names(fit: CodingAgentParams, cats: list[str], rng) -> list[str]:

@@ -104,9 +104,17 @@ class CodingAgentParams(_P):
                     f"categories.{name}.next: {unknown[0]!r} is not a category "
                     f"(categories: {', '.join(self.categories)})"
                 )
-        if not any(c.start > 0 or c.share > 0 for c in self.categories.values()):
-            raise ValueError("categories: every start and share is 0: no first action can be drawn")
+        try:
+            check_shares(self.start_shares())
+        except ValueError:
+            raise ValueError("categories: every start and share is 0: no first action can be drawn") from None
         return self
+
+    def start_shares(self) -> dict[str, float]:
+        """The first action's shares: the categories' positive ``start``, or, with none,
+        their ``share``."""
+        start = {k: c.start for k, c in self.categories.items() if c.start > 0}
+        return start or {k: c.share for k, c in self.categories.items()}
 
 
 class CallsByLength(_P):
@@ -170,7 +178,7 @@ class HumanInLoopParams(_P):
     def _tool_shares(self) -> HumanInLoopParams:
         """A call's tool is drawn by these shares: they need a positive total."""
         try:
-            _shares({name: t.share for name, t in self.tools.items()})
+            check_shares({name: t.share for name, t in self.tools.items()})
         except ValueError as exc:
             raise ValueError(f"tools: {exc}") from None
         return self
