@@ -14,6 +14,7 @@ is a one-line ``ConfigError`` naming file, line and field, an unknown name an
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import os
 from pathlib import Path
@@ -99,8 +100,7 @@ def is_shipped(path: Path) -> bool:
     """Whether ``path`` is one of the files an installed kvsim ships (under its package's
     ``sim/_profiles``), which ``sim.yamlio`` may read with libyaml (``load_yaml(...,
     shipped=True)``). A checkout's ``hardware_profiles/`` is a working tree its user may
-    edit (``kernels_validation/calibrate.py`` writes there), so there every file is read
-    by the pure loader, which refuses what libyaml lets through (``a<TAB>``, ``|#``)."""
+    edit (``kernels_validation/calibrate.py`` writes there): see ``shipped_as``."""
     packaged = _packaged_dir()
     if packaged is None:
         return False
@@ -110,9 +110,49 @@ def is_shipped(path: Path) -> bool:
         return False
 
 
+#: the checkout's record of its shipped files as committed: ``sha256sum`` lines
+#: (``<hex digest>  <kind folder>/<file>.yaml``), made in ``hardware_profiles/`` by
+#: ``sha256sum */*.yaml > SHA256SUMS`` (tests/test_yamlio_parsers.py checks it is current)
+MANIFEST = "SHA256SUMS"
+
+
+def shipped_as(path: Path) -> bool | str:
+    """How ``sim.yamlio.load_yaml`` may read ``path`` (its ``shipped`` argument): True for
+    an installed kvsim's own file (``is_shipped``); for a file of a checkout's
+    ``hardware_profiles/``, the SHA-256 it had when committed (``MANIFEST``), so it is
+    read with libyaml only while its text is that one, which CI parsed both ways alike
+    (an edited file is the user's and goes to the pure loader, which refuses what libyaml
+    lets through: ``a<TAB>``, ``|#``); False for any other file."""
+    if is_shipped(path):
+        return True
+    if _packaged_dir() is not None:
+        return False
+    try:
+        name = path.resolve().relative_to(_CHECKOUT_PROFILES_DIR.resolve()).as_posix()
+    except (OSError, ValueError):
+        return False
+    return _manifest().get(name, False)
+
+
+@functools.cache
+def _manifest() -> dict[str, str]:
+    """The checkout's ``MANIFEST``: file (relative, POSIX) -> hex SHA-256; empty when it
+    is missing or unreadable (every file then goes to the pure loader)."""
+    try:
+        text = (_CHECKOUT_PROFILES_DIR / MANIFEST).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        digest, sep, name = line.partition("  ")
+        if sep and len(digest) == 64:
+            out[name.strip()] = digest.lower()
+    return out
+
+
 def load_file(path: Path, kind: str, overrides: dict[str, Any] | None = None):
     """Validate one profile file; ``overrides`` replace top-level fields (dotted keys ok)."""
-    data, lines = load_yaml(path, shipped=is_shipped(path))
+    data, lines = load_yaml(path, shipped=shipped_as(path))
     if not isinstance(data, dict):
         raise ConfigError("a profile must be a mapping of fields", location=f"{path}:1")
     data.setdefault("name", path.stem)
