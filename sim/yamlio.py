@@ -4,7 +4,7 @@ Invariant: user YAML is only ever parsed with PyYAML's safe loader (no tags that
 objects, no eval), once: the composed node tree is walked for line numbers and then
 constructed. A file an installed kvsim ships (``load_yaml(..., shipped=True)``: its
 profiles and calibrations in the package, ``sim.profiles.registry.is_shipped``; in a
-checkout, such a file while its text is the committed one, ``shipped_as``) is scanned by libyaml when PyYAML has it, under the same composer, bounds
+checkout, such a file while its text is the committed one, ``committed_sha256``) is scanned by libyaml when PyYAML has it, under the same composer, bounds
 and safe constructor; every shipped file is tested to give the same data and lines both
 ways, and any problem is parsed again by the pure loader, so messages never depend on it. Every mapping key and sequence item gets the 1-based line it was written
 on, so validation errors can name ``file:line``. A document is refused with a one-line
@@ -210,19 +210,19 @@ def _walk(root: yaml.Node, source: str) -> LineMap:
 
 def load_yaml(
     path: str | Path, *, max_nodes: int | None = None, max_bytes: int | None = None,
-    shipped: bool | str = False,
+    shipped: bool = False, shipped_sha256: str | None = None,
 ) -> tuple[Any, LineMap]:
     """Parse a YAML file safely; return (data, {key path: line}). A caller that reads large
     files by design (an allocation trace) passes its own bounds (default ``MAX_NODES``,
-    ``MAX_FILE_BYTES``). ``shipped``: True for a file kvsim ships (its profiles and
-    calibrations), parsed with libyaml when PyYAML has it (every shipped file is tested to
-    parse alike); a hex SHA-256 for a file that counts as shipped only while its text has
-    that digest (a checkout's, ``sim.profiles.registry.shipped_as``); any problem is
-    parsed again, and worded, by the pure loader."""
+    ``MAX_FILE_BYTES``). ``shipped``: a file kvsim ships (its profiles and calibrations),
+    parsed with libyaml when PyYAML has it (every shipped file is tested to parse alike);
+    ``shipped_sha256``: the same, only while the text read has this hex SHA-256 (a
+    checkout's file as committed, ``sim.profiles.registry.committed_sha256``); any
+    problem is parsed again, and worded, by the pure loader."""
     path = Path(path)
     text = _read_text(path, max_bytes)
-    if isinstance(shipped, str):
-        shipped = hashlib.sha256(text.encode("utf-8")).hexdigest() == shipped
+    if not shipped and shipped_sha256 is not None:
+        shipped = hashlib.sha256(text.encode("utf-8")).hexdigest() == shipped_sha256
     if max_nodes is not None or max_bytes is not None:  # large files: never remembered
         return _load_text(text, str(path), max_nodes, shipped)
     key = (str(path), text, shipped)

@@ -1,6 +1,6 @@
 """``sim.yamlio`` reads kvsim's own files (``shipped=True``: profiles, calibrations) with
 libyaml's scanner when PyYAML has it (in a checkout, a file of ``hardware_profiles/``
-while its text is the committed one: ``shipped_as``), and every other file with PyYAML's
+while its text is the committed one: ``committed_sha256``), and every other file with PyYAML's
 pure loader.
 
 libyaml gives the same data and lines for every file kvsim ships (checked here, so a
@@ -21,7 +21,7 @@ import yaml
 import sim.yamlio as yamlio
 from sim.cost.calibration import load_calibration
 from sim.errors import ConfigError
-from sim.profiles.registry import builtin_profiles_dir, is_shipped, shipped_as
+from sim.profiles.registry import builtin_profiles_dir, committed_sha256, is_shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml")
@@ -53,9 +53,9 @@ def test_only_an_installed_kvsims_own_files_count_as_shipped(tmp_path, monkeypat
     from sim.profiles import registry
 
     model = builtin_profiles_dir() / "models" / "llama-3.1-8b.yaml"
-    if registry._packaged_dir() is None:  # a checkout: its files as committed (shipped_as)
+    if registry._packaged_dir() is None:  # a checkout: its files as committed
         assert not is_shipped(model)
-        assert shipped_as(model) == hashlib.sha256(model.read_bytes()).hexdigest()
+        assert committed_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
     # an installed wheel's sim/_profiles (here: the same files standing in for it)
     folder = builtin_profiles_dir()
     monkeypatch.setattr(registry, "_packaged_dir", lambda: folder)
@@ -113,7 +113,7 @@ CHECKOUT_PROFILES = ROOT / "hardware_profiles"
 def test_the_checkout_s_manifest_is_current():
     """``hardware_profiles/SHA256SUMS`` holds every shipped file's SHA-256 as committed,
     and nothing else: the texts CI parsed both ways alike (the test above), which a
-    checkout reads with libyaml (``shipped_as``)."""
+    checkout reads with libyaml (``committed_sha256``)."""
     listed = {}
     for line in (CHECKOUT_PROFILES / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
         digest, _, name = line.partition("  ")
@@ -122,7 +122,8 @@ def test_the_checkout_s_manifest_is_current():
              for p in CHECKOUT_PROFILES.rglob("*.yaml")}  # fmt: skip
     assert listed == files, (
         "hardware_profiles/SHA256SUMS is out of date: in hardware_profiles/, run "
-        "sha256sum */*.yaml > SHA256SUMS")
+        "find . -name '*.yaml' -printf '%P\\n' | sort | xargs sha256sum > SHA256SUMS "
+        "(this file's tests then check that every file listed parses alike both ways)")
 
 
 def test_a_checkout_file_counts_as_shipped_only_with_its_committed_text(tmp_path, monkeypatch):
@@ -142,19 +143,21 @@ def test_a_checkout_file_counts_as_shipped_only_with_its_committed_text(tmp_path
     registry._manifest.cache_clear()
     try:
         path = folder / "models" / "odd.yaml"
-        assert shipped_as(path) == digest
-        assert yamlio.load_yaml(path, shipped=shipped_as(path)) == ("a", {})  # libyaml
+        assert committed_sha256(path) == digest
+        assert registry.load_shipped_yaml(path) == ("a", {})  # libyaml
         path.write_text(odd + " ", encoding="utf-8")  # edited: the user's now
         with pytest.raises(ConfigError, match="invalid YAML"):
-            yamlio.load_yaml(path, shipped=shipped_as(path))
+            registry.load_shipped_yaml(path)
         other = folder / "models" / "llama-3.1-8b.yaml"  # not listed
-        assert shipped_as(other) is False
+        assert committed_sha256(other) is None
         outside = tmp_path / "odd.yaml"
         outside.write_text(odd, encoding="utf-8")
-        assert shipped_as(outside) is False
+        assert committed_sha256(outside) is None
+        with pytest.raises(ConfigError, match="invalid YAML"):
+            registry.load_shipped_yaml(outside)
         (folder / "SHA256SUMS").unlink()
         registry._manifest.cache_clear()
         path.write_text(odd, encoding="utf-8")
-        assert shipped_as(path) is False
+        assert committed_sha256(path) is None
     finally:
         registry._manifest.cache_clear()

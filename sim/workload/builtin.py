@@ -11,7 +11,9 @@ not import the agent drivers: ~50 ms of a process's start, docs/performance.md).
 Invariant: every kind is registered once, with its config model, trajectory count and
 driver; a reference is the function it names once called (``shipped(m, f)(*a)`` is
 ``m.f(*a)``), and it carries that function's ``__module__`` and ``__qualname__``, so the
-registry's checks see the same driver as the function itself.
+registry's checks see the same driver as the function itself; the tool-time registry
+(``sim.workload.hints``) imports every driver's module before its first look-up (a
+plug-in loader), so what it lists never depends on which drivers a process called.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from sim.plugins import add_loader
 from sim.workload.agent_config import (
     AgentTraceWorkload,
     AgentWorkload,
@@ -42,12 +45,14 @@ class shipped:  # noqa: N801  (read as a function: shipped("chat", "chat_driver"
     def __init__(self, module: str, name: str) -> None:
         self.__module__ = f"sim.workload.{module}"
         self.__qualname__ = self.__name__ = name
+        self._module = module
         self._fn: Any = None
 
     def __call__(self, *args: Any) -> Any:
         fn = self._fn
         if fn is None:
-            fn = self._fn = getattr(importlib.import_module(self.__module__), self.__name__)
+            module = importlib.import_module(f"sim.workload.{self._module}")
+            fn = self._fn = getattr(module, self.__name__)
         return fn(*args)
 
     def __repr__(self) -> str:
@@ -89,3 +94,14 @@ for _name, _config, _count, _module, _driver in _KINDS:
     if isinstance(_count, str):
         _count = shipped(_module, _count)
     register_workload(WorkloadKind(_name, _config, _count, shipped(_module, _driver)))
+
+
+def _import_drivers() -> None:
+    """Import every shipped driver's module: the agent kinds' modules declare their tool
+    times on import (``sim.workload.hints.register_tool_times``, ``refuse_tool_times``),
+    which that registry reads after running this loader."""
+    for module in sorted({kind[3] for kind in _KINDS}):
+        importlib.import_module(f"sim.workload.{module}")
+
+
+add_loader("tool_times", _import_drivers)

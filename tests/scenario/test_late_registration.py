@@ -162,7 +162,7 @@ def _restored():
     """Every registry put back as it was on leaving (in place: modules that imported a
     table by name see the same dict); the shipped kinds are loaded first."""
     # run the shipped loaders and import every shipped policy (each module registers once)
-    allocator_kinds(), workload_kind("chat"), runner_names(), policy_names()
+    allocator_kinds(), workload_kind("chat"), runner_names(), policy_names(), hints_registry.tool_time_kinds()
     saved = [dict(t) for t in TABLES]
     pending = {k: list(v) for k, v in plugin_registry._PENDING.items()}
     try:
