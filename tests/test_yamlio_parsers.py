@@ -109,11 +109,12 @@ def test_a_shipped_calibration_loads_as_with_the_pure_loader(monkeypatch):
 CHECKOUT_PROFILES = ROOT / "hardware_profiles"
 
 
-@pytest.mark.skipif(not (CHECKOUT_PROFILES / "SHA256SUMS").is_file(), reason="not a checkout")
+@pytest.mark.skipif(not CHECKOUT_PROFILES.is_dir(), reason="not a checkout")
 def test_the_checkout_s_manifest_is_current():
     """``hardware_profiles/SHA256SUMS`` holds every shipped file's SHA-256 as committed,
     and nothing else: the texts CI parsed both ways alike (the test above), which a
     checkout reads with libyaml (``committed_sha256``)."""
+    assert (CHECKOUT_PROFILES / "SHA256SUMS").is_file(), "hardware_profiles/SHA256SUMS is missing"
     listed = {}
     for line in (CHECKOUT_PROFILES / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
         digest, _, name = line.partition("  ")

@@ -5,8 +5,10 @@ count and driver. ``sim.workload`` adds this module as a plug-in loader (``sim.p
 that ``workload_kind`` runs before its first look-up, so importing a config model or a
 distribution of this layer (the scenario schema does) does not import every driver; and
 the drivers and counts here are ``shipped`` references, each of which imports its module
-on its first call, so a run imports its own kind's driver and no other (a chat run does
-not import the agent drivers: ~50 ms of a process's start, docs/performance.md).
+on its first call, so a run imports its own kind's driver and no other's (a chat run
+does not import the agent kinds', mix's or mooncake's modules: ~50 ms of a process's
+start, docs/performance.md; ``sim.workload.vllm_requests`` holds a config model as well,
+which the scenario schema imports anyway).
 
 Invariant: every kind is registered once, with its config model, trajectory count and
 driver; a reference is the function it names once called (``shipped(m, f)(*a)`` is

@@ -241,6 +241,7 @@ def test_the_shipped_kinds_come_back_after_a_test_registered_more():
         assert plugin_registry._PENDING["allocators"]
     for table, name in late:
         assert name not in table
+    assert {"coding_agent", "function_calling", "tree_search"} <= set(hints_registry.tool_time_kinds())
     assert not plugin_registry._PENDING.get("allocators")
     assert "chat" in WORKLOADS and "radix" in alloc_registry._REGISTRY
 
