@@ -3,7 +3,8 @@
 Invariant: user YAML is only ever parsed with PyYAML's safe loader (no tags that build
 objects, no eval), once: the composed node tree is walked for line numbers and then
 constructed. A file an installed kvsim ships (``load_yaml(..., shipped=True)``: its
-profiles and calibrations in the package, ``sim.profiles.registry.is_shipped``) is scanned by libyaml when PyYAML has it, under the same composer, bounds
+profiles and calibrations in the package, ``sim.profiles.registry.is_shipped``; in a
+checkout, such a file while its text is the committed one, ``committed_sha256``) is scanned by libyaml when PyYAML has it, under the same composer, bounds
 and safe constructor; every shipped file is tested to give the same data and lines both
 ways, and any problem is parsed again by the pure loader, so messages never depend on it. Every mapping key and sequence item gets the 1-based line it was written
 on, so validation errors can name ``file:line``. A document is refused with a one-line
@@ -24,6 +25,7 @@ the lines of the top-level members and of the items of top-level lists.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import threading
 from collections import OrderedDict
@@ -208,15 +210,19 @@ def _walk(root: yaml.Node, source: str) -> LineMap:
 
 def load_yaml(
     path: str | Path, *, max_nodes: int | None = None, max_bytes: int | None = None,
-    shipped: bool = False,
+    shipped: bool = False, shipped_sha256: str | None = None,
 ) -> tuple[Any, LineMap]:
     """Parse a YAML file safely; return (data, {key path: line}). A caller that reads large
     files by design (an allocation trace) passes its own bounds (default ``MAX_NODES``,
     ``MAX_FILE_BYTES``). ``shipped``: a file kvsim ships (its profiles and calibrations),
     parsed with libyaml when PyYAML has it (every shipped file is tested to parse alike);
-    any problem is parsed again, and worded, by the pure loader."""
+    ``shipped_sha256``: the same, only while the text read has this hex SHA-256 (a
+    checkout's file as committed, ``sim.profiles.registry.committed_sha256``); any
+    problem is parsed again, and worded, by the pure loader."""
     path = Path(path)
     text = _read_text(path, max_bytes)
+    if not shipped and shipped_sha256 is not None:
+        shipped = hashlib.sha256(text.encode("utf-8")).hexdigest() == shipped_sha256
     if max_nodes is not None or max_bytes is not None:  # large files: never remembered
         return _load_text(text, str(path), max_nodes, shipped)
     key = (str(path), text, shipped)

@@ -1,5 +1,7 @@
 """``sim.yamlio`` reads kvsim's own files (``shipped=True``: profiles, calibrations) with
-libyaml's scanner when PyYAML has it, and every other file with PyYAML's pure loader.
+libyaml's scanner when PyYAML has it (in a checkout, a file of ``hardware_profiles/``
+while its text is the committed one: ``committed_sha256``), and every other file with PyYAML's
+pure loader.
 
 libyaml gives the same data and lines for every file kvsim ships (checked here, so a
 shipped file that parses otherwise fails CI); a shipped file with a problem is parsed
@@ -9,6 +11,8 @@ the pure loader."""
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +21,7 @@ import yaml
 import sim.yamlio as yamlio
 from sim.cost.calibration import load_calibration
 from sim.errors import ConfigError
-from sim.profiles.registry import builtin_profiles_dir, is_shipped
+from sim.profiles.registry import builtin_profiles_dir, committed_sha256, is_shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml")
@@ -49,8 +53,9 @@ def test_only_an_installed_kvsims_own_files_count_as_shipped(tmp_path, monkeypat
     from sim.profiles import registry
 
     model = builtin_profiles_dir() / "models" / "llama-3.1-8b.yaml"
-    if registry._packaged_dir() is None:  # a checkout: a working tree, read by the pure loader
+    if registry._packaged_dir() is None:  # a checkout: its files as committed
         assert not is_shipped(model)
+        assert committed_sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
     # an installed wheel's sim/_profiles (here: the same files standing in for it)
     folder = builtin_profiles_dir()
     monkeypatch.setattr(registry, "_packaged_dir", lambda: folder)
@@ -99,3 +104,61 @@ def test_a_shipped_calibration_loads_as_with_the_pure_loader(monkeypatch):
 
     monkeypatch.setattr(calibration, "_LOADED", {})  # no cached load
     assert load_calibration("h100-sxm-80gb-vidur") == fast
+
+
+CHECKOUT_PROFILES = ROOT / "hardware_profiles"
+
+
+@pytest.mark.skipif(not CHECKOUT_PROFILES.is_dir(), reason="not a checkout")
+def test_the_checkout_s_manifest_is_current():
+    """``hardware_profiles/SHA256SUMS`` holds every shipped file's SHA-256 as committed,
+    and nothing else: the texts CI parsed both ways alike (the test above), which a
+    checkout reads with libyaml (``committed_sha256``)."""
+    assert (CHECKOUT_PROFILES / "SHA256SUMS").is_file(), "hardware_profiles/SHA256SUMS is missing"
+    listed = {}
+    for line in (CHECKOUT_PROFILES / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name] = digest
+    files = {p.relative_to(CHECKOUT_PROFILES).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in CHECKOUT_PROFILES.rglob("*.yaml")}  # fmt: skip
+    assert listed == files, (
+        "hardware_profiles/SHA256SUMS is out of date: in hardware_profiles/, run "
+        "find . -name '*.yaml' -printf '%P\\n' | sort | xargs sha256sum > SHA256SUMS "
+        "(this file's tests then check that every file listed parses alike both ways)")
+
+
+def test_a_checkout_file_counts_as_shipped_only_with_its_committed_text(tmp_path, monkeypatch):
+    """A checkout (no packaged profiles): a file of ``hardware_profiles/`` is read with
+    libyaml while its text has the manifest's digest, by the pure loader once edited (or
+    when it is not listed, or there is no manifest); a file elsewhere never counts."""
+    from sim.profiles import registry
+
+    folder = tmp_path / "hardware_profiles"
+    shutil.copytree(CHECKOUT_PROFILES / "models", folder / "models")
+    odd = "a\t"  # libyaml reads "a"; PyYAML refuses it
+    (folder / "models" / "odd.yaml").write_text(odd, encoding="utf-8")
+    digest = hashlib.sha256(odd.encode()).hexdigest()
+    (folder / "SHA256SUMS").write_text(f"{digest}  models/odd.yaml\n", encoding="utf-8")
+    monkeypatch.setattr(registry, "_packaged_dir", lambda: None)
+    monkeypatch.setattr(registry, "_CHECKOUT_PROFILES_DIR", folder)
+    registry._manifest.cache_clear()
+    try:
+        path = folder / "models" / "odd.yaml"
+        assert committed_sha256(path) == digest
+        assert registry.load_shipped_yaml(path) == ("a", {})  # libyaml
+        path.write_text(odd + " ", encoding="utf-8")  # edited: the user's now
+        with pytest.raises(ConfigError, match="invalid YAML"):
+            registry.load_shipped_yaml(path)
+        other = folder / "models" / "llama-3.1-8b.yaml"  # not listed
+        assert committed_sha256(other) is None
+        outside = tmp_path / "odd.yaml"
+        outside.write_text(odd, encoding="utf-8")
+        assert committed_sha256(outside) is None
+        with pytest.raises(ConfigError, match="invalid YAML"):
+            registry.load_shipped_yaml(outside)
+        (folder / "SHA256SUMS").unlink()
+        registry._manifest.cache_clear()
+        path.write_text(odd, encoding="utf-8")
+        assert committed_sha256(path) is None
+    finally:
+        registry._manifest.cache_clear()

@@ -28,8 +28,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import ConfigError
-from sim.profiles.registry import builtin_profiles_dir
-from sim.yamlio import format_validation_error, load_yaml
+from sim.profiles.registry import builtin_profiles_dir, load_shipped_yaml
+from sim.yamlio import format_validation_error
 
 BASIS_CALIBRATION = "calibration, cross-validated"
 BASIS_VALIDATION = "validation table"
@@ -66,7 +66,7 @@ def validation_tables(path: Path | None = None) -> tuple[ValidationTable, ...]:
     p = path or builtin_profiles_dir().joinpath(*VALIDATION_FILE)
     if not p.is_file():
         return ()
-    data, lines = load_yaml(p)
+    data, lines = load_shipped_yaml(p)  # libyaml for the shipped file (or its committed text)
     try:
         return tuple(_ValidationFile.model_validate(data).tables)
     except ValidationError as exc:

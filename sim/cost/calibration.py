@@ -48,8 +48,8 @@ from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
 from sim.cost.table_schema import ModelTablesSpec
 from sim.errors import ConfigError, UnknownNameError
 from sim.lazy_numpy import numpy_on_first_use
-from sim.profiles.registry import builtin_profiles_dir, is_shipped
-from sim.yamlio import format_validation_error, load_yaml
+from sim.profiles.registry import builtin_profiles_dir, load_shipped_yaml
+from sim.yamlio import format_validation_error
 
 if TYPE_CHECKING:
     import numpy as np
@@ -713,7 +713,7 @@ def load_calibration(name_or_path: str, search_dirs: list[Path] | None = None) -
         key = None  # load_yaml reports the problem
     if key is not None and key in _LOADED:
         return _LOADED[key]  # immutable: a run's resolve and cost model share one load
-    data, lines = load_yaml(path, shipped=is_shipped(path))
+    data, lines = load_shipped_yaml(path)
     spec = validate_mapping(data, str(path), lines)
     cal = calibration_from_spec(spec, str(path))
     if key is not None:

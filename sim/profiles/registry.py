@@ -14,6 +14,7 @@ is a one-line ``ConfigError`` naming file, line and field, an unknown name an
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import os
 from pathlib import Path
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 
 from sim.errors import ConfigError, KvsimError, UnknownNameError
 from sim.profiles.schema import PROFILE_CLASSES
-from sim.yamlio import format_validation_error, load_yaml
+from sim.yamlio import LineMap, format_validation_error, load_yaml
 
 #: kind -> sub-folder of a profiles directory
 KIND_DIRS = {"accelerator": "accelerators", "model": "models", "node": "nodes"}
@@ -99,8 +100,7 @@ def is_shipped(path: Path) -> bool:
     """Whether ``path`` is one of the files an installed kvsim ships (under its package's
     ``sim/_profiles``), which ``sim.yamlio`` may read with libyaml (``load_yaml(...,
     shipped=True)``). A checkout's ``hardware_profiles/`` is a working tree its user may
-    edit (``kernels_validation/calibrate.py`` writes there), so there every file is read
-    by the pure loader, which refuses what libyaml lets through (``a<TAB>``, ``|#``)."""
+    edit (``kernels_validation/calibrate.py`` writes there): see ``committed_sha256``."""
     packaged = _packaged_dir()
     if packaged is None:
         return False
@@ -110,9 +110,55 @@ def is_shipped(path: Path) -> bool:
         return False
 
 
+#: the checkout's record of its shipped files as committed: ``sha256sum`` lines
+#: (``<hex digest>  <kind folder>/<file>.yaml``), made in ``hardware_profiles/`` by
+#: ``find . -name '*.yaml' -printf '%P\n' | sort | xargs sha256sum > SHA256SUMS``
+#: (tests/test_yamlio_parsers.py checks it is current, and that every file it lists
+#: parses alike both ways)
+MANIFEST = "SHA256SUMS"
+
+
+def committed_sha256(path: Path) -> str | None:
+    """For a file of a checkout's ``hardware_profiles/`` (no packaged profiles), the hex
+    SHA-256 its text had when committed (``MANIFEST``): ``sim.yamlio.load_yaml`` reads it
+    with libyaml only while its text has that digest, which CI parsed both ways alike (an
+    edited file is the user's and goes to the pure loader, which refuses what libyaml lets
+    through: ``a<TAB>``, ``|#``). None for any other file, or without a manifest."""
+    if _packaged_dir() is not None:
+        return None
+    try:
+        name = path.resolve().relative_to(_CHECKOUT_PROFILES_DIR.resolve()).as_posix()
+    except (OSError, ValueError):
+        return None
+    return _manifest().get(name)
+
+
+@functools.cache
+def _manifest() -> dict[str, str]:
+    """The checkout's ``MANIFEST``: file (relative, POSIX) -> hex SHA-256; empty when it
+    is missing or unreadable (every file then goes to the pure loader)."""
+    try:
+        text = (_CHECKOUT_PROFILES_DIR / MANIFEST).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        digest, sep, name = line.partition(" ")
+        name = name.lstrip(" *").removeprefix("./")  # text or binary mode, ./ from find
+        if sep and len(digest) == 64 and name:
+            out[name] = digest.lower()
+    return out
+
+
+def load_shipped_yaml(path: Path) -> tuple[Any, LineMap]:
+    """``load_yaml`` of a profile or calibration file, with libyaml where the file is
+    kvsim's own (``is_shipped``, or ``committed_sha256`` in a checkout)."""
+    return load_yaml(path, shipped=is_shipped(path), shipped_sha256=committed_sha256(path))
+
+
 def load_file(path: Path, kind: str, overrides: dict[str, Any] | None = None):
     """Validate one profile file; ``overrides`` replace top-level fields (dotted keys ok)."""
-    data, lines = load_yaml(path, shipped=is_shipped(path))
+    data, lines = load_shipped_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("a profile must be a mapping of fields", location=f"{path}:1")
     data.setdefault("name", path.stem)

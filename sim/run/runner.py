@@ -36,7 +36,6 @@ from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names
     preflight,
     preflight_node,
 )
-from sim.run.cluster import build_cluster
 from sim.run.node import NodeParts, RunResult, build_node, engine_meta  # noqa: F401
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
@@ -92,6 +91,8 @@ def build(source: Any, **overrides: Any):
     ``sim.run.cluster.ClusterSimulation``."""
     loaded = _loaded(source, overrides)
     if loaded.scenario.cluster is not None:
+        from sim.run.cluster import build_cluster  # a one-node run never imports it
+
         return build_cluster(loaded)
     resolved = preflight(loaded)
     sc = resolved.scenario

@@ -1,17 +1,29 @@
 """The shipped workload kinds, registered on import (``sim.workload.kinds``).
 
-Responsibility: import every shipped driver and config model and register each kind by
-name. ``sim.workload`` adds this module as a plug-in loader (``sim.plugins``) that
-``workload_kind`` runs before its first look-up, so importing a config model or a
-distribution of this layer (the scenario schema does) does not import every driver.
+Responsibility: register every shipped kind by name with its config model, trajectory
+count and driver. ``sim.workload`` adds this module as a plug-in loader (``sim.plugins``)
+that ``workload_kind`` runs before its first look-up, so importing a config model or a
+distribution of this layer (the scenario schema does) does not import every driver; and
+the drivers and counts here are ``shipped`` references, each of which imports its module
+on its first call, so a run imports its own kind's driver and no other's (a chat run
+does not import the agent kinds', mix's or mooncake's modules: ~50 ms of a process's
+start, docs/performance.md; ``sim.workload.vllm_requests`` holds a config model as well,
+which the scenario schema imports anyway).
 
 Invariant: every kind is registered once, with its config model, trajectory count and
-driver.
+driver; a reference is the function it names once called (``shipped(m, f)(*a)`` is
+``m.f(*a)``), and it carries that function's ``__module__`` and ``__qualname__``, so the
+registry's checks see the same driver as the function itself; the tool-time registry
+(``sim.workload.hints``) imports every driver's module before its first look-up (a
+plug-in loader), so what it lists never depends on which drivers a process called.
 """
 
 from __future__ import annotations
 
-from sim.workload.agent import agent_driver
+import importlib
+from typing import Any
+
+from sim.plugins import add_loader
 from sim.workload.agent_config import (
     AgentTraceWorkload,
     AgentWorkload,
@@ -23,49 +35,75 @@ from sim.workload.agent_config import (
     MultiAgentTeamWorkload,
     TreeSearchWorkload,
 )
-from sim.workload.agent_trace import agent_trace_driver
-from sim.workload.chat import chat_driver, requests_count, requests_driver
-from sim.workload.claude_code import claude_code_driver
-from sim.workload.coding_agent import coding_agent_driver
 from sim.workload.common_config import ChatWorkload, MooncakeWorkload, RequestsWorkload
-from sim.workload.function_calling import function_calling_driver
-from sim.workload.human_in_loop import human_in_loop_driver
-from sim.workload.interactive import interactive_driver
 from sim.workload.kinds import WorkloadKind, register_workload
-from sim.workload.mix import mix_count, mix_driver
 from sim.workload.mix_config import MixWorkload
-from sim.workload.mooncake import mooncake_count, mooncake_driver
-from sim.workload.multi_agent import multi_agent_driver
-from sim.workload.tree_search import tree_search_driver
-from sim.workload.vllm_requests import (
-    VllmRequestsWorkload,
-    vllm_requests_count,
-    vllm_requests_driver,
-)
+from sim.workload.vllm_requests import VllmRequestsWorkload
 
-register_workload(WorkloadKind("chat", ChatWorkload, lambda c: c.num_requests, chat_driver))
-register_workload(WorkloadKind("agent", AgentWorkload, lambda c: c.num_trajectories, agent_driver))
-register_workload(WorkloadKind("requests", RequestsWorkload, requests_count, requests_driver))
-register_workload(WorkloadKind("mooncake", MooncakeWorkload, mooncake_count, mooncake_driver))
-register_workload(WorkloadKind("mix", MixWorkload, mix_count, mix_driver))
-register_workload(WorkloadKind("vllm_requests", VllmRequestsWorkload, vllm_requests_count,
-                               vllm_requests_driver))  # fmt: skip
 
+class shipped:  # noqa: N801  (read as a function: shipped("chat", "chat_driver"))
+    """``sim.workload.<module>.<name>``, imported on the first call."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.__module__ = f"sim.workload.{module}"
+        self.__qualname__ = self.__name__ = name
+        self._module = module
+        self._fn: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        fn = self._fn
+        if fn is None:
+            module = importlib.import_module(f"sim.workload.{self._module}")
+            fn = self._fn = getattr(module, self.__name__)
+        return fn(*args)
+
+    def __repr__(self) -> str:
+        return f"<shipped {self.__module__}.{self.__qualname__}>"
+
+
+def _requests(cfg) -> int:
+    return cfg.num_requests
 
 
 def _trajectories(cfg) -> int:
     return cfg.num_trajectories
 
 
-# agent kinds fitted from data, the tree search and the trace replay (docs/workloads.md)
-for _name, _config, _driver in (
-    ("coding_agent", CodingAgentWorkload, coding_agent_driver),
-    ("function_calling", FunctionCallingWorkload, function_calling_driver),
-    ("human_in_loop", HumanInLoopWorkload, human_in_loop_driver),
-    ("multi_agent_team", MultiAgentTeamWorkload, multi_agent_driver),
-    ("tree_search", TreeSearchWorkload, tree_search_driver),
-    ("agent_trace", AgentTraceWorkload, agent_trace_driver),
-    ("claude_code", ClaudeCodeWorkload, claude_code_driver),
-    ("interactive_coding_agent", InteractiveCodingAgentWorkload, interactive_driver),
-):
-    register_workload(WorkloadKind(_name, _config, _trajectories, _driver))
+#: name, config model, trajectory count (a function, or the shipped module's), the
+#: driver's module and name (docs/workloads.md)
+_KINDS: tuple[tuple[str, type, Any, str, str], ...] = (
+    ("chat", ChatWorkload, _requests, "chat", "chat_driver"),
+    ("agent", AgentWorkload, _trajectories, "agent", "agent_driver"),
+    ("requests", RequestsWorkload, "requests_count", "chat", "requests_driver"),
+    ("mooncake", MooncakeWorkload, "mooncake_count", "mooncake", "mooncake_driver"),
+    ("mix", MixWorkload, "mix_count", "mix", "mix_driver"),
+    ("vllm_requests", VllmRequestsWorkload, "vllm_requests_count", "vllm_requests",
+     "vllm_requests_driver"),
+    # agent kinds fitted from data, the tree search and the trace replay
+    ("coding_agent", CodingAgentWorkload, _trajectories, "coding_agent", "coding_agent_driver"),
+    ("function_calling", FunctionCallingWorkload, _trajectories, "function_calling",
+     "function_calling_driver"),
+    ("human_in_loop", HumanInLoopWorkload, _trajectories, "human_in_loop", "human_in_loop_driver"),
+    ("multi_agent_team", MultiAgentTeamWorkload, _trajectories, "multi_agent", "multi_agent_driver"),
+    ("tree_search", TreeSearchWorkload, _trajectories, "tree_search", "tree_search_driver"),
+    ("agent_trace", AgentTraceWorkload, _trajectories, "agent_trace", "agent_trace_driver"),
+    ("claude_code", ClaudeCodeWorkload, _trajectories, "claude_code", "claude_code_driver"),
+    ("interactive_coding_agent", InteractiveCodingAgentWorkload, _trajectories, "interactive",
+     "interactive_driver"),
+)  # fmt: skip
+
+for _name, _config, _count, _module, _driver in _KINDS:
+    if isinstance(_count, str):
+        _count = shipped(_module, _count)
+    register_workload(WorkloadKind(_name, _config, _count, shipped(_module, _driver)))
+
+
+def _import_drivers() -> None:
+    """Import every shipped driver's module: the agent kinds' modules declare their tool
+    times on import (``sim.workload.hints.register_tool_times``, ``refuse_tool_times``),
+    which that registry reads after running this loader."""
+    for module in sorted({kind[3] for kind in _KINDS}):
+        importlib.import_module(f"sim.workload.{module}")
+
+
+add_loader("tool_times", _import_drivers)

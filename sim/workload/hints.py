@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.errors import ConfigError
 from sim.lazy_numpy import numpy_on_first_use
+from sim.plugins import load_plugins
 from sim.policy import KVHint
 from sim.workload.distributions import MAX_TIME_S
 from sim.workload.kinds import workload_kind
@@ -93,7 +94,17 @@ def refuse_tool_times(kind: str, reason: str) -> None:
 
 
 def tool_time_kinds() -> list[str]:
+    """The kinds with tool times, the shipped ones included (``_declared``)."""
+    _declared()
     return sorted(_TOOL_TIMES)
+
+
+def _declared() -> None:
+    """Run the loaders that declare the shipped kinds' tool times: the shipped kinds'
+    (``sim.workload.builtin``), which adds the ``tool_times`` loader that imports their
+    driver modules (each declares its kind's on import)."""
+    load_plugins("workloads")
+    load_plugins("tool_times")
 
 
 def dist_estimate(
@@ -166,7 +177,8 @@ def hint_emitter(wcfg: Any, ctx: Any) -> HintEmitter | None:
         return None
     expected: dict[str, float] = {}
     if cfg.source == "fitted":
-        workload_kind(wcfg.kind)  # the shipped kinds register their tool times on loading
+        workload_kind(wcfg.kind)  # a known kind (one-line refusal otherwise)
+        _declared()  # the shipped kinds' tool times
         fn = _TOOL_TIMES.get(wcfg.kind)
         if fn is None:
             why = _NO_TOOL_TIMES.get(wcfg.kind, "has no pause distribution")

@@ -206,3 +206,50 @@ from sim.scenario.schema import _allocator_model
 rc = [rc, _allocator_model.cache_info().currsize]
 """
     assert _probe(body)["rc"] == [0, 1]
+
+
+DRIVERS = ("agent", "agent_trace", "chat", "claude_code", "coding_agent", "function_calling",
+           "human_in_loop", "interactive", "mix", "mooncake", "multi_agent", "tree_search")  # fmt: skip
+
+
+def _built_drivers(scenario: str, overrides: dict) -> list[str]:
+    body = f"""
+from sim.run.runner import build
+build({scenario!r}, **{overrides!r})
+rc = sorted(m for m in sys.modules if m in {tuple(f"sim.workload.{d}" for d in DRIVERS)!r}
+            or m.startswith(("sim.run.cluster", "sim.cluster")))
+"""
+    return _probe(body)["rc"]
+
+
+def test_a_run_imports_its_own_workload_driver_and_no_other():
+    """The shipped kinds' drivers are imported on their first call
+    (``sim.workload.builtin.shipped``): a chat run imports the chat driver alone, a
+    coding-agent run the coding agent's and what it is built on (the agent driver's
+    module), never every driver; a one-node run imports no cluster module."""
+    assert _built_drivers("benchmarks/chat_azure_5000.yaml", {"workload.num_requests": 5}) == [
+        "sim.workload.chat"]  # fmt: skip
+    got = _built_drivers("benchmarks/agents_500.yaml", {"workload.num_trajectories": 2})
+    assert "sim.workload.coding_agent" in got and "sim.workload.chat" not in got
+    assert not {"sim.workload.mix", "sim.workload.tree_search", "sim.workload.mooncake"} & set(got)
+    assert not [m for m in got if "cluster" in m]
+    got = _built_drivers("workloads/cluster_coding_agents.yaml", {"workload.num_trajectories": 2})
+    assert {"sim.run.cluster", "sim.workload.coding_agent"} <= set(got)
+
+
+def test_a_run_off_a_terminal_draws_no_progress_bar_and_imports_no_rich(tmp_path):
+    """``kvsim run`` with standard error on a pipe (here) runs without the progress bar,
+    whose rich import and redraws nobody would see, and still says its end line."""
+    out = tmp_path / "r"
+    argv = ["run", "workloads/seed_chunked_prefill.yaml", "--out", str(out), "--no-report",
+            "--set", "duration_s=100"]  # fmt: skip
+    body = """
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+""" + "\n".join("    " + line for line in MAIN.format(argv=argv).strip().splitlines()) + """
+rc = [rc, 'rich' in sys.modules, err.getvalue()]
+"""
+    rc, rich, err = _probe(body)["rc"]
+    assert (rc, rich) == (0, False)
+    assert err == "finished at 19.7 s of simulated time: all work done before duration_s = 100 s\n"
+    assert (out / "summary.json").is_file()

@@ -455,3 +455,27 @@ def test_thrashing_is_a_summary_warning_and_a_warning_block(run_cli, tmp_path):
         f"WARNING:   - {sentence}\n"
         "WARNING: see summary.json (warnings, rejected_by_reason, trajectories_by_status)\n"
     )
+
+
+def test_on_a_terminal_the_progress_bar_runs_and_the_end_line_is_said(run_cli, tmp_path, monkeypatch):
+    """Standard error on a terminal (faked here): the rich progress bar path, with its
+    redraws called from the engine loop, gives the same run and the same end line."""
+    import sim.cli.run as cli_run
+
+    monkeypatch.setattr(cli_run, "_is_terminal", lambda stream: True)
+    import sim.report.text as text  # the bar's texts (imported on the bar's path)
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(text, "progress_text", lambda *a: calls.append(a) or "")
+    code, _, stderr = run_cli(["run", E20, "--out", str(tmp_path / "r"), "--no-report",
+                               "--set", "duration_s=100"])  # fmt: skip
+    assert code == 0 and stderr.endswith(
+        "finished at 19.7 s of simulated time: all work done before duration_s = 100 s\n")
+    assert len(calls) >= 2  # the first text and the last, at least
+    bar = json.loads((tmp_path / "r" / "summary.json").read_text())
+    code, _, _ = run_cli(["run", E20, "--out", str(tmp_path / "q"), "--no-report", "--quiet",
+                          "--set", "duration_s=100"])  # fmt: skip
+    quiet = json.loads((tmp_path / "q" / "summary.json").read_text())
+    for s in (bar, quiet):
+        s.pop("wall_time_s"), s.pop("command")
+    assert bar == quiet

@@ -162,7 +162,7 @@ def _restored():
     """Every registry put back as it was on leaving (in place: modules that imported a
     table by name see the same dict); the shipped kinds are loaded first."""
     # run the shipped loaders and import every shipped policy (each module registers once)
-    allocator_kinds(), workload_kind("chat"), runner_names(), policy_names()
+    allocator_kinds(), workload_kind("chat"), runner_names(), policy_names(), hints_registry.tool_time_kinds()
     saved = [dict(t) for t in TABLES]
     pending = {k: list(v) for k, v in plugin_registry._PENDING.items()}
     try:
@@ -241,6 +241,7 @@ def test_the_shipped_kinds_come_back_after_a_test_registered_more():
         assert plugin_registry._PENDING["allocators"]
     for table, name in late:
         assert name not in table
+    assert {"coding_agent", "function_calling", "tree_search"} <= set(hints_registry.tool_time_kinds())
     assert not plugin_registry._PENDING.get("allocators")
     assert "chat" in WORKLOADS and "radix" in alloc_registry._REGISTRY
 

@@ -191,3 +191,29 @@ def test_retain_by_return_biases_the_sooner_return_higher():
         retain_priority=-40.0, demote="host", prefetch_at_s=45.0
     )
     assert emitter().hint(turn(45.0), last=False).retain_priority == 0.0  # off by default
+
+
+def test_the_kinds_with_tool_times_are_all_known_in_a_fresh_process():
+    """The shipped drivers are imported on their first call (``sim.workload.builtin``), and
+    their modules declare their kinds' tool times: the tool-time registry imports them
+    before its first look-up, so a process that called no agent driver lists every kind
+    (and says so in a refusal), as one that ran them all."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import json
+from sim.workload import workload_kind
+from sim.workload.hints import tool_time_kinds
+{first}
+print(json.dumps(tool_time_kinds()))
+"""
+    root = Path(__file__).resolve().parents[2]
+    kinds = ["agent", "coding_agent", "function_calling", "human_in_loop",
+             "interactive_coding_agent", "multi_agent_team", "tree_search"]  # fmt: skip
+    for first in ('workload_kind("chat")', "pass"):  # the shipped kinds looked up first, or not
+        out = subprocess.run([sys.executable, "-c", code.format(first=first)], cwd=root,
+                             capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+        assert json.loads(out.stdout) == kinds, first
