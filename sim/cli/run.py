@@ -1,7 +1,8 @@
 """``kvsim run FILE --out DIR [--force] [--quiet] [--set KEY=VALUE ...]``: simulate a scenario.
 
-Invariant: the command parses flags, shows progress on stderr and a short result table on
-stdout (``--quiet``: nothing but errors and the WARNING block of a pathological run), and
+Invariant: the command parses flags, shows progress on stderr (a bar where stderr is a
+terminal; elsewhere only the end line of a run with ``duration_s``) and a short result
+table on stdout (``--quiet``: nothing but errors and the WARNING block of a pathological run), and
 writes only into a temporary sibling of ``--out`` (``.NAME.PID.N.partial``) and ``--out``
 itself, all of the run folder or nothing (``sim.run.output``): a non-empty ``--out`` is
 refused before the run unless ``--force``. Ctrl-C exits 130 and says what is on disk:

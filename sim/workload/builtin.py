@@ -21,6 +21,8 @@ plug-in loader), so what it lists never depends on which drivers a process calle
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from sim.plugins import add_loader
@@ -40,11 +42,31 @@ from sim.workload.kinds import WorkloadKind, register_workload
 from sim.workload.mix_config import MixWorkload
 from sim.workload.vllm_requests import VllmRequestsWorkload
 
+#: each shipped driver's module, imported by its literal name (so the import graph that
+#: tests/test_layers.py and tests/test_import_cycles.py check sees every edge)
+_MODULES: dict[str, Callable[[], ModuleType]] = {
+    "agent": lambda: importlib.import_module("sim.workload.agent"),
+    "agent_trace": lambda: importlib.import_module("sim.workload.agent_trace"),
+    "chat": lambda: importlib.import_module("sim.workload.chat"),
+    "claude_code": lambda: importlib.import_module("sim.workload.claude_code"),
+    "coding_agent": lambda: importlib.import_module("sim.workload.coding_agent"),
+    "function_calling": lambda: importlib.import_module("sim.workload.function_calling"),
+    "human_in_loop": lambda: importlib.import_module("sim.workload.human_in_loop"),
+    "interactive": lambda: importlib.import_module("sim.workload.interactive"),
+    "mix": lambda: importlib.import_module("sim.workload.mix"),
+    "mooncake": lambda: importlib.import_module("sim.workload.mooncake"),
+    "multi_agent": lambda: importlib.import_module("sim.workload.multi_agent"),
+    "tree_search": lambda: importlib.import_module("sim.workload.tree_search"),
+    "vllm_requests": lambda: importlib.import_module("sim.workload.vllm_requests"),
+}
+
 
 class shipped:  # noqa: N801  (read as a function: shipped("chat", "chat_driver"))
     """``sim.workload.<module>.<name>``, imported on the first call."""
 
     def __init__(self, module: str, name: str) -> None:
+        if module not in _MODULES:
+            raise ValueError(f"no shipped workload module {module!r}: {sorted(_MODULES)}")
         self.__module__ = f"sim.workload.{module}"
         self.__qualname__ = self.__name__ = name
         self._module = module
@@ -53,8 +75,7 @@ class shipped:  # noqa: N801  (read as a function: shipped("chat", "chat_driver"
     def __call__(self, *args: Any) -> Any:
         fn = self._fn
         if fn is None:
-            module = importlib.import_module(f"sim.workload.{self._module}")
-            fn = self._fn = getattr(module, self.__name__)
+            fn = self._fn = getattr(_MODULES[self._module](), self.__name__)
         return fn(*args)
 
     def __repr__(self) -> str:
@@ -103,7 +124,7 @@ def _import_drivers() -> None:
     times on import (``sim.workload.hints.register_tool_times``, ``refuse_tool_times``),
     which that registry reads after running this loader."""
     for module in sorted({kind[3] for kind in _KINDS}):
-        importlib.import_module(f"sim.workload.{module}")
+        _MODULES[module]()
 
 
 add_loader("tool_times", _import_drivers)
