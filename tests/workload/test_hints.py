@@ -197,7 +197,7 @@ def test_the_kinds_with_tool_times_are_all_known_in_a_fresh_process():
     """The shipped drivers are imported on their first call (``sim.workload.builtin``), and
     their modules declare their kinds' tool times: the tool-time registry imports them
     before its first look-up, so a process that called no agent driver lists every kind
-    (and says so in a refusal), as one that ran them all."""
+    (the list the ``source: fitted`` refusal names), as one that ran them all."""
     import json
     import subprocess
     import sys
