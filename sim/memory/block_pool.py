@@ -29,6 +29,7 @@ block exactly once; ``num_cached`` = blocks with refcount 0 that are retained.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import compress
 from operator import itemgetter
 from typing import Protocol
 
@@ -227,12 +228,33 @@ class BlockPool:
         return k
 
     def check(self) -> None:
-        """Every block in exactly one state; counts agree."""
+        """Every block in exactly one state; counts agree. The whole pool is read with
+        C-level passes (``engine.check_invariants`` calls this after every decision, on
+        pools of 10^5 blocks); only a state they find broken is walked block by block
+        (``_first_broken``), which names the first broken invariant."""
         if not 0 <= self._head <= len(self._queue):
             raise InvariantError(f"block pool: queue head {self._head} outside the queue")
         free = self.free_queue()
         if len(set(free)) != len(free):
             raise InvariantError("block pool: a block is twice in the free queue")
+        refcount, retained, n = self.refcount, self._retained, self.num_blocks
+        # every free block in range, unmapped and not retained; no refcount below 0; the
+        # blocks at refcount 0 are the free ones (in the queue, not retained), the cached
+        # ones (retained, so not in the queue) and no other
+        zero_retained = list(compress(refcount, retained)).count(0)
+        if (
+            (free and (min(free) < 0 or max(free) >= n))
+            or any(map(refcount.__getitem__, free))
+            or any(map(retained.__getitem__, free))
+            or min(refcount, default=0) < 0
+            or refcount.count(0) != len(free) + zero_retained
+            or zero_retained != self.num_cached
+        ):
+            self._first_broken(free)
+            raise InvariantError("block pool: the bulk check and the block-by-block one disagree")
+
+    def _first_broken(self, free: list[int]) -> None:
+        """``check`` block by block: raise naming the first broken invariant."""
         in_queue = bytearray(self.num_blocks)
         for b in free:
             if not 0 <= b < self.num_blocks:
