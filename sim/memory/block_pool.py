@@ -203,6 +203,10 @@ class BlockPool:
     def is_retained(self, block: int) -> bool:
         return bool(self._retained[block])
 
+    def retained_blocks(self) -> list[int]:
+        """The retained blocks' ids, ascending (a C-level pass over the pool)."""
+        return list(compress(range(self.num_blocks), self._retained))
+
     def unretain(self, ids: Iterable[int], *, to_front: bool = False) -> int:
         """The cache lets go of these blocks (eviction); cached ones become free.
 
