@@ -28,12 +28,19 @@ block exactly once; ``num_cached`` = blocks with refcount 0 that are retained.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from itertools import compress
 from operator import itemgetter
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sim.errors import InvariantError
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())  # the invariant check alone reads arrays
 
 
 class PagedPool(Protocol):
@@ -233,32 +240,41 @@ class BlockPool:
 
     def check(self) -> None:
         """Every block in exactly one state; counts agree. The whole pool is read with
-        C-level passes (``engine.check_invariants`` calls this after every decision, on
+        array passes (``engine.check_invariants`` calls this after every decision, on
         pools of 10^5 blocks); only a state they find broken is walked block by block
         (``_first_broken``), which names the first broken invariant."""
         if not 0 <= self._head <= len(self._queue):
             raise InvariantError(f"block pool: queue head {self._head} outside the queue")
         free = self.free_queue()
-        if len(set(free)) != len(free):
-            raise InvariantError("block pool: a block is twice in the free queue")
-        refcount, retained, n = self.refcount, self._retained, self.num_blocks
-        # every free block in range, unmapped and not retained; no refcount below 0; the
-        # blocks at refcount 0 are the free ones (in the queue, not retained), the cached
-        # ones (retained, so not in the queue) and no other
-        zero_retained = list(compress(refcount, retained)).count(0)
-        if (
-            (free and (min(free) < 0 or max(free) >= n))
-            or any(map(refcount.__getitem__, free))
-            or any(map(retained.__getitem__, free))
-            or min(refcount, default=0) < 0
-            or refcount.count(0) != len(free) + zero_retained
-            or zero_retained != self.num_cached
-        ):
+        if not self._sound_in_bulk(free):
             self._first_broken(free)
             raise InvariantError("block pool: the bulk check and the block-by-block one disagree")
 
+    def _sound_in_bulk(self, free: list[int]) -> bool:
+        """Whether ``_first_broken`` would find nothing: the free queue's ids in range and
+        each once, unmapped and not retained; no refcount below 0; every other block at
+        refcount 0 retained (cached), and as many of them as ``num_cached``."""
+        n = self.num_blocks
+        queue = np.frombuffer(array("q", free), dtype=np.int64)
+        if queue.size and (queue.min() < 0 or queue.max() >= n):
+            return False
+        in_queue = np.bincount(queue, minlength=n)
+        refcount = np.frombuffer(array("q", self.refcount), dtype=np.int64)
+        retained = np.frombuffer(bytes(self._retained), dtype=np.uint8) != 0
+        zero = refcount == 0
+        return bool(
+            (not in_queue.size or in_queue.max() <= 1)
+            and not refcount[queue].any()
+            and not retained[queue].any()
+            and (not refcount.size or refcount.min() >= 0)
+            and not (zero & (in_queue == 0) & ~retained).any()
+            and int((zero & retained).sum()) == self.num_cached
+        )
+
     def _first_broken(self, free: list[int]) -> None:
         """``check`` block by block: raise naming the first broken invariant."""
+        if len(set(free)) != len(free):
+            raise InvariantError("block pool: a block is twice in the free queue")
         in_queue = bytearray(self.num_blocks)
         for b in free:
             if not 0 <= b < self.num_blocks:
