@@ -28,11 +28,19 @@ block exactly once; ``num_cached`` = blocks with refcount 0 that are retained.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
+from itertools import compress
 from operator import itemgetter
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sim.errors import InvariantError
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())  # the invariant check alone reads arrays
 
 
 class PagedPool(Protocol):
@@ -202,6 +210,10 @@ class BlockPool:
     def is_retained(self, block: int) -> bool:
         return bool(self._retained[block])
 
+    def retained_blocks(self) -> list[int]:
+        """The retained blocks' ids, ascending (a C-level pass over the pool)."""
+        return list(compress(range(self.num_blocks), self._retained))
+
     def unretain(self, ids: Iterable[int], *, to_front: bool = False) -> int:
         """The cache lets go of these blocks (eviction); cached ones become free.
 
@@ -227,10 +239,40 @@ class BlockPool:
         return k
 
     def check(self) -> None:
-        """Every block in exactly one state; counts agree."""
+        """Every block in exactly one state; counts agree. The whole pool is read with
+        array passes (``engine.check_invariants`` calls this after every decision, on
+        pools of 10^5 blocks); only a state they find broken is walked block by block
+        (``_first_broken``), which names the first broken invariant."""
         if not 0 <= self._head <= len(self._queue):
             raise InvariantError(f"block pool: queue head {self._head} outside the queue")
         free = self.free_queue()
+        if not self._sound_in_bulk(free):
+            self._first_broken(free)
+            raise InvariantError("block pool: the bulk check and the block-by-block one disagree")
+
+    def _sound_in_bulk(self, free: list[int]) -> bool:
+        """Whether ``_first_broken`` would find nothing: the free queue's ids in range and
+        each once, unmapped and not retained; no refcount below 0; every other block at
+        refcount 0 retained (cached), and as many of them as ``num_cached``."""
+        n = self.num_blocks
+        queue = np.frombuffer(array("q", free), dtype=np.int64)
+        if queue.size and (queue.min() < 0 or queue.max() >= n):
+            return False
+        in_queue = np.bincount(queue, minlength=n)
+        refcount = np.frombuffer(array("q", self.refcount), dtype=np.int64)
+        retained = np.frombuffer(bytes(self._retained), dtype=np.uint8) != 0
+        zero = refcount == 0
+        return bool(
+            (not in_queue.size or in_queue.max() <= 1)
+            and not refcount[queue].any()
+            and not retained[queue].any()
+            and (not refcount.size or refcount.min() >= 0)
+            and not (zero & (in_queue == 0) & ~retained).any()
+            and int((zero & retained).sum()) == self.num_cached
+        )
+
+    def _first_broken(self, free: list[int]) -> None:
+        """``check`` block by block: raise naming the first broken invariant."""
         if len(set(free)) != len(free):
             raise InvariantError("block pool: a block is twice in the free queue")
         in_queue = bytearray(self.num_blocks)

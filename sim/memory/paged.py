@@ -624,12 +624,13 @@ class PagedAllocator(Allocator):
                 raise InvariantError(f"paged: sequence {seq_id!r} holds {len(side)} side blocks")
             for b in side:
                 mapped[b] += 1
-        for b in range(n_blocks):
-            if mapped[b] != self.pool.refcount[b]:
-                raise InvariantError(
-                    f"paged: block {b} has refcount {self.pool.refcount[b]} but "
-                    f"{mapped[b]} tables map it"
-                )
+        if mapped != self.pool.refcount:  # one C-level comparison; else the first that differs
+            for b in range(n_blocks):
+                if mapped[b] != self.pool.refcount[b]:
+                    raise InvariantError(
+                        f"paged: block {b} has refcount {self.pool.refcount[b]} but "
+                        f"{mapped[b]} tables map it"
+                    )
         self._check_counters(fill)
         if self.index is not None:
             self.index.check(self._tables, self._tokens)

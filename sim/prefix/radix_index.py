@@ -425,11 +425,12 @@ class RadixIndex:
             raise InvariantError(f"radix: {exc}") from None
         owner = self._tree.block_owner()
         pool = self.pool
-        for b in range(pool.num_blocks):
-            if pool.is_retained(b) != (b in owner):
-                raise InvariantError(
-                    f"radix: block {b} retained={pool.is_retained(b)} but in tree={b in owner}"
-                )
+        if owner.keys() != set(pool.retained_blocks()):  # else: the first block that differs
+            for b in range(pool.num_blocks):
+                if pool.is_retained(b) != (b in owner):
+                    raise InvariantError(
+                        f"radix: block {b} retained={pool.is_retained(b)} but in tree={b in owner}"
+                    )
         dormant = 0
         for b, node in owner.items():
             if pool.refcount[b] == 0:

@@ -352,3 +352,24 @@ def test_growing_a_leaf_in_place_is_invisible(ops, eviction, blocks):
         assert merged.index.tree.block_owner().keys() == chain.index.tree.block_owner().keys()
         assert merged.index.tree.evicted_blocks == chain.index.tree.evicted_blocks
         assert merged.index.tree.n_nodes <= chain.index.tree.n_nodes
+
+
+def test_check_invariants_names_a_retained_block_the_tree_does_not_hold():
+    """The index's check compares the pool's retained blocks with the tree's in one pass
+    and walks the pool only to name the first that differs (either way round)."""
+    from sim.errors import InvariantError
+
+    a = radix()
+    a.allocate("a", 20, content=[("sys", 20)])  # a full block in the tree, a partial one not
+    ok(a)
+    table = a._tables["a"]
+    pool = a.index.pool
+    assert pool.refcount[table[1]] == 1 and not pool.is_retained(table[1])
+    pool.retain([table[1]])  # the pool keeps it; the tree does not hold it
+    with pytest.raises(InvariantError, match=rf"radix: block {table[1]} retained=True but in tree=False"):
+        a.check_invariants()
+    pool.unretain([table[1]])
+    ok(a)
+    pool.unretain([table[0]])  # the tree holds it; the pool lets it go
+    with pytest.raises(InvariantError, match=rf"radix: block {table[0]} retained=False but in tree=True"):
+        a.check_invariants()
