@@ -246,15 +246,23 @@ class BlockPool:
         if not 0 <= self._head <= len(self._queue):
             raise InvariantError(f"block pool: queue head {self._head} outside the queue")
         free = self.free_queue()
-        if not self._sound_in_bulk(free):
+        try:
+            sound = self._sound_in_bulk(free)
+        except (OverflowError, TypeError):  # not int64 tables of the pool's length
+            self._first_broken(free)
+            return
+        if not sound:
             self._first_broken(free)
             raise InvariantError("block pool: the bulk check and the block-by-block one disagree")
 
     def _sound_in_bulk(self, free: list[int]) -> bool:
         """Whether ``_first_broken`` would find nothing: the free queue's ids in range and
         each once, unmapped and not retained; no refcount below 0; every other block at
-        refcount 0 retained (cached), and as many of them as ``num_cached``."""
+        refcount 0 retained (cached), and as many of them as ``num_cached``. Raises
+        ``OverflowError`` or ``TypeError`` for a value that is not a 64-bit integer."""
         n = self.num_blocks
+        if len(self.refcount) != n or len(self._retained) != n:
+            raise TypeError("block pool: tables of another length than the pool")
         queue = np.frombuffer(array("q", free), dtype=np.int64)
         if queue.size and (queue.min() < 0 or queue.max() >= n):
             return False

@@ -624,7 +624,8 @@ class PagedAllocator(Allocator):
                 raise InvariantError(f"paged: sequence {seq_id!r} holds {len(side)} side blocks")
             for b in side:
                 mapped[b] += 1
-        if mapped != self.pool.refcount:  # one C-level comparison; else the first that differs
+        refcount = self.pool.refcount
+        if not isinstance(refcount, list) or mapped != refcount:  # one C-level comparison
             for b in range(n_blocks):
                 if mapped[b] != self.pool.refcount[b]:
                     raise InvariantError(

@@ -238,7 +238,8 @@ def _check_block_by_block(pool: BlockPool) -> str | None:
             return f"block pool: block {b} is free but mapped or retained"
         in_queue[b] = True
     cached = 0
-    for b, r in enumerate(pool.refcount):
+    for b in range(pool.num_blocks):
+        r = pool.refcount[b]
         if r < 0:
             return f"block pool: block {b} has refcount {r}"
         if r == 0 and not in_queue[b]:
@@ -355,3 +356,27 @@ def test_check_finds_a_free_block_retained_when_the_cached_count_still_agrees():
     with pytest.raises(InvariantError) as got:
         pool.check()
     assert str(got.value) == expected
+
+
+@pytest.mark.parametrize("corrupt", [
+    lambda p: p._queue.append(2**63),  # an id no int64 holds
+    lambda p: p._queue.append(-(2**63) - 1),
+    lambda p: p.refcount.__setitem__(0, -(2**64)),
+    lambda p: p.refcount.__setitem__(0, 2**64),  # mapped, if oddly: the walk finds nothing
+    lambda p: p.refcount.__setitem__(0, 1.0),
+    lambda p: p.refcount.append(0),  # a table longer than the pool
+    lambda p: p._retained.extend(b"\x01"),
+])  # fmt: skip
+def test_values_the_arrays_cannot_hold_are_walked_block_by_block(corrupt):
+    """A pool the array passes cannot read (a value past 64 bits, a float, tables of
+    another length) is checked block by block: the same outcome as the definition."""
+    pool = BlockPool(8)
+    pool.take(3)
+    corrupt(pool)
+    expected = _check_block_by_block(pool)
+    if expected is None:
+        pool.check()
+    else:
+        with pytest.raises(InvariantError) as got:
+            pool.check()
+        assert str(got.value) == expected
