@@ -627,10 +627,9 @@ class PagedAllocator(Allocator):
         refcount = self.pool.refcount
         if not isinstance(refcount, list) or mapped != refcount:  # one C-level comparison
             for b in range(n_blocks):
-                if mapped[b] != self.pool.refcount[b]:
+                if mapped[b] != refcount[b]:
                     raise InvariantError(
-                        f"paged: block {b} has refcount {self.pool.refcount[b]} but "
-                        f"{mapped[b]} tables map it"
+                        f"paged: block {b} has refcount {refcount[b]} but {mapped[b]} tables map it"
                     )
         self._check_counters(fill)
         if self.index is not None:

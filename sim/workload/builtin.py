@@ -123,8 +123,8 @@ def _import_drivers() -> None:
     """Import every shipped driver's module: the agent kinds' modules declare their tool
     times on import (``sim.workload.hints.register_tool_times``, ``refuse_tool_times``),
     which that registry reads after running this loader."""
-    for module in sorted({kind[3] for kind in _KINDS}):
-        _MODULES[module]()
+    for load in _MODULES.values():
+        load()
 
 
 add_loader("tool_times", _import_drivers)

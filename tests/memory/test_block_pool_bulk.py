@@ -278,6 +278,19 @@ def _apply(pool: BlockPool, ops: list, seed) -> None:
             pool.unretain(ids[: k + 1], to_front=flag)
 
 
+def _check_as_defined(pool: BlockPool) -> str | None:
+    """``pool.check()`` against the definition: it raises exactly when the definition
+    finds a broken invariant, with that message; returns the message (None: sound)."""
+    expected = _check_block_by_block(pool)
+    if expected is None:
+        pool.check()
+    else:
+        with pytest.raises(InvariantError) as got:
+            pool.check()
+        assert str(got.value) == expected
+    return expected
+
+
 CORRUPTIONS = st.lists(st.tuples(
     st.sampled_from(["refcount", "retained", "queue_add", "queue_drop", "queue_set", "cached",
                      "head"]),
@@ -310,13 +323,7 @@ def test_check_finds_what_the_block_by_block_check_finds(n_blocks, ops, seed, co
             pool.num_cached += v
         elif what == "head":
             pool._head = len(queue) + 1 if v < 0 else pool._head
-    expected = _check_block_by_block(pool)
-    if expected is None:
-        pool.check()
-    else:
-        with pytest.raises(InvariantError) as got:
-            pool.check()
-        assert str(got.value) == expected
+    _check_as_defined(pool)
 
 
 @pytest.mark.parametrize("corrupt", [
@@ -335,11 +342,7 @@ def test_check_names_each_broken_invariant(corrupt):
     pool = BlockPool(8)
     pool.take(3)
     corrupt(pool)
-    expected = _check_block_by_block(pool)
-    assert expected is not None
-    with pytest.raises(InvariantError) as got:
-        pool.check()
-    assert str(got.value) == expected
+    assert _check_as_defined(pool) is not None
 
 
 def test_check_finds_a_free_block_retained_when_the_cached_count_still_agrees():
@@ -351,11 +354,8 @@ def test_check_finds_a_free_block_retained_when_the_cached_count_still_agrees():
     pool.decref(table)  # both cached now
     pool._retained[pool._queue[-1]] = 1  # a free block retained...
     pool.refcount[table[0]] = 1  # ...and a cached one mapped: 2 cached blocks, as counted
-    expected = _check_block_by_block(pool)
+    expected = _check_as_defined(pool)
     assert expected is not None and "free but mapped or retained" in expected
-    with pytest.raises(InvariantError) as got:
-        pool.check()
-    assert str(got.value) == expected
 
 
 @pytest.mark.parametrize("corrupt", [
@@ -373,10 +373,4 @@ def test_values_the_arrays_cannot_hold_are_walked_block_by_block(corrupt):
     pool = BlockPool(8)
     pool.take(3)
     corrupt(pool)
-    expected = _check_block_by_block(pool)
-    if expected is None:
-        pool.check()
-    else:
-        with pytest.raises(InvariantError) as got:
-            pool.check()
-        assert str(got.value) == expected
+    _check_as_defined(pool)
