@@ -361,12 +361,10 @@ class PagedAllocator(Allocator):
             counts.append((tokens + n_tokens + bs - 1) // bs - len(tables[seq_id]))
             starts.append(tokens)
         pool = self.pool
-        need = 0  # blocks the items so far take
-        for k in counts:
-            short = need + k - pool.num_free
-            if short > 0 and not index.make_room(short):  # a miss: as one by one
-                return False  # (what room made is free blocks, which they find again)
-            need += k
+        need = sum(counts)  # room for all at once: the index frees, in one ``make_room``,
+        short = need - pool.num_free  # the blocks each item's shortfall in turn would free
+        if short > 0 and not index.make_room(short):  # a miss: as one by one (nothing
+            return False  # changed; the appends one by one miss at the same item)
         ids = pool.take(need) if need else []
         paused, appended = self._paused, index.appended
         at = unfilled = 0

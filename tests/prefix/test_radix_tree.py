@@ -288,3 +288,57 @@ def test_tree_matches_block_model_and_owns_each_block_once(ops):
         owner = tree.block_owner()
         assert sorted(owner) == sorted(v[0] for v in model.blocks.values())
         assert tree.evictable_blocks == sum(1 for k in model.blocks if not model.locked(k))
+
+
+class _MostBlocksFirst(EvictionStrategy):
+    """A rank that changes with every block trimmed (its block count), so only the last
+    block shares it (``same_rank_blocks``: the contract; the default, all of them, would
+    let ``evict(n)`` trim past a block that ranks after another leaf's)."""
+
+    name = "most_blocks_test"
+
+    def key(self, node, tree) -> tuple:
+        return (-len(node.block_ids),)
+
+    def same_rank_blocks(self, node, tree) -> int:
+        return 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    eviction=st.sampled_from(["lru", "lfu", "fifo", "priority", "most"]),
+    inserts=st.lists(
+        st.tuples(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4), st.integers(0, 5)),
+        min_size=1, max_size=12,
+    ),
+    locks=st.lists(st.integers(0, 11), max_size=3),
+    chunks=st.lists(st.integers(0, 9), min_size=1, max_size=5),
+)
+def test_evicting_in_chunks_frees_what_evicting_at_once_frees(eviction, inserts, locks, chunks):
+    """``evict(a)`` then ``evict(b)`` frees the blocks ``evict(a + b)`` frees, in order, for
+    every strategy: what lets an allocator make a batch's room in one ``make_room``
+    (``PagedAllocator._append_each_content``)."""
+    strategy = _MostBlocksFirst() if eviction == "most" else eviction
+    trees = [RadixTree(B, Pool(), strategy) for _ in range(2)]
+    next_id = 0
+    nodes = []
+    for spans, now in inserts:
+        segs = segments(spans)
+        whole = sum(n for _, _, n in segs) // B * B
+        if not whole:
+            continue
+        segs = slice_tokens(segs, 0, whole)
+        have = len(trees[0].match(segs).block_ids)
+        ids = trees[0].match(segs).block_ids + list(range(next_id, next_id + whole // B - have))
+        next_id += whole // B - have
+        nodes.append([t.insert(segs, ids, now=now).node for t in trees])
+    for k in locks:
+        if nodes:
+            for t, node in zip(trees, nodes[k % len(nodes)], strict=True):
+                t.lock(node)
+    at_once = trees[0].evict(sum(chunks))
+    in_chunks = [b for n in chunks for b in trees[1].evict(n)]
+    assert in_chunks == at_once
+    assert trees[1].pool.released == trees[0].pool.released == at_once
+    for t in trees:
+        t.check_invariants()
