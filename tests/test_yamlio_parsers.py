@@ -162,3 +162,66 @@ def test_a_checkout_file_counts_as_shipped_only_with_its_committed_text(tmp_path
         assert committed_sha256(path) is None
     finally:
         registry._manifest.cache_clear()
+
+
+# ------------------------------------------------------------------ the shipped workload fits
+def test_the_shipped_fits_manifest_is_current_and_each_fit_parses_alike(tmp_path):
+    """``sim/workload/fitted/SHA256SUMS`` lists every shipped fit with its SHA-256 (what
+    ``write_manifest`` writes for the folder as it is), and each listed text parses alike
+    both ways: the texts a run reads with libyaml."""
+    from sim.workload import params
+
+    folder = params.fitted_dir()
+    listed = params.committed_sha256()
+    assert set(listed) == {f"{kind}.yaml" for kind in params.FITTED_KINDS}
+    for name, digest in listed.items():
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, (
+            f"sim/workload/fitted/SHA256SUMS is out of date for {name}: run "
+            "python -c 'from sim.workload.params import fitted_dir, write_manifest; "
+            "write_manifest(fitted_dir())' (this test then checks each fit parses alike)")
+        fast, pure = _both(folder / name)
+        assert fast == pure, name
+    copy = tmp_path / "fitted"
+    copy.mkdir()
+    for name in listed:
+        shutil.copyfile(folder / name, copy / name)
+    params.write_manifest(copy)
+    try:
+        assert (copy / "SHA256SUMS").read_text() == (folder / "SHA256SUMS").read_text()
+    finally:
+        params.committed_sha256.cache_clear()
+
+
+def test_a_shipped_fit_is_read_by_libyaml_only_with_its_committed_text(tmp_path, monkeypatch):
+    """A shipped fit whose text has the manifest's digest is parsed by libyaml (``a<TAB>``
+    reads as the string "a": not a mapping); edited, unlisted, without a manifest, or
+    named by a user's ``params: {path: ...}``, the pure loader refuses it as invalid YAML."""
+    from sim.workload import params
+
+    odd = "a\t"
+    fit = tmp_path / "coding_agent.yaml"
+    fit.write_text(odd, encoding="utf-8")
+    digest = hashlib.sha256(odd.encode()).hexdigest()
+    (tmp_path / "SHA256SUMS").write_text(f"{digest}  coding_agent.yaml\n", encoding="utf-8")
+    monkeypatch.setattr(params, "fitted_dir", lambda: tmp_path)
+
+    def load(path=None):
+        params.committed_sha256.cache_clear()
+        params._load.cache_clear()
+        with pytest.raises(ConfigError) as err:
+            params.load_params("coding_agent", path)
+        return str(err.value)
+
+    try:
+        assert "expected a mapping of coding_agent parameters" in load()  # libyaml's "a"
+        assert "invalid YAML" in load(fit)  # the same file as a user's: the pure loader
+        fit.write_text(odd + " ", encoding="utf-8")  # edited
+        assert "invalid YAML" in load()
+        fit.write_text(odd, encoding="utf-8")
+        (tmp_path / "SHA256SUMS").write_text(f"{digest}  other.yaml\n", encoding="utf-8")
+        assert "invalid YAML" in load()  # not listed
+        (tmp_path / "SHA256SUMS").unlink()
+        assert "invalid YAML" in load()  # no manifest
+    finally:
+        params.committed_sha256.cache_clear()
+        params._load.cache_clear()

@@ -314,17 +314,17 @@ class PagedAllocator(Allocator):
         """``Allocator.append_in_bulk`` in one pass where the prefix index takes the run in
         bulk (``PrefixIndex.appends_in_bulk``: only room evicts between the appends, and
         each sequence's fills join its own content): the content checked for all first,
-        room made as the appends one by one would make it (each item's shortfall, in
-        order, before any block is taken: the blocks earlier items take come from the
-        head of the free queue and room returns evicted blocks to its tail), the new blocks
-        taken at once (the same ids as one ``take`` each), then per item its time, table,
-        the index's ``appended`` and its tokens, and the books once; True. False (one by
-        one) where the pass would not be the appends one by one (a plug-in's appends, a
-        sequence twice or held, an odd count, a shared last block, bad content or time,
-        no room); None where the index does not take the run in bulk (or there is none,
-        it is ignored, or side groups change block by block). Nothing changed but for
-        True, and for room made before a miss, which the appends one by one make again
-        as free blocks and then miss the same way."""
+        room for all made in one ``make_room`` before any block is taken (the blocks each
+        item's shortfall in turn would free, in that order: the blocks earlier items take
+        come from the head of the free queue and room returns evicted blocks to its
+        tail), the new blocks taken at once (the same ids as one ``take`` each), then per
+        item its time, table, the index's ``appended`` and its tokens, and the books once;
+        True. False (one by one) where the pass would not be the appends one by one (a
+        plug-in's appends, a sequence twice or held, an odd count, a shared last block,
+        bad content or time, no room); None where the index does not take the run in
+        bulk (or there is none, it is ignored, or side groups change block by block).
+        Nothing changed but for True (a miss frees nothing: the appends one by one then
+        free the earlier items' room themselves and miss at the same item)."""
         index = self.index
         if index is None or self._content_off or self.kv_groups is not None:
             return None  # ``appends_in_bulk`` is False
@@ -361,12 +361,10 @@ class PagedAllocator(Allocator):
             counts.append((tokens + n_tokens + bs - 1) // bs - len(tables[seq_id]))
             starts.append(tokens)
         pool = self.pool
-        need = 0  # blocks the items so far take
-        for k in counts:
-            short = need + k - pool.num_free
-            if short > 0 and not index.make_room(short):  # a miss: as one by one
-                return False  # (what room made is free blocks, which they find again)
-            need += k
+        need = sum(counts)  # room for all at once: the index frees, in one ``make_room``,
+        short = need - pool.num_free  # the blocks each item's shortfall in turn would free
+        if short > 0 and not index.make_room(short):  # a miss: as one by one (nothing
+            return False  # changed; the appends one by one miss at the same item)
         ids = pool.take(need) if need else []
         paused, appended = self._paused, index.appended
         at = unfilled = 0

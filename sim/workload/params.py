@@ -8,12 +8,16 @@ or a user's own fit (a workload's ``params: {path: FILE}``).
 
 Invariant: files are read through the bounded safe YAML loader and validated (unknown
 fields are errors, every number finite); a problem is one ``file:line: field: message``
-line; a file is parsed once per process (cached by path and modification time).
+line; a file is parsed once per process (cached by path and modification time). A shipped
+fit is parsed with libyaml only while its text is the one committed (its SHA-256 in
+``fitted/SHA256SUMS``, shipped beside it; CI parses every listed file both ways alike);
+an edited one, and every user's file, goes to PyYAML's pure loader.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
@@ -248,9 +252,46 @@ PARAMS_MODELS: dict[str, type[_P]] = {
 }
 
 
+#: the shipped fits' SHA-256 as committed, beside them (``sha256sum`` lines, written by
+#: ``write_manifest``; tests/test_yamlio_parsers.py checks it is current and that every
+#: file it lists parses alike both ways)
+MANIFEST = "SHA256SUMS"
+
+
+def fitted_dir() -> Path:
+    """The folder of the shipped fits and their manifest (package data)."""
+    return Path(str(resources.files("sim.workload").joinpath("fitted")))
+
+
 def shipped_path(kind: str) -> Path:
     """The shipped fit of ``kind`` (package data; present in a wheel install)."""
-    return Path(str(resources.files("sim.workload").joinpath("fitted", f"{kind}.yaml")))
+    return fitted_dir() / f"{kind}.yaml"
+
+
+@functools.cache
+def committed_sha256() -> dict[str, str]:
+    """The shipped fits' manifest: file name -> hex SHA-256 of its committed text; empty
+    when the manifest is missing or unreadable (every fit then goes to the pure loader)."""
+    try:
+        text = (fitted_dir() / MANIFEST).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        digest, sep, name = line.partition(" ")
+        name = name.lstrip(" *").removeprefix("./")  # text or binary mode
+        if sep and len(digest) == 64 and name:
+            out[name] = digest.lower()
+    return out
+
+
+def write_manifest(folder: Path) -> None:
+    """Write ``folder``'s manifest of its ``*.yaml`` fits (what the re-fit scripts of
+    ``workloads/fit/`` call after writing a shipped fit)."""
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n"
+             for p in sorted(folder.glob("*.yaml"))]  # fmt: skip
+    (folder / MANIFEST).write_text("".join(lines), encoding="utf-8")
+    committed_sha256.cache_clear()
 
 
 def load_params(kind: str, path: str | Path | None = None):
@@ -260,12 +301,13 @@ def load_params(kind: str, path: str | Path | None = None):
         mtime = p.stat().st_mtime_ns
     except OSError:
         raise ConfigError("no such file (fitted parameters)", location=str(p)) from None
-    return _load(kind, str(p), mtime)
+    digest = committed_sha256().get(p.name) if path is None else None
+    return _load(kind, str(p), mtime, digest)
 
 
 @functools.lru_cache(maxsize=32)
-def _load(kind: str, path: str, mtime_ns: int):
-    data, lines = load_yaml(path)
+def _load(kind: str, path: str, mtime_ns: int, shipped_sha256: str | None = None):
+    data, lines = load_yaml(path, shipped_sha256=shipped_sha256)
     return validate_params(kind, data, path, lines)
 
 

@@ -288,3 +288,81 @@ def test_tree_matches_block_model_and_owns_each_block_once(ops):
         owner = tree.block_owner()
         assert sorted(owner) == sorted(v[0] for v in model.blocks.values())
         assert tree.evictable_blocks == sum(1 for k in model.blocks if not model.locked(k))
+
+
+class _MostBlocksFirst(EvictionStrategy):
+    """A rank that changes with every block trimmed (its block count), so only the last
+    block shares it (``same_rank_blocks``: the contract; the default, all of them, would
+    let ``evict(n)`` trim past a block that ranks after another leaf's)."""
+
+    name = "most_blocks_test"
+
+    def key(self, node, tree) -> tuple:
+        return (-len(node.block_ids),)
+
+    def same_rank_blocks(self, node, tree) -> int:
+        return 1
+
+
+CONTENT_IDS = sorted({cid for cid, _ in VOCAB}, key=str)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    eviction=st.sampled_from(["lru", "lfu", "fifo", "priority", "most"]),
+    priorities=st.dictionaries(st.sampled_from(CONTENT_IDS), st.integers(0, 3), max_size=4),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "insert", "insert", "hit", "lock", "retain"]),
+            st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4),
+            st.integers(1, 4),  # the time: ties are common
+        ),
+        min_size=1, max_size=16,
+    ),
+    chunks=st.lists(st.integers(0, 9), min_size=1, max_size=5),
+)
+def test_evicting_in_chunks_frees_what_evicting_at_once_frees(eviction, priorities, ops, chunks):
+    """``evict(a)`` then ``evict(b)`` frees the blocks ``evict(a + b)`` frees, in order, and
+    leaves the same tree; both are ``evict(1)`` block by block. For every shipped strategy
+    (with content priorities, hits, locks, retain priorities, equal times) and a plug-in
+    one whose rank changes with every block trimmed: what lets an allocator make a batch's
+    room in one ``make_room`` (``PagedAllocator._append_each_content``)."""
+    strategy = _MostBlocksFirst() if eviction == "most" else eviction
+    trees = [RadixTree(B, Pool(), strategy, content_priority=dict(priorities)) for _ in range(3)]
+    next_id = 0
+    for op, spans, now in ops:
+        segs = segments(spans)
+        whole = sum(n for _, _, n in segs) // B * B
+        if not whole:
+            continue
+        segs = slice_tokens(segs, 0, whole)
+        if op == "insert":
+            have = [t.match(segs).block_ids for t in trees]
+            assert have[0] == have[1] == have[2]
+            fresh = list(range(next_id, next_id + whole // B - len(have[0])))
+            next_id += len(fresh)
+            for t in trees:
+                t.insert(segs, have[0] + fresh, now=now)
+        else:
+            found = [t.match(segs, now=now if op == "hit" else None) for t in trees]
+            if found[0].node is trees[0].root:
+                continue
+            for t, m in zip(trees, found, strict=True):
+                if op == "hit":
+                    t.touch(m.node, now, hit=True)
+                elif op == "lock":
+                    t.lock(m.node)
+                else:
+                    t.set_retain(m.node, float(now))
+    total = sum(chunks)
+    at_once = trees[0].evict(total)
+    in_chunks = [b for n in chunks for b in trees[1].evict(n)]
+    by_block = [b for _ in range(total) for b in trees[2].evict(1)]
+    assert in_chunks == at_once == by_block
+    assert trees[0].pool.released == trees[1].pool.released == trees[2].pool.released
+    assert trees[0].evicted_nodes == trees[1].evicted_nodes == trees[2].evicted_nodes
+    assert sorted(trees[0].block_owner()) == sorted(trees[1].block_owner())
+    left = [b for _ in range(len(trees[2].block_owner())) for b in trees[2].evict(1)]
+    assert trees[0].evict(10**6) == trees[1].evict(10**6) == left  # what is left, in order
+    for t in trees:
+        t.check_invariants()

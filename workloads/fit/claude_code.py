@@ -9,7 +9,8 @@ from the data folder and writes:
   140,000 tokens and that spawn subagents, and 28 more of those within 140,000 tokens at
   evenly spaced ranks of their call counts; lines unchanged; with the licence beside it;
 - ``sim/workload/fitted/interactive_coding_agent.yaml`` through ``kvsim workload fit``
-  and ``sim/workload/fitted/LICENSES/interactive_coding_agent.txt``;
+  and ``sim/workload/fitted/LICENSES/interactive_coding_agent.txt``, and the fits'
+  digests ``sim/workload/fitted/SHA256SUMS``;
 - ``workloads/fit/fixtures/interactive_coding_agent.json``: the sessions' quantiles of
   each observable (``sim.workload.interactive.session_observables`` over the sessions
   replayed by the ``claude_code`` kind, listed as ``kvsim workload sample`` lists them)
@@ -94,6 +95,9 @@ def fit(data: Path) -> None:
         raise SystemExit(f"kvsim workload fit failed for {KIND} (exit {code})")
     (FITTED / "LICENSES").mkdir(exist_ok=True)
     shutil.copyfile(data / "claude_code_traces" / "LICENSE", FITTED / "LICENSES" / f"{KIND}.txt")
+    from sim.workload.params import write_manifest
+
+    write_manifest(FITTED)  # the fits' committed digests (libyaml reads them while unchanged)
 
 
 def source_trajectories(data: Path) -> list[dict]:

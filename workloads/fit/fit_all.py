@@ -7,7 +7,7 @@ Writes, from the data folder (nothing else is read):
   (the same command a user runs on their own logs);
 - ``sim/workload/fitted/swe_agent_deepseek_sample.jsonl``: eight SWE-agent trajectories
   (the ``agent_trace`` default), and ``sim/workload/fitted/LICENSES/`` (the sources'
-  licences);
+  licences), and ``sim/workload/fitted/SHA256SUMS`` (the fits' digests);
 - ``workloads/fit/fixtures/<kind>.json``: the source's quantiles (p10/p50/p90/p99, n) of
   each observable with their bootstrap standard deviations over source trajectories
   (``fixtures.py``), which the tests compare generated samples against.
@@ -30,6 +30,7 @@ from fixtures import write_fixture  # noqa: E402
 from sources import LICENCE_FILES, SOURCES  # noqa: E402
 
 from sim.cli import main as kvsim  # noqa: E402
+from sim.workload.params import write_manifest  # noqa: E402
 
 FITTED = ROOT / "sim" / "workload" / "fitted"
 #: trajectories of the shipped agent_trace sample: spread over the turn-count range
@@ -82,6 +83,7 @@ def main() -> None:
         write_fixture(kind, args.data)
     write_sample_trace(args.data)
     copy_licences(args.data)
+    write_manifest(FITTED)  # the fits' committed digests (libyaml reads them while unchanged)
 
 
 if __name__ == "__main__":
