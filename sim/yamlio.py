@@ -4,7 +4,9 @@ Invariant: user YAML is only ever parsed with PyYAML's safe loader (no tags that
 objects, no eval), once: the composed node tree is walked for line numbers and then
 constructed. A file an installed kvsim ships (``load_yaml(..., shipped=True)``: its
 profiles and calibrations in the package, ``sim.profiles.registry.is_shipped``; in a
-checkout, such a file while its text is the committed one, ``committed_sha256``) is scanned by libyaml when PyYAML has it, under the same composer, bounds
+checkout, such a file while its text is the committed one, ``committed_sha256``; the
+shipped workload fits while their text is the one ``sim/workload/fitted/SHA256SUMS``
+lists, ``sim.workload.params.committed_sha256``, in a wheel too) is scanned by libyaml when PyYAML has it, under the same composer, bounds
 and safe constructor; every shipped file is tested to give the same data and lines both
 ways, and any problem is parsed again by the pure loader, so messages never depend on it. Every mapping key and sequence item gets the 1-based line it was written
 on, so validation errors can name ``file:line``. A document is refused with a one-line
@@ -217,7 +219,8 @@ def load_yaml(
     ``MAX_FILE_BYTES``). ``shipped``: a file kvsim ships (its profiles and calibrations),
     parsed with libyaml when PyYAML has it (every shipped file is tested to parse alike);
     ``shipped_sha256``: the same, only while the text read has this hex SHA-256 (a
-    checkout's file as committed, ``sim.profiles.registry.committed_sha256``); any
+    checkout's file as committed, ``sim.profiles.registry.committed_sha256``; a shipped
+    workload fit as committed, ``sim.workload.params.committed_sha256``); any
     problem is parsed again, and worded, by the pure loader."""
     path = Path(path)
     text = _read_text(path, max_bytes)

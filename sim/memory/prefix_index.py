@@ -117,8 +117,8 @@ class PrefixIndex(Protocol):
         in one go). An index says True only when the order cannot matter: no eviction
         between appends but for room, and each sequence's new full blocks join only its
         own private content; the core then makes the whole run's room in one
-        ``make_room`` (the blocks ``make_room(a)`` then ``make_room(b)`` would free, in
-        that order). False is always correct."""
+        ``make_room``, which, when it succeeds, frees the blocks ``make_room(a)`` then
+        ``make_room(b)`` would, in that order. False is always correct."""
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
         """``child_id`` maps the parent's blocks (``table``, a copy) and shares its content."""

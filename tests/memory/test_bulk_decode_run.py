@@ -251,7 +251,8 @@ TIGHT = st.tuples(
 def test_a_bulk_runs_batch_is_its_appends_one_by_one(spec, late_first, eviction, clock):
     """The allocator's one pass over a bulk run's appends (``append_in_bulk``) against
     the same appends one by one: the same state, the very same block ids in every table
-    and the same free queue (room made per item before any block is taken), and the pass
+    and the same free queue (the run's room made in one ``make_room`` before any block is
+    taken), and the pass
     made wherever the reference appended one by one in bulk."""
     out = []
     for batch in (True, False):
