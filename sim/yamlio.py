@@ -210,6 +210,23 @@ def _walk(root: yaml.Node, source: str) -> LineMap:
     return lines
 
 
+def read_sha256_manifest(path: Path) -> dict[str, str]:
+    """A ``sha256sum`` manifest of shipped files (``<hex digest>  <name>`` lines, text or
+    binary mode, ``./`` from ``find``): name -> lower-case hex digest; empty when the file
+    is missing or unreadable (every file then goes to the pure loader)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        digest, sep, name = line.partition(" ")
+        name = name.lstrip(" *").removeprefix("./")
+        if sep and len(digest) == 64 and name:
+            out[name] = digest.lower()
+    return out
+
+
 def load_yaml(
     path: str | Path, *, max_nodes: int | None = None, max_bytes: int | None = None,
     shipped: bool = False, shipped_sha256: str | None = None,

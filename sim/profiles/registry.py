@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from sim.errors import ConfigError, KvsimError, UnknownNameError
 from sim.profiles.schema import PROFILE_CLASSES
-from sim.yamlio import LineMap, format_validation_error, load_yaml
+from sim.yamlio import LineMap, format_validation_error, load_yaml, read_sha256_manifest
 
 #: kind -> sub-folder of a profiles directory
 KIND_DIRS = {"accelerator": "accelerators", "model": "models", "node": "nodes"}
@@ -137,17 +137,7 @@ def committed_sha256(path: Path) -> str | None:
 def _manifest() -> dict[str, str]:
     """The checkout's ``MANIFEST``: file (relative, POSIX) -> hex SHA-256; empty when it
     is missing or unreadable (every file then goes to the pure loader)."""
-    try:
-        text = (_CHECKOUT_PROFILES_DIR / MANIFEST).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return {}
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        digest, sep, name = line.partition(" ")
-        name = name.lstrip(" *").removeprefix("./")  # text or binary mode, ./ from find
-        if sep and len(digest) == 64 and name:
-            out[name] = digest.lower()
-    return out
+    return read_sha256_manifest(_CHECKOUT_PROFILES_DIR / MANIFEST)
 
 
 def load_shipped_yaml(path: Path) -> tuple[Any, LineMap]:

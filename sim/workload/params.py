@@ -27,7 +27,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from sim.errors import ConfigError
 from sim.workload.distributions import MAX_TIME_S, Dist, Quantiles
 from sim.workload.empirical import check_shares
-from sim.yamlio import format_validation_error, load_yaml, loads_yaml
+from sim.yamlio import format_validation_error, load_yaml, loads_yaml, read_sha256_manifest
 
 #: the kinds whose defaults are fitted from data
 FITTED_KINDS = (
@@ -272,17 +272,7 @@ def shipped_path(kind: str) -> Path:
 def committed_sha256() -> dict[str, str]:
     """The shipped fits' manifest: file name -> hex SHA-256 of its committed text; empty
     when the manifest is missing or unreadable (every fit then goes to the pure loader)."""
-    try:
-        text = (fitted_dir() / MANIFEST).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return {}
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        digest, sep, name = line.partition(" ")
-        name = name.lstrip(" *").removeprefix("./")  # text or binary mode
-        if sep and len(digest) == 64 and name:
-            out[name] = digest.lower()
-    return out
+    return read_sha256_manifest(fitted_dir() / MANIFEST)
 
 
 def write_manifest(folder: Path) -> None:
