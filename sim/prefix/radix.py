@@ -20,6 +20,9 @@ Invariants (``check_invariants``, which raises ``InvariantError``):
 
 Eviction is block-granular: ``evict(n)`` frees exactly ``min(n, evictable)`` blocks, trimming
 the last victim leaf rather than removing more than asked (SGLang removes whole nodes).
+A victim loses as many trailing blocks at once as keep its rank (the strategy's
+``same_rank_blocks``, a whole number >= 1), so ``evict(n)`` frees what ``evict(1)`` n times
+frees; with ``check_ranks`` (a checking run) each such trim first checks that promise.
 
 Growth: a sequence's next full blocks either become a child of its pinned node (``insert``)
 or, when that node is a leaf pinned by that sequence alone, lengthen it in place (``extend``:
@@ -40,6 +43,7 @@ it). Any walk (``match``, ``insert``) that reaches a waiting node first calls th
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -178,6 +182,10 @@ class RadixTree:
         #: it, before the walk reads it: the owner joins the blocks waiting for it
         #: (``extend_late``); None while no node ever waits (the tree alone, trace replay)
         self.join_late: Callable[[Node], None] | None = None
+        #: check the strategy's ``same_rank_blocks`` at every trim of more than one block
+        #: (``_check_same_rank``: a rank per block trimmed, so for checking runs only); the
+        #: radix index sets it from its first ``check`` (``engine.check_invariants``)
+        self.check_ranks = False
 
     # ------------------------------------------------------------------ queries
     def _next_serial(self) -> int:
@@ -632,7 +640,14 @@ class RadixTree:
         """
         bs = self.block_size
         take = len(node.block_ids)
-        take = min(take, self._same_rank(node, self))
+        same = self._same_rank(node, self)
+        if same.__class__ is not int or same < 1:  # 0 would trim nothing, and evict spin
+            raise InvariantError(
+                f"eviction strategy {self.strategy.name!r}: same_rank_blocks returned "
+                f"{same!r} for {node!r}; it must be a whole number >= 1 (its last block "
+                "always shares its rank)"
+            )
+        take = min(take, same)
         if rival is None:
             return take
         base = tuple(self._rank(node, self))
@@ -659,11 +674,45 @@ class RadixTree:
             take = n_blocks - len(freed)
             if take > 1:  # one block: the victim's last, whatever ranks next (a victim
                 # gives at least one block before any rival, see _blocks_before_rival)
-                take = min(take, self._blocks_before_rival(node, self._peek_key()))
+                try:
+                    take = min(take, self._blocks_before_rival(node, self._peek_key()))
+                    if take > 1 and self.check_ranks:
+                        self._check_same_rank(node, take)
+                except InvariantError:  # a strategy's broken promise: the victim back in
+                    self._push(node)  # the heap and the blocks freed so far to the pool,
+                    self._release(freed)  # so the tree and its pool stay whole
+                    raise
             freed.extend(self._trim(node, take))
+        self._release(freed)
+        return freed
+
+    def _release(self, freed: list[int]) -> None:
         if freed and self.pool is not None:
             self.pool.release_cached(freed)
-        return freed
+
+    def _check_same_rank(self, node: Node, take: int) -> None:
+        """What ``evict(n)`` relies on when it trims ``take`` blocks of a victim at once:
+        the victim keeps its rank while its first ``take - 1`` trailing blocks go, as
+        ``evict(1)`` block by block would re-rank it (the strategy's ``same_rank_blocks``).
+        Raises ``InvariantError`` naming the strategy where a rank changes earlier (a
+        plug-in whose ``same_rank_blocks`` says too many). The ranks are taken on a copy
+        of the node, trimmed; the tree is not changed."""
+        base = self._rank(node, self)
+        bs = self.block_size
+        probe = copy.copy(node)
+        for i in range(1, take):
+            probe.block_ids = node.block_ids[:-i]
+            probe.label = drop_last(node.label, i * bs)
+            probe.end_tokens = node.end_tokens - i * bs
+            rank = self._rank(probe, self)
+            if rank != base:
+                raise InvariantError(
+                    f"eviction strategy {self.strategy.name!r}: same_rank_blocks says "
+                    f"{self._same_rank(node, self)} trailing blocks of {node!r} share its "
+                    f"rank {base!r}, but it ranks {rank!r} once {i} of them are evicted: "
+                    "evict(n) would not free what evict(1) n times frees "
+                    "(docs/prefix_cache.md, adding a strategy)"
+                )
 
     def evict_path(self, node: Node) -> list[int]:
         """Free the dormant chain ending at ``node``: while the node is alive, not the root,

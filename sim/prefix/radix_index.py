@@ -418,6 +418,7 @@ class RadixIndex:
         )
 
     def check(self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]) -> None:
+        self._tree.check_ranks = True  # a checking run: its evictions check their ranks too
         try:
             self._tree.check_invariants()
             self.ledger.check(tables)

@@ -4,12 +4,15 @@ a hypothesis test that the tree and the block pool agree after every operation."
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.errors import ConfigError, UnknownNameError
+from sim.errors import ConfigError, InvariantError, UnknownNameError
 from sim.memory import AllocatorError, make_allocator
+from sim.prefix.eviction import EVICTION_STRATEGIES, Priority
 from sim.prefix.kinds import RadixAllocator
 
 KV = 10  # bytes per token
@@ -174,6 +177,49 @@ def test_priority_eviction_keeps_the_system_prompt(eviction, survivor):
     assert kept == {survivor}
     a.set_time(2.5)  # earlier than 3.0: stamps never go back
     assert a.index._now() == 3.0
+
+
+class _PriorityAllBlocks(Priority):
+    """``priority`` with the base's ``same_rank_blocks`` (all of a leaf's blocks): a
+    plug-in's broken promise where a leaf's zones differ."""
+
+    name: ClassVar[str] = "priority_all_blocks_test"
+
+    def same_rank_blocks(self, node, tree) -> int:
+        return len(node.block_ids)
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_checked_allocator_catches_an_eviction_strategy_that_trims_past_its_rank(
+    monkeypatch, checked
+):
+    """A leaf [sys|hist] ranked by hist (1) and a leaf [x] (3); 3 blocks short: hist's two
+    go, then x's last (the leaf is ranked by sys, 5, from then on). A plug-in claiming all
+    of the leaf's blocks share its rank takes a sys block instead, silently; once the
+    allocator's invariants have been checked (``engine.check_invariants``), it is caught
+    at that trim, naming the strategy."""
+    monkeypatch.setitem(EVICTION_STRATEGIES, "priority_all_blocks_test", _PriorityAllBlocks())
+    kept = {}
+    for eviction in ("priority", "priority_all_blocks_test"):
+        a = radix(blocks=8, eviction=eviction, content_priority={"sys": 5, "hist": 1, "x": 3})
+        a.allocate("a", 64, content=[("sys", 32), ("hist", 32)])
+        a.free("a")
+        a.allocate("x", 32, content=[("x", 32)])
+        a.free("x")
+        if checked:
+            ok(a)  # a checking run: from now on each multi-block trim checks its rank
+        if checked and eviction != "priority":
+            with pytest.raises(InvariantError, match=r"^eviction strategy "
+                               r"'priority_all_blocks_test': same_rank_blocks says 4 "):  # fmt: skip
+                a.allocate("b", 80, content=[("other", 80)])
+            continue
+        a.allocate("b", 80, content=[("other", 80)])
+        ok(a)
+        tree = a.index.tree
+        kept[eviction] = [tree.match([(c, 32)]).matched_tokens for c in ("sys", "x")]
+    assert kept["priority"] == [32, 16]
+    if not checked:  # unchecked, the broken promise goes unnoticed: a sys block is gone
+        assert kept["priority_all_blocks_test"] == [16, 32]
 
 
 def test_priority_trims_a_leaf_only_down_to_its_higher_zone():

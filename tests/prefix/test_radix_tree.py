@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tree_fixtures import Pool, t33_tree_unpinned
 
-from sim.errors import ConfigError, UnknownNameError
+from sim.errors import ConfigError, InvariantError, UnknownNameError
 from sim.prefix.eviction import (
     EVICTION_STRATEGIES,
     EvictionStrategy,
@@ -354,6 +354,8 @@ def test_evicting_in_chunks_frees_what_evicting_at_once_frees(eviction, prioriti
                     t.lock(m.node)
                 else:
                     t.set_retain(m.node, float(now))
+    for t in trees:  # and every multi-block trim checks the strategy's same_rank_blocks
+        t.check_ranks = True
     total = sum(chunks)
     at_once = trees[0].evict(total)
     in_chunks = [b for n in chunks for b in trees[1].evict(n)]
@@ -366,3 +368,74 @@ def test_evicting_in_chunks_frees_what_evicting_at_once_frees(eviction, prioriti
     assert trees[0].evict(10**6) == trees[1].evict(10**6) == left  # what is left, in order
     for t in trees:
         t.check_invariants()
+
+
+class _MostBlocksUndeclared(_MostBlocksFirst):
+    """``_MostBlocksFirst`` with the base's ``same_rank_blocks`` (all of a leaf's blocks):
+    a plug-in's broken promise, since its rank changes with every block trimmed."""
+
+    name = "most_blocks_undeclared_test"
+
+    def same_rank_blocks(self, node, tree) -> int:
+        return len(node.block_ids)
+
+
+def _two_leaves(strategy) -> RadixTree:
+    """Two dormant leaves: a (4 blocks, last access 1.0) and b (3 blocks, 2.0)."""
+    tree = RadixTree(B, Pool(), strategy)
+    tree.insert(segments([("a", 4 * B)]), [0, 1, 2, 3], now=1.0)
+    tree.insert(segments([("b", 3 * B)]), [4, 5, 6], now=2.0)
+    return tree
+
+
+def test_a_checking_tree_refuses_a_same_rank_blocks_that_says_too_many():
+    """``check_ranks`` (a checking run) catches a strategy whose ``same_rank_blocks`` says
+    more blocks keep a leaf's rank than do, at the trim that relies on it; unchecked, the
+    tree trusts it and ``evict(n)`` frees other blocks than ``evict(1)`` n times (leaf a
+    ranks before b with 4 blocks and, older, with 3; after b once it has 2 left)."""
+    by_block = _two_leaves(_MostBlocksFirst())
+    assert [b for _ in range(3) for b in by_block.evict(1)] == [3, 2, 6]
+    assert _two_leaves(_MostBlocksFirst()).evict(3) == [3, 2, 6]  # declared: the same
+    assert _two_leaves(_MostBlocksUndeclared()).evict(3) == [3, 2, 1]  # trusted, wrong
+    checked = _two_leaves(_MostBlocksUndeclared())
+    checked.check_ranks = True
+    with pytest.raises(
+        InvariantError,
+        match=r"^eviction strategy 'most_blocks_undeclared_test': same_rank_blocks says 4 "
+        r"trailing blocks of Node\(#2, .* share its rank \(-4,\), but it ranks \(-3,\) "
+        r"once 1 of them are evicted",
+    ):
+        checked.evict(3)
+    assert checked.total_blocks == 7 and checked.pool.released == []  # nothing trimmed
+    checked.check_invariants()
+    declared = _two_leaves(_MostBlocksFirst())
+    declared.check_ranks = True
+    assert declared.evict(3) == [3, 2, 6]
+
+
+class _SameRank(EvictionStrategy):
+    """LRU whose ``same_rank_blocks`` returns a given value."""
+
+    name = "same_rank_test"
+
+    def __init__(self, value):
+        self.value = value
+
+    def key(self, node, tree) -> tuple:
+        return (node.last_access,)
+
+    def same_rank_blocks(self, node, tree):
+        return self.value
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.0, None, True])
+def test_a_same_rank_blocks_below_one_or_not_a_whole_number_is_refused_not_spun(value):
+    """0 would trim nothing and ``evict`` would take the same victim forever (it hung);
+    a float would fail in a slice far from its cause: both name the strategy now."""
+    tree = _two_leaves(_SameRank(value))
+    with pytest.raises(InvariantError, match=r"^eviction strategy 'same_rank_test': "
+                       r"same_rank_blocks returned .* it must be a whole number >= 1"):  # fmt: skip
+        tree.evict(3)
+    tree.check_invariants()  # the victim went back in the heap: the tree is whole
+    assert tree.total_blocks == 7 and tree.pool.released == []
+    assert _two_leaves(_SameRank(1)).evict(3) == [3, 2, 1]  # one at a time: LRU, a first
