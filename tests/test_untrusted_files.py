@@ -96,3 +96,14 @@ def test_trace_replay_and_report_refuse_a_device(run_cli, tmp_path):
     code, out, err = run_cli(["report", str(run)])  # (it read until memory ran out)
     assert (code, err) == (2, f"kvsim: error: {run}: not a run folder (no summary.json)\n")
     shutil.rmtree(run)
+
+
+def test_a_model_of_a_billion_layers_is_refused_not_built(run_cli):
+    """Per-layer lists are built from ``num_layers``: a billion ran out of memory after
+    ~45 s; it is bounded (``MAX_LAYERS``), named with the bound."""
+    scenario = str(ROOT / "workloads" / "agent_swarm.yaml")
+    model = "model={profile: llama-3.1-8b, overrides: {num_layers: %d}}"
+    code, out, err = run_cli(["validate", scenario, "--set", model % 1_000_000_000])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "num_layers: Input should be less than or equal to 10000" in err
+    assert run_cli(["validate", scenario, "--set", model % 10_000])[0] == 0
