@@ -40,7 +40,7 @@ existing non-empty folder is refused unless --force, which replaces a previous r
 Override any scenario field with dotted keys (values are YAML):
 
   kvsim run workloads/seed_chunked_prefill.yaml --out runs/e20 --set scheduler.chunked_prefill=false
-  kvsim run workloads/agents_swarm.yaml --out runs/demo --set allocator.kind=static --set seed=3
+  kvsim run workloads/agent_swarm.yaml --out runs/demo --set allocator.kind=static --set seed=3
 """
 
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
