@@ -115,7 +115,7 @@ class ModelProfile(_Spec):
     family: str = ""
     attention: Literal["mha", "gqa", "mla"]
     # bounded: per-layer lists are built from it (the largest model shipped has 126 layers)
-    num_layers: int = Field(ge=1, le=MAX_LAYERS)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     num_q_heads: PositiveInt
     num_kv_heads: PositiveInt  # for MLA: 1 (the latent is shared by all heads)
     head_dim: PositiveInt
