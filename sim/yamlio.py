@@ -293,15 +293,16 @@ def _load_text(text: str, source: str, max_nodes: int | None, shipped: bool) -> 
 
 
 def read_bytes_bounded(path: Path, max_bytes: int | None = None) -> bytes:
-    """A regular file's bytes, at most ``max_bytes`` (default ``MAX_FILE_BYTES``), or a
-    one-line ``ConfigError``: a device, a FIFO or a folder is refused before it is opened
-    (a FIFO would block, ``/dev/zero`` never ends, and their size says 0), and the read
-    stops one byte past the limit whatever the size said."""
+    """A file's bytes, at most ``max_bytes`` (default ``MAX_FILE_BYTES``), or a one-line
+    ``ConfigError``: a device, a socket or a folder is refused before it is opened
+    (``/dev/zero`` never ends, and its size says 0); a regular file or a pipe (``<(...)``,
+    ``/dev/stdin``) is read, and the read stops one byte past the limit whatever the size
+    said."""
     max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
     try:
         st = path.stat()  # through links: a link to /dev/zero is /dev/zero
-        if not stat.S_ISREG(st.st_mode):
-            what = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            what = "a folder" if stat.S_ISDIR(st.st_mode) else "a device or socket"
             raise ConfigError(f"not a regular file ({what})", location=str(path))
         if st.st_size > max_bytes:
             raise ConfigError(

@@ -123,8 +123,8 @@ def parse_mooncake_line(line: str, where: str) -> TraceRequest:
 def load_mooncake(path: str | Path) -> list[TraceRequest]:
     """Read a Mooncake trace (one JSON object per line; blank lines skipped)."""
     path = Path(path)
-    if path.exists() and not path.is_file():  # a FIFO blocks, /dev/zero never ends
-        raise KvsimError(f"{path}: cannot read trace: not a regular file")
+    if path.exists() and not (path.is_file() or path.is_fifo()):  # /dev/zero never ends
+        raise KvsimError(f"{path}: cannot read trace: not a regular file or pipe")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

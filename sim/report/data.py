@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.errors import KvsimError
+from sim.errors import ConfigError, KvsimError
 from sim.yamlio import json_value, read_bytes_bounded
 
 #: memory_groups: a model of several layer groups only (absent otherwise: empty)
@@ -67,8 +67,8 @@ def read_run_folder(folder: Path) -> RunData:
         raise KvsimError(f"{folder}: not a run folder (no summary.json)")
     try:
         summary = json_value(read_bytes_bounded(path), str(path))
-    except KvsimError as exc:
-        raise KvsimError(f"{path}: cannot read: {exc}") from None
+    except ConfigError as exc:
+        raise KvsimError(f"{path}: cannot read: {exc.message}") from None
     frames = {}
     for name in TABLE_NAMES:
         table = folder / f"{name}.parquet"

@@ -87,8 +87,9 @@ def check_out_dir(
     run, so that no time is spent on a run that cannot be written): the run goes into a
     temporary sibling that is renamed, so the folder above must be a writable folder.
     ``whole``: ``force`` replaces a non-empty folder whole (``kvsim run``), so it must be a
-    previous run's folder (its ``summary.json`` or ``config.resolved.yaml``), not the
-    current folder or one above it, and hold none of the run's ``inputs`` (files)."""
+    previous run's folder (its ``summary.json`` or ``config.resolved.yaml``, or only run
+    folders: ``compare``'s seeds of a variant), not the current folder or one above it, and
+    hold none of the run's ``inputs`` (files) but its own ``config.resolved.yaml``."""
     if str(out_dir).strip() == "":
         raise KvsimError("--out: an empty path; give the folder the run goes into")
     out = Path(out_dir)
@@ -113,6 +114,10 @@ def check_out_dir(
 RUN_MARKERS = ("summary.json", "config.resolved.yaml")
 
 
+def _a_run(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in RUN_MARKERS)
+
+
 def _check_replaceable(out: Path, target: Path, inputs: Sequence[str | Path | None]) -> None:
     """``--force`` deletes what ``out`` holds: refuse unless it is a previous run's folder,
     and refuse one that holds an input of this run."""
@@ -120,12 +125,14 @@ def _check_replaceable(out: Path, target: Path, inputs: Sequence[str | Path | No
         if item is None:
             continue
         path = Path(item).resolve()
+        if path == target / "config.resolved.yaml":
+            continue  # a run's own resolved config, run again: kvsim writes it anew
         if target in path.parents:
             raise KvsimError(
                 f"--out: {out}: --force would delete {item}, an input of this run; choose "
                 "another folder"
             )
-    if not any((out / name).is_file() for name in RUN_MARKERS):
+    if not _a_run(out) and not all(p.is_dir() and _a_run(p) for p in out.iterdir()):
         raise KvsimError(
             f"--out: {out}: not a run folder (no summary.json or config.resolved.yaml); "
             "--force replaces only a previous run's folder: choose another folder, or empty it"

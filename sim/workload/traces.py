@@ -7,7 +7,7 @@ errors naming the file and the column; name the traces shipped in ``workloads/da
 
 Invariant: traces are read with pandas' CSV parser only (no code execution); token
 columns come back as int64 arrays of whole numbers in [1, ``MAX_TRACE_TOKENS``] (any
-other cell is refused at its line, never rounded or raised to 1), time columns as float
+other cell is refused naming its row, never rounded or raised to 1), time columns as float
 seconds from the first row.
 """
 
@@ -67,7 +67,8 @@ MAX_TRACE_TOKENS = 10_000_000
 def token_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
     """A token-count column as int64: every cell a whole number in [1,
     ``MAX_TRACE_TOKENS``]; the first other cell (empty, 0, negative, fractional, past the
-    bound, not a number) is a one-line error at its line (the header is line 1). Cells
+    bound, not a number) is a one-line error naming its data row (pandas skips blank
+    lines, so the row, not the line). Cells
     used to be rounded and raised to 1 silently, and a huge one overflowed int64."""
     try:
         tokens = np.asarray(values, dtype=np.float64)
@@ -102,7 +103,7 @@ def _shown(value: object) -> str:
 def _bad_cell(path: Path, column: str, row: int, got: str) -> ConfigError:
     return ConfigError(
         f"{column}: expected a whole number of tokens in [1, {MAX_TRACE_TOKENS:,}], got {got}",
-        location=f"{path}:{row + 2}",
+        location=f"{path}: data row {row + 1}",
     )
 
 

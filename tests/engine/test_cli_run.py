@@ -222,6 +222,20 @@ def test_force_replaces_only_a_previous_run_and_never_an_input(run_cli, tmp_path
         res.write(notes, force=True)
     scenario.unlink()  # a run folder again: replaced whole
     assert run_cli(["run", E20, "--out", str(mine), "--quiet", "--force", "--no-report"])[0] == 0
+    own = mine / "config.resolved.yaml"  # a run's own config, run again in place: kvsim's
+    assert run_cli(["run", str(own), "--out", str(mine), "--quiet", "--force", "--no-report"])[0] == 0
+    seeds = tmp_path / "variant"  # kvsim compare's variant of K seeds: only run folders
+    for seed in ("seed-1", "seed-2"):
+        assert run_cli(["run", E20, "--out", str(seeds / seed), "--quiet", "--no-report"])[0] == 0
+    assert run_cli(["run", E20, "--out", str(seeds), "--quiet", "--force", "--no-report"])[0] == 0
+    assert "summary.json" in _names(seeds) and "seed-1" not in _names(seeds)
+    inside = tmp_path / "project"  # --out inside the scenario's folder: nothing at risk
+    inside.mkdir()
+    shutil.copy(E20, inside / "s.yaml")
+    assert run_cli(["run", str(inside / "s.yaml"), "--out", str(inside / "out"), "--quiet",
+                    "--no-report"])[0] == 0  # fmt: skip
+    assert run_cli(["run", str(inside / "s.yaml"), "--out", str(inside / "out"), "--quiet",
+                    "--force", "--no-report"])[0] == 0  # fmt: skip
 
 
 def test_an_out_under_a_file_is_refused_before_the_run(run_cli, tmp_path, monkeypatch):

@@ -67,7 +67,7 @@ def test_a_token_cell_that_is_not_a_whole_number_in_range_is_refused_at_its_line
     cols = read_columns(path, ["ContextTokens", "GeneratedTokens"])
     with pytest.raises(ConfigError) as exc:
         token_column(path, cols["ContextTokens"], "ContextTokens")
-    assert str(exc.value) == (f"{path}:3: ContextTokens: expected a whole number of tokens "
+    assert str(exc.value) == (f"{path}: data row 2: ContextTokens: expected a whole number of tokens "
                               f"in [1, 10,000,000], got {shown}")  # fmt: skip
     assert token_column(path, cols["GeneratedTokens"], "GeneratedTokens").tolist() == [5, 5, 5]
     path.write_text("ContextTokens\n10\n10000000\n1\n")
