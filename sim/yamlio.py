@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import stat
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -291,18 +292,51 @@ def _load_text(text: str, source: str, max_nodes: int | None, shipped: bool) -> 
     return loads_yaml(text, source, max_nodes=max_nodes)
 
 
-def _read_text(path: Path, max_bytes: int | None) -> str:
-    """A UTF-8 file of at most ``max_bytes``, as text (one-line errors otherwise)."""
+def read_bytes_bounded(path: Path, max_bytes: int | None = None) -> bytes:
+    """A file's bytes, at most ``max_bytes`` (default ``MAX_FILE_BYTES``), or a one-line
+    ``ConfigError``: a device, a socket or a folder is refused before it is opened
+    (``/dev/zero`` never ends, and its size says 0); a regular file or a pipe (``<(...)``,
+    ``/dev/stdin``) is read, and the read stops one byte past the limit whatever the size
+    said."""
     max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
+        st = path.stat()  # through links: a link to /dev/zero is /dev/zero
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            what = "a folder" if stat.S_ISDIR(st.st_mode) else "a device or socket"
+            raise ConfigError(f"not a regular file ({what})", location=str(path))
+        if st.st_size > max_bytes:
             raise ConfigError(
-                f"file is {size:,} bytes; the limit is {max_bytes:,}", location=str(path)
+                f"file is {st.st_size:,} bytes; the limit is {max_bytes:,}", location=str(path)
             )
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            raw = fh.read(max_bytes + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", location=str(path)) from None
+    if len(raw) > max_bytes:
+        raise ConfigError(f"file is over the limit of {max_bytes:,} bytes", location=str(path))
+    return raw
+
+
+def json_value(text: str | bytes, location: str) -> Any:
+    """``json.loads`` of untrusted text, every refusal a one-line ``ConfigError`` at
+    ``location``: bad syntax, nesting past the interpreter's depth, a number past
+    Python's digit limit for integers."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"not valid JSON ({exc.msg}, column {exc.colno})", location=location
+        ) from None
+    except RecursionError:
+        raise ConfigError("not valid JSON (nested too deeply)", location=location) from None
+    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string ..."
+        reason = str(exc).splitlines()[0].split(";")[0]  # not the advice to raise the limit
+        raise ConfigError(f"not valid JSON ({reason})", location=location) from None
+
+
+def _read_text(path: Path, max_bytes: int | None) -> str:
+    """A UTF-8 file of at most ``max_bytes``, as text (one-line errors otherwise)."""
+    raw = read_bytes_bounded(path, max_bytes)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -350,6 +384,8 @@ def load_json(path: str | Path, *, max_bytes: int | None = None) -> tuple[Any, L
         raise ConfigError(f"invalid JSON: {exc.msg}", location=f"{path}:{exc.lineno}") from None
     except RecursionError:
         raise ConfigError("JSON nested too deeply", location=str(path)) from None
+    except ValueError as exc:  # a number past Python's digit limit for integers
+        raise ConfigError(f"invalid JSON: {str(exc).splitlines()[0]}", location=str(path)) from None
 
 
 class _JsonLines:

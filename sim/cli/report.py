@@ -49,14 +49,14 @@ def missing_tables(run_dir: Path) -> None:
     lacks (a report drawn without it would say "no engine steps", blaming the run, not the
     missing file). ``pauses.parquet`` is needed only by runs whose summary counts pauses
     (``pause_count``): folders of older versions have none."""
-    import json
 
     from sim.errors import KvsimError
     from sim.run.output import TABLES
+    from sim.yamlio import json_value, read_bytes_bounded
 
     try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        summary = json_value(read_bytes_bounded(run_dir / "summary.json"), "summary.json")
+    except KvsimError:
         return  # not a run folder, or a damaged summary: load_run says so in one line
     needed = [t for t in TABLES if (t != "pauses" or "pause_count" in summary)
               and (t != "memory_groups" or "peak_allocated_bytes_by_group" in summary)]

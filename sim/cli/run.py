@@ -35,12 +35,12 @@ and the report: plot_*.png and a self-contained report.html (--no-report skips i
 --trace adds trace.json for ui.perfetto.dev).
 
 The folder is written whole once the run is done (nothing on an error or Ctrl-C); an
-existing non-empty folder is refused unless --force, which replaces it whole.
+existing non-empty folder is refused unless --force, which replaces a previous run's folder whole.
 
 Override any scenario field with dotted keys (values are YAML):
 
   kvsim run workloads/seed_chunked_prefill.yaml --out runs/e20 --set scheduler.chunked_prefill=false
-  kvsim run workloads/agents_swarm.yaml --out runs/demo --set allocator.kind=static --set seed=3
+  kvsim run workloads/agent_swarm.yaml --out runs/demo --set allocator.kind=static --set seed=3
 """
 
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
@@ -63,7 +63,7 @@ def run(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors and warnings.")] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Replace a non-empty --out folder whole.")
+        bool, typer.Option("--force", help="Replace a previous run's --out folder whole.")
     ] = False,
     replications: Annotated[
         int | None,
@@ -138,7 +138,7 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
     from sim.run.output import check_out_dir, write_run
     from sim.scenario import parse_set
 
-    out_dir = check_out_dir(out, force=force)  # before the run: refuse early
+    out_dir = check_out_dir(out, force=force, whole=True, inputs=[file])  # refuse early
     sim = build(str(file), **parse_set(sets))
     warned = _config_warnings(sim)
     print_warnings(warned)  # what vLLM would not run, said before the run

@@ -75,6 +75,8 @@ def read_run(folder: Path) -> RunData:
         env = json.loads(env_path.read_text())
     except json.JSONDecodeError as exc:
         raise KvsimError(f"{env_path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, too many digits, too deep
+        raise KvsimError(f"{env_path}: not JSON ({type(exc).__name__})") from None
     frames = {}
     for name in CSV_FILES:
         path = folder / f"{name}.csv"

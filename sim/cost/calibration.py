@@ -49,7 +49,7 @@ from sim.cost.table_schema import ModelTablesSpec
 from sim.errors import ConfigError, UnknownNameError
 from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.registry import builtin_profiles_dir, load_shipped_yaml
-from sim.yamlio import format_validation_error
+from sim.yamlio import format_validation_error, read_bytes_bounded
 
 if TYPE_CHECKING:
     import numpy as np
@@ -707,9 +707,9 @@ def load_calibration(name_or_path: str, search_dirs: list[Path] | None = None) -
             raise UnknownNameError("calibration", name_or_path, list(found))
         path = found[name_or_path]
     try:  # keyed by content, so an edited file is read again
-        raw = path.read_bytes() if path.stat().st_size <= (1 << 24) else b""
+        raw = read_bytes_bounded(path, 1 << 24)  # a regular file only: never /dev/zero
         key = (str(path.resolve()), len(raw), hash(raw)) if raw else None
-    except OSError:
+    except (OSError, ConfigError):
         key = None  # load_yaml reports the problem
     if key is not None and key in _LOADED:
         return _LOADED[key]  # immutable: a run's resolve and cost model share one load

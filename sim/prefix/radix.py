@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -641,12 +642,10 @@ class RadixTree:
         bs = self.block_size
         take = len(node.block_ids)
         same = self._same_rank(node, self)
-        if same.__class__ is not int or same < 1:  # 0 would trim nothing, and evict spin
-            raise InvariantError(
-                f"eviction strategy {self.strategy.name!r}: same_rank_blocks returned "
-                f"{same!r} for {node!r}; it must be a whole number >= 1 (its last block "
-                "always shares its rank)"
-            )
+        if same.__class__ is not int:  # a numpy integer is one too; not a bool or a float
+            same = _whole(same, self.strategy.name, node)
+        if same < 1:  # 0 would trim nothing, and evict spin
+            raise _bad_same_rank(same, self.strategy.name, node)
         take = min(take, same)
         if rival is None:
             return take
@@ -724,8 +723,7 @@ class RadixTree:
             parent = node.parent
             freed.extend(self._trim(node, len(node.block_ids)))
             node = parent
-        if freed and self.pool is not None:
-            self.pool.release_cached(freed)
+        self._release(freed)
         return freed
 
     # ------------------------------------------------------------------ checking
@@ -786,3 +784,20 @@ class RadixTree:
         if node is not self.root and node.lock_ref == 0 and not node.children:
             if id(node) not in live_heap:
                 raise InvariantError(f"dormant leaf {node!r} missing from the heap")
+
+
+def _whole(value: object, strategy: str, node: Node) -> int:
+    """A strategy's ``same_rank_blocks`` as an int: any integer type but a bool."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise _bad_same_rank(value, strategy, node)
+
+
+def _bad_same_rank(value: object, strategy: str, node: Node) -> InvariantError:
+    return InvariantError(
+        f"eviction strategy {strategy!r}: same_rank_blocks returned {value!r} for {node!r}; "
+        "it must be a whole number >= 1 (its last block always shares its rank)"
+    )

@@ -27,7 +27,6 @@ is bounded by ``MAX_DEPTH``.
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Union, overload
 
 from sim.errors import ConfigError, KvsimError
+from sim.yamlio import json_value
 
 #: the largest prompt a call may state (tokens): bounds the ids one call expands to
 MAX_PROMPT_TOKENS = 10_000_000
@@ -349,12 +349,7 @@ def parse_session(obj, location: str) -> Session:
 
 # ------------------------------------------------------------------------- loading
 def _json(text: str, location: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"not valid JSON ({exc.msg}, column {exc.colno})", location=location
-        ) from None
+    return json_value(text, location)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -56,7 +56,6 @@ per trace block (per run of consecutive block ids for sessions), never per token
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -69,6 +68,7 @@ from sim.prefix.replay_hit_rule import ModelHitRule
 from sim.prefix.replay_order import interleave
 from sim.prefix.replay_policies import ReplayPolicyOptions, build_plan
 from sim.prefix.session_trace import BlockRuns, Session
+from sim.yamlio import json_value
 
 #: tokens per hash id in the Mooncake format
 MOONCAKE_BLOCK_TOKENS = 512
@@ -98,12 +98,7 @@ def _field(obj: dict, name: str, where: str, kind: str, minimum: float):
 
 def parse_mooncake_line(line: str, where: str) -> TraceRequest:
     """One Mooncake JSON line -> request; errors name ``where`` (``file:line``) and field."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"not valid JSON ({exc.msg}, column {exc.colno})", location=where
-        ) from None
+    obj = json_value(line, where)
     if not isinstance(obj, dict):
         raise ConfigError("expected a JSON object", location=where)
     ts = _field(obj, "timestamp", where, "num", 0)
@@ -128,6 +123,8 @@ def parse_mooncake_line(line: str, where: str) -> TraceRequest:
 def load_mooncake(path: str | Path) -> list[TraceRequest]:
     """Read a Mooncake trace (one JSON object per line; blank lines skipped)."""
     path = Path(path)
+    if path.exists() and not (path.is_file() or path.is_fifo()):  # /dev/zero never ends
+        raise KvsimError(f"{path}: cannot read trace: not a regular file or pipe")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -103,6 +103,10 @@ class SlidingWindowSpec(_Spec):
     pattern: list[Literal["sliding", "full"]] = Field(min_length=1)
 
 
+#: the most layers a model may have: a per-layer list of a billion would exhaust memory
+MAX_LAYERS = 10_000
+
+
 class ModelProfile(_Spec):
     """A transformer's geometry, as far as KV memory and compute cost need it."""
 
@@ -110,7 +114,8 @@ class ModelProfile(_Spec):
     kind: Literal["model"] = "model"
     family: str = ""
     attention: Literal["mha", "gqa", "mla"]
-    num_layers: PositiveInt
+    # bounded: per-layer lists are built from it (the largest model shipped has 126 layers)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     num_q_heads: PositiveInt
     num_kv_heads: PositiveInt  # for MLA: 1 (the latent is shared by all heads)
     head_dim: PositiveInt

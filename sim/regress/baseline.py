@@ -36,6 +36,9 @@ def read_baseline(baseline_dir: Path, case_name: str) -> dict[str, MetricValue] 
         raise ConfigError(f"cannot read baseline: {exc}", location=str(path)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc.msg}", location=f"{path}:{exc.lineno}") from None
+    except (ValueError, RecursionError) as exc:  # too many digits, too deep
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise ConfigError(f"not valid JSON: {reason}", location=str(path)) from None
     metrics = data.get("metrics") if isinstance(data, dict) else None
     if not isinstance(metrics, dict):
         raise ConfigError("a baseline is an object with a 'metrics' object", location=str(path))

@@ -32,7 +32,6 @@ interrupted compare resumes where it stopped.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import re
@@ -47,6 +46,7 @@ from sim.errors import ConfigError, KvsimError
 from sim.report.data import RunData, load_run
 from sim.report.pool import SHARES
 from sim.report.variant_rows import _busy, _flat, compare_frame, variant_row  # noqa: F401
+from sim.yamlio import json_value, read_bytes_bounded
 
 #: (label, flattened summary key, display scale, unit) of the comparison table
 METRICS = (
@@ -205,8 +205,8 @@ def finished(task: dict) -> bool:
 
     folder = Path(task["dir"])
     try:
-        done = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        done = json_value(read_bytes_bounded(folder / "summary.json"), "summary.json")
+    except KvsimError:
         return False
     if task.get("report", True) and not (folder / "report.html").is_file():
         return False

@@ -12,7 +12,6 @@ node the run does not have, are one-line ``KvsimError``s naming it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.errors import KvsimError
+from sim.errors import ConfigError, KvsimError
+from sim.yamlio import json_value, read_bytes_bounded
 
 #: memory_groups: a model of several layer groups only (absent otherwise: empty)
 TABLE_NAMES = ("requests", "steps", "memory", "trajectories", "pauses", "memory_groups")
@@ -66,9 +66,9 @@ def read_run_folder(folder: Path) -> RunData:
     if not path.is_file():
         raise KvsimError(f"{folder}: not a run folder (no summary.json)")
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise KvsimError(f"{path}: cannot read: {exc}") from None
+        summary = json_value(read_bytes_bounded(path), str(path))
+    except ConfigError as exc:
+        raise KvsimError(f"{path}: cannot read: {exc.message}") from None
     frames = {}
     for name in TABLE_NAMES:
         table = folder / f"{name}.parquet"

@@ -52,7 +52,7 @@ class RunResult:
     memory_groups: pd.DataFrame | None = None
 
     def write(self, out_dir: str | Path, *, force: bool = False) -> Path:
-        """Write the run folder (see ``sim.run.output``); ``force`` replaces a non-empty one."""
+        """Write the run folder (see ``sim.run.output``); ``force`` replaces a previous run's."""
         from sim.run.output import write_run
 
         return write_run(self, out_dir, force=force)

@@ -22,7 +22,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,10 +76,20 @@ def writable_parent(path: Path, flag: str) -> Path:
     return parent
 
 
-def check_out_dir(out_dir: str | Path, *, force: bool = False) -> Path:
+def check_out_dir(
+    out_dir: str | Path,
+    *,
+    force: bool = False,
+    whole: bool = False,
+    inputs: Sequence[str | Path | None] = (),
+) -> Path:
     """The target folder, or a one-line error when it cannot take a run (checked before a
     run, so that no time is spent on a run that cannot be written): the run goes into a
-    temporary sibling that is renamed, so the folder above must be a writable folder."""
+    temporary sibling that is renamed, so the folder above must be a writable folder.
+    ``whole``: ``force`` replaces a non-empty folder whole (``kvsim run``), so it must be a
+    previous run's folder (its ``summary.json`` or ``config.resolved.yaml``, or only run
+    folders: ``compare``'s seeds of a variant), not the current folder or one above it, and
+    hold none of the run's ``inputs`` (files) but its own ``config.resolved.yaml``."""
     if str(out_dir).strip() == "":
         raise KvsimError("--out: an empty path; give the folder the run goes into")
     out = Path(out_dir)
@@ -95,7 +105,38 @@ def check_out_dir(out_dir: str | Path, *, force: bool = False) -> Path:
         here, target = Path.cwd().resolve(), out.resolve()
         if target == here or target in here.parents:
             raise KvsimError(f"--out: {out}: --force would delete the current folder")
+        if whole:
+            _check_replaceable(out, target, inputs)
     return out
+
+
+#: what every run folder holds (``_write_files``; a replications folder: its mean summary)
+RUN_MARKERS = ("summary.json", "config.resolved.yaml")
+
+
+def _a_run(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in RUN_MARKERS)
+
+
+def _check_replaceable(out: Path, target: Path, inputs: Sequence[str | Path | None]) -> None:
+    """``--force`` deletes what ``out`` holds: refuse unless it is a previous run's folder,
+    and refuse one that holds an input of this run."""
+    for item in inputs:
+        if item is None:
+            continue
+        path = Path(item).resolve()
+        if path == target / "config.resolved.yaml":
+            continue  # a run's own resolved config, run again: kvsim writes it anew
+        if target in path.parents:
+            raise KvsimError(
+                f"--out: {out}: --force would delete {item}, an input of this run; choose "
+                "another folder"
+            )
+    if not _a_run(out) and not all(p.is_dir() and _a_run(p) for p in out.iterdir()):
+        raise KvsimError(
+            f"--out: {out}: not a run folder (no summary.json or config.resolved.yaml); "
+            "--force replaces only a previous run's folder: choose another folder, or empty it"
+        )
 
 
 def write_run(
@@ -112,7 +153,8 @@ def write_run(
     layer never imports ``sim.report``). ``installed(out)`` is called as soon as the
     complete folder is in place (before the previous run's folder, replaced with
     ``force``, is deleted), so that an interrupt after it can say the folder is complete."""
-    out = check_out_dir(out_dir, force=force)
+    inputs = [result.summary.get("scenario_path")] if isinstance(result.summary, dict) else []
+    out = check_out_dir(out_dir, force=force, whole=True, inputs=inputs)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -171,7 +213,7 @@ def _install(
         old = None
         try:
             if out.is_dir() and any(out.iterdir()):
-                check_out_dir(out, force=force)
+                check_out_dir(out, force=force, whole=True)
                 old = _make_temp(out.with_name(out.name + ".old"))
                 os.replace(out, old)  # onto the empty temporary: POSIX renames over it
             elif out.is_dir():

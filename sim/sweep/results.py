@@ -48,7 +48,7 @@ def claim_folder(out: Path, sweep_sha256: str, sweep_file: Path) -> None:
     if marker.is_file():
         try:
             owner = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             raise KvsimError(f"--out: {marker}: unreadable; choose another folder") from None
         if owner.get("sweep_sha256") != sweep_sha256:
             raise KvsimError(

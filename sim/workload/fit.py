@@ -244,7 +244,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
                 where = f"{path}:{lineno}"
                 try:
                     obj = json.loads(text_line(raw, where))
-                except json.JSONDecodeError as exc:
+                except (ValueError, RecursionError) as exc:  # syntax, depth, digits
                     raise ConfigError(f"not JSON: {str(exc).splitlines()[0]}", location=where) from None
                 if not isinstance(obj, dict):
                     raise ConfigError("expected a JSON object per line", location=where)

@@ -6,7 +6,9 @@ errors naming the file and the column; name the traces shipped in ``workloads/da
 (``SHIPPED``) and find them in the checkout.
 
 Invariant: traces are read with pandas' CSV parser only (no code execution); token
-columns come back as int64 arrays >= 1, time columns as float seconds from the first row.
+columns come back as int64 arrays of whole numbers in [1, ``MAX_TRACE_TOKENS``] (any
+other cell is refused naming its row, never rounded or raised to 1), time columns as float
+seconds from the first row.
 """
 
 from __future__ import annotations
@@ -58,15 +60,51 @@ def read_columns(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
     return {c: frame[c].to_numpy() for c in columns}
 
 
+#: the most tokens a trace's prompt or output may have (a bound far above any model's window)
+MAX_TRACE_TOKENS = 10_000_000
+
+
 def token_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
-    """A token-count column as int64 >= 1."""
+    """A token-count column as int64: every cell a whole number in [1,
+    ``MAX_TRACE_TOKENS``]; the first other cell (empty, 0, negative, fractional, past the
+    bound, not a number) is a one-line error naming its data row (pandas skips blank
+    lines, so the row, not the line). Cells
+    used to be rounded and raised to 1 silently, and a huge one overflowed int64."""
     try:
         tokens = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ConfigError(f"column {column!r} is not numeric", location=str(path)) from None
-    if np.isnan(tokens).any():
-        raise ConfigError(f"column {column!r} has empty cells", location=str(path))
-    return np.maximum(1, np.rint(tokens)).astype(np.int64)
+        tokens = None
+    if tokens is None:  # the first cell that is not a number
+        i = next((j for j, v in enumerate(values) if not _is_number(v)), 0)
+        raise _bad_cell(path, column, i, _shown(values[i]))
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(tokens) & (tokens >= 1) & (tokens <= MAX_TRACE_TOKENS)
+        ok &= tokens == np.floor(tokens)
+    if not ok.all():
+        i = int(np.argmin(ok))
+        raise _bad_cell(path, column, i, "an empty cell" if np.isnan(tokens[i]) else _shown(values[i]))
+    return tokens.astype(np.int64)
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _shown(value: object) -> str:
+    """A cell as the message shows it: a plain number or string, at most 40 characters."""
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bad_cell(path: Path, column: str, row: int, got: str) -> ConfigError:
+    return ConfigError(
+        f"{column}: expected a whole number of tokens in [1, {MAX_TRACE_TOKENS:,}], got {got}",
+        location=f"{path}: data row {row + 1}",
+    )
 
 
 def time_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:

@@ -147,7 +147,7 @@ def read_turns(path: str | Path) -> dict[str, list[Call]]:
                 continue
             try:
                 obj = json.loads(text_line(raw, where))
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:  # syntax, depth, digits
                 raise ConfigError(f"not JSON: {str(exc).splitlines()[0]}", location=where) from None
             key, call = parse_call(obj, where)
             out.setdefault(key, []).append(call)

@@ -107,7 +107,7 @@ def _check_times(times: dict, where: str) -> None:
 def _row(line: str, where: str) -> VllmRequest:
     try:
         row = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # bad syntax, too deep, too many digits
         raise ConfigError(f"not a JSON object: {str(exc).splitlines()[0]}", location=where) from None
     if not isinstance(row, dict):
         raise ConfigError("each line must be a JSON object", location=where)

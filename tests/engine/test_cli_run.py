@@ -174,6 +174,70 @@ def test_out_must_be_a_folder_path(run_cli, tmp_path, monkeypatch):
     assert (tmp_path / "keep").read_text() == "x"
 
 
+def test_force_replaces_only_a_previous_run_and_never_an_input(run_cli, tmp_path, monkeypatch):
+    """``--force`` deletes what the folder holds: a folder that is not a run's (no
+    summary.json, no config.resolved.yaml), or one holding the scenario being run (even a
+    run folder, where a user saved it), is refused before the run, nothing deleted; the
+    Python API's ``result.write(force=True)`` refuses alike."""
+    import shutil
+
+    import sim.run
+
+    def no_run(*a, **k):
+        raise AssertionError("the run must not start")
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "mine.txt").write_text("keep me")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert run_cli(["run", E20, "--out", str(mine), "--quiet", "--no-report"])[0] == 0
+    scenario = mine / "my.yaml"
+    shutil.copy(E20, scenario)
+    with monkeypatch.context() as m:
+        m.setattr(sim.run, "build", no_run)
+        code, stdout, stderr = run_cli(["run", E20, "--out", str(notes), "--quiet", "--force"])
+        assert (code, stdout) == (2, "")
+        assert stderr == (
+            f"kvsim: error: --out: {notes}: not a run folder (no summary.json or "
+            "config.resolved.yaml); --force replaces only a previous run's folder: choose "
+            "another folder, or empty it\n"
+        )
+        argv = ["run", str(scenario), "--out", str(mine), "--quiet", "--force"]
+        for extra in ([], ["--replications", "2"]):
+            code, _, stderr = run_cli([*argv, *extra])
+            assert code == 2 and stderr == (
+                f"kvsim: error: --out: {mine}: --force would delete {scenario}, an input of "
+                "this run; choose another folder\n"
+            )
+        code, _, stderr = run_cli(["run", E20, "--out", str(notes), "--quiet", "--force",
+                                   "--replications", "2"])  # fmt: skip
+        assert code == 2 and "not a run folder" in stderr
+    assert (notes / "mine.txt").read_text() == "keep me" and _names(notes) == ["mine.txt"]
+    assert scenario.read_text() == Path(E20).read_text()
+    res = run_scenario(str(scenario))
+    with pytest.raises(KvsimError, match=r"--force would delete .*my\.yaml, an input"):
+        res.write(mine, force=True)
+    with pytest.raises(KvsimError, match="not a run folder"):
+        res.write(notes, force=True)
+    scenario.unlink()  # a run folder again: replaced whole
+    assert run_cli(["run", E20, "--out", str(mine), "--quiet", "--force", "--no-report"])[0] == 0
+    own = mine / "config.resolved.yaml"  # a run's own config, run again in place: kvsim's
+    assert run_cli(["run", str(own), "--out", str(mine), "--quiet", "--force", "--no-report"])[0] == 0
+    seeds = tmp_path / "variant"  # kvsim compare's variant of K seeds: only run folders
+    for seed in ("seed-1", "seed-2"):
+        assert run_cli(["run", E20, "--out", str(seeds / seed), "--quiet", "--no-report"])[0] == 0
+    assert run_cli(["run", E20, "--out", str(seeds), "--quiet", "--force", "--no-report"])[0] == 0
+    assert "summary.json" in _names(seeds) and "seed-1" not in _names(seeds)
+    inside = tmp_path / "project"  # --out inside the scenario's folder: nothing at risk
+    inside.mkdir()
+    shutil.copy(E20, inside / "s.yaml")
+    assert run_cli(["run", str(inside / "s.yaml"), "--out", str(inside / "out"), "--quiet",
+                    "--no-report"])[0] == 0  # fmt: skip
+    assert run_cli(["run", str(inside / "s.yaml"), "--out", str(inside / "out"), "--quiet",
+                    "--force", "--no-report"])[0] == 0  # fmt: skip
+
+
 def test_an_out_under_a_file_is_refused_before_the_run(run_cli, tmp_path, monkeypatch):
     """The nearest existing folder above --out must be a writable folder: checked before
     the run (before: found only when writing, after the whole simulation)."""

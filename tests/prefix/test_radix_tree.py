@@ -428,6 +428,33 @@ class _SameRank(EvictionStrategy):
         return self.value
 
 
+class _LongLeavesFirst(EvictionStrategy):
+    """LRU, then leaves of more than 2 blocks first: a rank that changes as a leaf is
+    trimmed to 2, with the base's ``same_rank_blocks`` (all): a broken promise."""
+
+    name = "long_leaves_test"
+
+    def key(self, node, tree) -> tuple:
+        return (node.last_access, len(node.block_ids) <= 2)
+
+
+def test_a_broken_promise_at_a_later_victim_leaves_the_tree_and_pool_whole():
+    """The check raises at the second victim: the first victim's block, already trimmed,
+    goes to the pool, the second victim goes back in the heap untrimmed, and the tree's
+    invariants hold."""
+    tree = _two_leaves(_LongLeavesFirst())
+    tree.insert(segments([("c", B)]), [7], now=0.5)  # the oldest leaf, one block
+    tree.check_ranks = True
+    with pytest.raises(InvariantError, match=r"^eviction strategy 'long_leaves_test': "
+                       r"same_rank_blocks says 4 trailing blocks .* once 2 of them"):  # fmt: skip
+        tree.evict(4)
+    assert tree.pool.released == [7] and tree.total_blocks == 7
+    assert tree.evictable_blocks == 7 and sorted(tree.block_owner()) == [0, 1, 2, 3, 4, 5, 6]
+    tree.check_invariants()
+    tree.check_ranks = False  # trusted, it trims a's 3 blocks: past the rank of its 2
+    assert tree.evict(3) == [3, 2, 1]
+
+
 @pytest.mark.parametrize("value", [0, -1, 2.0, None, True])
 def test_a_same_rank_blocks_below_one_or_not_a_whole_number_is_refused_not_spun(value):
     """0 would trim nothing and ``evict`` would take the same victim forever (it hung);
@@ -439,3 +466,10 @@ def test_a_same_rank_blocks_below_one_or_not_a_whole_number_is_refused_not_spun(
     tree.check_invariants()  # the victim went back in the heap: the tree is whole
     assert tree.total_blocks == 7 and tree.pool.released == []
     assert _two_leaves(_SameRank(1)).evict(3) == [3, 2, 1]  # one at a time: LRU, a first
+
+
+def test_a_same_rank_blocks_of_a_numpy_integer_is_taken():
+    """Any integer type but a bool (a plug-in computing it with numpy)."""
+    np = pytest.importorskip("numpy")
+    assert _two_leaves(_SameRank(np.int64(2))).evict(3) == [3, 2, 1]
+    assert _two_leaves(_SameRank(np.int64(4))).evict(3) == [3, 2, 1]

@@ -51,6 +51,30 @@ def test_named_streams_are_independent_and_reproducible():
     assert Streams(4)("arrivals").random(3).tolist() != x.tolist()
 
 
+@pytest.mark.parametrize(
+    "cell, shown",
+    [("-5", "-5"), ("0", "0"), ("12.5", "12.5"), ("inf", "inf"), ("1e30", "1e+30"),
+     ("10000001", "10000001"), ("9" * 30, "9" * 30), ("9" * 200_000, "'" + "9" * 36 + "..."),
+     ("abc", "'abc'"), ("", "an empty cell")],
+)  # fmt: skip
+def test_a_token_cell_that_is_not_a_whole_number_in_range_is_refused_at_its_line(
+    tmp_path, cell, shown
+):
+    """Cells used to be rounded and raised to 1 silently (0, -5, 12.5), and a huge one
+    overflowed int64 into a negative span deep in the run."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,{cell},5\n2,7,5\n")
+    cols = read_columns(path, ["ContextTokens", "GeneratedTokens"])
+    with pytest.raises(ConfigError) as exc:
+        token_column(path, cols["ContextTokens"], "ContextTokens")
+    assert str(exc.value) == (f"{path}: data row 2: ContextTokens: expected a whole number of tokens "
+                              f"in [1, 10,000,000], got {shown}")  # fmt: skip
+    assert token_column(path, cols["GeneratedTokens"], "GeneratedTokens").tolist() == [5, 5, 5]
+    path.write_text("ContextTokens\n10\n10000000\n1\n")
+    cols = read_columns(path, ["ContextTokens"])
+    assert token_column(path, cols["ContextTokens"], "ContextTokens").tolist() == [10, 10**7, 1]
+
+
 def test_azure_trace_columns():
     cols = read_columns(AZURE, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
     t = time_column(AZURE, cols["TIMESTAMP"], "TIMESTAMP")
