@@ -138,7 +138,10 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
     from sim.run.output import check_out_dir, write_run
     from sim.scenario import parse_set
 
-    out_dir = check_out_dir(out, force=force, whole=True, inputs=[file])  # refuse early
+    from sim.run.provenance import scenario_inputs
+
+    inputs = scenario_inputs(file, parse_set(sets)) if force else []  # refuse early
+    out_dir = check_out_dir(out, force=force, whole=True, inputs=inputs)
     sim = build(str(file), **parse_set(sets))
     warned = _config_warnings(sim)
     print_warnings(warned)  # what vLLM would not run, said before the run
