@@ -157,10 +157,9 @@ def run_replicated(
     import shutil
 
     from sim.run.output import check_out_dir
+    from sim.run.provenance import scenario_inputs
     from sim.scenario import parse_set
     from sim.sweep import run_replications
-
-    from sim.run.provenance import scenario_inputs
 
     inputs = scenario_inputs(file, parse_set(sets)) if force else []
     out_dir = check_out_dir(out, force=force, whole=True, inputs=inputs)
