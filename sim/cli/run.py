@@ -136,9 +136,11 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
     warnings are printed before the run and added to ``said``."""
     from sim.run import build
     from sim.run.output import check_out_dir, write_run
+    from sim.run.provenance import scenario_inputs
     from sim.scenario import parse_set
 
-    out_dir = check_out_dir(out, force=force, whole=True, inputs=[file])  # refuse early
+    inputs = scenario_inputs(file, parse_set(sets)) if force else []  # refuse early
+    out_dir = check_out_dir(out, force=force, whole=True, inputs=inputs)
     sim = build(str(file), **parse_set(sets))
     warned = _config_warnings(sim)
     print_warnings(warned)  # what vLLM would not run, said before the run

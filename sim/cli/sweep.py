@@ -157,10 +157,12 @@ def run_replicated(
     import shutil
 
     from sim.run.output import check_out_dir
+    from sim.run.provenance import scenario_inputs
     from sim.scenario import parse_set
     from sim.sweep import run_replications
 
-    out_dir = check_out_dir(out, force=force, whole=True, inputs=[file])
+    inputs = scenario_inputs(file, parse_set(sets)) if force else []
+    out_dir = check_out_dir(out, force=force, whole=True, inputs=inputs)
     argv = [*command_line(file, out, sets, quiet, force), "--replications", str(replications)]
     tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.replications.partial")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -139,6 +139,16 @@ def _check_replaceable(out: Path, target: Path, inputs: Sequence[str | Path | No
         )
 
 
+def run_inputs(result) -> list[str | None]:
+    """The files a run read: its scenario (``summary.json``'s ``scenario_path``) and every
+    file its resolved config names (traces, fits, a calibration file: absolute paths)."""
+    from sim.scenario.paths import file_entries
+
+    summary = result.summary if isinstance(result.summary, dict) else {}
+    config = result.config if isinstance(result.config, dict) else {}
+    return [summary.get("scenario_path"), *(raw for _, raw in file_entries(config))]
+
+
 def write_run(
     result,
     out_dir: str | Path,
@@ -153,8 +163,7 @@ def write_run(
     layer never imports ``sim.report``). ``installed(out)`` is called as soon as the
     complete folder is in place (before the previous run's folder, replaced with
     ``force``, is deleted), so that an interrupt after it can say the folder is complete."""
-    inputs = [result.summary.get("scenario_path")] if isinstance(result.summary, dict) else []
-    out = check_out_dir(out_dir, force=force, whole=True, inputs=inputs)
+    out = check_out_dir(out_dir, force=force, whole=True, inputs=run_inputs(result))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -34,6 +34,16 @@ def resolved_config(loaded) -> dict:
     return absolute_paths(loaded.scenario.model_dump(mode="json"), Path(loaded.base_dir))
 
 
+def scenario_inputs(source: str | Path, overrides: dict | None = None) -> list[str]:
+    """The files a scenario file reads: itself and every file its resolved config names
+    (traces, fits, a calibration file; absolute): what ``kvsim run --force`` must not
+    delete (``sim.run.output.check_out_dir``)."""
+    from sim.scenario.load import load_scenario
+
+    config = resolved_config(load_scenario(source, overrides))
+    return [str(source), *(raw for _, raw in file_entries(config))]
+
+
 @functools.lru_cache(maxsize=64)
 def _file_sha256(path: str, size_bytes: int, mtime_ns: int) -> str:
     """SHA-256 of a file's bytes; keyed by (path, size, mtime) so a sweep's many configs

@@ -220,6 +220,20 @@ def test_force_replaces_only_a_previous_run_and_never_an_input(run_cli, tmp_path
         res.write(mine, force=True)
     with pytest.raises(KvsimError, match="not a run folder"):
         res.write(notes, force=True)
+    trace = mine / "trace.jsonl"  # another input kept in the run folder (named in the
+    lines = (WORKLOADS / "data/mooncake/synthetic_trace.jsonl").read_text().splitlines()
+    trace.write_text("\n".join(lines[:4]) + "\n")  # resolved config): refused before the run
+    mooncake = ["run", str(WORKLOADS / "mooncake_replay.yaml"), "--out", str(mine),
+                "--quiet", "--force", "--no-report", "--set", f"workload.path={trace}",
+                "--set", "workload.start_row=0", "--set", "workload.num_requests=4"]  # fmt: skip
+    for extra in ([], ["--replications", "2"]):
+        code, _, stderr = run_cli([*mooncake, *extra])
+        assert code == 2 and stderr == (
+            f"kvsim: error: --out: {mine}: --force would delete {trace}, an input of this "
+            "run; choose another folder\n"
+        )
+    assert trace.is_file() and scenario.is_file()
+    trace.unlink()
     scenario.unlink()  # a run folder again: replaced whole
     assert run_cli(["run", E20, "--out", str(mine), "--quiet", "--force", "--no-report"])[0] == 0
     own = mine / "config.resolved.yaml"  # a run's own config, run again in place: kvsim's
