@@ -327,11 +327,17 @@ def json_value(text: str | bytes, location: str) -> Any:
         raise ConfigError(
             f"not valid JSON ({exc.msg}, column {exc.colno})", location=location
         ) from None
-    except RecursionError:
-        raise ConfigError("not valid JSON (nested too deeply)", location=location) from None
-    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string ..."
-        reason = str(exc).splitlines()[0].split(";")[0]  # not the advice to raise the limit
-        raise ConfigError(f"not valid JSON ({reason})", location=location) from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"not valid JSON ({json_refusal(exc)})", location=location) from None
+
+
+def json_refusal(exc: ValueError | RecursionError) -> str:
+    """Why ``json`` refused a text past its syntax, in a few words: nested too deeply, or a
+    number past Python's digit limit for integers (its message, without the advice to
+    raise the limit)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc).splitlines()[0].split(";")[0]
 
 
 def _read_text(path: Path, max_bytes: int | None) -> str:
@@ -385,7 +391,7 @@ def load_json(path: str | Path, *, max_bytes: int | None = None) -> tuple[Any, L
     except RecursionError:
         raise ConfigError("JSON nested too deeply", location=str(path)) from None
     except ValueError as exc:  # a number past Python's digit limit for integers
-        raise ConfigError(f"invalid JSON: {str(exc).splitlines()[0]}", location=str(path)) from None
+        raise ConfigError(f"invalid JSON: {json_refusal(exc)}", location=str(path)) from None
 
 
 class _JsonLines:

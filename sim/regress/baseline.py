@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.regress.runners import MetricValue
+from sim.yamlio import json_refusal
 
 BASELINE_VERSION = 1
 
@@ -37,8 +38,7 @@ def read_baseline(baseline_dir: Path, case_name: str) -> dict[str, MetricValue] 
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc.msg}", location=f"{path}:{exc.lineno}") from None
     except (ValueError, RecursionError) as exc:  # too many digits, too deep
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
-        raise ConfigError(f"not valid JSON: {reason}", location=str(path)) from None
+        raise ConfigError(f"not valid JSON: {json_refusal(exc)}", location=str(path)) from None
     metrics = data.get("metrics") if isinstance(data, dict) else None
     if not isinstance(metrics, dict):
         raise ConfigError("a baseline is an object with a 'metrics' object", location=str(path))

@@ -68,8 +68,8 @@ def token_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
     """A token-count column as int64: every cell a whole number in [1,
     ``MAX_TRACE_TOKENS``]; the first other cell (empty, 0, negative, fractional, past the
     bound, not a number) is a one-line error naming its data row (pandas skips blank
-    lines, so the row, not the line). Cells
-    used to be rounded and raised to 1 silently, and a huge one overflowed int64."""
+    lines, so the row, not the line). Cells used to be rounded and raised to 1 silently,
+    and a huge one overflowed int64."""
     try:
         tokens = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
