@@ -17,7 +17,10 @@ A call followed by a fork or a spawn (no next turn on its line) carries no hint.
 
 Invariant: hints never change the plan (they are drawn from their own stream, after the
 plan); the same seed gives the same hints; a kind without a registered tool-time
-distribution refuses ``source: fitted`` in one line naming ``workload.hints.source``.
+distribution refuses ``source: fitted`` in one line naming ``workload.hints.source``; a
+fitted estimate that is not finite (NaN or inf, from a kind's tool-time plug-in) is
+refused in one line naming the plug-in, before the run (a negative one is clipped to 0,
+as the plans clip the pauses they draw).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, KvsimError
 from sim.lazy_numpy import numpy_on_first_use
 from sim.plugins import load_plugins
 from sim.policy import KVHint
@@ -193,4 +196,21 @@ def hint_emitter(wcfg: Any, ctx: Any) -> HintEmitter | None:
             k: dist_estimate(d, cfg.estimate, cfg.quantile, rng, tt.scale, tt.cap_s)
             for k, d in tt.dists.items()
         }
+        for k, e in expected.items():  # once per category and run
+            if not math.isfinite(e):
+                raise _bad_estimate(wcfg.kind, fn, k, e, cfg)
     return HintEmitter(cfg, expected, ctx.streams("hints"))
+
+
+def _bad_estimate(kind: str, fn: Callable, category: str, e: float, cfg: HintsConfig) -> KvsimError:
+    """The refusal of a tool-time estimate that is not a finite number (NaN made every hint
+    0 s: ``max(0, nan)``), naming the kind's tool-time plug-in. A negative one is not
+    refused: it is the statistic of draws a plan clips at 0 (a ``normal`` pause whose
+    ``std`` exceeds its ``mean``), and ``expected_s`` clips it the same way."""
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    stat = f"quantile {cfg.quantile:g}" if cfg.estimate == "quantile" else "mean"
+    return KvsimError(
+        f"tool times of workload kind {kind!r} ({name}, register_tool_times): the {stat} of "
+        f"category {category!r} is {e!r} s; an estimate must be a finite number of seconds "
+        "(check its distributions, scale and cap_s)"
+    )

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from sim.errors import ConfigError
+import sim.workload.hints as hints_registry
+from sim.errors import ConfigError, KvsimError
 from sim.policy import KVHint
 from sim.workload.agent import TurnSpec
 from sim.workload.coding_agent import fitted
@@ -23,7 +24,14 @@ from sim.workload.config import (
     TreeSearchWorkload,
 )
 from sim.workload.distributions import Constant
-from sim.workload.hints import HintsConfig, dist_estimate, hint_emitter
+from sim.workload.hints import (
+    ANY_TOOL,
+    HintsConfig,
+    ToolTimes,
+    dist_estimate,
+    hint_emitter,
+    tool_time_kinds,
+)
 from sim.workload.interactive import fitted as interactive_fitted
 from sim.workload.rng import Streams
 
@@ -103,6 +111,72 @@ def test_dist_estimate_without_a_ppf_draws_from_its_stream():
 def test_bad_hint_options_are_refused(field, value):
     with pytest.raises(ValueError, match=field):
         HintsConfig(**{field: value})
+
+
+class _Draws:
+    """A plug-in's distribution without a ppf: every draw is ``value``."""
+
+    min = max = None
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def sample(self, rng, n):
+        return np.full(n, self.value)
+
+
+class _Ppf(_Draws):
+    """A plug-in's distribution with a ppf: every quantile is ``value``."""
+
+    def ppf(self, q):
+        return np.full(len(q), self.value)
+
+
+def _plugin_tool_times(dist, scale=1.0):
+    """A tool-time plug-in for the ``agent`` kind: ``dist`` for every tool."""
+
+    def plugin_tool_times(cfg, ctx):
+        return ToolTimes({ANY_TOOL: dist}, scale)
+
+    return plugin_tool_times
+
+
+@pytest.mark.parametrize(
+    "dist, scale, estimate, shown",
+    [
+        (_Draws(math.nan), 1.0, "quantile", "nan"),  # NaN: every hint was 0 s (max(0, nan))
+        (_Draws(math.nan), 1.0, "mean", "nan"),
+        (_Ppf(math.inf), 1.0, "quantile", "inf"),  # inf: KVHint's ValueError mid-run
+        (_Ppf(2.0), math.nan, "quantile", "nan"),  # the plug-in's scale
+        (_Ppf(-math.inf), 1.0, "mean", "-inf"),
+    ],
+)
+def test_a_tool_time_plugin_whose_estimate_is_not_finite_is_refused_naming_it(
+    monkeypatch, dist, scale, estimate, shown
+):
+    tool_time_kinds()  # the shipped kinds' declared first (they would replace the plug-in)
+    fn = _plugin_tool_times(dist, scale)
+    monkeypatch.setitem(hints_registry._TOOL_TIMES, "agent", fn)
+    with pytest.raises(KvsimError) as err:
+        emitter(source="fitted", estimate=estimate)
+    stat = "quantile 0.5" if estimate == "quantile" else "mean"
+    assert str(err.value) == (
+        f"tool times of workload kind 'agent' ({fn.__module__}.{fn.__qualname__}, "
+        f"register_tool_times): the {stat} of category '*' is {shown} s; an estimate must be "
+        "a finite number of seconds (check its distributions, scale and cap_s)"
+    )
+
+
+def test_a_tool_time_plugins_finite_estimates_still_give_hints(monkeypatch):
+    """A finite estimate is taken; a negative one is clipped to 0 (as a plan clips the
+    pauses it draws: a ``normal`` pause wider than its mean has a negative low quantile)."""
+    tool_time_kinds()
+    monkeypatch.setitem(hints_registry._TOOL_TIMES, "agent", _plugin_tool_times(_Ppf(0.8)))
+    e = emitter(source="fitted")
+    assert e.expected == {"*": 0.8}
+    assert e.hint(turn(45.0), last=False) == KVHint(pin_for_s=1.0, demote="host", prefetch_at_s=0.8)
+    monkeypatch.setitem(hints_registry._TOOL_TIMES, "agent", _plugin_tool_times(_Draws(-3.0)))
+    assert emitter(source="fitted").expected_s(45.0, "tool") == 0.0
 
 
 # ------------------------------------------------- source: fitted for every fitted agent kind
