@@ -4,16 +4,19 @@ on an agent swarm with invariants checked, the tiers' capacity, the gate, config
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import pytest
 from engine_helpers import WORKLOADS, assert_same_frame, assert_same_summary, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sim.policy.base as policy_registry
 from sim.engine.pauses import PauseLifecycle
-from sim.errors import ConfigError, InvariantError
+from sim.errors import ConfigError, InvariantError, KvsimError
 from sim.memory.tiers import BlockFrame, Tier
-from sim.policy import PrefetchPlan, resume_timeline
+from sim.policy import Decision, PrefetchPlan, policy_names, resume_timeline
+from sim.policy.fixed import Hold
 from sim.run import build, run_scenario
 
 E24 = "seed_tool_wait_45s.yaml"
@@ -375,6 +378,41 @@ def test_unknown_policy_names_the_valid_ones():
         run_scenario(str(WORKLOADS / E24), **{"pause_policy.kind": "swap"})
     for name in ("break_even", "min_waste", "offload_host", "ttl_pin"):
         assert name in str(exc.value)
+
+
+class _ReturnsPolicy(Hold):
+    """A plug-in pause policy whose ``decide`` returns ``returned``."""
+
+    name = "returns_test"
+    returned: object = None
+
+    class Options(Hold.Options):
+        kind: Literal["returns_test"] = "returns_test"  # type: ignore[assignment]
+
+    def decide(self, facts):
+        return self.returned
+
+
+@pytest.mark.parametrize(
+    "returned, shown",
+    [("hold", "str 'hold'"), (None, "NoneType None"), (("hold", "x"), "tuple ('hold', 'x')")],
+)
+def test_a_plugin_policy_returning_no_decision_is_refused_naming_it(monkeypatch, returned, shown):
+    """It failed as ``AttributeError: 'str' object has no attribute 'action'`` in the
+    pause lifecycle; now one line where the decision enters the engine."""
+    policy_names()  # the shipped policies registered before the table is patched
+    monkeypatch.setitem(policy_registry._REGISTRY, "returns_test", _ReturnsPolicy)
+    monkeypatch.setattr(_ReturnsPolicy, "returned", returned)
+    with pytest.raises(KvsimError) as exc:
+        e24("returns_test")
+    cls = f"{_ReturnsPolicy.__module__}.{_ReturnsPolicy.__qualname__}"
+    assert str(exc.value) == (
+        f"pause policy 'returns_test' ({cls}) returned {shown} from decide; it must return "
+        "a sim.policy.Decision (action one of: hold, recompute, offload_host, offload_nvme)"
+    )
+    monkeypatch.setattr(_ReturnsPolicy, "returned", Decision("recompute", "plug-in"))
+    _, p = e24("returns_test")  # a Decision goes through
+    assert (p.decision, p.reason) == ("recompute", "plug-in")
 
 
 def test_link_and_tiers_come_from_profiles_unless_overridden():

@@ -6,17 +6,20 @@ recompute FLOPs, free host/NVMe room, the step's swap budget) and ask the scenar
 policy (``sim.policy``); learn tool waits as they are observed.
 
 Invariant: facts are read from the KV manager and the scheduler only (never an
-allocator); the policy is called once per pause, with facts of that moment; the running
-batch's bytes (O(running)) are summed only for a policy that ``reads_running_batch``.
+allocator); the policy is called once per pause, with facts of that moment, and its
+answer is a ``Decision`` (anything else: one line naming the policy, O(1) per pause);
+the running batch's bytes (O(running)) are summed only for a policy that
+``reads_running_batch``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sim.errors import KvsimError
 from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
-from sim.policy import Decision, PauseFacts, WaitPredictor, make_policy
+from sim.policy import ACTIONS, Decision, PauseFacts, WaitPredictor, make_policy
 from sim.sched import Request, Scheduler
 from sim.sizing import layer_group_counts, model_prefill_flops
 
@@ -50,7 +53,12 @@ class PauseDecider:
         self._budget = (-1.0, 0.0)  # (step end, link bytes per GPU left): min_waste's budget
 
     def decide(self, facts: PauseFacts) -> Decision:
-        return self.policy.decide(facts)
+        """The policy's answer, checked where it enters the engine: a ``Decision`` (a
+        plug-in's ``None`` or action name is a one-line ``KvsimError`` naming it)."""
+        d = self.policy.decide(facts)
+        if d.__class__ is not Decision and not isinstance(d, Decision):
+            raise not_a_decision(self.policy, d)
+        return d
 
     def observe(self, tool_name: str, wait_s: float) -> None:
         """A tool call's wait was seen (at its return)."""
@@ -129,6 +137,17 @@ class PauseDecider:
         return model_prefill_flops(
             self.model, tokens, self.params, self.attention, self._layer_counts
         )
+
+
+def not_a_decision(policy: Any, got: object) -> KvsimError:
+    """The refusal of a policy's answer that is not a ``Decision``, naming the policy."""
+    cls = type(policy)
+    shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
+    return KvsimError(
+        f"pause policy {getattr(policy, 'name', '?')!r} ({cls.__module__}.{cls.__qualname__}) "
+        f"returned {type(got).__name__} {shown} from decide; it must return a "
+        f"sim.policy.Decision (action one of: {', '.join(ACTIONS)})"
+    )
 
 
 def free_bytes(pool: FramePool | None) -> float:
