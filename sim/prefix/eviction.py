@@ -11,12 +11,15 @@ cannot tell a grown leaf from a child per insert, see ``radix``). Strategies nev
 the tree.
 
 Invariant: every name in ``EVICTION_STRATEGIES`` maps to one stateless strategy object, and
-an unknown name raises ``UnknownNameError`` listing the valid ones.
+an unknown name raises ``UnknownNameError`` listing the valid ones. A rank holds no NaN:
+the tree checks the ranks of every strategy whose ``key`` is not one of ``SHIPPED_KEYS``
+(a plug-in's) and raises ``InvariantError`` naming it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -33,7 +36,8 @@ class EvictionStrategy(ABC):
 
     @abstractmethod
     def key(self, node, tree) -> tuple:
-        """The leaf's rank; the tree appends its tie-breaks (deepest, then oldest)."""
+        """The leaf's rank; the tree appends its tie-breaks (deepest, then oldest). No
+        element may be NaN (it orders with nothing: the tree refuses it)."""
 
     def same_rank_blocks(self, node, tree) -> int:
         """Trailing blocks of the leaf that share its rank (all of them by default)."""
@@ -96,6 +100,9 @@ class Priority(EvictionStrategy):
 
 
 EVICTION_STRATEGIES: dict[str, EvictionStrategy] = {}
+#: the ``key`` functions of the shipped strategies (the trace replay's add theirs): the tree
+#: trusts their ranks and checks every other key's (a plug-in's) for NaN as it enters
+SHIPPED_KEYS: set[Callable] = {LRU.key, LFU.key, FIFO.key, Priority.key}
 
 
 def register_strategy(strategy: EvictionStrategy) -> EvictionStrategy:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sim.errors import InvariantError
-from sim.prefix.eviction import EvictionStrategy, get_strategy
+from sim.prefix.eviction import SHIPPED_KEYS, EvictionStrategy, get_strategy
 from sim.prefix.spans import (
     ContentId,
     Segments,
@@ -161,7 +161,10 @@ class RadixTree:
         self.block_size = block_size
         self.pool = pool
         self.strategy = get_strategy(eviction)
-        self._rank = self.strategy.key  # bound once: called on every push
+        #: the strategy's ranking, bound once (called on every push); a plug-in's checked
+        #: for NaN as each rank enters (``_checked_key``: O(len(rank)) per rank)
+        self._key = _checked_key(self.strategy)
+        self._rank = self._key
         self.retain_biased = False  # a retain priority was set: ranks lead with it
         self._same_rank = self.strategy.same_rank_blocks
         self.merge_extensions = self.strategy.merges_extensions
@@ -225,7 +228,7 @@ class RadixTree:
             return
         if not self.retain_biased:
             self.retain_biased = True
-            key = self.strategy.key
+            key = self._key
             self._rank = lambda n, tree: (n.retain, *key(n, tree))
             self._rebuild_heap()
         while node is not self.root:
@@ -550,8 +553,9 @@ class RadixTree:
 
     # ------------------------------------------------------------------ eviction
     def _push(self, node: Node, hold: bool = False) -> None:
+        rank = self._rank(node, self)  # first: a refused rank leaves the heap as it was
         node.heap_version += 1
-        entry = ((*self._rank(node, self), -node.end_tokens, node.serial), node.heap_version, node)
+        entry = ((*rank, -node.end_tokens, node.serial), node.heap_version, node)
         if hold:
             entry, self._held = self._held, entry
             if entry is None:
@@ -561,14 +565,15 @@ class RadixTree:
             self._rebuild_heap()
 
     def _rebuild_heap(self) -> None:
-        self._held = None
-        self._heap = []
+        heap = []
         for node in self.iter_nodes():
             if node.lock_ref == 0 and not node.children:
-                node.heap_version += 1
                 key = (*self._rank(node, self), -node.end_tokens, node.serial)
-                self._heap.append((key, node.heap_version, node))
-        heapq.heapify(self._heap)
+                node.heap_version += 1
+                heap.append((key, node.heap_version, node))
+        heapq.heapify(heap)
+        self._held = None
+        self._heap = heap
 
     def _pop_victim(self) -> Node | None:
         heap = self._heap
@@ -784,6 +789,32 @@ class RadixTree:
         if node is not self.root and node.lock_ref == 0 and not node.children:
             if id(node) not in live_heap:
                 raise InvariantError(f"dormant leaf {node!r} missing from the heap")
+
+
+def _checked_key(strategy: EvictionStrategy) -> Callable[[Node, RadixTree], tuple]:
+    """The strategy's bound ``key``: as it is for a shipped one (``SHIPPED_KEYS``), else
+    wrapped to refuse a rank holding NaN (NaN orders with nothing, so the heap would evict
+    in another order, silently): ``InvariantError`` naming the strategy."""
+    key = strategy.key
+    if getattr(key, "__func__", None) in SHIPPED_KEYS:
+        return key
+    name = strategy.name
+
+    def checked(node: Node, tree: RadixTree) -> tuple:
+        rank = key(node, tree)
+        try:
+            nan = any(v != v for v in rank)
+        except (TypeError, ValueError):  # not iterable, or an element with no truth value
+            nan = True
+        if nan:
+            raise InvariantError(
+                f"eviction strategy {name!r}: key returned {rank!r} for {node!r}; a rank is "
+                "a tuple of comparable values, none NaN (NaN orders with nothing: the "
+                "tree would evict in another order)"
+            )
+        return rank
+
+    return checked
 
 
 def _whole(value: object, strategy: str, node: Node) -> int:

@@ -27,21 +27,29 @@ leases within its pin budget and counts refusals.
 
 Invariant: every name in ``REPLAY_POLICIES`` or ``sim.prefix.eviction`` resolves to a plan;
 an unknown name raises ``UnknownNameError`` listing both; plans depend only on the calls,
-the options and the seed.
+the options and the seed. A plug-in's plan is checked as ``build_plan`` receives it (a
+``ReplayPlan``; leases None or finite seconds >= 0: NaN or inf never expired), in one line
+naming the policy; the shipped builds' plans are not.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import ClassVar
 
 import numpy as np
 
 from sim.errors import KvsimError, UnknownNameError
-from sim.prefix.eviction import EVICTION_STRATEGIES, EvictionStrategy, get_strategy
+from sim.prefix.eviction import (
+    EVICTION_STRATEGIES,
+    SHIPPED_KEYS,
+    EvictionStrategy,
+    get_strategy,
+)
 from sim.prefix.replay_order import ReplayCall
 from sim.prefix.spans import Segments, common_prefix, concat, n_tokens
 
@@ -172,6 +180,9 @@ class Retain(EvictionStrategy):
         return (self.retain_priority[int(node.last_access)], node.last_access)
 
 
+SHIPPED_KEYS.update({Belady.key, Retain.key})  # no NaN: the tree trusts their ranks
+
+
 def expected_pauses(order: list[ReplayCall], noise: float, seed: int) -> list[float]:
     """Per call, its session's expected pause until the next call (NEVER after the last):
     the true pause times a seeded log-uniform factor in ``[1/noise, noise]``."""
@@ -222,6 +233,8 @@ def _hints(order, contents, opts: ReplayPolicyOptions) -> ReplayPlan:
 
 #: replay-only policies (they need the whole trace); the tree's strategies are added below
 REPLAY_POLICIES: dict[str, Callable] = {"belady": _belady, "ttl_pin": _ttl_pin, "hints": _hints}
+#: the shipped builds: a plan from any other (a plug-in's, ``build_plan``) is checked
+_SHIPPED_BUILDS: dict[str, Callable] = dict(REPLAY_POLICIES)
 
 
 def register_replay_policy(name: str, build: Callable) -> None:
@@ -239,7 +252,60 @@ def build_plan(
 ) -> ReplayPlan:
     """The plan of policy ``name`` for this call sequence."""
     if name in REPLAY_POLICIES:
-        return REPLAY_POLICIES[name](order, contents, opts)
+        build = REPLAY_POLICIES[name]
+        plan = build(order, contents, opts)
+        if build is not _SHIPPED_BUILDS.get(name):
+            plan = _checked_plan(name, plan, len(order))
+        return plan
     if name in EVICTION_STRATEGIES:
         return _plain(name)(order, contents, opts)
     raise UnknownNameError("eviction policy", name, policy_names())
+
+
+def _checked_plan(name: str, plan: object, n_calls: int) -> ReplayPlan:
+    """A plug-in's plan as the replay loop needs it: a ``ReplayPlan`` with an
+    ``EvictionStrategy`` and a lease per call (``pin_for_s``, checked here: O(calls) once)
+    or a ``pin_rule`` (each lease it returns checked as it comes: O(1) per call); a lease is
+    None or a finite number of seconds >= 0 (NaN never expired)."""
+    if not isinstance(plan, ReplayPlan):
+        raise KvsimError(
+            f"replay policy {name!r} returned {type(plan).__name__}, not a "
+            "sim.prefix.replay_policies.ReplayPlan (docs/prefix_cache.md)"
+        )
+    if not isinstance(plan.strategy, EvictionStrategy):
+        raise KvsimError(
+            f"replay policy {name!r}: its plan's strategy is {plan.strategy!r}, not an "
+            "EvictionStrategy (docs/prefix_cache.md)"
+        )
+    rule = plan.pin_rule
+    if rule is None:
+        leases = plan.pin_for_s
+        if not isinstance(leases, Sequence) or len(leases) != n_calls:
+            seq = isinstance(leases, Sequence)
+            held = f"holds {len(leases)} leases" if seq else "is not a list"
+            raise KvsimError(
+                f"replay policy {name!r}: pin_for_s {held} for {n_calls} calls; give one "
+                "lease per call (None: no lease) or a pin_rule"
+            )
+        for i, lease in enumerate(plan.pin_for_s):
+            if lease is not None:
+                _check_lease(name, lease, i)
+        return plan
+
+    def checked(rc: ReplayCall) -> float | None:
+        lease = rule(rc)
+        if lease is not None:
+            _check_lease(name, lease, rc.index)
+        return lease
+
+    plan.pin_rule = checked
+    return plan
+
+
+def _check_lease(name: str, lease: object, call: int) -> None:
+    """Refuse a lease that is not a finite number of seconds >= 0, naming the policy."""
+    if isinstance(lease, bool) or not isinstance(lease, Real) or not 0 <= float(lease) < math.inf:
+        raise KvsimError(
+            f"replay policy {name!r}: lease (pin_for_s) {lease!r} for call {call}; a lease "
+            "is a finite number of seconds >= 0, or None for no lease (docs/prefix_cache.md)"
+        )

@@ -473,3 +473,66 @@ def test_a_same_rank_blocks_of_a_numpy_integer_is_taken():
     np = pytest.importorskip("numpy")
     assert _two_leaves(_SameRank(np.int64(2))).evict(3) == [3, 2, 1]
     assert _two_leaves(_SameRank(np.int64(4))).evict(3) == [3, 2, 1]
+
+
+class _KeyOf(EvictionStrategy):
+    """LRU, but leaf ``b``'s rank is ``value`` (a plug-in's key)."""
+
+    name = "key_of_test"
+
+    def __init__(self, value):
+        self.value = value
+
+    def key(self, node, tree):
+        return self.value if node.label[0][0] == "b" else (node.last_access,)
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [((float("nan"),), r"\(nan,\)"), ((1.0, float("nan")), r"\(1\.0, nan\)"), (5, "5")],
+)
+def test_a_plugin_strategys_nan_rank_is_refused_where_it_enters_the_heap(value, shown):
+    """NaN orders with nothing: a leaf ranked NaN sat anywhere in the heap and the tree
+    evicted in another order, silently (LRU order a, b, c came out a, c, b). The rank is
+    checked as it is computed, naming the strategy (a key that is not a tuple too)."""
+    tree = RadixTree(B, Pool(), _KeyOf(value))
+    tree.insert(segments([("a", B)]), [0], now=1.0)
+    with pytest.raises(InvariantError, match=rf"^eviction strategy 'key_of_test': key returned "
+                       rf"{shown} for Node\(.*\); a rank is a tuple of comparable values, none "
+                       r"NaN \(NaN orders with nothing: the tree would evict in another "
+                       r"order\)$"):  # fmt: skip
+        tree.insert(segments([("b", B)]), [1], now=2.0)
+
+
+def test_a_plugin_strategys_nan_rank_is_refused_under_a_retain_bias_and_a_rebuild():
+    """The retain-biased rank (retain, *key) and a heap rebuild check it too."""
+    np = pytest.importorskip("numpy")
+    strategy = _KeyOf((1.0,))
+    tree = RadixTree(B, Pool(), strategy)
+    a = tree.insert(segments([("a", B)]), [0], now=1.0).node
+    b = tree.insert(segments([("b", B)]), [1], now=2.0).node
+    strategy.value = (np.float64("nan"),)  # a numpy NaN, after b entered the heap
+    with pytest.raises(InvariantError, match=r"^eviction strategy 'key_of_test': key returned "):
+        tree.set_retain(a, 1.0)  # the biased ranks: the heap rebuilt
+    strategy.value = (1.0,)
+    assert tree.evict(2) == [0, 1]  # a, then b: same rank, older node first
+    assert b.alive is False
+
+
+def test_a_valid_plugin_rank_evicts_as_before_and_shipped_keys_are_not_wrapped():
+    """A plug-in's finite ranks evict in their order; the shipped strategies' keys (and a
+    plug-in that inherits one) are bound as they are: no check on their pushes."""
+    from sim.prefix.eviction import LRU
+    from sim.prefix.replay_policies import Retain
+
+    tree = RadixTree(B, Pool(), _KeyOf((0.5,)))  # b first: rank 0.5 before 1.0, 3.0
+    for i, c in enumerate("abc"):
+        tree.insert(segments([(c, B)]), [i], now=float(2 * i + 1))
+    assert [tree.evict(1)[0] for _ in range(3)] == [1, 0, 2]
+
+    class LruAgain(LRU):
+        name = "lru_again_test"
+
+    for strategy, key in (("lru", LRU.key), (LruAgain(), LRU.key), (Retain([0]), Retain.key)):
+        assert RadixTree(B, Pool(), strategy)._rank.__func__ is key
+    assert not hasattr(RadixTree(B, Pool(), _KeyOf((0.5,)))._rank, "__func__")  # wrapped

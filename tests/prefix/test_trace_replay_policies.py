@@ -9,7 +9,9 @@ sequence tried): it never beats the optimum, equals it where the classic theorem
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 from functools import cache
 
 import pytest
@@ -17,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.errors import KvsimError
+from sim.prefix.eviction import get_strategy
 from sim.prefix.replay_order import interleave
-from sim.prefix.replay_policies import ReplayPolicyOptions
+from sim.prefix.replay_policies import REPLAY_POLICIES, ReplayPlan, ReplayPolicyOptions
 from sim.prefix.session_trace import parse_session
 from sim.prefix.trace_replay import replay_sessions
 
@@ -103,6 +106,71 @@ def test_policy_knobs_are_checked():
         replay_sessions([_session("a", A)], None, concurrency=0)
     with pytest.raises(KvsimError, match="valid: belady, fifo, hints, lfu, lru"):
         replay_sessions([_session("a", A)], None, "magic")
+
+
+def _lease_policy(lease, rule: bool = False):
+    """A plug-in replay policy: LRU, a lease of ``lease`` after every call but a session's
+    last (a ``pin_rule`` when ``rule``)."""
+
+    def lease_of(rc):
+        return None if rc.next_t_s is None else lease
+
+    def build(order, contents, opts):
+        if rule:
+            return ReplayPlan(get_strategy("lru"), [], pin_rule=lease_of)
+        return ReplayPlan(get_strategy("lru"), [lease_of(rc) for rc in order])
+
+    return build
+
+
+LEASED = [_session("a", [(0, [0, 1]), (1, [0, 1, 2]), (30, [0, 1, 2, 3])]),
+          _session("b", [(0, [5, 6]), (100, [5, 6, 7])])]  # fmt: skip
+ALL_PINNABLE = ReplayPolicyOptions(max_pinned_fraction=1.0)
+
+
+@pytest.mark.parametrize("rule", [False, True])
+@pytest.mark.parametrize("lease", [math.nan, math.inf, -5.0, "2", True])
+def test_a_plugin_replay_policys_lease_that_is_not_finite_seconds_is_refused(
+    monkeypatch, lease, rule
+):
+    """A NaN lease never expired (``exp < now`` is never true): counted as held to the
+    return; inf likewise (the contract's leases are seconds, as the engine's ``pin_for_s``);
+    a negative one expired at once. Each is refused in one line naming the policy."""
+    monkeypatch.setitem(REPLAY_POLICIES, "lease_test", _lease_policy(lease, rule))
+    with pytest.raises(KvsimError) as exc:
+        replay_sessions(LEASED, 8 * BS, "lease_test", concurrency=2)
+    assert str(exc.value) == (
+        f"replay policy 'lease_test': lease (pin_for_s) {lease!r} for call 0; a lease is a "
+        "finite number of seconds >= 0, or None for no lease (docs/prefix_cache.md)"
+    )
+
+
+@pytest.mark.parametrize("rule", [False, True])
+def test_a_plugin_replay_policys_finite_leases_are_held_as_before(monkeypatch, rule):
+    """2 s leases: a's first is back after 1 s (held), its second expires (29 s away), b's
+    expires (100 s away); 0 is a lease too."""
+    monkeypatch.setitem(REPLAY_POLICIES, "lease_test", _lease_policy(2, rule))
+    r = replay_sessions(LEASED, 8 * BS, "lease_test", concurrency=2, options=ALL_PINNABLE)
+    assert (r.pins_placed, r.pins_hit, r.pins_expired, r.pins_refused) == (3, 1, 2, 0)
+    monkeypatch.setitem(REPLAY_POLICIES, "lease_test", _lease_policy(0.0, rule))
+    r = replay_sessions(LEASED, 8 * BS, "lease_test", concurrency=2, options=ALL_PINNABLE)
+    assert r.pins_placed == 3
+
+
+def test_a_plugin_replay_policys_plan_is_checked_for_shape(monkeypatch):
+    order = interleave(LEASED, 2)
+    cases = [
+        (lambda o, c, opts: None, "returned NoneType, not a sim.prefix.replay_policies.ReplayPlan"),
+        (lambda o, c, opts: ReplayPlan("lru", [None] * len(o)),
+         "its plan's strategy is 'lru', not an EvictionStrategy"),
+        (lambda o, c, opts: ReplayPlan(get_strategy("lru"), [None]),
+         f"pin_for_s holds 1 leases for {len(order)} calls"),
+    ]  # fmt: skip
+    for build, message in cases:
+        monkeypatch.setitem(REPLAY_POLICIES, "plan_test", build)
+        pattern = rf"^replay policy 'plan_test'[:]? {re.escape(message)}"
+        with pytest.raises(KvsimError, match=pattern):
+            replay_sessions(LEASED, 8 * BS, "plan_test", concurrency=2)
 
 
 # ------------------------------------------------------------------ properties
