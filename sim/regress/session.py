@@ -4,6 +4,9 @@ Responsibility: the lifecycle load -> run each case -> compare -> (update) -> re
 object. A case whose run fails is recorded as an error and the session goes on, so one
 broken layer does not hide the verdicts of the others.
 
+A runner's return is checked where the session receives it (``run_case``): a mapping
+whose declared metrics are numbers or None; anything else is that case's one-line error.
+
 Invariants: ``--update`` writes a baseline only for a case that ran and reported every
 declared metric, and records exactly the declared metrics; the comparison with the old
 baseline is kept, so what changed can be printed and reviewed.
@@ -12,6 +15,7 @@ baseline is kept, so what changed can be printed and reviewed.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,9 +67,31 @@ class RegressReport:
 
 
 def run_case(case: Case, ctx: RunContext) -> dict[str, MetricValue]:
-    """The metrics a case's runner reports."""
+    """The metrics a case's runner reports: a mapping whose declared metrics are numbers or
+    None, else a one-line ``KvsimError`` naming the runner and the case (a case error)."""
     runner = get_runner(case.runner)
-    return runner.run(case.inputs, ctx)
+    now = runner.run(case.inputs, ctx)
+    if not isinstance(now, Mapping):
+        raise KvsimError(
+            f"regress runner {case.runner!r} returned {_shown(now)} for case {case.name!r}; "
+            "run must return a mapping of metric names to numbers or None (docs/regression.md)"
+        )
+    for name in case.metrics:
+        value = now.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise KvsimError(
+                f"regress runner {case.runner!r} returned {_shown(value)} for metric "
+                f"{name!r} of case {case.name!r}; a metric is an int, a float or None "
+                "(docs/regression.md)"
+            )
+    return dict(now)
+
+
+def _shown(value: object) -> str:
+    """A returned value in a message: its type and a short repr (never a long line)."""
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{type(value).__name__} {text}"
 
 
 def run_session(

@@ -300,6 +300,77 @@ def test_a_crashing_runner_is_a_case_error_with_its_traceback(
     assert "Traceback" in err.text and "raise RuntimeError" in err.text
 
 
+class _ReturnsRunner:
+    """A plug-in runner that returns ``RETURNED`` whatever its inputs."""
+
+    name = "returns"
+    inputs_model = BoomInputs
+    returned: object = None
+
+    def run(self, inputs, ctx):
+        return self.returned
+
+
+@pytest.mark.parametrize(
+    "returned, error",
+    [
+        ([1.0, 0.5], "returned list [1.0, 0.5] for case 'fixed-case'; run must return a "
+                     "mapping of metric names to numbers or None (docs/regression.md)"),
+        (None, "returned NoneType None for case 'fixed-case'; run must return a mapping of "
+               "metric names to numbers or None (docs/regression.md)"),
+        ({"latency_s": "1.0"}, "returned str '1.0' for metric 'latency_s' of case "
+                               "'fixed-case'; a metric is an int, a float or None "
+                               "(docs/regression.md)"),
+        ({"latency_s": True}, "returned bool True for metric 'latency_s' of case "
+                              "'fixed-case'; a metric is an int, a float or None "
+                              "(docs/regression.md)"),
+    ],
+)
+def test_a_runner_returning_no_mapping_of_numbers_is_a_case_error_naming_it(
+    recorded, run_cli, monkeypatch, returned, error
+):
+    """It aborted the whole session with a traceback (``now.get``, ``metric in now``, or
+    the report formatting a string); now that case's one-line error, the others reported."""
+    import sim.regress.runners as runners
+
+    runners.get_runner("fixed")  # built-ins loaded before the registry is patched
+    runner = _ReturnsRunner()
+    runner.returned = returned
+    monkeypatch.setitem(runners._RUNNERS, "returns", runner)  # removed after the test
+    suite = recorded / "suite.yaml"
+    suite.write_text(suite.read_text().replace("runner: fixed", "runner: returns"))
+    for flags in ((), ("--update",)):
+        code, out, _ = _regress(run_cli, recorded, "--json", *flags)
+        assert code == 1
+        data = json.loads(out)
+        case = next(c for c in data["cases"] if c["name"] == "fixed-case")
+        assert (case["status"], case["error"]) == ("error", f"regress runner 'returns' {error}")
+        paged = next(c for c in data["cases"] if c["name"] == "paged")
+        assert paged["status"] == "pass" and data["counts"]["errors"] == 1
+    code, out, _ = _regress(run_cli, recorded)
+    assert code == 1 and "paged [allocator]: PASS" in out
+    assert "ERROR fixed-case: regress runner 'returns' returned" in out
+
+
+def test_a_runner_returning_a_mapping_of_numbers_still_passes(recorded, run_cli, monkeypatch):
+    """Any mapping (not only a dict), numbers or None for the declared metrics, anything
+    for the others (ignored)."""
+    from types import MappingProxyType
+
+    import sim.regress.runners as runners
+
+    runners.get_runner("fixed")
+    runner = _ReturnsRunner()
+    runner.returned = MappingProxyType(
+        {"latency_s": 1.0, "hit_rate": 0.5, "preemptions": 3, "phi": None, "note": "x"}
+    )
+    monkeypatch.setitem(runners._RUNNERS, "returns", runner)
+    suite = recorded / "suite.yaml"
+    suite.write_text(suite.read_text().replace("runner: fixed", "runner: returns"))
+    code, out, _ = _regress(run_cli, recorded)
+    assert code == 0 and "fixed-case [returns]: PASS" in out
+
+
 def test_update_json_lists_the_changes(recorded, run_cli):
     _set_baseline(recorded, "fixed-case", "preemptions", 5)
     code, out, _ = _regress(run_cli, recorded, "--update", "--json")
