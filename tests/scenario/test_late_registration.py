@@ -35,7 +35,7 @@ import sim.workload.hints as hints_registry
 from sim.cluster.config import ClusterSection
 from sim.cluster.routers import RoundRobin
 from sim.cluster.routers import register as register_router
-from sim.errors import ConfigError
+from sim.errors import ConfigError, KvsimError
 from sim.memory import PagedAllocator, allocator_kinds, register_allocator
 from sim.policy import policy_names
 from sim.policy.base import register
@@ -326,6 +326,75 @@ def test_a_workload_loader_added_after_the_schema_was_built_runs_for_a_kind_name
     assert load_scenario(BASE).scenario.workload.kind == "requests"  # a shipped kind: not run
     assert "requests_late" not in WORKLOADS
     assert load_scenario(_workload()).scenario.workload.kind == "requests_late"
+
+
+def _loop_message(loader) -> str:
+    return (
+        f"plug-in loader '{loader.__module__}.{loader.__qualname__}' of registry 'allocators' "
+        "was added again while the registry's loaders ran (by itself or a loader it runs: a "
+        "loop); add it once (sim.plugins.add_loader, docs/plugins.md)"
+    )
+
+
+@pytest.mark.parametrize("how", ["re-adds itself", "re-adds itself and looks up", "via another"])
+def test_a_loader_added_again_while_loaders_run_is_refused_naming_it(registries, how):
+    """A loader that adds itself back looped for ever (``load_plugins`` popped it again and
+    again), one that also looks a name up recursed; so did two loaders adding each other.
+    Each is refused before it runs a second time, and the look-ups work afterwards."""
+    runs: list[str] = []
+
+    def again():
+        runs.append("again")
+        if len(runs) > 20:  # unchecked, the test fails rather than hangs
+            raise RuntimeError("the loader looped")
+        plugin_registry.add_loader("allocators", other if how == "via another" else again)
+        if how == "re-adds itself and looks up":
+            allocator_kinds()
+
+    def other():
+        runs.append("other")
+        plugin_registry.add_loader("allocators", again)
+
+    allocator_kinds()  # the shipped loader run first
+    plugin_registry.add_loader("allocators", again)
+    with pytest.raises(KvsimError) as exc:
+        allocator_kinds()
+    assert str(exc.value) == _loop_message(again)
+    assert runs == (["again", "other"] if how == "via another" else ["again"])
+    assert not plugin_registry._PENDING["allocators"] and not plugin_registry._RUNNING
+    assert "paged" in allocator_kinds()
+
+    def once():
+        runs.append("once")
+
+    for _ in range(2):  # added again after its look-up is over: it runs again, once
+        plugin_registry.add_loader("allocators", once)
+        allocator_kinds()
+    assert runs[-2:] == ["once", "once"]
+
+
+def test_loaders_that_keep_adding_new_loaders_stop_at_the_bound(registries, monkeypatch):
+    """New objects each time (no loader comes back): the bound on one look-up stops them."""
+    monkeypatch.setattr(plugin_registry, "MAX_LOADERS_PER_LOOKUP", 5)
+    runs: list[int] = []
+
+    def chain():
+        runs.append(1)
+        if len(runs) > 20:  # unchecked, the test fails rather than hangs
+            raise RuntimeError("the loaders looped")
+        plugin_registry.add_loader("allocators", lambda: chain())
+
+    allocator_kinds()
+    plugin_registry.add_loader("allocators", chain)
+    with pytest.raises(KvsimError, match=r"^plug-in loader '.*<lambda>' of registry "
+                       r"'allocators' would be loader 6 run by one look-up: loaders keep "
+                       r"adding loaders \(at most 5; docs/plugins.md\)$"):  # fmt: skip
+        allocator_kinds()
+    assert len(runs) == 5
+    plugin_registry.add_loader("allocators", lambda: runs.append(0))  # one look-up, two
+    plugin_registry.add_loader("allocators", lambda: runs.append(0))  # loaders: both run
+    allocator_kinds()
+    assert runs[-2:] == [0, 0]
 
 
 def test_a_workload_loader_runs_for_a_mix_component_it_registers(registries):
