@@ -19,7 +19,7 @@ from typing import Any
 from sim.errors import KvsimError
 from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
-from sim.policy import ACTIONS, Decision, PauseFacts, WaitPredictor, make_policy
+from sim.policy import ACTIONS, Decision, PauseFacts, PausePolicy, WaitPredictor, make_policy
 from sim.sched import Request, Scheduler
 from sim.sizing import layer_group_counts, model_prefill_flops
 
@@ -139,12 +139,12 @@ class PauseDecider:
         )
 
 
-def not_a_decision(policy: Any, got: object) -> KvsimError:
+def not_a_decision(policy: PausePolicy, got: object) -> KvsimError:
     """The refusal of a policy's answer that is not a ``Decision``, naming the policy."""
     cls = type(policy)
     shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
     return KvsimError(
-        f"pause policy {getattr(policy, 'name', '?')!r} ({cls.__module__}.{cls.__qualname__}) "
+        f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__}) "
         f"returned {type(got).__name__} {shown} from decide; it must return a "
         f"sim.policy.Decision (action one of: {', '.join(ACTIONS)})"
     )
