@@ -28,7 +28,7 @@ trip, recompute time, their ratio, the memory-time cost of holding for --wait, a
 break-even wait (F33) above which offloading beats holding.
 
 Each GPU moves its own share of the KV over its own link, all at once: --link-gb-per-s is
-the per-GPU one-way bandwidth in GB/s (10^9 B/s) [default: the GPU profile's effective
+the per-GPU one-way bandwidth in GB/s (10^9 B/s) \\[default: the GPU profile's effective
 figure]. The prefill rate is --prefill-tflops (the replica's sustained FLOP/s, in 10^12)
 or --prefill-mfu x dense BF16 peak x GPUs in the replica. Recompute counts F30's linear
 term 2 x P x S; --attention adds F23's 4 L d_model S^2. Arithmetic only: the weights are
@@ -51,10 +51,10 @@ Model = Annotated[str, typer.Option(help="Model profile name.")]
 Context = Annotated[int, typer.Option(help="Tokens of the paused trajectory's context.")]
 NumGpus = Annotated[int, typer.Option(help="GPUs holding the trajectory (tp x pp).")]
 Gpu = Annotated[str | None, typer.Option(help="Accelerator profile (default link and peak).")]
-Tp = Annotated[int | None, typer.Option(help="Tensor parallelism [default: num_gpus / pp].")]
+Tp = Annotated[int | None, typer.Option(help="Tensor parallelism \\[default: num_gpus / pp].")]
 Pp = Annotated[int, typer.Option(help="Pipeline parallelism.")]
 Params = Annotated[float | None, typer.Option(help="Parameter count override, e.g. 70e9.")]
-KvDtype = Annotated[str | None, typer.Option(help="KV element type [default: model's].")]
+KvDtype = Annotated[str | None, typer.Option(help="KV element type \\[default: model's].")]
 Link = Annotated[float | None, typer.Option(help="Per-GPU one-way link, GB/s.")]
 Mfu = Annotated[float | None, typer.Option(help="Prefill MFU on the GPU's BF16 peak.")]
 Tflops = Annotated[float | None, typer.Option(help="Replica's sustained prefill rate, TFLOP/s.")]

@@ -28,6 +28,11 @@ import typer
 
 from sim.errors import KvsimError
 
+#: every ``--search`` (its help text names them, tests/cli/test_capacity_cli.py keeps the
+#: two the same): the load searches of ``sim.sweep.capacity.SEARCHES``, then the grid of
+#: prefill:decode splits (``sim.sweep.pd_ratio``)
+PD_RATIO = "pd_ratio"
+
 HELP = """The largest load that meets every SLO (--search nodes: the fewest nodes of the
 scenario's cluster at its own load; --search pd_ratio: every prefill:decode split of a
 disaggregated cluster's instances and aggregated serving of the same GPUs, at its own
@@ -95,11 +100,13 @@ def capacity(
     """Search the capacity and print it (or one JSON object)."""
     from sim.scenario import parse_set
     from sim.sweep import find_capacities, find_capacity, parse_slo
-    from sim.sweep.capacity import load_key
+    from sim.sweep.capacity import SEARCHES
 
+    if search not in (*SEARCHES, PD_RATIO):  # refused before anything is read or run
+        raise KvsimError(f"--search {search!r}: valid: {', '.join((*SEARCHES, PD_RATIO))}")
     slos = [parse_slo(s) for s in slo]
     sets = parse_set(set_)
-    if search == "pd_ratio":  # a grid of prefill:decode splits, not a bracketing search
+    if search == PD_RATIO:  # a grid of prefill:decode splits, not a bracketing search
         unused = [flag for flag, given in (("--out", out is not None), ("--vary", vary is not None),
                                            ("--figure", figure is not None)) if given]  # fmt: skip
         if unused:
@@ -108,7 +115,6 @@ def capacity(
         _pd_ratio(scenario, slos, sets, replications, executor, workers, scheduler_address,
                   warmup_fraction, as_json)  # fmt: skip
         return
-    load_key(search)  # refuses an unknown search before anything runs
     out_dir = _out_dir(out)
     options: dict[str, Any] = dict(
         search=search, replications=replications, out=out_dir, executor=executor,

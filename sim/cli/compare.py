@@ -109,7 +109,8 @@ def _run_variants(inputs, out_dir, vary, sets, replications, workers, report, qu
         raise KvsimError(f"--vary: {len(variants)} variants; at most 256")
     base_seed = load_scenario(scenario, fixed).scenario.seed
     for v in variants:  # one-line errors (schema, profiles, pool, options) before any run
-        preflight(load_scenario(scenario, {**fixed, **v.overrides}))
+        labels = {k: f"--vary {k}={value}" for k, value in v.overrides.items()}
+        preflight(load_scenario(scenario, {**fixed, **v.overrides}, labels=labels))
     # --vary seed=1,2: each variant's own first seed, its replications never another's
     stride = seed_stride([int(v.overrides.get("seed", base_seed)) for v in variants], replications)
     tasks = variant_tasks(scenario, variants, out_dir, fixed, replications, base_seed, report,

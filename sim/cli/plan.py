@@ -53,7 +53,7 @@ NumGpus = Annotated[int, typer.Option(help="GPUs in the node; a multiple of tp x
 Contexts = Annotated[
     list[str], typer.Option(help="Context lengths in tokens, comma-separated or repeated.")
 ]
-Tp = Annotated[int | None, typer.Option(help="Tensor parallelism [default: num_gpus / pp].")]
+Tp = Annotated[int | None, typer.Option(help="Tensor parallelism \\[default: num_gpus / pp].")]
 Pp = Annotated[int, typer.Option(help="Pipeline parallelism; extra layers go to the first stages.")]
 OutputTokens = Annotated[
     int, typer.Option(help="Generated tokens K_avg added to each trajectory (F35-F37).")
@@ -62,7 +62,7 @@ KvDtype = Annotated[
     str | None,
     typer.Option(
         help="KV element type: bf16, fp16, fp8 or nvfp4 (4.5 bits with its scales) "
-        "[default: model's]; layer groups that pin their own (an fp8 indexer, Mamba states) "
+        "\\[default: model's]; layer groups that pin their own (an fp8 indexer, Mamba states) "
         "keep it."
     ),
 ]
@@ -84,7 +84,7 @@ MambaCacheMode = Annotated[
     ),
 ]
 WeightDtype = Annotated[
-    str | None, typer.Option(help="Weight element type: bf16, fp8 or int4 [default: model's].")
+    str | None, typer.Option(help="Weight element type: bf16, fp8 or int4 \\[default: model's].")
 ]
 Params = Annotated[float | None, typer.Option(help="Parameter count override, e.g. 70e9.")]
 GpuMemGib = Annotated[
@@ -101,7 +101,7 @@ Utilization = Annotated[
     float | None,
     typer.Option(
         help="Share of each GPU's memory the engine may use, in (0, 1] (F34) "
-        "[default: 0.9, or 1.0 when a --gpu-mem-* or --reserve-* figure is given]."
+        "\\[default: 0.9, or 1.0 when a --gpu-mem-* or --reserve-* figure is given]."
     ),
 ]
 Headroom = Annotated[float, typer.Option(help="Fraction of the KV pool kept free (F37 uses 0.10).")]

@@ -34,7 +34,7 @@ _PARAGRAPHS = [
     "does not change. With --block-size B other than 512, B must divide 512 "
     "and each trace block (the partial last one included) becomes 512/B blocks.",
     "Claude Code format (--format claude-code): a .jsonl or .jsonl.gz file with one session "
-    "per line (calls with 'in', 'out' and 64-token block ids as 'hash_runs' [[first_id, "
+    "per line (calls with 'in', 'out' and 64-token block ids as 'hash_runs' [\\[first_id, "
     "count], ...]) or a folder of upstream per-session .json files ('hash_ids' lists); "
     "docs/prefix_cache.md describes the fields. Sessions are replayed one after another in "
     "file order; within a session the top-level calls in order, and at a subagent entry "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import types
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -39,18 +40,44 @@ class LoadedScenario:
     base_dir: Path  # relative paths (traces) resolve here
     lines: LineMap = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: how an override is named in errors when not ``--set KEY`` (``--vary KEY=VALUE``)
+    labels: dict[str, str] = field(default_factory=dict)
     #: a data-parallel rank's scenario made by ``sim.run.cluster.node_scenarios`` (the
     #: only place ``hardware.expert_shards`` may be above 1)
     data_parallel_rank: bool = False
 
     def where(self, *loc) -> str:
-        """``file:line`` of a field (its nearest written ancestor), or the ``--set`` behind it."""
+        """``file:line`` of a field (its nearest written ancestor), or the ``--set`` behind
+        it: the override of that field, of a section holding it or of a field under it, or,
+        where the file writes no part of its path, the override that created the section
+        (the one sharing most of its path)."""
         dotted = ".".join(str(p) for p in loc)
         for key in self.overrides:
             if dotted == key or dotted.startswith(key + ".") or key.startswith(dotted + "."):
-                return f"--set {key}"
+                return self.label(key)
         line = line_for(self.lines, tuple(loc))
-        return f"{self.source}:{line}" if line else self.source
+        if line:
+            return f"{self.source}:{line}"
+        parts = [str(p) for p in loc]
+        best, shared = None, 0
+        for key in self.overrides:
+            n = _shared_prefix(parts, key.split("."))
+            if n > shared:
+                best, shared = key, n
+        return self.label(best) if best is not None else self.source
+
+    def label(self, key: str) -> str:
+        """How the override of ``key`` is named in an error."""
+        return self.labels.get(key) or f"--set {key}"
+
+
+def _shared_prefix(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def parse_set(items: list[str] | None) -> dict[str, Any]:
@@ -66,9 +93,14 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
 
 def load_scenario(
-    source: str | Path | dict, overrides: dict[str, Any] | None = None
+    source: str | Path | dict,
+    overrides: dict[str, Any] | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
 ) -> LoadedScenario:
-    """Read, override and validate a scenario (a YAML path, or a dict already parsed)."""
+    """Read, override and validate a scenario (a YAML path, or a dict already parsed).
+    ``labels`` names overrides in errors where they are not ``--set KEY`` (``kvsim compare
+    --vary``: ``--vary KEY=VALUE``)."""
     if isinstance(source, dict):
         data, lines, name, base = copy.deepcopy(source), {}, "<scenario>", Path.cwd()
     else:
@@ -77,10 +109,10 @@ def load_scenario(
         name, base = str(path), path.resolve().parent
     if not isinstance(data, dict):
         raise ConfigError("a scenario must be a mapping of sections", location=f"{name}:1")
-    overrides = dict(overrides or {})
+    overrides, labels = dict(overrides or {}), dict(labels or {})
     for key, value in overrides.items():
-        _apply_override(data, key, value)
-    loaded = LoadedScenario(None, name, base, lines, overrides)
+        _apply_override(data, key, value, labels.get(key) or "--set")
+    loaded = LoadedScenario(None, name, base, lines, overrides, labels)
     try:
         loaded.scenario = _validated(data)
     except ValidationError as exc:
@@ -102,7 +134,7 @@ def _validated(data: dict) -> BaseModel:
 
 
 # ------------------------------------------------------------------------- overrides
-def _apply_override(data: dict, key: str, value: Any) -> None:
+def _apply_override(data: dict, key: str, value: Any, flag: str) -> None:
     parts: list = [int(p) if p.isdigit() else p for p in key.split(".")]
     node: Any = data
     for i, part in enumerate(parts[:-1]):
@@ -110,7 +142,7 @@ def _apply_override(data: dict, key: str, value: Any) -> None:
             if not isinstance(part, int) or not 0 <= part < len(node):
                 raise ConfigError(
                     f"cannot set {key}: no item {part} in {'.'.join(map(str, parts[:i]))}",
-                    field="--set",
+                    field=flag,
                 )
             nxt = node[part]
         else:
@@ -122,13 +154,13 @@ def _apply_override(data: dict, key: str, value: Any) -> None:
         if not isinstance(nxt, dict | list):
             raise ConfigError(
                 f"cannot set {key}: {'.'.join(map(str, parts[: i + 1]))} is not a section",
-                field="--set",
+                field=flag,
             )
         node = nxt
     last = parts[-1]
     if isinstance(node, list):
         if not isinstance(last, int) or not 0 <= last < len(node):
-            raise ConfigError(f"cannot set {key}: no such item", field="--set")
+            raise ConfigError(f"cannot set {key}: no such item", field=flag)
         node[last] = value
         return
     if last == "kind" and isinstance(node, dict) and node.get("kind") != value:
@@ -202,9 +234,10 @@ def validation_problems(
     exc: ValidationError, data: dict, loaded: LoadedScenario
 ) -> list[ConfigError]:
     """Every problem of a failed validation, one ``file:line: field: message`` each, in
-    file order (the same field and message once)."""
+    file order (the same field and message once); those an override locates come first,
+    the field an override sets ahead of the rest (its value is what the user just typed)."""
     out: list[ConfigError] = []
-    lines: list[int] = []
+    lines: list[tuple[int, int]] = []
     seen: set[tuple[str, str]] = set()
     for err in exc.errors():
         loc = clean_loc(err["loc"], data)
@@ -222,6 +255,6 @@ def validation_problems(
             continue
         seen.add((field_name, msg))
         out.append(ConfigError(msg, location=loaded.where(*loc), field=field_name))
-        lines.append(line_for(loaded.lines, loc) or 0)
+        lines.append((line_for(loaded.lines, loc) or 0, 0 if field_name in loaded.overrides else 1))
     order = sorted(range(len(out)), key=lines.__getitem__)  # as they appear in the file
     return [out[i] for i in order]
