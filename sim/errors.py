@@ -3,7 +3,9 @@
 Invariant: every error caused by user input (a profile, a scenario, a trace, a flag) is a
 ``KvsimError`` whose ``str()`` is a single line naming the file, line and field where
 known, and the valid choices where there is a closed set. The CLI prints it and exits 2.
-A broken invariant of the simulator's own books (a bug, never the user's input) is the one
+A plug-in (code a user registers by name: a scheduler, a strategy, a policy) that breaks
+its contract at a seam is the user's input too: ``PluginError``, one line naming it. A
+broken invariant of the simulator's own books (a bug, never the user's input) is the one
 other failure: ``InvariantError``, raised by every ``check_invariants`` and ``check``.
 """
 
@@ -12,6 +14,11 @@ from __future__ import annotations
 
 class KvsimError(Exception):
     """An error in user input, printed as one line by the CLI."""
+
+
+class PluginError(KvsimError):
+    """A registered plug-in broke its contract where its answer enters kvsim (a rank with
+    NaN, a promise its own ranks break): one line naming the plug-in and the rule."""
 
 
 class ConfigError(KvsimError):

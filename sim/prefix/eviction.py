@@ -13,7 +13,7 @@ the tree.
 Invariant: every name in ``EVICTION_STRATEGIES`` maps to one stateless strategy object, and
 an unknown name raises ``UnknownNameError`` listing the valid ones. A rank holds no NaN:
 the tree checks the ranks of every strategy whose ``key`` is not one of ``SHIPPED_KEYS``
-(a plug-in's) and raises ``InvariantError`` naming it.
+(a plug-in's) and raises ``PluginError`` naming it.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sim.errors import InvariantError
+from sim.errors import InvariantError, PluginError
 from sim.prefix.eviction import SHIPPED_KEYS, EvictionStrategy, get_strategy
 from sim.prefix.spans import (
     ContentId,
@@ -682,7 +682,7 @@ class RadixTree:
                     take = min(take, self._blocks_before_rival(node, self._peek_key()))
                     if take > 1 and self.check_ranks:
                         self._check_same_rank(node, take)
-                except InvariantError:  # a strategy's broken promise: the victim back in
+                except PluginError:  # a strategy's broken promise: the victim back in
                     self._push(node)  # the heap and the blocks freed so far to the pool,
                     self._release(freed)  # so the tree and its pool stay whole
                     raise
@@ -698,7 +698,7 @@ class RadixTree:
         """What ``evict(n)`` relies on when it trims ``take`` blocks of a victim at once:
         the victim keeps its rank while its first ``take - 1`` trailing blocks go, as
         ``evict(1)`` block by block would re-rank it (the strategy's ``same_rank_blocks``).
-        Raises ``InvariantError`` naming the strategy where a rank changes earlier (a
+        Raises ``PluginError`` naming the strategy where a rank changes earlier (a
         plug-in whose ``same_rank_blocks`` says too many). The ranks are taken on a copy
         of the node, trimmed; the tree is not changed."""
         base = self._rank(node, self)
@@ -710,7 +710,7 @@ class RadixTree:
             probe.end_tokens = node.end_tokens - i * bs
             rank = self._rank(probe, self)
             if rank != base:
-                raise InvariantError(
+                raise PluginError(
                     f"eviction strategy {self.strategy.name!r}: same_rank_blocks says "
                     f"{self._same_rank(node, self)} trailing blocks of {node!r} share its "
                     f"rank {base!r}, but it ranks {rank!r} once {i} of them are evicted: "
@@ -794,7 +794,7 @@ class RadixTree:
 def _checked_key(strategy: EvictionStrategy) -> Callable[[Node, RadixTree], tuple]:
     """The strategy's bound ``key``: as it is for a shipped one (``SHIPPED_KEYS``), else
     wrapped to refuse a rank holding NaN (NaN orders with nothing, so the heap would evict
-    in another order, silently): ``InvariantError`` naming the strategy."""
+    in another order, silently): ``PluginError`` naming the strategy."""
     key = strategy.key
     if getattr(key, "__func__", None) in SHIPPED_KEYS:
         return key
@@ -807,7 +807,7 @@ def _checked_key(strategy: EvictionStrategy) -> Callable[[Node, RadixTree], tupl
         except (TypeError, ValueError):  # not iterable, or an element with no truth value
             nan = True
         if nan:
-            raise InvariantError(
+            raise PluginError(
                 f"eviction strategy {name!r}: key returned {rank!r} for {node!r}; a rank is "
                 "a tuple of comparable values, none NaN (NaN orders with nothing: the "
                 "tree would evict in another order)"
@@ -827,8 +827,8 @@ def _whole(value: object, strategy: str, node: Node) -> int:
     raise _bad_same_rank(value, strategy, node)
 
 
-def _bad_same_rank(value: object, strategy: str, node: Node) -> InvariantError:
-    return InvariantError(
+def _bad_same_rank(value: object, strategy: str, node: Node) -> PluginError:
+    return PluginError(
         f"eviction strategy {strategy!r}: same_rank_blocks returned {value!r} for {node!r}; "
         "it must be a whole number >= 1 (its last block always shares its rank)"
     )

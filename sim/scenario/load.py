@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import copy
 import types
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -73,7 +73,7 @@ class LoadedScenario:
 
 def _shared_prefix(a: list[str], b: list[str]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # the shorter path bounds it
         if x != y:
             break
         n += 1

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.errors import ConfigError, InvariantError, UnknownNameError
+from sim.errors import ConfigError, InvariantError, PluginError, UnknownNameError
 from sim.memory import AllocatorError, make_allocator
 from sim.prefix.eviction import EVICTION_STRATEGIES, Priority
 from sim.prefix.kinds import RadixAllocator
@@ -209,7 +209,7 @@ def test_a_checked_allocator_catches_an_eviction_strategy_that_trims_past_its_ra
         if checked:
             ok(a)  # a checking run: from now on each multi-block trim checks its rank
         if checked and eviction != "priority":
-            with pytest.raises(InvariantError, match=r"^eviction strategy "
+            with pytest.raises(PluginError, match=r"^eviction strategy "
                                r"'priority_all_blocks_test': same_rank_blocks says 4 "):  # fmt: skip
                 a.allocate("b", 80, content=[("other", 80)])
             continue
@@ -403,7 +403,6 @@ def test_growing_a_leaf_in_place_is_invisible(ops, eviction, blocks):
 def test_check_invariants_names_a_retained_block_the_tree_does_not_hold():
     """The index's check compares the pool's retained blocks with the tree's in one pass
     and walks the pool only to name the first that differs (either way round)."""
-    from sim.errors import InvariantError
 
     a = radix()
     a.allocate("a", 20, content=[("sys", 20)])  # a full block in the tree, a partial one not

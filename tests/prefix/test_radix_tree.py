@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tree_fixtures import Pool, t33_tree_unpinned
 
-from sim.errors import ConfigError, InvariantError, UnknownNameError
+from sim.errors import ConfigError, PluginError, UnknownNameError
 from sim.prefix.eviction import (
     EVICTION_STRATEGIES,
     EvictionStrategy,
@@ -400,7 +400,7 @@ def test_a_checking_tree_refuses_a_same_rank_blocks_that_says_too_many():
     checked = _two_leaves(_MostBlocksUndeclared())
     checked.check_ranks = True
     with pytest.raises(
-        InvariantError,
+        PluginError,
         match=r"^eviction strategy 'most_blocks_undeclared_test': same_rank_blocks says 4 "
         r"trailing blocks of Node\(#2, .* share its rank \(-4,\), but it ranks \(-3,\) "
         r"once 1 of them are evicted",
@@ -445,7 +445,7 @@ def test_a_broken_promise_at_a_later_victim_leaves_the_tree_and_pool_whole():
     tree = _two_leaves(_LongLeavesFirst())
     tree.insert(segments([("c", B)]), [7], now=0.5)  # the oldest leaf, one block
     tree.check_ranks = True
-    with pytest.raises(InvariantError, match=r"^eviction strategy 'long_leaves_test': "
+    with pytest.raises(PluginError, match=r"^eviction strategy 'long_leaves_test': "
                        r"same_rank_blocks says 4 trailing blocks .* once 2 of them"):  # fmt: skip
         tree.evict(4)
     assert tree.pool.released == [7] and tree.total_blocks == 7
@@ -460,7 +460,7 @@ def test_a_same_rank_blocks_below_one_or_not_a_whole_number_is_refused_not_spun(
     """0 would trim nothing and ``evict`` would take the same victim forever (it hung);
     a float would fail in a slice far from its cause: both name the strategy now."""
     tree = _two_leaves(_SameRank(value))
-    with pytest.raises(InvariantError, match=r"^eviction strategy 'same_rank_test': "
+    with pytest.raises(PluginError, match=r"^eviction strategy 'same_rank_test': "
                        r"same_rank_blocks returned .* it must be a whole number >= 1"):  # fmt: skip
         tree.evict(3)
     tree.check_invariants()  # the victim went back in the heap: the tree is whole
@@ -497,7 +497,7 @@ def test_a_plugin_strategys_nan_rank_is_refused_where_it_enters_the_heap(value, 
     checked as it is computed, naming the strategy (a key that is not a tuple too)."""
     tree = RadixTree(B, Pool(), _KeyOf(value))
     tree.insert(segments([("a", B)]), [0], now=1.0)
-    with pytest.raises(InvariantError, match=rf"^eviction strategy 'key_of_test': key returned "
+    with pytest.raises(PluginError, match=rf"^eviction strategy 'key_of_test': key returned "
                        rf"{shown} for Node\(.*\); a rank is a tuple of comparable values, none "
                        r"NaN \(NaN orders with nothing: the tree would evict in another "
                        r"order\)$"):  # fmt: skip
@@ -512,7 +512,7 @@ def test_a_plugin_strategys_nan_rank_is_refused_under_a_retain_bias_and_a_rebuil
     a = tree.insert(segments([("a", B)]), [0], now=1.0).node
     b = tree.insert(segments([("b", B)]), [1], now=2.0).node
     strategy.value = (np.float64("nan"),)  # a numpy NaN, after b entered the heap
-    with pytest.raises(InvariantError, match=r"^eviction strategy 'key_of_test': key returned "):
+    with pytest.raises(PluginError, match=r"^eviction strategy 'key_of_test': key returned "):
         tree.set_retain(a, 1.0)  # the biased ranks: the heap rebuilt
     strategy.value = (1.0,)
     assert tree.evict(2) == [0, 1]  # a, then b: same rank, older node first
