@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.config_model import ConfigModel
 from sim.cost.host_link import COPY_DIRECTIONS, CopyFit, host_link_fits  # noqa: F401  (re-exported)
 from sim.cost.kernel_tables import ModelTables
 from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
@@ -67,7 +68,7 @@ MAX_EFFICIENCY = 1.5  # above 1 only for cache effects; a typo like 95 for 0.95 
 # -- file schema (pydantic) ---------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class _Strict(ConfigModel):
     # defer_build: built on the first calibration file read, not by every import (``kvsim
     # validate`` of a scenario without a calibration never reads one)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)

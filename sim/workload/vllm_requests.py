@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -42,7 +43,7 @@ MAX_TOKENS = 10_000_000  # one request's prompt or output (sim.workload.distribu
 TIMESTAMPS = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
 
-class VllmRequestsWorkload(BaseModel):
+class VllmRequestsWorkload(ConfigModel):
     """Replay of a vLLM request log (``requests.jsonl``): arrivals, prompt and output
     lengths as recorded."""
 
