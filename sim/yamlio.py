@@ -525,11 +525,15 @@ def format_validation_error(
         line = line_for(lines, loc)
         where = f"{source}:{line}" if line else source
         field = ".".join(str(p) for p in loc) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        out.append(f"{where}: {field}: {msg}")
+        out.append(f"{where}: {field}: {validation_message(err)}")
     return "\n".join(out)
+
+
+def validation_message(err: Any) -> str:
+    """The message of one pydantic error (an item of ``ValidationError.errors()``), as
+    ``format_validation_error`` words it: ``unknown field`` for a field the model does not
+    have, pydantic's own message otherwise."""
+    return "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
 
 
 def clean_loc(

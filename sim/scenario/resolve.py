@@ -24,6 +24,7 @@ from typing import Any
 from sim.cost.host_link import host_link_fits
 from sim.errors import ConfigError, KvsimError
 from sim.profiles import load_accelerator, load_model, load_node
+from sim.profiles.registry import ProfileOverrideError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.scenario.load import LoadedScenario
 from sim.scenario.mamba_cache import checked_mamba_cache_mode
@@ -138,18 +139,40 @@ def _located(loaded: LoadedScenario, loc: tuple, exc: KvsimError) -> ConfigError
     return ConfigError(msg, location=where, field=field)
 
 
+def _override_located(
+    loaded: LoadedScenario, exc: ProfileOverrideError, section: tuple, written: dict | None = None
+) -> ConfigError:
+    """A profile override's problem at the scenario's override (its ``--set``, or its line
+    in the scenario), never at a line of the profile file: ``section`` is where the
+    scenario keeps the overrides; a key not in ``written`` (``kv_dtype``, from
+    ``model.kv_dtype``) is that field of the section's parent."""
+    if exc.key is None:
+        loc: tuple = section
+    elif written is not None and exc.key not in written:
+        loc = (*section[:-1], *exc.key.split("."))
+    else:
+        loc = (*section, *exc.key.split("."))
+    sub = exc.field.split(".")[len(exc.key.split(".")) :] if exc.key and exc.field else []
+    field = ".".join(str(p) for p in (*loc, *sub))
+    return ConfigError(exc.message, location=loaded.where(*loc), field=field)
+
+
 def resolve(loaded: LoadedScenario) -> Resolved:
     """Profiles, pool size and allocator options of a validated scenario."""
     sc = loaded.scenario
     hw = sc.hardware
     try:
         model = load_model(sc.model.profile, overrides=sc.model.profile_overrides())
+    except ProfileOverrideError as exc:
+        raise _override_located(loaded, exc, ("model", "overrides"), sc.model.overrides) from None
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None
     loaded = _context_window(loaded, model)
     sc = loaded.scenario
     try:
         acc = load_accelerator(hw.accelerator, overrides=hw.accelerator_overrides)
+    except ProfileOverrideError as exc:
+        raise _override_located(loaded, exc, ("hardware", "accelerator_overrides")) from None
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "accelerator"), exc) from None
     n_gpus = hw.tp * hw.pp
