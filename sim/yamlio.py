@@ -499,11 +499,16 @@ def _where(exc: yaml.YAMLError, text: str, source: str) -> str:
 
 
 def line_for(lines: LineMap, loc: tuple) -> int | None:
-    """The line of the longest prefix of ``loc`` that the file defines."""
+    """The line of the longest prefix of ``loc`` that the file defines (a key the file
+    wrote as a number, ``by_tp: {2: ...}``, is found by its text too: the map keeps keys
+    as written)."""
     loc = tuple(loc)
     while loc:
         if loc in lines:
             return lines[loc]
+        written = tuple(str(p) if isinstance(p, int) and not isinstance(p, bool) else p for p in loc)
+        if written in lines:
+            return lines[written]
         loc = loc[:-1]
     return None
 
