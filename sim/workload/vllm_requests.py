@@ -26,7 +26,6 @@ module imports the config class from here).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from pydantic import ConfigDict, Field
 
 from sim.config_model import ConfigModel
 from sim.errors import ConfigError
+from sim.yamlio import json_value
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_ROWS = 10_000_000
@@ -106,10 +106,7 @@ def _check_times(times: dict, where: str) -> None:
 
 
 def _row(line: str, where: str) -> VllmRequest:
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError) as exc:  # bad syntax, too deep, too many digits
-        raise ConfigError(f"not a JSON object: {str(exc).splitlines()[0]}", location=where) from None
+    row = json_value(line, where)  # bad syntax, too deep, too many digits, a key twice
     if not isinstance(row, dict):
         raise ConfigError("each line must be a JSON object", location=where)
     times = {n: _time_field(row, n, where, n == "queued_ts") for n in TIMESTAMPS}
