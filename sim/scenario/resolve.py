@@ -121,6 +121,13 @@ class Resolved:
         return self.kv_bytes_per_token_per_gpu * self.num_gpus
 
     @property
+    def pool_tokens(self) -> float:
+        """The pool in tokens of what the allocator charges per token (a hybrid model's
+        block table, saved states and drafter included), not the model's KV bytes per
+        token (``kvsim validate``'s ok line)."""
+        return self.pool_bytes / self.allocator_kv_bytes_per_token
+
+    @property
     def allocator_kv_bytes_per_token(self) -> float:
         """Bytes per token of the allocator's block table: every layer's (F1) for a dense
         model, those of the layers that keep every token for a hybrid one; a speculative
@@ -228,12 +235,35 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
-    return Resolved(
+    resolved = Resolved(
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
         window, draft_gpu, draft, groups if groups.hybrid else None, requested,
         mamba_cache_mode=mode, saved_state_bytes_per_token=saved,
         saved_state_page_bytes=page, warnings=(mode_warning,) if mode_warning else (),
     )  # fmt: skip
+    _check_pool_holds_a_block(resolved)
+    return resolved
+
+
+def _check_pool_holds_a_block(resolved: Resolved) -> None:
+    """Refuse a KV pool of less than one block (one token for a kind without blocks): no
+    request could ever be admitted (the run used to start and reject every one)."""
+    block = resolved.allocator_options.get("block_size")
+    block = block if isinstance(block, int) and not isinstance(block, bool) and block > 1 else 1
+    tokens = resolved.pool_tokens
+    if tokens >= block:
+        return
+    hw = resolved.scenario.hardware
+    loc = ("hardware", "kv_pool_bytes_per_gpu") if hw.kv_pool_bytes_per_gpu is not None else ("hardware",)
+    unit = f"one block of {block} tokens" if block > 1 else "one token"
+    raise ConfigError(
+        f"the KV pool holds {tokens:.3g} tokens ({resolved.kv_pool_bytes_per_gpu:.4g} B per "
+        f"GPU at {resolved.allocator_kv_bytes_per_token / resolved.num_gpus:.4g} B per token "
+        f"per GPU), less than {unit}: no request could be admitted (raise "
+        "kv_pool_bytes_per_gpu, gpu_memory_utilization or tp)",
+        location=resolved.loaded.where(*loc),
+        field=".".join(loc),
+    )
 
 
 def _state_page_padded(options: dict, model: ModelProfile, tp: int, mode: str) -> float | None:

@@ -156,18 +156,25 @@ def vllm_requests_count(cfg: VllmRequestsWorkload) -> int:
     return cfg.num_requests or 0
 
 
-def vllm_requests_driver(cfg: VllmRequestsWorkload, ctx):
-    """The replay's arrival generator (the log is read and the times computed now)."""
-    from sim.workload.arrivals import arrive_at
-    from sim.workload.chat import one_turn
-
+def replayed_rows(cfg: VllmRequestsWorkload, ctx) -> list[VllmRequest]:
+    """The log's rows the replay submits: ``num_requests`` (default: all), in ``queued_ts``
+    order (``kvsim validate`` reads them the same way)."""
     path = ctx.resolve(cfg.path)
     rows = load_vllm_requests(path)
     n = len(rows) if cfg.num_requests is None else cfg.num_requests
     if n > len(rows):
         raise ConfigError(f"num_requests {n} is more than the log's {len(rows)} rows",
                           location=str(path), field=f"{ctx.field_prefix}.num_requests")  # fmt: skip
-    rows = rows[:n]
+    return rows[:n]
+
+
+def vllm_requests_driver(cfg: VllmRequestsWorkload, ctx):
+    """The replay's arrival generator (the log is read and the times computed now)."""
+    from sim.workload.arrivals import arrive_at
+    from sim.workload.chat import one_turn
+
+    rows = replayed_rows(cfg, ctx)
+    n = len(rows)
     ctx.set_total(n)
     t0 = rows[0].queued_ts
     times = [(r.queued_ts - t0) * cfg.time_scale for r in rows]
