@@ -21,7 +21,9 @@ few files parsed under the default bounds are remembered with their text (at mos
 same text again (``kvsim validate`` asks whether a file is a sweep file, then loads it; a
 cluster's node groups read the same calibration) is answered from it, as a deep copy, so
 the caller may change what it gets; nothing is kept on disk. ``load_json`` reads JSON with ``json`` (no aliases: memory proportional to the file), with
-the lines of the top-level members and of the items of top-level lists.
+the lines of the top-level members and of the items of top-level lists. JSON is read
+with ``unique_keys``: a key twice in one object is refused (``json`` keeps the last),
+naming the row, or the file and the line of the second (``duplicate_key_line``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import json.scanner
 import stat
 import threading
 from collections import OrderedDict
@@ -317,18 +320,105 @@ def read_bytes_bounded(path: Path, max_bytes: int | None = None) -> bytes:
     return raw
 
 
-def json_value(text: str | bytes, location: str) -> Any:
+def json_value(text: str | bytes, location: str, *, lines: bool = False) -> Any:
     """``json.loads`` of untrusted text, every refusal a one-line ``ConfigError`` at
     ``location``: bad syntax, nesting past the interpreter's depth, a number past
-    Python's digit limit for integers."""
+    Python's digit limit for integers, a key twice in one object (``unique_keys``: json
+    keeps the last silently). ``lines``: the text is a whole file (``location`` its name),
+    and the location gets the line of the problem (``summary.json:12``); otherwise it is
+    one row, which ``location`` names already (``t.jsonl:3``)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"not valid JSON ({exc.msg}, column {exc.colno})", location=location
-        ) from None
+        where = f"{location}:{exc.lineno}" if lines else location
+        raise ConfigError(f"not valid JSON ({exc.msg}, column {exc.colno})", location=where) from None
+    except DuplicateKeyError as exc:
+        line = duplicate_key_line(text) if lines else None
+        where = f"{location}:{line}" if line else location
+        raise ConfigError(str(exc), location=where) from None
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"not valid JSON ({json_refusal(exc)})", location=location) from None
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object with a key twice (``unique_keys``); ``key`` is that key."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        shown = key if len(key) <= 40 else key[:37] + "..."
+        super().__init__(f"duplicate key {shown!r} in a JSON object")
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json``'s ``object_pairs_hook`` that refuses a key twice in one object
+    (``DuplicateKeyError``) instead of keeping the last: linear in the object's size."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
+def duplicate_key_line(text: str | bytes, start: int = 0) -> int | None:
+    """The 1-based line (in ``text``) of the second occurrence of the first key found
+    twice in one object of the JSON value at ``start`` (the object ``unique_keys``
+    refused); None when there is none or it cannot be found. Called only after a refusal:
+    that value is decoded again by json's pure-Python scanner, which says where the
+    refused object starts (linear time, ~3 s a 10 MB value; a value nested past the
+    interpreter's depth gives None), and that object's members are walked for the key's
+    position."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    decoder = json.JSONDecoder(object_pairs_hook=unique_keys)
+    plain = decoder.parse_object
+
+    def parse_object(s_and_end: tuple[str, int], *args: Any) -> Any:
+        try:
+            return plain(s_and_end, *args)
+        except DuplicateKeyError as exc:
+            if not hasattr(exc, "start"):  # the innermost object: the one refused
+                exc.start = s_and_end[1] - 1  # type: ignore[attr-defined]
+            raise
+
+    decoder.parse_object = parse_object  # type: ignore[assignment]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    try:
+        decoder.scan_once(text, _skip_space(text, start))  # type: ignore[attr-defined]
+    except DuplicateKeyError as exc:
+        pos = _second_key_at(text, getattr(exc, "start", 0), exc.key)
+        return text.count("\n", 0, pos) + 1
+    except (ValueError, RecursionError, StopIteration):
+        return None
+    return None
+
+
+def _second_key_at(text: str, start: int, key: str) -> int:
+    """Where ``key`` starts again among the members of the object at ``start`` (a valid
+    object whose values decode alone); ``start`` when it is not found."""
+    decoder, seen, pos = json.JSONDecoder(), False, start + 1
+    try:
+        while True:
+            pos = _skip_space(text, pos)
+            at = pos
+            name, pos = decoder.raw_decode(text, pos)
+            if name == key:
+                if seen:
+                    return at
+                seen = True
+            pos = _skip_space(text, pos) + 1  # the ':'
+            _, pos = decoder.raw_decode(text, _skip_space(text, pos))
+            pos = _skip_space(text, pos) + 1  # the ',' (or the closing '}')
+    except (ValueError, IndexError):
+        return start
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
 
 
 def json_refusal(exc: ValueError | RecursionError) -> str:
@@ -381,13 +471,17 @@ def _parse(loader_class: Any, text: str, source: str, max_nodes: int) -> tuple[A
 def load_json(path: str | Path, *, max_bytes: int | None = None) -> tuple[Any, LineMap]:
     """Parse a JSON file with ``json`` (no aliases, so memory stays proportional to the
     file); return (data, {key path: line}) with the lines of the top-level keys and items
-    and of the items of top-level lists (``[op, ...]`` or ``{"ops": [op, ...]}``)."""
+    and of the items of top-level lists (``[op, ...]`` or ``{"ops": [op, ...]}``). A key
+    twice in one object is refused at its second line (``unique_keys``)."""
     path = Path(path)
     text = _read_text(path, max_bytes)
     try:
         return _json_with_lines(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"invalid JSON: {exc.msg}", location=f"{path}:{exc.lineno}") from None
+    except DuplicateKeyError as exc:  # json keeps the last silently: refused
+        line = getattr(exc, "line", None) or duplicate_key_line(text)
+        raise ConfigError(str(exc), location=f"{path}:{line}" if line else str(path)) from None
     except RecursionError:
         raise ConfigError("JSON nested too deeply", location=str(path)) from None
     except ValueError as exc:  # a number past Python's digit limit for integers
@@ -402,7 +496,7 @@ class _JsonLines:
     def __init__(self, text: str) -> None:
         self.text, self.pos, self.lines = text, 0, {}
         self._line, self._counted = 1, 0
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(object_pairs_hook=unique_keys)
 
     def line(self) -> int:
         self._line += self.text.count("\n", self._counted, self.pos)
@@ -422,7 +516,11 @@ class _JsonLines:
     def value(self) -> Any:
         if self.skip() == "":
             raise self.fail("Expecting value")
-        value, self.pos = self._decoder.raw_decode(self.text, self.pos)
+        try:
+            value, self.pos = self._decoder.raw_decode(self.text, self.pos)
+        except DuplicateKeyError as exc:  # its line, found in this value alone
+            exc.line = duplicate_key_line(self.text, self.pos)  # type: ignore[attr-defined]
+            raise
         return value
 
     def members(self, path: tuple, close: str) -> list[tuple[Any, Any]]:
@@ -461,7 +559,12 @@ def _json_with_lines(text: str) -> tuple[Any, LineMap]:
     if first == "[":
         data: Any = [v for _, v in reader.members((), "]")]
     elif first == "{":
-        data = dict(reader.members((), "}"))
+        members = reader.members((), "}")  # a key twice inside a member: its line is set
+        try:
+            data = unique_keys(members)
+        except DuplicateKeyError as exc:  # a top-level key twice: the line of the second
+            exc.line = reader.lines.get((exc.key,))  # type: ignore[attr-defined]
+            raise
     else:
         data = reader.value()
     if reader.skip() != "":
@@ -499,11 +602,16 @@ def _where(exc: yaml.YAMLError, text: str, source: str) -> str:
 
 
 def line_for(lines: LineMap, loc: tuple) -> int | None:
-    """The line of the longest prefix of ``loc`` that the file defines."""
+    """The line of the longest prefix of ``loc`` that the file defines (a key the file
+    wrote as a number, ``by_tp: {2: ...}``, is found by its text too: the map keeps keys
+    as written)."""
     loc = tuple(loc)
     while loc:
         if loc in lines:
             return lines[loc]
+        written = tuple(str(p) if isinstance(p, int) and not isinstance(p, bool) else p for p in loc)
+        if written in lines:
+            return lines[written]
         loc = loc[:-1]
     return None
 
@@ -525,11 +633,15 @@ def format_validation_error(
         line = line_for(lines, loc)
         where = f"{source}:{line}" if line else source
         field = ".".join(str(p) for p in loc) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        out.append(f"{where}: {field}: {msg}")
+        out.append(f"{where}: {field}: {validation_message(err)}")
     return "\n".join(out)
+
+
+def validation_message(err: Any) -> str:
+    """The message of one pydantic error (an item of ``ValidationError.errors()``), as
+    ``format_validation_error`` words it: ``unknown field`` for a field the model does not
+    have, pydantic's own message otherwise."""
+    return "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
 
 
 def clean_loc(

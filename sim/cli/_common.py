@@ -98,6 +98,22 @@ def parse_sets(items: list[str] | None, prefixes: tuple[str, ...]) -> dict[str, 
     return out
 
 
+def load_with_sets(load: Any, name: str, profiles: Any, sets: dict[str, Any], prefix: str) -> Any:
+    """``load(name, profiles, sets)`` (``sim.profiles.load_model``, ``load_accelerator``)
+    of the ``--set PREFIX.FIELD=V`` overrides ``sets``; a value the profile refuses is
+    named by its ``--set`` (``--set model.num_layers: model.num_layers: ...``), never by
+    a line of the profile file the user did not write."""
+    from sim.errors import ConfigError
+    from sim.profiles.registry import ProfileOverrideError
+
+    try:
+        return load(name, profiles, sets)
+    except ProfileOverrideError as exc:
+        key = f"{prefix}.{exc.key}" if exc.key else prefix
+        field = f"{prefix}.{exc.field}" if exc.field else key
+        raise ConfigError(exc.message, location=f"--set {key}", field=field) from None
+
+
 def print_json(obj: Any) -> None:
     """One JSON object on stdout."""
     json.dump(obj, sys.stdout, indent=2, default=str)

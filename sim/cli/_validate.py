@@ -66,31 +66,31 @@ def ok_line(resolved: Resolved) -> str:
     return (
         f"{sc.name}: {resolved.model.name} on {resolved.num_gpus} x "
         f"{resolved.accelerator.name} (tp {sc.hardware.tp}, pp {sc.hardware.pp}), KV pool "
-        f"{resolved.pool_bytes / GB:,.2f} GB ({_pool_tokens(resolved):,.0f}"
+        f"{resolved.pool_bytes / GB:,.2f} GB ({resolved.pool_tokens:,.0f}"
         f" tokens), allocator {resolved.allocator_kind}, scheduler {sc.scheduler.kind}, "
         f"workload {sc.workload.kind}"
     )
 
 
-def _pool_tokens(resolved: Resolved) -> float:
-    """The pool in tokens of what the allocator charges per token (a hybrid model's block
-    table, saved states and drafter included), not the model's KV bytes per token."""
-    return resolved.pool_bytes / resolved.allocator_kv_bytes_per_token
-
-
 def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], Resolved | None]:
     """(every problem found, the resolved scenario when there is none): loading, then the
-    checks a run makes before it starts (``sim.run.checks.preflight``)."""
+    checks a run makes before it starts (``sim.run.checks.preflight``), then, when those
+    pass, the rows of every trace file the workload names, read by the run's own readers
+    with its bounds (``sim.workload.trace_files``, whose readers are imported only for a
+    workload that names a trace)."""
     from sim.errors import ConfigError
     from sim.run.checks import preflight
     from sim.scenario import load_scenario, parse_set
+    from sim.workload.trace_files import read_traces
 
     try:
-        return [], preflight(load_scenario(str(file), parse_set(sets)))
+        resolved = preflight(load_scenario(str(file), parse_set(sets)))
+        read_traces(resolved.scenario.workload, resolved.loaded.base_dir)
     except ConfigError as exc:
         return exc.problems or [exc], None
     except KvsimError as exc:
         return [exc], None
+    return [], resolved
 
 
 def plain_argv(argv: list[str]) -> tuple[Path, list[str] | None] | None:

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.cli._common import parse_sets, print_json, print_warnings
+from sim.cli._common import load_with_sets, parse_sets, print_json, print_warnings
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
 from sim.sizing.bounds import MAX_GPUS, MAX_TFLOPS, MIN_TFLOPS, check_number
@@ -94,8 +94,8 @@ def breakeven(
 ) -> None:
     """Parse, compute, print."""
     sets = parse_sets(set_, ("model", "gpu"))
-    prof = load_model(model, profiles, sets["model"])
-    acc = load_accelerator(gpu, profiles, sets["gpu"]) if gpu else None
+    prof = load_with_sets(load_model, model, profiles, sets["model"], "model")
+    acc = load_with_sets(load_accelerator, gpu, profiles, sets["gpu"], "gpu") if gpu else None
     tp = _tensor_parallel(num_gpus, tp, pp)
     link = _link(link_gb_per_s, acc)
     rate = _prefill_rate(prefill_mfu, prefill_tflops, acc, num_gpus)

@@ -14,7 +14,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.cli._common import gb_or_gib, int_list, parse_sets, print_json, print_warnings
+from sim.cli._common import (
+    gb_or_gib,
+    int_list,
+    load_with_sets,
+    parse_sets,
+    print_json,
+    print_warnings,
+)
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
 from sim.sizing.plan import (
@@ -155,8 +162,8 @@ def plan(
         figures = gpu_mem_bytes is not None or reserve_bytes is not None
         gpu_memory_utilization = default_gpu_memory_utilization(figures)
     inputs = PlanInputs(  # checks every number's range (sim.sizing.bounds)
-        model=load_model(model, profiles, sets["model"]),
-        accelerator=load_accelerator(gpu, profiles, sets["gpu"]),
+        model=load_with_sets(load_model, model, profiles, sets["model"], "model"),
+        accelerator=load_with_sets(load_accelerator, gpu, profiles, sets["gpu"], "gpu"),
         num_gpus=num_gpus,
         contexts=int_list(context, "--context"),
         tp=tp,

@@ -55,7 +55,7 @@ def missing_tables(run_dir: Path) -> None:
     from sim.yamlio import json_value, read_bytes_bounded
 
     try:
-        summary = json_value(read_bytes_bounded(run_dir / "summary.json"), "summary.json")
+        summary = json_value(read_bytes_bounded(run_dir / "summary.json"), "summary.json", lines=True)
     except KvsimError:
         return  # not a run folder, or a damaged summary: load_run says so in one line
     needed = [t for t in TABLES if (t != "pauses" or "pause_count" in summary)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from sim.cluster.routers import router_class, router_options_models, router_options_union
+from sim.config_model import ConfigModel
 
 #: most nodes one scenario may declare (each node is an engine with its own pool)
 MAX_NODES = 256
@@ -40,7 +41,7 @@ TIER_KEYS = (
 )
 
 
-class _Cfg(BaseModel):
+class _Cfg(ConfigModel):
     # defer_build: built as a part of the scenario model (its cluster section)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 

@@ -37,8 +37,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError
 from sim.plugins import check_kind_tag
 
@@ -67,7 +68,7 @@ class ClusterView(Protocol):
         """Requests ``node``'s scheduler is running (the rest of ``outstanding`` waits)."""
 
 
-class _Options(BaseModel):
+class _Options(ConfigModel):
     # defer_build: built as a part of the scenario model (its cluster section)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 

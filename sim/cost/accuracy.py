@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError
 from sim.profiles.registry import builtin_profiles_dir, load_shipped_yaml
 from sim.yamlio import format_validation_error
@@ -40,7 +41,7 @@ KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domai
 VALIDATION_FILE = ("validation", "e2e.yaml")
 
 
-class _Strict(BaseModel):
+class _Strict(ConfigModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

@@ -26,7 +26,6 @@ says where its numbers came from (device, driver, torch, date, source).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -43,6 +42,7 @@ from sim.cost.calibration import (
     validate_mapping,
 )
 from sim.errors import KvsimError
+from sim.yamlio import json_value
 
 #: device-name fragment -> accelerator profile (first match wins: 'gh200' before 'h200')
 DEVICE_PROFILES = [
@@ -72,11 +72,10 @@ def read_run(folder: Path) -> RunData:
     if not env_path.is_file():
         raise KvsimError(f"{folder}: env.json is missing (run_all.sh writes it)")
     try:
-        env = json.loads(env_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise KvsimError(f"{env_path}: not JSON ({exc.msg}, line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:  # not UTF-8, too many digits, too deep
-        raise KvsimError(f"{env_path}: not JSON ({type(exc).__name__})") from None
+        text = env_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvsimError(f"{env_path}: cannot read: {exc}") from None
+    env = json_value(text, str(env_path), lines=True)  # syntax, digits, depth, a key twice
     frames = {}
     for name in CSV_FILES:
         path = folder / f"{name}.csv"

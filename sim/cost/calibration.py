@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.config_model import ConfigModel
 from sim.cost.host_link import COPY_DIRECTIONS, CopyFit, host_link_fits  # noqa: F401  (re-exported)
 from sim.cost.kernel_tables import ModelTables
 from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
@@ -62,12 +63,26 @@ ENV_VAR = "KVSIM_PROFILES"
 EFF_CHUNK_BITS = 12
 EFF_CHUNKS_MAX = 64
 MAX_EFFICIENCY = 1.5  # above 1 only for cache effects; a typo like 95 for 0.95 fails
+# Ceilings on the file's times and rates (docs/kernels_validation.md, "Bounds"): far above
+# any measurement (so no real device is refused), far below what breaks a run (a step
+# overhead of 1e308 s ran the clock to t=1e+308 and stopped at engine.max_sim_time_s
+# without naming the file). Every figure is also finite (allow_inf_nan=False).
+#: seconds of host time per step (measured: 0 to a few ms)
+MAX_STEP_OVERHEAD_S = 10.0
+#: seconds one kernel or one collective call may take (measured: microseconds to ms)
+MAX_KERNEL_S = 10.0
+#: seconds of set-up per pinned host<->device copy (measured: ~10 us)
+MAX_COPY_OVERHEAD_S = 1.0
+#: bytes/s of any bandwidth (HBM, host link, NCCL bus): ~100x the fastest HBM (8e12)
+MAX_BW_BYTES_PER_S = 1e15
+#: FLOP/s of a reference peak: ~100x the fastest dense peak (~1e16)
+MAX_FLOPS_PER_S = 1e18
 
 
 # -- file schema (pydantic) ---------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class _Strict(ConfigModel):
     # defer_build: built on the first calibration file read, not by every import (``kvsim
     # validate`` of a scenario without a calibration never reads one)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
@@ -84,9 +99,9 @@ Efficiency = Field(gt=0, le=MAX_EFFICIENCY)
 class ReferenceSpec(_Strict):
     """The figures efficiencies are fractions of (normally the datasheet)."""
 
-    hbm_bw_bytes_per_s: float = Field(gt=0)
-    peak_flops_per_s: float = Field(gt=0)
-    host_link_bw_bytes_per_s: float | None = Field(None, gt=0)
+    hbm_bw_bytes_per_s: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)
+    peak_flops_per_s: float = Field(gt=0, le=MAX_FLOPS_PER_S)
+    host_link_bw_bytes_per_s: float | None = Field(None, gt=0, le=MAX_BW_BYTES_PER_S)
     basis: str = ""  # where the figures come from, e.g. "datasheet (h200-141gb)"
 
 
@@ -128,8 +143,8 @@ class CurveSpec(_Strict):
 class CopyFitSpec(_Strict):
     """A pinned transfer takes overhead_s + bytes / bw_bytes_per_s."""
 
-    overhead_s: float = Field(ge=0)
-    bw_bytes_per_s: float = Field(gt=0)
+    overhead_s: float = Field(ge=0, le=MAX_COPY_OVERHEAD_S)
+    bw_bytes_per_s: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)
 
 
 class OriginSpec(_Strict):
@@ -176,8 +191,8 @@ class GemmShapeSpec(_Strict):
         _positive_increasing(self.tokens, "tokens")
         if len(self.tokens) != len(self.time_s):
             raise ValueError("tokens and time_s must have the same length")
-        if any(not (0 < t < 10.0) for t in self.time_s):
-            raise ValueError("time_s values must lie in (0, 10) seconds")
+        if any(not (0 < t < MAX_KERNEL_S) for t in self.time_s):
+            raise ValueError(f"time_s values must lie in (0, {MAX_KERNEL_S:g}) seconds")
         return self
 
 
@@ -200,7 +215,7 @@ class AllReduceTpSpec(_Strict):
     a measured curve (``size_bytes`` -> ``time_s``, linear in between; the line beyond)."""
 
     latency_s: float = Field(ge=0, le=1e-2)  # seconds per call
-    bus_bw_bytes_per_s: float = Field(gt=0)  # NCCL bus bandwidth, bytes/s
+    bus_bw_bytes_per_s: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)  # NCCL bus bandwidth, bytes/s
     size_bytes: list[float] = []  # message bytes, increasing (list or space-separated string)
     time_s: list[float] = []  # seconds per call at each size
 
@@ -211,8 +226,8 @@ class AllReduceTpSpec(_Strict):
         if len(self.size_bytes) != len(self.time_s):
             raise ValueError("size_bytes and time_s must have the same length")
         _positive_increasing(self.size_bytes, "size_bytes")
-        if any(t <= 0 for t in self.time_s):
-            raise ValueError("time_s values must be positive")
+        if any(not (0 < t < MAX_KERNEL_S) for t in self.time_s):
+            raise ValueError(f"time_s values must lie in (0, {MAX_KERNEL_S:g}) seconds")
         return self
 
 
@@ -284,7 +299,7 @@ class CalibrationFileV2(_Strict):
     notes: str = ""
     reference: ReferenceSpec
     # seconds per step; null: not measured, the scenario's cost.step_overhead_s applies
-    step_overhead_s: float | None = Field(None, ge=0)
+    step_overhead_s: float | None = Field(None, ge=0, le=MAX_STEP_OVERHEAD_S)
     not_measured: dict[str, str] = {}  # absent section -> what stands in for it
     attention: AttentionSpec | None = None
     decode: CurveSpec | None = None
@@ -349,7 +364,7 @@ class CalibrationFile(_Strict):
     source: Literal["gpu", "synthetic", "cpu"]
     notes: str = ""
     reference: ReferenceSpec
-    step_overhead_s: float = Field(ge=0)
+    step_overhead_s: float = Field(ge=0, le=MAX_STEP_OVERHEAD_S)
     attention: AttentionSpec
     decode: CurveSpec  # x = decode batch (sequences)
     gemm: CurveSpec  # x = tokens in the step

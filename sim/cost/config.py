@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from sim.config_model import ConfigModel
 
 
-class CostConfig(BaseModel):
+class CostConfig(ConfigModel):
     """Efficiencies, switches and overheads of the cost model (scenario key ``cost``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

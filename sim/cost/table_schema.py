@@ -39,8 +39,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from sim.config_model import ConfigModel
 from sim.cost.kernel_tables import (
     GEOMETRY_FIELDS,
     AttentionGrid,
@@ -63,7 +64,7 @@ US = 1e-6
 MAX_TIME_US = 1e6  # one second per kernel of one layer: anything above is a unit mistake
 
 
-class _Strict(BaseModel):
+class _Strict(ConfigModel):
     # tables hold NaN where unmeasured; defer_build: built on the first table read, not by
     # every import
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)

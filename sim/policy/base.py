@@ -22,14 +22,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError
 from sim.policy.facts import Decision, PauseFacts
 from sim.policy.resume import plan_prefetch
 
 
-class PredictorOptions(BaseModel):
+class PredictorOptions(ConfigModel):
     """How the engine predicts a tool's wait (scenario key ``pause_policy.predictor``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -40,7 +41,7 @@ class PredictorOptions(BaseModel):
     prior_wait_s: float | None = Field(None, ge=0)  # a tool never seen; None = unknown
 
 
-class PolicyOptions(BaseModel):
+class PolicyOptions(ConfigModel):
     """Options every policy accepts (scenario key ``pause_policy``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

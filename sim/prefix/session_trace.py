@@ -348,8 +348,8 @@ def parse_session(obj, location: str) -> Session:
 
 
 # ------------------------------------------------------------------------- loading
-def _json(text: str, location: str):
-    return json_value(text, location)
+def _json(text: str, location: str, *, lines: bool = False):
+    return json_value(text, location, lines=lines)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -374,7 +374,7 @@ def load_sessions(path: str | Path) -> list[Session]:
                 text = f.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise KvsimError(f"{f}: cannot read session: {exc}") from None
-            out.append(parse_session(_json(text, str(f)), str(f)))
+            out.append(parse_session(_json(text, str(f), lines=True), str(f)))
     elif path.is_file():
         for i, line in _lines(path):
             if line.strip():

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
 
+from sim.config_model import ConfigModel
 from sim.units import DTYPE_BYTES
 
 DType = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4"]
@@ -41,7 +42,7 @@ NO_CACHE = "none"
 GroupName = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z][a-z0-9_]*$")]
 
 
-class _Group(BaseModel):
+class _Group(ConfigModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: GroupName

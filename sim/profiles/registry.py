@@ -14,6 +14,7 @@ is a one-line ``ConfigError`` naming file, line and field, an unknown name an
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.resources
 import os
@@ -24,7 +25,14 @@ from pydantic import ValidationError
 
 from sim.errors import ConfigError, KvsimError, UnknownNameError
 from sim.profiles.schema import PROFILE_CLASSES
-from sim.yamlio import LineMap, format_validation_error, load_yaml, read_sha256_manifest
+from sim.yamlio import (
+    LineMap,
+    clean_loc,
+    format_validation_error,
+    load_yaml,
+    read_sha256_manifest,
+    validation_message,
+)
 
 #: kind -> sub-folder of a profiles directory
 KIND_DIRS = {"accelerator": "accelerators", "model": "models", "node": "nodes"}
@@ -146,8 +154,25 @@ def load_shipped_yaml(path: Path) -> tuple[Any, LineMap]:
     return load_yaml(path, shipped=is_shipped(path), shipped_sha256=committed_sha256(path))
 
 
+class ProfileOverrideError(ConfigError):
+    """A profile that its ``overrides`` made invalid (the file alone is valid): the error
+    is the override's, never a line of a file the user did not write. ``key`` is the
+    override key (as given, dotted) whose value was refused, or None when the profile as
+    a whole is refused (a check across fields, ``num_q_heads`` against ``num_kv_heads``);
+    ``field`` the profile field refused (None for the whole profile). Its own location is
+    ``override KEY``; a caller that knows where the override came from (a scenario's
+    ``model.overrides``, a command's ``--set model.KEY``) says so instead
+    (``sim.scenario.resolve``, ``sim.cli._common.load_with_sets``)."""
+
+    def __init__(self, message: str, *, key: str | None, field: str | None) -> None:
+        self.key = key
+        super().__init__(message, location=f"override {key}" if key else "overrides", field=field)
+
+
 def load_file(path: Path, kind: str, overrides: dict[str, Any] | None = None):
-    """Validate one profile file; ``overrides`` replace top-level fields (dotted keys ok)."""
+    """Validate one profile file; ``overrides`` replace top-level fields (dotted keys ok).
+    A problem of the file is ``file:line: field: message``; one the overrides made is a
+    ``ProfileOverrideError`` naming the override."""
     data, lines = load_shipped_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("a profile must be a mapping of fields", location=f"{path}:1")
@@ -158,12 +183,38 @@ def load_file(path: Path, kind: str, overrides: dict[str, Any] | None = None):
             location=f"{path}:{lines.get(('name',), 1)}",
             field="name",
         )
+    original = copy.deepcopy(data) if overrides else None
     for key, value in (overrides or {}).items():
         _set_dotted(data, key, value)
+    model = PROFILE_CLASSES[kind]
     try:
-        return PROFILE_CLASSES[kind].model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
+        if original is not None and overrides:
+            _refuse_override(exc, model, original, data, overrides)
         raise ConfigError(format_validation_error(exc, str(path), lines).splitlines()[0]) from None
+
+
+def _refuse_override(
+    exc: ValidationError, model: Any, original: dict, data: dict, overrides: dict[str, Any]
+) -> None:
+    """Raise the first problem as a ``ProfileOverrideError`` when an override made it: the
+    refused field is one an override set (or lies under one), or the file alone is valid;
+    return when the problem is the file's own."""
+    err = exc.errors()[0]
+    loc = clean_loc(err["loc"], data)
+    field = ".".join(str(p) for p in loc) or None
+    message = validation_message(err).removeprefix("Value error, ")
+    for key in overrides:
+        parts = key.split(".")
+        if [str(p) for p in loc[: len(parts)]] == parts:
+            raise ProfileOverrideError(message, key=key, field=field) from None
+    try:
+        model.model_validate(original)
+    except ValidationError:
+        return  # the file's own problem: reported at its line
+    only = next(iter(overrides)) if len(overrides) == 1 else None
+    raise ProfileOverrideError(message, key=only, field=field) from None
 
 
 def _set_dotted(data: dict, key: str, value: Any) -> None:

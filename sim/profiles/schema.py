@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
+from sim.config_model import ConfigModel
 from sim.profiles.layer_groups import (
     AttentionGroup,
     DType,
@@ -21,7 +22,7 @@ from sim.profiles.layer_groups import (
 )
 
 
-class _Spec(BaseModel):
+class _Spec(ConfigModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.regress.runners import MetricValue
-from sim.yamlio import json_refusal
+from sim.yamlio import json_value
 
 BASELINE_VERSION = 1
 
@@ -32,13 +32,10 @@ def read_baseline(baseline_dir: Path, case_name: str) -> dict[str, MetricValue] 
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read baseline: {exc}", location=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON: {exc.msg}", location=f"{path}:{exc.lineno}") from None
-    except (ValueError, RecursionError) as exc:  # too many digits, too deep
-        raise ConfigError(f"not valid JSON: {json_refusal(exc)}", location=str(path)) from None
+    data = json_value(text, str(path), lines=True)  # syntax, digits, depth, a key twice
     metrics = data.get("metrics") if isinstance(data, dict) else None
     if not isinstance(metrics, dict):
         raise ConfigError("a baseline is an object with a 'metrics' object", location=str(path))

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError, UnknownNameError
 from sim.regress.runners.base import WALL_CLOCK_WORDS, wall_clock_word  # noqa: F401
 from sim.yamlio import LineMap, format_validation_error, line_for, load_yaml
@@ -32,7 +33,7 @@ CASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 
-class ToleranceDefaults(BaseModel):
+class ToleranceDefaults(ConfigModel):
     """Suite-wide tolerances used where a metric does not declare its own."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -42,7 +43,7 @@ class ToleranceDefaults(BaseModel):
     two_sided: bool = False
 
 
-class MetricCheck(BaseModel):
+class MetricCheck(ConfigModel):
     """How one metric is compared: allowed |now - baseline| = max(abs, rel x |baseline|)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -57,7 +58,7 @@ class MetricCheck(BaseModel):
         return max(self.abs_tol, self.rel_tol * abs(baseline))
 
 
-class _CaseFile(BaseModel):
+class _CaseFile(ConfigModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
@@ -67,7 +68,7 @@ class _CaseFile(BaseModel):
     metrics: dict[str, dict[str, Any]] = Field(min_length=1)
 
 
-class _SuiteFile(BaseModel):
+class _SuiteFile(ConfigModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1]

@@ -205,7 +205,7 @@ def finished(task: dict) -> bool:
 
     folder = Path(task["dir"])
     try:
-        done = json_value(read_bytes_bounded(folder / "summary.json"), "summary.json")
+        done = json_value(read_bytes_bounded(folder / "summary.json"), "summary.json", lines=True)
     except KvsimError:
         return False
     if task.get("report", True) and not (folder / "report.html").is_file():

@@ -66,9 +66,9 @@ def read_run_folder(folder: Path) -> RunData:
     if not path.is_file():
         raise KvsimError(f"{folder}: not a run folder (no summary.json)")
     try:
-        summary = json_value(read_bytes_bounded(path), str(path))
+        summary = json_value(read_bytes_bounded(path), str(path), lines=True)
     except ConfigError as exc:
-        raise KvsimError(f"{path}: cannot read: {exc.message}") from None
+        raise KvsimError(f"{exc.location or path}: cannot read: {exc.message}") from None
     frames = {}
     for name in TABLE_NAMES:
         table = folder / f"{name}.parquet"

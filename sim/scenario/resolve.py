@@ -24,6 +24,7 @@ from typing import Any
 from sim.cost.host_link import host_link_fits
 from sim.errors import ConfigError, KvsimError
 from sim.profiles import load_accelerator, load_model, load_node
+from sim.profiles.registry import ProfileOverrideError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.scenario.load import LoadedScenario
 from sim.scenario.mamba_cache import checked_mamba_cache_mode
@@ -120,6 +121,13 @@ class Resolved:
         return self.kv_bytes_per_token_per_gpu * self.num_gpus
 
     @property
+    def pool_tokens(self) -> float:
+        """The pool in tokens of what the allocator charges per token (a hybrid model's
+        block table, saved states and drafter included), not the model's KV bytes per
+        token (``kvsim validate``'s ok line)."""
+        return self.pool_bytes / self.allocator_kv_bytes_per_token
+
+    @property
     def allocator_kv_bytes_per_token(self) -> float:
         """Bytes per token of the allocator's block table: every layer's (F1) for a dense
         model, those of the layers that keep every token for a hybrid one; a speculative
@@ -138,18 +146,40 @@ def _located(loaded: LoadedScenario, loc: tuple, exc: KvsimError) -> ConfigError
     return ConfigError(msg, location=where, field=field)
 
 
+def _override_located(
+    loaded: LoadedScenario, exc: ProfileOverrideError, section: tuple, written: dict | None = None
+) -> ConfigError:
+    """A profile override's problem at the scenario's override (its ``--set``, or its line
+    in the scenario), never at a line of the profile file: ``section`` is where the
+    scenario keeps the overrides; a key not in ``written`` (``kv_dtype``, from
+    ``model.kv_dtype``) is that field of the section's parent."""
+    if exc.key is None:
+        loc: tuple = section
+    elif written is not None and exc.key not in written:
+        loc = (*section[:-1], *exc.key.split("."))
+    else:
+        loc = (*section, *exc.key.split("."))
+    sub = exc.field.split(".")[len(exc.key.split(".")) :] if exc.key and exc.field else []
+    field = ".".join(str(p) for p in (*loc, *sub))
+    return ConfigError(exc.message, location=loaded.where(*loc), field=field)
+
+
 def resolve(loaded: LoadedScenario) -> Resolved:
     """Profiles, pool size and allocator options of a validated scenario."""
     sc = loaded.scenario
     hw = sc.hardware
     try:
         model = load_model(sc.model.profile, overrides=sc.model.profile_overrides())
+    except ProfileOverrideError as exc:
+        raise _override_located(loaded, exc, ("model", "overrides"), sc.model.overrides) from None
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None
     loaded = _context_window(loaded, model)
     sc = loaded.scenario
     try:
         acc = load_accelerator(hw.accelerator, overrides=hw.accelerator_overrides)
+    except ProfileOverrideError as exc:
+        raise _override_located(loaded, exc, ("hardware", "accelerator_overrides")) from None
     except KvsimError as exc:
         raise _located(loaded, ("hardware", "accelerator"), exc) from None
     n_gpus = hw.tp * hw.pp
@@ -205,12 +235,35 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
-    return Resolved(
+    resolved = Resolved(
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
         window, draft_gpu, draft, groups if groups.hybrid else None, requested,
         mamba_cache_mode=mode, saved_state_bytes_per_token=saved,
         saved_state_page_bytes=page, warnings=(mode_warning,) if mode_warning else (),
     )  # fmt: skip
+    _check_pool_holds_a_block(resolved)
+    return resolved
+
+
+def _check_pool_holds_a_block(resolved: Resolved) -> None:
+    """Refuse a KV pool of less than one block (one token for a kind without blocks): no
+    request could ever be admitted (the run used to start and reject every one)."""
+    block = resolved.allocator_options.get("block_size")
+    block = block if isinstance(block, int) and not isinstance(block, bool) and block > 1 else 1
+    tokens = resolved.pool_tokens
+    if tokens >= block:
+        return
+    hw = resolved.scenario.hardware
+    loc = ("hardware", "kv_pool_bytes_per_gpu") if hw.kv_pool_bytes_per_gpu is not None else ("hardware",)
+    unit = f"one block of {block} tokens" if block > 1 else "one token"
+    raise ConfigError(
+        f"the KV pool holds {tokens:.3g} tokens ({resolved.kv_pool_bytes_per_gpu:.4g} B per "
+        f"GPU at {resolved.allocator_kv_bytes_per_token / resolved.num_gpus:.4g} B per token "
+        f"per GPU), less than {unit}: no request could be admitted (raise "
+        "kv_pool_bytes_per_gpu, gpu_memory_utilization or tp)",
+        location=resolved.loaded.where(*loc),
+        field=".".join(loc),
+    )
 
 
 def _state_page_padded(options: dict, model: ModelProfile, tp: int, mode: str) -> float | None:

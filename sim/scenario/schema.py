@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 import sim.prefix  # noqa: F401  (registers the radix and paged_hash allocator kinds)
+from sim.config_model import ConfigModel
 from sim.cost import CostConfig
 from sim.plugins import load_plugins
 from sim.policy import PolicyOptions, options_union, policy_class
@@ -57,7 +58,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class _Cfg(BaseModel):
+class _Cfg(ConfigModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from sim.config_model import ConfigModel
 
 #: the drafting methods (vLLM ``--speculative-config`` ``method``)
 METHODS = ("ngram", "eagle", "mtp", "draft_model")
@@ -39,7 +41,7 @@ DRAFTER_METHODS = ("eagle", "mtp", "draft_model")
 _EPS = 1e-9
 
 
-class SpeculativeConfig(BaseModel):
+class SpeculativeConfig(ConfigModel):
     """Scenario key ``speculative``: speculative decoding (absent: off)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

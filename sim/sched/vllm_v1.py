@@ -44,8 +44,9 @@ from collections.abc import Sequence
 from itertools import islice
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.errors import InvariantError
 from sim.sched.base import Scheduler, register_scheduler
 from sim.sched.plan import BatchPlan, CommitResult, RunLimit
@@ -62,7 +63,7 @@ from sim.sched.request import (
 from sim.sched.speculative import accept
 
 
-class VllmV1Config(BaseModel):
+class VllmV1Config(ConfigModel):
     """Scenario key ``scheduler`` for ``kind: vllm_v1``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

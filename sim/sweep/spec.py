@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError
 from sim.sweep.kind import is_sweep_file  # noqa: F401  (its old home: sim.sweep.spec.is_sweep_file)
 from sim.yamlio import load_yaml
@@ -44,7 +45,7 @@ MAX_RUNS = 100_000
 MAX_REPLICATIONS = 1_000
 
 
-class _Cfg(BaseModel):
+class _Cfg(ConfigModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

@@ -25,6 +25,7 @@ random kind draws exactly ``n`` variates from it) and ``think`` for closed-loop 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -176,10 +177,16 @@ class Trace(_OpenLoop):
     name = "trace"
 
     def times(self, cfg, ctx, n):
-        path = ctx.resolve(cfg.path)
-        cols = traces.read_columns(path, [cfg.time_column])
-        t = traces.time_column(path, cols[cfg.time_column], cfg.time_column)
+        path, t = trace_seconds(cfg, ctx)
         return trace_times(t, n, cfg.time_scale, cfg.rate_per_s, str(path))
+
+
+def trace_seconds(cfg, ctx) -> tuple[Path, np.ndarray]:
+    """(the file, its ``time_column`` in seconds from its first row) of a ``trace``
+    arrival with a ``path`` (the run's reader: ``kvsim validate`` reads it the same way)."""
+    path = ctx.resolve(cfg.path)
+    cols = traces.read_columns(path, [cfg.time_column])
+    return path, traces.time_column(path, cols[cfg.time_column], cfg.time_column)
 
 
 class ClosedLoop:

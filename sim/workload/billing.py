@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.prefix.provider import PRESETS, ProviderCache, ProviderCacheSpec, preset
 from sim.prefix.spans import Segments
 from sim.workload.distributions import MAX_TIME_S, MAX_TOKENS
@@ -35,7 +36,7 @@ PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 MAX_USD_PER_MTOK = 1e6
 
 
-class ProviderCacheConfig(BaseModel):
+class ProviderCacheConfig(ConfigModel):
     """Scenario key ``workload.provider_cache``: a preset of ``sim.prefix.provider`` with
     any of its fields replaced, and the prices in US dollars per million tokens (editable
     examples shaped like 2025 price sheets, not quotes)."""

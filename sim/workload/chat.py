@@ -36,10 +36,7 @@ def _lengths(lengths, ctx: WorkloadContext, n: int) -> tuple[np.ndarray, np.ndar
         return lengths.prompt_tokens.sample_tokens(rng, n), lengths.output_tokens.sample_tokens(
             rng, n
         )
-    path = lengths_path(lengths, ctx)
-    cols = traces.read_columns(path, [lengths.prompt_column, lengths.output_column])
-    prompt = traces.token_column(path, cols[lengths.prompt_column], lengths.prompt_column)
-    output = traces.token_column(path, cols[lengths.output_column], lengths.output_column)
+    prompt, output = trace_lengths(lengths, ctx)
     rows = len(prompt)
     if lengths.order == "sample":
         idx = ctx.streams("lengths").integers(0, rows, n)
@@ -49,6 +46,16 @@ def _lengths(lengths, ctx: WorkloadContext, n: int) -> tuple[np.ndarray, np.ndar
             base = ctx.streams("lengths").permutation(rows)
         idx = base[(lengths.start_row + np.arange(n)) % rows]
     return prompt[idx], output[idx]
+
+
+def trace_lengths(lengths, ctx: WorkloadContext) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's (prompt tokens, output tokens) of a ``trace`` lengths config's CSV file
+    (the run's reader: ``kvsim validate`` reads it the same way)."""
+    path = lengths_path(lengths, ctx)
+    cols = traces.read_columns(path, [lengths.prompt_column, lengths.output_column])
+    prompt = traces.token_column(path, cols[lengths.prompt_column], lengths.prompt_column)
+    output = traces.token_column(path, cols[lengths.output_column], lengths.output_column)
+    return prompt, output
 
 
 def lengths_path(lengths, ctx: WorkloadContext):
@@ -105,6 +112,13 @@ def chat_driver(cfg, ctx: WorkloadContext):
         ctx.trajectory_started()
         _one_turn(ctx, "chat", prompts[i], outputs[i], shared, i, on_end)
 
+    arrival = chat_arrival(cfg, ctx)
+    return arrival_strategy(arrival.kind).run(arrival, ctx, n, start)
+
+
+def chat_arrival(cfg, ctx: WorkloadContext):
+    """A chat config's arrival process: a ``trace`` arrival without a ``path`` reads the
+    lengths trace's file."""
     arrival = cfg.arrival
     if arrival.kind == "trace" and arrival.path is None and cfg.lengths.kind == "trace":
         arrival = arrival.model_copy(update={"path": str(lengths_path(cfg.lengths, ctx))})
@@ -115,7 +129,7 @@ def chat_driver(cfg, ctx: WorkloadContext):
             "a trace arrival needs a path (or trace lengths)",
             field=f"{ctx.field_prefix}.arrival.path",
         )
-    return arrival_strategy(arrival.kind).run(arrival, ctx, n, start)
+    return arrival
 
 
 def requests_count(cfg) -> int:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
+from sim.config_model import ConfigModel
 from sim.workload.distributions import MAX_TIME_S, MAX_TOKENS, Dist, constant, within
 
 #: the most trajectories, requests or requests of a ``requests`` list in one workload
@@ -44,7 +45,7 @@ TurnDist = Annotated[Dist, AfterValidator(within(0, MAX_TURNS, "turn counts"))]
 BranchDist = Annotated[Dist, AfterValidator(within(0, MAX_BRANCHES, "branch counts"))]
 
 
-class WorkloadConfigModel(BaseModel):
+class WorkloadConfigModel(ConfigModel):
     # defer_build: a workload is validated as a part of the scenario model, which builds
     # these schemas once; building each class's own validator at import would double it
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)

@@ -31,13 +31,14 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.prefix.prompt import compact_items, truncate_items
 from sim.prefix.spans import ContentId, Segments, n_tokens, segments, slice_tokens
 
 
-class ContextLimit(BaseModel):
+class ContextLimit(ConfigModel):
     """Scenario key ``workload.context_limit`` (every agent kind)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -21,8 +21,9 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
+from sim.config_model import ConfigModel
 from sim.lazy_numpy import numpy_on_first_use
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ MAX_KNOTS = 10_000
 MAX_SIGMA = 10.0
 
 
-class _Dist(BaseModel):
+class _Dist(ConfigModel):
     # defer_build: built as a part of the model that holds it (sim.workload.config)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 

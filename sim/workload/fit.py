@@ -39,6 +39,7 @@ from sim.workload.empirical import count_table, quantile_table, shares, spearman
 from sim.workload.interactive import fit_interactive_coding_agent
 from sim.workload.params import FITTED_KINDS, fit_source, validate_params
 from sim.workload.turns_file import Call, growth, read_turns, text_line
+from sim.yamlio import json_value
 
 #: a category with fewer tool calls than this is pooled into ``other``
 MIN_CATEGORY_CALLS = 20
@@ -242,10 +243,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
         for lineno, raw in enumerate(fh, 1):
             if raw.strip():
                 where = f"{path}:{lineno}"
-                try:
-                    obj = json.loads(text_line(raw, where))
-                except (ValueError, RecursionError) as exc:  # syntax, depth, digits
-                    raise ConfigError(f"not JSON: {str(exc).splitlines()[0]}", location=where) from None
+                obj = json_value(text_line(raw, where), where)  # syntax, depth, digits, a key twice
                 if not isinstance(obj, dict):
                     raise ConfigError("expected a JSON object per line", location=where)
                 rows.append((lineno, obj))

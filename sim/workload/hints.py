@@ -29,8 +29,9 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError, KvsimError
 from sim.lazy_numpy import numpy_on_first_use
 from sim.plugins import load_plugins
@@ -51,7 +52,7 @@ FIT_DRAWS = 8192
 ANY_TOOL = "*"
 
 
-class HintsConfig(BaseModel):
+class HintsConfig(ConfigModel):
     """``workload.hints``: the harness's KV hints (docs/pause_policies.md, Agent KV hints)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -33,8 +33,9 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.prefix.prompt import HarnessLayout, call_zones, compact_items, tool_zone
 from sim.prefix.spans import ContentId, Segments, concat, n_tokens, segments, slice_tokens
 from sim.workload.distributions import MAX_TOKENS
@@ -43,7 +44,7 @@ from sim.workload.distributions import MAX_TOKENS
 MAX_EVERY, MAX_TOOL_DEFINITIONS = 100_000, 1_000
 
 
-class HarnessConfig(BaseModel):
+class HarnessConfig(ConfigModel):
     """Scenario key ``workload.harness`` (every agent kind): how the harness lays out each
     call's prompt. Names as ``sim.prefix.prompt.AgentPromptSpec`` names them."""
 

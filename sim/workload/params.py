@@ -22,8 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, model_validator
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError
 from sim.workload.distributions import MAX_TIME_S, Dist, Quantiles
 from sim.workload.empirical import check_shares
@@ -47,7 +48,7 @@ def fit_source(data: str, licence: str, trajectories: int, calls: int, notes: st
     }
 
 
-class _P(BaseModel):
+class _P(ConfigModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

@@ -18,7 +18,6 @@ trajectories in order of first appearance.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.workload.distributions import MAX_TIME_S, MAX_TOKENS
+from sim.yamlio import json_value
 
 MAX_CALLS = 5_000_000
 MAX_LINE_BYTES = 1 << 20
@@ -145,10 +145,7 @@ def read_turns(path: str | Path) -> dict[str, list[Call]]:
                 raise ConfigError(f"line longer than {MAX_LINE_BYTES:,} bytes", location=where)
             if not raw.strip():
                 continue
-            try:
-                obj = json.loads(text_line(raw, where))
-            except (ValueError, RecursionError) as exc:  # syntax, depth, digits
-                raise ConfigError(f"not JSON: {str(exc).splitlines()[0]}", location=where) from None
+            obj = json_value(text_line(raw, where), where)  # syntax, depth, digits, a key twice
             key, call = parse_call(obj, where)
             out.setdefault(key, []).append(call)
             n += 1

@@ -26,15 +26,16 @@ module imports the config class from here).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.errors import ConfigError
+from sim.yamlio import json_value
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_ROWS = 10_000_000
@@ -42,7 +43,7 @@ MAX_TOKENS = 10_000_000  # one request's prompt or output (sim.workload.distribu
 TIMESTAMPS = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
 
-class VllmRequestsWorkload(BaseModel):
+class VllmRequestsWorkload(ConfigModel):
     """Replay of a vLLM request log (``requests.jsonl``): arrivals, prompt and output
     lengths as recorded."""
 
@@ -105,10 +106,7 @@ def _check_times(times: dict, where: str) -> None:
 
 
 def _row(line: str, where: str) -> VllmRequest:
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError) as exc:  # bad syntax, too deep, too many digits
-        raise ConfigError(f"not a JSON object: {str(exc).splitlines()[0]}", location=where) from None
+    row = json_value(line, where)  # bad syntax, too deep, too many digits, a key twice
     if not isinstance(row, dict):
         raise ConfigError("each line must be a JSON object", location=where)
     times = {n: _time_field(row, n, where, n == "queued_ts") for n in TIMESTAMPS}
@@ -158,18 +156,25 @@ def vllm_requests_count(cfg: VllmRequestsWorkload) -> int:
     return cfg.num_requests or 0
 
 
-def vllm_requests_driver(cfg: VllmRequestsWorkload, ctx):
-    """The replay's arrival generator (the log is read and the times computed now)."""
-    from sim.workload.arrivals import arrive_at
-    from sim.workload.chat import one_turn
-
+def replayed_rows(cfg: VllmRequestsWorkload, ctx) -> list[VllmRequest]:
+    """The log's rows the replay submits: ``num_requests`` (default: all), in ``queued_ts``
+    order (``kvsim validate`` reads them the same way)."""
     path = ctx.resolve(cfg.path)
     rows = load_vllm_requests(path)
     n = len(rows) if cfg.num_requests is None else cfg.num_requests
     if n > len(rows):
         raise ConfigError(f"num_requests {n} is more than the log's {len(rows)} rows",
                           location=str(path), field=f"{ctx.field_prefix}.num_requests")  # fmt: skip
-    rows = rows[:n]
+    return rows[:n]
+
+
+def vllm_requests_driver(cfg: VllmRequestsWorkload, ctx):
+    """The replay's arrival generator (the log is read and the times computed now)."""
+    from sim.workload.arrivals import arrive_at
+    from sim.workload.chat import one_turn
+
+    rows = replayed_rows(cfg, ctx)
+    n = len(rows)
     ctx.set_total(n)
     t0 = rows[0].queued_ts
     times = [(r.queued_ts - t0) * cfg.time_scale for r in rows]

@@ -253,3 +253,17 @@ rc = [rc, 'rich' in sys.modules, err.getvalue()]
     assert (rc, rich) == (0, False)
     assert err == "finished at 19.7 s of simulated time: all work done before duration_s = 100 s\n"
     assert (out / "summary.json").is_file()
+
+
+#: the trace readers ``kvsim validate`` imports only for a workload that names a trace
+TRACE_READERS = ("sim.workload.traces", "sim.workload.chat", "sim.workload.mooncake",
+                 "sim.prefix.trace_replay", "sim.workload.turns_file", "pandas")  # fmt: skip
+
+
+def test_kvsim_validate_imports_a_trace_reader_only_for_a_workload_that_names_a_trace():
+    """``validate`` reads the traces a workload names with the run's readers
+    (``sim.workload.trace_files``); a scenario without a trace imports none of them."""
+    for scenario in ("workloads/seed_chunked_prefill.yaml", "workloads/cluster_coding_agents.yaml"):
+        assert _validate_modules(scenario, TRACE_READERS) == (0, []), scenario
+    rc, modules = _validate_modules("workloads/mooncake_replay.yaml", TRACE_READERS)
+    assert rc == 0 and {"sim.workload.mooncake", "sim.prefix.trace_replay"} <= set(modules)

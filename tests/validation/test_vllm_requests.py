@@ -56,7 +56,7 @@ def test_num_requests_and_time_scale(tmp_path):
 @pytest.mark.parametrize(
     "bad,message",
     [
-        ("{not json", ":2: not a JSON object"),
+        ("{not json", ":2: not valid JSON ("),
         ({"input_toks": 10, "output_toks": 2}, ":2: queued_ts: queued_ts must be a finite number"),
         ({"input_toks": 1.5, "output_toks": 2, "queued_ts": 1001.0}, ":2: input_toks: input_toks must be a whole"),
         ({"input_toks": 0, "output_toks": 2, "queued_ts": 1001.0}, ":2: input_toks: input_toks must be in [1,"),

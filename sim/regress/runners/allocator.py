@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.config_model import ConfigModel
 from sim.errors import KvsimError
 from sim.regress.runners.base import MetricValue, RunContext, missing_layer, register_runner
 
@@ -38,7 +39,7 @@ REPORTED_FIELDS = (
 )
 
 
-class GeneratorInputs(BaseModel):
+class GeneratorInputs(ConfigModel):
     """Parameters of ``sim.memory.replay.random_ops`` (seeded, so deterministic)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -53,7 +54,7 @@ class GeneratorInputs(BaseModel):
     p_reuse_id: float = Field(0.2, ge=0, le=1)
 
 
-class AllocatorInputs(BaseModel):
+class AllocatorInputs(ConfigModel):
     """The allocator, the workload (``generator`` or ``trace``) and the request sizes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.errors import KvsimError
 from sim.regress.runners.base import (
     MetricValue,
@@ -25,7 +26,7 @@ from sim.regress.runners.base import (
 )
 
 
-class ScenarioInputs(BaseModel):
+class ScenarioInputs(ConfigModel):
     """A scenario file and the dotted overrides applied to it (as ``--set`` would)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

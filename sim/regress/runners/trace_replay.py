@@ -14,6 +14,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sim.config_model import ConfigModel
 from sim.errors import KvsimError
 from sim.regress.runners.base import (
     MetricValue,
@@ -24,7 +25,7 @@ from sim.regress.runners.base import (
 )
 
 
-class TraceReplayInputs(BaseModel):
+class TraceReplayInputs(ConfigModel):
     """A trace and the cache it is replayed through."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,0 +1,84 @@
+"""The trace files a workload config names, read as its run reads them (``kvsim validate``).
+
+Responsibility: ``names_traces(cfg)`` says whether a workload config reads a trace when it
+runs; ``read_traces(cfg, base_dir)`` reads each one with the function its run calls
+(``sim.workload.chat.trace_lengths`` and ``chat_arrival``,
+``sim.workload.arrivals.trace_seconds``, ``sim.workload.mooncake.replayed`` and
+``timestamps_s``, ``sim.workload.agent_trace.recorded``,
+``sim.workload.claude_code.recorded``, ``sim.workload.vllm_requests.replayed_rows``), so a
+bad row is the same one-line error (``FILE: data row N: ...``, ``FILE:LINE: ...``) under
+``kvsim validate`` as under ``kvsim run``, with the same bounds. A ``mix`` reads each
+component's. A plug-in kind's files are its own driver's to read (not read here).
+
+Invariant: a config that names no trace (``names_traces`` False) imports no reader (the
+readers bring numpy, and pandas for a CSV file: ``kvsim validate`` of a scenario without a
+trace stays without them); the files are only read, never simulated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+#: the kinds that replay a trace file (their shipped sample when the config names none)
+_REPLAY_KINDS = ("mooncake", "agent_trace", "claude_code", "vllm_requests")
+
+
+def names_traces(cfg: Any) -> bool:
+    """Whether a run of workload config ``cfg`` reads a trace file."""
+    if cfg.kind == "mix":
+        return any(names_traces(c) for c in cfg.components)
+    if cfg.kind in _REPLAY_KINDS:
+        return True
+    lengths: Any = getattr(cfg, "lengths", None)
+    arrival: Any = getattr(cfg, "arrival", None)
+    return (cfg.kind == "chat" and lengths.kind == "trace") or (
+        getattr(arrival, "kind", None) == "trace" and getattr(arrival, "path", None) is not None
+    )
+
+
+def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> None:
+    """Read every trace file workload config ``cfg`` names (paths relative to
+    ``base_dir``) as its run does; a bad file or row raises the run's ``KvsimError``."""
+    if not names_traces(cfg):
+        return
+    if cfg.kind == "mix":
+        for i, comp in enumerate(cfg.components):
+            read_traces(comp, base_dir, f"{field_prefix}.components.{i}")
+        return
+    from sim.workload.context import WorkloadContext
+
+    unused: Any = None  # the readers use the context's paths and field names only
+    ctx = WorkloadContext(unused, unused, unused, unused, base_dir, 0)
+    ctx.field_prefix = field_prefix
+    arrival: Any = getattr(cfg, "arrival", None)
+    if cfg.kind == "chat":
+        if cfg.lengths.kind == "trace":
+            from sim.workload.chat import trace_lengths
+
+            trace_lengths(cfg.lengths, ctx)
+        from sim.workload.chat import chat_arrival
+
+        arrival = chat_arrival(cfg, ctx)  # a trace arrival reads the lengths file
+    elif cfg.kind == "mooncake":
+        from sim.workload.mooncake import replayed, timestamps_s, trace_path
+
+        rows = replayed(cfg, ctx)
+        if arrival.kind == "trace" and arrival.path is None:  # the trace's own times
+            timestamps_s(rows, str(trace_path(cfg, ctx)))
+    elif cfg.kind == "agent_trace":
+        from sim.workload.agent_trace import recorded
+
+        recorded(cfg, ctx)
+    elif cfg.kind == "claude_code":
+        from sim.workload.claude_code import recorded as sessions
+
+        sessions(cfg, ctx)
+    elif cfg.kind == "vllm_requests":
+        from sim.workload.vllm_requests import replayed_rows
+
+        replayed_rows(cfg, ctx)
+    if getattr(arrival, "kind", None) == "trace" and getattr(arrival, "path", None) is not None:
+        from sim.workload.arrivals import trace_seconds
+
+        trace_seconds(arrival, ctx)

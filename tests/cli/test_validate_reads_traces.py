@@ -1,0 +1,125 @@
+"""``kvsim validate`` reads the trace files a workload names with the run's readers and
+bounds (``sim.workload.trace_files``), and refuses a KV pool of less than one block
+(``sim.scenario.resolve``), with the one line ``kvsim run`` gives.
+
+Before: validate only checked that a trace file existed, so a CSV row with ``-5`` tokens
+or a Mooncake row that ``kvsim run`` refuses said ok; and a pool of 1,000 bytes (0 tokens)
+said ``ok ... (0 tokens)`` while the run rejected every request."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+E20 = ROOT / "workloads" / "seed_chunked_prefill.yaml"
+AZURE = ROOT / "workloads" / "data" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+MOONCAKE = ROOT / "workloads" / "data" / "mooncake" / "synthetic_trace.jsonl"
+SMALL = ["--set", "duration_s=5", "--quiet", "--no-report"]
+
+
+def _scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(E20.read_text())
+    return path
+
+
+def _validate_and_run(run_cli, tmp_path, workload: str) -> tuple[str, str]:
+    """The stderr of ``kvsim validate`` and of ``kvsim run`` of E20 with ``workload``."""
+    scenario = _scenario(tmp_path)
+    code, out, validate_err = run_cli(["validate", str(scenario), "--set", workload])
+    assert (code, out) == (2, "")
+    code, _, run_err = run_cli(["run", str(scenario), "--out", str(tmp_path / "o"),
+                                "--set", workload, *SMALL])  # fmt: skip
+    assert code == 2 and not (tmp_path / "o").exists()
+    return validate_err, run_err
+
+
+def test_a_bad_csv_row_is_the_run_s_error(run_cli, tmp_path):
+    rows = AZURE.read_text().splitlines()[:40]
+    rows.insert(3, "2023-11-16 18:15:50.0,-5,3")
+    (tmp_path / "bad.csv").write_text("\n".join(rows) + "\n")
+    workload = ("workload={kind: chat, num_requests: 5, arrival: {kind: poisson, rate_per_s: 1},"
+                " lengths: {kind: trace, path: bad.csv}}")  # fmt: skip
+    validate_err, run_err = _validate_and_run(run_cli, tmp_path, workload)
+    want = (f"kvsim: error: {tmp_path / 'bad.csv'}: data row 3: ContextTokens: expected a whole "
+            "number of tokens in [1, 10,000,000], got -5\n")  # fmt: skip
+    assert validate_err == run_err == want
+
+
+def test_an_arrival_trace_out_of_time_order_is_the_run_s_error(run_cli, tmp_path):
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,2\n5,10,2\n1,10,2\n")
+    workload = ("workload={kind: chat, num_requests: 3, arrival: {kind: trace}, "
+                "lengths: {kind: trace, path: t.csv}}")  # fmt: skip
+    validate_err, run_err = _validate_and_run(run_cli, tmp_path, workload)
+    assert validate_err == run_err == (f"kvsim: error: {tmp_path / 't.csv'}: column "
+                                       "'TIMESTAMP' is not in time order\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        ({"timestamp": 9, "input_length": -64, "output_length": 1, "hash_ids": [1]},
+         "input_length: must be a whole number >= 1, got -64"),
+        ('{"timestamp": 9, "input_length": 64, "output_length": 1, "hash_ids": [1], '
+         '"input_length": 9000}', "duplicate key 'input_length' in a JSON object"),
+    ],
+)  # fmt: skip
+def test_a_bad_mooncake_row_is_the_run_s_error(run_cli, tmp_path, row, message):
+    lines = MOONCAKE.read_text().splitlines()[:3]
+    lines.append(row if isinstance(row, str) else json.dumps(row))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    validate_err, run_err = _validate_and_run(run_cli, tmp_path, "workload={kind: mooncake, path: m.jsonl}")
+    assert validate_err == run_err == f"kvsim: error: {tmp_path / 'm.jsonl'}:4: {message}\n"
+
+
+def test_replayed_rows_the_trace_lacks_are_refused_by_validate(run_cli, tmp_path):
+    (tmp_path / "m.jsonl").write_text("\n".join(MOONCAKE.read_text().splitlines()[:3]) + "\n")
+    validate_err, run_err = _validate_and_run(
+        run_cli, tmp_path, "workload={kind: mooncake, path: m.jsonl, num_requests: 4}"
+    )
+    assert validate_err == run_err
+    assert validate_err.endswith("workload.num_requests: num_requests 4 is more than the 3 "
+                                 "requests from row 0 (a replay is not repeated: its hash ids "
+                                 "would all hit)\n")  # fmt: skip
+
+
+def test_turns_and_request_logs_and_mix_components_are_read(run_cli, tmp_path):
+    (tmp_path / "turns.jsonl").write_text('{"instance_id": "a", "turn": 0, "prompt_tokens": 0}\n')
+    (tmp_path / "requests.jsonl").write_text('{"input_toks": 3, "output_toks": 1}\n')
+    cases = [
+        ("workload={kind: agent_trace, path: turns.jsonl, num_trajectories: 1, "
+         "arrival: {kind: closed_loop, concurrency: 1}}", f"{tmp_path / 'turns.jsonl'}:1: "),
+        ("workload={kind: vllm_requests, path: requests.jsonl}", f"{tmp_path / 'requests.jsonl'}:1: "),
+        ("workload={kind: mix, components: [{kind: requests, requests: [{count: 1, "
+         "prompt_tokens: 8, output_tokens: 2}]}, {kind: vllm_requests, path: requests.jsonl}]}",
+         f"{tmp_path / 'requests.jsonl'}:1: "),
+    ]  # fmt: skip
+    for workload, where in cases:
+        validate_err, run_err = _validate_and_run(run_cli, tmp_path, workload)
+        assert validate_err == run_err and validate_err.startswith(f"kvsim: error: {where}")
+        assert len(validate_err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "pool,message",
+    [
+        (1000, "the KV pool holds 0.00305 tokens (1000 B per GPU at 3.277e+05 B per token per "
+               "GPU), less than one block of 16 tokens"),
+        (15 * 327680, "the KV pool holds 15 tokens (4.915e+06 B per GPU at 3.277e+05 B per "
+                      "token per GPU), less than one block of 16 tokens"),
+    ],
+)  # fmt: skip
+def test_a_pool_below_one_block_is_refused_by_validate_and_run(run_cli, tmp_path, pool, message):
+    item = f"hardware.kv_pool_bytes_per_gpu={pool}"
+    code, out, err = run_cli(["validate", str(E20), "--set", item])
+    want = (f"kvsim: error: --set hardware.kv_pool_bytes_per_gpu: hardware.kv_pool_bytes_per_gpu"
+            f": {message}: no request could be admitted (raise kv_pool_bytes_per_gpu, "
+            "gpu_memory_utilization or tp)\n")  # fmt: skip
+    assert (code, out, err) == (2, "", want)
+    code, _, run_err = run_cli(["run", str(E20), "--out", str(tmp_path / "o"), "--set", item, *SMALL])
+    assert (code, run_err) == (2, want)
+    code, out, _ = run_cli(["validate", str(E20), "--set", f"hardware.kv_pool_bytes_per_gpu={16 * 327680}"])
+    assert code == 0 and "(16 tokens)" in out
