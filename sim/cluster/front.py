@@ -14,12 +14,14 @@ sequence on its home) and a predicted TTFT.
 
 Invariants: ``outstanding[j]`` = requests routed to node j whose ``on_done`` has not yet
 run (each request ends exactly once); a sequence has at most one home; routing decisions
-are deterministic; with one node and ``round_robin`` the nodes see exactly the calls a
+are deterministic; a router's answer is a node index in ``range(n_nodes)`` or None (any
+other value is a one-line error naming the router, checked in O(1) per submission); with one node and ``round_robin`` the nodes see exactly the calls a
 single-node run makes (tested: identical results).
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -27,6 +29,7 @@ import simpy
 
 from sim.cluster.routers import Router
 from sim.cost import StepWork
+from sim.errors import KvsimError
 from sim.sched.request import BY_ROUTER, REJECTED, Request
 
 
@@ -74,6 +77,8 @@ class ClusterFront:
         if j is None:
             self._refuse(req)
             return
+        if j.__class__ is not int or not 0 <= j < self.n_nodes:
+            j = self._node_index(j, req)
         self.routed[j] += 1
         last = self._last_match
         if last is not None and last[0] == req.req_id:  # the router read the matches
@@ -87,6 +92,26 @@ class ClusterFront:
             self.moves += 1
         self._book(req, j)
         self._send(j, "submit", req)
+
+    def _node_index(self, j: object, req: Request) -> int:
+        """A router's answer other than a node index of type ``int`` in range: any integer
+        type but a bool, in ``range(n_nodes)`` (-1 is not the last node); anything else
+        is a one-line ``KvsimError`` naming the router and the valid range."""
+        if not isinstance(j, bool):
+            try:
+                index = operator.index(j)  # type: ignore[arg-type]
+            except TypeError:
+                index = -1
+            if 0 <= index < self.n_nodes:
+                return index
+        cls = type(self.router)
+        shown = repr(j) if len(repr(j)) <= 60 else repr(j)[:57] + "..."
+        raise KvsimError(
+            f"router {getattr(self.router, 'kind', '?')!r} ({cls.__module__}.{cls.__qualname__}) "
+            f"returned {type(j).__name__} {shown} for request {req.req_id}; it must return a "
+            f"node index in 0..{self.n_nodes - 1} (an int) or None to refuse the request "
+            "(docs/cluster.md, routers)"
+        )
 
     def _book(self, req: Request, j: int) -> None:
         """Place ``req`` on node ``j`` in the front's books (its sequence's home, its

@@ -35,14 +35,21 @@ applies at once (``_take_posts``).
 Invariants: one SimPy event per step or run (never per token or per sequence); workload
 operations take effect only at step boundaries, in the order they were posted; the batch
 is never empty while work is runnable (otherwise ``EngineStuckError`` names the stuck
-requests); with ``check_invariants`` the KV manager, the scheduler and token-count
+requests), and no more than ``MAX_STALLED_STEPS`` steps in a row make no progress (a
+plug-in scheduler whose ``commit`` advances nothing: ``EngineStuckError`` names it); a
+plug-in scheduler's ``plan.run`` is checked and capped where it is taken
+(``_run_steps``); with ``check_invariants`` the KV manager, the scheduler and token-count
 monotonicity are checked after every decision; the simulated clock never passes
-``max_sim_time_s`` (``SimTimeLimitError`` names the unfinished trajectories) unless the
-horizon comes first, in which case the run ends at the horizon.
+``max_sim_time_s`` (``SimTimeLimitError`` names the unfinished trajectories), busy or
+idle (an idle node is woken just past it), unless the horizon comes first, in which case
+the run ends at the horizon; past it with nothing left that could post and the workload
+unfinished, ``WorkloadStoppedError``.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -60,13 +67,19 @@ from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError, KvsimError
 from sim.memory.kv_manager import KVManager
 from sim.memory.metrics import KVSlots, MemoryMetrics
-from sim.sched import BatchPlan, Request, Scheduler
+from sim.sched import BatchPlan, Request, RunLimit, Scheduler
+from sim.sched.plan import run_steps_bound
 
 if TYPE_CHECKING:
     from sim.engine.lockstep import Lockstep
 
 #: zero-time reschedules (preemptions, drops, rejections without a step) before giving up
 MAX_ZERO_TIME_DECISIONS = 100_000
+#: consecutive steps without progress (no token computed or sampled, no admission, finish,
+#: rejection, preemption, drop or cancellation) before giving up: a scheduler whose
+#: ``commit`` advances nothing. Every step of a correct scheduler computes a token
+#: (``BatchPlan``: each scheduled request has ``n_new >= 1``), so a real run has none
+MAX_STALLED_STEPS = 10_000
 
 
 @dataclass(slots=True)
@@ -132,6 +145,17 @@ class SimTimeLimitError(KvsimError):
     """The simulated clock passed ``engine.max_sim_time_s`` (e.g. a tool pause of years)."""
 
 
+class WorkloadStoppedError(KvsimError):
+    """Nothing is left that could post, yet the workload never said it finished (a
+    driver that ended fewer trajectories than its kind's ``count``); ``sim.run`` names
+    the workload kind and both numbers."""
+
+
+class _Alarm(simpy.Timeout):
+    """A node's own wake-up (at the horizon, past ``max_sim_time_s``): an environment
+    holding nothing else has no event left that could post."""
+
+
 class Node:
     """One engine instance (a TP x PP replica) serving requests step by step."""
 
@@ -178,6 +202,13 @@ class Node:
         self._ends: list[float] | None = None  # end times of the run in progress
         self._deadline = -1  # index in _ends of the step the engine will wake after
         self._workload_done = False
+        self._stalled = 0  # consecutive steps without progress (``MAX_STALLED_STEPS``)
+        #: the scheduler is one of kvsim's own (``sim.sched``): its ``plan.run`` is trusted;
+        #: a plug-in's is checked and capped where the engine takes it (``_run_steps``)
+        self._own_scheduler = type(scheduler).__module__.startswith("sim.sched.")
+        self._alarm: simpy.Event | None = None  # the idle wake past max_sim_time_s
+        self._idle_s = 0.0  # when the node last went idle (named if the workload stopped)
+        self._stopped = False  # at the limit, nothing was left that could post (``_wake_at_limit``)
         self._seen: dict[int, tuple[int, int]] = {}  # id(request) -> (output, computed)
         self.end_s = 0.0
         self.last_step_s = 0.0  # duration of the latest step
@@ -260,6 +291,39 @@ class Node:
         if wake is not None and not wake.triggered and self._ends is None:
             wake.succeed()
 
+    def _arm_limit(self, now: float) -> None:
+        """Wake the node, if idle then, at the first time past ``max_sim_time_s`` (the
+        loop stops there as it does after a step past it): a workload that waits without
+        posting (a driver that polls) cannot keep an idle node's run going for ever. One
+        event a run, armed the first time the node goes idle (not with a horizon before
+        the limit: the horizon ends the run first)."""
+        limit = self.max_sim_time_s
+        if limit is None or not math.isfinite(limit):
+            return
+        if self.horizon_s is not None and self.horizon_s <= limit:
+            return
+        delay = math.nextafter(limit, math.inf) - now
+        while now + delay <= limit:  # simpy adds the delay to now: land strictly past it
+            delay = math.nextafter(delay, math.inf)
+        self._alarm = _Alarm(self.env, delay)
+        self._alarm.callbacks.append(self._wake_at_limit)
+
+    @property
+    def workload_stopped(self) -> bool:
+        """At ``max_sim_time_s`` this node found nothing left that could post, the
+        workload unfinished (``WorkloadStoppedError``; in a cluster the node that looked
+        first: another stopping at the same time may raise ``SimTimeLimitError``)."""
+        return self._stopped
+
+    def _wake_at_limit(self, event) -> None:
+        """Past ``max_sim_time_s``: wake the node if idle; ``_stopped`` when nothing is left
+        in the environment but the nodes' own wake-ups (``_Alarm``): nothing can post
+        again, yet the workload never said it finished (its driver ended fewer
+        trajectories than it declared). Looked at once a run (O(events left))."""
+        if self._ends is None and not self._workload_done:
+            self._stopped = all(isinstance(item[3], _Alarm) for item in self.env._queue)
+        self._wake_at_horizon(event)
+
     def _arm(self, wake, i: int) -> None:
         timer = self.env.timeout(max(0.0, float(self._ends[i]) - self.env.now))
         timer.callbacks.append(lambda _ev: self._ring(wake, i))
@@ -275,6 +339,12 @@ class Node:
             # checked before settling: at t = inf (a pause of .inf) settling never ends
             if self.max_sim_time_s is not None and env.now > self.max_sim_time_s:
                 if self.horizon_s is None or self.horizon_s > self.max_sim_time_s:
+                    if self._stopped:
+                        raise WorkloadStoppedError(
+                            f"the node is idle since t={self._idle_s:.6g} s and nothing is "
+                            "left that could post, yet the workload never said it finished "
+                            f"(its trajectories did not all end); {self._stuck_list()}"
+                        )
                     self._too_long()
                 self.end_s = self.horizon_s  # woken idle, past the horizon: it ends there
                 return
@@ -309,8 +379,11 @@ class Node:
                 if self.inbox:  # posted at this boundary (a reload fell back to recompute)
                     continue
                 self._wake, self._ends = env.event(), None
+                self._idle_s = now
                 if self.horizon_s is not None:  # idle: wake at the horizon at the latest
-                    env.timeout(self.horizon_s - now).callbacks.append(self._wake_at_horizon)
+                    _Alarm(env, self.horizon_s - now).callbacks.append(self._wake_at_horizon)
+                if self._alarm is None:  # and just past max_sim_time_s (armed once a run)
+                    self._arm_limit(now)
                 yield self._wake
                 self._wake = None
                 continue
@@ -363,7 +436,10 @@ class Node:
         lim = plan.run
         if self.exact or self._held or lim is None:  # held posts change the next batch
             return None
-        k, chunks = lim.max_steps, lim.chunks
+        k = lim.max_steps if self._own_scheduler else self._run_steps(plan, lim)
+        if k <= 1:
+            return None
+        chunks = lim.chunks
         late = (plan.scheduled[-1][0], len(chunks)) if lim.late else None
         if plan.decodes or late:
             mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late)
@@ -392,10 +468,41 @@ class Node:
         """A lockstep rank's offer of a run of pure-decode steps (``plan.run`` of a batch
         of decodes alone; the group decides the run's length), or None."""
         lim = plan.run
-        if self.exact or self._held or lim is None or lim.chunks is not None:
+        if self.exact or self._held or lim is None:
+            return None
+        k = lim.max_steps if self._own_scheduler else self._run_steps(plan, lim)
+        if lim.chunks is not None:
             return None
         decodes, kv, base = plan.decodes, self.kv, m[1]
-        return RunOffer(work, lim.max_steps, lambda steps: kv.plan_decode_run(decodes, steps, base))
+        return RunOffer(work, k, lambda steps: kv.plan_decode_run(decodes, steps, base))
+
+    def _run_steps(self, plan: BatchPlan, lim: object) -> int:
+        """A plug-in scheduler's ``plan.run`` as the steps the engine may plan: a
+        ``RunLimit`` whose ``max_steps`` is a whole number >= 1 (any integer type but a
+        bool; anything else is a one-line ``KvsimError`` naming the scheduler), capped at
+        the steps it can describe (``run_steps_bound``: to the first decode's finish, the
+        prefill's chunks), so the run's plan (per-step lists) stays as long as the
+        batch can repeat. O(1) checks, plus the cap's O(decodes) pass, as planning the
+        run's memory takes; kvsim's own schedulers skip both."""
+        if type(lim) is not RunLimit:
+            raise KvsimError(
+                f"scheduler {_named(self.sched)}: plan.run is {_shown(lim)}; it must be a "
+                "sim.sched.RunLimit or None (docs/engine.md, the scheduler contract)"
+            )
+        k: Any = lim.max_steps
+        steps = None
+        if not isinstance(k, bool):
+            try:
+                steps = operator.index(k)
+            except TypeError:
+                pass
+        if steps is None or steps < 1:
+            raise KvsimError(
+                f"scheduler {_named(self.sched)}: RunLimit.max_steps is {_shown(k)}; it must "
+                "be a whole number >= 1 (an int, not a bool; docs/engine.md, the scheduler "
+                "contract)"
+            )
+        return min(steps, run_steps_bound(plan, lim))
 
     def _prefill_run_durations(
         self, plan: BatchPlan, work: StepWork, cost: StepCost, chunks: tuple[int, ...], late: bool, k: int
@@ -459,7 +566,29 @@ class Node:
                 n_pre = min(len(run.chunks), k)
                 pre_tokens = sum(run.chunks[:n_pre])
                 rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run, n_pre))
+        probe = plan.scheduled[0][0]  # a step with no token sampled still computes some
+        computed = probe.num_computed
         result = self.sched.commit(plan, k)
+        if (
+            result.emitted
+            or result.finished
+            or result.emitted_from
+            or probe.num_computed != computed
+            or plan.admitted
+            or plan.preempted
+            or plan.rejected
+            or plan.held_drops
+        ):
+            self._stalled = 0
+        else:
+            self._stalled += 1
+            if self._stalled >= MAX_STALLED_STEPS:
+                self._stuck(
+                    f"scheduler {_named(self.sched)} made no progress in {self._stalled} "
+                    "consecutive steps (no token computed or sampled, no admission, finish, "
+                    "rejection, preemption, drop or cancellation): its commit advances "
+                    "nothing (docs/engine.md, the scheduler contract)"
+                )
         rec.emit(result.emitted, s0, k)
         if result.drafts:
             rec.speculative(result.extra_tokens, result.drafts, result.wasted_tokens, plan.verify_seqs)
@@ -578,6 +707,7 @@ class Node:
                 if req is not None and sched.cancel(req):
                     req.finish_s = self.env.now
                     self._ended(req)
+                    self._stalled = 0
                 self.pauses.released(op[2], cancelled=True)
                 kv.release(op[2])
         self.rec.rejected_at_submit(self.env.now, refused, len(sched.running), len(sched.waiting))
@@ -596,7 +726,8 @@ class Node:
                 raise InvariantError(f"{req!r}: computed tokens went down without a preemption")
             self._seen[id(req)] = now
 
-    def _too_long(self) -> None:
+    def _stuck_list(self) -> str:
+        """``stuck trajectories: ...``: those with a request submitted or in a tool pause."""
         reqs = [op[1] for op in (*self._held, *self.inbox) if op[0] == "submit"]
         reqs += [*self.sched.running, *self.sched.waiting]
         queued = {r.traj_id for r in reqs}
@@ -606,9 +737,12 @@ class Node:
             for what, ids in (("a request submitted", queued), ("in a tool pause", pausing))
             if ids
         ]
+        return f"stuck trajectories: {'; '.join(parts) or 'none'}"
+
+    def _too_long(self) -> None:
         raise SimTimeLimitError(
             f"simulated time reached t={self.env.now:.6g} s, past engine.max_sim_time_s = "
-            f"{self.max_sim_time_s:.6g} s; stuck trajectories: {'; '.join(parts) or 'none'}; "
+            f"{self.max_sim_time_s:.6g} s; {self._stuck_list()}; "
             "raise engine.max_sim_time_s if the run is meant to be this long, or set duration_s "
             "below it to stop cleanly there"
         )
@@ -662,10 +796,22 @@ def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:
     return 1 if last and req.num_output > 0 else 0
 
 
+def _named(sched: Scheduler) -> str:
+    """A scheduler as errors name it: its registered name and its class."""
+    cls = type(sched)
+    return f"{sched.name!r} ({cls.__module__}.{cls.__qualname__})"
+
+
+def _shown(value: object) -> str:
+    """A plug-in's value in an error: its type and a repr of at most 60 characters."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 def _ids(ids: set[int], most: int = 10) -> str:
     shown = sorted(ids)[:most]
     more = f" (+{len(ids) - most} more)" if len(ids) > most else ""
     return ", ".join(str(i) for i in shown) + more
 
 
-__all__ = ["EngineStuckError", "Node", "SimTimeLimitError"]
+__all__ = ["EngineStuckError", "Node", "SimTimeLimitError", "WorkloadStoppedError"]

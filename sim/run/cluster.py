@@ -36,7 +36,7 @@ from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old
     preflight_cluster,
     preflight_node,
 )
-from sim.run.node import RunResult, build_node, engine_meta, layer_group_meta
+from sim.run.node import RunResult, build_node, engine_meta, layer_group_meta, run_workload
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved
@@ -70,9 +70,8 @@ class ClusterSimulation:
             ctx = self.ctx
             for p in self.parts:
                 p.node.progress = lambda now: progress(now, ctx.completed, ctx.total)
-        self.env.process(self.driver)
         t0 = time.perf_counter()
-        self.env.run(until=simpy.AllOf(self.env, [p.node.process for p in self.parts]))
+        run_workload(self.env, [p.node for p in self.parts], self.ctx, self.driver)
         wall = time.perf_counter() - t0
         return collect_cluster(self, wall)
 

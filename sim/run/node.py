@@ -2,8 +2,9 @@
 
 Responsibility: everything a single-node run and a cluster run share, below both
 (``sim.run.runner`` builds one node, ``sim.run.cluster`` one per entry): ``build_node`` (cost model, allocator, KV manager,
-scheduler, recorder, pause lifecycle, copy engines), ``engine_meta`` (the summary's facts
-about one engine) and ``RunResult``. Keeping them here keeps ``runner`` -> ``cluster`` ->
+scheduler, recorder, pause lifecycle, copy engines), ``run_workload`` (the environment run
+to the nodes' end, with the workload's driver held to its kind's ``count``),
+``engine_meta`` (the summary's facts about one engine) and ``RunResult``. Keeping them here keeps ``runner`` -> ``cluster`` ->
 ``node`` acyclic.
 
 Invariant: nothing here reads the wall clock or writes files; the same resolved scenario
@@ -23,6 +24,7 @@ from sim.cost import CostModel
 from sim.cost.speculative import DraftPricer, drafter_profile
 from sim.engine import Node
 from sim.engine.copy_engine import CopyEngines
+from sim.engine.node import SimTimeLimitError, WorkloadStoppedError
 from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
@@ -34,6 +36,7 @@ from sim.scenario.speculative import grouped_draft_layers
 from sim.sched import Scheduler, make_scheduler
 from sim.sizing.group_demand import kv_groups, with_saved_states
 from sim.sizing.group_split import GroupSplit, kv_split
+from sim.workload import WorkloadContext
 
 
 @dataclass
@@ -119,6 +122,32 @@ def build_node(env: simpy.Environment, resolved: Resolved) -> NodeParts:
     )
     pauses.attach(node, kv, scheduler, copies, track=sc.engine.check_invariants)
     return NodeParts(resolved, node, kv, scheduler, cost, recorder, pauses)
+
+
+def run_workload(env: simpy.Environment, nodes: list[Node], ctx: WorkloadContext, driver: Any) -> None:
+    """Run ``env`` until every one of ``nodes`` has ended, with the workload's ``driver``.
+
+    A driver that disagrees with its kind's ``count`` is a one-line ``KvsimError`` naming
+    the kind and both numbers (``WorkloadContext.miscounted``): one that starts or ends
+    more trajectories is refused as it does (``trajectory_started``/``_ended``); one that
+    ends fewer and then posts nothing more leaves the nodes idle with nothing left to
+    wake them (``WorkloadStoppedError``, at ``engine.max_sim_time_s``: simulated time
+    jumps there at once); one still running when the trajectories its count says have
+    all ended (more to start later, which would be dropped) is refused after the run: a
+    driver's generator returns once it has started its trajectories (every shipped one
+    does; O(1) after the run)."""
+    process = env.process(driver)
+    until = nodes[0].process if len(nodes) == 1 else simpy.AllOf(env, [n.process for n in nodes])
+    try:
+        env.run(until=until)
+    except (WorkloadStoppedError, SimTimeLimitError):
+        if ctx.ended < ctx.total and any(n.workload_stopped for n in nodes):
+            what = f"ended {ctx.ended} (of {ctx.started} started) and then posted nothing more"
+            raise ctx.miscounted(what) from None
+        raise
+    if process.is_alive and ctx.ended >= ctx.total:
+        what = f"was still running when those {ctx.total} had ended (a driver returns once it has started them all)"
+        raise ctx.miscounted(what)
 
 
 def group_split(r: Resolved, allocator: Any) -> GroupSplit | None:

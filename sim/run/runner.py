@@ -36,7 +36,7 @@ from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names
     preflight,
     preflight_node,
 )
-from sim.run.node import NodeParts, RunResult, build_node, engine_meta  # noqa: F401
+from sim.run.node import NodeParts, RunResult, build_node, engine_meta, run_workload  # noqa: F401
 from sim.run.pricing import cost_summary
 from sim.run.provenance import config_sha256, resolved_config, scenario_path
 from sim.scenario import LoadedScenario, Resolved, load_scenario
@@ -65,9 +65,8 @@ class Simulation:
         if progress is not None:
             ctx = self.ctx
             self.node.progress = lambda now: progress(now, ctx.completed, ctx.total)
-        self.env.process(self.driver)
         t0 = time.perf_counter()
-        self.env.run(until=self.node.process)
+        run_workload(self.env, [self.node], self.ctx, self.driver)
         wall = time.perf_counter() - t0
         return collect(self, wall)
 

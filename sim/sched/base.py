@@ -168,7 +168,9 @@ class Scheduler(ABC):
     @abstractmethod
     def commit(self, plan: BatchPlan, steps: int = 1) -> CommitResult:
         """Apply a step, or (``steps`` > 1, only within ``plan.run``) that many steps of
-        the same batch: what each of them computes follows from the plan alone."""
+        the same batch: what each of them computes follows from the plan alone (the
+        scheduled requests' computed tokens advance; the engine stops a run whose steps
+        make no progress for ``sim.engine.node.MAX_STALLED_STEPS`` steps)."""
 
     @abstractmethod
     def prefill_chunks(self, cached_tokens: int, new_tokens: int) -> list[int]:

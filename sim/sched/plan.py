@@ -9,6 +9,9 @@ With speculative decoding a decode is a *verify* of ``1 + d`` tokens: it is sche
 and priced, as the chunk of ``1 + d`` new tokens over its history that vLLM V1 runs
 (``prefill_chunks``), and counted in ``verify_seqs`` / ``verify_tokens`` /
 ``verify_history_tokens`` so the tables count it as a decode, never as prompt work.
+``run_steps_bound`` is what a ``RunLimit`` can mean for its plan (the engine caps a
+plug-in scheduler's ``max_steps`` at it: steps past it would repeat a batch that has
+changed).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ class RunLimit:
     engine's to check): at most ``max_steps`` steps; the plan's single prefill advances by
     ``chunks`` (one per step while it lasts; None: no prefill), and with ``late`` its
     request, once its prompt is done, decodes with the others for the rest of the run.
-    A run's decodes each sample one token a step."""
+    A run's decodes each sample one token a step. ``max_steps`` is a whole number >= 1
+    (a plug-in scheduler's other value is refused where the engine takes it, and a
+    larger one than ``run_steps_bound`` is capped there)."""
 
     max_steps: int
     chunks: tuple[int, ...] | None = None
@@ -108,6 +113,29 @@ class BatchPlan:
             return None, None
         hist = [r.num_computed for r in self.decodes]
         return max(hist), min(hist)
+
+
+def steps_to_first_finish(decodes: list[Request]) -> int:
+    """Steps until the first of ``decodes`` reaches its output limit (a large number
+    without decodes)."""
+    # a list comprehension: in Python 3.11, 1.7x faster than min(map(sub, map(attrgetter) ..))
+    return min([r.output_limit - r.num_output for r in decodes], default=1 << 30)
+
+
+def run_steps_bound(plan: BatchPlan, lim: RunLimit) -> int:
+    """The most steps of ``plan`` that ``lim`` can describe (>= 1), whatever its
+    ``max_steps``: the decodes' steps up to the first finish (each samples a token a
+    step), and with a prefill (``chunks``) its steps, plus with ``late`` the decode steps
+    left to its own output after the prompt (``output_limit - num_output - 1``); 1 when
+    nothing repeats (no decode, no prefill run). O(decodes), as planning the run is."""
+    bound = steps_to_first_finish(plan.decodes) if plan.decodes else None
+    if lim.chunks is not None:
+        steps = len(lim.chunks)
+        if lim.late and plan.scheduled:
+            req = plan.scheduled[-1][0]
+            steps += max(0, req.output_limit - req.num_output - 1)
+        bound = steps if bound is None else min(bound, steps)
+    return max(1, 1 if bound is None else bound)
 
 
 @dataclass(slots=True)

@@ -49,7 +49,7 @@ from pydantic import ConfigDict, Field
 from sim.config_model import ConfigModel
 from sim.errors import InvariantError
 from sim.sched.base import Scheduler, register_scheduler
-from sim.sched.plan import BatchPlan, CommitResult, RunLimit
+from sim.sched.plan import BatchPlan, CommitResult, RunLimit, steps_to_first_finish
 from sim.sched.request import (
     CANCELLED,
     CANCELLED_REASON,
@@ -444,13 +444,6 @@ class VllmV1Scheduler(Scheduler):
         super().check_invariants()
         if len(self.running) > self.config.max_num_seqs:
             raise InvariantError("more running requests than max_num_seqs")
-
-
-def steps_to_first_finish(decodes: list[Request]) -> int:
-    """Steps until the first of ``decodes`` reaches its output limit (a large number
-    without decodes)."""
-    # a list comprehension: in Python 3.11, 1.7x faster than min(map(sub, map(attrgetter) ..))
-    return min([r.output_limit - r.num_output for r in decodes], default=1 << 30)
 
 
 def _decodes_from(running: list[Request], i: int, end: int) -> int:

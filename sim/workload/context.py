@@ -7,7 +7,9 @@ is a hook (a no-op here) through which ``kvsim workload sample`` lists a traject
 the workload in the ``workload`` column of the request and trajectory tables (the kind, or
 a ``mix`` component's name; ``sim.workload.mix`` makes one context per component).
 
-Invariant: ids are consecutive integers in creation order; ``ended <= started <= total``;
+Invariant: ids are consecutive integers in creation order; ``ended <= started <= total``
+(a driver that starts or ends more trajectories than its kind's ``count`` said is refused
+at once, in one line naming the kind and both numbers: ``miscounted``);
 ``node.workload_finished()`` is called exactly once, after the last trajectory ended.
 """
 
@@ -17,6 +19,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from sim.errors import KvsimError
 from sim.sched.request import Request
 from sim.workload.billing import NO_BILL, Bill
 from sim.workload.rng import Streams
@@ -50,6 +53,9 @@ class WorkloadContext:
         self.completed = 0  # trajectories that finished every turn
         #: the ``workload`` column of every request and trajectory this context records
         self.label = ""
+        #: the workload kind whose driver runs on this context (set by its registered
+        #: driver, ``sim.workload.kinds``; named by ``miscounted``)
+        self.kind = ""
         #: where this workload's config sits in the scenario (named by config errors)
         self.field_prefix = "workload"
         self._req_ids = itertools.count()
@@ -128,17 +134,31 @@ class WorkloadContext:
 
     # ------------------------------------------------------------ lifecycle
     def trajectory_started(self) -> int:
+        if self.started >= self.total:
+            raise self.miscounted(f"started more (trajectory {self.started + 1})")
         self.started += 1
         return self.started - 1
 
     def trajectory_ended(self, row: tuple, completed: bool, label: str | None = None) -> None:
         """Record a trajectory's row (under ``label``, default this context's); the last one
         ends the workload."""
+        if self.ended >= self.total:
+            raise self.miscounted(f"ended more (trajectory {self.ended + 1})")
         self.rec.trajectory(row, self.label if label is None else label)
         self.ended += 1
         self.completed += completed
         if self.ended == self.total:
             self.node.workload_finished()
+
+    def miscounted(self, what: str) -> KvsimError:
+        """The one-line refusal of a driver that disagrees with its kind's ``count``:
+        ``what`` says what the driver did (``started more (trajectory 5)``)."""
+        where = "" if self.field_prefix == "workload" else f" ({self.field_prefix})"
+        return KvsimError(
+            f"workload kind {self.kind or self.label!r}{where}: its count says {self.total} "
+            f"trajectories but its driver {what}; count(cfg) must be the number of "
+            "trajectories the driver starts and ends (docs/plugins.md)"
+        )
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()

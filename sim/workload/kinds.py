@@ -40,7 +40,8 @@ WORKLOADS: dict[str, WorkloadKind] = {}
 
 
 def register_workload(kind: WorkloadKind) -> WorkloadKind:
-    """Register ``kind``; its driver labels an unlabelled context with the kind's name."""
+    """Register ``kind``; its driver labels an unlabelled context with the kind's name
+    and sets the context's ``kind`` (named when the driver disagrees with ``count``)."""
     _check_config(kind.name, kind.config)
     _check_driver(kind.name, kind.driver)
     driver = kind.driver
@@ -48,6 +49,7 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
     def labelled(cfg, ctx: WorkloadContext):
         if not ctx.label:
             ctx.label = kind.name
+        ctx.kind = kind.name
         return driver(cfg, ctx)
 
     labelled.__wrapped__ = driver  # type: ignore[attr-defined]  # the driver as registered

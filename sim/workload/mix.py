@@ -36,6 +36,7 @@ class ComponentContext(WorkloadContext):
         self.env, self.node, self.rec = parent.env, parent.node, parent.rec
         self.base_dir, self.context_window = parent.base_dir, parent.context_window
         self.label = label
+        self.kind = ""  # set by the component's registered driver
         self.field_prefix = f"{parent.field_prefix}.components.{index}"
         self.traj_offset = traj_offset
         self.total = total
@@ -67,11 +68,15 @@ class ComponentContext(WorkloadContext):
         self.parent.call_submitted(req, tool, user_turn)
 
     def trajectory_started(self) -> int:
+        if self.started >= self.total:
+            raise self.miscounted(f"started more (trajectory {self.started + 1})")
         self.started += 1
         self.parent.trajectory_started()
         return self.started - 1
 
     def trajectory_ended(self, row: tuple, completed: bool) -> None:
+        if self.ended >= self.total:
+            raise self.miscounted(f"ended more (trajectory {self.ended + 1})")
         self.ended += 1
         self.completed += completed
         row = (row[0] + self.traj_offset, *row[1:])
