@@ -9,7 +9,8 @@ each text: its plain result must be the text with only the escapes removed.
 
 from __future__ import annotations
 
-import click
+from typing import Any
+
 from rich.text import Text
 from typer.main import get_command
 from typer.testing import CliRunner
@@ -20,7 +21,7 @@ from sim.cli import app
 def _texts() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
 
-    def walk(cmd: click.Command, path: str) -> None:
+    def walk(cmd: Any, path: str) -> None:  # a click command (typer's, not imported here)
         for name, text in [("help", cmd.help or ""), ("epilog", cmd.epilog or "")]:
             out.append((f"{path} {name}", text))
         for param in cmd.params:
