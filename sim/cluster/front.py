@@ -15,8 +15,9 @@ sequence on its home) and a predicted TTFT.
 Invariants: ``outstanding[j]`` = requests routed to node j whose ``on_done`` has not yet
 run (each request ends exactly once); a sequence has at most one home; routing decisions
 are deterministic; a router's answer is a node index in ``range(n_nodes)`` or None (any
-other value is a one-line error naming the router, checked in O(1) per submission); with one node and ``round_robin`` the nodes see exactly the calls a
-single-node run makes (tested: identical results).
+other value is a one-line error naming the router, checked in O(1) per submission); with
+one node and ``round_robin`` the nodes see exactly the calls a single-node run makes
+(tested: identical results).
 """
 
 from __future__ import annotations
