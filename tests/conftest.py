@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
+from contextlib import contextmanager
 
 import pytest
 
@@ -69,3 +71,24 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return _run
+
+
+@contextmanager
+def _deadline(seconds: int):
+    def _raise(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def deadline():
+    """``with deadline(seconds):`` fails the test (instead of hanging the suite) when the
+    body runs longer than ``seconds`` (SIGALRM: the main thread, as pytest-xdist runs it)."""
+    return _deadline

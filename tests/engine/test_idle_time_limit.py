@@ -5,8 +5,6 @@ the run cleanly there."""
 
 from __future__ import annotations
 
-import signal
-from contextlib import contextmanager
 from typing import Literal
 
 import pytest
@@ -19,22 +17,6 @@ from sim.workload.common_config import RequestsWorkload
 
 BASE = {"schema_version": 1, "model": "llama-3.1-8b", "hardware": {"accelerator": "h100-sxm-80gb"}}
 REQUESTS = [{"count": 2, "at_s": 0.0, "prompt_tokens": 64, "output_tokens": 4}]
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
-
-    def _raise(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 class PollWorkload(RequestsWorkload):
@@ -54,7 +36,7 @@ def poll():
     del WORKLOADS["poll"]
 
 
-def test_a_driver_that_polls_without_posting_stops_at_the_guard(poll):
+def test_a_driver_that_polls_without_posting_stops_at_the_guard(deadline, poll):
     """It used to run for ever (the idle node never looked at the clock)."""
     sc = {**BASE, "engine": {"max_sim_time_s": 1e5}, "workload": {"kind": "poll", "requests": REQUESTS}}
     with deadline(60), pytest.raises(SimTimeLimitError) as exc:
@@ -66,7 +48,7 @@ def test_a_driver_that_polls_without_posting_stops_at_the_guard(poll):
     )
 
 
-def test_a_polling_driver_ends_cleanly_at_a_horizon_before_the_guard(poll):
+def test_a_polling_driver_ends_cleanly_at_a_horizon_before_the_guard(deadline, poll):
     sc = {**BASE, "duration_s": 50.0, "engine": {"max_sim_time_s": 1e5},
           "workload": {"kind": "poll", "requests": REQUESTS}}  # fmt: skip
     with deadline(60):

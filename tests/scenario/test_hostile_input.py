@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import math
 import resource
-import signal
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -46,22 +44,6 @@ def billion_laughs(levels: int = 10) -> str:
     for i in range(1, levels):
         lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
     return "\n".join(lines) + "\n"
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
-
-    def _raise(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def kvsim_limited(*args: str, as_bytes: int = 1 << 30, timeout_s: int = 600):
@@ -335,7 +317,7 @@ def test_default_guard_is_thirty_days():
     assert EngineConfig().max_sim_time_s == 30 * 86_400
 
 
-def test_pause_of_years_stops_at_the_guard_naming_trajectories():
+def test_pause_of_years_stops_at_the_guard_naming_trajectories(deadline):
     """The idle node stops just past the guard (it used to wait for the next post, at
     t=1e8), naming the trajectories in their tool pauses."""
     with deadline(60), pytest.raises(SimTimeLimitError) as exc:
@@ -346,7 +328,7 @@ def test_pause_of_years_stops_at_the_guard_naming_trajectories():
     assert "; stuck trajectories: in a tool pause 0, 1; raise" in msg
 
 
-def test_infinite_pause_cannot_spin():
+def test_infinite_pause_cannot_spin(deadline):
     """A pause of inf (only reachable around validation) used to spin forever at t=inf
     (``env.peek() <= env.now`` is ``inf <= inf``); then it stopped at t=inf; now the idle
     node stops just past the guard."""
@@ -357,14 +339,14 @@ def test_infinite_pause_cannot_spin():
         build(loaded).run()
 
 
-def test_horizon_before_the_guard_ends_cleanly_at_the_horizon():
+def test_horizon_before_the_guard_ends_cleanly_at_the_horizon(deadline):
     with deadline(60):
         r = run_scenario(str(SWARM), **SMALL, **{"workload.pause_s": 1e8, "duration_s": 50.0})
     assert r.summary["sim_time_s"] == 50.0
     assert r.summary["trajectories_completed"] == 0
 
 
-def test_guard_is_configurable():
+def test_guard_is_configurable(deadline):
     more = {**SMALL, "workload.pause_s": 200.0}
     with deadline(60), pytest.raises(SimTimeLimitError, match=r"max_sim_time_s = 100 s"):
         run_scenario(str(SWARM), **more, **{"engine.max_sim_time_s": 100.0})

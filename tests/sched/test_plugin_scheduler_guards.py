@@ -8,7 +8,6 @@ the run's plan stays small and its results right."""
 from __future__ import annotations
 
 import resource
-import signal
 import tracemalloc
 from contextlib import contextmanager
 from typing import Literal
@@ -34,22 +33,6 @@ SCENARIO = {
         "requests": [{"count": 2, "at_s": 0.0, "prompt_tokens": 64, "output_tokens": 40}],
     },
 }
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
-
-    def _raise(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @contextmanager
@@ -92,7 +75,7 @@ def stall():
     del _REGISTRY["stall"]
 
 
-def test_a_scheduler_whose_commit_advances_nothing_stops_in_one_line(stall):
+def test_a_scheduler_whose_commit_advances_nothing_stops_in_one_line(deadline, stall):
     """It used to step until the 30-day guard, ~400 B a decision; now it stops after
     ``MAX_STALLED_STEPS`` steps (10,000: a couple of seconds) naming the scheduler."""
     with deadline(120), pytest.raises(EngineStuckError) as exc:
@@ -184,7 +167,7 @@ def test_a_plan_run_that_is_not_a_run_limit_is_one_line(runs):
 
 
 @pytest.mark.parametrize("max_steps", [10**8, np.int64(10**8), 10**30])
-def test_a_huge_max_steps_is_capped_to_what_the_batch_can_repeat(runs, max_steps):
+def test_a_huge_max_steps_is_capped_to_what_the_batch_can_repeat(deadline, runs, max_steps):
     """10**8 used to build per-step lists of 10**8 entries (memory ran out); a run longer
     than the first finish also sampled past the requests' output (10**5: 200,002 output
     tokens for 80). Capped at the first finish, the run is ``vllm_v1``'s, in little
