@@ -39,6 +39,9 @@ COMMANDS = {
     "--version": ["--version"],
     "validate (one node)": ["validate", "workloads/seed_chunked_prefill.yaml"],
     "validate (cluster)": ["validate", "workloads/cluster_coding_agents.yaml"],
+    # a scenario whose trace validate reads (a CSV: pandas' parser until 2026-12-04)
+    "validate (CSV trace)": ["validate", "workloads/chat_azure.yaml"],
+    "validate (mix with a CSV trace)": ["validate", "workloads/mixed_chat_agents.yaml"],
 }
 
 

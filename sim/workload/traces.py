@@ -5,14 +5,18 @@ inference traces of 2023: ``TIMESTAMP, ContextTokens, GeneratedTokens``) with on
 errors naming the file and the column; name the traces shipped in ``workloads/data``
 (``SHIPPED``) and find them in the checkout.
 
-Invariant: traces are read with pandas' CSV parser only (no code execution); token
-columns come back as int64 arrays of whole numbers in [1, ``MAX_TRACE_TOKENS``] (any
-other cell is refused naming its row, never rounded or raised to 1), time columns as float
-seconds from the first row.
+Invariant: traces are read with Python's ``csv`` module only (no code execution, no
+pandas: ``kvsim validate`` of a scenario that names a trace does not pay pandas' import,
+~0.25 s; a cell is at most ``csv.field_size_limit()`` characters); token columns come back
+as int64 arrays of whole numbers in [1, ``MAX_TRACE_TOKENS``] (any other cell is refused
+naming its row, never rounded or raised to 1), time columns as float seconds from the
+first row.
 """
 
 from __future__ import annotations
 
+import csv
+import re
 from pathlib import Path
 
 import numpy as np
@@ -42,22 +46,40 @@ def shipped_trace(name: str, field: str | None = None) -> Path:
 
 
 def read_columns(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
-    """The named columns of a CSV file as numpy arrays (raises ConfigError)."""
-    import pandas as pd
+    """The named columns of a CSV file as arrays of their cells' text (raises ConfigError).
 
+    The first non-blank line is the header; blank lines are skipped (so a "data row" is a
+    row, not a line, as pandas counted them before); a row with fewer cells than the header
+    has empty ones at its end, one with more is refused naming its line."""
     if not path.is_file():
         raise ConfigError("trace file not found", location=str(path))
     try:
-        frame = pd.read_csv(path, usecols=lambda c: c in columns)
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
-        msg = str(exc).splitlines()[0]
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            rows = [r for r in reader if r and (len(r) > 1 or r[0].strip())]
+    except csv.Error as exc:
+        raise ConfigError(f"cannot read trace: line {reader.line_num}: {exc}", location=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"cannot read trace: {msg}", location=str(path)) from None
-    missing = [c for c in columns if c not in frame.columns]
+    if not rows:
+        raise ConfigError("cannot read trace: the file is empty", location=str(path))
+    header = rows[0]
+    missing = [c for c in columns if c not in header]
     if missing:
         raise ConfigError(f"trace has no column {missing[0]!r}", location=str(path))
-    if frame.empty:
+    if len(rows) == 1:
         raise ConfigError("trace has no rows", location=str(path))
-    return {c: frame[c].to_numpy() for c in columns}
+    width = len(header)
+    data = rows[1:]
+    if any(len(r) != width for r in data):
+        for i, r in enumerate(data):
+            if len(r) > width:
+                raise ConfigError(f"cannot read trace: data row {i + 1} has {len(r)} cells, "
+                                  f"the header {width}", location=str(path))  # fmt: skip
+        data = [r + [""] * (width - len(r)) for r in data]
+    cells = list(zip(*data, strict=True))
+    return {c: np.array(cells[header.index(c)], dtype=object) for c in columns}
 
 
 #: the most tokens a trace's prompt or output may have (a bound far above any model's window)
@@ -72,7 +94,7 @@ def token_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
     and a huge one overflowed int64."""
     try:
         tokens = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         tokens = None
     if tokens is None:  # the first cell that is not a number
         i = next((j for j, v in enumerate(values) if not _is_number(v)), 0)
@@ -95,8 +117,16 @@ def _is_number(value: object) -> bool:
 
 
 def _shown(value: object) -> str:
-    """A cell as the message shows it: a plain number or string, at most 40 characters."""
-    text = repr(value.item() if isinstance(value, np.generic) else value)
+    """A cell as the message shows it, at most 40 characters: a number as written (or as
+    its value), other text quoted, an empty cell as such."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return "an empty cell"
+        if not _is_number(text):
+            text = repr(value)
+    else:
+        text = repr(value.item() if isinstance(value, np.generic) else value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -107,24 +137,47 @@ def _bad_cell(path: Path, column: str, row: int, got: str) -> ConfigError:
     )
 
 
+#: an ISO 8601 date-time without a zone (the Azure traces': ``2023-11-16 18:15:46.6805900``),
+#: which numpy parses to the nanosecond as pandas does; other forms go to pandas
+_ISO_DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d{1,9})?")
+
+
 def time_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
     """A timestamp column (numbers in seconds, or date-times) as seconds from the first row."""
-    import pandas as pd
-
-    if np.issubdtype(np.asarray(values).dtype, np.number):
+    values = np.asarray(values)
+    try:
         t = np.asarray(values, dtype=np.float64)
-    else:
-        try:
-            stamps = pd.to_datetime(pd.Series(values), format="mixed")
-        except (ValueError, TypeError):
-            raise ConfigError(
-                f"column {column!r} is neither seconds nor date-times", location=str(path)
-            ) from None
-        t = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy()
+    except (TypeError, ValueError, OverflowError):
+        t = _datetime_seconds(path, values, column)
     t = t - t[0]
     if (np.diff(t) < 0).any():
         raise ConfigError(f"column {column!r} is not in time order", location=str(path))
     return t
+
+
+def _datetime_seconds(path: Path, values: np.ndarray, column: str) -> np.ndarray:
+    """Date-time cells as seconds from the first: ISO 8601 ones by numpy, any other form
+    by pandas' ``to_datetime(format="mixed")`` (imported only then)."""
+    match = _ISO_DATETIME.fullmatch
+    if all(isinstance(v, str) and match(v) for v in values):
+        try:
+            stamps = np.array(values, dtype="datetime64[ns]")
+        except ValueError:  # a date that does not exist (2023-02-30): pandas says so below
+            pass
+        else:
+            # whole seconds plus the nanosecond rest, each exact in a float below 2**53:
+            # a correctly rounded figure (and the one pandas' ``total_seconds`` gives)
+            whole_s, rest_ns = np.divmod((stamps - stamps[0]).astype(np.int64), 10**9)
+            return whole_s + rest_ns / 10**9
+    import pandas as pd
+
+    try:
+        series = pd.to_datetime(pd.Series(values), format="mixed")
+    except (ValueError, TypeError):
+        raise ConfigError(
+            f"column {column!r} is neither seconds nor date-times", location=str(path)
+        ) from None
+    return (series - series.iloc[0]).dt.total_seconds().to_numpy()
 
 
 def cycle_times(t: np.ndarray, n: int) -> np.ndarray:

@@ -53,15 +53,17 @@ def test_named_streams_are_independent_and_reproducible():
 
 @pytest.mark.parametrize(
     "cell, shown",
-    [("-5", "-5"), ("0", "0"), ("12.5", "12.5"), ("inf", "inf"), ("1e30", "1e+30"),
-     ("10000001", "10000001"), ("9" * 30, "9" * 30), ("9" * 200_000, "'" + "9" * 36 + "..."),
-     ("abc", "'abc'"), ("", "an empty cell")],
+    [("-5", "-5"), ("0", "0"), ("12.5", "12.5"), ("inf", "inf"), ("1e30", "1e30"),
+     (" 0 ", "0"), ("10000001", "10000001"), ("9" * 30, "9" * 30),
+     ("9" * 100_000, "9" * 37 + "..."), ("abc", "'abc'"), ("x" * 50, "'" + "x" * 36 + "..."),
+     ("", "an empty cell"), ("  ", "an empty cell")],
 )  # fmt: skip
 def test_a_token_cell_that_is_not_a_whole_number_in_range_is_refused_at_its_line(
     tmp_path, cell, shown
 ):
     """Cells used to be rounded and raised to 1 silently (0, -5, 12.5), and a huge one
-    overflowed int64 into a negative span deep in the run."""
+    overflowed int64 into a negative span deep in the run. A number is shown as written,
+    other text quoted (at most 40 characters)."""
     path = tmp_path / "t.csv"
     path.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,{cell},5\n2,7,5\n")
     cols = read_columns(path, ["ContextTokens", "GeneratedTokens"])
@@ -73,6 +75,51 @@ def test_a_token_cell_that_is_not_a_whole_number_in_range_is_refused_at_its_line
     path.write_text("ContextTokens\n10\n10000000\n1\n")
     cols = read_columns(path, ["ContextTokens"])
     assert token_column(path, cols["ContextTokens"], "ContextTokens").tolist() == [10, 10**7, 1]
+
+
+def test_a_csv_the_reader_refuses_is_one_line_naming_the_file(tmp_path):
+    """The csv module's bounds and shapes, each one line naming the file: a cell past its
+    field limit (131,072 characters: bounded memory per cell), a row with more cells than
+    the header, an empty file; blank lines are skipped (rows are counted, not lines) and a
+    short row has empty cells at its end."""
+    path = tmp_path / "t.csv"
+    path.write_text("ContextTokens,GeneratedTokens\n10,5\n" + "9" * 200_000 + ",5\n")
+    with pytest.raises(ConfigError) as exc:
+        read_columns(path, ["ContextTokens"])
+    assert str(exc.value) == f"{path}: cannot read trace: line 3: field larger than field limit (131072)"
+    path.write_text("ContextTokens,GeneratedTokens\n10,5\n11,5,7\n")
+    with pytest.raises(ConfigError) as exc:
+        read_columns(path, ["ContextTokens"])
+    assert str(exc.value) == f"{path}: cannot read trace: data row 2 has 3 cells, the header 2"
+    path.write_text("")
+    with pytest.raises(ConfigError) as exc:
+        read_columns(path, ["ContextTokens"])
+    assert str(exc.value) == f"{path}: cannot read trace: the file is empty"
+    path.write_text("\nContextTokens,GeneratedTokens\n\n10,5\n   \n11\n")
+    cols = read_columns(path, ["ContextTokens", "GeneratedTokens"])
+    assert token_column(path, cols["ContextTokens"], "ContextTokens").tolist() == [10, 11]
+    with pytest.raises(ConfigError) as exc:
+        token_column(path, cols["GeneratedTokens"], "GeneratedTokens")
+    assert str(exc.value).endswith("data row 2: GeneratedTokens: expected a whole number of "
+                                   "tokens in [1, 10,000,000], got an empty cell")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["conv", "code"])
+def test_trace_times_are_pandas_to_the_bit(name):
+    """The Azure traces' date-times, parsed by numpy (ISO 8601, to the nanosecond) into
+    whole seconds plus the rest, equal pandas' ``to_datetime`` and ``total_seconds`` (the
+    reader before, whose figures the goldens hold) bit for bit; another form of date-time
+    still goes to pandas."""
+    import pandas as pd
+
+    path = AZURE.with_name(f"AzureLLMInferenceTrace_{name}.csv")
+    t = time_column(path, read_columns(path, ["TIMESTAMP"])["TIMESTAMP"], "TIMESTAMP")
+    stamps = pd.to_datetime(pd.read_csv(path).TIMESTAMP, format="mixed")
+    assert np.array_equal(t, (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy())
+    other = np.array(["16/11/2023 18:15:46", "16/11/2023 18:15:47.5"], dtype=object)
+    assert time_column(path, other, "TIMESTAMP").tolist() == [0.0, 1.5]
+    with pytest.raises(ConfigError, match="is neither seconds nor date-times"):
+        time_column(path, np.array(["2023-11-16 18:15:46", "later"], dtype=object), "TIMESTAMP")
 
 
 def test_azure_trace_columns():
