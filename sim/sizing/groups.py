@@ -50,6 +50,15 @@ class GroupBytes:
             return 0
         return tokens if self.window_tokens is None else min(tokens, self.window_tokens)
 
+    def shared_tokens(self, tokens: int, prefix: int) -> int:
+        """Of the ``held_tokens(tokens)`` one layer holds, those among the first ``prefix``
+        of the context (the same in every trajectory that shares that prefix, so a prefix
+        cache stores them once): the held tokens are the last ones, so a window past the
+        prefix shares nothing; 0 for a state group (each sequence's state is its own)."""
+        if self.holds_state:
+            return 0
+        return max(0, min(prefix, tokens) - (tokens - self.held_tokens(tokens)))
+
     def bytes_per_layer(self, tokens: int, per_gpu: bool = False) -> float:
         """One layer's bytes for one sequence of ``tokens`` (whole copy, or one rank)."""
         if self.holds_state:

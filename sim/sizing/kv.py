@@ -155,6 +155,49 @@ def kv_bytes_for_context_all_gpus(
     )
 
 
+def shared_prefix_split(
+    model: ModelProfile,
+    tokens: int,
+    prefix: int,
+    tp: int = 1,
+    pp: int = 1,
+    kv_dtype: str | None = None,
+    states_shared: bool = False,
+) -> tuple[float, list[tuple[float, float]]]:
+    """Trajectories of ``tokens`` that share their first ``prefix`` tokens (F37 with
+    sharing), at their peak: (the shared KV stored once, whole model, one copy; and per
+    pipeline stage, (that shared KV, one trajectory's KV beyond it) on one rank).
+
+    A group that keeps every token shares the prefix and holds ``tokens - prefix`` of its
+    own; a sliding window or chunk holds its last tokens, and shares only those of them
+    that lie in the prefix (``GroupBytes.shared_tokens``: none once the window has moved
+    past it); a state-space layer's running state is each sequence's own, except with
+    ``states_shared`` (vLLM's ``all`` Mamba cache mode, where a state layer keeps a state
+    at every block boundary: the caller adds those pages, and counts the running state's
+    block with the prefix's, as ``kvsim plan`` always has). Padding layers count as their
+    group's (vLLM allocates them)."""
+    whole = {g.name: g for g in group_bytes(model, 1, kv_dtype)}
+    common = {name: g.shared_tokens(tokens, prefix) for name, g in whole.items()}
+    shared_whole = sum(
+        n * (common[name] * whole[name].bytes_per_token_per_layer
+             + (whole[name].state_bytes_per_layer if states_shared else 0.0))
+        for name, n in padded_model_counts(model).items()
+    )  # fmt: skip
+    per_gpu = group_bytes(model, tp, kv_dtype)
+    stages = []
+    for counts in _stage_counts(model, pp, padded=True):
+        shared = private = 0.0
+        for g in per_gpu:
+            n = counts.get(g.name, 0)
+            s = n * common[g.name] * g.bytes_per_token_per_layer_per_gpu
+            if states_shared:
+                s += n * g.state_bytes_per_layer_per_gpu
+            shared += s
+            private += n * g.bytes_per_layer(tokens, per_gpu=True) - s
+        stages.append((shared, private))
+    return shared_whole, stages
+
+
 @dataclass(frozen=True)
 class GroupKV:
     """One layer group's share of one trajectory's KV (``kvsim plan``'s breakdown)."""

@@ -12,7 +12,11 @@ the object is built. KV is broken down by layer group (``sim.sizing.kv.kv_breakd
 groups of a context sum to its totals. A hybrid model with Mamba or linear-attention layers
 gets the block size vLLM raises it to (``sim.sizing.hybrid_pages``), stated, not refused;
 capacity itself ignores paging granularity (block rounding and state-page padding), as it
-always has, and the padded state page is reported beside it.
+always has, and the padded state page is reported beside it. With a shared prefix
+(F37), the prefix is stored once per replica in the groups that hold it at the
+trajectories' peak (``sim.sizing.kv.shared_prefix_split``: a window or chunk shares only
+its tokens inside the prefix, a running state none), and the pipeline stage that fits the
+fewest trajectories decides.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from sim.sizing.kv import (
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     model_layer_padding,
+    shared_prefix_split,
 )
 from sim.sizing.layer_padding import LayerPadding
 from sim.sizing.paging import expected_tail_waste_tokens
@@ -362,10 +367,21 @@ def _context_plan(
         )
     shared = inputs.shared_prefix_tokens
     if shared is not None:
-        fit, why = _shared_fit(context, shared, traj_gpu, per_gpu(shared), usable_gpu, pool)
+        if not 0 <= shared <= context:
+            raise KvsimError(
+                f"--shared-prefix-tokens {shared} must be between 0 and the context {context}"
+            )
+        shared_whole, stages = shared_prefix_split(
+            model, total, shared, tp, pp, kv_dtype, states_shared=saved is not None
+        )
+        if saved is not None:  # each state layer's pages at the prefix's block boundaries
+            _, extra_whole, extra_gpu = saved_state_breakdown(model, shared, tp, pp, kv_dtype, saved)
+            extra_total = saved_state_breakdown(model, total, tp, pp, kv_dtype, saved)[2]
+            stages = [(s + extra_gpu, p + extra_total - extra_gpu) for s, p in stages]
+            shared_whole += extra_whole
+        fit, why = _shared_fit(context, shared, stages, usable_gpu, pool)
         result["max_concurrent_shared"] = replicas * fit
-        result["shared_prefix_bytes"] = kv_bytes_for_context(model, shared, kv_dtype=kv_dtype) \
-            + saved_state_breakdown(model, shared, tp, pp, kv_dtype, saved)[1]
+        result["shared_prefix_bytes"] = shared_whole
         warnings += why if usable_gpu > 0 else []
     return ContextPlan(**result), warnings
 
@@ -376,27 +392,27 @@ def _pool_phrase(usable_gpu: float, headroom: float) -> str:
 
 
 def _shared_fit(
-    context: int, shared: int, traj_gpu: float, shared_gpu: float, usable_gpu: float, pool: str
+    context: int, shared: int, stages: list[tuple[float, float]], usable_gpu: float, pool: str
 ) -> tuple[int, list[str]]:
-    """F37 with sharing, per GPU: the prefix once, then whole private parts; and why 0."""
-    if not 0 <= shared <= context:
-        raise KvsimError(
-            f"--shared-prefix-tokens {shared} must be between 0 and the context {context}"
-        )
-    # the prefix is stored once per replica; each trajectory adds what it holds beyond it
-    private_gpu = traj_gpu - shared_gpu
-    if private_gpu <= 0:
+    """F37 with sharing, per GPU of each pipeline stage (``stages``: its shared prefix and
+    one trajectory's private KV): the prefix once, then whole private parts; the stage
+    that fits the fewest decides. And why 0."""
+    if any(private_gpu <= 0 for _, private_gpu in stages):
         raise KvsimError(
             f"--shared-prefix-tokens {shared}: each trajectory of context {context} holds no KV "
             "beyond the shared prefix, so capacity is unbounded; give --output-tokens or a "
             "shorter prefix"
         )
-    if usable_gpu < shared_gpu:
+    fits = [
+        math.floor((usable_gpu - s) / p) if usable_gpu >= s else -1 for s, p in stages
+    ]
+    fit = min(fits)
+    shared_gpu, private_gpu = stages[fits.index(fit)]
+    if fit < 0:
         return 0, [
             f"context {context:,}: 0 trajectories fit with the shared prefix: the prefix "
             f"alone needs {shared_gpu / GB:,.3f} GB of KV per GPU and {pool}"
         ]
-    fit = math.floor((usable_gpu - shared_gpu) / private_gpu)
     if fit == 0:
         return 0, [
             f"context {context:,}: 0 trajectories fit with the shared prefix: the prefix "

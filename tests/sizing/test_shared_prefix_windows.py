@@ -1,0 +1,93 @@
+"""F37 with a shared prefix on models whose layers do not all keep every token.
+
+A sliding window or a chunk holds a context's last tokens, so a trajectory whose window has
+moved past the shared prefix shares none of them: each trajectory pays its own window, and
+the prefix is stored once only in the layers that keep it. A state-space layer's running
+state is each sequence's own. Utilization 0.9, as ``kvsim plan`` without memory figures. ``plan`` used to take a trajectory's private KV as
+``bytes(S) - bytes(P)``, which cancels the capped window (and the state) on both sides:
+llama-4-scout at 32k with a 24k prefix said 2,148 trajectories where 537 fit (a reviewer's
+probe, 2026-12-04). Every expected figure below is the model geometry
+(``hardware_profiles/models``) worked by hand; the pool per GPU is the plan's (F34, tested
+in test_capacity.py)."""
+
+from __future__ import annotations
+
+import math
+
+from sim.profiles import load_accelerator, load_model
+from sim.sizing.plan import PlanInputs, plan_capacity
+
+BF16 = 2  # bytes
+
+
+def _plan(model: str, gpu: str, gpus: int, context: int, prefix: int, **kw):
+    r = plan_capacity(PlanInputs(model=load_model(model), accelerator=load_accelerator(gpu),
+                                 num_gpus=gpus, contexts=[context], shared_prefix_tokens=prefix,
+                                 gpu_memory_utilization=0.9, **kw))  # fmt: skip
+    return r, r.contexts[0], r.kv_pool_bytes_per_gpu
+
+
+def _fit(pool: float, shared: float, private: float) -> int:
+    return math.floor((pool - shared) / private)
+
+
+def test_chunked_local_layers_share_nothing_once_the_chunk_is_past_the_prefix():
+    """llama-4-scout, TP 8: 12 full and 36 chunked-local layers (chunk 8,192), 8 KV heads of
+    128 (one per rank). At 32,768 tokens the current chunk is [24,576, 32,768): past the
+    24,576-token prefix, so the prefix is stored once in the full layers only."""
+    r, c, pool = _plan("llama-4-scout-17b-16e", "h200-141gb", 8, 32768, 24576)
+    per_layer_token = 2 * 1 * 128 * BF16  # K and V, one head per rank
+    full, chunk = 12 * per_layer_token, 36 * per_layer_token * 8192
+    assert full == 6144 and chunk == 150_994_944
+    shared, private = 24576 * full, 8192 * full + chunk
+    assert r.replicas == 1  # TP 8
+    assert c.max_concurrent_shared == _fit(pool, shared, private) == 537
+    assert c.shared_prefix_bytes == 24576 * 12 * 2 * 8 * 128 * BF16  # whole model, one copy
+
+
+def test_a_sliding_window_past_the_prefix_is_each_trajectory_s_own():
+    """gemma-3-27b, TP 8: 10 full and 52 sliding layers (window 1,024) that vLLM pads to 60
+    (groups of 10); 16 KV heads of 128 (two per rank)."""
+    r, c, pool = _plan("gemma-3-27b", "h200-141gb", 8, 32768, 24576)
+    per_layer_token = 2 * 2 * 128 * BF16
+    full, window = 10 * per_layer_token, 60 * per_layer_token * 1024
+    assert c.max_concurrent_shared == _fit(pool, 24576 * full, 8192 * full + window) == 875
+
+
+def test_a_window_that_reaches_into_the_prefix_shares_that_part():
+    """gpt-oss-120b, one GPU: 18 full and 18 sliding layers (window 128), 8 KV heads of 64.
+    At a context of 24,600 with a 24,576-token prefix and 10 output tokens (24,610 in all),
+    each window holds the last 128 tokens, [24,482, 24,610): the 94 of them in the prefix
+    are the same in every trajectory and stored once; 34 are each trajectory's own."""
+    r, c, pool = _plan("gpt-oss-120b", "h200-141gb", 1, 24600, 24576, output_tokens=10)
+    per_layer_token = 2 * 8 * 64 * BF16
+    full, sliding = 18 * per_layer_token, 18 * per_layer_token
+    shared = 24576 * full + 94 * sliding
+    private = 34 * full + 34 * sliding
+    assert c.max_concurrent_shared == _fit(pool, shared, private)
+    assert c.shared_prefix_bytes == shared  # one GPU: the whole model
+    # past the prefix by more than a window: nothing of the sliding layers is shared
+    r, c, pool = _plan("gpt-oss-120b", "h200-141gb", 1, 32768, 24576)
+    assert c.max_concurrent_shared == _fit(pool, 24576 * full, 8192 * full + 128 * sliding) == 249
+
+
+def test_a_running_state_is_each_sequence_s_own():
+    """nemotron-h-8b, one GPU: 4 attention layers (8 KV heads of 128) and 24 Mamba-2
+    layers whose state is a convolution of 10,240 channels x 3 and 128 heads x 64 x 128,
+    bf16: 2,158,592 B a layer. The prefix shares its attention KV; each trajectory holds
+    its own 24 states (they used to be charged once, with the prefix: 453 instead of 327).
+    vLLM's ``all`` Mamba cache mode, which saves a state per block, is unchanged."""
+    state = 10240 * 3 * BF16 + 128 * 64 * 128 * BF16
+    assert state == 2_158_592
+    attention = 4 * 2 * 8 * 128 * BF16
+    r, c, pool = _plan("nemotron-h-8b", "h100-sxm-80gb", 1, 8000, 6000, output_tokens=100)
+    assert c.max_concurrent_shared == _fit(pool, 6000 * attention, 2100 * attention + 24 * state)
+    assert c.shared_prefix_bytes == 6000 * attention
+
+
+def test_dense_models_are_as_before():
+    """Every layer keeps every token: the prefix once, then S - P tokens each (F37), as
+    before this change."""
+    r, c, pool = _plan("llama-3.1-70b", "h100-sxm-80gb", 8, 32768, 24576)
+    per_token = 80 * 2 * 1 * 128 * BF16  # 80 layers, 8 KV heads over TP 8
+    assert c.max_concurrent_shared == _fit(pool, 24576 * per_token, 8192 * per_token) == 174
