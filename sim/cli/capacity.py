@@ -164,10 +164,10 @@ def _band(on: bool, scenario, slos, sets, options) -> dict | None:
 
 
 def _print_band(band: dict, unit: str) -> None:
+    from sim.cost.accuracy import accuracy_text
+
     acc = band["accuracy"]
-    err = "" if acc["median_rel_error"] is None else (
-        f": median {acc['median_rel_error']:.1%}, worst {acc['worst_rel_error']:+.1%}")
-    typer.echo(f"  accuracy:  {acc['basis']}{err}")
+    typer.echo(f"  accuracy:  {accuracy_text(acc)}")
     for line in acc["outside_domain"]:
         typer.echo(f"  WARNING: outside the calibration's fitted domain: {line}")
     if band["faster"] is None:

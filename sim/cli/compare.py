@@ -86,7 +86,18 @@ def compare(
     frame = compare_frame(rows)
     write_compare(out_dir, named, frame)
     if not quiet:
-        typer.echo(compare_text(frame) + f"wrote {out_dir}/compare.html")
+        typer.echo(compare_text(frame) + _accuracy_lines(named) + f"wrote {out_dir}/compare.html")
+
+
+def _accuracy_lines(named: dict) -> str:
+    """How far to trust each variant's latencies (``accuracy_line`` of its first run):
+    one line when every variant rests on the same basis, else one per variant."""
+    from sim.report.text import accuracy_line
+
+    lines = {n: accuracy_line(runs[0].summary) for n, runs in named.items() if runs}
+    if len(set(lines.values())) == 1:
+        return f"{next(iter(lines.values()))}\n"
+    return "".join(f"{n}: {line}\n" for n, line in lines.items())
 
 
 def _run_variants(inputs, out_dir, vary, sets, replications, workers, report, quiet):

@@ -193,4 +193,7 @@ def _print_replicated(s: dict, out: Path) -> None:
         lo_hi = ci.get(key)
         band = f" [{lo_hi[0]:.4g}, {lo_hi[1]:.4g}]" if lo_hi else ""
         typer.echo(f"  {key}: {'-' if value is None else f'{value:.4g}'}{band}")
+    from sim.report.text import accuracy_line
+
+    typer.echo(f"  {accuracy_line(s)}")
     typer.echo(f"wrote {out}/")

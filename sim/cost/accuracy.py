@@ -149,6 +149,19 @@ def _from_table(t: ValidationTable, model: str) -> dict:
                     strict=True))  # fmt: skip
 
 
+def accuracy_text(section: dict) -> str:
+    """One line saying how far to trust a run's step times (so its latencies): the basis,
+    the calibration or table it rests on, and its measured error where it has one (the
+    median and worst held-out or validated error), else that none is measured. What
+    ``kvsim capacity`` prints after ``accuracy:`` and ``kvsim run`` / ``kvsim compare``
+    under their tables."""
+    source = f" ({section['source']})" if section.get("source") else ""
+    median, worst = section.get("median_rel_error"), section.get("worst_rel_error")
+    if median is None or worst is None:
+        return f"{section['basis']}{source} (no measured error)"
+    return f"{section['basis']}{source}: median {median:.1%}, worst {worst:+.1%}"
+
+
 def accuracy_warning(section: dict) -> str | None:
     """The run warning of a calibration used outside its fitted domain (None: inside)."""
     if section["basis"] != BASIS_CALIBRATION or not section["outside_domain"]:

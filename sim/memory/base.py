@@ -243,6 +243,11 @@ class Allocator(ABC):
         self._peak_allocated_bytes = 0
         self._held: set[Hashable] = set()  # live sequences held (paused): set_held
         self._held_tokens = 0  # their tokens
+        #: a hybrid model's side token states (``KVGroups.useful_side_bytes`` of each live
+        #: sequence, a fork's child from its fork on), kept per operation: bytes
+        self._side_useful = 0.0
+        self._side_since: dict[Hashable, int] = {}  # fork child -> tokens at its fork
+        self._held_side_slack = 0.0  # held sequences' side slots less their side states
         #: state changes so far (a success of ``allocate``, ``append``, ``fork``, a
         #: ``free``, a prefix cache's ``set_retain``): while it stays put, an ``allocate``
         #: that missed misses again, changing nothing (``KVManager.admit`` skips such a
@@ -278,6 +283,8 @@ class Allocator(ABC):
             self.changes += 1
             self._tokens[seq_id] = n
             self._lineage.add(seq_id, n)
+            if self.kv_groups is not None:
+                self._side_useful += self.kv_groups.useful_side_bytes(n)
             self._note_peak(self._allocated_bytes())
         return result
 
@@ -299,6 +306,8 @@ class Allocator(ABC):
         self.changes += 1
         self._tokens[seq_id] = tokens + n
         self._lineage.extend(seq_id, n)
+        if self.kv_groups is not None:
+            self._side_grew(seq_id, tokens, tokens + n)
         allocated = self._allocated_bytes()
         if allocated > self._peak_allocated_bytes:
             self._peak_allocated_bytes = allocated
@@ -316,6 +325,8 @@ class Allocator(ABC):
         self.changes += 1
         self._tokens[child_id] = tokens
         self._lineage.fork(parent_id, child_id, tokens)
+        if self.kv_groups is not None:
+            self._side_since[child_id] = tokens  # the parent's states, counted once
         self._note_peak(self._allocated_bytes())
         return True
 
@@ -333,6 +344,9 @@ class Allocator(ABC):
         release(seq_id, tokens)
         del self._tokens[seq_id]
         self._lineage.remove(seq_id, tokens)
+        if self.kv_groups is not None:
+            since = self._side_since.pop(seq_id, 0)
+            self._side_useful -= self.kv_groups.useful_side_bytes(tokens, since)
 
     # ------------------------------------------------------- held (paused) sequences
     def set_held(self, seq_id: Hashable, held: bool) -> None:
@@ -348,10 +362,52 @@ class Allocator(ABC):
         else:
             self._held.discard(seq_id)
             self._held_tokens -= tokens
+        if self.kv_groups is not None:  # fixed while held: a held sequence never grows
+            slack = self._side_slack_of(seq_id, tokens)
+            self._held_side_slack += slack if held else -slack
         self._held_changed(seq_id, tokens, held)
 
     def is_held(self, seq_id: Hashable) -> bool:
         return seq_id in self._held
+
+    # --------------------------------------------- side token states (hybrid models)
+    def _side_grew(self, seq_id: Hashable, old: int, new: int) -> None:
+        """A live sequence went from ``old`` to ``new`` tokens: its side states follow."""
+        groups, since = self.kv_groups, self._side_since.get(seq_id, 0)
+        self._side_useful += groups.useful_side_bytes(new, since) - groups.useful_side_bytes(old, since)
+
+    def _seq_side_slots(self, seq_id: Hashable) -> int:
+        """Slots of the side blocks or extent a live sequence maps (0 here: no side)."""
+        return 0
+
+    def _side_slack_of(self, seq_id: Hashable, tokens: int) -> float:
+        """Bytes of a live sequence's side slots that hold none of its side states (vLLM's
+        padding layers, whole blocks' unfilled slots, a fork's shared states)."""
+        since = self._side_since.get(seq_id, 0)
+        own = self._seq_side_slots(seq_id) * self.kv_bytes_per_token
+        return max(0.0, own - self.kv_groups.useful_side_bytes(tokens, since))
+
+    def _side_waste_slots(self, room: int) -> int:
+        """Side slots of active sequences that hold no side state, whole (the states
+        rounded to the nearest slot), at most ``room`` (the filled active slots): what
+        ``kv_slots`` moves from the side groups' full slots to ``unfilled``. A held
+        sequence's side slots stay paused in full (the HBM it keeps idle)."""
+        m = self.kv_bytes_per_token
+        waste = self._side_allocated_bytes() - self.side_useful_bytes() - self._held_side_slack
+        return min(max(round(waste / m), 0), room)
+
+    def side_useful_bytes(self) -> float:
+        """A hybrid model's side token states resident (part of ``useful_bytes``): each
+        live sequence's window, chunk and state (``KVGroups.useful_side_bytes``), a fork's
+        child counting only what it wrote after its fork; 0 for a dense model. O(1).
+
+        Never more than the side groups' allocated bytes: a fork's child writes into side
+        blocks it still shares with its parent without copying them (the engine's model of
+        side blocks: the child maps them until it moves past them), so its new states are
+        counted within the bytes held, not beyond them."""
+        if not self._side_useful:
+            return 0.0
+        return min(self._side_useful, self._side_allocated_bytes())
 
     def _append_held(self, seq_id: Hashable, n_tokens: int, content: Any) -> bool:
         """Append to a held sequence: as active for the write, held again after."""
@@ -450,7 +506,7 @@ class Allocator(ABC):
         """Snapshot of F7-F10; ``phi_ext`` is F9 for a request of ``request_bytes``."""
         books = self._books()
         m = self.kv_bytes_per_token
-        useful = self.useful_tokens() * m
+        useful = self.useful_tokens() * m + self.side_useful_bytes()
         return MemoryMetrics(
             pool_bytes=self.pool_bytes,
             useful_bytes=useful,
@@ -487,7 +543,8 @@ class Allocator(ABC):
             raise InvariantError(f"{self.kind}: free extents do not sum to free bytes")
         if min(b.free_bytes, b.allocated_bytes, b.cached_bytes, b.remainder_bytes) < 0:
             raise InvariantError(f"{self.kind}: a negative figure in the books: {b}")
-        useful = self.useful_tokens() * self.kv_bytes_per_token
+        useful = self.useful_tokens() * self.kv_bytes_per_token + self.side_useful_bytes()
+        self._check_side_useful()
         if useful > b.allocated_bytes + 1e-9 * self.pool_bytes:
             raise InvariantError(f"{self.kind}: useful {useful} > allocated {b.allocated_bytes}")
         if self.useful_tokens() > self.logical_tokens():
@@ -495,6 +552,24 @@ class Allocator(ABC):
         if b.allocated_bytes > self._peak_allocated_bytes:
             raise InvariantError(f"{self.kind}: allocated bytes above the recorded peak")
         self._check_slots()
+
+    def _check_side_useful(self) -> None:
+        """The side states' running figures against a scan of the live sequences, and,
+        without forks, within the side groups' allocated bytes (no clipping needed)."""
+        groups = self.kv_groups
+        if groups is None:
+            return
+        since = self._side_since
+        scan = sum(groups.useful_side_bytes(t, since.get(s, 0)) for s, t in self._tokens.items())
+        if not math.isclose(scan, self._side_useful, rel_tol=1e-9, abs_tol=1e-3):
+            raise InvariantError(f"{self.kind}: side states {self._side_useful} != a scan {scan}")
+        if not since and scan > self._side_allocated_bytes() + 1e-9 * self.pool_bytes:
+            raise InvariantError(f"{self.kind}: side states {scan} > side bytes allocated")
+        held = sum(self._side_slack_of(s, self._tokens[s]) for s in self._held)
+        if not math.isclose(held, self._held_side_slack, rel_tol=1e-9, abs_tol=1e-3):
+            raise InvariantError(f"{self.kind}: held side slack {self._held_side_slack} != {held}")
+        if not since.keys() <= self._tokens.keys():
+            raise InvariantError(f"{self.kind}: a fork's side start names a sequence not live")
 
     def _check_slots(self) -> None:
         """``kv_slots`` against the books and the held sequences."""

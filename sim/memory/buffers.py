@@ -276,8 +276,14 @@ class BufferAllocator(Allocator):
         """O(1): buffers less the tokens written are unfilled; held tokens are paused."""
         allocated, space = self._allocated_tokens, self._space
         unfilled = allocated - self._side_tokens - self._lineage.logical_tokens
-        return KVSlots(allocated, unfilled, self._held_tokens + self._held_side_tokens,
-                       0, space.free_tokens, space.total_tokens)  # fmt: skip
+        paused = self._held_tokens + self._held_side_tokens
+        if self.kv_groups is not None:  # side slots that hold no side state are unfilled
+            unfilled += self._side_waste_slots(allocated - unfilled - paused)
+        return KVSlots(allocated, unfilled, paused, 0, space.free_tokens, space.total_tokens)
+
+    def _seq_side_slots(self, seq_id: Hashable) -> int:
+        side = self._side.get(seq_id)
+        return side[1] if side else 0
 
     def free_bytes(self) -> float:
         return self._space.free_tokens * self.kv_bytes_per_token  # ``_books`` reads it here

@@ -33,7 +33,9 @@ groups that keep every token; a sequence also maps ``side_blocks(tokens)`` block
 same pool for its sliding-window, chunked-local and state-space groups, taken and returned
 as its tokens change (oldest first), shared with a fork's child by refcount; in
 ``kv_slots`` a side block is full (B filled slots) and, like a table block, paused when only
-held sequences map it.
+held sequences map it; of the active sequences' side slots, those that hold no side token
+state (vLLM's padding layers, whole blocks' rest: ``KVGroups.useful_side_bytes``) are
+unfilled.
 
 Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
 ``side_blocks(tokens)``; the refcount of every block = the number of tables and side lists
@@ -466,9 +468,15 @@ class PagedAllocator(Allocator):
     def kv_slots(self) -> KVSlots:
         """O(1): the pool's block counts and the counters above, in slots."""
         pool, bs = self.pool, self.block_size
-        paused = 0 if self._paused is None else self._paused.slots
-        return KVSlots(pool.num_allocated * bs, self._unfilled, paused,
+        paused, unfilled = 0 if self._paused is None else self._paused.slots, self._unfilled
+        if self.kv_groups is not None:  # side slots that hold no side state are unfilled
+            unfilled += self._side_waste_slots(pool.num_allocated * bs - unfilled - paused)
+        return KVSlots(pool.num_allocated * bs, unfilled, paused,
                        pool.num_cached * bs, pool.num_empty * bs, pool.usable_blocks * bs)  # fmt: skip
+
+    def _seq_side_slots(self, seq_id: Hashable) -> int:
+        side = self._side.get(seq_id)
+        return len(side) * self.block_size if side else 0
 
     # ---------------------------------------------------------------------- queries
     def blocks_needed(self, seq_id: Hashable, n_tokens: int = 1) -> int:

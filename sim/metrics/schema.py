@@ -497,7 +497,11 @@ STEP_TABLE = _cols(
 MEMORY_TABLE = _cols(
     ("t_s", _F, "s", "The row holds from this time on."),
     ("allocated_bytes", _F, "bytes", "Reserved by live sequences (whole buffers or blocks)."),
-    ("useful_bytes", _F, "bytes", "Distinct token states resident (shared prefix once)."),
+    ("useful_bytes", _F, "bytes", "Distinct token states resident (shared prefix once); a "
+     "hybrid model's side groups add the states they really hold: the tokens in each "
+     "sliding window and current chunk, and each state-space state, over the real layers "
+     "(vLLM's padding layers and whole blocks' unfilled slots are waste; a fork's child "
+     "counts what it wrote after its fork)."),
     ("logical_bytes", _F, "bytes", "Sum of every live sequence's tokens (F7)."),
     ("free_bytes", _F, "bytes", "Reusable now (free extents or free blocks)."),
     ("cached_bytes", _F, "bytes", "Dormant blocks a prefix cache keeps."),

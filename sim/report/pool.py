@@ -32,9 +32,10 @@ A cluster run's shares are of the cluster's whole pool: each node's byte-seconds
 own rows (its allocator, pool and requests), summed, over the nodes' pools x time.
 
 A hybrid model's run (``allocator_kv_bytes_per_token`` in its summary) charges its block
-table's bytes per token, so reserves and rebuilt allocators use those, and the bytes its
-side groups hold (memory.parquet's ``side_kv_bytes``: windows, chunks and states written)
-count as token states.
+table's bytes per token, so reserves and rebuilt allocators use those; the token states
+its side groups hold (the tokens in each window and chunk, each state) are in
+``useful_bytes`` already, and the rest of the side groups' bytes (``side_kv_bytes``: vLLM's
+padding layers, whole blocks' unfilled slots) is internal waste.
 
 Invariant: pure function of a run's tables and resolved allocator config; the five
 shares are >= 0 and sum to 1; the two ``EXTERNAL_PARTS`` are >= 0 and sum to ``external``.
@@ -172,9 +173,7 @@ def _byte_seconds(run) -> tuple[tuple[dict, dict], tuple[float, float]] | None:
     dt_all = np.diff(np.append(t, end))
     pool = float(s["kv_pool_bytes"])
     bpt = table_bpt(s)
-    useful = m.useful_bytes.to_numpy(float)
-    if "allocator_kv_bytes_per_token" in s and "side_kv_bytes" in m:
-        useful = useful + m.side_kv_bytes.to_numpy(float)  # a hybrid model's side states
+    useful = m.useful_bytes.to_numpy(float)  # a hybrid model's side states included
     slack = np.maximum(m.allocated_bytes.to_numpy(float) - useful, 0.0)
     mid = t + dt_all / 2  # one evaluation per row (rows change at every decision)
     future = future_tokens_at(run.requests, mid) * bpt

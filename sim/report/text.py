@@ -166,8 +166,24 @@ def summary_title(s: dict) -> str:
     )
 
 
+def accuracy_line(s: dict) -> str:
+    """How far to trust a run's latencies, in one line, from its summary's ``accuracy``
+    (``sim.cost.accuracy.accuracy_text``); a run folder without one says so."""
+    acc = s.get("accuracy")
+    if not isinstance(acc, dict) or not acc.get("basis"):
+        return f"{ACCURACY_LABEL}: not recorded (a run folder older than the accuracy section)"
+    from sim.cost.accuracy import accuracy_text
+
+    return f"{ACCURACY_LABEL}: {accuracy_text(acc)}"
+
+
+#: what ``accuracy_line`` starts with (the latencies rest on the cost model's step times)
+ACCURACY_LABEL = "accuracy of the latencies (step times)"
+
+
 def summary_table(s: dict) -> str:
-    """The end-of-run table as plain text: a title, then metric | value | unit."""
+    """The end-of-run table as plain text: a title, then metric | value | unit, then how
+    far to trust its latencies (``accuracy_line``)."""
     rows = [("metric", "value", "unit"), *summary_rows(s)]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
@@ -176,4 +192,5 @@ def summary_table(s: dict) -> str:
         lines.append(f"  {a:<{w0}}  {b:>{w1}}  {c}")
         if i == 0:
             lines.append(f"  {'-' * w0}  {'-' * w1}  {'-' * 8}")
+    lines.append(f"  {accuracy_line(s)}")
     return "\n".join(lines) + "\n"

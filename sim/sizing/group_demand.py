@@ -95,10 +95,33 @@ class GroupDemand:
         return self.bytes_per_token if self.real_bytes_per_token is None else self.real_bytes_per_token
     #: the pages one sequence's state takes: its layers x GPUs (0 for a token group)
     state_pages: int = 0
+    #: one sequence's state over the real (unpadded) layers; None: ``state_bytes``
+    real_state_bytes: float | None = None
 
     def held_blocks(self, tokens: int, block_size: int) -> int:
         """Blocks of ``block_size`` tokens one layer of this group holds for ``tokens``."""
         return DEMANDS[self.kind](tokens, block_size, self.window_tokens)
+
+    def useful_bytes(self, tokens: int, since: int = 0) -> float:
+        """Token states this group really holds for a sequence of ``tokens``, written at or
+        after token ``since`` (a fork's child counts only what it wrote itself): the tokens
+        in its window (``min(S, w)``) or current chunk (from ``c * floor((S-1)/c)``) times
+        the real layers' bytes per token, or the real layers' state once the sequence wrote
+        after ``since`` (a state-space layer's state is real state). vLLM's padding layers
+        and the unfilled slots of whole blocks are not token states (``held_bytes`` less
+        this is waste)."""
+        if tokens <= since:
+            return 0.0
+        if self.state_bytes:
+            return self.state_bytes if self.real_state_bytes is None else self.real_state_bytes
+        w = self.window_tokens
+        if self.kind == "sliding_window":
+            first = tokens - w
+        elif self.kind == "chunked_local":
+            first = (tokens - 1) // w * w
+        else:  # a kind without a token rule here holds no states we can name
+            return 0.0
+        return (tokens - max(first, since, 0)) * self.unpadded_bytes_per_token
 
     def held_bytes(self, tokens: int, block_size: int) -> float:
         """Bytes this group holds for a sequence of ``tokens`` (whole blocks, or the state)."""
@@ -130,6 +153,12 @@ class KVGroups:
     def side_bytes(self, tokens: int, block_size: int) -> float:
         """Bytes the side groups hold for one sequence of ``tokens``."""
         return sum(g.held_bytes(tokens, block_size) for g in self.side)
+
+    def useful_side_bytes(self, tokens: int, since: int = 0) -> float:
+        """Token states the side groups really hold for one sequence of ``tokens``, written
+        at or after token ``since`` (``GroupDemand.useful_bytes``; memory.parquet's
+        ``useful_bytes`` adds them to the block table's): never more than ``side_bytes``."""
+        return sum(g.useful_bytes(tokens, since) for g in self.side)
 
     def side_blocks(self, tokens: int, block_size: int) -> int:
         """The side bytes in whole table blocks (``block_size x table_bytes_per_token``)."""
@@ -193,6 +222,7 @@ def kv_groups(
             state_bytes=n * g.state_bytes_per_layer_per_gpu * num_gpus,
             real_bytes_per_token=unpadded,
             state_pages=n * num_gpus if g.holds_state else 0,
+            real_state_bytes=real.get(g.name, 0) * g.state_bytes_per_layer_per_gpu * num_gpus,
         ))  # fmt: skip
     if side and table <= 0:
         raise KvsimError(

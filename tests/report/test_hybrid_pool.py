@@ -1,6 +1,7 @@
 """Issue 27 follow-up: the pool study of a hybrid model's run uses its block table's bytes
-per token (``allocator_kv_bytes_per_token``) and counts its side groups' bytes
-(memory.parquet's ``side_kv_bytes``) as token states; a dense run's summary has no such key."""
+per token (``allocator_kv_bytes_per_token``) and takes its token states from
+memory.parquet's ``useful_bytes``, which holds the side groups' token states (h53; before,
+the whole of ``side_kv_bytes`` was added); a dense run's summary has no such key."""
 
 from __future__ import annotations
 
@@ -45,7 +46,10 @@ def test_hybrid_pool_shares_count_side_states(allocator, tmp_path):
     assert all(shares[k] >= 0 for k in SHARES)
     t = m.t_s.to_numpy(float)
     dt = np.diff(np.append(t, max(float(s["sim_time_s"]), t[-1])))
-    states = ((m.useful_bytes.to_numpy(float) + side) * dt).sum() / (s["kv_pool_bytes"] * dt.sum())
+    # useful_bytes holds the side states already (h53): the rest of side_kv_bytes is waste
+    useful = m.useful_bytes.to_numpy(float)
+    assert (useful <= m.allocated_bytes.to_numpy(float)).all()
+    states = (useful * dt).sum() / (s["kv_pool_bytes"] * dt.sum())
     assert math.isclose(shares["token_states"], states, rel_tol=1e-9)
 
 
