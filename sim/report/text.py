@@ -87,7 +87,10 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         ("prefill tokens", _num(s.get("prefill_tokens"), ",d"), "tokens"),
         ("eta_alloc (mean)", _num(s.get("eta_alloc_mean"), ".1f", 100), "%"),
         ("eta_effective (mean)", _num(s.get("eta_effective_mean"), ".1f", 100), "%"),
-        ("peak allocated", _num(s.get("peak_allocated_bytes"), ",.2f", 1e-9), "GB"),
+        # a cluster's is the sum of its nodes' own peaks (an upper bound of the peak at
+        # one moment; docs/cluster.md): the label says so
+        ("peak allocated" + (" (sum of the nodes' peaks)" if s.get("nodes") else ""),
+         _num(s.get("peak_allocated_bytes"), ",.2f", 1e-9), "GB"),
         ("paused KV, logical (mean)", _num(s.get("paused_kv_bytes_mean"), ",.2f", 1e-9), "GB"),
         ("paused KV, physical HBM (mean)",
          _num(s.get("paused_hbm_bytes_mean"), ",.2f", 1e-9), "GB"),
