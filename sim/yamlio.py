@@ -32,6 +32,7 @@ import copy
 import hashlib
 import json
 import json.scanner
+import re
 import stat
 import threading
 from collections import OrderedDict
@@ -639,9 +640,34 @@ def format_validation_error(
 
 def validation_message(err: Any) -> str:
     """The message of one pydantic error (an item of ``ValidationError.errors()``), as
-    ``format_validation_error`` words it: ``unknown field`` for a field the model does not
-    have, pydantic's own message otherwise."""
-    return "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
+    ``format_validation_error`` (and the scenario loader, ``sim.scenario.load``) words it:
+    ``unknown field`` for a field the model does not have; for a ``kind`` no member of a
+    tagged union has (``union_tag_invalid``), or a string ``kind`` a model of one kind
+    refuses (a ``literal_error`` at ``kind``), the project's form of an unknown name
+    (``sim.errors.UnknownNameError``): ``unknown kind 'pagd'; valid: buddy, paged, ...``
+    (sorted) instead of pydantic's "Input tag 'pagd' found using 'kind' does not match any
+    of the expected tags: ..."; pydantic's own message otherwise."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "union_tag_invalid" and ctx.get("discriminator") == "'kind'":
+        return _unknown_kind(ctx.get("tag"), str(ctx.get("expected_tags", "")))
+    loc = err.get("loc") or ()
+    if kind == "literal_error" and loc and loc[-1] == "kind" and isinstance(err.get("input"), str):
+        return _unknown_kind(err["input"], str(ctx.get("expected", "")))
+    return str(err["msg"])
+
+
+def _unknown_kind(tag: Any, expected: str) -> str:
+    """``unknown kind 'TAG'; valid: A, B`` from pydantic's quoted list (``"'a', 'b'"``,
+    ``"'a' or 'b'"``); the name shown at most 80 characters."""
+    valid = sorted(_QUOTED.findall(expected))
+    shown = repr(tag) if len(str(tag)) <= 80 else repr(str(tag)[:80]) + "..."
+    return f"unknown kind {shown}; valid: {', '.join(valid)}"
+
+
+#: a quoted name in pydantic's list of expected tags or literals
+_QUOTED = re.compile(r"'([^']*)'")
 
 
 def clean_loc(

@@ -11,7 +11,7 @@ quick path's gain: docs/performance.md, "Start-up"); a sweep file's check does
 Invariant: a valid scenario prints one ``ok`` line with what it resolved to (for a
 cluster: its node groups, router and KV pool in all) and returns 0; an invalid one prints
 every problem found (schema errors all at once; then missing trace files, the profiles,
-the KV pool and the allocator), one ``kvsim: error: file:line: field: message`` line each
+the KV pool and the allocator; then the rows of the traces and the fit the workload names), one ``kvsim: error: file:line: field: message`` line each
 on stderr, at most ``MAX_PROBLEMS`` of them then ``... and N more``, and returns 2.
 """
 
@@ -75,9 +75,10 @@ def ok_line(resolved: Resolved) -> str:
 def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], Resolved | None]:
     """(every problem found, the resolved scenario when there is none): loading, then the
     checks a run makes before it starts (``sim.run.checks.preflight``), then, when those
-    pass, the rows of every trace file the workload names, read by the run's own readers
-    with its bounds (``sim.workload.trace_files``, whose readers are imported only for a
-    workload that names a trace)."""
+    pass, the rows of every trace file and the fitted-parameters file (``params: {path:
+    ...}``) the workload names, read by the run's own readers with its bounds
+    (``sim.workload.trace_files``, whose readers are imported only for a workload that
+    names one)."""
     from sim.errors import ConfigError
     from sim.run.checks import preflight
     from sim.scenario import load_scenario, parse_set

@@ -43,6 +43,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.config_model import ConfigModel
+from sim.cost.bounds import (  # the ceilings of the file's times and rates
+    MAX_ALLREDUCE_LATENCY_S,
+    MAX_BW_BYTES_PER_S,
+    MAX_COPY_OVERHEAD_S,
+    MAX_EFFICIENCY,
+    MAX_FLOPS_PER_S,
+    MAX_KERNEL_FLOOR_S,
+    MAX_KERNEL_S,
+    MAX_STEP_OVERHEAD_S,
+)
 from sim.cost.host_link import COPY_DIRECTIONS, CopyFit, host_link_fits  # noqa: F401  (re-exported)
 from sim.cost.kernel_tables import ModelTables
 from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
@@ -62,21 +72,6 @@ ENV_VAR = "KVSIM_PROFILES"
 #: block size (64 x 4,096 contexts x 8 bytes: 2 MiB at most; past it, one array call each)
 EFF_CHUNK_BITS = 12
 EFF_CHUNKS_MAX = 64
-MAX_EFFICIENCY = 1.5  # above 1 only for cache effects; a typo like 95 for 0.95 fails
-# Ceilings on the file's times and rates (docs/kernels_validation.md, "Bounds"): far above
-# any measurement (so no real device is refused), far below what breaks a run (a step
-# overhead of 1e308 s ran the clock to t=1e+308 and stopped at engine.max_sim_time_s
-# without naming the file). Every figure is also finite (allow_inf_nan=False).
-#: seconds of host time per step (measured: 0 to a few ms)
-MAX_STEP_OVERHEAD_S = 10.0
-#: seconds one kernel or one collective call may take (measured: microseconds to ms)
-MAX_KERNEL_S = 10.0
-#: seconds of set-up per pinned host<->device copy (measured: ~10 us)
-MAX_COPY_OVERHEAD_S = 1.0
-#: bytes/s of any bandwidth (HBM, host link, NCCL bus): ~100x the fastest HBM (8e12)
-MAX_BW_BYTES_PER_S = 1e15
-#: FLOP/s of a reference peak: ~100x the fastest dense peak (~1e16)
-MAX_FLOPS_PER_S = 1e18
 
 
 # -- file schema (pydantic) ---------------------------------------------------------------
@@ -159,7 +154,7 @@ class OriginSpec(_Strict):
 class KernelFitSpec(_Strict):
     """``kernel_floor_s + max(bytes / (HBM x bw_efficiency), FLOPs / (peak x flops_efficiency))``."""
 
-    kernel_floor_s: float = Field(ge=0, le=1e-3)  # seconds, per kernel launch
+    kernel_floor_s: float = Field(ge=0, le=MAX_KERNEL_FLOOR_S)  # seconds, per kernel launch
     bw_efficiency: float = Efficiency  # fraction of reference HBM bandwidth
     flops_efficiency: float = Field(1.0, gt=0, le=MAX_EFFICIENCY)  # fraction of reference peak
 
@@ -214,7 +209,7 @@ class AllReduceTpSpec(_Strict):
     """One TP degree: ``latency_s + 2 (p-1)/p x bytes / bus_bw_bytes_per_s``, and optionally
     a measured curve (``size_bytes`` -> ``time_s``, linear in between; the line beyond)."""
 
-    latency_s: float = Field(ge=0, le=1e-2)  # seconds per call
+    latency_s: float = Field(ge=0, le=MAX_ALLREDUCE_LATENCY_S)  # seconds per call
     bus_bw_bytes_per_s: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)  # NCCL bus bandwidth, bytes/s
     size_bytes: list[float] = []  # message bytes, increasing (list or space-separated string)
     time_s: list[float] = []  # seconds per call at each size

@@ -33,8 +33,10 @@ step operators), summed with the layer's operator counts. Leave one model out do
 apply: ``kernel_tables`` prices only the models it measured (a scenario of another model
 is refused), so no prediction of an unmeasured model exists to score.
 
-Invariant: reads CSV with pandas and YAML with ``yaml.safe_load`` only; bad input is a
-``LlmServingSimDataError`` naming the file (a one-line message); deterministic.
+Invariant: reads CSV with pandas and YAML with the project's bounded safe loader only
+(``sim.yamlio.load_yaml``: its size, node and depth bounds, a key twice in one mapping
+refused naming both lines); bad input is a ``LlmServingSimDataError`` naming the file (a
+one-line message, with the line where the loader has one); deterministic.
 """
 
 from __future__ import annotations
@@ -45,11 +47,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from sim.cost.kernel_tables import Curve
 from sim.cost.vidur_crossval import TOKEN_RANGES, split_errors
-from sim.errors import KvsimError
+from sim.errors import ConfigError, KvsimError
+from sim.yamlio import load_yaml
 
 
 class LlmServingSimDataError(KvsimError):
@@ -86,11 +88,12 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def read_meta(path: Path) -> dict[str, Any]:
-    """A ``meta.yaml`` of the data, with the keys this reader uses."""
+    """A ``meta.yaml`` of the data, with the keys this reader uses (read by the bounded
+    loader every other YAML input goes through: ``file:line: message`` when it refuses)."""
     try:
-        info = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise LlmServingSimDataError(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
+        info, _ = load_yaml(path)
+    except ConfigError as exc:
+        raise LlmServingSimDataError(str(exc)) from None
     need = ("gpu", "model", "vllm_version", "cuda_version", "profiled_at")
     if not isinstance(info, dict) or any(k not in info for k in need):
         raise LlmServingSimDataError(f"{path}: a meta.yaml with keys {', '.join(need)}")

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.errors import ConfigError
 from sim.scenario.schema import scenario_model, scenario_model_for
-from sim.yamlio import LineMap, clean_loc, line_for, load_value, load_yaml
+from sim.yamlio import LineMap, clean_loc, line_for, load_value, load_yaml, validation_message
 
 
 @dataclass
@@ -241,7 +241,7 @@ def validation_problems(
     seen: set[tuple[str, str]] = set()
     for err in exc.errors():
         loc = clean_loc(err["loc"], data)
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = validation_message(err).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             cls = model_at(loc[:-1], data)
             valid = ", ".join(sorted(cls.model_fields)) if cls is not None else "?"

@@ -1,8 +1,12 @@
 """Checking a sweep without running it: the base scenario with every point's overrides.
 
 Responsibility: what ``kvsim validate`` does for a scenario (schema, trace files,
-profiles, KV pool, allocator, pause-policy tiers), for the base scenario and for each
-point of a sweep, so that a bad grid value is found before hours of runs.
+profiles, KV pool, allocator, pause-policy tiers, then the rows of the trace files and the
+fitted-parameters file the workload names, read by the run's readers:
+``sim.workload.trace_files``), for the base scenario and for each point of a sweep, so
+that a bad grid value (a trace or a fit named per point included) is found before hours
+of runs. A workload section already read (the base's, or a point's equal to an earlier
+one) is not read again: a sweep reads each distinct workload's files once.
 
 Invariant: every problem is one ``KvsimError`` line; a problem of a point names the point
 and the sweep file's line of the refused key (``sweep.yaml:4: sweep.grid.KEY: point 3
@@ -17,26 +21,48 @@ from sim.sweep.spec import Sweep, location_in, point_label
 from sim.yamlio import load_yaml
 
 
-def check_scenario(source, overrides: dict) -> tuple[list[KvsimError], object]:
+def check_scenario(
+    source, overrides: dict, read: set[tuple[str, str]] | None = None
+) -> tuple[list[KvsimError], object]:
     """(every problem of a scenario with overrides, the resolved scenario when none): the
-    checks a run makes before it starts (``sim.run.checks.preflight``)."""
+    checks a run makes before it starts (``sim.run.checks.preflight``), then the files its
+    workload names, read as the run reads them (``sim.workload.trace_files.read_traces``),
+    unless ``read`` holds that workload section already (it is added when read clean)."""
     from sim.run.checks import preflight
     from sim.scenario import load_scenario
+    from sim.workload.trace_files import read_traces
 
     try:
-        return [], preflight(load_scenario(str(source), overrides))
+        resolved = preflight(load_scenario(str(source), overrides))
+        workload, base_dir = resolved.scenario.workload, resolved.loaded.base_dir
+        key = _workload_key(workload, base_dir)
+        if read is None or key is None or key not in read:
+            read_traces(workload, base_dir)
+            if read is not None and key is not None:
+                read.add(key)
+        return [], resolved
     except KvsimError as exc:
         return list(getattr(exc, "problems", None) or [exc]), None
 
 
+def _workload_key(workload, base_dir) -> tuple[str, str] | None:
+    """A workload section as text with the folder its paths are relative to (None when a
+    plug-in's config cannot be written as JSON: then it is read each time)."""
+    try:
+        return workload.model_dump_json(), str(base_dir)
+    except Exception:  # a plug-in's field pydantic cannot serialise
+        return None
+
+
 def check_sweep(sweep: Sweep) -> tuple[list[KvsimError], object]:
     """(every problem of the base and of each point, the base resolved when it is valid)."""
-    problems, base = check_scenario(sweep.base_path, {})
+    read: set[tuple[str, str]] = set()  # the workload sections whose files were read
+    problems, base = check_scenario(sweep.base_path, {}, read)
     if problems:
         return problems, None
     _, lines = load_yaml(sweep.path)
     for i, point in enumerate(sweep.points):
-        found, _ = check_scenario(sweep.base_path, {k: v for k, v in point.items()})
+        found, _ = check_scenario(sweep.base_path, {k: v for k, v in point.items()}, read)
         for exc in found:
             problems.append(_point_problem(sweep, lines, i, point, exc))
     return problems, base

@@ -1,4 +1,5 @@
-"""The trace files a workload config names, read as its run reads them (``kvsim validate``).
+"""The files a workload config names (traces, a fitted-parameters file), read as its run
+reads them (``kvsim validate``).
 
 Responsibility: ``names_traces(cfg)`` says whether a workload config reads a trace when it
 runs; ``read_traces(cfg, base_dir)`` reads each one with the function its run calls
@@ -7,12 +8,17 @@ runs; ``read_traces(cfg, base_dir)`` reads each one with the function its run ca
 ``timestamps_s``, ``sim.workload.agent_trace.recorded``,
 ``sim.workload.claude_code.recorded``, ``sim.workload.vllm_requests.replayed_rows``), so a
 bad row is the same one-line error (``FILE: data row N: ...``, ``FILE:LINE: ...``) under
-``kvsim validate`` as under ``kvsim run``, with the same bounds. A ``mix`` reads each
-component's. A plug-in kind's files are its own driver's to read (not read here).
+``kvsim validate`` as under ``kvsim run``, with the same bounds; and a fitted kind's
+``params: {path: FILE}`` (``coding_agent``, ``function_calling``, ``human_in_loop``,
+``multi_agent_team``, ``interactive_coding_agent``) with ``sim.workload.params.load_params``,
+the reader each kind's ``fitted`` calls, at the path its run resolves (``FILE:LINE: field:
+message``, the bounded YAML loader's limits). A ``mix`` reads each component's. A plug-in
+kind's files are its own driver's to read (not read here).
 
-Invariant: a config that names no trace (``names_traces`` False) imports no reader (the
-readers bring numpy, and pandas for a CSV file: ``kvsim validate`` of a scenario without a
-trace stays without them); the files are only read, never simulated.
+Invariant: a config that names no trace and no fit (``names_traces`` False, no
+``params``) imports no reader (the readers bring numpy, and pandas for a CSV file: ``kvsim
+validate`` of a scenario without a trace stays without them); the files are only read,
+never simulated.
 """
 
 from __future__ import annotations
@@ -37,10 +43,25 @@ def names_traces(cfg: Any) -> bool:
     )
 
 
+def names_params(cfg: Any) -> bool:
+    """Whether a run of workload config ``cfg`` reads a fitted-parameters file of its own
+    (``params: {path: FILE}``; None: the shipped fit, checked when it is committed)."""
+    if cfg.kind == "mix":
+        return any(names_params(c) for c in cfg.components)
+    return cfg.kind in _FITTED_KINDS and getattr(cfg, "params", None) is not None
+
+
+#: the shipped kinds whose ``params`` names a fit (``sim.workload.params.PARAMS_MODELS``'s
+#: keys, tested equal; text here so that a config without a fit imports nothing)
+_FITTED_KINDS = ("coding_agent", "function_calling", "human_in_loop", "multi_agent_team",
+                 "interactive_coding_agent")  # fmt: skip
+
+
 def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> None:
-    """Read every trace file workload config ``cfg`` names (paths relative to
-    ``base_dir``) as its run does; a bad file or row raises the run's ``KvsimError``."""
-    if not names_traces(cfg):
+    """Read every trace file and fitted-parameters file workload config ``cfg`` names
+    (paths relative to ``base_dir``) as its run does; a bad file or row raises the run's
+    ``KvsimError``."""
+    if not (names_traces(cfg) or names_params(cfg)):
         return
     if cfg.kind == "mix":
         for i, comp in enumerate(cfg.components):
@@ -51,6 +72,12 @@ def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> Non
     unused: Any = None  # the readers use the context's paths and field names only
     ctx = WorkloadContext(unused, unused, unused, unused, base_dir, 0)
     ctx.field_prefix = field_prefix
+    if names_params(cfg):  # as each fitted kind's ``fitted(cfg, ctx)`` reads it
+        from sim.workload.params import load_params
+
+        load_params(cfg.kind, ctx.resolve(cfg.params.path))
+    if not names_traces(cfg):
+        return
     arrival: Any = getattr(cfg, "arrival", None)
     if cfg.kind == "chat":
         if cfg.lengths.kind == "trace":

@@ -123,3 +123,99 @@ def test_a_pool_below_one_block_is_refused_by_validate_and_run(run_cli, tmp_path
     assert (code, run_err) == (2, want)
     code, out, _ = run_cli(["validate", str(E20), "--set", f"hardware.kv_pool_bytes_per_gpu={16 * 327680}"])
     assert code == 0 and "(16 tokens)" in out
+
+
+# ------------------------------------------------ fitted parameters and sweep points
+FITTED = ROOT / "sim" / "workload" / "fitted"
+
+
+def _bad_fit(tmp_path: Path, kind: str) -> Path:
+    """The shipped fit of ``kind`` with its ``kind`` key written twice (lines 4 and 5)."""
+    text = (FITTED / f"{kind}.yaml").read_text()
+    assert text.splitlines()[3] == f"kind: {kind}"
+    path = tmp_path / "fit.yaml"
+    path.write_text(text.replace(f"kind: {kind}\n", f"kind: {kind}\nkind: {kind}\n", 1))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["coding_agent", "function_calling", "human_in_loop",
+                                  "multi_agent_team", "interactive_coding_agent"])  # fmt: skip
+def test_a_bad_fitted_params_file_is_the_run_s_error(run_cli, tmp_path, kind):
+    """Before: validate checked only that ``params.path`` existed and said ok; the run then
+    refused the file."""
+    fit = _bad_fit(tmp_path, kind)
+    workload = (f"workload={{kind: {kind}, num_trajectories: 1, arrival: {{kind: closed_loop, "
+                "concurrency: 1}, params: {path: fit.yaml}}")  # fmt: skip
+    validate_err, run_err = _validate_and_run(run_cli, tmp_path, workload)
+    assert validate_err == run_err == (f"kvsim: error: {fit}:5: kind: duplicate key 'kind' "
+                                       "(first on line 4, again on line 5)\n")  # fmt: skip
+
+
+def test_a_bad_value_in_a_mix_component_s_fit_is_the_run_s_error(run_cli, tmp_path):
+    text = (FITTED / "coding_agent.yaml").read_text()
+    (tmp_path / "fit.yaml").write_text(text.replace("system_prompt_tokens: 320", "system_prompt_tokens: -5"))
+    workload = ("workload={kind: mix, components: [{kind: requests, requests: [{count: 1, "
+                "prompt_tokens: 8, output_tokens: 2}]}, {kind: coding_agent, num_trajectories: 1, "
+                "arrival: {kind: closed_loop, concurrency: 1}, params: {path: fit.yaml}}]}")  # fmt: skip
+    validate_err, run_err = _validate_and_run(run_cli, tmp_path, workload)
+    line = text[: text.index("system_prompt_tokens:")].count("\n") + 1
+    assert validate_err == run_err == (f"kvsim: error: {tmp_path / 'fit.yaml'}:{line}: "
+                                       "system_prompt_tokens: Input should be greater than or "
+                                       "equal to 0\n")  # fmt: skip
+
+
+def test_the_fitted_kinds_are_the_params_models():
+    from sim.workload.params import PARAMS_MODELS
+    from sim.workload.trace_files import _FITTED_KINDS
+
+    assert set(_FITTED_KINDS) == set(PARAMS_MODELS)
+
+
+def _sweep(tmp_path: Path, point: str) -> Path:
+    (tmp_path / "base.yaml").write_text(E20.read_text())
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"schema_version: 1\nname: s\nsweep:\n  base: base.yaml\n  points:\n    - {point}\n")
+    return path
+
+
+def test_a_sweep_point_s_trace_and_fit_are_read(run_cli, tmp_path):
+    """Before: ``kvsim validate SWEEP`` checked each point's files exist and said ok; the
+    point's run then refused the trace's row (or the fit)."""
+    rows = AZURE.read_text().splitlines()[:10]
+    rows.insert(3, "2023-11-16 18:15:50.0,-5,3")
+    (tmp_path / "bad.csv").write_text("\n".join(rows) + "\n")
+    sweep = _sweep(tmp_path, "{workload: {kind: chat, num_requests: 5, arrival: {kind: poisson, "
+                             "rate_per_s: 1}, lengths: {kind: trace, path: bad.csv}}}")  # fmt: skip
+    code, out, err = run_cli(["validate", str(sweep)])
+    assert (code, out) == (2, "")
+    assert err == (f"kvsim: error: {sweep}:3: sweep: point 0 (workload={{\"kind\": \"chat\", "
+                   "\"num_requests\": 5, \"arrival\": {\"kind\": \"poisson\", \"rate_per_s\": 1}, "
+                   "\"lengths\": {\"kind\": \"trace\", \"path\": \"bad.csv\"}}): "
+                   f"{tmp_path / 'bad.csv'}: data row 3: ContextTokens: expected a whole number "
+                   "of tokens in [1, 10,000,000], got -5\n")  # fmt: skip
+    fit = _bad_fit(tmp_path, "coding_agent")
+    sweep = _sweep(tmp_path, "{workload: {kind: coding_agent, num_trajectories: 1, arrival: "
+                             "{kind: closed_loop, concurrency: 1}, params: {path: fit.yaml}}}")  # fmt: skip
+    code, out, err = run_cli(["validate", str(sweep)])
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvsim: error: {sweep}:3: sweep: point 0 (workload=")
+    assert err.endswith(f"): {fit}:5: kind: duplicate key 'kind' (first on line 4, again on "
+                        "line 5)\n")  # fmt: skip
+
+
+def test_a_sweep_reads_each_distinct_workload_s_files_once(run_cli, tmp_path, monkeypatch):
+    """Points that leave the workload as the base's read nothing again (a grid of N points
+    over one trace reads it once, not N times)."""
+    import sim.workload.trace_files as trace_files
+
+    (tmp_path / "base.yaml").write_text(E20.read_text())
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("schema_version: 1\nname: s\nsweep:\n  base: base.yaml\n  grid:\n"
+                     "    seed: [1, 2, 3]\n    workload.requests.1.count: [1, 2]\n")  # fmt: skip
+    read = []
+    real = trace_files.read_traces
+    monkeypatch.setattr(trace_files, "read_traces", lambda cfg, *a: (read.append(cfg), real(cfg, *a)))
+    code, out, err = run_cli(["validate", str(sweep)])
+    assert code == 0, err
+    # the base (count 1), then count 2 once: 2 reads for 1 + 6 scenarios
+    assert [cfg.requests[1].count for cfg in read] == [1, 2]

@@ -2,7 +2,10 @@
 file, line and field (``sim.cost.calibration``: ``MAX_STEP_OVERHEAD_S`` and the others).
 
 Before: ``step_overhead_s: 1e308`` validated (``kvsim validate`` said ok) and the run
-stopped at ``t=1e+308 s, past engine.max_sim_time_s`` without naming the file."""
+stopped at ``t=1e+308 s, past engine.max_sim_time_s`` without naming the file. The
+scenario's ``cost`` section had no ceiling at all on the same figures (``cost:
+{step_overhead_s: 1e6}`` validated and the run stopped past ``engine.max_sim_time_s``); it
+now shares the calibration's constants (``sim.cost.bounds``)."""
 
 from __future__ import annotations
 
@@ -10,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from sim.cost import bounds
 from sim.cost.calibration import (
     MAX_BW_BYTES_PER_S,
     MAX_STEP_OVERHEAD_S,
     available_calibrations,
     load_calibration,
 )
+from sim.cost.config import CostConfig
 from sim.errors import ConfigError
+from sim.scenario import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 E20 = ROOT / "workloads" / "seed_chunked_prefill.yaml"
@@ -78,3 +84,55 @@ def test_the_ceilings_keep_every_shipped_calibration():
         assert (cal.step_overhead_s or 0.0) <= MAX_STEP_OVERHEAD_S, name
         assert cal.reference_hbm_bw_bytes_per_s <= MAX_BW_BYTES_PER_S, name
     assert len(available_calibrations()) >= 5
+
+
+#: (the ``cost`` field, a value past its ceiling, the ceiling as pydantic words it)
+_COST_CEILINGS = [
+    ("step_overhead_s", "1e300", "10"),
+    ("step_overhead_s", "1e6", "10"),
+    ("alloc_latency_s", "11", "10"),
+    ("allreduce_latency_s", "0.5", "0.01"),
+    ("allreduce_bw_bytes_per_s", "1e300", "1000000000000000"),
+    ("kernel_floor_s", "0.002", "0.001"),
+]
+
+
+@pytest.mark.parametrize("name,value,ceiling", _COST_CEILINGS)
+def test_a_scenario_cost_figure_past_its_ceiling_names_file_line_and_field(
+    run_cli, tmp_path, name, value, ceiling
+):
+    text = E20.read_text().replace("cost:\n", f"cost:\n  {name}: {value}\n", 1)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    line = text[: text.index(f"  {name}: {value}")].count("\n") + 1
+    code, out, err = run_cli(["validate", str(scenario)])
+    assert (code, out) == (2, "")
+    assert err == (f"kvsim: error: {scenario}:{line}: cost.{name}: Input should be less than "
+                   f"or equal to {ceiling}\n")  # fmt: skip
+
+
+def test_a_set_step_overhead_past_the_ceiling_is_refused_and_the_ceiling_itself_runs(run_cli):
+    code, out, err = run_cli(["validate", str(E20), "--set", "cost.step_overhead_s=1e6"])
+    assert (code, out, err) == (2, "", "kvsim: error: --set cost.step_overhead_s: "
+                                "cost.step_overhead_s: Input should be less than or equal to 10\n")
+    code, out, err = run_cli(["validate", str(E20), "--set", "cost.step_overhead_s=10"])
+    assert (code, err) == (0, "") and out.startswith(f"{E20}: ok: ")
+
+
+def test_the_scenario_and_the_calibration_share_one_constant_per_ceiling():
+    """The ceilings are ``sim.cost.bounds``'s (the same objects as the calibration's), and
+    the JSON Schema states them as ``maximum``."""
+    from sim.cost import calibration
+
+    def ceiling(field: str) -> float:
+        return next(m.le for m in CostConfig.model_fields[field].metadata if hasattr(m, "le"))
+
+    assert ceiling("step_overhead_s") == bounds.MAX_STEP_OVERHEAD_S
+    assert ceiling("alloc_latency_s") == bounds.MAX_KERNEL_S
+    assert ceiling("allreduce_latency_s") == bounds.MAX_ALLREDUCE_LATENCY_S
+    assert ceiling("allreduce_bw_bytes_per_s") == bounds.MAX_BW_BYTES_PER_S
+    assert ceiling("kernel_floor_s") == bounds.MAX_KERNEL_FLOOR_S
+    assert calibration.MAX_STEP_OVERHEAD_S is bounds.MAX_STEP_OVERHEAD_S
+    cost = json_schema()["$defs"]["CostConfig"]["properties"]
+    assert cost["step_overhead_s"]["maximum"] == bounds.MAX_STEP_OVERHEAD_S
+    assert cost["step_overhead_s"]["minimum"] == 0

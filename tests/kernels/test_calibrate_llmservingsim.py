@@ -145,3 +145,29 @@ def test_a_stray_tp_folder_is_ignored_and_accelerator_names_an_unknown_gpu(run_c
     cal = yaml.safe_load(out.read_text())
     assert list(cal["kernel_tables"]["llama-3.1-8b"]["by_tp"]) == [1]
     assert cal["device"] == "NVIDIA GeForce RTX 4090 D"
+
+
+@pytest.mark.parametrize("change,message", [
+    ("duplicate_key", "{meta}:3: gpu: duplicate key 'gpu' (first on line 1, again on line 3)"),
+    ("oversized", "{meta}: file is 16,777,217 bytes; the limit is 16,777,216"),
+    ("alias_bomb", "{meta}:6: YAML document expands to more than 200,000 nodes (aliases "
+                   "expanded); refused as an alias bomb or an oversized file"),
+])  # fmt: skip
+def test_a_meta_yaml_goes_through_the_bounded_loader(run_cli, data, tmp_path, change, message):
+    """``meta.yaml`` is read by ``sim.yamlio.load_yaml`` (before: ``yaml.safe_load`` of the
+    whole text, which kept the last of two ``gpu`` keys, read a file of any size and
+    expanded an alias bomb)."""
+    meta = data / "meta-llama" / "Llama-3.1-8B" / "bf16" / "meta.yaml"
+    if change == "duplicate_key":
+        meta.write_text("gpu: NVIDIA H200\n" + yaml.safe_dump(META))
+    elif change == "oversized":
+        text = yaml.safe_dump(META)  # ASCII: one byte a character; then 1 byte past 16 MiB
+        meta.write_text(text + "#" * (16 * 1024 * 1024 - len(text)) + "\n")
+    else:
+        bomb = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcd", "bcde", strict=True))
+        meta.write_text("a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9]\n" + bomb + "f: [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n")
+    out = tmp_path / "x.yaml"
+    code, stdout, err = run_cli(["calibrate", "--llmservingsim", str(data), "--out", str(out)])
+    assert (code, stdout) == (2, "")
+    assert err == "kvsim: error: " + message.format(meta=meta) + "\n"
+    assert not out.exists()

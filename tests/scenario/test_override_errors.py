@@ -36,7 +36,7 @@ E20 = ROOT / "workloads" / "seed_chunked_prefill.yaml"
          "hardware.accelerator_overrides.memory_bytes: Input should be greater than 0"),
         ("hardware.accelerator_overrides={host_link: {kind: x}}",
          "--set hardware.accelerator_overrides: hardware.accelerator_overrides.host_link.kind:"
-         " Input should be 'pcie', 'nvlink-c2c' or 'infinity-fabric'"),
+         " unknown kind 'x'; valid: infinity-fabric, nvlink-c2c, pcie"),
     ],
 )  # fmt: skip
 def test_a_bad_set_override_of_a_profile_names_the_set(run_cli, item, message):

@@ -34,7 +34,7 @@ def test_of_two_overrides_the_one_sharing_most_of_the_path_is_named() -> None:
 
 def test_the_field_an_override_sets_is_reported_first() -> None:
     err = _error({"cluster.router.kind": "least_loaded"})
-    assert str(err).startswith("--set cluster.router.kind: cluster.router.kind: Input tag 'least_loaded'")
+    assert str(err).startswith("--set cluster.router.kind: cluster.router.kind: unknown kind 'least_loaded'; valid: least_load, ")
     assert str(err).endswith("(and 1 more problem)")
     assert [p.field for p in err.problems] == ["cluster.router.kind", "cluster.nodes"]
 

@@ -73,8 +73,8 @@ def test_defaults_are_filled_in(tmp_path):
         ),
         (
             ("  kind: paged", "  kind: pagd"),
-            "FILE:7: allocator.kind: Input tag 'pagd' found using 'kind' does not match any of "
-            "the expected tags: ",
+            "FILE:7: allocator.kind: unknown kind 'pagd'; valid: buddy, contiguous, paged, "
+            "paged_hash, radix, static",
         ),
         (
             ("  max_num_batched_tokens: 544", "  max_num_batched_tokens: lots"),
@@ -110,8 +110,8 @@ def test_errors_are_one_line_with_file_line_field_and_choices(tmp_path, edit, ex
 
 def test_unknown_kind_lists_every_valid_kind(tmp_path):
     msg = _error(tmp_path, BASE.replace("  kind: paged", "  kind: pagd"))
-    for kind in ("'buddy'", "'contiguous'", "'paged'", "'radix'", "'static'"):
-        assert kind in msg
+    valid = msg.split("; valid: ")[1].split(", ")
+    assert {"buddy", "contiguous", "paged", "paged_hash", "radix", "static"} <= set(valid)
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path):
