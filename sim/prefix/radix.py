@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sim.errors import InvariantError, PluginError
-from sim.prefix.eviction import SHIPPED_KEYS, EvictionStrategy, get_strategy
+from sim.prefix.eviction import EvictionStrategy, get_strategy, is_shipped_key
 from sim.prefix.spans import (
     ContentId,
     Segments,
@@ -892,11 +892,11 @@ class RadixTree:
 
 
 def _checked_key(strategy: EvictionStrategy) -> Callable[[Node, RadixTree], tuple]:
-    """The strategy's bound ``key``: as it is for a shipped one (``SHIPPED_KEYS``), else
+    """The strategy's bound ``key``: as it is for a shipped one (``is_shipped_key``), else
     wrapped to refuse a rank holding NaN (NaN orders with nothing, so the heap would evict
     in another order, silently): ``PluginError`` naming the strategy."""
     key = strategy.key
-    if getattr(key, "__func__", None) in SHIPPED_KEYS:
+    if is_shipped_key(key):
         return key
     name = strategy.name
 

@@ -611,3 +611,29 @@ def test_a_refused_nan_rank_leaves_the_tree_as_it_was(call):
         refused(tree, made)
     tree.check_invariants()
     assert _state(tree) == before
+
+
+def test_a_plugin_cannot_make_its_key_trusted():
+    """``SHIPPED_KEYS`` was a public set: a plug-in that added its key to it skipped the
+    NaN check. It is a read-only snapshot now, and the private registry refuses a key
+    defined outside kvsim's own modules."""
+    from sim.prefix import eviction
+    from sim.prefix.eviction import FIFO, LFU, LRU, Priority
+    from sim.prefix.replay_policies import Belady, Retain
+
+    shipped = {LRU.key, LFU.key, FIFO.key, Priority.key, Belady.key, Retain.key}
+    assert eviction.SHIPPED_KEYS == frozenset(shipped)
+    with pytest.raises(AttributeError):
+        eviction.SHIPPED_KEYS.add(_KeyOf.key)  # type: ignore[attr-defined]
+    with pytest.raises(PluginError) as exc:
+        eviction._trust_keys(_KeyOf.key)
+    assert str(exc.value) == (
+        "'_KeyOf.key' (module 'test_radix_tree'): only the shipped strategies' keys are "
+        "trusted unchecked; a plug-in's ranks are checked for NaN (docs/prefix_cache.md, "
+        "adding a strategy)"
+    )
+    assert eviction.SHIPPED_KEYS == frozenset(shipped)
+    tree = RadixTree(B, Pool(), _KeyOf((float("nan"),)))
+    tree.insert(segments([("a", B)]), [0], now=1.0)
+    with pytest.raises(PluginError, match=r"^eviction strategy 'key_of_test': key returned"):
+        tree.insert(segments([("b", B)]), [1], now=2.0)
