@@ -6,7 +6,7 @@ Runs (or resumes) ``kvsim sweep workloads/cluster_mu_sweep.yaml`` into ``--out``
 reference routers (``least_load``, ``round_robin``, ``session_affinity``) on the same
 scenario and seeds, then draws p99 TTFT against mu (one dot per seed, the mean as a line,
 the references as horizontal lines) and, below it, the sequence moves and the prompt
-tokens prefilled. About 6 minutes on 2 cores. docs/cluster.md shows the figure.
+tokens prefilled. About 10 minutes on 2 cores (591 CPU s measured). docs/cluster.md shows the figure.
 """
 
 from __future__ import annotations

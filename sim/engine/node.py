@@ -75,10 +75,12 @@ if TYPE_CHECKING:
 
 #: zero-time reschedules (preemptions, drops, rejections without a step) before giving up
 MAX_ZERO_TIME_DECISIONS = 100_000
-#: consecutive steps without progress (no token computed or sampled, no admission, finish,
-#: rejection, preemption, drop or cancellation) before giving up: a scheduler whose
-#: ``commit`` advances nothing. Every step of a correct scheduler computes a token
-#: (``BatchPlan``: each scheduled request has ``n_new >= 1``), so a real run has none
+#: consecutive steps without progress before giving up: progress is what moves the run
+#: toward its end (a token computed or sampled, a finish, rejection, drop or
+#: cancellation); an admission or a preemption alone is not (a scheduler that preempts a
+#: request and readmits it every step, its ``commit`` advancing nothing, is a livelock).
+#: Every step of a correct scheduler computes a token (``BatchPlan``: each scheduled
+#: request has ``n_new >= 1``), so a real run has none
 MAX_STALLED_STEPS = 10_000
 
 
@@ -574,20 +576,19 @@ class Node:
             or result.finished
             or result.emitted_from
             or probe.num_computed != computed
-            or plan.admitted
-            or plan.preempted
             or plan.rejected
             or plan.held_drops
-        ):
+        ):  # not plan.admitted nor plan.preempted: readmitting for ever is no progress
             self._stalled = 0
         else:
             self._stalled += 1
             if self._stalled >= MAX_STALLED_STEPS:
                 self._stuck(
                     f"scheduler {_named(self.sched)} made no progress in {self._stalled} "
-                    "consecutive steps (no token computed or sampled, no admission, finish, "
-                    "rejection, preemption, drop or cancellation): its commit advances "
-                    "nothing (docs/engine.md, the scheduler contract)"
+                    "consecutive steps (no token computed or sampled, no finish, rejection, "
+                    "drop or cancellation; admissions and preemptions alone are not "
+                    "progress): its commit advances nothing (docs/engine.md, the scheduler "
+                    "contract)"
                 )
         rec.emit(result.emitted, s0, k)
         if result.drafts:

@@ -12,8 +12,10 @@ the tree.
 
 Invariant: every name in ``EVICTION_STRATEGIES`` maps to one stateless strategy object, and
 an unknown name raises ``UnknownNameError`` listing the valid ones. A rank holds no NaN:
-the tree checks the ranks of every strategy whose ``key`` is not one of ``SHIPPED_KEYS``
-(a plug-in's) and raises ``PluginError`` naming it.
+the tree checks the ranks of every strategy whose ``key`` is not one of the shipped
+strategies' (a plug-in's) and raises ``PluginError`` naming it. The shipped keys are
+trusted by a private registry that only kvsim's own modules add to (``_trust_keys``
+refuses a function defined anywhere else); ``SHIPPED_KEYS`` is a read-only snapshot of it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sim.errors import ConfigError, UnknownNameError
+from sim.errors import ConfigError, PluginError, UnknownNameError
 
 
 class EvictionStrategy(ABC):
@@ -101,8 +103,42 @@ class Priority(EvictionStrategy):
 
 EVICTION_STRATEGIES: dict[str, EvictionStrategy] = {}
 #: the ``key`` functions of the shipped strategies (the trace replay's add theirs): the tree
-#: trusts their ranks and checks every other key's (a plug-in's) for NaN as it enters
-SHIPPED_KEYS: set[Callable] = {LRU.key, LFU.key, FIFO.key, Priority.key}
+#: trusts their ranks and checks every other key's (a plug-in's) for NaN as it enters.
+#: Private: only ``_trust_keys`` adds to it; read it as ``SHIPPED_KEYS`` (a frozenset)
+_SHIPPED_KEYS: set[Callable] = set()
+#: where a trusted key may be defined: kvsim's own prefix-cache modules
+_SHIPPED_PREFIX = "sim.prefix."
+
+
+def _trust_keys(*keys: Callable) -> None:
+    """Trust the ranks of ``keys`` (the tree binds them unchecked): for kvsim's own
+    strategies only, called where they are defined (``sim.prefix.eviction``,
+    ``sim.prefix.replay_policies``). A function defined outside ``sim.prefix`` (a
+    plug-in's key, whose ranks must be checked for NaN) is refused with ``PluginError``."""
+    for key in keys:
+        module = getattr(key, "__module__", None)
+        if not isinstance(module, str) or not module.startswith(_SHIPPED_PREFIX):
+            raise PluginError(
+                f"{getattr(key, '__qualname__', key)!r} (module {module!r}): only the shipped "
+                "strategies' keys are trusted unchecked; a plug-in's ranks are checked for "
+                "NaN (docs/prefix_cache.md, adding a strategy)"
+            )
+        _SHIPPED_KEYS.add(key)
+
+
+def is_shipped_key(key: Callable) -> bool:
+    """Whether a strategy's bound ``key`` is a shipped one (trusted: bound unchecked)."""
+    return getattr(key, "__func__", None) in _SHIPPED_KEYS
+
+
+def __getattr__(name: str) -> frozenset[Callable]:
+    """``SHIPPED_KEYS``: the trusted keys, a read-only snapshot (adding to it trusts nothing)."""
+    if name == "SHIPPED_KEYS":
+        return frozenset(_SHIPPED_KEYS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_trust_keys(LRU.key, LFU.key, FIFO.key, Priority.key)
 
 
 def register_strategy(strategy: EvictionStrategy) -> EvictionStrategy:

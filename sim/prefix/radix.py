@@ -16,7 +16,10 @@ Invariants (``check_invariants``, which raises ``InvariantError``):
 - ``lock_ref`` of a node >= the sum over its children (locks walk the path to the root;
   the root is always locked); ``evictable_blocks`` = blocks of nodes with ``lock_ref == 0``;
 - only unlocked leaves are evicted; a leaf loses blocks from its end (deepest first), and a
-  parent left childless and unlocked becomes a candidate (the cascade of rule 3.7.4).
+  parent left childless and unlocked becomes a candidate (the cascade of rule 3.7.4);
+- every unlocked leaf has a live entry in the heap, also after a plug-in's rank is refused
+  (``PluginError``: the refused call is undone, so a caller that catches it goes on with
+  the tree as it was; shipped keys are never refused and pay nothing for it).
 
 Eviction is block-granular: ``evict(n)`` frees exactly ``min(n, evictable)`` blocks, trimming
 the last victim leaf rather than removing more than asked (SGLang removes whole nodes).
@@ -51,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sim.errors import InvariantError, PluginError
-from sim.prefix.eviction import SHIPPED_KEYS, EvictionStrategy, get_strategy
+from sim.prefix.eviction import EvictionStrategy, get_strategy, is_shipped_key
 from sim.prefix.spans import (
     ContentId,
     Segments,
@@ -165,6 +168,8 @@ class RadixTree:
         #: for NaN as each rank enters (``_checked_key``: O(len(rank)) per rank)
         self._key = _checked_key(self.strategy)
         self._rank = self._key
+        #: the key is a shipped one (never refused): a refusal's undo needs no saving
+        self._trusted = self._key is self.strategy.key
         self.retain_biased = False  # a retain priority was set: ranks lead with it
         self._same_rank = self.strategy.same_rank_blocks
         self.merge_extensions = self.strategy.merges_extensions
@@ -215,9 +220,21 @@ class RadixTree:
         Re-ranking the dormant leaves is O(nodes); pass ``rebuild=False`` when the ids are
         new to the tree (priorities given before their content is cached).
         """
-        self.content_priority.update(priorities)
-        if rebuild:
+        if not rebuild:
+            self.content_priority.update(priorities)
+            return
+        known = self.content_priority
+        before = {c: known[c] for c in priorities if c in known}
+        known.update(priorities)
+        try:
             self._rebuild_heap()
+        except PluginError:  # a refused rank: the priorities as they were
+            for c in priorities:
+                if c in before:
+                    known[c] = before[c]
+                else:
+                    del known[c]
+            raise
 
     def set_retain(self, node: Node, priority: float) -> None:
         """Give the path to ``node`` (the context of a sequence about to be released) the
@@ -230,11 +247,21 @@ class RadixTree:
             self.retain_biased = True
             key = self._key
             self._rank = lambda n, tree: (n.retain, *key(n, tree))
-            self._rebuild_heap()
+            try:
+                self._rebuild_heap()
+            except PluginError:  # a refused rank: the ranks and the heap as they were
+                self.retain_biased, self._rank = False, key
+                raise
         while node is not self.root:
-            node.retain = priority  # a dormant leaf among them is re-ranked when it is pushed
+            # a dormant leaf among them is re-ranked when it is pushed: only the first node
+            # can be one (the others are its ancestors), so a refusal changed nothing else
+            old, node.retain = node.retain, priority
             if node.lock_ref == 0 and not node.children:
-                self._push(node)
+                try:
+                    self._push(node)
+                except PluginError:
+                    node.retain = old
+                    raise
             node = node.parent
 
     def iter_nodes(self):
@@ -376,14 +403,36 @@ class RadixTree:
         return total
 
     def _touch(self, node: Node, now: float, hit: bool) -> None:
-        leaf = node
-        while node is not self.root:
+        leaf, root = node, self.root
+        push = leaf is not root and leaf.lock_ref == 0 and not leaf.children
+        if push and not self._trusted:  # a plug-in's rank may be refused: undo the stamps
+            self._touch_checked(leaf, now, hit)
+            return
+        while node is not root:
             node.last_access = now
             if hit:
                 node.hit_count += 1
             node = node.parent
-        if leaf is not self.root and leaf.lock_ref == 0 and not leaf.children:
+        if push:
             self._push(leaf)  # its rank changed
+
+    def _touch_checked(self, leaf: Node, now: float, hit: bool) -> None:
+        """``_touch`` of a dormant leaf under a plug-in's key: a refused rank
+        (``PluginError``) puts the path's stamps back (the leaf keeps its heap entry)."""
+        saved = []
+        node = leaf
+        while node is not self.root:
+            saved.append((node, node.last_access, node.hit_count))
+            node.last_access = now
+            if hit:
+                node.hit_count += 1
+            node = node.parent
+        try:
+            self._push(leaf)
+        except PluginError:
+            for node, last_access, hit_count in saved:
+                node.last_access, node.hit_count = last_access, hit_count
+            raise
 
     def insert(
         self, content, block_ids: list[int], now: float, start: Node | None = None
@@ -432,7 +481,17 @@ class RadixTree:
             self.n_nodes += 1
             self.total_blocks += len(adopted)
             self.evictable_blocks += len(adopted)
-            node = new
+            try:
+                self._touch(new, now, hit=False)
+            except PluginError:  # a refused rank: the new leaf out again (splits made on
+                self._detach(new)  # the way stay: the same blocks, the same content)
+                new.alive = False
+                self._blocks.difference_update(adopted)
+                self.n_nodes -= 1
+                self.total_blocks -= len(adopted)
+                self.evictable_blocks -= len(adopted)
+                raise
+            return InsertResult(new, adopted, dup)
         self._touch(node, now, hit=False)
         return InsertResult(node, adopted, dup)
 
@@ -547,8 +606,13 @@ class RadixTree:
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 self.evictable_blocks += len(node.block_ids)
-                if not node.children:
-                    self._push(node)
+                if not node.children:  # only the first node (the others are its ancestors)
+                    try:
+                        self._push(node)
+                    except PluginError:  # a refused rank: still pinned, as it was
+                        node.lock_ref += 1
+                        self.evictable_blocks -= len(node.block_ids)
+                        raise
             node = node.parent
 
     # ------------------------------------------------------------------ eviction
@@ -565,56 +629,82 @@ class RadixTree:
             self._rebuild_heap()
 
     def _rebuild_heap(self) -> None:
+        # every rank first: a refused one leaves the heap and the versions as they were
+        keys = [
+            ((*self._rank(node, self), -node.end_tokens, node.serial), node)
+            for node in self.iter_nodes()
+            if node.lock_ref == 0 and not node.children
+        ]
         heap = []
-        for node in self.iter_nodes():
-            if node.lock_ref == 0 and not node.children:
-                key = (*self._rank(node, self), -node.end_tokens, node.serial)
-                node.heap_version += 1
-                heap.append((key, node.heap_version, node))
+        for key, node in keys:
+            node.heap_version += 1
+            heap.append((key, node.heap_version, node))
         heapq.heapify(heap)
         self._held = None
         self._heap = heap
 
-    def _pop_victim(self) -> Node | None:
+    def _pop_victim(self) -> tuple | None:
+        """The best valid candidate's heap entry ``(key, version, node)``, taken out."""
         heap = self._heap
         held, self._held = self._held, None
         while held is not None or heap:
             if held is not None:
-                _, version, node = heapq.heappushpop(heap, held)
+                entry = heapq.heappushpop(heap, held)
                 held = None
             else:
-                _, version, node = heapq.heappop(heap)
+                entry = heapq.heappop(heap)
+            node = entry[2]
             if (
                 node.alive
-                and version == node.heap_version
+                and entry[1] == node.heap_version
                 and node.lock_ref == 0
                 and not node.children
             ):
-                return node
+                return entry
         return None
 
     def _trim(self, node: Node, n_blocks: int) -> list[int]:
-        """Drop the last ``n_blocks`` blocks of a dormant leaf; remove it when empty."""
-        keep = len(node.block_ids) - n_blocks
-        ids = node.block_ids[keep:]
+        """Drop the last ``n_blocks`` blocks of a dormant leaf; remove it when empty. A
+        refused rank (``PluginError``, a plug-in's, at the push that follows) puts the
+        leaf back as it was (its heap entry is the caller's to restore)."""
+        blocks, label, end_tokens = node.block_ids, node.label, node.end_tokens
+        keep = len(blocks) - n_blocks
+        ids = blocks[keep:]
         self._blocks.difference_update(ids)
         self.total_blocks -= n_blocks
         self.evictable_blocks -= n_blocks
         self.evicted_blocks += n_blocks
-        if n_blocks == len(node.block_ids):
-            parent = node.parent
-            self._detach(node)
-            node.alive = False
-            node.block_ids = []
-            self.n_nodes -= 1
-            self.evicted_nodes += 1
-            if parent is not self.root and parent.lock_ref == 0 and not parent.children:
-                self._push(parent)  # the cascade: the parent is a leaf now
-        else:
-            del node.block_ids[keep:]
-            node.label = drop_last(node.label, n_blocks * self.block_size)
-            node.end_tokens -= n_blocks * self.block_size
-            self._push(node, hold=True)
+        whole = n_blocks == len(blocks)
+        parent = node.parent
+        try:
+            if whole:
+                self._detach(node)
+                node.alive = False
+                node.block_ids = []
+                self.n_nodes -= 1
+                self.evicted_nodes += 1
+                if parent is not self.root and parent.lock_ref == 0 and not parent.children:
+                    self._push(parent)  # the cascade: the parent is a leaf now
+            else:
+                del blocks[keep:]
+                node.label = drop_last(label, n_blocks * self.block_size)
+                node.end_tokens -= n_blocks * self.block_size
+                self._push(node, hold=True)
+        except PluginError:
+            if whole:
+                self._attach(parent, node)
+                node.alive = True
+                node.block_ids = blocks
+                self.n_nodes += 1
+                self.evicted_nodes -= 1
+            else:
+                blocks.extend(ids)
+                node.label, node.end_tokens = label, end_tokens
+            self._blocks.update(ids)
+            self.total_blocks += n_blocks
+            self.evictable_blocks += n_blocks
+            self.evicted_blocks -= n_blocks
+            raise
         ids.reverse()  # deepest first
         return ids
 
@@ -672,9 +762,10 @@ class RadixTree:
         """
         freed: list[int] = []
         while len(freed) < n_blocks:
-            node = self._pop_victim()
-            if node is None:
+            entry = self._pop_victim()
+            if entry is None:
                 break
+            node = entry[2]
             take = n_blocks - len(freed)
             if take > 1:  # one block: the victim's last, whatever ranks next (a victim
                 # gives at least one block before any rival, see _blocks_before_rival)
@@ -683,10 +774,15 @@ class RadixTree:
                     if take > 1 and self.check_ranks:
                         self._check_same_rank(node, take)
                 except PluginError:  # a strategy's broken promise: the victim back in
-                    self._push(node)  # the heap and the blocks freed so far to the pool,
-                    self._release(freed)  # so the tree and its pool stay whole
+                    heapq.heappush(self._heap, entry)  # the heap and the blocks freed so
+                    self._release(freed)  # far to the pool, so the tree and pool stay whole
                     raise
-            freed.extend(self._trim(node, take))
+            try:
+                freed.extend(self._trim(node, take))
+            except PluginError:  # a refused rank: the victim whole again, its entry back
+                heapq.heappush(self._heap, entry)  # in the heap, the blocks freed so far
+                self._release(freed)  # to the pool
+                raise
         self._release(freed)
         return freed
 
@@ -726,7 +822,11 @@ class RadixTree:
         freed: list[int] = []
         while node.alive and node is not self.root and node.lock_ref == 0 and not node.children:
             parent = node.parent
-            freed.extend(self._trim(node, len(node.block_ids)))
+            try:
+                freed.extend(self._trim(node, len(node.block_ids)))
+            except PluginError:  # a refused rank: that node whole again (its heap entry
+                self._release(freed)  # never left), the blocks freed so far to the pool
+                raise
             node = parent
         self._release(freed)
         return freed
@@ -792,11 +892,11 @@ class RadixTree:
 
 
 def _checked_key(strategy: EvictionStrategy) -> Callable[[Node, RadixTree], tuple]:
-    """The strategy's bound ``key``: as it is for a shipped one (``SHIPPED_KEYS``), else
+    """The strategy's bound ``key``: as it is for a shipped one (``is_shipped_key``), else
     wrapped to refuse a rank holding NaN (NaN orders with nothing, so the heap would evict
     in another order, silently): ``PluginError`` naming the strategy."""
     key = strategy.key
-    if getattr(key, "__func__", None) in SHIPPED_KEYS:
+    if is_shipped_key(key):
         return key
     name = strategy.name
 

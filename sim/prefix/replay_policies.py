@@ -46,8 +46,8 @@ import numpy as np
 from sim.errors import KvsimError, UnknownNameError
 from sim.prefix.eviction import (
     EVICTION_STRATEGIES,
-    SHIPPED_KEYS,
     EvictionStrategy,
+    _trust_keys,
     get_strategy,
 )
 from sim.prefix.replay_order import ReplayCall
@@ -180,7 +180,7 @@ class Retain(EvictionStrategy):
         return (self.retain_priority[int(node.last_access)], node.last_access)
 
 
-SHIPPED_KEYS.update({Belady.key, Retain.key})  # no NaN: the tree trusts their ranks
+_trust_keys(Belady.key, Retain.key)  # no NaN: the tree trusts their ranks
 
 
 def expected_pauses(order: list[ReplayCall], noise: float, seed: int) -> list[float]:

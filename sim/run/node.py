@@ -135,19 +135,24 @@ def run_workload(env: simpy.Environment, nodes: list[Node], ctx: WorkloadContext
     jumps there at once); one still running when the trajectories its count says have
     all ended (more to start later, which would be dropped) is refused after the run: a
     driver's generator returns once it has started its trajectories (every shipped one
-    does; O(1) after the run)."""
+    does; O(1) after the run). A ``mix``'s components (``ctx.component_drivers``) are checked each
+    against its own count, the miscounted one named by its place."""
     process = env.process(driver)
     until = nodes[0].process if len(nodes) == 1 else simpy.AllOf(env, [n.process for n in nodes])
     try:
         env.run(until=until)
     except (WorkloadStoppedError, SimTimeLimitError):
         if ctx.ended < ctx.total and any(n.workload_stopped for n in nodes):
-            what = f"ended {ctx.ended} (of {ctx.started} started) and then posted nothing more"
-            raise ctx.miscounted(what) from None
+            # a mix: the first component that ended fewer than its count
+            part = next((p for p, _ in ctx.component_drivers if p.ended < p.total), ctx)
+            what = f"ended {part.ended} (of {part.started} started) and then posted nothing more"
+            raise part.miscounted(what) from None
         raise
-    if process.is_alive and ctx.ended >= ctx.total:
-        what = f"was still running when those {ctx.total} had ended (a driver returns once it has started them all)"
-        raise ctx.miscounted(what)
+    if ctx.ended >= ctx.total:  # every driver, a mix's components' too, must have returned
+        for part, proc in ((ctx, process), *ctx.component_drivers):
+            if proc.is_alive:
+                what = f"was still running when those {part.total} had ended (a driver returns once it has started them all)"
+                raise part.miscounted(what)
 
 
 def group_split(r: Resolved, allocator: Any) -> GroupSplit | None:

@@ -42,7 +42,7 @@ every configuration is checked before any run; without ``out`` nothing is writte
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -201,8 +201,11 @@ def load_label(search: str, load: float) -> str:
     return f"load {load:g}"
 
 
-def window_fix(loaded, search: str) -> str:
-    """How to widen a search's measurement windows (for ``window_warnings``)."""
+def window_fix(loaded, search: str, loads: Sequence[float] = ()) -> str:
+    """How to widen a search's measurement windows (for ``window_warnings``): the count
+    to ``--set``, the scenario's own numbers, and, where the search scales the count
+    with the load (``concurrency``, ``arrival_rate``), those of the runs at ``loads``
+    (the loads searched: the scenario's count is not what they ran)."""
     wl = loaded.scenario.workload
     arrival = getattr(wl, "arrival", None)
     n = getattr(wl, "num_requests", None) or getattr(wl, "num_trajectories", None)
@@ -210,15 +213,34 @@ def window_fix(loaded, search: str) -> str:
             "--warmup-fraction only moves its start)")  # fmt: skip
     if arrival is not None and arrival.kind == "closed_loop" and n is not None:
         c = arrival.concurrency
-        keeps = "; the search keeps the ratio" if search == "concurrency" else ""
         more = 3 * c if n < 3 * c else 2 * n  # at 3 x already: more of them still
+        now = f"now {n} for concurrency {c}"
+        if search == "concurrency":
+            now += "; the search keeps the ratio" + _searched(loaded, search, loads, "concurrency {}")
         return (
             f"give more trajectories than agents, num_trajectories >= ~3 x concurrency: "
-            f"--set {_count_key(wl)}={more} (now {n} for concurrency {c}{keeps}) {tail}"
+            f"--set {_count_key(wl)}={more} ({now}) {tail}"
         )
     if n is not None:
-        return f"give more arrivals, so they outlast the drain: --set {_count_key(wl)}={2 * n} (now {n}) {tail}"
+        now = f"now {n}"
+        if search == "arrival_rate":
+            now += "; the search keeps the ratio" + _searched(loaded, search, loads, "{}/s")
+        return f"give more arrivals, so they outlast the drain: --set {_count_key(wl)}={2 * n} ({now}) {tail}"
     return f"give the workload more trajectories than run at once {tail}"
+
+
+def _searched(loaded, search: str, loads: Sequence[float], load_fmt: str) -> str:
+    """``: its runs had 80 - 120 trajectories for concurrency 53 - 80``: the counts the search ran
+    (``load_overrides``) at the lowest and the highest of ``loads``; empty without any."""
+    if not loads:
+        return ""
+    base = base_load(loaded, search)
+    lo, hi = min(loads), max(loads)
+    n_lo, n_hi = (load_overrides(search, x, base)[base[2]] for x in (lo, hi))
+    what = "requests" if base[2] == "workload.num_requests" else "trajectories"
+    if lo == hi:
+        return f": its runs had {n_lo} {what} for {load_fmt.format(f'{lo:g}')}"
+    return f": its runs had {n_lo} - {n_hi} {what} for {load_fmt.format(f'{lo:g} - {hi:g}')}"
 
 
 def _count_key(workload) -> str:
@@ -534,7 +556,8 @@ def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate
 
     gap = explain_gap(value, estimate, searches, points)
     label = partial(_at_label, search)
-    warnings = window_warnings(points, window_fix(loaded, search), label)
+    loads = [p["load"] for p in points if not p.get("error")]
+    warnings = window_warnings(points, window_fix(loaded, search, loads), label)
     rows = answer.at_capacity(searches, points) if met else []
     if not met:
         notes = [answer.no_pass_note(search, points)]

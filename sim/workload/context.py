@@ -58,6 +58,10 @@ class WorkloadContext:
         self.kind = ""
         #: where this workload's config sits in the scenario (named by config errors)
         self.field_prefix = "workload"
+        #: (context, SimPy process) of each driver started on this context's behalf (a
+        #: ``mix``'s components, ``sim.workload.mix``): ``sim.run`` checks each against
+        #: its own count after the run, as it checks the workload's own driver
+        self.component_drivers: list[tuple[WorkloadContext, Any]] = []
         self._req_ids = itertools.count()
         self._seq_ids = itertools.count()
         self._content_ids = itertools.count()

@@ -41,6 +41,7 @@ class ComponentContext(WorkloadContext):
         self.traj_offset = traj_offset
         self.total = total
         self.started = self.ended = self.completed = 0
+        self.component_drivers = []  # a component runs no driver of its own behalf
 
         def streams(name: str):
             return parent.streams(f"{label}/{name}")
@@ -96,18 +97,22 @@ def mix_count(cfg) -> int:
 
 def mix_driver(cfg, ctx: WorkloadContext):
     """Build every component's driver now; the returned generator starts them all at t=0."""
-    drivers, offset = [], 0
+    drivers, views, offset = [], [], 0
     for i, (label, comp) in enumerate(zip(cfg.labels(), cfg.components, strict=True)):
         kind = workload_kind(comp.kind)
         view = ComponentContext(ctx, i, label, offset, kind.count(comp))
         drivers.append(kind.driver(comp, view))
+        views.append(view)
         offset += view.total
     ctx.set_total(offset)
-    return _start_all(ctx.env, drivers)
+    return _start_all(ctx, views, drivers)
 
 
-def _start_all(env, drivers):
-    for driver in drivers:
-        env.process(driver)
+def _start_all(ctx: WorkloadContext, views: list[ComponentContext], drivers: list):
+    """Start every component's driver, each its own process (kept in ``ctx.component_drivers``: a
+    component's driver still running when its trajectories have all ended is refused
+    after the run, naming the component, as a single kind's is)."""
+    for view, driver in zip(views, drivers, strict=True):
+        ctx.component_drivers.append((view, ctx.env.process(driver)))
     return
     yield  # a generator, like every workload driver

@@ -536,3 +536,104 @@ def test_a_valid_plugin_rank_evicts_as_before_and_shipped_keys_are_not_wrapped()
     for strategy, key in (("lru", LRU.key), (LruAgain(), LRU.key), (Retain([0]), Retain.key)):
         assert RadixTree(B, Pool(), strategy)._rank.__func__ is key
     assert not hasattr(RadixTree(B, Pool(), _KeyOf((0.5,)))._rank, "__func__")  # wrapped
+
+
+def _nan_after(setup):
+    """A tree under ``_KeyOf`` built by ``setup(tree)`` with finite ranks, then ``b``'s
+    rank turned NaN; returns (tree, what setup returned, the state to compare)."""
+    strategy = _KeyOf((1.0,))
+    tree = RadixTree(B, Pool(), strategy)
+    made = setup(tree)
+    strategy.value = (float("nan"),)
+    return tree, made
+
+
+def _state(tree):
+    """What a refusal must leave as it was: every node's blocks, pins, stamps and rank
+    inputs, the counters, and the dormant leaves the heap holds (stale entries the
+    eviction discarded on its way aside)."""
+    nodes = sorted(
+        (tuple(n.block_ids), n.lock_ref, n.last_access, n.hit_count, n.retain, n.end_tokens)
+        for n in tree.iter_nodes()
+    )
+    entries = tree._heap if tree._held is None else [*tree._heap, tree._held]
+    live = sorted(tuple(n.block_ids) for _, v, n in entries
+                  if v == n.heap_version and n.alive and n.lock_ref == 0 and not n.children)  # fmt: skip
+    counters = (tree.n_nodes, tree.total_blocks, tree.evictable_blocks, tree.evicted_blocks,
+                tree.evicted_nodes, tree.retain_biased, dict(tree.content_priority))  # fmt: skip
+    return nodes, live, counters, list(tree.pool.released)
+
+
+def _b_under_c(tree):
+    tree.insert(segments([("b", B)]), [0], now=1.0)
+    return tree.insert(segments([("b", B), ("c", B)]), [0, 1], now=2.0).node  # c, under b
+
+
+_REFUSALS = {  # name: (setup, the call that is refused)
+    "insert": (lambda t: t.insert(segments([("a", B)]), [0], now=1.0),
+               lambda t, _: t.insert(segments([("b", B)]), [1], now=2.0)),
+    "touch": (lambda t: t.insert(segments([("b", B)]), [0], now=1.0).node,
+              lambda t, b: t.touch(b, now=5.0)),
+    "unlock": (lambda t: _locked(t, t.insert(segments([("b", B)]), [0], now=1.0).node),
+               lambda t, b: t.unlock(b)),
+    "evict_partial": (lambda t: t.insert(segments([("b", 2 * B)]), [0, 1], now=1.0),
+                      lambda t, _: t.evict(1)),
+    "evict_cascade": (_b_under_c, lambda t, _: t.evict(1)),
+    "evict_path": (_b_under_c, lambda t, c: t.evict_path(c)),
+    "set_retain_rebuild": (lambda t: t.insert(segments([("b", B)]), [0], now=1.0).node,
+                           lambda t, b: t.set_retain(b, 1.0)),
+    "set_retain_push": (lambda t: _biased(t, t.insert(segments([("b", B)]), [0], now=1.0).node),
+                        lambda t, b: t.set_retain(b, 3.0)),
+    "set_priorities": (lambda t: t.insert(segments([("b", B)]), [0], now=1.0),
+                       lambda t, _: t.set_priorities({"b": 2.0})),
+}  # fmt: skip
+
+
+def _locked(tree, node):
+    tree.lock(node)
+    return node
+
+
+def _biased(tree, node):
+    tree.set_retain(node, 2.0)
+    return node
+
+
+@pytest.mark.parametrize("call", sorted(_REFUSALS))
+def test_a_refused_nan_rank_leaves_the_tree_as_it_was(call):
+    """The refusal used to come after the change it ranked: a caller that caught it (a
+    notebook) went on with a dormant leaf missing from the heap (``check_invariants``
+    failed) or a half-made change. Now every refused push undoes its call."""
+    setup, refused = _REFUSALS[call]
+    tree, made = _nan_after(setup)
+    before = _state(tree)
+    with pytest.raises(PluginError, match=r"^eviction strategy 'key_of_test': key returned \(nan,\)"):
+        refused(tree, made)
+    tree.check_invariants()
+    assert _state(tree) == before
+
+
+def test_a_plugin_cannot_make_its_key_trusted():
+    """``SHIPPED_KEYS`` was a public set: a plug-in that added its key to it skipped the
+    NaN check. It is a read-only snapshot now, and the private registry refuses a key
+    defined outside kvsim's own modules."""
+    from sim.prefix import eviction
+    from sim.prefix.eviction import FIFO, LFU, LRU, Priority
+    from sim.prefix.replay_policies import Belady, Retain
+
+    shipped = {LRU.key, LFU.key, FIFO.key, Priority.key, Belady.key, Retain.key}
+    assert eviction.SHIPPED_KEYS == frozenset(shipped)
+    with pytest.raises(AttributeError):
+        eviction.SHIPPED_KEYS.add(_KeyOf.key)  # type: ignore[attr-defined]
+    with pytest.raises(PluginError) as exc:
+        eviction._trust_keys(_KeyOf.key)
+    assert str(exc.value) == (
+        "'_KeyOf.key' (module 'test_radix_tree'): only the shipped strategies' keys are "
+        "trusted unchecked; a plug-in's ranks are checked for NaN (docs/prefix_cache.md, "
+        "adding a strategy)"
+    )
+    assert eviction.SHIPPED_KEYS == frozenset(shipped)
+    tree = RadixTree(B, Pool(), _KeyOf((float("nan"),)))
+    tree.insert(segments([("a", B)]), [0], now=1.0)
+    with pytest.raises(PluginError, match=r"^eviction strategy 'key_of_test': key returned"):
+        tree.insert(segments([("b", B)]), [1], now=2.0)

@@ -22,6 +22,7 @@ from sim.errors import KvsimError
 from sim.run import run_scenario
 from sim.sched import CommitResult, RunLimit, register_scheduler
 from sim.sched.base import _REGISTRY
+from sim.sched.request import WAITING
 from sim.sched.vllm_v1 import VllmV1Config, VllmV1Scheduler
 
 SCENARIO = {
@@ -85,9 +86,9 @@ def test_a_scheduler_whose_commit_advances_nothing_stops_in_one_line(deadline, s
     assert msg.startswith("engine stuck at t=")
     assert (
         "s: scheduler 'stall' (test_plugin_scheduler_guards.Stall) made no progress in "
-        "10000 consecutive steps (no token computed or sampled, no admission, finish, "
-        "rejection, preemption, drop or cancellation): its commit advances nothing "
-        "(docs/engine.md, the scheduler contract); free "
+        "10000 consecutive steps (no token computed or sampled, no finish, rejection, drop "
+        "or cancellation; admissions and preemptions alone are not progress): its commit "
+        "advances nothing (docs/engine.md, the scheduler contract); free "
     ) in msg
     assert msg.endswith(
         "stuck: Request(#0 seq=0 running computed=0/64 out=0/40), "
@@ -109,6 +110,74 @@ def test_steps_that_compute_a_prompt_without_sampling_are_progress(monkeypatch):
     r = run_scenario(sc)
     assert r.summary["requests_completed"] == 2
     assert r.steps.n_steps.sum() > 200  # hundreds of steps without a token
+
+
+class ChurnConfig(FcfsConfig):
+    kind: Literal["churn"] = "churn"  # type: ignore[assignment]
+
+
+class Churn(Stall):
+    """Preempts its running request and readmits it at every step; its ``commit``
+    advances nothing (each step admits and preempts, but no token is ever computed)."""
+
+    name = "churn"
+    Config = ChurnConfig
+
+    def schedule(self):
+        preempted = []
+        for req in list(self.running):
+            self.running.remove(req)
+            self.kv.preempt(req)
+            req.status = WAITING
+            req.preemptions += 1
+            self.waiting.appendleft(req)
+            preempted.append(req)
+        plan = super().schedule()
+        plan.preempted.extend(preempted)
+        return plan
+
+
+@pytest.fixture
+def churn():
+    register_scheduler(Churn)
+    yield
+    del _REGISTRY["churn"]
+
+
+def test_a_scheduler_that_preempts_and_readmits_every_step_stops_in_one_line(deadline, churn):
+    """Admissions and preemptions used to count as progress: this livelock stepped until
+    the 30-day guard (hours). Only what moves the run toward its end counts now."""
+    with deadline(120), pytest.raises(EngineStuckError) as exc:
+        run_scenario({**SCENARIO, "scheduler": {"kind": "churn"}})
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg.startswith("engine stuck at t=")
+    assert (
+        "s: scheduler 'churn' (test_plugin_scheduler_guards.Churn) made no progress in "
+        "10000 consecutive steps (no token computed or sampled, no finish, rejection, drop "
+        "or cancellation; admissions and preemptions alone are not progress): its commit "
+        "advances nothing (docs/engine.md, the scheduler contract); free "
+    ) in msg
+    assert msg.endswith(
+        "stuck: Request(#0 seq=0 running computed=0/64 out=0/40), "
+        "Request(#1 seq=1 waiting computed=0/64 out=0/40)"
+    )
+
+
+def test_vllm_v1_under_heavy_memory_pressure_never_trips_the_guard(monkeypatch):
+    """A pool of 4,400 tokens for 8 prompts of 2,000 (2,400 tokens each at the end): the
+    shipped scheduler preempts and readmits again and again, and every step still
+    computes a token (a bound of 1)."""
+    monkeypatch.setattr(engine_node, "MAX_STALLED_STEPS", 1)
+    sc = {
+        **SCENARIO,
+        "hardware": {"accelerator": "h100-sxm-80gb", "kv_pool_bytes_per_gpu": 4400 * 131072},
+        "workload": {"kind": "requests", "requests": [
+            {"count": 8, "at_s": 0.0, "prompt_tokens": 2000, "output_tokens": 400}]},
+    }  # fmt: skip
+    r = run_scenario(sc)
+    assert r.summary["requests_completed"] == 8
+    assert r.summary["preemptions"] == r.requests.preemptions.sum() == 7
 
 
 # ------------------------------------------------------------------ RunLimit

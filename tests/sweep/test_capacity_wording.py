@@ -11,6 +11,7 @@ at t = 0 and each run is measured whole.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ from sim.sweep.gap import explain_gap
 from sim.sweep.slo import MIN_WINDOW_REQUESTS, window_warnings
 
 AS_MANY = {"workload.num_trajectories": 8, "workload.arrival.stagger_s": 0.05}
-FIX = "--set workload.num_trajectories=24 (now 8 for concurrency 8; the search keeps the ratio)"
+FIX = "--set workload.num_trajectories=24 (now 8 for concurrency 8; the search keeps the ratio"
 
 
 def _label(load: float) -> str:
@@ -56,6 +57,8 @@ def test_a_search_with_as_many_trajectories_as_agents_warns(tiny, run_cli, tmp_p
     (line,) = res.warnings
     assert "the SLO window covers under 10% of the simulated time in 2 of 2 runs" in line
     assert FIX in line and "no window option" in line
+    lo, hi = (f(p["load"] for p in res.points) for f in (min, max))  # as many as agents
+    assert f"the ratio: its runs had {lo:g} - {hi:g} trajectories for concurrency {lo:g} - {hi:g}) (" in line
     for p in res.points:  # the window ends at the last agent's start, (c - 1) x 0.05 s
         assert p["window_s"]["end"] == pytest.approx((p["load"] - 1) * 0.05)
     out_dir = tmp_path / "cap"
@@ -147,3 +150,21 @@ def test_validate_describes_a_cluster_sweeps_base_as_the_cluster(run_cli, cluste
     assert code == 0, err
     assert "= 2 runs of tiny.yaml (tiny_agents: cluster of 4 nodes (4 x h100-sxm-80gb), router least_load, llama-3.1-8b" in out
     assert "on 1 x" not in out
+
+
+def test_the_fix_states_the_counts_the_search_ran():
+    """With an H200 the search ran 53 and 80 agents (80 and 120 trajectories), yet the fix
+    said only "now 12 for concurrency 8" (the scenario's own numbers)."""
+    from sim.scenario import load_scenario
+    from sim.sweep.capacity import window_fix
+
+    root = Path(__file__).resolve().parents[2]
+    loaded = load_scenario(str(root / "workloads" / "coding_agents_capacity.yaml"), {})
+    fix = window_fix(loaded, "concurrency", [53.0, 80.0, 66.0])
+    assert fix.startswith(
+        "give more trajectories than agents, num_trajectories >= ~3 x concurrency: --set "
+        "workload.num_trajectories=24 (now 12 for concurrency 8; the search keeps the ratio: "
+        "its runs had 80 - 120 trajectories for concurrency 53 - 80) (capacity has no window "
+        "option"
+    )
+    assert "(now 12 for concurrency 8) (" in window_fix(loaded, "nodes", [1.0, 2.0])  # kept

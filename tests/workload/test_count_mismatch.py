@@ -135,3 +135,32 @@ def test_a_count_that_agrees_runs(miscounted):
     assert run_scenario({**BASE, "workload": {"kind": "requests", "requests": LATE}}).summary[
         "trajectories_completed"
     ] == 4
+
+
+def test_a_mix_component_still_running_after_the_others_is_named_by_its_place(miscounted):
+    """Its 4th trajectory arrives after every declared one has ended (the mix's own
+    driver returns at once, so it used to be dropped: a run of 8, exit 0)."""
+    comps = [{"kind": "requests", "requests": AT_ONCE}, {"kind": "fewer", "requests": LATE}]
+    with pytest.raises(KvsimError) as exc:
+        run_scenario({**BASE, "workload": {"kind": "mix", "components": comps}})
+    assert str(exc.value) == (
+        "workload kind 'fewer' (workload.components.1): its count says 3 trajectories but "
+        "its driver was still running when those 3 had ended (a driver returns once it "
+        "has started them all)" + TAIL
+    )
+
+
+def test_a_mix_component_that_ends_fewer_is_named_by_its_place(miscounted):
+    comps = [{"kind": "requests", "requests": AT_ONCE}, {"kind": "more", "requests": LATE}]
+    with pytest.raises(KvsimError) as exc:
+        run_scenario({**BASE, "workload": {"kind": "mix", "components": comps}})
+    assert str(exc.value) == (
+        "workload kind 'more' (workload.components.1): its count says 5 trajectories but "
+        "its driver ended 4 (of 4 started) and then posted nothing more" + TAIL
+    )
+
+
+def test_a_mix_whose_counts_agree_runs(miscounted):
+    comps = [{"kind": "requests", "requests": AT_ONCE}, {"kind": "requests", "requests": LATE}]
+    r = run_scenario({**BASE, "workload": {"kind": "mix", "components": comps}})
+    assert r.summary["trajectories_completed"] == 9
