@@ -16,9 +16,9 @@ message``, the bounded YAML loader's limits). A ``mix`` reads each component's. 
 kind's files are its own driver's to read (not read here).
 
 Invariant: a config that names no trace and no fit (``names_traces`` False, no
-``params``) imports no reader (the readers bring numpy, and pandas for a CSV file: ``kvsim
-validate`` of a scenario without a trace stays without them); the files are only read,
-never simulated.
+``params``) imports no reader (the readers bring numpy: ``kvsim validate`` of a scenario
+without a trace stays without it; a CSV trace is read without pandas,
+``sim.workload.traces``); the files are only read, never simulated.
 """
 
 from __future__ import annotations
