@@ -3,8 +3,10 @@
 Responsibility: replay the prompts of one or more trajectories (``sim.prefix.prompt``)
 through a radix tree, call by call, and report F17 per call, per trajectory and overall,
 both as raw match and as tokens actually served. Each call is finished before the next:
-its prompt and reply are cached (whole blocks) as the most recently used. Trajectories
-are interleaved turn by turn, so a fleet shares the system prompt and tools.
+its prompt and reply are cached (whole blocks) as the most recently used, less the
+reply's last token, whose KV is never computed (as the engine holds a finished call:
+``P + K - 1`` tokens). Trajectories are interleaved turn by turn, so a fleet shares the
+system prompt and tools.
 
 Served tokens follow the engine's rules: at least one prompt token is computed (the match
 is capped at ``prompt - 1``), then ``truncate`` keeps whole blocks (F18) while
@@ -90,8 +92,12 @@ def replay_prompts(
         m = tree.match(p.segments, now=now, limit_tokens=p.n_tokens - 1)
         hit = m.hit_tokens + (m.tail_tokens if tail_policy == "cow_tail" else 0)
         calls.append(CallHit(p.trajectory, p.turn, p.n_tokens, m.matched_tokens, hit))
+        # the call's KV: its prompt and every reply token but the last, which is sampled
+        # and never computed (vLLM keeps num_computed = P + K - 1; SGLang caches
+        # (input + output)[:-1])
         full = concat(p.segments, p.output)
-        whole = slice_tokens(full, 0, n_tokens(full) // block_size * block_size)
+        computed = n_tokens(full) - 1
+        whole = slice_tokens(full, 0, computed // block_size * block_size)
         have = tree.match(whole).block_ids
         tree.insert(whole, have + pool.take(n_tokens(whole) // block_size - len(have)), now)
         if cap is not None and tree.total_blocks > cap:
@@ -119,7 +125,8 @@ def replay_on_allocator(trajectories: list[list[Prompt]], allocator) -> HitRepor
         seq = (p.trajectory, p.turn)
         if not allocator.allocate(seq, p.n_tokens, content=p.segments):
             raise KvsimError(f"call {seq} ({p.n_tokens} tokens) does not fit the pool")
-        if not allocator.append(seq, n_tokens(p.output), content=p.output):
+        reply = n_tokens(p.output) - 1  # the last sampled token's KV is never computed
+        if reply > 0 and not allocator.append(seq, reply, content=slice_tokens(p.output, 0, reply)):
             raise KvsimError(f"the reply of call {seq} does not fit the pool")
         allocator.free(seq)
         rec = allocator.index.stats.records[-1]

@@ -72,8 +72,11 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
     """(metric, value, unit) rows of the end-of-run table; latency rows give
     mean / p50 / p90 / p99 in one value cell."""
     rows = []
+    disagg = bool(s.get("kv_pool_bytes_by_role"))
     for key, label in LATENCY_ROWS:
         d = s.get(key)
+        if key == "queue_s" and disagg:  # admission is on the decode instance (docs/cluster.md)
+            label = "queue (to decode admission: remote prefill and KV transfer in)"
         if isinstance(d, dict) and d.get("mean") is not None:
             rows.append((f"{label} mean / p50 / p90 / p99",
                          " / ".join(_ms(d[q]) for q in DIST), "ms"))  # fmt: skip

@@ -136,3 +136,15 @@ def test_compare_table_formats_large_counts_whole_and_skips_cluster_rows_for_sin
     assert _line(text, "prefix hit rate") == ["%", "87", "14 (-83.9%)"]
     single = compare_text(frame.drop(columns=["sequence_moves"]))
     assert "sequence moves" not in single and "routed match rate" not in single
+
+
+def test_a_disaggregated_run_s_queue_row_says_where_it_ends():
+    """In a disaggregated run a request is admitted on its decode instance, after the
+    remote prefill and the KV transfer, so ``queue_s`` holds them (docs/cluster.md); its
+    row says so (a reviewer read it as queueing alone: 67.5 ms against ttft_queue_s 1 ms)."""
+    dist = {"mean": 0.0675, "p50": 0.06, "p90": 0.09, "p99": 0.1}
+    plain = [r[0] for r in summary_rows({"queue_s": dist})]
+    disagg = [r[0] for r in summary_rows({"queue_s": dist, "kv_pool_bytes_by_role": {"decode": 1}})]
+    assert "queue mean / p50 / p90 / p99" in plain
+    assert ("queue (to decode admission: remote prefill and KV transfer in) mean / p50 / p90 / "
+            "p99") in disagg  # fmt: skip
