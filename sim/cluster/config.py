@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from sim.cluster.routers import router_class, router_options_models, router_options_union
 from sim.config_model import ConfigModel
+from sim.profiles.bounds import MAX_BW_BYTES_PER_S
 
 #: most nodes one scenario may declare (each node is an engine with its own pool)
 MAX_NODES = 256
@@ -96,7 +97,8 @@ class TransferLink(_Cfg):
     layer's share (and whatever the link could not keep up with) is left after the
     prefill; ``after_prefill`` sends everything once the prefill has ended."""
 
-    bandwidth_bytes_per_s: float = Field(50e9, gt=0, le=1e15)  # 400 Gb/s RDMA NIC: 50e9
+    # 400 Gb/s RDMA NIC: 50e9
+    bandwidth_bytes_per_s: float = Field(50e9, gt=0, le=MAX_BW_BYTES_PER_S)
     latency_s: float = Field(10e-6, ge=0, le=10)
     concurrency: int = Field(8, ge=1, le=1 << 16)
     streaming: Literal["layerwise", "after_prefill"] = "layerwise"

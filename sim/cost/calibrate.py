@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from sim.cost.bounds import MAX_EFFICIENCY
 from sim.cost.calibration import (
     Calibration,
     calibration_from_spec,
@@ -52,7 +53,8 @@ DEVICE_PROFILES = [
 ]  # fmt: skip
 CSV_FILES = ("paged_attention", "copies", "gemm", "layer")
 DECODE_MAX_TOKENS = 1024
-EFF_MIN, EFF_MAX = 1e-6, 1.5
+# clipped to what the calibration file accepts, so a written file always loads
+EFF_MIN, EFF_MAX = 1e-6, MAX_EFFICIENCY
 
 
 @dataclass

@@ -33,7 +33,8 @@ step operators), summed with the layer's operator counts. Leave one model out do
 apply: ``kernel_tables`` prices only the models it measured (a scenario of another model
 is refused), so no prediction of an unmeasured model exists to score.
 
-Invariant: reads CSV with pandas and YAML with the project's bounded safe loader only
+Invariant: reads CSV with pandas from bytes read within the project's file-size bound
+(``sim.yamlio.read_bytes_bounded``) and YAML with the project's bounded safe loader only
 (``sim.yamlio.load_yaml``: its size, node and depth bounds, a key twice in one mapping
 refused naming both lines); bad input is a ``LlmServingSimDataError`` naming the file (a
 one-line message, with the line where the loader has one); deterministic.
@@ -41,6 +42,7 @@ one-line message, with the line where the loader has one); deterministic.
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,7 @@ import pandas as pd
 from sim.cost.kernel_tables import Curve
 from sim.cost.vidur_crossval import TOKEN_RANGES, split_errors
 from sim.errors import ConfigError, KvsimError
-from sim.yamlio import load_yaml
+from sim.yamlio import load_yaml, read_bytes_bounded
 
 
 class LlmServingSimDataError(KvsimError):
@@ -72,11 +74,16 @@ QUANTITY = ("per-layer dense operator-group time (linear, element-wise; embeddin
 
 
 def read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    """A table of the data with the columns it must have (else a one-line error)."""
+    """A table of the data with the columns it must have (else a one-line error). Its bytes
+    are read by ``sim.yamlio.read_bytes_bounded`` (the bound of every user file,
+    ``MAX_FILE_BYTES``; a device such as ``/dev/zero`` refused before it is opened) before
+    pandas parses them."""
+    if not path.exists():
+        raise LlmServingSimDataError(f"{path}: missing (an LLMServingSim table)")
     try:
-        frame = pd.read_csv(path)
-    except FileNotFoundError:
-        raise LlmServingSimDataError(f"{path}: missing (an LLMServingSim table)") from None
+        frame = pd.read_csv(io.BytesIO(read_bytes_bounded(path)))
+    except ConfigError as exc:
+        raise LlmServingSimDataError(str(exc)) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise LlmServingSimDataError(f"{path}: not a CSV table ({str(exc).splitlines()[0]})") from None
     missing = [c for c in columns if c not in frame.columns]

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from sim.config_model import ConfigModel
+from sim.profiles.bounds import MAX_ALLREDUCE_LATENCY_S
 from sim.profiles.layer_groups import (
     AttentionGroup,
     DType,
@@ -44,7 +45,7 @@ class HostLink(_Spec):
 class AllReduceLine(_Spec):
     """One TP degree's measured all-reduce: ``latency_s + 2 (p-1)/p x bytes / bus_bw``."""
 
-    latency_s: float = Field(ge=0, le=1e-2)  # seconds per call
+    latency_s: float = Field(ge=0, le=MAX_ALLREDUCE_LATENCY_S)  # seconds per call
     bus_bw_bytes_per_s: PositiveFloat  # NCCL bus bandwidth
 
 

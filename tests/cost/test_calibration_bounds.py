@@ -136,3 +136,41 @@ def test_the_scenario_and_the_calibration_share_one_constant_per_ceiling():
     cost = json_schema()["$defs"]["CostConfig"]["properties"]
     assert cost["step_overhead_s"]["maximum"] == bounds.MAX_STEP_OVERHEAD_S
     assert cost["step_overhead_s"]["minimum"] == 0
+
+
+def test_each_hardware_ceiling_has_one_home_and_the_schemas_keep_their_maximums():
+    """The ceilings live in ``sim.profiles.bounds`` (below both the profiles' schema and
+    ``sim.cost``); ``sim.cost.bounds`` re-exports the same objects, and the JSON Schema
+    maximums of every field they bound are the values they had when each file kind kept
+    its own literal (1e-2 s all-reduce latency, 1e15 B/s, 10 s, 1 ms)."""
+    from sim.cluster.config import TransferLink
+    from sim.profiles import bounds as profile_bounds
+    from sim.profiles.schema import AcceleratorProfile
+
+    for name in bounds.__all__:
+        assert getattr(bounds, name) is getattr(profile_bounds, name), name
+    line = AcceleratorProfile.model_json_schema()["$defs"]["AllReduceLine"]["properties"]
+    assert line["latency_s"]["maximum"] == 1e-2
+    defs = json_schema()["$defs"]
+    assert defs["TransferLink"]["properties"]["bandwidth_bytes_per_s"]["maximum"] == 1e15
+    cost = defs["CostConfig"]["properties"]
+    assert cost["step_overhead_s"]["maximum"] == 10.0
+    assert cost["alloc_latency_s"]["maximum"] == 10.0
+    assert cost["kernel_floor_s"]["maximum"] == 1e-3
+    assert cost["allreduce_latency_s"]["anyOf"][0]["maximum"] == 1e-2
+    assert cost["allreduce_bw_bytes_per_s"]["anyOf"][0]["maximum"] == 1e15
+
+    def ceiling(model: type, field: str) -> object:
+        return next(m.le for m in model.model_fields[field].metadata if hasattr(m, "le"))
+
+    from sim.profiles.schema import AllReduceLine
+
+    assert ceiling(AllReduceLine, "latency_s") is profile_bounds.MAX_ALLREDUCE_LATENCY_S
+    assert ceiling(TransferLink, "bandwidth_bytes_per_s") is profile_bounds.MAX_BW_BYTES_PER_S
+
+
+def test_the_calibrate_clip_is_the_calibration_file_s_efficiency_ceiling():
+    """``kvsim calibrate`` clips a fitted efficiency to what the file it writes accepts."""
+    from sim.cost import calibrate
+
+    assert calibrate.EFF_MAX is bounds.MAX_EFFICIENCY

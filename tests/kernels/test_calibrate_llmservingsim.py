@@ -171,3 +171,30 @@ def test_a_meta_yaml_goes_through_the_bounded_loader(run_cli, data, tmp_path, ch
     assert (code, stdout) == (2, "")
     assert err == "kvsim: error: " + message.format(meta=meta) + "\n"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("change,message", [
+    ("oversized", "{csv}: file is 16,777,217 bytes; the limit is 16,777,216"),
+    ("device", "{csv}: not a regular file (a device or socket)"),
+    ("folder", "{csv}: not a regular file (a folder)"),
+])  # fmt: skip
+def test_a_table_is_read_within_the_file_size_bound(run_cli, data, tmp_path, change, message):
+    """The CSV tables go through ``sim.yamlio.read_bytes_bounded`` (the bound of every user
+    file, ``MAX_FILE_BYTES``) before pandas parses them (before: ``pd.read_csv`` of a path
+    read a file of any size, and an ``attention.csv`` linked to ``/dev/zero`` grew to
+    3.6 GB in 30 s and never ended)."""
+    table = data / "meta-llama" / "Llama-3.1-8B" / "bf16" / "tp1" / "attention.csv"
+    if change == "oversized":
+        text = table.read_text()  # ASCII: one byte a character; then 1 byte past 16 MiB
+        table.write_text(text + "0" * (16 * 1024 * 1024 - len(text)) + "\n")
+    elif change == "device":
+        table.unlink()
+        table.symlink_to("/dev/zero")
+    else:
+        table.unlink()
+        table.mkdir()
+    out = tmp_path / "x.yaml"
+    code, stdout, err = run_cli(["calibrate", "--llmservingsim", str(data), "--out", str(out)])
+    assert (code, stdout) == (2, "")
+    assert err == "kvsim: error: " + message.format(csv=table) + "\n"
+    assert not out.exists()
