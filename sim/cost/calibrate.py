@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sim.cost.bounds import MAX_EFFICIENCY
 from sim.cost.calibration import (
     Calibration,
     calibration_from_spec,
@@ -43,6 +42,7 @@ from sim.cost.calibration import (
     validate_mapping,
 )
 from sim.errors import KvsimError
+from sim.profiles.bounds import MAX_EFFICIENCY
 from sim.yamlio import json_value
 
 #: device-name fragment -> accelerator profile (first match wins: 'gh200' before 'h200')

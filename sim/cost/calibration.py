@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.config_model import ConfigModel
-from sim.cost.bounds import (  # the ceilings of the file's times and rates
+from sim.cost.host_link import COPY_DIRECTIONS, CopyFit, host_link_fits  # noqa: F401  (re-exported)
+from sim.cost.kernel_tables import ModelTables
+from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
+from sim.cost.table_schema import ModelTablesSpec
+from sim.errors import ConfigError, UnknownNameError
+from sim.lazy_numpy import numpy_on_first_use
+from sim.profiles.bounds import (  # the ceilings of the file's times and rates
     MAX_ALLREDUCE_LATENCY_S,
     MAX_BW_BYTES_PER_S,
     MAX_COPY_OVERHEAD_S,
@@ -53,12 +59,6 @@ from sim.cost.bounds import (  # the ceilings of the file's times and rates
     MAX_KERNEL_S,
     MAX_STEP_OVERHEAD_S,
 )
-from sim.cost.host_link import COPY_DIRECTIONS, CopyFit, host_link_fits  # noqa: F401  (re-exported)
-from sim.cost.kernel_tables import ModelTables
-from sim.cost.linear import AllReduceFit, GemmTable, KernelFit
-from sim.cost.table_schema import ModelTablesSpec
-from sim.errors import ConfigError, UnknownNameError
-from sim.lazy_numpy import numpy_on_first_use
 from sim.profiles.registry import builtin_profiles_dir, load_shipped_yaml
 from sim.yamlio import format_validation_error, read_bytes_bounded
 

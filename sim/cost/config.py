@@ -7,7 +7,7 @@ Responsibility: ``CostConfig`` alone, in a module of its own, so the scenario sc
 Invariant: every figure is a fraction, seconds or bytes, as each field says, finite; a
 time or rate that a calibration file may also set (the step overhead, an all-reduce's
 latency and bandwidth, the kernel floor) and the allocation latency have the
-calibration's ceilings (``sim.cost.bounds``): a scenario's ``step_overhead_s: 1e300`` ran
+calibration's ceilings (``sim.profiles.bounds``): a scenario's ``step_overhead_s: 1e300`` ran
 the clock past ``engine.max_sim_time_s`` without naming the field. The model is frozen and
 refuses unknown keys.
 """
@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from sim.config_model import ConfigModel
-from sim.cost.bounds import (
+from sim.profiles.bounds import (
     MAX_ALLREDUCE_LATENCY_S,
     MAX_BW_BYTES_PER_S,
     MAX_KERNEL_FLOOR_S,

@@ -6,7 +6,8 @@ file (``sim.cost.calibration``), the scenario's ``cost`` section (``sim.cost.con
 its cluster's KV link (``sim.cluster.config``), so a figure that several of them may set (a
 step overhead, an all-reduce's latency and bandwidth, a kernel floor) has one bound, not a
 copy per file kind. They live in the profiles layer, the lowest that states hardware, so
-every layer above may import them; ``sim.cost.bounds`` re-exports them under the same names.
+every layer above imports them from here (``sim.cost.calibration`` also exports them, as
+before they moved here).
 
 Invariant: each ceiling is far above any measurement (so no real device is refused) and
 far below what breaks a run (a step overhead of 1e308 s ran the clock to t=1e+308 and

@@ -5,7 +5,7 @@ Before: ``step_overhead_s: 1e308`` validated (``kvsim validate`` said ok) and th
 stopped at ``t=1e+308 s, past engine.max_sim_time_s`` without naming the file. The
 scenario's ``cost`` section had no ceiling at all on the same figures (``cost:
 {step_overhead_s: 1e6}`` validated and the run stopped past ``engine.max_sim_time_s``); it
-now shares the calibration's constants (``sim.cost.bounds``)."""
+now shares the calibration's constants (``sim.profiles.bounds``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from sim.cost import bounds
 from sim.cost.calibration import (
     MAX_BW_BYTES_PER_S,
     MAX_STEP_OVERHEAD_S,
@@ -22,6 +21,7 @@ from sim.cost.calibration import (
 )
 from sim.cost.config import CostConfig
 from sim.errors import ConfigError
+from sim.profiles import bounds
 from sim.scenario import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +120,7 @@ def test_a_set_step_overhead_past_the_ceiling_is_refused_and_the_ceiling_itself_
 
 
 def test_the_scenario_and_the_calibration_share_one_constant_per_ceiling():
-    """The ceilings are ``sim.cost.bounds``'s (the same objects as the calibration's), and
+    """The ceilings are ``sim.profiles.bounds``'s (the same objects as the calibration's), and
     the JSON Schema states them as ``maximum``."""
     from sim.cost import calibration
 
@@ -140,15 +140,16 @@ def test_the_scenario_and_the_calibration_share_one_constant_per_ceiling():
 
 def test_each_hardware_ceiling_has_one_home_and_the_schemas_keep_their_maximums():
     """The ceilings live in ``sim.profiles.bounds`` (below both the profiles' schema and
-    ``sim.cost``); ``sim.cost.bounds`` re-exports the same objects, and the JSON Schema
+    ``sim.cost``); ``sim.cost.calibration`` exports the same objects, and the JSON Schema
     maximums of every field they bound are the values they had when each file kind kept
     its own literal (1e-2 s all-reduce latency, 1e15 B/s, 10 s, 1 ms)."""
     from sim.cluster.config import TransferLink
+    from sim.cost import calibration
     from sim.profiles import bounds as profile_bounds
     from sim.profiles.schema import AcceleratorProfile
 
-    for name in bounds.__all__:
-        assert getattr(bounds, name) is getattr(profile_bounds, name), name
+    for name in (n for n in dir(profile_bounds) if n.startswith("MAX_")):
+        assert getattr(calibration, name) is getattr(profile_bounds, name), name
     line = AcceleratorProfile.model_json_schema()["$defs"]["AllReduceLine"]["properties"]
     assert line["latency_s"]["maximum"] == 1e-2
     defs = json_schema()["$defs"]
