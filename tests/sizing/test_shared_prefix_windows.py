@@ -75,7 +75,7 @@ def test_a_running_state_is_each_sequence_s_own():
     """nemotron-h-8b, one GPU: 4 attention layers (8 KV heads of 128) and 24 Mamba-2
     layers whose state is a convolution of 10,240 channels x 3 and 128 heads x 64 x 128,
     bf16: 2,158,592 B a layer. The prefix shares its attention KV; each trajectory holds
-    its own 24 states (they used to be charged once, with the prefix: 453 instead of 327).
+    its own 24 states (they used to be charged once, with the prefix: 1,777 instead of 710).
     vLLM's ``all`` Mamba cache mode, which saves a state per block, is unchanged."""
     state = 10240 * 3 * BF16 + 128 * 64 * 128 * BF16
     assert state == 2_158_592
