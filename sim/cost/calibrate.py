@@ -26,6 +26,7 @@ says where its numbers came from (device, driver, torch, date, source).
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -43,7 +44,7 @@ from sim.cost.calibration import (
 )
 from sim.errors import KvsimError
 from sim.profiles.bounds import MAX_EFFICIENCY
-from sim.yamlio import json_value
+from sim.yamlio import json_value, read_bytes_bounded
 
 #: device-name fragment -> accelerator profile (first match wins: 'gh200' before 'h200')
 DEVICE_PROFILES = [
@@ -82,7 +83,7 @@ def read_run(folder: Path) -> RunData:
     for name in CSV_FILES:
         path = folder / f"{name}.csv"
         if path.is_file():
-            df = pd.read_csv(path)
+            df = pd.read_csv(io.BytesIO(read_bytes_bounded(path)))
             if not df.empty:
                 frames[name] = df
     return RunData(folder, env, frames)
@@ -397,7 +398,7 @@ def read_steps(layer_csv: str | Path) -> tuple[list[StepShape], np.ndarray]:
     path = Path(layer_csv)
     if not path.is_file():
         raise KvsimError(f"{path}: no such file (bench_layer.py writes layer.csv)")
-    df = pd.read_csv(path)
+    df = pd.read_csv(io.BytesIO(read_bytes_bounded(path)))
     missing = [c for c in [*_SHAPE_FIELDS, "time_s_median"] if c not in df.columns]
     if missing:
         raise KvsimError(f"{path}: not a bench_layer CSV; missing columns: {', '.join(missing)}")

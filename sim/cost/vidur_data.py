@@ -27,11 +27,14 @@ module. ``kernels_validation/vidur_data.py`` re-exports this module.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from sim.yamlio import read_bytes_bounded
 
 #: Vidur's operator columns of one layer, grouped as the cost model prices them
 LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -110,7 +113,7 @@ def _median_col(op: str) -> str:
 def read_mlp_csv(path: Path, gpu: str, model: str) -> tuple[pd.DataFrame, Geometry]:
     """One ``mlp.csv`` -> (tidy operator rows, geometry)."""
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(io.BytesIO(read_bytes_bounded(path)))
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise VidurDataError(f"{path}: not a readable CSV ({exc})") from None
     need = [*GEOMETRY_COLUMNS, "num_tokens", "num_tensor_parallel_workers"]
@@ -144,7 +147,7 @@ def read_mlp_csv(path: Path, gpu: str, model: str) -> tuple[pd.DataFrame, Geomet
 
 def read_allreduce_csv(path: Path, gpu: str) -> pd.DataFrame:
     """One ``all_reduce.csv`` -> intra-node rows (gpu, tp, size_bytes, time_s)."""
-    df = pd.read_csv(path)
+    df = pd.read_csv(io.BytesIO(read_bytes_bounded(path)))
     need = ["num_workers", "devices_per_node", "size", "time_stats.all_reduce.median"]
     missing = [c for c in need if c not in df.columns]
     if missing:

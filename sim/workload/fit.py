@@ -26,6 +26,7 @@ result validates against its params model before it is returned.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections import Counter
@@ -39,7 +40,7 @@ from sim.workload.empirical import count_table, quantile_table, shares, spearman
 from sim.workload.interactive import fit_interactive_coding_agent
 from sim.workload.params import FITTED_KINDS, fit_source, validate_params
 from sim.workload.turns_file import Call, growth, read_turns, text_line
-from sim.yamlio import json_value
+from sim.yamlio import json_value, read_bytes_bounded
 
 #: a category with fewer tool calls than this is pooled into ``other``
 MIN_CATEGORY_CALLS = 20
@@ -158,7 +159,7 @@ def _read_csv(path: Path, columns: list[str]):
     if not path.is_file():
         raise ConfigError("no such file", location=str(path))
     try:
-        frame = pd.read_csv(path, usecols=lambda c: c in columns)
+        frame = pd.read_csv(io.BytesIO(read_bytes_bounded(path)), usecols=lambda c: c in columns)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text (a binary file?): byte {exc.object[exc.start]:#04x} "
                           f"at byte {exc.start:,}", location=str(path)) from None  # fmt: skip
