@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from sim.config_model import ConfigModel
-from sim.profiles.bounds import MAX_ALLREDUCE_LATENCY_S
+from sim.profiles.bounds import MAX_ALLREDUCE_LATENCY_S, MAX_BW_BYTES_PER_S, MAX_FLOPS_PER_S
 from sim.profiles.layer_groups import (
     AttentionGroup,
     DType,
@@ -33,8 +33,8 @@ class HostLink(_Spec):
     kind: Literal["pcie", "nvlink-c2c", "infinity-fabric"]
     gen: int | None = Field(None, ge=1)  # PCIe generation
     lanes: int | None = Field(None, ge=1)
-    bw_bytes_per_s_per_direction: PositiveFloat  # theoretical, one direction
-    effective_bw_bytes_per_s_per_direction: PositiveFloat | None = None  # sustained DMA, if known
+    bw_bytes_per_s_per_direction: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)  # theoretical, one direction
+    effective_bw_bytes_per_s_per_direction: float | None = Field(None, gt=0, le=MAX_BW_BYTES_PER_S)  # sustained DMA, if known
 
     @property
     def usable_bw_bytes_per_s(self) -> float:
@@ -46,7 +46,7 @@ class AllReduceLine(_Spec):
     """One TP degree's measured all-reduce: ``latency_s + 2 (p-1)/p x bytes / bus_bw``."""
 
     latency_s: float = Field(ge=0, le=MAX_ALLREDUCE_LATENCY_S)  # seconds per call
-    bus_bw_bytes_per_s: PositiveFloat  # NCCL bus bandwidth
+    bus_bw_bytes_per_s: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)  # NCCL bus bandwidth
 
 
 class AllReduceProfile(_Spec):
@@ -71,9 +71,9 @@ class AcceleratorProfile(_Spec):
     memory_bytes: PositiveInt
     memory_vendor_figure: str  # the label as the vendor prints it, e.g. "80GB HBM3"
     memory_vendor_unit: Literal["GB", "GiB"]  # what the vendor's figure really counts
-    hbm_bw_bytes_per_s: PositiveFloat
-    peak_bf16_flops_per_s: PositiveFloat  # dense (no sparsity)
-    peak_fp8_flops_per_s: PositiveFloat | None = None  # dense; None when unsupported
+    hbm_bw_bytes_per_s: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)
+    peak_bf16_flops_per_s: float = Field(gt=0, le=MAX_FLOPS_PER_S)  # dense (no sparsity)
+    peak_fp8_flops_per_s: float | None = Field(None, gt=0, le=MAX_FLOPS_PER_S)  # dense; None when unsupported
     host_link: HostLink
     # measured TP all-reduce in this accelerator's 8-GPU box (None: not measured)
     allreduce: AllReduceProfile | None = None
@@ -265,7 +265,7 @@ class NodeProfile(_Spec):
     host_dram_bytes: PositiveInt
     pinned_host_fraction: float = Field(0.5, gt=0, le=1)  # share of DRAM usable as pinned KV pool
     nvme_drives: int = Field(0, ge=0)
-    nvme_bw_bytes_per_s_per_drive: PositiveFloat | None = None
+    nvme_bw_bytes_per_s_per_drive: float | None = Field(None, gt=0, le=MAX_BW_BYTES_PER_S)
     nvme_capacity_bytes_per_drive: PositiveInt | None = None
     gpu_interconnect: str = ""
     notes: str = ""

@@ -167,6 +167,8 @@ def test_each_hardware_ceiling_has_one_home_and_the_schemas_keep_their_maximums(
     from sim.profiles.schema import AllReduceLine
 
     assert ceiling(AllReduceLine, "latency_s") is profile_bounds.MAX_ALLREDUCE_LATENCY_S
+    assert ceiling(AllReduceLine, "bus_bw_bytes_per_s") is profile_bounds.MAX_BW_BYTES_PER_S
+    assert line["bus_bw_bytes_per_s"]["maximum"] == 1e15
     assert ceiling(TransferLink, "bandwidth_bytes_per_s") is profile_bounds.MAX_BW_BYTES_PER_S
 
 

@@ -422,3 +422,30 @@ def test_an_idle_engine_ends_at_the_horizon_not_at_the_next_post():
     r = run_scenario(str(SWARM), **SMALL, **{"workload.pause_s": 2000.0, "duration_s": 1000.0})
     assert r.summary["sim_time_s"] == 1000.0
     assert (r.requests.arrival_s < 1000.0).all()
+
+
+@pytest.mark.parametrize(
+    "old, new, field, ceiling",
+    [
+        ("bus_bw_bytes_per_s: 3.145e+11", "bus_bw_bytes_per_s: 3.145e+31", "allreduce.by_tp.2.bus_bw_bytes_per_s", 10**15),
+        ("hbm_bw_bytes_per_s: ", "hbm_bw_bytes_per_s: 1e30 #", "hbm_bw_bytes_per_s", 10**15),
+        ("peak_bf16_flops_per_s: ", "peak_bf16_flops_per_s: 1e40 #", "peak_bf16_flops_per_s", 10**18),
+    ],
+)
+def test_a_profile_s_hardware_figures_have_the_calibration_s_ceilings(tmp_path, run_cli, old, new, field, ceiling):
+    """A hand-written accelerator profile is bounded as the calibration file and the
+    scenario's cost section are (``sim.profiles.bounds``): an absurd bandwidth or peak is
+    one line naming the file, the field and the ceiling."""
+    src = ROOT / "hardware_profiles" / "accelerators" / "h100-sxm-80gb.yaml"
+    folder = tmp_path / "profiles"
+    (folder / "accelerators").mkdir(parents=True)
+    f = folder / "accelerators" / src.name
+    text = src.read_text()
+    assert old in text
+    f.write_text(text.replace(old, new, 1))
+    code, _, err = run_cli(["profiles", "show", "h100-sxm-80gb", "--profiles", str(folder)])
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"kvsim: error: {f}:"), err
+    assert lines[0].endswith(f": {field}: Input should be less than or equal to {ceiling}"), err
