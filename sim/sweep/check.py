@@ -10,7 +10,7 @@ one) is not read again: a sweep reads each distinct workload's files once.
 
 Invariant: every problem is one ``KvsimError`` line; a problem of a point names the point
 and the sweep file's line of the refused key (``sweep.yaml:4: sweep.grid.KEY: point 3
-(workload.arrival.concurrency=0): ...``); the base scenario is loaded once
+(workload.arrival.concurrency=0): ...``), a file a point names at its key's line; the base scenario is loaded once
 and each point's overrides are applied to it, as ``kvsim sweep`` will.
 """
 
@@ -71,10 +71,15 @@ def check_sweep(sweep: Sweep) -> tuple[list[KvsimError], object]:
 def _point_problem(sweep: Sweep, lines, i: int, point: dict, exc: KvsimError) -> KvsimError:
     """``FILE:LINE: sweep.grid.KEY: point I (...): message``, located at the sweep file's
     line of the key whose override is refused (an override's error is located at
-    ``--set KEY``); a problem of the combination as a whole is located at ``sweep``."""
+    ``--set KEY``) or, for a file read after the overrides applied (a trace, a fit), of
+    the key whose value names it (the file's message quotes its path); a problem of the
+    combination as a whole is located at ``sweep``."""
     text = str(exc)
     location = getattr(exc, "location", None) or ""
     key = location.removeprefix("--set ") if location.startswith("--set ") else None
+    if key not in point:  # a file the point names, refused when read: at that key's line
+        key = next((k for k, v in point.items() if _names_file(k) and isinstance(v, str) and v
+                    and v in text), None)  # fmt: skip
     if key in point:
         text = text.removeprefix(f"--set {key}: ")
         listed = sweep.spec.sweep.points
@@ -88,6 +93,12 @@ def _point_problem(sweep: Sweep, lines, i: int, point: dict, exc: KvsimError) ->
     field = ".".join(str(p) for p in loc)
     return ConfigError(f"point {i} ({point_label(point)}): {text}",
                        location=location_in(sweep.path, lines, loc), field=field)  # fmt: skip
+
+
+def _names_file(key: str) -> bool:
+    """A dotted key whose value is a file (``sim.scenario.paths.file_entries``: every
+    ``path`` field, and ``cost.calibration``)."""
+    return key.rsplit(".", 1)[-1] == "path" or key == "cost.calibration"
 
 
 def first_problem(problems: list[KvsimError]) -> KvsimError:

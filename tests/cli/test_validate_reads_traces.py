@@ -219,3 +219,25 @@ def test_a_sweep_reads_each_distinct_workload_s_files_once(run_cli, tmp_path, mo
     assert code == 0, err
     # the base (count 1), then count 2 once: 2 reads for 1 + 6 scenarios
     assert [cfg.requests[1].count for cfg in read] == [1, 2]
+
+
+def test_a_trace_a_point_names_by_its_key_is_located_at_that_key(run_cli, tmp_path):
+    """A file refused when read (after the overrides applied) is located at the line of
+    the point's key whose value names it, not at ``sweep:`` (before: ``sweep.yaml:3:
+    sweep: point 1 ...``)."""
+    rows = AZURE.read_text().splitlines()[:10]
+    (tmp_path / "good.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "base.yaml").write_text(E20.read_text())
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        "schema_version: 1\nname: s\nsweep:\n  base: base.yaml\n  points:\n"
+        "    - {workload: {kind: chat, num_requests: 5, arrival: {kind: poisson, rate_per_s: 1},"
+        " lengths: {kind: trace, path: good.csv}}}\n"
+        "    - {workload: {kind: chat, num_requests: 5, arrival: {kind: poisson, rate_per_s: 1},"
+        " lengths: {kind: trace, path: good.csv}}, workload.lengths.path: bad.csv}\n"
+    )
+    code, out, err = run_cli(["validate", str(sweep)])
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvsim: error: {sweep}:7: sweep.points.1.workload.lengths.path: point 1 (")
+    assert err.endswith(f"): {tmp_path / 'bad.csv'}: trace has no column 'ContextTokens'\n")
