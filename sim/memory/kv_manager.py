@@ -47,6 +47,8 @@ class KVRequest(Protocol):
     num_computed: int
     lookup_tokens: int
     hit_tokens: int
+    preempted_lookup_tokens: int  # looked up again after preemptions (counted apart, as vLLM)
+    preempted_hit_tokens: int
     held_tokens: int
     preemptions: int
     admitted_s: float | None
@@ -214,8 +216,12 @@ class KVManager:
         self.ledger.track(seq)
         matched = min(result.matched_tokens, n - 1)
         req.num_computed = max(matched, self._remote(req, n))
-        req.lookup_tokens += n
-        req.hit_tokens += matched
+        if req.preemptions:  # vLLM counts a preempted request's lookup apart (PrefixCacheStats)
+            req.preempted_lookup_tokens += n
+            req.preempted_hit_tokens += matched
+        else:
+            req.lookup_tokens += n
+            req.hit_tokens += matched
         return True
 
     @staticmethod

@@ -179,6 +179,8 @@ REQUEST_SCHEMA = [
     ("depth", _I),  # fork nesting: 0 on the main line
     ("queued_s", _F),  # the boundary at which the engine received it (vLLM's queued_ts)
     ("scheduled_s", _F),  # when the plan that first admitted it was made (vLLM's scheduled_ts)
+    ("preempted_lookup_tokens", _I),  # looked up again after preemptions (vLLM counts apart)
+    ("preempted_hit_tokens", _I),
     ("workload", _I),  # the workload's name (kind, or mix component); codes while recording
 ]
 REQUEST_COLUMNS = tuple(n for n, _ in REQUEST_SCHEMA)
@@ -696,4 +698,6 @@ def request_row(r) -> tuple:
         r.depth,
         r.queued_s,
         r.scheduled_s,
+        r.preempted_lookup_tokens,
+        r.preempted_hit_tokens,
     )

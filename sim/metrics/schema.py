@@ -169,7 +169,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "kv_reuse_rate is its older name (the same value).", **_NULL),
     _k("prefix_hit_rate", "float", "fraction",
        "vLLM's cache-lookup hit rate (F17 as served): prompt tokens served from the prefix "
-       "cache at admission (after the at-least-one-computed cap) / prompt tokens looked up. "
+       "cache at admission (after the at-least-one-computed cap) / prompt tokens looked up, "
+       "first admissions only: a preempted request's lookups again are counted apart "
+       "(requests' preempted_*_tokens), as vLLM's preempted_queries / preempted_hits. "
        "It counts lookups only: a request resumed on its own held KV is not looked up, so "
        "it can read high while most prompt tokens are computed (see prompt_reuse_rate). "
        "Every allocator; 0 without a cache.", **_NULL),
@@ -435,8 +437,10 @@ REQUEST_TABLE = _cols(
     ("max_output_tokens", _I, "tokens", "Sampled output target."),
     ("output_tokens", _I, "tokens", "Tokens generated."),
     ("held_tokens", _I, "tokens", "KV kept over the previous pause (not recomputed)."),
-    ("lookup_tokens", _I, "tokens", "Prompt tokens looked up in the prefix cache."),
-    ("hit_tokens", _I, "tokens", "Prompt tokens served from the prefix cache."),
+    ("lookup_tokens", _I, "tokens", "Prompt tokens looked up in the prefix cache at its "
+     "admission before any preemption (vLLM's prefix_cache_queries)."),
+    ("hit_tokens", _I, "tokens", "Of those, prompt tokens served from the prefix cache (vLLM's "
+     "prefix_cache_hits; at most prompt_tokens - 1)."),
     ("preemptions", _I, "count", "Times the request was preempted."),
     ("queue_s", _F, "s", "admitted_s - arrival_s."),
     ("ttft_s", _F, "s", "first_token_s - arrival_s."),
@@ -451,6 +455,11 @@ REQUEST_TABLE = _cols(
     ("scheduled_s", _F, "s", "When the plan that first admitted it was made (vLLM's "
      "scheduled_ts): admitted_s, or with async scheduling the start of the step before "
      "(NaN: never admitted)."),
+    ("preempted_lookup_tokens", _I, "tokens", "Tokens (prompt and output so far) looked up "
+     "again at its admissions after preemptions; counted apart, as vLLM's "
+     "preempted_queries, so a victim re-hitting its own blocks does not raise the hit rate."),
+    ("preempted_hit_tokens", _I, "tokens", "Of those, tokens served from the prefix cache "
+     "(vLLM's preempted_hits)."),
     ("workload", _S, "-", "Workload kind, or the mix component's name."),
 )  # fmt: skip
 

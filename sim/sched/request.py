@@ -63,8 +63,10 @@ class Request:
         "num_computed",  # tokens whose KV is resident (vLLM num_computed_tokens)
         "num_output",  # tokens generated so far
         "preemptions",  # times this request was preempted (recompute)
-        "lookup_tokens",  # tokens looked up in a prefix cache at admissions (F17 denominator)
+        "lookup_tokens",  # tokens looked up in a prefix cache before any preemption (F17 denominator)
         "hit_tokens",  # of those, tokens served from the cache (F17 numerator)
+        "preempted_lookup_tokens",  # tokens looked up again after a preemption (vLLM apart)
+        "preempted_hit_tokens",  # of those, tokens served from the cache
         "held_tokens",  # tokens already resident in its own sequence at first admission
         "remote_tokens",  # prompt tokens whose KV a prefill instance computed and shipped
         "admitted_s",  # first admission
@@ -133,6 +135,8 @@ class Request:
         self.preemptions = 0
         self.lookup_tokens = 0
         self.hit_tokens = 0
+        self.preempted_lookup_tokens = 0
+        self.preempted_hit_tokens = 0
         self.held_tokens = 0
         self.remote_tokens = 0
         self.admitted_s: float | None = None

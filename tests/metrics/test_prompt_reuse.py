@@ -4,6 +4,8 @@ vLLM's cache-lookup rate; ``kv_reuse_rate`` is the older name of the headline.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sim.report.text import summary_rows
@@ -50,3 +52,28 @@ def test_the_run_table_leads_with_the_reuse_rate_and_reads_old_folders():
     assert rows[i + 1] == "prefix hit rate"
     old = dict((r[0], r[1]) for r in summary_rows({"kv_reuse_rate": 0.5}))
     assert old["prompt reuse rate (cache hits + held KV)"] == "50.0"
+
+
+def test_a_preempted_request_s_lookups_again_are_counted_apart_as_vllm_does():
+    """Before: every admission added to ``lookup_tokens`` / ``hit_tokens``, so a request
+    preempted after decoding looked up its prompt plus output again and re-hit its own
+    cached blocks: ``hit_tokens`` exceeded ``prompt_tokens`` and ``prompt_reuse_rate`` went
+    above 1 (tree_search_h100 at 8 trajectories on a 4 GB pool: 1.000186). vLLM's
+    ``PrefixCacheStats.record`` counts a lookup of a request with ``num_preemptions > 0``
+    in ``preempted_queries`` / ``preempted_hits``, apart from the hit rate. Here: the
+    regress case ``sched-agents-16-pressure`` (13 preemptions, radix)."""
+    r = run_scenario(str(Path(__file__).resolve().parents[1] / "golden/scenarios/agent_swarm.yaml"),
+                     **{"workload.num_trajectories": 16, "hardware.gpu_memory_utilization": 0.3})  # fmt: skip
+    q, s = r.requests, r.summary
+    assert s["preemptions"] > 0
+    looked = q[q.lookup_tokens > 0]
+    # a first admission looks up the prompt alone, and serves at most all but one token
+    assert (looked.lookup_tokens == looked.prompt_tokens).all()
+    assert (q.hit_tokens <= q.prompt_tokens - 1).all()
+    assert 0 <= s["prompt_reuse_rate"] <= 1
+    again = q[q.preempted_lookup_tokens > 0]
+    assert len(again) > 0 and (again.preemptions > 0).all()
+    assert (q.preempted_hit_tokens[q.preemptions == 0] == 0).all()
+    # a preempted request looks up its prompt and the output it had: more than the prompt
+    assert (again.preempted_lookup_tokens > again.prompt_tokens).all()
+    assert s["prefix_hit_rate"] == pytest.approx(q.hit_tokens.sum() / q.lookup_tokens.sum(), rel=1e-12)
