@@ -13,10 +13,12 @@ Semantics (the CLI ``--help`` states the same):
   prompt that is cached whole recomputes its last block); what is cached is the same;
 - then all its blocks are cached as the most recently used (time = request index);
 - while the cache holds more than ``cache_tokens`` (counted in whole blocks of B tokens),
-  dormant leaves are evicted oldest first by the chosen strategy, ties deepest first; the
-  request's own blocks are candidates too, so a request of more blocks than the cache
-  keeps (with ``lru``) only its leading blocks that fit, and counts in
-  ``calls_not_fitting``;
+  dormant leaves of other requests are evicted first, oldest first by the chosen strategy,
+  ties deepest first (the request's path is locked meanwhile, as SGLang locks a running
+  request's: under ``lfu`` its never-hit new blocks would otherwise go first); only then
+  its own deepest blocks, so a request of more blocks than the cache keeps its leading
+  blocks that fit, and counts in ``calls_not_fitting``; ``evicted_blocks`` counts those
+  own blocks too (they were inserted, then evicted);
 - a trace block is 512 tokens; with ``block_size`` B (B divides 512) each trace block,
   the partial last one included, becomes 512/B blocks.
 
@@ -35,6 +37,8 @@ Claude Code sessions (``--format claude-code``, ``replay_sessions``; the file fo
   does not use goes first, deeper first on ties (the radix cache's leaf LRU, rule 3.7);
   a call of more blocks than the cache holds caches its leading ``floor(cache_tokens /
   B)`` blocks only (everything else is evicted) and counts in ``calls_not_fitting``;
+  the blocks past them are never inserted, so ``evicted_blocks`` does not count them (the
+  Mooncake replay inserts them, then evicts and counts them);
 - ``eviction`` also takes the replay policies of ``sim.prefix.replay_policies``
   (``belady``, ``ttl_pin``, ``hints``): a lease (``pin_for_s``) locks a call's path until
   its session's next call or its expiry (by call time), within a pin budget (refused past
@@ -227,9 +231,13 @@ def replay(
         hits.append(hit)
         table_hits += table
         new = pool.take(len(req.hash_ids) * per_trace_block - matched)
-        tree.insert(content, m.block_ids + new, now=i)
+        ins = tree.insert(content, m.block_ids + new, now=i)
         if cap is not None and tree.total_blocks > cap:
+            tree.lock(ins.node)  # the request's own blocks go last (SGLang locks them)
             tree.evict(tree.total_blocks - cap)
+            tree.unlock(ins.node)
+            if tree.total_blocks > cap:  # larger than the cache: its own deepest go
+                tree.evict(tree.total_blocks - cap)
         peak = max(peak, tree.total_blocks)
     prompts = [r.input_length for r in requests]
     base = _result(
