@@ -25,6 +25,7 @@ from sim.cli._common import (
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
 from sim.sizing.plan import (
+    RESERVE_ALONE_WARNING,
     PlanInputs,
     PlanResult,
     default_gpu_memory_utilization,
@@ -158,6 +159,9 @@ def plan(
     reserve_bytes = gb_or_gib(
         reserve_gb_per_gpu, reserve_gib_per_gpu, "--reserve", "-per-gpu", allow_zero=True
     )
+    # a reserve alone switches F34's u to 1.0: the reserve then stands for what the 0.9
+    # holds back, so a small reserve gives a larger pool than none; the plan says so
+    reserve_alone = gpu_memory_utilization is None and gpu_mem_bytes is None and bool(reserve_bytes)
     if gpu_memory_utilization is None:
         figures = gpu_mem_bytes is not None or reserve_bytes is not None
         gpu_memory_utilization = default_gpu_memory_utilization(figures)
@@ -180,7 +184,10 @@ def plan(
         block_size=block_size,
         mamba_cache_mode=mamba_cache_mode,
     )
-    _show(plan_capacity(inputs), json_out)
+    result = plan_capacity(inputs)
+    if reserve_alone:
+        result.warnings.append(RESERVE_ALONE_WARNING)
+    _show(result, json_out)
 
 
 def _check_dtypes(kv_dtype: str | None, weight_dtype: str | None) -> None:

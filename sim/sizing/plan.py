@@ -57,6 +57,15 @@ def default_gpu_memory_utilization(figures_given: bool) -> float:
     return FIGURES_GPU_MEMORY_UTILIZATION if figures_given else DEFAULT_GPU_MEMORY_UTILIZATION
 
 
+#: said when a --reserve figure alone switched the utilization to 1.0
+RESERVE_ALONE_WARNING = (
+    "GPU memory utilization 1 (F34 as the chapter: a --reserve figure was given without "
+    "--gpu-mem-*): the reserve replaces the 10 % that kvsim run's 0.9 holds back, so a "
+    "reserve under that 10 % gives a larger pool than no reserve; pass "
+    "--gpu-memory-utilization 0.9 to plan as kvsim run with hardware.reserve_bytes_per_gpu"
+)
+
+
 @dataclass(frozen=True)
 class PlanInputs:
     """Everything ``kvsim plan`` needs; None means 'from the profile' or the default."""

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from sim.sizing.plan import RESERVE_ALONE_WARNING
 from sim.units import GiB
 
 BASE = "kvsim plan --model llama-3-8b --gpu a100-80gb --num-gpus 1 --context 4096"
@@ -50,6 +51,26 @@ def test_default_is_0_9_without_memory_or_reserve_figures(run_cli):
 def test_default_is_1_0_with_a_memory_or_reserve_figure(run_cli, extra, reserve):
     data, _ = _plan(run_cli, extra)
     _expect(data, 1.0, reserve)
+
+
+@pytest.mark.parametrize(
+    "extra,warned",
+    [
+        ("--reserve-gb-per-gpu 2", True),  # 1.0 x 80 GiB - 2 GB: a larger pool than 0.9 gives
+        ("--reserve-gb-per-gpu 0", False),  # no reserve: nothing it replaces
+        ("--gpu-mem-gib 80 --reserve-gb-per-gpu 2", False),  # F34's own figures (E1)
+        ("--gpu-memory-utilization 1 --reserve-gb-per-gpu 2", False),  # asked for
+    ],
+)
+def test_a_reserve_alone_says_it_switched_the_utilization(run_cli, extra, warned):
+    """A probe's trap: 0.9 x 80 GiB - 16.06 GB = 61.25 GB of pool without a reserve, but
+    1.0 x 80 GiB - 16.06 GB - 2 GB = 67.84 GB with a 2 GB reserve: adding a reserve grew
+    the pool, silently. The plan now says why, and how to plan as kvsim run does."""
+    data, err = _plan(run_cli, extra)
+    assert (RESERVE_ALONE_WARNING in data["warnings"]) is warned
+    assert (RESERVE_ALONE_WARNING in err) is warned
+    if warned:
+        assert data["kv_pool_bytes_per_gpu"] == pytest.approx(MEM - WEIGHTS - 2e9, rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -104,7 +125,8 @@ def test_reserve_beyond_what_the_weights_leave_warns(run_cli):
         "kvsim: warning: weights and reserve exceed memory x utilization: 16.060 GB of "
         "weights + 80.000 GB reserved per GPU > 85.899 GB x utilization 1 = 85.899 GB,"
     )
-    assert len(err.splitlines()) == 1
+    assert len(err.splitlines()) == 2  # and the reserve-alone note
+    assert err.splitlines()[1] == f"kvsim: warning: {RESERVE_ALONE_WARNING}"
 
 
 def test_context_beyond_window_warns_and_exits_0(run_cli):
