@@ -25,6 +25,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from sim.errors import KvsimError
+from sim.profiles.layer_groups import STATE_KINDS
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
 from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
@@ -380,6 +381,11 @@ def _context_plan(
             raise KvsimError(
                 f"--shared-prefix-tokens {shared} must be between 0 and the context {context}"
             )
+        if saved is None and _has_states(model):  # no saved state: no prefix hit
+            result["max_concurrent_shared"] = result["max_concurrent"]
+            result["shared_prefix_bytes"] = 0.0
+            warnings.append(no_saved_states_warning(model.name, context))
+            return ContextPlan(**result), warnings
         shared_whole, stages = shared_prefix_split(
             model, total, shared, tp, pp, kv_dtype, states_shared=saved is not None
         )
@@ -393,6 +399,23 @@ def _context_plan(
         result["shared_prefix_bytes"] = shared_whole
         warnings += why if usable_gpu > 0 else []
     return ContextPlan(**result), warnings
+
+
+def _has_states(model) -> bool:
+    """A model with state-space or linear-attention layers (a running state per sequence)."""
+    return any(g.kind in STATE_KINDS for g in model.kv_groups())
+
+
+def no_saved_states_warning(model: str, context: int) -> str:
+    """``--shared-prefix-tokens`` on a model with state layers under ``--mamba-cache-mode
+    none``: vLLM saves no state at block boundaries, so no prefix of it ever hits."""
+    return (
+        f"context {context:,}: --shared-prefix-tokens shares nothing on {model} under "
+        "--mamba-cache-mode none: its state layers save no state at block boundaries, so a "
+        "prefix never hits (kvsim run says prefix_hit_limited_by mamba); the shared column "
+        "is the unshared one. --mamba-cache-mode all plans the sharing of vLLM's prefix "
+        "caching (a Mamba model; linear attention needs vLLM's align mode, not modelled)"
+    )
 
 
 def _pool_phrase(usable_gpu: float, headroom: float) -> str:

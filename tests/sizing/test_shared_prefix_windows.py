@@ -71,18 +71,37 @@ def test_a_window_that_reaches_into_the_prefix_shares_that_part():
     assert c.max_concurrent_shared == _fit(pool, 24576 * full, 8192 * full + 128 * sliding) == 249
 
 
-def test_a_running_state_is_each_sequence_s_own():
-    """nemotron-h-8b, one GPU: 4 attention layers (8 KV heads of 128) and 24 Mamba-2
-    layers whose state is a convolution of 10,240 channels x 3 and 128 heads x 64 x 128,
-    bf16: 2,158,592 B a layer. The prefix shares its attention KV; each trajectory holds
-    its own 24 states (they used to be charged once, with the prefix: 1,777 instead of 710).
-    vLLM's ``all`` Mamba cache mode, which saves a state per block, is unchanged."""
-    state = 10240 * 3 * BF16 + 128 * 64 * 128 * BF16
-    assert state == 2_158_592
-    attention = 4 * 2 * 8 * 128 * BF16
-    r, c, pool = _plan("nemotron-h-8b", "h100-sxm-80gb", 1, 8000, 6000, output_tokens=100)
-    assert c.max_concurrent_shared == _fit(pool, 6000 * attention, 2100 * attention + 24 * state)
-    assert c.shared_prefix_bytes == 6000 * attention
+def test_state_layers_share_no_prefix_without_saved_states():
+    """nemotron-h-8b, one GPU: 4 attention layers and 24 Mamba-2 layers. Under
+    ``--mamba-cache-mode none`` (plan's default) vLLM saves no state at block boundaries,
+    so no prefix of the model ever hits (``kvsim run``: ``prefix_hit_limited_by: mamba``):
+    the shared column is the unshared one, with a warning (a probe: it said 1,473 where
+    643 fit on an H200 at 8,000 + 192 tokens, a 6,400-token prefix)."""
+    r, c, pool = _plan("nemotron-h-8b", "h200-141gb", 1, 8000, 6400, output_tokens=192)
+    assert c.max_concurrent == 643
+    assert c.max_concurrent_shared == c.max_concurrent and c.shared_prefix_bytes == 0
+    assert any("--shared-prefix-tokens shares nothing on nemotron-h-8b" in w for w in r.warnings)
+
+
+def test_saved_states_share_the_prefix_s_attention_and_states():
+    """The same under ``--mamba-cache-mode all``: the block size is 640 tokens (aligned to
+    the state kernel's chunk), a page 640 x 4,096 = 2,621,440 B, and each of the 24 state
+    layers keeps a state page at every block boundary plus its running one; attention is
+    4 x 2 x 8 x 128 x 2 = 16,384 B a token. A trajectory of 8,192 tokens: 12 boundaries +
+    1 running = 13 state pages a layer, 13 x 24 x 2,621,440 + 8,192 x 16,384 =
+    952,107,008 B (125 in the 119.68e9 B pool). The 6,400-token prefix (10 blocks):
+    10 x 24 x 2,621,440 + 6,400 x 16,384 = 734,003,200 B once; each trajectory's own 3 x 24
+    x 2,621,440 + 1,792 x 16,384 = 218,103,808 B: (pool - 734,003,200) / 218,103,808 ->
+    545 (the probe's hand derivation)."""
+    assert 13 * 24 * 2_621_440 + 8192 * 16_384 == 952_107_008
+    shared, own = 10 * 24 * 2_621_440 + 6400 * 16_384, 3 * 24 * 2_621_440 + 1792 * 16_384
+    assert (shared, own) == (734_003_200, 218_103_808)
+    r, c, pool = _plan("nemotron-h-8b", "h200-141gb", 1, 8000, 6400, output_tokens=192,
+                       mamba_cache_mode="all")  # fmt: skip
+    assert c.max_concurrent == math.floor(pool / 952_107_008) == 125
+    assert c.max_concurrent_shared == _fit(pool, shared, own) == 545
+    assert c.shared_prefix_bytes == shared
+    assert not any("shares nothing" in w for w in r.warnings)
 
 
 def test_dense_models_are_as_before():
