@@ -506,11 +506,14 @@ class Allocator(ABC):
         """Snapshot of F7-F10; ``phi_ext`` is F9 for a request of ``request_bytes``."""
         books = self._books()
         m = self.kv_bytes_per_token
-        useful = self.useful_tokens() * m + self.side_useful_bytes()
+        side = self.side_useful_bytes()
+        useful = self.useful_tokens() * m + side
         return MemoryMetrics(
             pool_bytes=self.pool_bytes,
             useful_bytes=useful,
-            logical_bytes=self.logical_tokens() * m,
+            # the side states are each sequence's own (not shared), so logical counts them
+            # as useful does: logical / useful stays the sharing gain on a hybrid model
+            logical_bytes=self.logical_tokens() * m + side,
             allocated_bytes=books.allocated_bytes,
             free_bytes=books.free_bytes,
             cached_bytes=books.cached_bytes,

@@ -35,7 +35,7 @@ class MemoryMetrics(NamedTuple):
 
     pool_bytes: float  # the pool the allocator was given (M_pool)
     useful_bytes: float  # distinct token states resident (a CoW-shared prefix counts once)
-    logical_bytes: float  # F7: sum of every live sequence's tokens (logical/useful = sharing gain)
+    logical_bytes: float  # F7: sum of every live sequence's tokens + side states (logical/useful = sharing gain)
     allocated_bytes: float  # reserved: whole buffers or whole blocks of live sequences
     free_bytes: float  # reusable now (free extents or free blocks)
     cached_bytes: float  # dormant blocks a prefix cache keeps for reuse (0 without one)

@@ -511,7 +511,9 @@ MEMORY_TABLE = _cols(
      "sliding window and current chunk, and each state-space state, over the real layers "
      "(vLLM's padding layers and whole blocks' unfilled slots are waste; a fork's child "
      "counts what it wrote after its fork)."),
-    ("logical_bytes", _F, "bytes", "Sum of every live sequence's tokens (F7)."),
+    ("logical_bytes", _F, "bytes", "Sum of every live sequence's tokens (F7), plus a hybrid "
+     "model's side token states (windows, chunks, states: each sequence's own, as in "
+     "useful_bytes), so logical / useful is the sharing gain."),
     ("free_bytes", _F, "bytes", "Reusable now (free extents or free blocks)."),
     ("cached_bytes", _F, "bytes", "Dormant blocks a prefix cache keeps."),
     ("eta_alloc", _F, "fraction", "F8 useful/allocated (NaN when nothing is allocated)."),
