@@ -465,14 +465,17 @@ REQUEST_TABLE = _cols(
 
 STEP_TABLE = _cols(
     ("step", _I, "-", "Index of the decision's first step (next step for a zero-time row)."),
-    ("n_steps", _I, "count", "Steps the row stands for (a coalesced decode run > 1; 0: "
-     "a decision that ran no step)."),
+    ("n_steps", _I, "count", "Steps the row stands for (> 1: a coalesced run of the same "
+     "decodes, with at most one prompt chunked over its steps; 0: a decision that ran no "
+     "step)."),
     ("start_s", _F, "s", "Start of the first step."),
     ("end_s", _F, "s", "End of the last step."),
     ("duration_s", _F, "s", "end_s - start_s."),
     ("n_decode", _I, "count", "Decoding sequences in the first step."),
     ("n_prefill", _I, "count", "Prefill chunks in the first step."),
-    ("prefill_tokens", _I, "tokens", "Prefill tokens in the first step."),
+    ("prefill_tokens", _I, "tokens", "Prefill tokens in the first step (a run's later "
+     "chunks are not here: the summary's prefill_tokens counts every step's, so this "
+     "column's sum can be less)."),
     ("batch_tokens", _I, "tokens", "n_decode + prefill_tokens."),
     ("decode_history_tokens", _I, "tokens", "KV history the decodes read."),
     ("admitted", _I, "count", "Requests admitted by the decision."),
