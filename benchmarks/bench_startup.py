@@ -1,4 +1,4 @@
-"""Start-up time of the ``kvsim`` command line: ``--version`` and ``validate``.
+"""Start-up time of the ``kvsim`` command line: ``--version``, ``validate`` and a ``run``.
 
 Runs each command as a fresh process (``python -m sim.cli ...``), interleaving the
 checkouts compared (``--tree DIR``, several allowed: before / after), ``--repeat`` times,
@@ -7,7 +7,10 @@ less sensitive to other jobs on the machine), with the machine's
 load average before and after, the modules each command imported (``-X importtime``
 count) and, for every tree after the first, the median of its CPU time over the first
 tree's in the same round (paired ratios: a round's runs see the same load). Speed is
-measured here, never asserted in a test.
+measured here, never asserted in a test. The ``run --no-report`` case (chat_azure_5000,
+into a folder of its own per tree, replaced each time) is the whole process of a run that
+only writes its folder: start-up, the simulation and the Parquet files (no pandas since
+2026-12-05).
 
 Byte-code: each tree gets its own ``__pycache__`` folder under a temporary directory
 (``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE`` is dropped) and one untimed run of
@@ -42,6 +45,9 @@ COMMANDS = {
     # a scenario whose trace validate reads (a CSV: pandas' parser until 2026-12-04)
     "validate (CSV trace)": ["validate", "workloads/chat_azure.yaml"],
     "validate (mix with a CSV trace)": ["validate", "workloads/mixed_chat_agents.yaml"],
+    # the whole process of a run that writes its folder alone ({out}: one folder per tree)
+    "run --no-report": ["run", "benchmarks/chat_azure_5000.yaml", "--no-report", "--quiet",
+                        "--force", "--out", "{out}"],
 }
 
 
@@ -53,11 +59,17 @@ def _env(tree: Path) -> dict[str, str]:
     return tree_env(tree, _CACHE)  # one byte-code folder per tree (_pyc.py)
 
 
+def _args(tree: Path, args: list[str]) -> list[str]:
+    """``args`` with ``{out}`` set to the tree's own run folder (in the temporary folder)."""
+    out = _CACHE / ("run-" + str(tree.resolve()).strip("/").replace("/", "_"))
+    return [a.format(out=out) for a in args]
+
+
 def once(tree: Path, args: list[str]) -> tuple[float, float]:
     """(wall s, CPU s: user + system of the child) of one run."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=tree, env=_env(tree),
+    subprocess.run([sys.executable, "-m", "sim.cli", *_args(tree, args)], cwd=tree, env=_env(tree),
                    check=True, capture_output=True)  # fmt: skip
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -65,7 +77,7 @@ def once(tree: Path, args: list[str]) -> tuple[float, float]:
 
 
 def modules(tree: Path, args: list[str]) -> int:
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "sim.cli", *args],
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "sim.cli", *_args(tree, args)],
                          cwd=tree, env=_env(tree), capture_output=True, text=True)  # fmt: skip
     return sum(line.startswith("import time:") for line in out.stderr.splitlines()) - 1
 
@@ -95,7 +107,7 @@ def main() -> None:
         first = [c for _, c in times[(name, a.tree[0])]]
         ratio = statistics.median(c / f for c, f in zip(cpus, first, strict=True))
         n = modules(tree, COMMANDS[name])
-        print(f"| `kvsim {' '.join(COMMANDS[name])}` | {tree} | {statistics.median(walls):.3f} "
+        print(f"| `kvsim {' '.join(COMMANDS[name]).replace(' --force --out {out}', '')}` | {tree} | {statistics.median(walls):.3f} "
               f"| {min(walls):.3f} | {statistics.median(cpus):.3f} | {ratio:.3f} | {n} |")  # fmt: skip
 
 

@@ -1,7 +1,9 @@
-"""What happened: append-only records -> DataFrames -> ``summary.json``.
+"""What happened: append-only records -> numpy tables (``sim.metrics.table.Columns``) ->
+``summary.json``; DataFrames for the callers that ask for them.
 
 Invariant: recording never changes the simulation; every figure is in simulation time
-except ``wall_time_s``, which the run layer measures and fills in.
+except ``wall_time_s``, which the run layer measures and fills in; the run path (record,
+summarize, write) does not import pandas.
 """
 
 from sim.metrics.recorder import (

@@ -11,20 +11,30 @@ Invariant: one row per pause, in pause-id order, each with its ``outcome`` (how 
 ``open`` if it had not when the run ended) and ``ended_s``; times are simulated seconds
 (NaN = did not happen), bytes are bytes, ``paused_hbm_gb_s`` is GB (10^9 B) x seconds of KV held in
 HBM while the pause lasted (F29); a pause still open at the end has NaN costs and is left
-out of the cost sums (``pause_cost_priced`` counts the priced ones).
+out of the cost sums (``pause_cost_priced`` counts the priced ones). Every column has the
+type ``PAUSE_DTYPES`` declares (= ``sim.metrics.schema.PAUSE_TABLE``'s, a test checks);
+an empty table's columns are untyped (object), as pandas made them from no rows.
+
+The table is numpy ``Columns`` (``pause_table``), its summary computed with numpy
+(``pause_summary`` also takes a DataFrame: a cluster's); this module does not import
+pandas (``pause_frame`` does, when called).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import numpy as np
 
 from sim.metrics.stats import describe
+from sim.metrics.table import Columns, to_frame
 from sim.policy import oracle_cost, realised_cost
 from sim.units import GB
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NAN = math.nan
 
@@ -37,6 +47,12 @@ PAUSE_COLUMNS = [
     "bytes_reloaded_nvme", "recompute_tokens", "recompute_flops", "recompute_s", "outcome",
     "ended_s", "hint", "hint_refused", "oracle_action", "oracle_cost_s", "policy_cost_s",
 ]  # fmt: skip
+_I, _F, _S = np.int64, np.float64, object
+#: each column's dtype, in ``PAUSE_COLUMNS`` order (text: Python strings)
+PAUSE_DTYPES = (
+    _I, _I, _S, _I, _I, _S, _I, _F, _S, _S, _S, _S, _F, _F, _F, _F, _F, _F, _F, _F, _F, _F,
+    _F, _F, _F, _F, _F, _F, _F, _I, _F, _F, _S, _F, _S, _S, _S, _F, _F,
+)  # fmt: skip
 #: ``outcome`` values: how a pause ended ("open" = still open when the run ended)
 PAUSE_OUTCOMES = ("resumed", "reloaded", "recomputed", "released", "cancelled", "open")
 
@@ -91,42 +107,79 @@ def pause_costs(p: Any, held_byte_s: float, recompute_flops: float) -> tuple[str
     return action, best.total_s, spent.total_s
 
 
-def pause_frame(records: Sequence[tuple[Any, float, float]]) -> pd.DataFrame:
+def pause_table(records: Sequence[tuple[Any, float, float]]) -> Columns:
     """pauses.parquet from the engine's records: (pause, held byte-seconds, recompute
     FLOPs) each (``PauseLifecycle.records``)."""
-    return pd.DataFrame([pause_row(*r) for r in records], columns=PAUSE_COLUMNS)
-
-
-def pause_summary(frame: pd.DataFrame) -> dict:
-    """The summary.json aggregates of the pauses."""
-    decisions = {a: int(n) for a, n in frame.decision.value_counts().sort_index().items()}
-    moved = {a: int(n) for a, n in frame.moved_to.value_counts().sort_index().items()}
-    ended = {o: int((frame.outcome == o).sum()) for o in PAUSE_OUTCOMES}
+    if not records:
+        return {name: np.empty(0, dtype=object) for name in PAUSE_COLUMNS}
+    columns = zip(*(pause_row(*r) for r in records), strict=True)
     return {
-        "pause_count": int(len(frame)),
-        "pause_endings": ended,
-        "resume_latency_s": describe(frame.resume_latency_s.to_numpy()),
-        "resume_stall_s": describe(frame.resume_stall_s.to_numpy()),
-        "paused_hbm_gb_s": float(frame.paused_hbm_gb_s.sum()),
-        "recompute_flops": float(frame.recompute_flops.sum()),
-        "bytes_offloaded": round((frame.bytes_offloaded_host + frame.bytes_offloaded_nvme).sum()),
-        "bytes_reloaded": round((frame.bytes_reloaded_host + frame.bytes_reloaded_nvme).sum()),
-        "pause_decisions": decisions,
-        "pause_outcomes": moved,
+        name: np.array(values, dtype=dtype)
+        for name, dtype, values in zip(PAUSE_COLUMNS, PAUSE_DTYPES, columns, strict=True)
+    }
+
+
+def pause_frame(records: Sequence[tuple[Any, float, float]]) -> pd.DataFrame:
+    """``pause_table(records)`` as a DataFrame (imports pandas)."""
+    return to_frame(pause_table(records))
+
+
+def _floats(table: Any, name: str) -> np.ndarray:
+    """A number column of ``table`` (``Columns`` or a DataFrame) as float64."""
+    return np.asarray(table[name], dtype=np.float64)
+
+
+def _texts(table: Any, name: str) -> np.ndarray:
+    """A text column of ``table`` (``Columns`` or a DataFrame) as Python objects."""
+    return np.asarray(table[name], dtype=object)
+
+
+def nansum(values: np.ndarray) -> float:
+    """The sum of ``values`` with NaN as 0: bit for bit pandas' ``Series.sum()`` (NaN set
+    to 0, then numpy's pairwise sum over the same array)."""
+    v = np.asarray(values, dtype=np.float64)
+    return float(np.where(np.isnan(v), 0.0, v).sum())
+
+
+def _counts(values: np.ndarray) -> dict[str, int]:
+    """How often each value occurs, by value (``value_counts().sort_index()``)."""
+    keys, counts = np.unique(values, return_counts=True)
+    return {k: int(n) for k, n in zip(keys.tolist(), counts.tolist(), strict=True)}
+
+
+def pause_summary(frame: Any) -> dict:
+    """The summary.json aggregates of the pauses (``frame``: ``pause_table``'s
+    ``Columns``, or a DataFrame of its columns)."""
+    outcome = _texts(frame, "outcome")
+    moved = (_floats(frame, "bytes_offloaded_host") + _floats(frame, "bytes_offloaded_nvme"),
+             _floats(frame, "bytes_reloaded_host") + _floats(frame, "bytes_reloaded_nvme"))  # fmt: skip
+    return {
+        "pause_count": len(outcome),
+        "pause_endings": {o: int((outcome == o).sum()) for o in PAUSE_OUTCOMES},
+        "resume_latency_s": describe(_floats(frame, "resume_latency_s")),
+        "resume_stall_s": describe(_floats(frame, "resume_stall_s")),
+        "paused_hbm_gb_s": nansum(_floats(frame, "paused_hbm_gb_s")),
+        "recompute_flops": nansum(_floats(frame, "recompute_flops")),
+        "bytes_offloaded": round(nansum(moved[0])),
+        "bytes_reloaded": round(nansum(moved[1])),
+        "pause_decisions": _counts(_texts(frame, "decision")),
+        "pause_outcomes": _counts(_texts(frame, "moved_to")),
         **cost_summary(frame),
     }
 
 
-def cost_summary(frame: pd.DataFrame) -> dict:
-    """The pause costs beside the oracle's, and the hints given and refused."""
-    priced = frame.oracle_cost_s.notna() & frame.policy_cost_s.notna()
-    policy = float(frame.policy_cost_s[priced].sum())
-    oracle = float(frame.oracle_cost_s[priced].sum())
+def cost_summary(frame: Any) -> dict:
+    """The pause costs beside the oracle's, and the hints given and refused (``frame`` as
+    in ``pause_summary``)."""
+    oracle_s, policy_s = _floats(frame, "oracle_cost_s"), _floats(frame, "policy_cost_s")
+    priced = ~np.isnan(oracle_s) & ~np.isnan(policy_s)
+    policy = nansum(policy_s[priced])
+    oracle = nansum(oracle_s[priced])
     return {
         "pause_cost_policy_s": policy,
         "pause_cost_oracle_s": oracle,
         "pause_cost_gap_ratio": policy / oracle if oracle > 0 else None,
         "pause_cost_priced": int(priced.sum()),
-        "hints_given": int((frame.hint != "").sum()),
-        "hints_refused": int((frame.hint_refused != "").sum()),
+        "hints_given": int((_texts(frame, "hint") != "").sum()),
+        "hints_refused": int((_texts(frame, "hint_refused") != "").sum()),
     }

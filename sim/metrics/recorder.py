@@ -1,7 +1,8 @@
 """Append-only records of a run: engine steps, token emissions, memory, requests, trajectories.
 
 Responsibility: remember what happened, cheaply, while the simulation runs, and turn it
-into pandas DataFrames at the end. Steps are kept once per step (end time) and once per
+into numpy record tables at the end (``tables()``: ``sim.metrics.table.Columns``; as
+pandas DataFrames, ``frames()``, for callers that want them). Steps are kept once per step (end time) and once per
 engine decision (a step, or a run of identical decode steps advanced in one go, with its
 batch and cost breakdown); a decision that runs no step (preemptions, rejections or held
 drops only) and requests refused at submission get a zero-time row (``n_steps`` 0). Inter-token gaps are never stored per token: a request that
@@ -15,7 +16,7 @@ cached KV, internal and external waste, free) from the KV manager's ``kv_slots``
 counters the allocators keep) and the run's ``HbmLayout``: physical bytes, a block shared
 by several sequences once, a block shared by an active and a paused sequence active.
 
-Invariant: records are only appended (never edited) until ``frames()``; every time is
+Invariant: records are only appended (never edited) until ``tables()``; every time is
 simulation time; the number of regular gaps plus irregular gaps equals the sum over
 requests of (tokens emitted - 1); the step table's ``preempted``, ``rejected`` and
 ``held_drops`` columns sum to the run's preemptions, rejected requests and held drops; on
@@ -26,6 +27,9 @@ gets each memory row's allocated bytes split by group (memory_groups.parquet, lo
 and, per group, the largest row and the time-weighted mean (the summary's
 ``peak_allocated_bytes_by_group`` and ``allocated_bytes_by_group_mean``); the split of a
 row sums to its ``allocated_bytes``.
+
+This module does not import pandas (the run path never does: ``frames()`` and
+``group_frame()`` import it when called).
 """
 
 from __future__ import annotations
@@ -38,14 +42,15 @@ from operator import attrgetter, sub
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sim.memory.fragmentation import phi_ext
 from sim.metrics.stats import TimeWeighted
-from sim.metrics.table import ChunkedTable
+from sim.metrics.table import ChunkedTable, Columns, to_frame
 from sim.sched.request import STATUS_NAMES
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sim.sizing.group_split import GroupSplit
 
 _I, _L, _F = "i4", "i8", "f8"  # counts, token sums and ids, times and bytes
@@ -211,6 +216,10 @@ TRAJECTORY_SCHEMA = [
     ("workload", _I),  # as in REQUEST_SCHEMA
 ]
 TRAJECTORY_COLUMNS = tuple(n for n, _ in TRAJECTORY_SCHEMA)
+#: text columns that hold null (None), kept as Python objects in a DataFrame
+#: (``sim.metrics.table.to_frame``): requests.parquet's ``finish_reason`` (null while
+#: unfinished)
+OBJECT_COLUMNS = frozenset({"finish_reason"})
 
 
 class Recorder:
@@ -528,7 +537,7 @@ class Recorder:
             },
         }
 
-    def group_frame(self) -> pd.DataFrame | None:
+    def group_table(self) -> Columns | None:
         """memory_groups.parquet (``GROUP_COLUMNS``, long form: one row per memory row and
         group), or None for a model of one group."""
         if self.groups is None:
@@ -537,12 +546,17 @@ class Recorder:
         k = len(names)
         rows = np.frombuffer(self._group_rows, dtype=np.float64).reshape(-1, k + 1)
         n = len(rows)
-        return pd.DataFrame({
+        return {
             "t_s": np.repeat(rows[:, 0], k),
             "group": np.tile(np.array(names, dtype=object), n),
             "kind": np.tile(np.array(kinds, dtype=object), n),
             "allocated_bytes": rows[:, 1:].ravel(),
-        })  # fmt: skip
+        }
+
+    def group_frame(self) -> pd.DataFrame | None:
+        """``group_table()`` as a DataFrame (imports pandas)."""
+        table = self.group_table()
+        return None if table is None else to_frame(table)
 
     def _gpu_parts(self, m, slots, useful: float) -> tuple[tuple[int, ...], float]:
         """One GPU's HBM in ``GPU_PARTS`` order (integers summing to its HBM exactly), and
@@ -641,23 +655,34 @@ class Recorder:
         values = np.concatenate([gaps, irr])
         return values, np.concatenate([weights, np.ones(len(irr), dtype=np.int64)])
 
-    def frames(self) -> dict[str, pd.DataFrame]:
-        """``requests``, ``steps``, ``memory``, ``trajectories`` as DataFrames (once: the
-        tables are emptied as they are converted)."""
-        requests = self._requests.frame(True).sort_values("req_id", kind="stable")
-        requests["finish_reason"] = requests.finish_reason.astype(object).where(
-            requests.finish_reason != "", None
-        )
-        trajectories = self._trajectories.frame(True).sort_values("traj_id", kind="stable")
+    def tables(self) -> dict[str, Columns]:
+        """``requests``, ``steps``, ``memory``, ``trajectories`` as ``Columns`` (once: the
+        tables are emptied as they are converted): requests in ``req_id`` order and
+        trajectories in ``traj_id`` order (stable), ``finish_reason`` null while
+        unfinished, ``workload`` by name."""
         names = np.array(list(self._workloads) or [""], dtype=object)
-        for frame in (requests, trajectories):
-            frame["workload"] = names[frame.workload.to_numpy(dtype=np.int64)]
+        requests = _sorted(self._requests.columns(True), "req_id")
+        reason = requests["finish_reason"]
+        requests["finish_reason"] = np.where(reason != "", reason, None)
+        trajectories = _sorted(self._trajectories.columns(True), "traj_id")
+        for table in (requests, trajectories):
+            table["workload"] = names[table["workload"].astype(np.int64)]
         return {
-            "requests": requests.reset_index(drop=True),
-            "steps": self._steps.frame(True),
-            "memory": self._memory.frame(True),
-            "trajectories": trajectories.reset_index(drop=True),
+            "requests": requests,
+            "steps": self._steps.columns(True),
+            "memory": self._memory.columns(True),
+            "trajectories": trajectories,
         }
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """``tables()`` as DataFrames (imports pandas)."""
+        return {name: to_frame(t, OBJECT_COLUMNS) for name, t in self.tables().items()}
+
+
+def _sorted(table: Columns, key: str) -> Columns:
+    """``table``'s rows in ``key`` order (stable: rows of one key keep their order)."""
+    order = np.argsort(table[key], kind="stable")
+    return {name: col[order] for name, col in table.items()}
 
 
 def request_row(r) -> tuple:

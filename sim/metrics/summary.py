@@ -17,17 +17,23 @@ Invariants: ITL percentiles pool every inter-token gap of every request (a gap o
 counts once, with its whole length); ``*_mean`` memory figures are time-weighted over the
 simulated time (``eta_alloc_mean`` over the time anything is allocated); every value is a
 JSON number, string or null (never NaN); ``wall_time_s`` is the only wall-clock figure and
-is filled in by the run layer.
+is filled in by the run layer. The tables are read column by column (``table[name]``):
+the run's numpy ``Columns`` (``Recorder.tables()``), or a cluster's DataFrames, with the
+same numpy reductions (a float sum is pandas' ``Series.sum()`` bit for bit:
+``sim.metrics.pauses.nansum``). This module does not import pandas.
 """
 
 from __future__ import annotations
 
 import math
 import platform
+from collections.abc import Mapping
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 
+from sim.metrics.pauses import nansum
 from sim.metrics.recorder import Recorder
 from sim.metrics.stats import describe, describe_weighted
 from sim.sched.request import REJECT_REASONS
@@ -60,37 +66,50 @@ def _num(x):
     return None if math.isnan(x) else x
 
 
-def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict) -> dict:
-    """The summary dict (see the module docstring); ``meta`` adds scenario facts."""
+def _col(table: Any, name: str, dtype: Any = None) -> np.ndarray:
+    """Column ``name`` of ``table`` (``Columns`` or a DataFrame) as a numpy array."""
+    return np.asarray(table[name], dtype=dtype)
+
+
+def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv,
+              meta: dict) -> dict:  # fmt: skip
+    """The summary dict (see the module docstring); ``frames``: the record tables by name
+    (``Columns`` or DataFrames); ``meta`` adds scenario facts."""
     req = frames["requests"]
     traj = frames["trajectories"]
-    done = req[req.status == "finished"]
+    status = _col(req, "status", object)
+    traj_status = _col(traj, "status", object)
+    finished = status == "finished"
+    admitted = ~np.isnan(_col(req, "admitted_s", np.float64))
+    hit = _col(req, "hit_tokens")
     itl_values, itl_weights = rec.itl_samples()
     m = kv.metrics()
     held = kv.held_token_seconds(sim_time_s)  # a hybrid model's side groups beside
     hold_byte_s = held.total * kv.kv_bytes_per_token + held.side_byte_s
-    lookup = float(req.lookup_tokens.sum())
-    prompt = float(req.prompt_tokens[req.admitted_s.notna()].sum())
-    reused = float((req.hit_tokens + req.held_tokens)[req.admitted_s.notna()].sum())
+    lookup = float(_col(req, "lookup_tokens").sum())
+    prompt = float(_col(req, "prompt_tokens")[admitted].sum())
+    reused = float((hit + _col(req, "held_tokens"))[admitted].sum())
     reuse_rate = reused / prompt if prompt else None  # also kv_reuse_rate, its older name
+    finish_reason = _col(req, "finish_reason", object)
+    paused_kv = _col(frames["memory"], "paused_kv_bytes", np.float64)
     out = {
         **meta,
-        "requests_completed": int(len(done)),
-        "requests_submitted": int(len(req)),
-        "trajectories_completed": int((traj.status == "completed").sum()),
-        "trajectories_ended": int(len(traj)),
+        "requests_completed": int(finished.sum()),
+        "requests_submitted": len(status),
+        "trajectories_completed": int((traj_status == "completed").sum()),
+        "trajectories_ended": len(traj_status),
         "sim_time_s": float(sim_time_s),
         "wall_time_s": None,
-        "ttft_s": describe(req.ttft_s.to_numpy()),
+        "ttft_s": describe(_col(req, "ttft_s")),
         "itl_s": describe_weighted(itl_values, itl_weights),
-        "e2e_s": describe(done.e2e_s.to_numpy()),
-        "queue_s": describe(req.queue_s.to_numpy()),
+        "e2e_s": describe(_col(req, "e2e_s")[finished]),
+        "queue_s": describe(_col(req, "queue_s")),
         "max_itl_s": float(rec.max_itl_s) if int(itl_weights.sum()) else None,
         "output_tokens": int(rec.output_tokens),
         "prefill_tokens": int(rec.prefill_tokens),
         "output_tokens_per_s": rec.output_tokens / sim_time_s if sim_time_s > 0 else None,
         "prompt_reuse_rate": reuse_rate,
-        "prefix_hit_rate": float(req.hit_tokens.sum()) / lookup if lookup else None,
+        "prefix_hit_rate": float(hit.sum()) / lookup if lookup else None,
         "kv_reuse_rate": reuse_rate,
         "eta_alloc_mean": _num(rec.eta_alloc.mean(sim_time_s)),
         "eta_effective_mean": _num(rec.eta_effective.mean(sim_time_s)),
@@ -98,22 +117,20 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
         "bytes_copied": round(m.bytes_copied),
         "cow_copies": int(m.cow_copies),
         "preemptions": int(rec.preemptions),
-        "rejected": int((req.status == "rejected").sum()),
-        "cancelled": int((req.status == "cancelled").sum()),
-        "unfinished": int(req.status.isin(["waiting", "running"]).sum()),
+        "rejected": int((status == "rejected").sum()),
+        "cancelled": int((status == "cancelled").sum()),
+        "unfinished": int(((status == "waiting") | (status == "running")).sum()),
         "rejected_by_reason": {
-            reason: int((req.finish_reason == reason).sum()) for reason in REJECT_REASONS
+            reason: int((finish_reason == reason).sum()) for reason in REJECT_REASONS
         },
         "trajectories_by_status": {
-            status: int((traj.status == status).sum()) for status in TRAJECTORY_STATUSES
+            s: int((traj_status == s).sum()) for s in TRAJECTORY_STATUSES
         },
-        "compactions": int(traj.compactions.sum()) if len(traj) else 0,
+        "compactions": int(_col(traj, "compactions").sum()) if len(traj_status) else 0,
         **provider_view(traj),
         "held_kv_drops": int(rec.held_drops),
         "paused_kv_bytes_mean": _num(rec.paused_bytes.mean(sim_time_s)),
-        "paused_kv_bytes_peak": round(frames["memory"].paused_kv_bytes.max())
-        if len(frames["memory"])
-        else 0,
+        "paused_kv_bytes_peak": round(np.nanmax(paused_kv)) if len(paused_kv) else 0,
         "paused_hbm_bytes_mean": _num(rec.paused_hbm_bytes.mean(sim_time_s)),
         "paused_hbm_bytes_peak": round(rec.paused_hbm_bytes_peak),
         "hold_gb_s": hold_byte_s / GB,
@@ -131,20 +148,22 @@ def summarize(rec: Recorder, frames: dict, *, sim_time_s: float, kv, meta: dict)
     return out
 
 
-def provider_view(traj) -> dict:
+def provider_view(traj: Any) -> dict:
     """``provider_hit_rate`` (cached / prompt tokens of the billed calls) and
     ``provider_bill_usd`` over the trajectories with a provider view; null without one."""
-    billed = traj[traj.provider_prompt_tokens.notna()] if len(traj) else traj
-    if not len(billed):
+    prompt_tokens = _col(traj, "provider_prompt_tokens", np.float64)
+    billed = ~np.isnan(prompt_tokens)
+    if not billed.any():
         return {"provider_hit_rate": None, "provider_bill_usd": None}
-    prompt = float(billed.provider_prompt_tokens.sum())
+    prompt = nansum(prompt_tokens[billed])
+    cached = _col(traj, "provider_cached_tokens", np.float64)[billed]
     return {
-        "provider_hit_rate": float(billed.provider_cached_tokens.sum()) / prompt if prompt else None,
-        "provider_bill_usd": float(billed.provider_bill_usd.sum()),
+        "provider_hit_rate": nansum(cached) / prompt if prompt else None,
+        "provider_bill_usd": nansum(_col(traj, "provider_bill_usd", np.float64)[billed]),
     }
 
 
-def run_warnings(summary: dict, requests) -> list[str]:
+def run_warnings(summary: dict, requests: Any) -> list[str]:
     """What makes a run pathological, one sentence each (empty for a healthy run):
     more than ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more
     than ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
@@ -158,9 +177,10 @@ def run_warnings(summary: dict, requests) -> list[str]:
             f"{rejected:,} of {submitted:,} requests ({rejected / submitted:.1%}) were "
             f"rejected ({reasons})"
         )
-    worst = int(requests.preemptions.max()) if len(requests) else 0
+    preemptions = _col(requests, "preemptions")
+    worst = int(preemptions.max()) if len(preemptions) else 0
     if worst > PREEMPTIONS_WARN:
-        n = int((requests.preemptions > PREEMPTIONS_WARN).sum())
+        n = int((preemptions > PREEMPTIONS_WARN).sum())
         out.append(
             f"thrashing: {n:,} requests were preempted more than {PREEMPTIONS_WARN} times "
             f"(at most {worst:,}; {summary['preemptions']:,} preemptions in all)"
@@ -186,12 +206,14 @@ def hold_byte_s_by_trajectory(kv, sim_time_s: float) -> dict[int, float]:
     return {o: t * m + side.get(o, 0.0) for o, t in held.by_owner.items()}
 
 
-def fill_hold(traj_frame, kv, sim_time_s: float):
-    """Put each trajectory's hold byte-seconds into its row."""
+def fill_hold(traj_frame: Any, kv, sim_time_s: float) -> Any:
+    """Put each trajectory's hold byte-seconds into its row (``traj_frame``: ``Columns``
+    or a DataFrame; changed in place and returned)."""
     held = hold_byte_s_by_trajectory(kv, sim_time_s)
-    if len(traj_frame):
+    traj_ids = _col(traj_frame, "traj_id")
+    if len(traj_ids):
         traj_frame["hold_byte_s"] = np.array(
-            [held.get(int(t), 0.0) for t in traj_frame.traj_id], dtype=np.float64
+            [held.get(int(t), 0.0) for t in traj_ids], dtype=np.float64
         )
     return traj_frame
 

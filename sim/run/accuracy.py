@@ -16,8 +16,9 @@ def run_accuracy(resolved, cost, steps=None) -> dict[str, Any]:
     """The ``accuracy`` object of a run whose engine priced its steps with ``cost``: its
     largest step from its ``steps`` table, or before a run the scheduler's token budget."""
     sc = resolved.scenario
-    if steps is not None:
-        largest = int(steps["batch_tokens"].max()) if len(steps) else None
+    if steps is not None:  # ``Columns`` or a DataFrame: read by column
+        batch = steps["batch_tokens"]
+        largest = int(batch.max()) if len(batch) else None
     else:
         largest = getattr(sc.scheduler, "max_num_batched_tokens", None)
     return accuracy_section(

@@ -8,16 +8,16 @@ to the nodes' end, with the workload's driver held to its kind's ``count``),
 ``node`` acyclic.
 
 Invariant: nothing here reads the wall clock or writes files; the same resolved scenario
-builds the same node.
+builds the same node; nothing here imports pandas (a ``RunResult``'s tables become
+DataFrames when read).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import pandas as pd
 import simpy
 
 from sim.cost import CostModel
@@ -29,6 +29,8 @@ from sim.engine.pauses import PauseLifecycle
 from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.metrics import HbmLayout, Recorder
+from sim.metrics.recorder import OBJECT_COLUMNS
+from sim.metrics.table import Columns, to_frame
 from sim.prefix.hybrid_hit import kv_groups_limiting_group
 from sim.prefix.kinds import engine_rules
 from sim.scenario import Resolved, make_allocator_for
@@ -38,21 +40,90 @@ from sim.sizing.group_demand import kv_groups, with_saved_states
 from sim.sizing.group_split import GroupSplit, kv_split
 from sim.workload import WorkloadContext
 
+if TYPE_CHECKING:
+    from typing import TypeAlias
 
-@dataclass
+    import pandas as pd
+
+    #: a record table as a ``RunResult`` holds it: numpy ``Columns`` (a run's), or a DataFrame
+    RecordTable: TypeAlias = Columns | pd.DataFrame
+
+
+Table = TypeVar("Table")
+
+
+class _Table(Generic[Table]):
+    """A record table of a ``RunResult``: a pandas DataFrame to its reader, made from the
+    numpy ``Columns`` the result holds on the first access (then kept in their place);
+    setting it holds what is set."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, result: RunResult, owner: type | None = None) -> Table:
+        return result._frame(self.name)
+
+    def __set__(self, result: RunResult, value: Table) -> None:
+        result._tables[self.name] = value
+
+
 class RunResult:
-    """What a run produced: the summary and the record tables."""
+    """What a run produced: the summary and the record tables.
 
-    summary: dict
-    requests: pd.DataFrame
-    steps: pd.DataFrame
-    memory: pd.DataFrame
-    trajectories: pd.DataFrame
-    config: dict  # the resolved scenario (every default filled in, trace paths absolute)
-    resolved: Resolved | None = field(default=None, repr=False)
-    pauses: pd.DataFrame | None = None  # one row per tool pause (pauses.parquet)
-    #: KV by layer group at each memory row (memory_groups.parquet); None: one group
-    memory_groups: pd.DataFrame | None = None
+    The tables (``requests``, ``steps``, ``memory``, ``trajectories``, ``pauses``: one row
+    per tool pause; ``memory_groups``: KV by layer group at each memory row, None for a
+    model of one group) read as pandas DataFrames. A run hands them over as numpy
+    ``Columns`` (``sim.metrics.table``), and each becomes a DataFrame on its first access
+    (``sim.metrics.table.to_frame``), so a run that only writes its folder never imports
+    pandas; a DataFrame given (a cluster's tables) is kept as it is. ``table(name)`` is
+    what the result holds, as it is (the run folder's writer reads it).
+    """
+
+    requests: _Table[pd.DataFrame] = _Table()
+    steps: _Table[pd.DataFrame] = _Table()
+    memory: _Table[pd.DataFrame] = _Table()
+    trajectories: _Table[pd.DataFrame] = _Table()
+    pauses: _Table[pd.DataFrame | None] = _Table()
+    memory_groups: _Table[pd.DataFrame | None] = _Table()
+
+    def __init__(
+        self,
+        summary: dict,
+        requests: RecordTable,
+        steps: RecordTable,
+        memory: RecordTable,
+        trajectories: RecordTable,
+        config: dict,  # the resolved scenario (every default filled in, trace paths absolute)
+        resolved: Resolved | None = None,
+        pauses: RecordTable | None = None,
+        memory_groups: RecordTable | None = None,
+    ) -> None:
+        self.summary = summary
+        self.config = config
+        self.resolved = resolved
+        self._tables: dict[str, RecordTable | None] = {
+            "requests": requests,
+            "steps": steps,
+            "memory": memory,
+            "trajectories": trajectories,
+            "pauses": pauses,
+            "memory_groups": memory_groups,
+        }
+
+    def __repr__(self) -> str:
+        tables = [n for n, t in self._tables.items() if t is not None]
+        return f"RunResult(scenario={self.summary.get('scenario')!r}, tables={tables})"
+
+    def table(self, name: str) -> RecordTable | None:
+        """The table ``name`` (one of ``sim.run.output.TABLES``) as held: numpy
+        ``Columns`` until read as a DataFrame, then that DataFrame; None: no such table."""
+        return self._tables[name]
+
+    def _frame(self, name: str) -> Any:
+        table = self._tables[name]
+        if isinstance(table, dict):  # numpy Columns: the DataFrame takes their place
+            table = self._tables[name] = to_frame(table, OBJECT_COLUMNS)
+        return table
 
     def write(self, out_dir: str | Path, *, force: bool = False) -> Path:
         """Write the run folder (see ``sim.run.output``); ``force`` replaces a previous run's."""

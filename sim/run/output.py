@@ -12,6 +12,8 @@ file paths absolute; running it again, from any folder, gives the same results),
 ``summary.json``, ``requests.parquet``, ``steps.parquet``, ``memory.parquet``,
 ``trajectories.parquet`` and ``pauses.parquet`` (one row per tool pause); for a model of
 several layer groups ``memory_groups.parquet`` (its KV by group at each memory row).
+A run's tables are written by pyarrow alone (no pandas import; read back with pandas
+they are the DataFrames ``to_parquet`` wrote), a table held as a DataFrame by pandas.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from sim.version import __version__
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from sim.metrics.table import Columns
 
 #: section order of config.resolved.yaml (what a person reads first)
 _ORDER = (
@@ -205,9 +209,9 @@ def _write_files(result, folder: Path) -> None:
         lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8"),
     )
     for name in TABLES:
-        frame = getattr(result, name)  # a RunResult field; None when there is no table
-        if frame is not None:
-            _replace(folder / f"{name}.parquet", functools.partial(_to_parquet, frame))
+        table = result.table(name)  # as held: numpy Columns or a DataFrame; None: no table
+        if table is not None:
+            _replace(folder / f"{name}.parquet", functools.partial(_to_parquet, table))
 
 
 def _install(
@@ -259,8 +263,18 @@ def _sigint_deferred() -> Iterator[None]:
         previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
 
 
-def _to_parquet(frame: pd.DataFrame, path: Path) -> None:
-    frame.to_parquet(path, index=False)
+def _to_parquet(table: Columns | pd.DataFrame, path: Path) -> None:
+    """``table`` as Parquet: numpy ``Columns`` by pyarrow alone (read back with pandas, the
+    DataFrame ``to_parquet`` wrote; ``sim.metrics.table.to_arrow``), a DataFrame by pandas."""
+    if isinstance(table, dict):
+        import pyarrow.parquet as pq
+
+        from sim.metrics.recorder import OBJECT_COLUMNS
+        from sim.metrics.table import to_arrow
+
+        pq.write_table(to_arrow(table, OBJECT_COLUMNS), path)
+    else:
+        table.to_parquet(path, index=False)
 
 
 def _replace(target: Path, write: Callable[[Path], object]) -> None:

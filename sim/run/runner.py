@@ -3,13 +3,15 @@
 Responsibility: from a scenario (a YAML path, a dict, or an already loaded scenario) and
 dotted overrides, build the allocator, KV manager, scheduler, cost model, recorder, node
 and workload (one node: ``sim.run.node``; a scenario with a ``cluster`` section:
-``sim.run.cluster``, one node per entry); run the SimPy environment until the node stops; collect the DataFrames and
-the summary into a ``RunResult``. This (and ``sim.run.cluster``) is the only place that
+``sim.run.cluster``, one node per entry); run the SimPy environment until the node stops; collect the record
+tables (numpy) and the summary into a ``RunResult``. This (and ``sim.run.cluster``) is the only place that
 reads the wall clock, to report ``wall_time_s`` (the simulation loop alone: no imports,
 loading or writing).
 
 Invariant: the same scenario and seed give the same ``RunResult`` (``wall_time_s``
-aside); nothing here writes files (``RunResult.write`` does, under one folder).
+aside); nothing here writes files (``RunResult.write`` does, under one folder); a
+one-node run does not import pandas (its tables stay numpy until read as DataFrames;
+tests/cli/test_startup_imports.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from sim.engine import Node
 from sim.engine.pauses import PauseLifecycle
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
-from sim.metrics.pauses import pause_frame, pause_summary
+from sim.metrics.pauses import pause_summary, pause_table
 from sim.metrics.summary import fill_hold, speculative_summary
 from sim.run.accuracy import _least_trusted, add_accuracy, run_accuracy
 from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names survive)
@@ -119,14 +121,14 @@ def run_scenario(source: Any, *, progress=None, **overrides: Any) -> RunResult:
 
 
 def collect(sim: Simulation, wall_time_s: float) -> RunResult:
-    """Gather the record tables and the summary after a run."""
+    """Gather the record tables (numpy ``Columns``: no pandas) and the summary after a run."""
     rec = sim.recorder
     sim.kv.flush_all()
     for req in (*sim.scheduler.running, *sim.scheduler.waiting):
         rec.request_ended(req)  # unfinished at the horizon
-    frames = rec.frames()
+    tables = rec.tables()
     sim_time = sim.node.end_s
-    fill_hold(frames["trajectories"], sim.kv, sim_time)
+    fill_hold(tables["trajectories"], sim.kv, sim_time)
     r = sim.resolved
     config = resolved_config(r.loaded)
     meta = {
@@ -136,25 +138,26 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "scenario_path": scenario_path(r.loaded),
         "config_sha256": config_sha256(config),
     }
-    summary = summarize(rec, frames, sim_time_s=sim_time, kv=sim.kv, meta=meta)
+    summary = summarize(rec, tables, sim_time_s=sim_time, kv=sim.kv, meta=meta)
     summary["warnings"] = [*r.warnings, *summary["warnings"]]  # what vLLM would not run
     if r.scenario.speculative is not None:
         summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))
-    pauses = pause_frame(sim.pauses.records(sim_time))
+    pauses = pause_table(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
     summary["hints_released"] = sim.pauses.hint_releases
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
-    add_accuracy(summary, [(r, sim.cost, frames["steps"])])  # how far to trust the step times
+    add_accuracy(summary, [(r, sim.cost, tables["steps"])])  # how far to trust the step times
     summary["wall_time_s"] = wall_time_s
-    groups = rec.group_frame()  # None: a model of one layer group
-    for frame in (*frames.values(), pauses, *([] if groups is None else [groups])):
-        frame["node"] = np.zeros(len(frame), dtype=np.int64)  # one node: node 0
+    groups = rec.group_table()  # None: a model of one layer group
+    for table in (*tables.values(), pauses, *([] if groups is None else [groups])):
+        rows = len(next(iter(table.values())))
+        table["node"] = np.zeros(rows, dtype=np.int64)  # one node: node 0
     return RunResult(
         summary,
-        frames["requests"],
-        frames["steps"],
-        frames["memory"],
-        frames["trajectories"],
+        tables["requests"],
+        tables["steps"],
+        tables["memory"],
+        tables["trajectories"],
         config,
         r,
         pauses,

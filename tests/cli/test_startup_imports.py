@@ -267,3 +267,25 @@ def test_kvsim_validate_imports_a_trace_reader_only_for_a_workload_that_names_a_
         assert _validate_modules(scenario, TRACE_READERS) == (0, []), scenario
     rc, modules = _validate_modules("workloads/mooncake_replay.yaml", TRACE_READERS)
     assert rc == 0 and {"sim.workload.mooncake", "sim.prefix.trace_replay"} <= set(modules)
+
+
+def test_a_one_node_run_and_its_folder_import_no_pandas(tmp_path):
+    """A one-node run keeps its record tables numpy through the summary and writes them
+    with pyarrow alone (``sim.metrics.table``): neither ``run_scenario`` + ``write`` nor
+    ``kvsim run --no-report`` imports pandas (tool pauses, and so pauses.parquet, in the
+    first). Reading a table of the result as a DataFrame imports it then."""
+    body = f"""
+from sim.run import run_scenario
+result = run_scenario("workloads/agent_swarm.yaml", **{{"workload.num_trajectories": 4}})
+result.write({str(tmp_path / "api")!r})
+before = sorted(m for m in ("pandas", "click", "typer") if m in sys.modules)
+frame = result.requests
+rc = [before, type(frame).__name__, "pandas" in sys.modules, result.summary["pause_count"] > 0]
+"""
+    assert _probe(body)["rc"] == [[], "DataFrame", True, True]
+    assert (tmp_path / "api" / "pauses.parquet").is_file()
+    argv = ["run", "benchmarks/chat_azure_5000.yaml", "--out", str(tmp_path / "cli"), "--no-report",
+            "--quiet", "--set", "workload.num_requests=20"]  # fmt: skip
+    got = _probe(MAIN.format(argv=argv))
+    assert got["rc"] == 0 and "pandas" not in got["heavy"], got
+    assert (tmp_path / "cli" / "requests.parquet").is_file()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from report_helpers import ROOT
 
 from sim.metrics import MEMORY_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, TRAJECTORY_COLUMNS
-from sim.metrics.pauses import PAUSE_COLUMNS
+from sim.metrics.pauses import PAUSE_COLUMNS, PAUSE_DTYPES
 from sim.metrics.recorder import GROUP_COLUMNS
 from sim.metrics.schema import (
     OPTIONAL_TABLES,
@@ -51,6 +52,13 @@ def test_producers_columns_are_the_declared_ones_in_order():
     assert declared["trajectories"] == [*TRAJECTORY_COLUMNS, "node"]
     assert declared["pauses"] == [*PAUSE_COLUMNS, "node"]
     assert declared["memory_groups"] == [*GROUP_COLUMNS, "node"]
+
+
+def test_the_pause_table_s_dtypes_are_the_declared_ones():
+    """``pause_table`` types each column as declared (int64, float64, Python strings)."""
+    kinds = {"int": "i", "float": "f", "str": "O"}
+    declared = [kinds[c.dtype] for c in TABLES["pauses"] if c.name != "node"]
+    assert [np.dtype(d).kind for d in PAUSE_DTYPES] == declared
 
 
 def test_counts_and_bytes_are_integers_and_units_are_in_the_names():
