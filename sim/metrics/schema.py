@@ -25,13 +25,15 @@ from typing import Any
 #: summary value kinds: int (JSON integer), float (number), str, bool, dist
 #: ({mean, p50, p90, p95, p99} of numbers or nulls), counts ({name: int}), texts (list of str),
 #: argv (list of str), versions ({package: version string}), floats ({name: number})
-#: ({basis, source, median_rel_error, worst_rel_error, outside_domain, detail}: how far to trust
-#: the step times; sim.cost.accuracy)
+#: ({basis, source, median_rel_error, worst_rel_error, outside_domain, detail, not_measured}:
+#: how far to trust the step times; sim.cost.accuracy)
 KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions", "nodes",
          "accuracy", "floats")  # fmt: skip
 #: the fields of an ``accuracy`` value, in order (= sim.cost.accuracy.KEYS, a test checks)
 ACCURACY_KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domain",
-                 "detail")  # fmt: skip
+                 "detail", "not_measured")  # fmt: skip
+#: the fields of an older run folder's ``accuracy`` (before ``not_measured``): still valid
+ACCURACY_KEYS_BEFORE_NOT_MEASURED = ACCURACY_KEYS[:6]
 #: its ``basis`` values (= sim.cost.accuracy.BASES)
 ACCURACY_BASES = ("calibration, cross-validated", "validation table", "roofline, unvalidated")
 DIST_KEYS = ("mean", "p50", "p90", "p95", "p99")  # = sim.metrics.stats.SUMMARY_KEYS (a test)
@@ -296,8 +298,13 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "vLLM run on this accelerator and calibration; `roofline, unvalidated`), `source` "
        "(the calibration, or null), `median_rel_error` and `worst_rel_error` (fractions, "
        "the worst signed; null when unvalidated), `outside_domain` (what of the run lies "
-       "outside the fitted domain: extrapolated) and `detail` (one line). A cluster's is "
-       "its least trusted node's.", optional=True,
+       "outside the fitted domain: extrapolated), `detail` (one line) and `not_measured` "
+       "(a calibration's sections that price step time but were not measured, so lie "
+       "outside its held-out error: `attention` (KV reads and attention FLOPs), `copy`; "
+       "each with its share of the run's step time, a fraction: the sum over steps of the "
+       "larger of the section's cost terms over the sum of step durations, a lower "
+       "estimate; null before a run; `{}` for a table or the roofline; older run folders "
+       "lack the field). A cluster's is its least trusted node's.", optional=True,
        when="runs made by this version and later (older run folders lack it)"),
     _k("paused_hbm_usd", "float", "USD",
        "paused_hbm_gb_s priced as HBM GB-seconds: the logical F29 figure (each pause's "
@@ -713,7 +720,16 @@ def _value_problem(key: Key, v: Any) -> str | None:
 
 
 def _accuracy_ok(v: Any) -> bool:
-    if not isinstance(v, dict) or tuple(v) != ACCURACY_KEYS or v["basis"] not in ACCURACY_BASES:
+    if not isinstance(v, dict) or v.get("basis") not in ACCURACY_BASES:
+        return False
+    if tuple(v) != ACCURACY_KEYS and tuple(v) != ACCURACY_KEYS_BEFORE_NOT_MEASURED:
+        return False
+    shares = v.get("not_measured", {})
+    if not isinstance(shares, dict) or not all(
+        isinstance(k, str) and (x is None or (isinstance(x, int | float) and not isinstance(x, bool)
+                                              and math.isfinite(x) and x >= 0.0))
+        for k, x in shares.items()
+    ):
         return False
     errors = (v["median_rel_error"], v["worst_rel_error"])
     return (
