@@ -231,7 +231,8 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("rejected", "int", "count", "Requests rejected."),
     _k("rejected_by_reason", "counts", "count", "Rejected requests by finish_reason."),
     _k("cancelled", "int", "count", "Requests cancelled."),
-    _k("unfinished", "int", "count", "Requests still waiting or running at the end."),
+    _k("unfinished", "int", "count", "Requests still waiting or running at the end (a run "
+       "stopped at duration_s: `warnings` says the latency percentiles leave them out)."),
     _k("trajectories_by_status", "counts", "count", "Ended trajectories by status."),
     _k("compactions", "int", "count", "Context-limit compactions or truncations."),
     _k("provider_hit_rate", "float", "fraction",
@@ -248,7 +249,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("warnings", "texts", "-",
        "Sentences saying what the run ran as that vLLM would not (first: `mamba_cache_mode` "
        "none with a prefix cache, linear-attention hits under-estimated), then those saying "
-       "it went pathological (empty if healthy and as vLLM runs)."),
+       "it went pathological (requests unfinished when the run stopped, with the TTFT "
+       "percentiles' lower bound counting each wait without a first token so far; mass "
+       "rejection; thrashing; failed or context-exhausted trajectories); empty if healthy "
+       "and as vLLM runs."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),
     _k("pause_endings", "counts", "count", "Pauses by outcome (how they ended)."),
@@ -828,6 +832,15 @@ def metrics_markdown() -> str:
         "test checks every run's outputs against it (`sim.metrics.schema.check_run_folder`).",
         "Distributions (`dist`) are `{mean, p50, p90, p95, p99}`; `counts` are `{name: int}`, "
         "`floats` `{name: number}`. "
+        "Percentiles are numpy's default (`numpy.percentile`, linear interpolation between "
+        "the two nearest ranks: p of n sorted values sits at rank p/100 x (n - 1)), as vLLM's "
+        "serving benchmark computes its own (`benchmark_serving.py`); ITL's weighted sample "
+        "(a step gap weighted by the sequences that decoded across it) is that of each value "
+        "repeated by its weight "
+        "(`sim/metrics/stats.py`). A latency `dist` covers only the requests that reached "
+        "its end point by the end of the run: a run stopped at `duration_s` with requests "
+        "`unfinished` leaves them out and says so in `warnings` (with a lower bound of the "
+        "TTFT percentiles counting each wait so far). "
         "GB is 10^9 bytes. Counts and byte totals are integers.",
         "",
         "## summary.json",
