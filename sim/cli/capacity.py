@@ -174,8 +174,10 @@ def _print_band(band: dict, unit: str) -> None:
         typer.echo(f"  error band: none ({band['note']})")
         return
     f, s = band["faster"], band["slower"]
+    unmeasured = ", ".join(acc.get("not_measured") or {})  # its error is not in the band
+    outside = f"; {unmeasured} not measured, outside the band" if unmeasured else ""
     typer.echo(f"  error band: {_fmt(s['value'])} - {_fmt(f['value'])} {unit} at step times "
-               f"+/-{band['step_time_error']:.1%} (slower - faster)")  # fmt: skip
+               f"+/-{band['step_time_error']:.1%} (slower - faster{outside})")  # fmt: skip
 
 
 def parse_vary(text: str) -> tuple[str, list[Any]]:

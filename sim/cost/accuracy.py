@@ -6,7 +6,10 @@ Responsibility: name the evidence behind the cost model a run used, in this orde
    error of operator times predicted by a calibration fitted without them (leave one model
    out, leave one token range out); a run outside the calibration's fitted domain (another
    model, accelerator, TP degree, or steps above the largest token count measured) is
-   extrapolated, and says so (``outside_domain``);
+   extrapolated, and says so (``outside_domain``); what the calibration does not measure
+   at all (its ``not_measured`` sections that price step time: attention's KV reads and
+   FLOPs, host copies) lies outside that error, and the section names it with its share
+   of the run's step time (``not_measured``; ``unmeasured_shares``);
 2. ``validation table``: a shipped end-to-end table for the run's accelerator and
    calibration (``hardware_profiles/validation/e2e.yaml``; docs/validation.md): kvsim vs a
    real vLLM run, TTFT / TPOT / latency at mean, median and p90;
@@ -14,8 +17,9 @@ Responsibility: name the evidence behind the cost model a run used, in this orde
    and assumed efficiencies).
 
 Invariant: a pure function of the cost model's calibration, the run's accelerator, model,
-TP degree and step budget, and the shipped tables; errors are fractions (0.05 = 5 %), the
-worst one signed (kvsim above the measurement is positive).
+TP degree and step budget, the shipped tables, and (after a run) its steps table's cost
+terms; errors and shares are fractions (0.05 = 5 %), the worst error signed (kvsim above
+the measurement is positive).
 """
 
 from __future__ import annotations
@@ -37,7 +41,16 @@ BASIS_VALIDATION = "validation table"
 BASIS_ROOFLINE = "roofline, unvalidated"
 BASES = (BASIS_CALIBRATION, BASIS_VALIDATION, BASIS_ROOFLINE)
 #: the keys of the section, in order (sim/metrics/schema.py declares them)
-KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domain", "detail")
+KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domain", "detail",
+        "not_measured")  # fmt: skip
+#: the step-table cost terms (sim.metrics.schema.STEP_TABLE) of each calibration section
+#: that prices step time when ``not_measured``: the attention group's time is the larger
+#: of its KV reads and its FLOPs (sim.cost.groups.attention_terms), a copy its one term
+UNMEASURED_TERMS = {"attention": ("kv_read_s", "attention_s"), "copy": ("copy_s",)}
+#: what each of them covers, as the accuracy line names it
+UNMEASURED_WHAT = {"attention": "attention (KV reads, attention FLOPs)", "copy": "host copies"}
+#: a share below this (0.05 %) is left out of the printed line (it stays in the section)
+SHARE_SHOWN_MIN = 0.0005
 VALIDATION_FILE = ("validation", "e2e.yaml")
 
 
@@ -79,14 +92,17 @@ def _calibration_name(cal) -> str | None:
 
 
 def accuracy_section(
-    calibration, *, accelerator: str, model, tp: int, max_step_tokens: int | None
+    calibration, *, accelerator: str, model, tp: int, max_step_tokens: int | None, steps=None
 ) -> dict[str, Any]:
     """The ``accuracy`` object of a run of ``model`` (a ModelProfile) priced with
-    ``calibration`` (None: roofline)."""
+    ``calibration`` (None: roofline); ``steps``: the run's steps table (None before a run:
+    the unmeasured sections are named without their share)."""
     cv = getattr(calibration, "cross_validation", None)
     if cv is not None:
         outside = outside_domain(calibration, accelerator, model, tp, max_step_tokens)
-        return _from_cross_validation(calibration, cv, outside)
+        sections = unmeasured_sections(calibration)
+        shares = dict.fromkeys(sections) if steps is None else unmeasured_shares(steps, sections)
+        return with_unmeasured(_from_cross_validation(calibration, cv, outside), shares)
     name = _calibration_name(calibration)
     for t in validation_tables():
         if t.accelerator == accelerator and t.calibration == name:
@@ -94,7 +110,45 @@ def accuracy_section(
     detail = "datasheet figures and assumed efficiencies; no measurement backs the step times"
     if calibration is not None:
         detail = f"calibration {name or calibration.device} states no held-out error"
-    return dict(zip(KEYS, (BASIS_ROOFLINE, name, None, None, [], detail), strict=True))
+    return dict(zip(KEYS, (BASIS_ROOFLINE, name, None, None, [], detail, {}), strict=True))
+
+
+def unmeasured_sections(cal) -> tuple[str, ...]:
+    """The sections ``cal`` declares ``not_measured`` that price step time
+    (``UNMEASURED_TERMS``), in that order: their time lies outside its held-out error."""
+    declared = dict(getattr(cal, "not_measured", ()) or ())
+    return tuple(n for n in UNMEASURED_TERMS if n in declared)
+
+
+def unmeasured_shares(steps, sections) -> dict[str, float | None]:
+    """Each of ``sections``' share of a run's step time: over the rows of its ``steps``
+    table that ran steps, the sum of ``n_steps x`` the largest of the section's cost terms
+    (``UNMEASURED_TERMS``) over the sum of ``duration_s``; None without a step. A row's
+    terms are its first step's (a coalesced decode run's later steps read a little more
+    KV) and the attention group's kernel floors are left out: a lower estimate. O(rows),
+    once per run."""
+    ran = steps[steps["n_steps"] > 0]
+    total = float(ran["duration_s"].sum())
+    if not total > 0:
+        return dict.fromkeys(sections)
+    n = ran["n_steps"].to_numpy(dtype=np.float64)
+    out: dict[str, float | None] = {}
+    for name in sections:
+        terms = ran[list(UNMEASURED_TERMS[name])].to_numpy(dtype=np.float64).max(axis=1)
+        out[name] = float(np.dot(n, terms)) / total
+    return out
+
+
+def with_unmeasured(section: dict[str, Any], shares: dict[str, float | None]) -> dict[str, Any]:
+    """``section`` (a ``calibration, cross-validated`` one) with its ``not_measured``
+    set to ``shares`` (section -> share of the run's step time, None before a run) and its
+    detail saying what the held-out error leaves out."""
+    if not shares:
+        return section
+    detail = section["detail"] + "; not measured (roofline-priced, outside the held-out " \
+        "error): " + "; ".join(UNMEASURED_WHAT[k] + ("" if v is None else f": {v:.1%} of "
+                               "this run's step time") for k, v in shares.items())  # fmt: skip
+    return {**section, "detail": detail, "not_measured": dict(shares)}
 
 
 def _from_cross_validation(cal, cv, outside: list[str]) -> dict:
@@ -107,7 +161,8 @@ def _from_cross_validation(cal, cv, outside: list[str]) -> dict:
     if outside:
         detail += f"; outside the fitted domain: extrapolated, errors up to {worst:+.1%} or more"
     name = _calibration_name(cal) or cal.device
-    return dict(zip(KEYS, (BASIS_CALIBRATION, name, median, worst, outside, detail), strict=True))
+    return dict(zip(KEYS, (BASIS_CALIBRATION, name, median, worst, outside, detail, {}),
+                    strict=True))  # fmt: skip
 
 
 def _shapes_measured(cal, model, tp: int) -> bool:
@@ -145,7 +200,7 @@ def _from_table(t: ValidationTable, model: str) -> dict:
     outside = [] if model == t.model else [f"model {model} (validated on {t.model})"]
     if outside:
         detail += f"; validated on {t.model}, not {model}"
-    return dict(zip(KEYS, (BASIS_VALIDATION, t.calibration, median, worst, outside, detail),
+    return dict(zip(KEYS, (BASIS_VALIDATION, t.calibration, median, worst, outside, detail, {}),
                     strict=True))  # fmt: skip
 
 
@@ -159,7 +214,21 @@ def accuracy_text(section: dict) -> str:
     median, worst = section.get("median_rel_error"), section.get("worst_rel_error")
     if median is None or worst is None:
         return f"{section['basis']}{source} (no measured error)"
-    return f"{section['basis']}{source}: median {median:.1%}, worst {worst:+.1%}"
+    return f"{section['basis']}{source}: median {median:.1%}, worst {worst:+.1%}" \
+        + unmeasured_text(section)
+
+
+def unmeasured_text(section: dict) -> str:
+    """``; not measured: attention (35.5% of this run's step time)`` for a calibration's
+    section that names unmeasured step time (``not_measured``; a share under
+    ``SHARE_SHOWN_MIN`` left out, a section without a share yet named alone); '' for none
+    (and for a summary older than the key)."""
+    shown = [(k, v) for k, v in (section.get("not_measured") or {}).items()
+             if v is None or v >= SHARE_SHOWN_MIN]  # fmt: skip
+    if not shown:
+        return ""
+    return "; not measured: " + ", ".join(
+        k if v is None else f"{k} ({v:.1%} of this run's step time)" for k, v in shown)
 
 
 def accuracy_warning(section: dict) -> str | None:

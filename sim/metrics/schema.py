@@ -25,13 +25,15 @@ from typing import Any
 #: summary value kinds: int (JSON integer), float (number), str, bool, dist
 #: ({mean, p50, p90, p95, p99} of numbers or nulls), counts ({name: int}), texts (list of str),
 #: argv (list of str), versions ({package: version string}), floats ({name: number})
-#: ({basis, source, median_rel_error, worst_rel_error, outside_domain, detail}: how far to trust
-#: the step times; sim.cost.accuracy)
+#: ({basis, source, median_rel_error, worst_rel_error, outside_domain, detail, not_measured}:
+#: how far to trust the step times; sim.cost.accuracy)
 KINDS = ("int", "float", "str", "bool", "dist", "counts", "texts", "argv", "versions", "nodes",
          "accuracy", "floats")  # fmt: skip
 #: the fields of an ``accuracy`` value, in order (= sim.cost.accuracy.KEYS, a test checks)
 ACCURACY_KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domain",
-                 "detail")  # fmt: skip
+                 "detail", "not_measured")  # fmt: skip
+#: the fields of an older run folder's ``accuracy`` (before ``not_measured``): still valid
+ACCURACY_KEYS_BEFORE_NOT_MEASURED = ACCURACY_KEYS[:6]
 #: its ``basis`` values (= sim.cost.accuracy.BASES)
 ACCURACY_BASES = ("calibration, cross-validated", "validation table", "roofline, unvalidated")
 DIST_KEYS = ("mean", "p50", "p90", "p95", "p99")  # = sim.metrics.stats.SUMMARY_KEYS (a test)
@@ -231,7 +233,8 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("rejected", "int", "count", "Requests rejected."),
     _k("rejected_by_reason", "counts", "count", "Rejected requests by finish_reason."),
     _k("cancelled", "int", "count", "Requests cancelled."),
-    _k("unfinished", "int", "count", "Requests still waiting or running at the end."),
+    _k("unfinished", "int", "count", "Requests still waiting or running at the end (a run "
+       "stopped at duration_s: `warnings` says the latency percentiles leave them out)."),
     _k("trajectories_by_status", "counts", "count", "Ended trajectories by status."),
     _k("compactions", "int", "count", "Context-limit compactions or truncations."),
     _k("provider_hit_rate", "float", "fraction",
@@ -248,7 +251,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("warnings", "texts", "-",
        "Sentences saying what the run ran as that vLLM would not (first: `mamba_cache_mode` "
        "none with a prefix cache, linear-attention hits under-estimated), then those saying "
-       "it went pathological (empty if healthy and as vLLM runs)."),
+       "it went pathological (requests unfinished when the run stopped, with the TTFT "
+       "percentiles' lower bound counting each wait without a first token so far; mass "
+       "rejection; thrashing; failed or context-exhausted trajectories); empty if healthy "
+       "and as vLLM runs."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),
     _k("pause_endings", "counts", "count", "Pauses by outcome (how they ended)."),
@@ -298,8 +304,13 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "vLLM run on this accelerator and calibration; `roofline, unvalidated`), `source` "
        "(the calibration, or null), `median_rel_error` and `worst_rel_error` (fractions, "
        "the worst signed; null when unvalidated), `outside_domain` (what of the run lies "
-       "outside the fitted domain: extrapolated) and `detail` (one line). A cluster's is "
-       "its least trusted node's.", optional=True,
+       "outside the fitted domain: extrapolated), `detail` (one line) and `not_measured` "
+       "(a calibration's sections that price step time but were not measured, so lie "
+       "outside its held-out error: `attention` (KV reads and attention FLOPs), `copy`; "
+       "each with its share of the run's step time, a fraction: the sum over steps of the "
+       "larger of the section's cost terms over the sum of step durations, a lower "
+       "estimate; null before a run; `{}` for a table or the roofline; older run folders "
+       "lack the field). A cluster's is its least trusted node's.", optional=True,
        when="runs made by this version and later (older run folders lack it)"),
     _k("paused_hbm_usd", "float", "USD",
        "paused_hbm_gb_s priced as HBM GB-seconds: the logical F29 figure (each pause's "
@@ -727,7 +738,16 @@ def _value_problem(key: Key, v: Any) -> str | None:
 
 
 def _accuracy_ok(v: Any) -> bool:
-    if not isinstance(v, dict) or tuple(v) != ACCURACY_KEYS or v["basis"] not in ACCURACY_BASES:
+    if not isinstance(v, dict) or v.get("basis") not in ACCURACY_BASES:
+        return False
+    if tuple(v) != ACCURACY_KEYS and tuple(v) != ACCURACY_KEYS_BEFORE_NOT_MEASURED:
+        return False
+    shares = v.get("not_measured", {})
+    if not isinstance(shares, dict) or not all(
+        isinstance(k, str) and (x is None or (isinstance(x, int | float) and not isinstance(x, bool)
+                                              and math.isfinite(x) and x >= 0.0))
+        for k, x in shares.items()
+    ):
         return False
     errors = (v["median_rel_error"], v["worst_rel_error"])
     return (
@@ -826,6 +846,15 @@ def metrics_markdown() -> str:
         "test checks every run's outputs against it (`sim.metrics.schema.check_run_folder`).",
         "Distributions (`dist`) are `{mean, p50, p90, p95, p99}`; `counts` are `{name: int}`, "
         "`floats` `{name: number}`. "
+        "Percentiles are numpy's default (`numpy.percentile`, linear interpolation between "
+        "the two nearest ranks: p of n sorted values sits at rank p/100 x (n - 1)), as vLLM's "
+        "serving benchmark computes its own (`benchmark_serving.py`); ITL's weighted sample "
+        "(a step gap weighted by the sequences that decoded across it) is that of each value "
+        "repeated by its weight "
+        "(`sim/metrics/stats.py`). A latency `dist` covers only the requests that reached "
+        "its end point by the end of the run: a run stopped at `duration_s` with requests "
+        "`unfinished` leaves them out and says so in `warnings` (with a lower bound of the "
+        "TTFT percentiles counting each wait so far). "
         "GB is 10^9 bytes. Counts and byte totals are integers.",
         "",
         "## summary.json",

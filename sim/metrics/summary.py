@@ -9,7 +9,8 @@ Responsibility: reduce the recorder's tables to the summary fields the issue lis
 versions;
 ``rejected_by_reason``, ``trajectories_by_status``, ``compactions`` and ``warnings`` (the
 sentences that say a run went pathological: mass rejection, thrashing, failed
-trajectories; the CLI prints them as a WARNING block); ``prefill_tokens`` (prompt tokens
+trajectories, work left unfinished at the horizon; the CLI prints them as a WARNING
+block); ``prefill_tokens`` (prompt tokens
 actually computed) and the provider view's ``provider_hit_rate`` and ``provider_bill_usd``
 (``workload.provider_cache``; null without one).
 
@@ -165,10 +166,13 @@ def provider_view(traj: Any) -> dict:
 
 def run_warnings(summary: dict, requests: Any) -> list[str]:
     """What makes a run pathological, one sentence each (empty for a healthy run):
-    more than ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more
-    than ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
+    requests left unfinished when the run stopped (``unfinished_warning``), more than
+    ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more than
+    ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
     context."""
     out = []
+    if summary["unfinished"]:
+        out.append(unfinished_warning(summary, requests))
     submitted = summary["requests_submitted"]
     rejected = summary["rejected"]
     if submitted and rejected / submitted > REJECTED_WARN_SHARE:
@@ -195,6 +199,33 @@ def run_warnings(summary: dict, requests: Any) -> list[str]:
             "context exhausted (workload.context_limit)"
         )
     return out
+
+
+def unfinished_warning(summary: dict, requests) -> str:
+    """The sentence of a run stopped (at ``duration_s``) with requests still waiting or
+    running: the latency percentiles cover only what happened by then (end-to-end: the
+    finished requests; TTFT: those with a first token), and a request still without a
+    first token has a TTFT of at least its wait so far (``sim_time_s - arrival_s``), so the
+    TTFT percentiles of the sample with those waits in place of the unknown TTFTs bound
+    from below the percentiles over every request that has or awaits a first token
+    (numpy's linear-interpolation percentiles are non-decreasing in each value)."""
+    now, n = summary["sim_time_s"], summary["unfinished"]
+    text = (f"{n:,} of {summary['requests_submitted']:,} requests unfinished when the run "
+            f"stopped at {now:,.1f} s of simulated time: the latency percentiles "
+            f"cover only what happened by then (end-to-end: the "
+            f"{summary['requests_completed']:,} finished requests)")  # fmt: skip
+    ttft = requests.ttft_s.to_numpy(dtype=np.float64)
+    unfinished = requests.status.isin(["waiting", "running"])
+    pending = (unfinished & requests.first_token_s.isna()).to_numpy()
+    if not pending.any():
+        return text
+    waited = now - requests.arrival_s.to_numpy(dtype=np.float64)[pending]
+    bound = describe(np.concatenate([ttft[~np.isnan(ttft)], waited]))
+    return (text + f"; {int(pending.sum()):,} still had no first token after waiting "
+            f"{waited.min():,.1f}-{waited.max():,.1f} s, so TTFT over the "
+            f"{int((~np.isnan(ttft)).sum() + pending.sum()):,} requests with or awaiting a "
+            f"first token is at least p50 {bound['p50']:,.1f} s, p99 {bound['p99']:,.1f} s "
+            f"(each wait so far a lower bound of its TTFT)")  # fmt: skip
 
 
 def hold_byte_s_by_trajectory(kv, sim_time_s: float) -> dict[int, float]:

@@ -62,6 +62,9 @@ def accuracy_block(acc: dict | None) -> str:
             ["median relative error", pct(acc["median_rel_error"])],
             ["worst relative error", pct(acc["worst_rel_error"], "+")],
             ["outside the fitted domain", "; ".join(acc["outside_domain"]) or "no"],
+            ["not measured (share of the step time)", ", ".join(
+                k if v is None else f"{k} ({v:.1%})"
+                for k, v in (acc.get("not_measured") or {}).items()) or "-"],
             ["detail", acc["detail"]]]  # fmt: skip
     return "<h2>Accuracy</h2>" + table(["", ""], rows)
 

@@ -100,10 +100,20 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         ("held KV", _num(s.get("hold_gb_s"), ",.1f"), "GB*s"),
         ("preemptions", _num(s.get("preemptions"), ",d"), "count"),
         ("rejected", _num(s.get("rejected"), ",d"), "count"),
+        *unfinished_rows(s),
         ("pauses", _num(s.get("pause_count"), ",d"), "count"),
         ("cost", _num(s.get("usd_total"), ",.4f"), "USD"),
     ]
     return rows + cluster_rows(s)
+
+
+def unfinished_rows(s: dict) -> list[tuple[str, str, str]]:
+    """The row of a run stopped with requests still waiting or running (none otherwise,
+    nor for a summary without the count): the latencies above leave them out."""
+    n = s.get("unfinished")
+    if not n:
+        return []
+    return [("unfinished (waiting or running at the end)", _num(n, ",d"), "count")]
 
 
 def cluster_rows(s: dict) -> list[tuple[str, str, str]]:
@@ -163,13 +173,23 @@ def node_table_rows(s: dict) -> list[list[str]]:
 
 
 def summary_title(s: dict) -> str:
+    """``NAME: 12 requests, 3 trajectories in 4.0 s simulated (0.50 s wall)``; a run that
+    stopped with work left says what of it finished: ``133 of 400 requests finished (267
+    unfinished)`` when requests were still waiting or running, ``5 of 8 trajectories``
+    when trajectories had not ended (``trajectories_ended`` < ``trajectories_total``)."""
     wall = s.get("wall_time_s")
     wall_text = "" if wall is None else f" ({wall:.2f} s wall)"
-    return (
-        f"{s.get('scenario')}: {s.get('requests_completed', 0):,} requests, "
-        f"{s.get('trajectories_completed', 0):,} trajectories in "
-        f"{s.get('sim_time_s', 0.0):,.1f} s simulated{wall_text}"
-    )
+    done, unfinished = s.get("requests_completed", 0), s.get("unfinished") or 0
+    requests = f"{done:,} requests"
+    if unfinished:
+        requests = (f"{done:,} of {s.get('requests_submitted', 0):,} requests finished "
+                    f"({unfinished:,} unfinished)")  # fmt: skip
+    trajectories = f"{s.get('trajectories_completed', 0):,} trajectories"
+    total, ended = s.get("trajectories_total"), s.get("trajectories_ended")
+    if total is not None and ended is not None and ended < total:
+        trajectories = f"{s.get('trajectories_completed', 0):,} of {total:,} trajectories"
+    return (f"{s.get('scenario')}: {requests}, {trajectories} in "
+            f"{s.get('sim_time_s', 0.0):,.1f} s simulated{wall_text}")  # fmt: skip
 
 
 def accuracy_line(s: dict) -> str:

@@ -47,6 +47,9 @@ def capacity_error_band(find, scenario, slos, *, sets: dict[str, Any], **options
     for name, scale in (("faster", 1.0 - err), ("slower", 1.0 + err)):
         result = find(scenario, slos, sets={**sets, SCALE_KEY: scale}, **options)
         band[name] = _answer(result, scale)
+    unmeasured = ", ".join(acc.get("not_measured") or {})  # named before a run, no share
     band["note"] = (f"step times -/+ {err:.1%} ({acc['basis']}, {acc['source']}; worst "
-                    f"held-out {acc['worst_rel_error']:+.1%})")  # fmt: skip
+                    f"held-out {acc['worst_rel_error']:+.1%}"
+                    + (f"; not measured, so outside the band: {unmeasured}" if unmeasured else "")
+                    + ")")  # fmt: skip
     return band
