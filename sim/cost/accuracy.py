@@ -127,14 +127,16 @@ def unmeasured_shares(steps, sections) -> dict[str, float | None]:
     terms are its first step's (a coalesced decode run's later steps read a little more
     KV) and the attention group's kernel floors are left out: a lower estimate. O(rows),
     once per run."""
-    ran = steps[steps["n_steps"] > 0]
-    total = float(ran["duration_s"].sum())
+    n = np.asarray(steps["n_steps"], dtype=np.float64)  # ``Columns`` or a DataFrame
+    ran = n > 0
+    n = n[ran]
+    total = float(np.asarray(steps["duration_s"], dtype=np.float64)[ran].sum())
     if not total > 0:
         return dict.fromkeys(sections)
-    n = ran["n_steps"].to_numpy(dtype=np.float64)
     out: dict[str, float | None] = {}
     for name in sections:
-        terms = ran[list(UNMEASURED_TERMS[name])].to_numpy(dtype=np.float64).max(axis=1)
+        terms = np.max([np.asarray(steps[c], dtype=np.float64)[ran]
+                        for c in UNMEASURED_TERMS[name]], axis=0)  # fmt: skip
         out[name] = float(np.dot(n, terms)) / total
     return out
 

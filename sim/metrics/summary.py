@@ -214,12 +214,13 @@ def unfinished_warning(summary: dict, requests) -> str:
             f"stopped at {now:,.1f} s of simulated time: the latency percentiles "
             f"cover only what happened by then (end-to-end: the "
             f"{summary['requests_completed']:,} finished requests)")  # fmt: skip
-    ttft = requests.ttft_s.to_numpy(dtype=np.float64)
-    unfinished = requests.status.isin(["waiting", "running"])
-    pending = (unfinished & requests.first_token_s.isna()).to_numpy()
+    ttft = _col(requests, "ttft_s", np.float64)
+    status = _col(requests, "status", object)
+    unfinished = (status == "waiting") | (status == "running")
+    pending = unfinished & np.isnan(_col(requests, "first_token_s", np.float64))
     if not pending.any():
         return text
-    waited = now - requests.arrival_s.to_numpy(dtype=np.float64)[pending]
+    waited = now - _col(requests, "arrival_s", np.float64)[pending]
     bound = describe(np.concatenate([ttft[~np.isnan(ttft)], waited]))
     return (text + f"; {int(pending.sum()):,} still had no first token after waiting "
             f"{waited.min():,.1f}-{waited.max():,.1f} s, so TTFT over the "
