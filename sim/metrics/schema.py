@@ -309,8 +309,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "outside its held-out error: `attention` (KV reads and attention FLOPs), `copy`; "
        "each with its share of the run's step time, a fraction: the sum over steps of the "
        "larger of the section's cost terms over the sum of step durations, a lower "
-       "estimate; null before a run; `{}` for a table or the roofline; older run folders "
-       "lack the field). A cluster's is its least trusted node's.", optional=True,
+       "estimate from each steps row's first step (so it moves a little with the engine's "
+       "decode coalescing, unlike the results); null before a run; `{}` for a table or the "
+       "roofline; older run folders lack the field). A cluster's is its least trusted "
+       "node's (its shares over the nodes on that calibration).", optional=True,
        when="runs made by this version and later (older run folders lack it)"),
     _k("paused_hbm_usd", "float", "USD",
        "paused_hbm_gb_s priced as HBM GB-seconds: the logical F29 figure (each pause's "

@@ -210,8 +210,9 @@ def unfinished_warning(summary: dict, requests) -> str:
     from below the percentiles over every request that has or awaits a first token
     (numpy's linear-interpolation percentiles are non-decreasing in each value)."""
     now, n = summary["sim_time_s"], summary["unfinished"]
+    at = f"{now:,.1f}" if now >= 1.0 else f"{now:.3g}"  # a horizon under a second: its digits
     text = (f"{n:,} of {summary['requests_submitted']:,} requests unfinished when the run "
-            f"stopped at {now:,.1f} s of simulated time: the latency percentiles "
+            f"stopped at {at} s of simulated time: the latency percentiles "
             f"cover only what happened by then (end-to-end: the "
             f"{summary['requests_completed']:,} finished requests)")  # fmt: skip
     ttft = _col(requests, "ttft_s", np.float64)

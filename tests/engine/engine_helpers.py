@@ -14,6 +14,10 @@ WORKLOADS = ROOT / "workloads"
 SKIP = {"wall_time_s", "exact", "engine_decisions", "versions", "kvsim_version", "check_invariants"}
 # where a run came from, not what it did (two runs compared may differ in command or file)
 SKIP |= {"command", "scenario_path", "config_sha256"}
+#: nested keys left out too: the share of step time a calibration does not measure is an
+#: estimate from each steps-table row's first step, so it depends on how decode steps were
+#: coalesced (sim.cost.accuracy.unmeasured_shares); what it names is compared
+SKIP_PREFIXES = ("accuracy.not_measured.",)
 
 
 def run(name: str, **overrides):
@@ -44,7 +48,7 @@ def assert_same_summary(a: dict, b: dict, rel: float = 1e-9) -> None:
     fa, fb = flat(a), flat(b)
     assert set(fa) == set(fb)
     for key in fa:
-        if key.split(".")[0] in SKIP:
+        if key.split(".")[0] in SKIP or key.startswith(SKIP_PREFIXES):
             continue
         assert_close(fa[key], fb[key], rel, key)
 
