@@ -24,8 +24,9 @@ from sim.sizing.breakeven import BreakEvenInputs, BreakEvenResult, break_even
 from sim.units import GB
 
 HELP = """Pause economics of one trajectory: reload time over the host link, offload round
-trip, recompute time, their ratio, the memory-time cost of holding for --wait, and the
-break-even wait (F33) above which offloading beats holding.
+trip, recompute time, their ratio, the memory-time cost of holding for --wait (the bytes
+every GPU holds: an MLA latent or a replicated KV head counts once per rank, as the
+engine charges it), and the break-even wait (F33) above which offloading beats holding.
 
 Each GPU moves its own share of the KV over its own link, all at once: --link-gb-per-s is
 the per-GPU one-way bandwidth in GB/s (10^9 B/s) \\[default: the GPU profile's effective
@@ -156,6 +157,8 @@ def _prefill_rate(mfu, tflops, acc, num_gpus) -> float:
 def _print(r: BreakEvenResult) -> None:
     t = Table(show_header=False, title=f"Pause economics at {r.context_tokens:,} tokens")
     t.add_row("KV state", f"{r.kv_bytes / GB:,.3f} GB ({r.kv_bytes_per_gpu / GB:,.3f} GB per GPU)")
+    if r.kv_bytes_all_gpus != r.kv_bytes:  # TP replicates it (an MLA latent, KV heads)
+        t.add_row("held on all GPUs", f"{r.kv_bytes_all_gpus / GB:,.3f} GB (hold cost, offload)")
     t.add_row("reload (one way)", f"{r.reload_s * 1e3:,.2f} ms")
     t.add_row("offload round trip", f"{r.round_trip_s * 1e3:,.2f} ms")
     t.add_row("recompute", f"{r.recompute_s:,.4f} s ({r.recompute_flops / 1e12:,.1f} TFLOP)")

@@ -7,7 +7,9 @@ engine can tell which blocks a step may read (only HBM ones) and remap entries w
 copy completes.
 
 Sizes: a frame holds one KV block of the replica (block tokens x KV bytes per token, all
-TP ranks; an MLA latent, identical on every rank, is stored once). The host pool is a
+TP ranks): every rank offloads its own pages, so an MLA latent or a replicated KV head,
+identical on several ranks, is stored once per rank, as vLLM's OffloadingConnector sizes
+its host blocks (docs/pause_policies.md, "What host DRAM and NVMe store"). The host pool is a
 pre-allocated pinned buffer (``host_dram_bytes x pinned_host_fraction``), never pageable
 memory: a DMA from pageable memory would fault and collapse the link (rule 3.12).
 

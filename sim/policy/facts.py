@@ -40,7 +40,10 @@ class PauseFacts:
 
     tokens: int  # context tokens whose KV is paused
     state_bytes_per_gpu: float  # KV one TP rank holds (MLA: the whole latent) = bytes it moves
-    state_bytes_total: float  # KV over the replica = bytes host DRAM or NVMe must store
+    # KV over the replica's GPUs, every rank's copy (an MLA latent or a replicated KV head
+    # once per rank) = HBM it holds (F29) = bytes host DRAM or NVMe store (each rank
+    # offloads its own pages, as vLLM's OffloadingConnector; docs/pause_policies.md)
+    state_bytes_total: float
     predicted_wait_s: float | None  # the predictor's guess; None = tool unknown, no prior
     hbm_free_fraction: float  # memory pressure: free share of the HBM KV pool, in [0, 1]
     link_bw_bytes_per_s: float  # per GPU, one direction (all GPUs move their share at once)
@@ -126,7 +129,7 @@ class PauseFacts:
         return 2 * self.nvme_reload_s
 
     def hold_byte_s(self, wait_s: float) -> float:
-        """F29 for this state over ``wait_s`` (whole replica, byte-seconds)."""
+        """F29 for this state over ``wait_s`` (every GPU of the replica, byte-seconds)."""
         return self.state_bytes_total * wait_s
 
     def host_fits(self, reserve_bytes: float = 0.0) -> bool:
@@ -213,13 +216,16 @@ def facts_for_context(
 ) -> PauseFacts:
     """Facts for one trajectory of ``tokens`` context on ``model`` (sizes from F1-F2, F23).
 
-    ``attention`` adds F23's attention term to the recompute FLOPs (the chapter's F30 drops
-    it); ``rest`` are the remaining ``PauseFacts`` fields.
+    The state's total is one rank's bytes times ``tp``, as the engine counts it (an MLA
+    latent or a replicated KV head is held, and offloaded, by every rank). ``attention``
+    adds F23's attention term to the recompute FLOPs (the chapter's F30 drops it);
+    ``rest`` are the remaining ``PauseFacts`` fields.
     """
+    per_gpu = kv_bytes_for_context(model, tokens, tp, per_gpu=True)
     return PauseFacts(
         tokens=tokens,
-        state_bytes_per_gpu=kv_bytes_for_context(model, tokens, tp, per_gpu=True),
-        state_bytes_total=kv_bytes_for_context(model, tokens),
+        state_bytes_per_gpu=per_gpu,
+        state_bytes_total=per_gpu * tp,
         predicted_wait_s=predicted_wait_s,
         hbm_free_fraction=hbm_free_fraction,
         link_bw_bytes_per_s=link_bw_bytes_per_s,

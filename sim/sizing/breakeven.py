@@ -3,8 +3,13 @@
 Invariant: arithmetic about one trajectory's state only (it does not check that weights
 fit). Every tensor-parallel rank moves its own share of the KV over its own link at the
 same time, so a transfer takes (KV bytes per GPU) / (per-GPU one-way link bandwidth); an
-MLA latent is whole on every rank, so every rank moves all of it. A context beyond the
-model's window (``max_context_tokens``) is computed anyway and reported in ``warnings``.
+MLA latent is whole on every rank, so every rank moves all of it. Holding the state blocks
+what every GPU holds (``kv_bytes_all_gpus``: one rank's bytes times the ``tp x pp`` GPUs,
+an MLA latent or a replicated KV head once per rank), the figure the engine's pauses
+charge (F29) and host DRAM or NVMe store (each rank offloads its own pages, as vLLM's
+``OffloadingConnector`` does); ``kv_bytes`` is the model's KV, one copy (F2). A context
+beyond the model's window (``max_context_tokens``) is computed anyway and reported in
+``warnings``.
 Every number in ``BreakEvenInputs`` is finite and in range (``sim.sizing.bounds``, checked
 when the object is built), so every time it reports is finite.
 """
@@ -78,8 +83,9 @@ class BreakEvenResult:
     """Times in seconds, bytes in bytes, hold cost in GB*s (decimal)."""
 
     context_tokens: int
-    kv_bytes: float
-    kv_bytes_per_gpu: float
+    kv_bytes: float  # the model's KV for the context, one copy (F2)
+    kv_bytes_per_gpu: float  # one rank of the most loaded pipeline stage: what it moves
+    kv_bytes_all_gpus: float  # kv_bytes_per_gpu x tp x pp: HBM held, bytes offloaded
     link_bw_bytes_per_s: float
     prefill_flops_per_s: float
     reload_s: float
@@ -103,6 +109,7 @@ def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
     m, s = inp.model, inp.context_tokens
     kv = kv_bytes_for_context(m, s, kv_dtype=inp.kv_dtype)
     kv_gpu = kv_bytes_for_context(m, s, inp.tp, inp.pp, inp.kv_dtype, per_gpu=True)
+    kv_all = kv_gpu * inp.tp * inp.pp  # every GPU charged as the engine charges it
     params = inp.params or m.active_params
     flops = model_prefill_flops(m, s, params, attention=inp.attention)  # F23 by layer group
     reload = reload_time_s(kv_gpu, inp.link_bw_bytes_per_s)
@@ -113,6 +120,7 @@ def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
         context_tokens=s,
         kv_bytes=kv,
         kv_bytes_per_gpu=kv_gpu,
+        kv_bytes_all_gpus=kv_all,
         link_bw_bytes_per_s=inp.link_bw_bytes_per_s,
         prefill_flops_per_s=inp.prefill_flops_per_s,
         reload_s=reload,
@@ -123,7 +131,7 @@ def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
         recompute_over_reload=recompute / reload,
         break_even_wait_s=t_star,
         wait_s=wait,
-        hold_gb_s=None if wait is None else hold_cost_byte_s(kv, wait) / GB,
+        hold_gb_s=None if wait is None else hold_cost_byte_s(kv_all, wait) / GB,
         decision=None if wait is None else ("offload" if wait > t_star else "hold"),
         warnings=_warnings(m, s),
     )

@@ -46,7 +46,28 @@ def test_mla_moves_whole_latent_per_gpu(run_cli):
     )
     data = json.loads(out)
     assert data["kv_bytes_per_gpu"] == data["kv_bytes"] == 1000 * 70272
+    assert data["kv_bytes_all_gpus"] == 8 * 1000 * 70272  # every rank holds the latent
     assert data["recompute_flops"] == pytest.approx(2 * 37e9 * 1000)
+
+
+def test_mla_hold_cost_is_every_rank(run_cli):
+    """The probe's command: DeepSeek-V3 (576 x 2 B x 61 layers = 70,272 B per token on each
+    of 8 ranks), 16,384 tokens held 10 s: 8 x 16,384 x 70,272 = 9,210,691,584 B held,
+    92.10691584 GB*s, what the engine's paused_hbm_gb_s charges for the same pause (not
+    one copy's 11.51336448); the text table names the all-GPU figure too."""
+    cmd = (
+        "kvsim breakeven --model deepseek-v3 --gpu h200-141gb --num-gpus 8 --context 16384 "
+        "--link-gb-per-s 50 --prefill-mfu 0.45 --wait 10"
+    )
+    code, out, err = run_cli(cmd + " --json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["kv_bytes"] == data["kv_bytes_per_gpu"] == 1_151_336_448
+    assert data["kv_bytes_all_gpus"] == 9_210_691_584
+    assert data["hold_gb_s"] == pytest.approx(92.10691584, rel=1e-12)
+    code, out, err = run_cli(cmd)
+    assert code == 0, err
+    assert "held on all GPUs" in out and "9.211 GB" in out and "92.1 GB*s" in out
 
 
 def test_attention_term_and_shadow_prices(run_cli):
