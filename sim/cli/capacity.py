@@ -119,7 +119,7 @@ def capacity(
     options: dict[str, Any] = dict(
         search=search, replications=replications, out=out_dir, executor=executor,
         workers=workers, scheduler_address=scheduler_address, max_points=max_points,
-        warmup_fraction=warmup_fraction, progress=None if as_json else partial(_progress, search),
+        warmup_fraction=warmup_fraction, progress=None if as_json else partial(_progress, search, sets=sets),
     )  # fmt: skip
     if vary is None:
         if figure is not None:
@@ -240,12 +240,16 @@ def _pd_ratio(scenario, slos, sets, replications, executor, workers, address, wa
         raise typer.Exit(code=1)
 
 
-def _progress(search: str, probe: dict) -> None:
+def _progress(search: str, probe: dict, sets: dict[str, Any] | None = None) -> None:
+    """A probe's line on stderr, led by what tells its configuration apart (the --vary
+    value, the error band's step-time scale): the --set overrides every probe shares
+    (``sets``) are left out."""
     from sim.sweep.capacity import load_label
 
     verdict = "meets" if probe["passed"] else "fails"
     why = "" if probe["passed"] else ": " + "; ".join(probe.get("reasons") or [])
-    config = probe.get("config") or {}
+    shared = sets or {}
+    config = {k: v for k, v in (probe.get("config") or {}).items() if k not in shared or shared[k] != v}
     label = " ".join(f"{k}={v}" for k, v in config.items())
     typer.echo(
         f"  {label + ' ' if label else ''}{load_label(search, probe['load'])} seed {probe['seed']}: "
@@ -307,6 +311,7 @@ def _side_by_side(r) -> list[str]:
             f"tokens, ${_fmt(cost['usd_per_million_cached_input_tokens'])} per million cached "
             f"input tokens (hold cost), ${_fmt(cost['usd_per_million_output_tokens'])} per "
             f"million output tokens, ${_fmt(cost['usd_per_trajectory'])} per trajectory "
+            f"over {_windows(cost.get('windows_s') or [])} "
             f"(${_fmt(cost['usd_per_gpu_hour'])}/GPU-hour, {cost['price_source']})"
         )
     elif cost:
@@ -314,16 +319,38 @@ def _side_by_side(r) -> list[str]:
     return lines
 
 
+def _windows(windows: list) -> str:
+    """``the measurement window (85.2 - 426 s)``; several runs: each one's."""
+    spans = [f"{w['start']:,.1f} - {w['end']:,.1f} s" for w in windows if w]
+    if not spans:
+        return "the whole run"
+    if len(spans) == 1:
+        return f"the measurement window ({spans[0]})"
+    return f"each run's measurement window ({'; '.join(spans)})"
+
+
 def _print_estimate(a: dict, inp: dict) -> None:
     per_node = ""
     if "load_per_node" in inp:  # --search nodes: the load over what one node serves
         per_node = f" nodes (load {_fmt(inp['load'])} over {_fmt(inp['load_per_node'])} per node)"
+    elif "per_node" in inp:  # a cluster: the node groups holding the agents' KV, summed
+        per_node = f" ({_cluster_sum(inp['per_node'], 'value')})"
+    peak_sum = f" ({_cluster_sum(inp['per_node'], 'peak_value')})" if "per_node" in inp else ""
     typer.echo(
         f"  analytic (F37, 10% headroom): {_fmt(a['value'])}{per_node} with the time-averaged context "
         f"(M_avg {inp['M_avg_tokens']:,.0f} + K_avg {inp['K_avg_tokens']:,.0f} tokens, "
-        f"S_shared {inp['S_shared_tokens']:,}); {_fmt(a['peak_value'])} with the peak "
+        f"S_shared {inp['S_shared_tokens']:,}); {_fmt(a['peak_value'])}{peak_sum} with the peak "
         f"context ({inp['M_peak_tokens']:,.0f} tokens)"
     )
+
+
+def _cluster_sum(groups: list[dict], key: str) -> str:
+    """``4 nodes x 18``, ``3 decode nodes x 9``: the terms of a cluster's F37 sum."""
+    terms = []
+    for g in groups:
+        role = "" if g["role"] == "both" else f"{g['role']} "
+        terms.append(f"{g['count']} {role}node{'' if g['count'] == 1 else 's'} x {_fmt(g[key])}")
+    return " + ".join(terms)
 
 
 def _print_many(comp, fig: Path | None) -> None:

@@ -118,13 +118,17 @@ def unfinished_rows(s: dict) -> list[tuple[str, str, str]]:
 
 def cluster_rows(s: dict) -> list[tuple[str, str, str]]:
     """A cluster run's rows (none for a single-node run): the router and node count, the
-    routing decisions of each node in node order, the sequence moves (each one prefills
-    its context again on the new node) and the routed / global match rates (``-`` for a
-    router that reads no matches)."""
+    routing decisions of each node in node order (a disaggregated cluster's prefill
+    instance is placed no request, it is sent their prefill halves: ``621 prefills``),
+    the sequence moves (each one prefills its context again on the new node) and the
+    routed / global match rates (``-`` for a router that reads no matches)."""
     nodes = s.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         return []
-    decisions = " / ".join(_num(n.get("routing_decisions"), ",d") for n in nodes)
+    decisions = " / ".join(
+        f"{_num(n.get('requests_submitted'), ',d')} prefills" if n.get("role") == "prefill"
+        else _num(n.get("routing_decisions"), ",d") for n in nodes
+    )  # fmt: skip
     match = " / ".join(_num(s.get(k), ".1f", 100) for k in ("routed_match_rate", "global_match_rate"))
     rows = [
         ("router", f"{s.get('router') or '-'}, {len(nodes)} nodes", ""),

@@ -12,8 +12,9 @@ of ``CapacityResult`` that qualify the capacity:
   (a load is never negative), with a line when it was clipped or when one replication
   gives none (too few replications);
 - ``no_pass_note``: the line when no load tried met the SLOs;
-- ``cost_at_capacity``: ``sim.run.pricing.token_costs`` of the runs at the answer, the
-  mean over the replications.
+- ``cost_at_capacity``: ``sim.run.pricing.token_costs`` of the runs at the answer over
+  their measurement windows (the load the verdict judged, not the start-up burst or the
+  drain), the mean over the replications, with each run's window (``windows_s``).
 
 Invariant: pure functions of the probes and searches; nothing here runs a simulation,
 and no interval bound returned is below zero.
@@ -98,8 +99,8 @@ def no_pass_note(search: str, points: list[dict]) -> str:
 
 
 def cost_at_capacity(searches, points: list[dict]) -> dict[str, Any] | None:
-    """The mean of ``token_costs`` over the replications' runs at their answer (None
-    when no replication has one)."""
+    """The mean of ``token_costs`` (each over its run's measurement window) over the
+    replications' runs at their answer (None when no replication has one)."""
     runs = []
     for i, s in enumerate(searches):
         probe = next((p for p in points if p["replication"] == i and p["load"] == s.at), None)
@@ -111,4 +112,5 @@ def cost_at_capacity(searches, points: list[dict]) -> dict[str, Any] | None:
     out["usd_per_gpu_hour"] = runs[0].get("usd_per_gpu_hour")
     out["price_source"] = runs[0].get("price_source")
     out["runs"] = len(runs)
+    out["windows_s"] = [r.get("window_s") for r in runs]  # the span each run's cost prices
     return out

@@ -31,7 +31,9 @@ What qualifies the number (``sim.sweep.answer``): ``at_capacity`` puts each SLO'
 over the window beside the whole run's at every replication's answer, ``notes`` say when
 an SLO is met inside the window only, when the interval was clipped at 0 or is missing
 (too few replications), and when no load met the SLOs (then ``capacity.value`` is None
-and ``capacity.met`` false); ``cost`` is the cost per token at the answer.
+and ``capacity.met`` false); ``cost`` is the cost per token at the answer, each run
+priced over its measurement window. On a cluster, F37 is the sum over the node groups
+that hold the agents' KV (``cluster_estimate``) and the search starts there.
 
 Invariant: a load is judged by ``sim.sweep.slo`` (window, warm-up, failures); the result's
 ``points`` lists every run made, its ``warnings`` every way their measurement windows fall
@@ -486,12 +488,15 @@ def _preflight(loaded) -> None:
 
 
 def _estimate(loaded, search: str, seed: int) -> dict[str, Any]:
-    """F37's answer: the load one node serves; ``nodes``: the scenario's load over what
-    one node (of its one group) serves, rounded up."""
+    """F37's answer: the load the scenario's nodes serve (``cluster_estimate``: one node's
+    figure times the node count, group by group); ``nodes``: the scenario's load over
+    what one node (of its one group) serves, rounded up."""
     from sim.scenario import resolve
     from sim.sweep.analytic import analytic_estimate
 
     if search != "nodes":
+        if loaded.scenario.cluster is not None:
+            return cluster_estimate(loaded, search, seed)
         return analytic_estimate(resolve(loaded), search, seed)
     wl = loaded.scenario.workload
     arrival = getattr(wl, "arrival", None)
@@ -513,6 +518,44 @@ def _estimate(loaded, search: str, seed: int) -> dict[str, Any]:
         "value": nodes(per_node["value"]),
         "peak_value": nodes(per_node["peak_value"]),
         "inputs": {**per_node["inputs"], "load_per_node": per_node["value"], "load": load},
+    }
+
+
+def cluster_estimate(loaded, search: str, seed: int) -> dict[str, Any]:
+    """F37 for a cluster: each node holds its own agents' KV in its own pool (and its own
+    copy of the shared prefix), so the cluster's estimate is the sum over the node groups
+    that hold the agents' KV of count x one node's estimate (``analytic_estimate`` of the
+    group's node scenario). Those groups are every group of an aggregated cluster (data-
+    parallel ranks included) and the ``decode`` groups of a disaggregated one: a prefill
+    instance holds a prompt's KV only until it is shipped; the sequence, and with it the
+    KV a paused agent keeps between turns, lives on its decode instance. ``inputs`` are
+    the first such group's (the workload averages are the same in every group), with
+    ``nodes_counted`` and ``per_node`` (each group's count and one node's figures)."""
+    from sim.run.checks import node_scenarios
+    from sim.scenario import resolve
+    from sim.sweep.analytic import analytic_estimate
+
+    groups = loaded.scenario.cluster.nodes
+    nodes = node_scenarios(loaded)
+    value: float | None = 0
+    peak: float | None = 0
+    first: dict[str, Any] | None = None
+    per_node = []
+    for i, (group, node) in enumerate(zip(groups, nodes, strict=True)):
+        if group.role == "prefill":
+            continue
+        one = analytic_estimate(resolve(node), search, seed)
+        first = first or one
+        per_node.append({"group": i, "role": group.role, "count": group.count,
+                         "value": one["value"], "peak_value": one["peak_value"]})  # fmt: skip
+        value = None if value is None or one["value"] is None else value + group.count * one["value"]
+        peak = None if peak is None or one["peak_value"] is None else peak + group.count * one["peak_value"]
+    assert first is not None  # a cluster has a group of role both or decode (ClusterSection)
+    counted = sum(p["count"] for p in per_node)
+    return {
+        "value": value,
+        "peak_value": peak,
+        "inputs": {**first["inputs"], "nodes_counted": counted, "per_node": per_node},
     }
 
 

@@ -8,7 +8,8 @@ takes a plain dict (picklable), runs one scenario with overrides and a seed thro
   every summary metric flattened with dots, ``error``);
 - ``run_probe``: a capacity probe (the SLO metrics over the measurement window and over
   the whole run, the verdict and its reasons, the memory figures that explain the gap to
-  the analytic estimate, the cost per token of ``sim.run.pricing.token_costs``).
+  the analytic estimate, the cost per token of ``sim.run.pricing.token_costs`` over the
+  measurement window).
 
 Invariant: a failed run never raises out of a worker: it returns its ``error`` (one line);
 only the executor's own failures (a dead worker) are exceptions. The run folder of a
@@ -99,7 +100,6 @@ def warm_up(_: object = None) -> None:
 
 def run_probe(task: dict) -> dict[str, Any]:
     """Run one capacity probe (a load, one replication) and judge it against the SLOs."""
-    from sim.run.pricing import token_costs
     from sim.sweep.slo import measure, slo_values, verdict, whole_run_values
 
     out: dict[str, Any] = {
@@ -122,11 +122,22 @@ def run_probe(task: dict) -> dict[str, Any]:
             window_s=measured["window_s"],
             window_requests=measured["window_requests"],
             memory=memory_figures(result, measured),
-            cost=token_costs(result.summary, result.steps, result.requests),
+            cost=window_costs(result, measured),
         )
     except Exception as exc:  # noqa: BLE001  (a failed run fails its probe)
         out.update(passed=False, reasons=[f"run failed: {error_line(exc)}"], error=error_line(exc))
     return out
+
+
+def window_costs(result, measured: dict) -> dict[str, Any]:
+    """The cost per token over the measurement window, the load the verdict judged
+    (``sim.run.pricing.token_costs`` with ``window_s``): the start-up burst and the drain,
+    when fewer agents than the load are left, are not priced."""
+    from sim.run.pricing import token_costs
+
+    w = measured["window_s"]
+    return token_costs(result.summary, result.steps, result.requests, window_s=(w["start"], w["end"]),
+                       trajectories=result.trajectories, pauses=result.pauses)  # fmt: skip
 
 
 def memory_figures(result, measured: dict) -> dict[str, Any]:
