@@ -40,6 +40,7 @@ from sim.sizing.group_demand import (
     KVGroups,
     kv_groups,
     saved_state_bytes_per_token,
+    with_drafter,
     with_saved_states,
 )
 from sim.sizing.hybrid_pages import unify_pages
@@ -132,11 +133,12 @@ class Resolved:
         """Bytes per token of the allocator's block table: every layer's (F1) for a dense
         model, those of the layers that keep every token for a hybrid one; a speculative
         drafter's KV (every token, ``draft_kv_bytes_per_token_per_gpu``) is in both, and so
-        are the saved states of ``mamba_cache_mode: all`` (``saved_state_bytes_per_token``)."""
+        are the saved states of ``mamba_cache_mode: all`` (``saved_state_bytes_per_token``),
+        both folded into a hybrid model's ``kv_groups`` (``with_drafter``,
+        ``with_saved_states``), so the allocator's table and its groups agree."""
         if self.kv_groups is None:
             return self.kv_bytes_per_token + self.saved_state_bytes_per_token
-        draft = self.draft_kv_bytes_per_token_per_gpu * self.num_gpus
-        return self.kv_groups.table_bytes_per_token + draft
+        return self.kv_groups.table_bytes_per_token
 
 
 def _located(loaded: LoadedScenario, loc: tuple, exc: KvsimError) -> ConfigError:
@@ -232,6 +234,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     page = _state_page_padded(options, model, hw.tp, mode)
     groups, saved = _saved_states(groups, options, page)
     draft_gpu, draft = draft_kv(loaded, model, _caches_prefixes(kind))
+    groups = with_drafter(groups, draft_gpu * n_gpus)  # the drafter rides on the table
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
