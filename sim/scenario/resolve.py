@@ -4,7 +4,8 @@ Responsibility: load the model and accelerator profiles, fill the context window
 (``scheduler.max_model_len`` defaults to the model's ``max_context_tokens``), apply TP/PP
 (F1 per GPU), size
 the KV pool (F34: ``memory x gpu_memory_utilization - weights - reserve`` per GPU, or the
-explicit ``kv_pool_bytes_per_gpu``), fill derived allocator defaults, read the named
+explicit ``kv_pool_bytes_per_gpu``; the weights are the checkpoint's,
+``ModelProfile.weights_bytes``, plus a speculative drafter's), fill derived allocator defaults, read the named
 calibration (a file path is relative to the scenario's folder, like a trace path, and is
 made absolute in the resolved scenario so the cost model reads the same file), and check
 that the allocator can be built. Errors point at the scenario line of the field that
@@ -35,7 +36,7 @@ from sim.scenario.paths import (
     missing_file,
     names_a_file,
 )
-from sim.scenario.speculative import draft_kv, grouped_draft_layers
+from sim.scenario.speculative import draft_kv, draft_weights_bytes, grouped_draft_layers
 from sim.sizing.group_demand import (
     KVGroups,
     kv_groups,
@@ -45,7 +46,6 @@ from sim.sizing.group_demand import (
 )
 from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
-from sim.units import dtype_bytes
 
 #: the largest KV pool a run accepts, in tokens per GPU (8 x B200 hold ~12 M tokens of a
 #: Llama-3.1-8B; the allocators keep per-block tables, so the bound keeps memory bounded)
@@ -195,7 +195,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
                          all_bytes_per_token=kv_gpu * n_gpus)  # fmt: skip
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None
-    w_total = sc.cost.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
+    w_total = sc.cost.weights_bytes or model.weights_bytes
     w_gpu = w_total / n_gpus
     shards = hw.expert_shards  # a data-parallel rank holds 1 / shards of the routed experts
     if sc.cluster is not None and sc.cluster.data_parallel is not None:
@@ -203,6 +203,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     if shards > 1:
         w_exp = w_total * min(model.routed_expert_params / model.params_total, 1.0)
         w_gpu = (w_total - w_exp) / n_gpus + w_exp / (n_gpus * shards)
+    w_gpu += draft_weights_bytes(loaded, model) / n_gpus  # loaded beside the target (TP)
     if hw.kv_pool_bytes_per_gpu is not None:
         pool_gpu = hw.kv_pool_bytes_per_gpu
     else:

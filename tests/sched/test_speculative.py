@@ -335,3 +335,30 @@ def test_the_drafter_rides_on_a_hybrid_models_block_table():
     from sim.scenario.resolve import make_allocator_for
 
     assert make_allocator_for(r).kv_bytes_per_token == 13 * 2048
+
+
+def test_the_drafters_weights_come_out_of_the_kv_pool():
+    """vLLM loads the drafter beside the target before it sizes the KV cache. Llama-3.1-70B
+    at fp8 (70.55e9 B) on one H200 (0.9 x 150,754,820,096 B): no drafter, pool
+    135,679,338,086.4 - 70.55e9 = 65,129,338,086.4 B; a llama-3.1-8b draft model (8.03e9 x
+    2 B = 16.06e9 B) leaves 49,069,338,086.4 B; an EAGLE head, one decoder layer's share of
+    the target, 70.55e9 / 80 = 881,875,000 B, leaves 64,247,463,086.4 B; ngram none."""
+    def pool(speculative):
+        sc = one_request(speculative, model={"profile": "llama-3.1-70b",
+                                             "overrides": {"weight_dtype": "fp8"}},
+                         hardware={"accelerator": "h200-141gb", "gpu_memory_utilization": 0.9})  # fmt: skip
+        return resolve(load_scenario(sc))
+
+    plain = pool(None)
+    assert plain.pool_bytes == pytest.approx(65_129_338_086.4, abs=1)
+    draft = pool({**K3_A08, "method": "draft_model", "draft_model": "llama-3.1-8b"})
+    assert draft.pool_bytes == pytest.approx(plain.pool_bytes - 16.06e9, abs=1)
+    assert draft.weights_bytes_per_gpu == pytest.approx(70.55e9 + 16.06e9, abs=1)
+    eagle = pool({**K3_A08, "method": "eagle"})
+    assert eagle.pool_bytes == pytest.approx(64_247_463_086.4, abs=1)
+    assert pool(K3_A08).pool_bytes == plain.pool_bytes
+    # over TP 2 each GPU holds half of the draft model
+    sc = one_request({**K3_A08, "method": "draft_model", "draft_model": "llama-3.1-8b"},
+                     model="llama-3.1-70b", hardware={"accelerator": "h200-141gb", "tp": 2})
+    tp2 = resolve(load_scenario(sc))
+    assert tp2.weights_bytes_per_gpu == pytest.approx((70.55e9 * 2 + 16.06e9) / 2, abs=1)
