@@ -121,7 +121,7 @@ class GroupPricer:
             self.hbm_bw = accelerator.hbm_bw_bytes_per_s
             self.peak = accelerator.peak_flops_per_s("bf16")
         params = config.params or model.active_params
-        w_total = config.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
+        w_total = config.weights_bytes or model.weights_bytes
         self.whole_weight_bytes_per_gpu = w_total / tp
         self.whole_flops_per_token_per_gpu = 2 * params / tp
         self.kv_bytes_per_token_per_gpu = kv_bytes_per_token_per_gpu(model, tp, 1)

@@ -116,7 +116,7 @@ class CostModel:
         self.async_scheduling = False
         c = self.config
         params = c.params or model.active_params
-        w_total = c.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
+        w_total = c.weights_bytes or model.weights_bytes
         # PP stages run in turn, so a step streams every stage's share: whole model / TP
         self.weight_bytes_per_gpu = w_total / tp
         if expert_shards > 1:  # a DP rank streams its own share of the routed experts

@@ -202,8 +202,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "layer of the target (eagle, mtp), the draft profile's (draft_model), 0 (ngram).",
        **_SPEC),
     _k("spec_draft_kv_peak_bytes", "int", "bytes",
-       "The drafter's share of peak_allocated_bytes (its bytes per token over "
-       "kv_bytes_per_token).", **_SPEC),
+       "The drafter's share of peak_allocated_bytes: its bytes per token over "
+       "kv_bytes_per_token, or for a model of several layer groups "
+       "peak_allocated_bytes_by_group's draft entry.", **_SPEC),
     _k("kv_reuse_rate", "float", "fraction",
        "(held + hit tokens) / prompt tokens of admitted requests: the older name of "
        "prompt_reuse_rate, kept (the same value).", **_NULL),

@@ -253,11 +253,16 @@ def fill_hold(traj_frame: Any, kv, sim_time_s: float) -> Any:
 
 def speculative_summary(rec: Recorder, summary: dict, draft_kv_bytes_per_token: float) -> dict:
     """summary.json's ``spec_*`` keys of a speculative-decoding run (``summary`` has its
-    ``kv_bytes_per_token`` and ``peak_allocated_bytes`` already)."""
+    ``kv_bytes_per_token`` and ``peak_allocated_bytes`` already, and a model of several
+    layer groups its ``peak_allocated_bytes_by_group``, whose ``draft`` entry is exact:
+    a hybrid model's side groups are not held per token, so a share of its bytes per
+    token would misstate the drafter's)."""
     n = rec.spec_verifies
     per_step = rec.spec_accepted / n if n else None
     total_bpt = summary["kv_bytes_per_token"]
     share = draft_kv_bytes_per_token / total_bpt if total_bpt else 0.0
+    by_group = summary.get("peak_allocated_bytes_by_group") or {}
+    peak = by_group["draft"] if "draft" in by_group else summary["peak_allocated_bytes"] * share
     return {
         "spec_accepted_tokens_per_step": per_step,
         "spec_tokens_per_step": None if per_step is None else 1.0 + per_step,
@@ -265,5 +270,5 @@ def speculative_summary(rec: Recorder, summary: dict, draft_kv_bytes_per_token: 
         "spec_drafts_verified": int(rec.spec_drafts),
         "spec_wasted_tokens": int(rec.spec_wasted),
         "spec_draft_kv_bytes_per_token": float(draft_kv_bytes_per_token),
-        "spec_draft_kv_peak_bytes": round(summary["peak_allocated_bytes"] * share),
+        "spec_draft_kv_peak_bytes": round(peak),
     }

@@ -21,6 +21,7 @@ from sim.profiles.layer_groups import (
     check_groups,
     expand_pattern,
 )
+from sim.units import dtype_bytes
 
 
 class _Spec(ConfigModel):
@@ -128,6 +129,11 @@ class ModelProfile(_Spec):
     sliding_window: SlidingWindowSpec | None = None
     kv_dtype: DType = "bf16"
     weight_dtype: DType = "bf16"
+    #: bits per parameter of the routed experts' weights when the checkpoint stores them in
+    #: a block-scaled format of its own (``quantization_config`` in config.json): MXFP4 is
+    #: 4-bit values plus one 8-bit scale per 32, 4 + 8 / 32 = 4.25 bits (gpt-oss); the
+    #: other parameters stay at ``weight_dtype``. None: every parameter at ``weight_dtype``
+    expert_weight_bits: PositiveFloat | None = Field(None, le=64)
     max_context_tokens: PositiveInt | None = None
     # dense MLP width and vocabulary: with both, per-group pricing knows every GEMM shape
     # and prices the embedding and LM head once per step (None: not stated)
@@ -161,6 +167,8 @@ class ModelProfile(_Spec):
             raise ValueError("num_experts and experts_per_token go together (MoE), or neither")
         if self.num_experts is not None and self.experts_per_token > self.num_experts:
             raise ValueError("experts_per_token cannot exceed num_experts")
+        if self.expert_weight_bits is not None and self.num_experts is None:
+            raise ValueError("expert_weight_bits needs routed experts (num_experts)")
         if self.first_dense_layers >= self.num_layers:
             raise ValueError("first_dense_layers must leave at least one MoE layer")
         self._check_layer_groups()
@@ -185,6 +193,18 @@ class ModelProfile(_Spec):
     def active_params(self) -> float:
         """Parameters multiplied per token (MoE: the active experts only)."""
         return self.params_active or self.params_total
+
+    @property
+    def weights_bytes(self) -> float:
+        """The checkpoint's weight bytes (F34's ``N_params x b_weight``): every parameter at
+        ``weight_dtype``, except the routed experts (``routed_expert_params``) at
+        ``expert_weight_bits / 8`` when stated: gpt-oss-120b 114.66e9 expert parameters x
+        4.25 / 8 + 2.14e9 others x 2 B = 65.19e9 B (docs/sizing.md)."""
+        per_param = dtype_bytes(self.weight_dtype)
+        if self.expert_weight_bits is None:
+            return self.params_total * per_param
+        experts = min(self.routed_expert_params, self.params_total)
+        return (self.params_total - experts) * per_param + experts * self.expert_weight_bits / 8
 
     @property
     def moe_layers(self) -> int:

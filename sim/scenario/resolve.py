@@ -4,7 +4,8 @@ Responsibility: load the model and accelerator profiles, fill the context window
 (``scheduler.max_model_len`` defaults to the model's ``max_context_tokens``), apply TP/PP
 (F1 per GPU), size
 the KV pool (F34: ``memory x gpu_memory_utilization - weights - reserve`` per GPU, or the
-explicit ``kv_pool_bytes_per_gpu``), fill derived allocator defaults, read the named
+explicit ``kv_pool_bytes_per_gpu``; the weights are the checkpoint's,
+``ModelProfile.weights_bytes``, plus a speculative drafter's), fill derived allocator defaults, read the named
 calibration (a file path is relative to the scenario's folder, like a trace path, and is
 made absolute in the resolved scenario so the cost model reads the same file), and check
 that the allocator can be built. Errors point at the scenario line of the field that
@@ -35,16 +36,16 @@ from sim.scenario.paths import (
     missing_file,
     names_a_file,
 )
-from sim.scenario.speculative import draft_kv, grouped_draft_layers
+from sim.scenario.speculative import draft_kv, draft_weights_bytes, grouped_draft_layers
 from sim.sizing.group_demand import (
     KVGroups,
     kv_groups,
     saved_state_bytes_per_token,
+    with_drafter,
     with_saved_states,
 )
 from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.kv import kv_bytes_per_token_per_gpu
-from sim.units import dtype_bytes
 
 #: the largest KV pool a run accepts, in tokens per GPU (8 x B200 hold ~12 M tokens of a
 #: Llama-3.1-8B; the allocators keep per-block tables, so the bound keeps memory bounded)
@@ -132,11 +133,12 @@ class Resolved:
         """Bytes per token of the allocator's block table: every layer's (F1) for a dense
         model, those of the layers that keep every token for a hybrid one; a speculative
         drafter's KV (every token, ``draft_kv_bytes_per_token_per_gpu``) is in both, and so
-        are the saved states of ``mamba_cache_mode: all`` (``saved_state_bytes_per_token``)."""
+        are the saved states of ``mamba_cache_mode: all`` (``saved_state_bytes_per_token``),
+        both folded into a hybrid model's ``kv_groups`` (``with_drafter``,
+        ``with_saved_states``), so the allocator's table and its groups agree."""
         if self.kv_groups is None:
             return self.kv_bytes_per_token + self.saved_state_bytes_per_token
-        draft = self.draft_kv_bytes_per_token_per_gpu * self.num_gpus
-        return self.kv_groups.table_bytes_per_token + draft
+        return self.kv_groups.table_bytes_per_token
 
 
 def _located(loaded: LoadedScenario, loc: tuple, exc: KvsimError) -> ConfigError:
@@ -193,7 +195,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
                          all_bytes_per_token=kv_gpu * n_gpus)  # fmt: skip
     except KvsimError as exc:
         raise _located(loaded, ("model",), exc) from None
-    w_total = sc.cost.weights_bytes or model.params_total * dtype_bytes(model.weight_dtype)
+    w_total = sc.cost.weights_bytes or model.weights_bytes
     w_gpu = w_total / n_gpus
     shards = hw.expert_shards  # a data-parallel rank holds 1 / shards of the routed experts
     if sc.cluster is not None and sc.cluster.data_parallel is not None:
@@ -201,6 +203,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     if shards > 1:
         w_exp = w_total * min(model.routed_expert_params / model.params_total, 1.0)
         w_gpu = (w_total - w_exp) / n_gpus + w_exp / (n_gpus * shards)
+    w_gpu += draft_weights_bytes(loaded, model) / n_gpus  # loaded beside the target (TP)
     if hw.kv_pool_bytes_per_gpu is not None:
         pool_gpu = hw.kv_pool_bytes_per_gpu
     else:
@@ -232,6 +235,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     page = _state_page_padded(options, model, hw.tp, mode)
     groups, saved = _saved_states(groups, options, page)
     draft_gpu, draft = draft_kv(loaded, model, _caches_prefixes(kind))
+    groups = with_drafter(groups, draft_gpu * n_gpus)  # the drafter rides on the table
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file

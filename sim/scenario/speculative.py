@@ -10,6 +10,9 @@ their own KV group in the same pool, with the same block table positions):
   default ``draft_tensor_parallel_size``), at the scenario's ``model.kv_dtype`` if set;
 * ``ngram``: none.
 
+The drafter's weights (``draft_weights_bytes``) come out of the KV pool with the
+target's, as vLLM loads both before it sizes the cache.
+
 Refused, one line each at the ``speculative`` line: pipeline parallelism above 1 and
 data-parallel lockstep clusters (not modelled), and a model with state-space layers
 (Mamba, linear attention) under a prefix-caching allocator, which vLLM does not run
@@ -67,6 +70,25 @@ def grouped_draft_layers(spec) -> int:
     EAGLE head or MTP layer (one decoder layer of the target's spec) 1; none for ngram; 0
     for a draft model, whose layers kvsim keeps as a spec of their own (module docstring)."""
     return 1 if spec is not None and spec.method in ("eagle", "mtp") else 0
+
+
+def draft_weights_bytes(loaded: LoadedScenario, model: ModelProfile) -> float:
+    """The drafter's weights over the engine instance, which vLLM loads beside the target's
+    before it sizes the KV cache (``GPUModelRunner.load_model`` loads the drafter, and the
+    memory it measures, ``model_memory_usage``, holds both): a draft model's checkpoint
+    (its profile's ``weights_bytes``, split over the target's TP), an EAGLE head or MTP
+    layer one decoder layer's share of the target's, ``weights_bytes / num_layers`` (the
+    share ``sim.cost.speculative.drafter_profile`` prices); none for ngram or without the
+    section. A draft model that cannot be loaded is reported by ``draft_kv``."""
+    spec = loaded.scenario.speculative
+    if spec is None or spec.method == "ngram":
+        return 0.0
+    if spec.method in ("eagle", "mtp"):
+        return model.weights_bytes / model.num_layers
+    try:
+        return load_model(str(spec.draft_model)).weights_bytes
+    except KvsimError as exc:
+        raise _refuse(loaded, f"draft model: {exc}", "draft_model") from None
 
 
 def draft_kv(

@@ -142,7 +142,8 @@ class KVGroups:
     #: count groups charges per token)
     all_bytes_per_token: float = 0.0
     #: the groups whose every token is in the block table, with their bytes per token
-    #: (they sum to ``table_bytes_per_token``); empty when built by hand
+    #: (they sum to ``table_bytes_per_token`` less a speculative drafter's, which
+    #: ``with_drafter`` adds unnamed); empty when built by hand
     table: tuple[GroupDemand, ...] = ()
 
     @property
@@ -258,6 +259,21 @@ def with_saved_states(
         groups.all_bytes_per_token,
         groups.table + riding,
     )
+
+
+def with_drafter(groups: KVGroups, draft_bytes_per_token: float) -> KVGroups:
+    """``groups`` as the engine holds them with a speculative drafter's KV (an EAGLE head,
+    an MTP layer or a draft model; ``draft_bytes_per_token``, the engine instance): vLLM
+    keeps the drafter's layers in the same pool at the same block-table positions, every
+    token, so the drafter rides on the block table (``table_bytes_per_token`` grows by it)
+    and on the every-layer figure (``all_bytes_per_token``, what a kind that does not
+    count groups charges). ``table`` names no drafter group: what the table's groups do
+    not explain of its bytes per token is the drafter's (``sim.sizing.group_split``'s
+    ``draft``). 0: ``groups`` unchanged."""
+    if not draft_bytes_per_token:
+        return groups
+    return replace(groups, table_bytes_per_token=groups.table_bytes_per_token + draft_bytes_per_token,
+                   all_bytes_per_token=groups.all_bytes_per_token + draft_bytes_per_token)  # fmt: skip
 
 
 def _saved_bytes(g: GroupDemand, state_page_bytes: float | None) -> float:

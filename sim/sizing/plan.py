@@ -207,7 +207,12 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     params = inputs.params or model.params_total
     mem = inputs.gpu_mem_bytes or gpu.memory_bytes
     reserve = inputs.reserve_bytes_per_gpu
-    w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
+    if inputs.weight_dtype is None and model.expert_weight_bits is not None:
+        # the checkpoint's bytes per parameter (experts in their own format, the profile's
+        # ``weights_bytes``), for --params parameters
+        w_gpu = weights_bytes_per_gpu(params, model.weights_bytes / model.params_total, tp, pp)
+    else:  # F34: every parameter at one dtype
+        w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
     pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
     pages = unify_pages(model, inputs.block_size, tp, kv_dtype, inputs.mamba_cache_mode)

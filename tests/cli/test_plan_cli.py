@@ -91,6 +91,20 @@ def test_set_overrides_profile_field(run_cli):
     assert json.loads(out)["kv_bytes_per_token"] == 2 * 327680
 
 
+def test_gpt_oss_plan_holds_the_checkpoints_weights(run_cli):
+    """gpt-oss-120b on one H100: the checkpoint's 65,190,502,400 B of weights (MXFP4
+    experts, bf16 rest; tests/profiles/test_profiles.py derives them), not 116.8e9 x 0.5 B
+    = 58.4e9; the pool 0.9 x 85,899,345,920 - 65,190,502,400 = 12,118,908,928 B (was
+    18,909,411,328). A stated --weight-dtype still prices every parameter at it (F34)."""
+    base = "kvsim plan --model gpt-oss-120b --gpu h100-sxm-80gb --num-gpus 1 --context 8192 --json"
+    code, out, _ = run_cli(base)
+    data = json.loads(out)
+    assert code == 0 and data["weights_bytes_per_gpu"] == 65_190_502_400
+    assert data["kv_pool_bytes_per_gpu"] == 12_118_908_928
+    code, out, _ = run_cli(base + " --weight-dtype int4")
+    assert code == 0 and json.loads(out)["weights_bytes_per_gpu"] == 116.8e9 * 0.5
+
+
 def test_set_with_invalid_value_names_field(run_cli):
     code, _, err = run_cli(
         "kvsim plan --model llama-3-70b --gpu h100-sxm-80gb --num-gpus 8 "

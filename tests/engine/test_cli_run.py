@@ -105,6 +105,16 @@ def test_validate_and_schema(run_cli, tmp_path):
     assert json.loads((tmp_path / "s.json").read_text())["type"] == "object"
 
 
+def test_validate_a_hybrid_model_with_an_eagle_head(run_cli):
+    """The probe's command: gpt-oss-120b (a hybrid) + EAGLE on radix used to end in a
+    traceback (the drafter's bytes were not in the groups' block table)."""
+    fc = str(WORKLOADS / "function_calling_h200.yaml")
+    spec = "speculative={method: eagle, num_speculative_tokens: 3, acceptance_rate: 0.7}"
+    code, stdout, stderr = run_cli(["validate", fc, "--set", spec])
+    assert code == 0 and stderr == "", stderr
+    assert stdout.startswith(f"{fc}: ok: function_calling_h200: gpt-oss-120b")
+
+
 # ------------------------------------------------------------ the run folder, whole or nothing
 RUN_FILES = [
     "config.resolved.yaml",

@@ -75,6 +75,11 @@ def test_env_var_folder(tmp_path, monkeypatch):
             "bad-model.yaml:8: layerz: unknown field",
         ),
         ("- a\n- b\n", "a profile must be a mapping"),
+        (
+            "attention: gqa\nnum_layers: 4\nnum_q_heads: 8\nnum_kv_heads: 8\nhead_dim: 64\n"
+            "d_model: 512\nparams_total: 1e9\nexpert_weight_bits: 4.25\n",
+            "expert_weight_bits needs routed experts (num_experts)",
+        ),
     ],
 )
 def test_bad_profile_is_one_clear_line(tmp_path, text, needle):
@@ -112,3 +117,20 @@ def test_import_sim_does_not_import_torch():
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_gpt_oss_weights_are_the_checkpoints_mxfp4_experts_and_bf16_rest():
+    """config.json's quantization_config (mxfp4; attention, router, embeddings and LM head
+    not converted): the routed experts at 4 + 8 / 32 = 4.25 bits, the rest bf16.
+    gpt-oss-120b: 36 layers x 128 experts x 3 x 2,880 x 2,880 = 114,661,785,600 expert
+    parameters -> 60,914,073,600 B; 116.8e9 - that = 2,138,214,400 others x 2 = 4,276,428,800 B;
+    65,190,502,400 B in all (vLLM logs 64.38 GiB loaded on one H100, vllm#33155, its
+    activations' buffers included). gpt-oss-20b: 24 x 32 x 3 x 2,880^2 = 19,110,297,600 ->
+    10,152,345,600 B, (20.9e9 - that) x 2 = 3,579,404,800 B: 13,731,750,400 B."""
+    big, small = load_model("gpt-oss-120b"), load_model("gpt-oss-20b")
+    assert big.routed_expert_params == 114_661_785_600
+    assert big.weights_bytes == 65_190_502_400 >= 64e9
+    assert small.routed_expert_params == 19_110_297_600
+    assert small.weights_bytes == 13_731_750_400
+    dense = load_model("llama-3.1-8b")  # no expert format: every parameter at weight_dtype
+    assert dense.weights_bytes == 8.03e9 * 2

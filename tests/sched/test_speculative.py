@@ -272,3 +272,93 @@ def test_an_eagle_head_pads_gpt_oss_sliding_layers_as_vllm_groups_them():
     assert [g.bytes_per_token for g in eagle.kv_groups.side] == [13 * per_layer]
     assert eagle.draft_kv_bytes_per_token_per_gpu == per_layer
     assert eagle.kv_bytes_per_token == ngram.kv_bytes_per_token + per_layer
+
+
+#: (model, drafter method, allocator kinds run, the drafter's KV bytes per token): one per
+#: shipped hybrid profile. F1 for one layer, bf16 (2 B): 2 x H_kv x d_head x 2; gpt-oss
+#: 2 x 8 x 64 x 2 = 2,048; gemma-3-27b 2 x 16 x 128 x 2 = 8,192; llama-4-scout and
+#: nemotron-h-8b 2 x 8 x 128 x 2 = 4,096; qwen3-next 2 x 2 x 256 x 2 = 2,048. The models
+#: with state layers run on paged only (a prefix cache with a drafter is refused, #26201).
+HYBRID_DRAFTERS = [
+    ("gpt-oss-20b", "eagle", ("paged", "radix", "paged_hash"), 2048),
+    ("gpt-oss-120b", "eagle", ("paged", "radix"), 2048),
+    ("gemma-3-27b", "eagle", ("paged", "radix"), 8192),
+    ("llama-4-scout-17b-16e", "eagle", ("paged", "radix"), 4096),
+    ("qwen3-next-80b-a3b", "mtp", ("paged",), 2048),
+    ("nemotron-h-8b", "mtp", ("paged",), 4096),
+]
+
+
+def _hybrid_run(model: str, spec_: dict, kind: str) -> dict:
+    hw = {"accelerator": "h200-141gb", "kv_pool_bytes_per_gpu": 2e10}
+    sc = one_request(spec_, model=model, hardware=hw, allocator={"kind": kind, "block_size": 1})
+    return run_scenario(sc).summary
+
+
+@pytest.mark.parametrize("draft_model", [False, True], ids=["head", "draft_model"])
+@pytest.mark.parametrize(("model", "method", "kinds", "head_bpt"), HYBRID_DRAFTERS,
+                         ids=[h[0] for h in HYBRID_DRAFTERS])  # fmt: skip
+def test_speculative_decoding_runs_on_every_hybrid_profile(model, method, kinds, head_bpt, draft_model):
+    """The drafter rides on a hybrid model's block table (it used to crash the allocator's
+    build: its bytes were in the allocator's bytes per token but not the groups' table).
+
+    One request of 100 + 20 tokens, k 3, acceptance 0.8 (as
+    ``test_lookahead_and_drafter_kv_show_in_peak_memory``): the peak holds 117 computed +
+    1 + 3 drafts + 3 lookahead slots = 124 table tokens, so the drafter's peak is
+    124 x its bytes per token at block size 1; a model with state layers runs at the
+    block size vLLM's page unification raised (``block_size_tokens``: 544 for
+    qwen3-next-80b-a3b, 528 for nemotron-h-8b at TP 1), one block: B x its bytes per
+    token. A draft model (llama-3.1-8b, 32 x 2 x 8 x 128 x 2 = 131,072 B per token) alike."""
+    spec_ = {**K3_A08, "method": "draft_model", "draft_model": "llama-3.1-8b"} if draft_model \
+        else {**K3_A08, "method": method}  # fmt: skip
+    bpt = 131072 if draft_model else head_bpt
+    for kind in kinds:
+        s = _hybrid_run(model, spec_, kind)
+        block = s.get("block_size_tokens", 1)
+        tokens = -(-124 // block) * block
+        assert s["requests_completed"] == 1 and s["output_tokens"] == 20, kind
+        assert s["spec_draft_kv_bytes_per_token"] == bpt
+        assert s["peak_allocated_bytes_by_group"]["draft"] == tokens * bpt, kind
+        assert s["spec_draft_kv_peak_bytes"] == tokens * bpt, kind
+    if "block_size_tokens" in s:  # the state models' raised blocks, as stated above
+        assert s["block_size_tokens"] == {"qwen3-next-80b-a3b": 544, "nemotron-h-8b": 528}[model]
+
+
+def test_the_drafter_rides_on_a_hybrid_models_block_table():
+    """gpt-oss-20b + EAGLE at TP 1: the block table is 12 full layers + the head's, 13 x
+    2,048 = 26,624 B per token, what the allocator charges; validate says so too."""
+    sc = one_request({**K3_A08, "method": "eagle"}, model="gpt-oss-20b",
+                     hardware={"accelerator": "h200-141gb", "kv_pool_bytes_per_gpu": 1e10})  # fmt: skip
+    r = resolve(load_scenario(sc))
+    assert r.kv_groups.table_bytes_per_token == r.allocator_kv_bytes_per_token == 13 * 2048
+    assert r.kv_groups.all_bytes_per_token == 25 * 2048  # F1's 24 real layers + the head
+    from sim.scenario.resolve import make_allocator_for
+
+    assert make_allocator_for(r).kv_bytes_per_token == 13 * 2048
+
+
+def test_the_drafters_weights_come_out_of_the_kv_pool():
+    """vLLM loads the drafter beside the target before it sizes the KV cache. Llama-3.1-70B
+    at fp8 (70.55e9 B) on one H200 (0.9 x 150,754,820,096 B): no drafter, pool
+    135,679,338,086.4 - 70.55e9 = 65,129,338,086.4 B; a llama-3.1-8b draft model (8.03e9 x
+    2 B = 16.06e9 B) leaves 49,069,338,086.4 B; an EAGLE head, one decoder layer's share of
+    the target, 70.55e9 / 80 = 881,875,000 B, leaves 64,247,463,086.4 B; ngram none."""
+    def pool(speculative):
+        sc = one_request(speculative, model={"profile": "llama-3.1-70b",
+                                             "overrides": {"weight_dtype": "fp8"}},
+                         hardware={"accelerator": "h200-141gb", "gpu_memory_utilization": 0.9})  # fmt: skip
+        return resolve(load_scenario(sc))
+
+    plain = pool(None)
+    assert plain.pool_bytes == pytest.approx(65_129_338_086.4, abs=1)
+    draft = pool({**K3_A08, "method": "draft_model", "draft_model": "llama-3.1-8b"})
+    assert draft.pool_bytes == pytest.approx(plain.pool_bytes - 16.06e9, abs=1)
+    assert draft.weights_bytes_per_gpu == pytest.approx(70.55e9 + 16.06e9, abs=1)
+    eagle = pool({**K3_A08, "method": "eagle"})
+    assert eagle.pool_bytes == pytest.approx(64_247_463_086.4, abs=1)
+    assert pool(K3_A08).pool_bytes == plain.pool_bytes
+    # over TP 2 each GPU holds half of the draft model
+    sc = one_request({**K3_A08, "method": "draft_model", "draft_model": "llama-3.1-8b"},
+                     model="llama-3.1-70b", hardware={"accelerator": "h200-141gb", "tp": 2})
+    tp2 = resolve(load_scenario(sc))
+    assert tp2.weights_bytes_per_gpu == pytest.approx((70.55e9 * 2 + 16.06e9) / 2, abs=1)

@@ -58,7 +58,11 @@ def test_a_window_that_reaches_into_the_prefix_shares_that_part():
     """gpt-oss-120b, one GPU: 18 full and 18 sliding layers (window 128), 8 KV heads of 64.
     At a context of 24,600 with a 24,576-token prefix and 10 output tokens (24,610 in all),
     each window holds the last 128 tokens, [24,482, 24,610): the 94 of them in the prefix
-    are the same in every trajectory and stored once; 34 are each trajectory's own."""
+    are the same in every trajectory and stored once; 34 are each trajectory's own.
+    The pool: 0.9 x 150,754,820,096 B - 65,190,502,400 B of weights (114,661,785,600
+    MXFP4 expert parameters x 4.25 / 8 + 2,138,214,400 bf16 ones x 2) = 70,488,835,686 B;
+    at 32,768 tokens (24,576 shared): floor((70,488,835,686 - 24,576 x 36,864) /
+    ((8,192 + 128) x 36,864)) = floor(226.9) = 226."""
     r, c, pool = _plan("gpt-oss-120b", "h200-141gb", 1, 24600, 24576, output_tokens=10)
     per_layer_token = 2 * 8 * 64 * BF16
     full, sliding = 18 * per_layer_token, 18 * per_layer_token
@@ -68,7 +72,8 @@ def test_a_window_that_reaches_into_the_prefix_shares_that_part():
     assert c.shared_prefix_bytes == shared  # one GPU: the whole model
     # past the prefix by more than a window: nothing of the sliding layers is shared
     r, c, pool = _plan("gpt-oss-120b", "h200-141gb", 1, 32768, 24576)
-    assert c.max_concurrent_shared == _fit(pool, 24576 * full, 8192 * full + 128 * sliding) == 249
+    assert round(pool) == 70_488_835_686
+    assert c.max_concurrent_shared == _fit(pool, 24576 * full, 8192 * full + 128 * sliding) == 226
 
 
 def test_state_layers_share_no_prefix_without_saved_states():
