@@ -305,14 +305,16 @@ def test_ctrl_c_while_writing_leaves_no_partial_folder(run_cli, tmp_path, monkey
     before = {p.name: p.read_bytes() for p in old.iterdir()}
     calls = []
 
-    def slow_write(self, path, **kwargs):
+    import sim.run.output as output
+
+    def slow_write(table, path):
         calls.append(path)
         if len(calls) == 3:  # the interrupt lands after two tables are written
             raise KeyboardInterrupt
-        return real(self, path, **kwargs)
+        return real(table, path)
 
-    real = pd.DataFrame.to_parquet
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", slow_write)
+    real = output._to_parquet  # every table's writer (numpy columns by pyarrow alone)
+    monkeypatch.setattr(output, "_to_parquet", slow_write)
     code, _, stderr = run_cli(["run", E20, "--out", str(old), "--quiet", "--force"])
     assert (code, stderr) == (130, "interrupted: nothing written\n")
     assert len(calls) == 3
