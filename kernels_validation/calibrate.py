@@ -7,7 +7,8 @@ is instead the Vidur authors' public profiling data (``data/profiling``, or the 
 subset) and the file is a ``schema_version: 2`` calibration fitted by ``sim.cost.vidur_fit``
 (``source: public-measurement``, with its origin); ``--cross-validate`` adds its held-out
 error and fitted domain (``sim.cost.vidur_crossval``); both are also ``kvsim calibrate
---vidur``. Invariant: as ``sim.cost.calibrate``: nothing
+--vidur``. On a run folder ``--cross-validate`` stores the held-out error of the step time
+(``sim.cost.calibrate.layer_cross_validation``). Invariant: as ``sim.cost.calibrate``: nothing
 is written unless it loads back. Runs here, not on the device.
 """
 
@@ -48,15 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vidur", metavar="GPU", help="results is Vidur profiling data; fit this GPU "
                     "(a100, h100) into a schema-2 calibration (needs --out)")  # fmt: skip
     ap.add_argument("--date", default=None, help="the file's date (default: today, UTC)")
-    ap.add_argument("--cross-validate", action="store_true", help="with --vidur: also store "
-                    "the held-out error (leave one model out, leave one token range out; "
-                    "crossval.py) and the fitted domain in the file")  # fmt: skip
+    ap.add_argument("--cross-validate", action="store_true", help="also store the held-out "
+                    "error and the fitted domain in the file (a run folder: leave one token "
+                    "range of layer.csv's steps out; with --vidur: leave one model out, leave "
+                    "one token range out; crossval.py)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.vidur:
         return _main_vidur(args)
     try:
         run = read_run(args.results)
-        mapping = build_mapping(run, args.accelerator, args.source)
+        mapping = build_mapping(run, args.accelerator, args.source, args.cross_validate)
         if args.out is None and mapping["source"] != "gpu":
             raise KvsimError("a non-GPU calibration needs an explicit --out")
         out = args.out or default_out(mapping)

@@ -19,7 +19,10 @@ import typer
 
 HELP = """Fit a calibration file (sim/cost/calibration.py's schema) from a results folder
 written by kernels_validation/run_all.sh (env.json and its CSVs: paged attention, copies,
-GEMMs, layer steps). A scenario uses it with cost.calibration: FILE.
+GEMMs, layer steps). A scenario uses it with cost.calibration: FILE. --cross-validate
+also stores the held-out error of its step times: the step overhead (the one figure fitted
+on bench_layer's steps) refitted without each token range in turn (<= 64, 65-511, >= 512
+tokens), median and worst relative error, and the fitted domain.
 
 With --vidur GPU (a100, h100) the data are the Vidur authors' operator profiles instead:
 the folder DATA (Vidur's data/profiling layout), or without DATA the subset this project
@@ -34,7 +37,7 @@ host overhead from --overhead-s (default 0). --cross-validate stores the error o
 tables' interpolation on token ranges held out in turn (leave one model out does not apply:
 kernel tables price only the models measured).
 
-  kvsim calibrate kernels_validation/results/my-h200-run --out my-h200.yaml
+  kvsim calibrate kernels_validation/results/my-h200-run --cross-validate --out my-h200.yaml
   kvsim calibrate --vidur h100 --cross-validate --out h100-vidur.yaml
   kvsim calibrate --llmservingsim DATA/kernels/RTX4090 --cross-validate --out rtx4090.yaml
 """
@@ -68,7 +71,7 @@ def calibrate(
     cross_validate: Annotated[
         bool,
         typer.Option("--cross-validate",
-                     help="With --vidur or --llmservingsim: store the held-out error."),
+                     help="Store the held-out error (and the fitted domain) in the file."),
     ] = False,
     llmservingsim: Annotated[
         Path | None,
@@ -106,18 +109,16 @@ def calibrate(
         write_calibration(mapping, out)
         typer.echo(f"wrote {out}: {mapping['device']} (public-measurement)" + _held_out(mapping))
         return
-    if cross_validate:
-        raise KvsimError("--cross-validate needs --vidur or --llmservingsim (a run folder has "
-                         "no held-out split)")
     if results is None:
         raise KvsimError("name a results folder (run_all.sh writes one) or pass --vidur GPU")
     if source not in (None, "gpu", "cpu", "synthetic"):
         raise KvsimError(f"--source {source!r}: valid choices: gpu, cpu, synthetic")
     if not results.is_dir():
         raise KvsimError(f"{results}: not a folder (run_all.sh writes one)")
-    mapping = build_mapping(read_run(results), accelerator, source)
+    mapping = build_mapping(read_run(results), accelerator, source, cross_validate)
     write_calibration(mapping, out)
-    typer.echo(f"wrote {out}: {mapping['device']} ({mapping['source']}), {mapping['notes']}")
+    typer.echo(f"wrote {out}: {mapping['device']} ({mapping['source']}), {mapping['notes']}"
+               + _held_out(mapping))
 
 
 def _held_out(mapping: dict) -> str:

@@ -236,8 +236,58 @@ def step_overhead(run: RunData, spec_without_overhead) -> tuple[float, str]:
     return max(0.0, float(np.median(residual))), ""
 
 
-def build_mapping(run: RunData, accelerator: str | None, source: str | None) -> dict:
-    """The calibration file's content (validated before it is returned)."""
+#: what a results folder's held-out error is of (``layer_cross_validation``)
+LAYER_QUANTITY = ("step time of bench_layer's random-weight {geometry} stack ({layers} "
+                  "layers, PyTorch + the Triton paged kernel), not of a serving engine")  # fmt: skip
+
+
+def layer_cross_validation(run: RunData, spec_without_overhead, accelerator: str | None) -> dict:
+    """The ``cross_validation`` section of a results folder: leave one token range out
+    (``vidur_crossval.TOKEN_RANGES``) over ``bench_layer``'s steps. The efficiency curves
+    come from the other benchmarks (none of them sees a layer step); the one figure fitted
+    on the steps, the step overhead, is refitted as the median residual of the steps
+    outside each range in turn (clamped at 0, as ``step_overhead``), and the steps inside
+    are predicted with it: errors ``predicted / measured - 1``. Needs ``layer.csv`` and
+    steps in at least two ranges. The domain: the accelerator profile of the reference
+    figures, bench_layer's geometry (a kvsim model profile name where one matches), its
+    largest step and TP 1."""
+    from sim.cost.vidur_crossval import TOKEN_RANGES, split_errors
+
+    if "layer" not in run.frames:
+        raise KvsimError(f"{run.folder}: --cross-validate needs layer.csv (bench_layer.py writes it)")
+    shapes, measured = read_steps(run.folder / "layer.csv")
+    pred = calibrated_predictor(calibration_from_spec(spec_without_overhead), with_overhead=False)
+    residual = measured - np.array([pred(sh) for sh in shapes])
+    tokens = np.array([sh.tokens_in_step for sh in shapes])
+    errors = {}
+    for name, (lo, hi) in TOKEN_RANGES.items():
+        inside = (tokens >= lo) & (tokens <= hi)
+        if inside.any() and (~inside).any():
+            overhead = max(0.0, float(np.median(residual[~inside])))
+            predicted = measured[inside] - residual[inside] + overhead
+            errors[name] = predicted / measured[inside] - 1.0
+    if len(errors) < 2:
+        raise KvsimError(f"{run.folder}: layer.csv: --cross-validate needs steps in at least "
+                         f"two token ranges ({', '.join(TOKEN_RANGES)})")  # fmt: skip
+    geometries = sorted({sh.geometry for sh in shapes})
+    layers = sorted({sh.n_layers for sh in shapes})
+    from sim.profiles.registry import available
+
+    known = set(available("model"))
+    return {
+        "quantity": LAYER_QUANTITY.format(geometry="/".join(geometries),
+                                          layers="/".join(map(str, layers))),
+        "leave_one_token_range_out": split_errors(errors),
+        "domain": {"accelerator": accelerator or profile_for_device(str(run.env.get("device", ""))),
+                   "models": [g for g in geometries if g in known], "max_tokens": int(tokens.max()),
+                   "tp": [1]},
+    }  # fmt: skip
+
+
+def build_mapping(run: RunData, accelerator: str | None, source: str | None,
+                  cross_validate: bool = False) -> dict:  # fmt: skip
+    """The calibration file's content (validated before it is returned); with
+    ``cross_validate``, its ``cross_validation`` section (``layer_cross_validation``)."""
     env = run.env
     ref = reference_figures(run, accelerator)
     blocks, contexts, grid = attention_grid(run.csv("paged_attention"), ref.hbm_bw_bytes_per_s)
@@ -259,8 +309,11 @@ def build_mapping(run: RunData, accelerator: str | None, source: str | None) -> 
         "decode": {"x": dec_x, "efficiency": dec_e}, "gemm": {"x": gem_x, "efficiency": gem_e},
         "copy": fits, "measured": {**measured_extras(run), **fit_err},
     }  # fmt: skip
-    overhead, overhead_note = step_overhead(run, validate_mapping(mapping, str(run.folder)))
+    spec = validate_mapping(mapping, str(run.folder))
+    overhead, overhead_note = step_overhead(run, spec)
     mapping["step_overhead_s"] = overhead
+    if cross_validate:
+        mapping["cross_validation"] = layer_cross_validation(run, spec, accelerator)
     notes = [f"made by kvsim calibrate from {run.folder.name}/",
              f"run mode: {env.get('mode', '?')}", copy_note, overhead_note]  # fmt: skip
     if mapping["source"] == "cpu":
@@ -323,6 +376,9 @@ def write_calibration(mapping: dict, path: Path) -> None:
         mapping = {k: v for k, v in mapping.items() if k != "gpu_key"}
     elif mapping["source"] != "gpu":
         header.insert(0, f"# {mapping['source'].upper()} -- not a GPU measurement.")
+    if "cross_validation" in mapping and mapping["schema_version"] == 1:
+        header += ["# cross_validation: held-out error of the step time (the step overhead",
+                   "# refitted without each token range; layer_cross_validation)."]
     if mapping["source"] == "synthetic":
         header.insert(
             1,

@@ -7,7 +7,9 @@ questions. Two schema versions load:
   benchmarks, or a labelled synthetic example): achieved fraction of HBM bandwidth for
   paged decode attention (by block size and context) and for weight streaming (by batch),
   fraction of dense peak for prefill GEMMs (by tokens), pinned host<->device copy fits
-  (``overhead + bytes / bandwidth``) and the fixed per-step overhead.
+  (``overhead + bytes / bandwidth``) and the fixed per-step overhead; optionally
+  ``cross_validation``, the held-out error of its step times (``kvsim calibrate RESULTS
+  --cross-validate``).
 - ``schema_version: 2`` adds ``source: public-measurement`` with its ``origin``
   (repository, commit, licence, path), measured GEMM times keyed by per-GPU shape
   (``linear.shapes``, see ``sim.cost.linear``) with a fitted roofline for unseen shapes
@@ -365,6 +367,10 @@ class CalibrationFile(_Strict):
     gemm: CurveSpec  # x = tokens in the step
     copy_fits: dict[Literal["h2d", "d2h"], CopyFitSpec] = Field(alias="copy")
     measured: dict[str, float] = {}  # informational figures, not used by the cost model
+    # held-out error of the step time (``kvsim calibrate RESULTS --cross-validate``: the
+    # step overhead refitted without each token range of bench_layer's steps); absent: the
+    # file states no held-out error
+    cross_validation: CrossValidationSpec | None = None
 
     _date = field_validator("date", mode="before")(lambda cls, v: _iso_date(v))
     _copy = field_validator("copy_fits")(lambda cls, v: _both_directions(v))
@@ -597,6 +603,7 @@ def calibration_from_spec(spec: CalibrationFile | CalibrationFileV2, path: str |
         reference_peak_flops_per_s=ref.peak_flops_per_s,
         reference_host_link_bw_bytes_per_s=ref.host_link_bw_bytes_per_s,
         reference_basis=ref.basis, notes=spec.notes, measured=tuple(sorted(spec.measured.items())), path=path,
+        cross_validation=spec.cross_validation,
     )  # fmt: skip
 
 
@@ -745,7 +752,12 @@ def as_mapping(cal: Calibration) -> Mapping[str, Any]:
         "torch_version": cal.torch_version, "date": cal.date, "source": cal.source,
         "notes": cal.notes, "reference": _reference(cal), "step_overhead_s": cal.step_overhead_s,
         **_v1_sections(cal), "measured": dict(cal.measured),
-    }  # fmt: skip
+    } | _cross_validation(cal)  # fmt: skip
+
+
+def _cross_validation(cal: Calibration) -> dict:
+    cv = cal.cross_validation
+    return {} if cv is None else {"cross_validation": cv.model_dump(exclude_none=True)}
 
 
 def _reference(cal: Calibration) -> dict:
@@ -807,6 +819,4 @@ def _as_mapping_v2(cal: Calibration) -> dict:
 
         out["kernel_tables"] = {name: tables_mapping(t) for name, t in cal.kernel_tables}
     out["measured"] = dict(cal.measured)
-    if cal.cross_validation is not None:
-        out["cross_validation"] = cal.cross_validation.model_dump(exclude_none=True)
-    return out
+    return out | _cross_validation(cal)
