@@ -32,7 +32,10 @@ Each GPU moves its own share of the KV over its own link, all at once: --link-gb
 the per-GPU one-way bandwidth in GB/s (10^9 B/s) \\[default: the GPU profile's effective
 figure]. The prefill rate is --prefill-tflops (the replica's sustained FLOP/s, in 10^12)
 or --prefill-mfu x dense BF16 peak x GPUs in the replica. Recompute counts F30's linear
-term 2 x P x S; --attention adds F23's 4 L d_model S^2. Arithmetic only: the weights are
+term 2 x P x S; --attention adds F23's attention term, its (query, key) pairs counted under
+--attention-mask: causal (default, as the engine prices a prefill: 4 L d_model S (S + 1) /
+2) or full (F23's square, 4 L d_model S^2, as the chapter states it; before the flag
+existed --attention counted the square). Arithmetic only: the weights are
 not checked to fit; a context beyond the model's window is a warning (exit 0). Every
 number must be finite and in range (a one-line error naming the flag, exit 2). Example
 (E24):
@@ -62,6 +65,10 @@ Tflops = Annotated[float | None, typer.Option(help="Replica's sustained prefill 
 Attention = Annotated[
     bool, typer.Option("--attention", help="Add the attention term to the recompute.")
 ]
+AttentionMask = Annotated[
+    str,
+    typer.Option(help="Pairs the attention term counts: causal or full (F23's square)."),
+]
 Wait = Annotated[float | None, typer.Option(help="Expected tool wait in seconds.")]
 MuRatio = Annotated[float, typer.Option(help="mu_HBM / mu_DRAM shadow-price ratio (> 1).")]
 StallS = Annotated[float, typer.Option(help="Resume stall the scheduler accepts, seconds.")]
@@ -86,6 +93,7 @@ def breakeven(
     prefill_mfu: Mfu = None,
     prefill_tflops: Tflops = None,
     attention: Attention = False,
+    attention_mask: AttentionMask = "causal",
     wait: Wait = None,
     mu_ratio: MuRatio = math.inf,
     stall_s: StallS = 0.0,
@@ -111,6 +119,7 @@ def breakeven(
             params=params,
             kv_dtype=kv_dtype,
             attention=attention,
+            attention_mask=attention_mask,
             wait_s=wait,
             mu_ratio=mu_ratio,
             stall_s=stall_s,

@@ -59,7 +59,9 @@ PAUSE_OUTCOMES = ("resumed", "reloaded", "recomputed", "released", "cancelled", 
 
 def pause_row(p: Any, held_byte_s: float, recompute_flops: float) -> tuple:
     """A pause record's row, in ``PAUSE_COLUMNS`` order (``recompute_flops``: for its
-    recomputed tokens)."""
+    recomputed tokens; ``p.recompute_s``: their seconds, both the run's step pricer's price
+    of that prefill alone, so ``resume_stall_s - recompute_s`` of a recomputed pause is the
+    time its turn waited or shared its steps)."""
     ret = p.tool_return_s
     first = NAN
     if p.next_req is not None and p.next_req.first_token_s is not None:
@@ -77,7 +79,7 @@ def pause_row(p: Any, held_byte_s: float, recompute_flops: float) -> tuple:
         p.bytes_in if host else 0.0, 0.0 if host else p.bytes_in,
         p.recompute_tokens if recompute else 0,
         recompute_flops if recompute else 0.0,
-        stall if recompute else 0.0,
+        p.recompute_s if recompute else 0.0,
         p.outcome or "open",
         p.resident_s if math.isnan(p.ended_s) else p.ended_s,
         _hint_text(p), p.hint_refused,
@@ -103,7 +105,7 @@ def pause_costs(p: Any, held_byte_s: float, recompute_flops: float) -> tuple[str
         return "", NAN, NAN
     action, best = oracle_cost(p.facts, max(0.0, wait), resumed)
     stall = p.resident_s - p.tool_return_s if p.outcome == "reloaded" else 0.0
-    spent = realised_cost(p.facts, held_byte_s, recompute_flops, stall)
+    spent = realised_cost(p.facts, held_byte_s, recompute_flops, stall, p.recompute_s)
     return action, best.total_s, spent.total_s
 
 

@@ -264,15 +264,17 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("paused_hbm_gb_s", "float", "GB*s",
        "F29 over the pauses table: GB x seconds of each pause's own sequence held in HBM "
        "while it lasted (fork children excluded; see hold_gb_s)."),
-    _k("recompute_flops", "float", "FLOPs", "FLOPs of recomputed pause contexts."),
+    _k("recompute_flops", "float", "FLOPs",
+       "FLOPs of recomputed pause contexts, as the run's step pricer counts them (each "
+       "suffix over the prefix still cached, under cost.attention_mask)."),
     _k("bytes_offloaded", "int", "bytes", "Bytes copied out to host or NVMe at pauses."),
     _k("bytes_reloaded", "int", "bytes", "Bytes copied back to HBM at resumes."),
     _k("pause_decisions", "counts", "count", "Pauses by the policy's decision."),
     _k("pause_outcomes", "counts", "count", "Pauses by where the KV went (moved_to)."),
     _k("pause_cost_policy_s", "float", "s",
        "The policy's pause cost over the priced pauses, seconds: HBM byte-seconds its "
-       "paused states held / the KV pool's bytes (pool-seconds) + prefill seconds of what "
-       "the next turns recomputed (F30) + reload stall exposed after the tool returned "
+       "paused states held / the KV pool's bytes (pool-seconds) + the step pricer's "
+       "seconds for what the next turns recomputed + reload stall exposed after the tool returned "
        "(pauses.parquet policy_cost_s; docs/pause_policies.md, The pause oracle)."),
     _k("pause_cost_oracle_s", "float", "s",
        "The pause oracle's cost over the same pauses, same unit: per pause the cheapest of "
@@ -639,9 +641,13 @@ PAUSE_TABLE = _cols(
     ("bytes_offloaded_nvme", _F, "bytes", "Copied out to NVMe."),
     ("bytes_reloaded_host", _F, "bytes", "Copied back from host."),
     ("bytes_reloaded_nvme", _F, "bytes", "Copied back from NVMe."),
-    ("recompute_tokens", _I, "tokens", "Tokens recomputed."),
-    ("recompute_flops", _F, "FLOPs", "Their FLOPs."),
-    ("recompute_s", _F, "s", "Time recomputing."),
+    ("recompute_tokens", _I, "tokens", "Tokens recomputed (the context less the prefix "
+     "still cached when the next turn was admitted)."),
+    ("recompute_flops", _F, "FLOPs", "Their FLOPs, as the run's step pricer counts them "
+     "(over the cached prefix, under cost.attention_mask: causal by default)."),
+    ("recompute_s", _F, "s", "Time recomputing: the run's step pricer's seconds for that "
+     "prefill alone in the scheduler's chunks (calibration included); resume_stall_s "
+     "adds the wait for admission and the steps it shared."),
     ("outcome", _S, "-", "resumed, reloaded, recomputed, released, cancelled, open."),
     ("ended_s", _F, "s", "When it ended."),
     ("hint", _S, "-", "The harness's KV hint for this pause (`pin=..s demote=host "
@@ -649,11 +655,10 @@ PAUSE_TABLE = _cols(
     ("hint_refused", _S, "-", "The part of the hint not honoured, and why (empty: none)."),
     ("oracle_action", _S, "-", "The pause oracle's cheapest action with the true wait "
      "known (empty while open)."),
-    ("oracle_cost_s", _F, "s", "Its cost: HBM pool-seconds + recompute s + exposed reload s "
-     "(sim.policy.oracle; NaN while open)."),
+    ("oracle_cost_s", _F, "s", "Its cost: HBM pool-seconds + recompute s (the step "
+     "pricer's, of the whole context) + exposed reload s (sim.policy.oracle; NaN while open)."),
     ("policy_cost_s", _F, "s", "What the policy's pause cost as it happened, in the same "
-     "unit: HBM byte-seconds held / pool bytes + recomputed FLOPs / prefill rate + reload "
-     "stall."),
+     "unit: HBM byte-seconds held / pool bytes + recompute_s + reload stall."),
 )  # fmt: skip
 
 GROUP_TABLE = _cols(

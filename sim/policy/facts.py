@@ -2,7 +2,10 @@
 
 Responsibility: the two value objects of the policy layer and the transfer/recompute times
 derived from the facts (F30, F32, and their NVMe counterparts), computed once here with the
-``sim.sizing`` formulas so every policy prices a pause the same way.
+``sim.sizing`` formulas so every policy prices a pause the same way. A recompute's seconds
+are the engine's step-pricer price when the facts carry one (``recompute_priced_s``: the
+engine always gives it, so calibration and the causal mask apply), else F30's
+``recompute_flops / prefill_flops_per_s``.
 
 Invariant: both objects are immutable and validated on construction (no negative bytes or
 rates, a free fraction in [0, 1], an action from ``ACTIONS``); times are seconds, sizes
@@ -62,6 +65,9 @@ class PauseFacts:
     swap_budget_bytes_per_gpu: float = math.inf  # link bytes per GPU still hideable this step
     hint: KVHint | None = None  # what the agent harness said about this pause (``hints``)
     pool_bytes: float = 0.0  # the HBM KV pool over the replica (prices held bytes; 0 = unknown)
+    # seconds the run's step pricer charges to rebuild the state by prefill (the engine's
+    # CostModel, in the scheduler's chunks); None: F30 at the sustained rate
+    recompute_priced_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -88,6 +94,9 @@ class PauseFacts:
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name} must be >= 0 or None, got {value}")
+        priced = self.recompute_priced_s
+        if priced is not None and not 0 <= priced < math.inf:
+            raise ValueError(f"recompute_priced_s must be finite and >= 0 or None, got {priced}")
 
     # ------------------------------------------------------------------ derived times
     @property
@@ -102,7 +111,10 @@ class PauseFacts:
 
     @property
     def recompute_s(self) -> float:
-        """F30: prefill time to rebuild the state."""
+        """Prefill time to rebuild the state: the step pricer's price when given, else
+        F30's ``recompute_flops / prefill_flops_per_s``."""
+        if self.recompute_priced_s is not None:
+            return self.recompute_priced_s
         return self.recompute_flops / self.prefill_flops_per_s
 
     @property

@@ -6,7 +6,9 @@ chapter's break-even prices the same three things, F29-F33):
 * ``hbm_s``: HBM byte-seconds the paused state blocks, divided by the KV pool's bytes:
   pool-seconds (holding the whole KV pool idle for one second costs one second; F29 with
   mu_HBM = 1 / pool bytes, mu_DRAM = 0 as in F33's default);
-* ``recompute_s``: prefill seconds to rebuild the context (F30) when the next turn needs it;
+* ``recompute_s``: prefill seconds to rebuild the context when the next turn needs it: the
+  facts' ``recompute_s``, the run's step pricer's price of that prefill in the engine
+  (calibration and the causal mask included), F30 at a sustained rate otherwise;
 * ``transfer_s``: reload seconds the trajectory waits for after its tool returned (the
   exposed part of F30's reload; a perfectly timed prefetch exposes none).
 
@@ -15,8 +17,9 @@ perfect knowledge: no action delayed, an offload's reload started exactly ``T_re
 before the return (never before its copy-out ends), a pause that never resumes (its session
 ended) dropped at once for free. Offload tiers count only when the state fitted in them when
 the pause began. ``realised_cost`` prices what a run's policy actually did from the pause's
-records: the HBM byte-seconds it really held (``paused_hbm_gb_s``), the FLOPs it really
-recomputed, the reload stall it really exposed.
+records: the HBM byte-seconds it really held (``paused_hbm_gb_s``), the recompute it really
+did (the step pricer's seconds for the suffix its next turn prefilled over the prefix still
+cached, pauses.parquet's ``recompute_s``), the reload stall it really exposed.
 
 Invariant: pure arithmetic on ``PauseFacts``; every cost is finite and >= 0; the oracle's
 choice is the minimum of ``action_costs`` (ties in ``ACTIONS`` order). It is a per-pause,
@@ -88,12 +91,19 @@ def oracle_cost(facts: PauseFacts, wait_s: float, resumed: bool = True) -> tuple
 
 
 def realised_cost(
-    facts: PauseFacts, held_byte_s: float, recompute_flops: float, reload_stall_s: float
+    facts: PauseFacts,
+    held_byte_s: float,
+    recompute_flops: float,
+    reload_stall_s: float,
+    recompute_s: float | None = None,
 ) -> PauseCost:
-    """What a pause cost as it happened: the HBM byte-seconds its state held, the FLOPs its
-    next turn recomputed (at the facts' prefill rate) and the reload stall it exposed."""
+    """What a pause cost as it happened: the HBM byte-seconds its state held, its next
+    turn's recompute (``recompute_s``, the step pricer's seconds for it; None: its
+    ``recompute_flops`` at the facts' prefill rate, F30) and the reload stall it exposed."""
+    if recompute_s is None:
+        recompute_s = max(0.0, recompute_flops) / facts.prefill_flops_per_s
     return PauseCost(
         hbm_s=pool_seconds(facts, max(0.0, held_byte_s)),
-        recompute_s=max(0.0, recompute_flops) / facts.prefill_flops_per_s,
+        recompute_s=max(0.0, recompute_s),
         transfer_s=max(0.0, reload_stall_s),
     )

@@ -9,7 +9,11 @@ an MLA latent or a replicated KV head once per rank), the figure the engine's pa
 charge (F29) and host DRAM or NVMe store (each rank offloads its own pages, as vLLM's
 ``OffloadingConnector`` does); ``kv_bytes`` is the model's KV, one copy (F2). A context
 beyond the model's window (``max_context_tokens``) is computed anyway and reported in
-``warnings``.
+``warnings``. The recompute is F30 at the given sustained rate; its FLOPs are F23 by layer
+group (``model_prefill_flops``), the attention term (``attention``) counted under
+``attention_mask``: ``causal`` (default; the pairs a causal kernel computes, as the engine's
+step pricers count them, ``cost.attention_mask``) or ``full`` (F23's square as the chapter
+states it; ``square`` is accepted as its other name, the cost section's).
 Every number in ``BreakEvenInputs`` is finite and in range (``sim.sizing.bounds``, checked
 when the object is built), so every time it reports is finite.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
 from sim.sizing.bounds import (
     MAX_GPUS,
@@ -42,6 +47,9 @@ from sim.sizing.kv import kv_bytes_for_context
 from sim.sizing.plan import window_warning
 from sim.units import GB
 
+#: ``--attention-mask`` values and the ``model_prefill_flops`` mask each counts
+BREAKEVEN_MASKS = {"causal": "causal", "full": "square", "square": "square"}
+
 
 @dataclass(frozen=True)
 class BreakEvenInputs:
@@ -56,6 +64,7 @@ class BreakEvenInputs:
     params: float | None = None
     kv_dtype: str | None = None
     attention: bool = False  # add F23's attention term to the recompute
+    attention_mask: str = "causal"  # its pairs: causal (a kernel's) or full (F23's square)
     wait_s: float | None = None
     mu_ratio: float = math.inf  # mu_HBM / mu_DRAM
     stall_s: float = 0.0  # Delta_T_stall the scheduler accepts
@@ -76,6 +85,10 @@ class BreakEvenInputs:
             check_number(self.wait_s, "--wait", 0, MAX_TIME_S)
         check_number(self.mu_ratio, "--mu-ratio", 1, low_open=True, allow_inf=True)
         check_number(self.stall_s, "--stall-s", 0, MAX_TIME_S)
+        if self.attention_mask not in BREAKEVEN_MASKS:
+            raise KvsimError(
+                f"--attention-mask must be causal or full (or square), got {self.attention_mask!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -111,7 +124,8 @@ def break_even(inp: BreakEvenInputs) -> BreakEvenResult:
     kv_gpu = kv_bytes_for_context(m, s, inp.tp, inp.pp, inp.kv_dtype, per_gpu=True)
     kv_all = kv_gpu * inp.tp * inp.pp  # every GPU charged as the engine charges it
     params = inp.params or m.active_params
-    flops = model_prefill_flops(m, s, params, attention=inp.attention)  # F23 by layer group
+    mask = BREAKEVEN_MASKS[inp.attention_mask]
+    flops = model_prefill_flops(m, s, params, attention=inp.attention, mask=mask)  # F23 by group
     reload = reload_time_s(kv_gpu, inp.link_bw_bytes_per_s)
     recompute = flops / inp.prefill_flops_per_s
     t_star = break_even_wait_s(kv_gpu, inp.link_bw_bytes_per_s, inp.mu_ratio, inp.stall_s)

@@ -16,6 +16,14 @@ every key in its span):
 
 A model whose every layer is full attention gets F23 exactly (the same integers).
 
+``mask="causal"`` counts the (query, key) pairs a causal kernel computes instead of F23's
+square, as the engine's step pricers do by default (``cost.attention_mask``, rule 3.10
+item 3, F26's mask): query x attends keys 1..x, so a full or MLA layer adds
+``4 d_model S (S + 1) / 2``, a sliding-window layer ``4 d_model sum_{x=1..S} min(x, w)``,
+a chunked-local layer ``4 d_model (q c (c + 1) / 2 + r (r + 1) / 2)``; state layers are
+linear either way. ``mask="square"`` (the default here, F23 as the chapter states it) is
+the square above.
+
 Invariant: FLOPs, seconds, bytes and bytes/s in; no hidden efficiencies (an MFU or a
 sustained rate is always an explicit argument).
 """
@@ -54,16 +62,27 @@ def layer_group_counts(model: ModelProfile) -> tuple[tuple[int, LayerGroup], ...
     return tuple((layers, groups[name]) for name, layers in per_group.items())
 
 
+#: how a prefill's attention pairs are counted: ``square`` (F23) or ``causal`` (a kernel's)
+ATTENTION_MASKS: tuple[str, ...] = ("causal", "square")
+
+
 def attention_flops_by_layer_group(
-    model: ModelProfile, tokens: int, counts: tuple[tuple[int, LayerGroup], ...] | None = None
+    model: ModelProfile,
+    tokens: int,
+    counts: tuple[tuple[int, LayerGroup], ...] | None = None,
+    mask: str = "square",
 ) -> int:
     """F23's attention term of a prefill of ``tokens`` by layer group (module docstring):
     the sum over the model's layers of what each layer's attention or state computes;
-    ``counts`` is ``layer_group_counts(model)`` when the caller kept it."""
+    ``counts`` is ``layer_group_counts(model)`` when the caller kept it; ``mask``: one of
+    ``ATTENTION_MASKS``."""
+    if mask not in ATTENTION_MASKS:
+        raise KvsimError(f"attention mask must be one of {', '.join(ATTENTION_MASKS)}, got {mask!r}")
     s, d = int(tokens), model.d_model
     if counts is None:
         counts = layer_group_counts(model)
-    return sum(layers * _layer_flops(g, s, d) for layers, g in counts)
+    layer = _layer_flops if mask == "square" else _causal_layer_flops
+    return sum(layers * layer(g, s, d) for layers, g in counts)
 
 
 def state_flops_per_token(g: StateGroup) -> int:
@@ -84,21 +103,37 @@ def _layer_flops(g: LayerGroup, s: int, d: int) -> int:
     return 4 * d * (q * window**2 + r * r)
 
 
+def _causal_layer_flops(g: LayerGroup, s: int, d: int) -> int:
+    """One layer's attention (or state) FLOPs of a prefill of ``s`` tokens under the
+    causal mask: query x (1-based) over keys 1..x, within its window or chunk."""
+    if isinstance(g, StateGroup):
+        return s * state_flops_per_token(g)
+    window = g.window_tokens if isinstance(g, AttentionGroup) else None
+    if window is None:  # full attention, MLA: 1 + 2 + ... + s
+        return 4 * d * (s * (s + 1) // 2)
+    if g.kind == "sliding_window":  # min(x, w) keys: the triangle up to w, then w each
+        below = min(s, window)
+        return 4 * d * (below * (below + 1) // 2 + (s - below) * window)
+    q, r = divmod(s, window)  # chunked local: a triangle per chunk
+    return 4 * d * (q * (window * (window + 1) // 2) + r * (r + 1) // 2)
+
+
 def model_prefill_flops(
     model: ModelProfile,
     tokens: int,
     params: float | None = None,
     attention: bool = True,
     counts: tuple[tuple[int, LayerGroup], ...] | None = None,
+    mask: str = "square",
 ) -> float:
     """F23 for ``model`` by layer group: ``2 N S`` plus, when ``attention``, each layer's
-    own attention term (``attention_flops_by_layer_group``, with ``counts`` if kept); N is
-    ``params`` or the model's active parameters. Equal to ``prefill_flops`` for a model
-    of full layers."""
+    own attention term (``attention_flops_by_layer_group``, with ``counts`` if kept, the
+    pairs counted under ``mask``); N is ``params`` or the model's active parameters. Equal
+    to ``prefill_flops`` for a model of full layers and the square mask."""
     n = model.active_params if params is None else params
     if not attention:
         return prefill_flops(n, model.num_layers, model.d_model, tokens, False)
-    return 2 * n * tokens + attention_flops_by_layer_group(model, tokens, counts)
+    return 2 * n * tokens + attention_flops_by_layer_group(model, tokens, counts, mask)
 
 
 def prefill_time_s(flops: float, mfu: float, peak_flops_per_s: float) -> float:

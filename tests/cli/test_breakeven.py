@@ -77,9 +77,13 @@ def test_attention_term_and_shadow_prices(run_cli):
     )
     plain = json.loads(run_cli(base)[1])
     att = json.loads(run_cli(base + " --attention")[1])
-    assert att["recompute_flops"] - plain["recompute_flops"] == pytest.approx(
-        4 * 80 * 8192 * 4096**2
-    )
+    # causal by default, as the engine prices a prefill: 4 L d S (S + 1) / 2, exactly
+    assert att["recompute_flops"] - plain["recompute_flops"] == 4 * 80 * 8192 * (4096 * 4097 // 2)
+    assert att["recompute_s"] == (2 * 70e9 * 4096 + 4 * 80 * 8192 * (4096 * 4097 // 2)) / 400e12
+    full = json.loads(run_cli(base + " --attention --attention-mask full")[1])
+    assert full["recompute_flops"] - plain["recompute_flops"] == 4 * 80 * 8192 * 4096**2  # F23
+    # the mask counts only the attention term: without --attention it changes nothing
+    assert json.loads(run_cli(base + " --attention-mask full")[1]) == plain
     priced = json.loads(run_cli(base + " --mu-ratio 2 --stall-s 0.5")[1])
     assert priced["break_even_wait_s"] == pytest.approx(2 * plain["round_trip_s"] + 0.5)
 
@@ -98,6 +102,10 @@ def test_attention_term_and_shadow_prices(run_cli):
             "must equal tp x pp",
         ),
         ("--model llama-3-70b --gpu h100-sxm-80gb --context 100 --mu-ratio 0.5", "--mu-ratio must be > 1, got 0.5"),
+        (
+            "--model llama-3-70b --gpu h100-sxm-80gb --context 100 --attention --attention-mask diagonal",
+            "--attention-mask must be causal or full",
+        ),
     ],
 )
 def test_bad_input_one_line(run_cli, args, needle):

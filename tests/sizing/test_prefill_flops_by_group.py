@@ -90,3 +90,44 @@ def test_kept_layer_counts_give_the_same_flops(tokens, name):
     counts = layer_group_counts(m)
     assert model_prefill_flops(m, tokens, counts=counts) == model_prefill_flops(m, tokens)
     assert counts and sum(layers for layers, _ in counts) <= m.num_layers  # MLP-only: none
+
+
+# -- the causal mask (what the engine's step pricers count, cost.attention_mask: causal) --
+# query x (1-based) attends keys 1..x: a full layer 4 d S (S + 1) / 2; a window w sums
+# min(x, w) (w (w + 1) / 2 + (S - w) w past the window); a chunk c is a triangle per chunk,
+# q c (c + 1) / 2 + r (r + 1) / 2. State layers are linear under either mask.
+
+
+def test_causal_gpt_oss_20b():
+    """S = 1,024: 12 full layers 4 x 2,880 x 1,024 x 1,025 / 2; 12 windows of 128:
+    4 x 2,880 x (128 x 129 / 2 + 896 x 128)."""
+    m = load_model("gpt-oss-20b")
+    full = 12 * 4 * 2880 * 524_800  # 1,024 x 1,025 / 2 = 524,800
+    sliding = 12 * 4 * 2880 * (8256 + 114_688)  # 128 x 129 / 2 + 896 x 128 = 122,944
+    assert full + sliding == 89_544_130_560
+    assert model_prefill_flops(m, 1024, mask="causal") == 2 * 3.6e9 * 1024 + 89_544_130_560
+
+
+def test_causal_llama_4_scout_chunks():
+    """S = 10,000 = 8,192 + 1,808: 36 chunked layers 4 x 5,120 x (8,192 x 8,193 / 2 +
+    1,808 x 1,809 / 2); 12 full layers 4 x 5,120 x 10,000 x 10,001 / 2."""
+    m = load_model("llama-4-scout-17b-16e")
+    chunked = 36 * 4 * 5120 * (33_558_528 + 1_635_336)
+    full = 12 * 4 * 5120 * 50_005_000
+    assert (chunked, full) == (25_947_732_049_920, 12_289_228_800_000)
+    assert model_prefill_flops(m, 10_000, mask="causal") == 2 * 17.0e9 * 10_000 + chunked + full
+
+
+def test_causal_mamba_layers_unchanged():
+    """nemotron-h-8b, S = 4,096: the 4 attention layers halve (plus the diagonal), the
+    24 Mamba layers stay 420,369,924,096."""
+    m = load_model("nemotron-h-8b")
+    attention = 4 * 4 * 4096 * (4096 * 4097 // 2)
+    assert model_prefill_flops(m, 4096, mask="causal") == 2 * 8.0e9 * 4096 + attention + 420_369_924_096
+
+
+def test_unknown_mask_is_one_line():
+    from sim.errors import KvsimError
+
+    with pytest.raises(KvsimError, match="attention mask must be one of causal, square, got 'diag'"):
+        model_prefill_flops(load_model("llama-3.1-8b"), 10, mask="diag")

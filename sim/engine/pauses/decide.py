@@ -1,9 +1,13 @@
 """The decision job of a pause: what the engine knows -> ``PauseFacts`` -> the policy.
 
 Responsibility: build the facts a policy sees at a tool call (the context's bytes per GPU
-and in total, the predicted wait, HBM pressure, the links, the prefill rate and the
-recompute FLOPs, free host/NVMe room, the step's swap budget) and ask the scenario's
-policy (``sim.policy``); learn tool waits as they are observed.
+and in total, the predicted wait, HBM pressure, the links, the prefill rate, the recompute's
+FLOPs and seconds, free host/NVMe room, the step's swap budget) and ask the scenario's
+policy (``sim.policy``); learn tool waits as they are observed. A recompute is priced by
+the run's own step pricer (the engine's ``CostModel``, calibration included), as that
+prefill run alone in the scheduler's chunks (``recompute_price``): the facts' price the
+whole context, a pause's record the suffix its next turn really recomputed over the prefix
+still cached.
 
 Invariant: facts are read from the KV manager and the scheduler only (never an
 allocator); the policy is called once per pause, with facts of that moment, and its
@@ -16,12 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.cost import StepWork
+from sim.cost.pricer import MEMO_ENTRIES_MAX
 from sim.errors import KvsimError
 from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
 from sim.policy import ACTIONS, Decision, PauseFacts, PausePolicy, WaitPredictor, make_policy
 from sim.sched import Request, Scheduler
-from sim.sizing import layer_group_counts, model_prefill_flops
 
 
 class PauseDecider:
@@ -34,8 +39,10 @@ class PauseDecider:
             p.mode, quantile=p.quantile, window=p.window, prior_wait_s=p.prior_wait_s
         )
         self.oracle = p.mode == "oracle"
-        self.model = resolved.model
-        self._layer_counts = layer_group_counts(resolved.model)  # F23's terms, built once
+        self.cost = cost  # the engine's own step pricer: recomputes are priced with it
+        # (seconds, FLOPs over the replica) of one prefill chunk alone, by (new, cached):
+        # a context's chunks repeat from pause to pause, only its last one is new
+        self._chunk_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self.bpt_gpu = resolved.kv_bytes_per_token_per_gpu
         self.bpt = resolved.kv_bytes_per_token
         # a hybrid model's sequence holds its table tokens plus its side groups' blocks or
@@ -47,8 +54,7 @@ class PauseDecider:
         self.pool_bytes = resolved.pool_bytes
         self.tiers = resolved.tiers
         cfg = cost.config
-        self.params = cfg.params or resolved.model.active_params
-        self.attention = cfg.attention_flops
+        # F30's sustained rate: what a facts' recompute falls back on without a price
         self.prefill_rate = cfg.mfu_prefill * cost.peak * cost.tp
         self._budget = (-1.0, 0.0)  # (step end, link bytes per GPU left): min_waste's budget
 
@@ -84,6 +90,7 @@ class PauseDecider:
         total = self.held_bytes(tokens, block)
         dense = self.groups is None and not self.saved_bpt
         per_gpu = tokens * self.bpt_gpu if dense else total / self.num_gpus
+        recompute_s, recompute_flops = self.recompute_price(sched, 0, tokens)
         return PauseFacts(
             tokens=tokens,
             state_bytes_per_gpu=per_gpu,
@@ -92,7 +99,8 @@ class PauseDecider:
             hbm_free_fraction=min(1.0, max(0.0, free)),
             link_bw_bytes_per_s=t.link_bw_bytes_per_s,
             prefill_flops_per_s=self.prefill_rate,
-            recompute_flops=self.recompute_flops(tokens),
+            recompute_flops=recompute_flops,
+            recompute_priced_s=recompute_s,
             host_free_bytes=free_bytes(host),
             nvme_free_bytes=free_bytes(nvme),
             nvme_bw_bytes_per_s=t.nvme_bw_bytes_per_s if nvme is not None else 0.0,
@@ -129,14 +137,25 @@ class PauseDecider:
             self._budget = (now, left)
         return left
 
-    def recompute_flops(self, tokens: int) -> float:
-        """FLOPs to rebuild ``tokens`` of context by prefill (F30, F23 with attention, by
-        layer group: windows over their window, state layers linear in tokens)."""
-        if tokens <= 0:
-            return 0.0
-        return model_prefill_flops(
-            self.model, tokens, self.params, self.attention, self._layer_counts
-        )
+    def recompute_price(self, sched: Scheduler, cached: int, tokens: int) -> tuple[float, float]:
+        """(seconds, FLOPs over the replica) the run's step pricer charges to prefill
+        ``tokens`` after ``cached`` tokens still in HBM, run alone in the chunks the
+        scheduler would cut (``Scheduler.prefill_chunks``): each chunk attends over the
+        cached prefix and the chunks before it, under the cost section's
+        ``attention_mask`` (causal by default), with the calibration the run priced its
+        steps with. (0.0, 0.0) for no tokens."""
+        seconds = flops = 0.0
+        for n in sched.prefill_chunks(cached, tokens) if tokens > 0 else ():
+            price = self._chunk_prices.get((n, cached))
+            if price is None:
+                step = self.cost.price(StepWork(0, 0, ((n, cached),)))
+                price = (step.total_s, step.flops_per_gpu * self.cost.tp)
+                if len(self._chunk_prices) < MEMO_ENTRIES_MAX:
+                    self._chunk_prices[(n, cached)] = price
+            seconds += price[0]
+            flops += price[1]
+            cached += n
+        return seconds, flops
 
 
 def not_a_decision(policy: PausePolicy, got: object) -> KvsimError:

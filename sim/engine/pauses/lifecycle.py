@@ -352,7 +352,11 @@ class PauseLifecycle:
     def admitted(self, req: Request, now: float) -> None:
         p = self._recomputing.get(id(req))
         if p is not None and p.recompute_tokens == 0:
-            p.recompute_tokens = max(0, p.tokens - req.num_computed)
+            cached = min(req.num_computed, p.tokens)
+            p.recompute_tokens = p.tokens - cached
+            p.recompute_s, p.recompute_flops = self.decider.recompute_price(
+                self.sched, cached, p.recompute_tokens
+            )
         if p is not None and req.num_computed >= p.tokens:
             self._resident(req, now)
 
@@ -388,15 +392,12 @@ class PauseLifecycle:
     # ------------------------------------------------------------------ records
     def records(self, sim_time_s: float) -> list[tuple[Pause, float, float]]:
         """Every pause with its HBM byte-seconds held (F29, its own sequence) and the
-        FLOPs of its recomputed tokens: what pauses.parquet is made of
+        FLOPs of its recomputed tokens (the step pricer's, ``Pause.recompute_flops``; its
+        seconds are ``Pause.recompute_s``): what pauses.parquet is made of
         (``sim.metrics.pauses.pause_frame``)."""
         held = self.kv.held_token_seconds(sim_time_s).by_key
         return [
-            (
-                p,
-                held.get(p.pause_id, 0.0) * self._bytes_per_token(p),
-                self.decider.recompute_flops(p.recompute_tokens),
-            )
+            (p, held.get(p.pause_id, 0.0) * self._bytes_per_token(p), p.recompute_flops)
             for p in self.pauses
         ]
 

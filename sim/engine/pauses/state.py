@@ -99,7 +99,11 @@ class Pause:
     next_req: Any = None
     bytes_out: float = 0.0
     bytes_in: float = 0.0
-    recompute_tokens: int = 0
+    recompute_tokens: int = 0  # the context less the prefix still cached at re-admission
+    # the step pricer's price of prefilling them over that prefix, alone in the scheduler's
+    # chunks (PauseDecider.recompute_price): FLOPs over the replica, and seconds
+    recompute_flops: float = 0.0
+    recompute_s: float = 0.0
     note: str = ""
     hint_refused: str = ""  # the part of the pause's KV hint not honoured, and why
     #: how the pause ended: resumed (its KV was resident at tool return), reloaded (copied
