@@ -6,7 +6,9 @@ or LM head) of a real geometry, for three step kinds:
   decode   ``decode_seqs`` sequences, one new token each, attention over a paged KV cache
            (the fused Triton kernel on a GPU, the reference on a CPU);
   prefill  one sequence's chunk of ``prefill_chunk_tokens`` after ``prefill_history_tokens``
-           of history (SDPA over a contiguous per-sequence KV buffer, F26 mask);
+           of history (SDPA over a contiguous per-sequence KV buffer, causal from the
+           bottom right, F26: torch's lower-right causal bias, which SDPA runs on its flash
+           kernel on a GPU; ``paged_attention.chunk_causal_bias``);
   hybrid   one prefill chunk and a decode batch in the same step (chunked prefill, E20).
 Each row also records the step's shape and its work (weight bytes, KV bytes read and
 written, linear and attention FLOPs), so the simulator's prediction for the same step
@@ -152,7 +154,7 @@ class StepRunner:
                           for _ in range(stack.n_layers)]  # fmt: skip
             self.pre_v = [torch.randn_like(k) for k in self.pre_k]
             if step.history:
-                self.mask = pa.chunk_causal_mask(step.history, step.chunk, device=dev)
+                self.mask = pa.chunk_causal_bias(step.history, step.chunk)
         self.dec_k = self.dec_v = []
         if step.seqs:
             per_seq = -(-step.context // block_size)

@@ -120,6 +120,25 @@ class Checker:
         self.record("decode_eq_prefill_chunk1", "torch_ref", q.dtype, shape, block_size,
                     rel_err(pre, dec), BOUNDS[torch.float64])  # fmt: skip
 
+    def prefill_bias(self, hist: int, chunk: int, dtype):
+        """SDPA with the lower-right causal bias (bench_layer's prefill over history: the
+        flash kernel on a GPU) vs SDPA with the explicit F26 mask in float64, one Llama-3-8B
+        attention layer (32 query heads, 8 KV heads of 128)."""
+        h, hkv, d, n = 32, 8, 128, hist + chunk
+        g = self.gen
+        q = torch.randn((chunk, h, d), generator=g, dtype=torch.float64)
+        k = torch.randn((n, hkv, d), generator=g, dtype=torch.float64)
+        v = torch.randn((n, hkv, d), generator=g, dtype=torch.float64)
+        qd, kd, vd = (t.to(device=self.device, dtype=dtype) for t in (q, k, v))
+        # the reference on the same (rounded) inputs, in float64 on the host
+        ref = sdpa_prefill_ref(*(t.double().cpu() for t in (qd, kd, vd)), hist, chunk)
+        out = F.scaled_dot_product_attention(
+            qd.transpose(0, 1)[None], kd.transpose(0, 1)[None], vd.transpose(0, 1)[None],
+            attn_mask=pa.chunk_causal_bias(hist, chunk), enable_gqa=True,
+        )[0].transpose(0, 1)  # fmt: skip
+        self.record("prefill_bias_vs_mask", "sdpa", dtype, (1, h, hkv, d, n), 0,
+                    rel_err(out.double().cpu(), ref), BOUNDS[dtype], f"chunk={chunk}")  # fmt: skip
+
     def fused(self, cfg, block_size, dtype, num_splits=None, enabled=True, note=""):
         """Triton kernel vs the float64 reference on the same (rounded) inputs."""
         s, h, hkv, d, lens = cfg
@@ -189,6 +208,10 @@ def run(args) -> int:
     else:
         for cfg in DECODE_CFGS:
             chk.fused(cfg, 16, torch.bfloat16, enabled=False, note="needs CUDA (or --interpret)")
+    # after the fused kernel's checks (its timings rest on them): bench_layer's prefill path
+    bias_dtype = torch.bfloat16 if device.type == "cuda" else torch.float64
+    for hist, chunk in ((0, 64), (37, 19), (4000, 512)):  # (0, c): the plain causal path
+        chk.prefill_bias(hist, chunk, bias_dtype)
     bl.finish(sink, deadline, skipped)
     bl.log(f"correctness: {chk.failed} failed")
     return 1 if chk.failed else 0

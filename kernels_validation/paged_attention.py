@@ -164,6 +164,17 @@ def chunk_causal_mask(history: int, chunk: int, device=None) -> torch.Tensor:
     return cols <= history + rows
 
 
+def chunk_causal_bias(history: int, chunk: int):
+    """The visibility of ``chunk_causal_mask`` as torch's lower-right causal bias
+    (``torch.nn.attention.bias.causal_lower_right``): SDPA runs it on its flash or
+    memory-efficient kernel on a GPU, as serving engines run a chunk over its cached prefix,
+    where an explicit boolean mask can keep SDPA on its slower math path. Pass it as
+    ``attn_mask`` (with ``is_causal=False``)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    return causal_lower_right(chunk, history + chunk)
+
+
 def make_paged_cache(
     k: torch.Tensor,
     v: torch.Tensor,

@@ -1,4 +1,4 @@
-"""The recorded H200 runs (kernels_validation/results/nvidia-h200-2026-12-04{,-run2}) and
+"""The recorded H200 runs (kernels_validation/results/nvidia-h200-2026-12-04{,-run2,-run3}) and
 the here-side tools that read them: compare_runs.py (repeatability) and
 compare_gemm_tables.py (our GEMM times against a calibration's measured tables).
 
@@ -18,30 +18,37 @@ import pandas as pd
 import pytest
 import synthetic_run
 
+from sim.cost.calibration import load_calibration
 from sim.profiles import load_accelerator
 
 RESULTS = Path(__file__).resolve().parents[2] / "kernels_validation" / "results"
 RUN_A = RESULTS / "nvidia-h200-2026-12-04"
 RUN_B = RESULTS / "nvidia-h200-2026-12-04-run2"
+RUN_C = RESULTS / "nvidia-h200-2026-12-04-run3"  # the shipped calibration's input
 
 
 def test_recorded_runs_are_full_gpu_runs_whose_checks_passed():
-    for run in (RUN_A, RUN_B):
+    for run in (RUN_A, RUN_B, RUN_C):
         env = pd.read_json(run / "env.json", typ="series")
         assert env["device"] == "NVIDIA H200" and env["mode"] == "full"
         corr = pd.read_csv(run / "correctness.csv")
         assert set(corr["status"]) == {"pass"} and (corr["impl"] == "triton").any()
+    # run 3 also checked bench_layer's prefill over history (the lower-right causal bias)
+    corr = pd.read_csv(RUN_C / "correctness.csv")
+    assert (corr["check"] == "prefill_bias_vs_mask").sum() == 3
+    assert "nvidia-h200-2026-12-04-run3/" in load_calibration("nvidia-h200").notes
 
 
 def test_gemm_times_against_h100_follow_the_datasheet_ratios():
     h200, h100 = load_accelerator("h200-141gb"), load_accelerator("h100-sxm-80gb")
     bw_ratio = h200.hbm_bw_bytes_per_s / h100.hbm_bw_bytes_per_s
     peak_ratio = h200.peak_flops_per_s("bf16") / h100.peak_flops_per_s("bf16")
-    m = compare_gemm_tables.matched(RUN_A / "gemm.csv", "h100-sxm-80gb-vidur")
-    (n_stream, stream), (n_compute, compute) = compare_gemm_tables.regimes(m).values()
-    assert n_stream >= 5 and n_compute >= 5
-    assert stream == pytest.approx(bw_ratio, rel=0.10)
-    assert compute == pytest.approx(peak_ratio, rel=0.10)
+    for run in (RUN_A, RUN_C):  # two machines
+        m = compare_gemm_tables.matched(run / "gemm.csv", "h100-sxm-80gb-vidur")
+        (n_stream, stream), (n_compute, compute) = compare_gemm_tables.regimes(m).values()
+        assert n_stream >= 5 and n_compute >= 5
+        assert stream == pytest.approx(bw_ratio, rel=0.10)
+        assert compute == pytest.approx(peak_ratio, rel=0.10)
 
 
 def test_gemm_tables_cli(tmp_path, capsys):

@@ -127,6 +127,20 @@ def test_chunk_causal_mask_exact():
     ]
 
 
+def test_chunk_causal_bias_sees_what_the_mask_sees():
+    # bench_layer's prefill over history: the lower-right causal bias (SDPA's flash kernel
+    # on a GPU) gives the explicit F26 mask's output, GQA 4 as in Llama-3-8B
+    gen = torch.Generator().manual_seed(5)
+    for hist, chunk in ((0, 5), (3, 4), (40, 9)):
+        q = torch.randn((1, 8, chunk, 16), generator=gen, dtype=torch.float64)
+        k = torch.randn((1, 2, hist + chunk, 16), generator=gen, dtype=torch.float64)
+        v = torch.randn_like(k)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        want = sdpa(q, k, v, attn_mask=pa.chunk_causal_mask(hist, chunk), enable_gqa=True)
+        got = sdpa(q, k, v, attn_mask=pa.chunk_causal_bias(hist, chunk), enable_gqa=True)
+        assert torch.allclose(got, want, rtol=0, atol=1e-13)
+
+
 def test_scale_argument_is_used():
     gen = torch.Generator().manual_seed(5)
     q, k, v, lt = cc.random_case(gen, torch.device("cpu"), torch.float64, 2, 2, 1, 8, [9, 3])
