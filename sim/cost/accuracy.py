@@ -19,7 +19,8 @@ Responsibility: name the evidence behind the cost model a run used, in this orde
 Invariant: a pure function of the cost model's calibration, the run's accelerator, model,
 TP degree and step budget, the shipped tables, and (after a run) its steps table's cost
 terms; errors and shares are fractions (0.05 = 5 %), the worst error signed (kvsim above
-the measurement is positive).
+the measurement is positive); a share sums every step's own terms, so it is the same
+however the engine coalesced steps.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ KEYS = ("basis", "source", "median_rel_error", "worst_rel_error", "outside_domai
 #: that prices step time when ``not_measured``: the attention group's time is the larger
 #: of its KV reads and its FLOPs (sim.cost.groups.attention_terms), a copy its one term
 UNMEASURED_TERMS = {"attention": ("kv_read_s", "attention_s"), "copy": ("copy_s",)}
+#: the steps-table column that holds a section's time summed over each row's steps (every
+#: step's own); a section without one is in a row's first step alone (a run's later steps
+#: copy nothing), and a steps table older than the column gets the old estimate
+UNMEASURED_ROW_SUM = {"attention": "attention_max_s"}
 #: what each of them covers, as the accuracy line names it
 UNMEASURED_WHAT = {"attention": "attention (KV reads, attention FLOPs)", "copy": "host copies"}
 #: a share below this (0.05 %) is left out of the printed line (it stays in the section)
@@ -122,13 +127,16 @@ def unmeasured_sections(cal) -> tuple[str, ...]:
 
 def unmeasured_shares(steps, sections) -> dict[str, float | None]:
     """Each of ``sections``' share of a run's step time: over the rows of its ``steps``
-    table that ran steps, the sum of ``n_steps x`` the largest of the section's cost terms
-    (``UNMEASURED_TERMS``) over the sum of ``duration_s``; None without a step. A row's
-    terms are its first step's (a coalesced decode run's later steps read a little more
-    KV) and the attention group's kernel floors are left out: a lower estimate, which
-    depends on how the engine coalesced decode steps (``engine.exact`` steps one by one:
-    a slightly larger share, e.g. 10.85 % against 10.79 %), unlike every result of the
-    run. O(rows), once per run."""
+    table that ran steps, the section's seconds over the sum of ``duration_s``; None
+    without a step. Attention's seconds are the ``attention_max_s`` column (per row, the
+    sum over its steps of the larger of each step's ``kv_read_s`` and ``attention_s``);
+    a copy's are ``copy_s`` once per row (only a row's first step can copy: a run's later
+    steps repeat decodes alone). Both are every step's own, so the share is the same
+    however the engine coalesced steps (``engine.exact`` or not, to float rounding); the
+    attention group's kernel floors are left out. A steps table older than
+    ``attention_max_s`` gets the old estimate, ``n_steps x`` the larger term of a row's
+    first step (which overstates a run that opens with a prompt chunk and goes on
+    decoding). O(rows), once per run."""
     n = np.asarray(steps["n_steps"], dtype=np.float64)  # ``Columns`` or a DataFrame
     ran = n > 0
     n = n[ran]
@@ -137,17 +145,22 @@ def unmeasured_shares(steps, sections) -> dict[str, float | None]:
         return dict.fromkeys(sections)
     out: dict[str, float | None] = {}
     for name in sections:
-        terms = np.max([np.asarray(steps[c], dtype=np.float64)[ran]
-                        for c in UNMEASURED_TERMS[name]], axis=0)  # fmt: skip
-        out[name] = float(np.dot(n, terms)) / total
+        column = UNMEASURED_ROW_SUM.get(name)
+        if column is not None and column in steps:
+            seconds = float(np.asarray(steps[column], dtype=np.float64)[ran].sum())
+        else:
+            terms = np.max([np.asarray(steps[c], dtype=np.float64)[ran]
+                            for c in UNMEASURED_TERMS[name]], axis=0)  # fmt: skip
+            seconds = float(np.dot(n, terms)) if column is not None else float(terms.sum())
+        out[name] = seconds / total
     return out
 
 
 def with_unmeasured(section: dict[str, Any], shares: dict[str, float | None]) -> dict[str, Any]:
     """``section`` (a ``calibration, cross-validated`` one) with its ``not_measured``
     set to ``shares`` (section -> share of the run's step time, None before a run) and its
-    detail naming what the held-out error leaves out (the names only: the detail stays
-    the same however the run's decode steps were coalesced, the shares do not)."""
+    detail naming what the held-out error leaves out (the names only: the detail is the
+    same before a run and after it)."""
     if not shares:
         return section
     detail = section["detail"] + "; not measured (roofline-priced, outside the held-out " \

@@ -14,7 +14,11 @@ are the integer 0 for one step and ``numpy.arange(k)`` for a run, so every term 
 ``advanced(work, i)``, and ``price_run(work, k)[i] == price(advanced(work, i)).total_s``
 holds by construction (tests/cost/test_pricers.py checks it for every pricer with
 hypothesis). A run has no prefill, copy or allocator call (only decodes repeat); a run of
-length one may be any batch.
+length one may be any batch. ``CostModel`` also gives each step's attention seconds with
+a run's durations (``price_run_attention``: the larger of the step's ``kv_read_s`` and
+``attention_s``, from the same terms), for a run's steps the engine records without a
+breakdown (``sim.cost.accuracy``'s share of unmeasured attention); a lockstep group's
+ranks each take theirs from their own ``CostModel``.
 
 ``StepWork`` (what a step runs) lives here, with the contract that takes it;
 ``sim.cost.roofline`` and ``sim.cost`` re-export it.

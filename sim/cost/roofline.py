@@ -36,6 +36,8 @@ before.
 step, the kernel tables' skew correction included), with the same code written once over
 step offsets (0 for a step, ``arange(k)`` for a run), so a run equals its steps by
 construction. ``iteration_time`` and ``decode_run_times`` are the version-2 names of both.
+``price_run_attention`` (and ``price_s_attention`` for one step) give each step's attention
+seconds besides, from the same terms.
 """
 
 from __future__ import annotations
@@ -187,15 +189,41 @@ class CostModel:
         for one step; more: its decodes, every history one token longer a step,
         ``sim.cost.pricer.advanced``), computed by the code that prices one step, so the
         durations equal ``price`` of each step exactly (the engine's fast path relies on it)."""
-        check_run(work, n_steps)
-        i = step_offsets(n_steps)
-        if self.groups is not None:
-            total = self._group_terms(work, i, self.async_scheduling)[0]
-        else:
-            total = self._roofline(work, i, self.async_scheduling).total_s
+        total = self._terms(work, step_offsets(n_steps), n_steps, False)[0]
         durations = as_run(total, n_steps)
         scale = self.config.step_time_scale  # as in ``price``: the same product per step
         return durations if scale == 1.0 else durations * scale
+
+    def price_run_attention(self, work: StepWork, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(``price_run(work, n_steps)``, each step's attention seconds): the larger of the
+        step's ``kv_read_s`` and ``attention_s`` in its breakdown (``price``), i.e. the
+        attention group's time without its kernel floors (what a calibration that does not
+        measure attention leaves to the roofline, ``sim.cost.accuracy``). The same code as
+        ``price_run``, so step ``i``'s equal ``price(advanced(work, i))``'s exactly."""
+        total, attention = self._terms(work, step_offsets(n_steps), n_steps, True)
+        durations = as_run(total, n_steps)
+        scale = self.config.step_time_scale  # as in ``price_run``
+        return (durations if scale == 1.0 else durations * scale), as_run(attention, n_steps)
+
+    def price_s_attention(self, work: StepWork) -> tuple[float, float]:
+        """(``price_s(work)``, the step's attention seconds as ``price_run_attention``
+        gives them), for a step the engine prices without a breakdown."""
+        total, attention = self._terms(work, 0, 1, True)
+        scale = self.config.step_time_scale  # as in ``price_s``
+        return (total if scale == 1.0 else total * scale), attention
+
+    def _terms(self, work: StepWork, i: Any, n_steps: int, attention: bool) -> tuple[Any, Any]:
+        """(total seconds, attention seconds or None) of step offsets ``i`` of a run of
+        ``n_steps`` starting with ``work``, before ``step_time_scale``: the terms
+        ``price`` puts in its breakdown, written once for a step and for a run."""
+        check_run(work, n_steps)
+        if self.groups is not None:
+            total, *_, parts = self._group_terms(work, i, self.async_scheduling)
+            # ``_per_group``'s kv_read_s and attention_s
+            return total, (vmax(parts[2], parts[3]) if attention else None)
+        t = self._roofline(work, i, self.async_scheduling)
+        # ``_RooflineTerms.cost``'s kv_read_s and attention_s
+        return t.total_s, (vmax(t.kv_s, t.attn_f / t.rate) if attention else None)
 
     def iteration_time(self, work: StepWork) -> StepCost:
         """``price`` (the name the callers of version 2 use)."""

@@ -92,6 +92,8 @@ class _Run:
     allocated: list[float]  # allocated bytes during steps 2..k
     chunks: tuple[int, ...] | None  # the prefill's chunks, one per step, while it lasts
     late: tuple | None  # (that prefill, its first decode step) when it decodes in the run
+    #: every step's attention seconds (each step's own: ``CostModel.price_run_attention``)
+    attention: np.ndarray
     #: the work of each step in which the prefill computes a chunk (None: no prefill); the
     #: seconds charged to prefill are priced only for the steps taken (runs are mostly cut)
     prefill_works: list[StepWork] | None = None
@@ -113,6 +115,7 @@ class StepRecorder(Protocol):
         n_running: int,
         n_waiting: int,
         prefill_s: float = 0.0,
+        attention_max_s: float | None = None,
     ) -> int: ...
     def run_prefill(self, tokens: int) -> None: ...
     def events(self, plan: BatchPlan, now_s: float, n_running: int, n_waiting: int) -> None: ...
@@ -400,12 +403,16 @@ class Node:
         work = plan.work()
         if self.lockstep is not None:  # priced and ended with the group's ranks
             step = yield self.lockstep.join(self.rank, work, self._run_offer(plan, work, m))
-            run = None
+            run, rank_cost = None, step.priced.costs[self.rank]
+            att = _attention_s(rank_cost)
             if step.durations is not None and len(step.ends) > 1:
-                run = _Run(step.durations, step.allocated[self.rank], None, None)
+                # the rank's own decodes, a token longer a step (its breakdown's terms)
+                attention = self.cost.price_run_attention(work, len(step.ends))[1]
+                run = _Run(step.durations, step.allocated[self.rank], None, None, attention)
+                att = float(attention.sum())
             # the group's step, split by this rank's own batch (a run is decodes alone)
             pre = (step.ends[0] - now) * prefill_share_s(self.cost.price_s, work, plan.verify_chunks)
-            self._commit(plan, now, step.ends, step.priced.costs[self.rank], m, run, pre)
+            self._commit(plan, now, step.ends, rank_cost, m, run, pre, att)
             return
         cost = self.cost.price(work)
         if self.draft is not None and plan.verify_seqs:
@@ -414,7 +421,7 @@ class Node:
         if run is None:
             yield self.env.timeout(cost.total_s)
             pre = cost.total_s * prefill_share_s(self.cost.price_s, work, plan.verify_chunks)
-            self._commit(plan, now, [now + cost.total_s], cost, m, None, pre)
+            self._commit(plan, now, [now + cost.total_s], cost, m, None, pre, _attention_s(cost))
             return
         # the same sequential sums as numpy's cumsum, in Python: runs are planned long but
         # mostly cut after a few steps, and small numpy calls cost more than they save
@@ -428,7 +435,8 @@ class Node:
         yield self._wake
         k = self._deadline + 1
         self._wake, self._ends = None, None
-        self._commit(plan, now, ends[:k], cost, m, run, self._run_prefill_s(run, k))
+        att = float(run.attention[:k].sum())
+        self._commit(plan, now, ends[:k], cost, m, run, self._run_prefill_s(run, k), att)
 
     def _plan_run(self, plan: BatchPlan, work: StepWork, m: tuple[float, float], cost: StepCost) -> _Run | None:
         """A run of several steps of this batch, or None for a single step: as long as
@@ -452,9 +460,10 @@ class Node:
         else:
             allocated = [float(m[1])] * (k - 1)
         if chunks is None:  # decodes alone (only they repeat)
-            return _Run(self.cost.price_run(work, k).tolist(), allocated, None, late)
-        durations, works = self._prefill_run_durations(plan, work, cost, chunks, late is not None, k)
-        return _Run(durations, allocated, chunks, late, works)
+            durations, attention = self.cost.price_run_attention(work, k)
+            return _Run(durations.tolist(), allocated, None, late, attention)
+        durations, works, attention = self._prefill_run_durations(plan, work, cost, chunks, late is not None, k)
+        return _Run(durations, allocated, chunks, late, attention, works)
 
     def _run_prefill_s(self, run: _Run, k: int) -> float:
         """Seconds of the first ``k`` steps of ``run`` charged to prefill: each prefill
@@ -508,15 +517,18 @@ class Node:
 
     def _prefill_run_durations(
         self, plan: BatchPlan, work: StepWork, cost: StepCost, chunks: tuple[int, ...], late: bool, k: int
-    ) -> tuple[list[float], list[StepWork]]:
+    ) -> tuple[list[float], list[StepWork], np.ndarray]:
         """Decodes plus one prefill advancing by ``chunks``, then (if the run goes on)
         every request decoding. Every decode's context grows by one per step, so do the
         longest and shortest (the skew correction's); the prefill joins at its prompt.
-        Returns every step's duration and the work of each step with a prefill chunk."""
+        Returns every step's duration, the work of each step with a prefill chunk, and
+        every step's attention seconds."""
         n_pre = min(len(chunks), k)
         cached, n_dec = plan.prefill_chunks[0][1], plan.n_decode
-        price = self.cost.price_s  # seconds alone: no breakdown is recorded for these steps
+        # seconds and attention alone: no breakdown is recorded for these steps
+        price = self.cost.price_s_attention
         out = [cost.total_s]
+        att = [_attention_s(cost)]
         works = [work]
         hist = plan.decode_history_tokens
         hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens  # decode_span()
@@ -525,7 +537,9 @@ class Node:
             hist += n_dec
             span = (hi + i, lo + i) if n_dec else (None, None)
             step = StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)
-            out.append(price(step))
+            seconds, attention = price(step)
+            out.append(seconds)
+            att.append(attention)
             works.append(step)
         if late and k > n_pre:  # the prompt is done: n_dec + 1 decodes
             prefill = plan.scheduled[-1][0]
@@ -533,8 +547,10 @@ class Node:
             joined = prefill.num_tokens
             hi, lo = (max(hi + n_pre, joined), min(lo + n_pre, joined)) if n_dec else (joined, joined)
             tail = StepWork(n_dec + 1, hist, (), 0.0, 0, hi, lo)
-            out += self.cost.price_run(tail, k - n_pre).tolist()
-        return out, works
+            durations, attention = self.cost.price_run_attention(tail, k - n_pre)
+            out += durations.tolist()
+            return out, works, np.concatenate((att, attention))
+        return out, works, np.asarray(att, dtype=np.float64)
 
     # ----------------------------------------------------------------- commit
     def _commit(
@@ -546,10 +562,15 @@ class Node:
         m: tuple[float, float],
         run: _Run | None,
         prefill_s: float,
+        attention_s: float,
     ) -> None:
+        """Record and commit ``len(ends)`` steps of ``plan`` (``run``: planned as a run);
+        ``prefill_s`` and ``attention_s``: their seconds charged to prefill and their
+        attention seconds (each step's own, ``CostModel.price_run_attention``)."""
         k = len(ends)
         rec, kv = self.rec, self.kv
-        s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting), prefill_s)
+        s0 = rec.step(start, ends, plan, cost, len(self.sched.running), len(self.sched.waiting), prefill_s,
+                      attention_s)  # fmt: skip
         if k > 1:
             late = run.late if run.late is not None and run.late[1] <= k - 1 else None
             starts = [start, *ends[:-1]]
@@ -785,6 +806,13 @@ def _stamp(ops: list[tuple], received_s: float) -> None:
     for op in ops:
         if op[0] == "submit" and op[1].queued_s is None:
             op[1].queued_s = received_s
+
+
+def _attention_s(cost: StepCost) -> float:
+    """A step's attention seconds: the larger of its breakdown's KV reads and attention
+    FLOPs (``CostModel.price_run_attention``'s, for a step priced with a breakdown)."""
+    kv, flops = cost.kv_read_s, cost.attention_s
+    return flops if flops > kv else kv
 
 
 def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:

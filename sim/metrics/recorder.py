@@ -74,6 +74,7 @@ STEP_SCHEMA = [
     ("copy_bytes", _F),
     ("alloc_calls", _I),
     ("prefill_s", _F),
+    ("attention_max_s", _F),
     ("weights_s", _F),
     ("kv_read_s", _F),
     ("gemm_s", _F),
@@ -300,11 +301,17 @@ class Recorder:
         n_running: int,
         n_waiting: int,
         prefill_s: float = 0.0,
+        attention_max_s: float | None = None,
     ) -> int:
         """One engine decision of ``len(ends)`` steps; returns the index of its first step.
-        ``prefill_s``: the seconds of its steps charged to their prefill tokens."""
+        ``prefill_s``: the seconds of its steps charged to their prefill tokens;
+        ``attention_max_s``: the sum over its steps of the larger of each step's KV-read
+        and attention-FLOP seconds (None: ``len(ends)`` times the first step's, ``cost``'s:
+        exact for one step)."""
         s0 = len(self.step_ends)
         k = len(ends)
+        if attention_max_s is None:
+            attention_max_s = k * max(cost.kv_read_s, cost.attention_s)
         if isinstance(ends, list):
             self.step_ends.extend(ends)
         else:
@@ -337,6 +344,7 @@ class Recorder:
                 plan.copy_bytes,
                 plan.alloc_calls,
                 prefill_s,
+                attention_max_s,
                 *_cost_terms(cost),
             )
         )

@@ -310,11 +310,12 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "outside the fitted domain: extrapolated), `detail` (one line) and `not_measured` "
        "(a calibration's sections that price step time but were not measured, so lie "
        "outside its held-out error: `attention` (KV reads and attention FLOPs), `copy`; "
-       "each with its share of the run's step time, a fraction: the sum over steps of the "
-       "larger of the section's cost terms over the sum of step durations, a lower "
-       "estimate from each steps row's first step (so it moves a little with the engine's "
-       "decode coalescing, unlike the results); null before a run; `{}` for a table or the "
-       "roofline; older run folders lack the field). A cluster's is its least trusted "
+       "each with its share of the run's step time, a fraction: the section's seconds "
+       "over the sum of step durations, attention's the steps table's attention_max_s "
+       "(every step's larger of kv_read_s and attention_s; kernel floors left out), a "
+       "copy's copy_s (a row's first step: only it can copy), so the same however the "
+       "engine coalesced steps; null before a run; `{}` for a table or the roofline; older "
+       "run folders lack the field). A cluster's is its least trusted "
        "node's (its shares over the nodes on that calibration).", optional=True,
        when="runs made by this version and later (older run folders lack it)"),
     _k("paused_hbm_usd", "float", "USD",
@@ -505,6 +506,12 @@ STEP_TABLE = _cols(
     ("prefill_s", _F, "s", "Seconds of the row's steps charged to prefill: each step's "
      "time split by the priced time of its prefill chunks alone against its decodes "
      "alone (sim.cost.pricer.prefill_share); duration_s - prefill_s is decode's."),
+    ("attention_max_s", _F, "s", "Attention seconds of the row's steps, each step's own: "
+     "the sum over its steps of the larger of the step's kv_read_s and attention_s (the "
+     "attention group's time without its kernel floors; a coalesced run's later steps read "
+     "more KV and a run's prompt chunks are priced each), so it is the same however the "
+     "engine coalesced steps. The summary's accuracy.not_measured attention share is its "
+     "sum over the sum of duration_s."),
     ("weights_s", _F, "s", "Cost term: weights streamed."),
     ("kv_read_s", _F, "s", "Cost term: KV read."),
     ("gemm_s", _F, "s", "Cost term: GEMM FLOPs."),

@@ -35,8 +35,9 @@ def _problems(acc) -> list[str]:
 
 
 def _steps() -> pd.DataFrame:
-    """Three rows: one step of 10 ms, a coalesced decode run of 4 steps over 20 ms, and a
-    zero-time decision (no step: its terms must not count)."""
+    """Three rows of a steps table from before issue 25 (no ``attention_max_s``): one step
+    of 10 ms, a coalesced decode run of 4 steps over 20 ms, and a zero-time decision (no
+    step: its terms must not count)."""
     return pd.DataFrame({
         "n_steps": [1, 4, 0],
         "duration_s": [0.010, 0.020, 0.0],
@@ -46,15 +47,27 @@ def _steps() -> pd.DataFrame:
     })  # fmt: skip
 
 
-def test_shares_by_hand():
-    """Step time: 0.010 + 0.020 = 0.030 s (the zero-time row left out). Attention: each row's
-    larger term x its steps, max(0.003, 0.001) x 1 + max(0.002, 0.0025) x 4 = 0.003 + 0.010
-    = 0.013 s, 0.013 / 0.030 = 43.33 %; copies: 0.0005 x 4 = 0.002 s, 6.67 %."""
+def test_shares_by_hand_from_an_old_steps_table():
+    """Step time: 0.010 + 0.020 = 0.030 s (the zero-time row left out). Attention, with no
+    ``attention_max_s`` column (the estimate before issue 25): each row's larger term x
+    its steps, max(0.003, 0.001) x 1 + max(0.002, 0.0025) x 4 = 0.003 + 0.010 = 0.013 s,
+    0.013 / 0.030 = 43.33 %; copies: a row's first step alone (a run's later steps repeat
+    decodes, which copy nothing), 0.0005 s, 1.67 %."""
     shares = unmeasured_shares(_steps(), ("attention", "copy"))
     assert shares == {"attention": pytest.approx(0.013 / 0.030, rel=1e-12),
-                      "copy": pytest.approx(0.002 / 0.030, rel=1e-12)}  # fmt: skip
+                      "copy": pytest.approx(0.0005 / 0.030, rel=1e-12)}  # fmt: skip
     # no step ran: no share (never a division by zero)
     assert unmeasured_shares(_steps().iloc[2:], ("attention",)) == {"attention": None}
+
+
+def test_shares_by_hand_from_every_steps_attention():
+    """With ``attention_max_s`` (each row's sum of its steps' own larger term: the run's
+    4 steps read more KV each, 0.0025 + 0.0026 + 0.0027 + 0.0028 = 0.0106 s), attention is
+    (0.003 + 0.0106) / 0.030 = 45.33 %; the zero-time row's 9.0 does not count."""
+    steps = _steps().assign(attention_max_s=[0.003, 0.0106, 9.0])
+    shares = unmeasured_shares(steps, ("attention", "copy"))
+    assert shares == {"attention": pytest.approx(0.0136 / 0.030, rel=1e-12),
+                      "copy": pytest.approx(0.0005 / 0.030, rel=1e-12)}  # fmt: skip
 
 
 def test_a_calibrated_section_names_what_its_error_leaves_out():
@@ -69,7 +82,7 @@ def test_a_calibrated_section_names_what_its_error_leaves_out():
     after = accuracy_section(cal, model=model, steps=_steps(), **KW)
     assert accuracy_text(after) == (
         "calibration, cross-validated (h100-sxm-80gb-vidur): median 8.0%, worst -40.0%; not "
-        "measured: attention (43.3% of this run's step time), copy (6.7% of this run's step time)"
+        "measured: attention (43.3% of this run's step time), copy (1.7% of this run's step time)"
     )
     assert after["detail"].endswith(
         "; not measured (roofline-priced, outside the held-out error): attention (KV reads, "
@@ -102,7 +115,8 @@ def test_tables_and_the_roofline_measure_nothing_less_and_old_summaries_stay_val
 
 def test_a_vidur_calibrated_agent_run_names_attention_in_accuracy(tmp_path, run_cli):
     """The probe's case: coding agents on the H100 Vidur calibration. The share is
-    recomputed here from the run's steps table by the documented formula."""
+    recomputed here from the run's steps table by the documented formula (every step's
+    own attention, ``attention_max_s``; a row's first step alone is less)."""
     out = tmp_path / "run"
     code, text, _ = run_cli(["run", str(AGENTS), "--out", str(out), "--no-report", "--set",
                              "workload.num_trajectories=4", "--set",
@@ -112,9 +126,9 @@ def test_a_vidur_calibrated_agent_run_names_attention_in_accuracy(tmp_path, run_
     assert not check_summary(s)
     steps = pd.read_parquet(out / "steps.parquet")
     ran = steps[steps.n_steps > 0]
-    want = float(
-        (ran.n_steps * np.maximum(ran.kv_read_s, ran.attention_s)).sum() / ran.duration_s.sum()
-    )
+    want = float(ran.attention_max_s.sum() / ran.duration_s.sum())
+    one = ran[ran.n_steps == 1]  # a row of one step: that step's larger term
+    assert len(one) and (one.attention_max_s == np.maximum(one.kv_read_s, one.attention_s)).all()
     acc = s["accuracy"]
     assert acc["source"] == "h100-sxm-80gb-vidur" and set(acc["not_measured"]) == {
         "attention",
@@ -141,9 +155,7 @@ def test_a_cluster_pools_its_nodes_steps(tmp_path, run_cli):
     assert ran.node.nunique() > 1
 
     def share(r):
-        return float(
-            (r.n_steps * np.maximum(r.kv_read_s, r.attention_s)).sum() / r.duration_s.sum()
-        )
+        return float(r.attention_max_s.sum() / r.duration_s.sum())
 
     acc = json.loads((out / "summary.json").read_text())["accuracy"]
     assert acc["not_measured"]["attention"] == pytest.approx(share(ran), rel=1e-9)

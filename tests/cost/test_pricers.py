@@ -120,6 +120,15 @@ def test_a_run_of_k_steps_is_its_k_steps_for_every_pricer(name, async_on, works,
     one_by_one = [total(p, step(work, i)) for i in range(steps)]
     assert run.tolist() == one_by_one
     assert all(t > 0 for t in one_by_one)
+    if name not in LOCKSTEP:  # each step's attention seconds, by the same code (issue 25)
+        durations, att = p.price_run_attention(work, steps)
+        assert durations.tolist() == one_by_one and att.shape == (steps,) and att.dtype == np.float64
+        assert att.tolist() == [attention(p.price(step(work, i))) for i in range(steps)]
+
+
+def attention(cost) -> float:
+    """A breakdown's attention seconds: the larger of its KV read and attention FLOPs."""
+    return max(cost.kv_read_s, cost.attention_s)
 
 
 @settings(max_examples=40, deadline=None)
@@ -139,6 +148,9 @@ def test_a_run_of_one_step_is_the_step_for_any_batch(name, async_on, n_decode, c
     assert p.price_run(work, 1).tolist() == [p.price(work).total_s]
     # the seconds alone (no breakdown), as the engine asks for a run's later steps
     assert p.price_s(work) == p.price(work).total_s
+    # with the step's attention seconds (a run's prefill steps: sim.engine.node)
+    assert p.price_s_attention(work) == (p.price(work).total_s, attention(p.price(work)))
+    assert p.price_run_attention(work, 1)[1].tolist() == [attention(p.price(work))]
 
 
 @functools.cache
@@ -166,6 +178,7 @@ def test_the_prefill_share_from_seconds_is_the_share_from_breakdowns(name, n_dec
     verify = sorted(v for v in verify if v < len(chunks))
     share = prefill_share_s(p.price_s, work, verify)
     assert share == prefill_share(p.price, work, verify)
+    assert p.price_s_attention(work) == (p.price(work).total_s, attention(p.price(work)))  # scaled too
     prompt = tuple(c for i, c in enumerate(chunks) if i not in verify)
     if not prompt:
         assert share == 0.0

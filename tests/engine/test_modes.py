@@ -137,6 +137,13 @@ def test_exact_and_fast_modes_agree(case):
     assert pre_fast == pytest.approx(pre_exact, rel=1e-9)
     if fast.steps.prefill_tokens.sum():
         assert pre_exact > 0
+    _same_attention(fast.steps, exact.steps)
+
+
+def _same_attention(fast, exact) -> None:
+    """A row holds its steps' own attention seconds (issue 25), so the column sums agree."""
+    a, b = fast.attention_max_s.sum(), exact.attention_max_s.sum()
+    assert a == pytest.approx(b, rel=1e-9, abs=1e-15)
 
 
 def test_the_cases_exercise_what_they_claim():
@@ -201,3 +208,4 @@ def test_random_request_mixes_agree_in_both_modes(overrides):
     exact = run("seed_chunked_prefill.yaml", **overrides, **{"engine.exact": True})
     assert_same_summary(fast.summary, exact.summary)
     assert_same_frame(fast.requests, exact.requests)
+    _same_attention(fast.steps, exact.steps)
