@@ -124,6 +124,13 @@ class KVManager:
         self._missed_at = (0, 0, -1)
         self.repeated_misses = 0  # admissions answered that way (a statistic, not an output)
         self.forks_failed = 0  # forks that did not fit (the child recomputes)
+        #: when a prefix cache may show an admitted request's new KV to look-ups
+        #: (``Allocator.publish_rule``): "scheduled" (vLLM V1), "computed" (SGLang), None
+        #: (no prefix cache: nothing is held back)
+        self.publish_rule = allocator.publish_rule if self.uses_content else None
+        #: requests whose sequence's new KV is held back from look-ups until ``scheduled``
+        #: or ``computed`` publishes it (admission order)
+        self._behind: dict[Hashable, KVRequest] = {}
 
     # ------------------------------------------------------------ what it holds
     @property
@@ -192,8 +199,11 @@ class KVManager:
             if held >= n:
                 raise InvariantError(f"{req!r}: sequence holds {held} tokens, request has {n}")
             content = req.content_slice(held, n) if self.uses_content else None
-            if not alloc.append(seq, n - held, content=content):
+            hold = self.publish_rule is not None
+            if not alloc.append(seq, n - held, content=content, hold_back=hold):
                 return False
+            if hold:
+                self._behind[seq] = req
             self.ledger.track(seq)
             if req.admitted_s is None and req.preemptions == 0:
                 req.held_tokens = held
@@ -209,10 +219,13 @@ class KVManager:
             self.repeated_misses += 1  # nothing changed since it missed: it misses again
             return False
         content = req.content_slice(0, n) if self.uses_content else None
-        result = alloc.allocate(seq, n, content=content, final_tokens=final)
+        hold = self.publish_rule is not None
+        result = alloc.allocate(seq, n, content=content, final_tokens=final, hold_back=hold)
         if not result:
             self._missed, self._missed_at = req, (n, final, alloc.changes)
             return False
+        if hold:
+            self._behind[seq] = req
         self.ledger.track(seq)
         matched = min(result.matched_tokens, n - 1)
         req.num_computed = max(matched, self._remote(req, n))
@@ -223,6 +236,45 @@ class KVManager:
             req.lookup_tokens += n
             req.hit_tokens += matched
         return True
+
+    # ---------------------------------------------------------- publication
+    def scheduled(self, req: KVRequest, tokens: int) -> None:
+        """The scheduler scheduled ``req`` up to ``tokens`` tokens this step (computed plus
+        new). Under the "scheduled" rule (vLLM V1: ``cache_blocks`` inside
+        ``allocate_slots``) the full blocks those tokens fill become visible to look-ups
+        now, before the next request of the same pass looks up; else nothing changes."""
+        if self.publish_rule == "scheduled" and req.seq_id in self._behind:
+            self._publish(req.seq_id, min(tokens, req.num_tokens))
+
+    def computed(self) -> None:
+        """A step (or a run of steps) was committed: each held-back request's computed
+        tokens have their KV, so look-ups see their full blocks from now on (SGLang's
+        ``cache_unfinished_req`` after a chunk's forward; under the "scheduled" rule a
+        run's later chunks, scheduled without a decision). The engine calls it at the end
+        of every step, before a finished request's KV is released or held."""
+        behind = self._behind
+        if behind:
+            for seq, req in list(behind.items()):
+                self._publish(seq, req.num_computed)
+
+    @property
+    def holds_back(self) -> bool:
+        """Some admitted request's KV is still held back from look-ups."""
+        return bool(self._behind)
+
+    def publishes_late(self, req: KVRequest) -> bool:
+        """Whether ``req``'s KV is held back until its step is computed (the "computed"
+        rule): a run of steps must then end where its prompt does (the blocks its decodes
+        fill would be stamped at the run's end, not at each fill)."""
+        return self.publish_rule == "computed" and req.seq_id in self._behind
+
+    def is_behind(self, req: KVRequest) -> bool:
+        """Whether some of ``req``'s KV is still held back from look-ups."""
+        return req.seq_id in self._behind
+
+    def _publish(self, seq: Hashable, tokens: int) -> None:
+        if not self.alloc.is_live(seq) or self.alloc.publish(seq, tokens):
+            del self._behind[seq]  # (nothing held back any more)
 
     @staticmethod
     def _remote(req: KVRequest, n: int) -> int:
@@ -345,6 +397,7 @@ class KVManager:
     def _free(self, seq: Hashable, uncache: bool = False) -> None:
         self.ledger.untrack(seq)
         self._retain.pop(seq, None)
+        self._behind.pop(seq, None)  # what it held back is freed, never cached
         if not self.alloc.is_live(seq):
             return
         if uncache:

@@ -96,6 +96,7 @@ class VllmV1Scheduler(Scheduler):
     name = "vllm_v1"
     Config = VllmV1Config
     supports_runs = True
+    publishes_scheduled = True
     supports_speculative = True
     config: VllmV1Config
 
@@ -167,11 +168,14 @@ class VllmV1Scheduler(Scheduler):
         if chunks is None:
             return None
         req, n_pre = plan.scheduled[-1][0], len(chunks)
+        if plan.waiting_blocked and n_pre > 1 and self.kv.is_behind(req):
+            return None  # its next chunk's KV, once seen, may let the head of waiting fit
         left = req.output_limit - req.num_output  # tokens still to sample
         late = (
             sum(chunks) == req.num_tokens - req.num_computed
             and n_pre < k
             and left > 1
+            and not self.kv.publishes_late(req)
             and self.decodes_stay_alone(plan, plan.n_decode + 1)
         )
         k = min(k, n_pre + left - 1) if late else min(k, n_pre)
@@ -190,7 +194,7 @@ class VllmV1Scheduler(Scheduler):
         return n
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
-        running, spec = self.running, self.speculative is not None
+        running, spec, kv = self.running, self.speculative is not None, self.kv
         i = 0
         while i < len(running) and budget > 0:
             j = i if spec else _decodes_from(running, i, min(len(running), i + budget))
@@ -216,12 +220,13 @@ class VllmV1Scheduler(Scheduler):
             slots = n
             if spec and req.is_decode:
                 n, slots = self._verify(req, budget)
-            if not self.kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
+            if not kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
                 req, slots, plan
             ):
                 req.spec_drafts = 0
                 break
             _add(plan, req, n)
+            kv.scheduled(req, req.num_computed + n)  # (a prefill chunk: vLLM caches its blocks)
             if req.spec_drafts:
                 plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
                 plan.verify_seqs += 1
@@ -287,6 +292,7 @@ class VllmV1Scheduler(Scheduler):
             req.status = RUNNING
             plan.admitted.append(req)
             _add(plan, req, n)
+            kv.scheduled(req, req.num_computed + n)  # before the next request looks up
             budget -= n
 
     # ------------------------------------------------------------------ runs
