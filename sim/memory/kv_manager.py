@@ -7,7 +7,9 @@ request, preemption (drop and recompute), forks, releases, the memory side of a 
 (the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, called only by the
 engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
 one accumulator per pause key, per owner and in total), pressure relief
-(``drop_paused``/``drop_idle``), and the memory side of the engine's fast path. Appends
+(``drop_paused``/``drop_idle``), publication (a prefix cache sees an admitted request's
+new KV only once ``scheduled`` or ``computed`` publishes it, by the allocator's
+``publish_rule``), and the memory side of the engine's fast path. Appends
 that fit in capacity a sequence already holds are deferred (``sim.memory.deferred``);
 ``metrics()`` reports the allocator as if they had been made. Callers above memory use
 only this object, never its allocator (a test checks it).
@@ -23,7 +25,8 @@ a block shared by several counts once per sequence), and the allocator marks exa
 held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots);
 ``paused_side_bytes`` = the held sequences' side-group bytes (a hybrid model's windows,
 chunks, states; 0 for a dense model); held token-seconds only grow; every operation that fails (a miss) leaves the allocator
-unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
+unchanged; the deferred ledger's own invariants (``DeferredAppends.check``); a request
+whose KV is held back from look-ups (``_behind``) has a live sequence.
 """
 
 from __future__ import annotations
@@ -559,6 +562,9 @@ class KVManager:
         """The allocator's own books, the deferred ledger's and the held set's."""
         self.alloc.check_invariants()
         self.ledger.check()
+        for seq in self._behind:
+            if not self.alloc.is_live(seq):
+                raise InvariantError(f"held-back sequence {seq!r} is not live")
         total = 0
         for seq, held in self.paused.items():
             if not self.alloc.is_live(seq):

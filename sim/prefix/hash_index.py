@@ -8,7 +8,10 @@ F19), look up the longest run of leading cached hashes at admission, cap it so a
 prompt token is computed (``(n - 1) // B`` blocks: a fully cached prompt recomputes its
 last block), let the core touch the hits and take new blocks from the head of the free
 queue (evicting their hashes), cache blocks as they fill (the prompt's at admission,
-generated ones on ``append`` with ``content=``); the core frees a finished sequence tail
+generated ones on ``append`` with ``content=``), or, for content held back
+(``hold_back``: the engine's admissions), as ``publish`` says the step that fills them
+was scheduled (``publish_rule = "scheduled"``: vLLM's ``cache_blocks`` inside
+``allocate_slots``); the core frees a finished sequence tail
 first to the tail of the queue. Sharing is whole blocks only (vLLM has no partial-tail
 copy). It is the ``paged`` design with ``prefix_caching: hash``.
 
@@ -48,7 +51,9 @@ record keeps its sequence's live table and counts its appends' full blocks; whil
 sequence's content is known, the part hashed so far (its tokens before its pending pieces)
 has one hash per full block, each block of its table carries its hash in the pool, the
 last hash chains from the one before over the last full block's content, and the unhashed
-tail is its content past that block.
+tail is its content past that block; a held-back sequence's blocks past its published
+ones carry no hash of its own (another table may have published the same block); a
+hold outlives no operation.
 """
 
 from __future__ import annotations

@@ -14,7 +14,10 @@ Semantics:
   block (``cow_copies``/``cow_tail_copies`` += 1, ``bytes_copied`` += their KV bytes).
   The result is truthy on success and carries ``matched_tokens`` = tokens served.
 - Full blocks enter the tree as soon as they are full: the prompt's at admission, generated
-  tokens' as ``append(seq, n, content=spans)`` fills them. Content already in the tree
+  tokens' as ``append(seq, n, content=spans)`` fills them; content held back
+  (``hold_back``: the engine's admissions) enters as ``publish`` says its KV was computed
+  (``publish_rule = "computed"``: SGLang inserts a chunk after its forward,
+  ``cache_unfinished_req``), stamped then; until then it is the sequence's own. Content already in the tree
   (held in other blocks) keeps the tree's copy; the sequence's duplicate stays private.
   Tokens appended without content end the sequence's cacheable content.
 - The lazy leaf: blocks that would lengthen the sequence's own leaf in place (a leaf only
@@ -53,7 +56,8 @@ Invariants (``check``): the tree's own; the ledger's; a block is retained by the
 exactly when the tree owns it; every tree block with refcount > 0 lies on a locked path;
 every node's lock count = live sequences pinning it or a descendant (+1 for the root);
 cached blocks = tree blocks with refcount 0; each waiting record marks its sequence's leaf
-and covers full blocks of its live table past that leaf's end (``_check_waiting``).
+and covers full blocks of its live table past that leaf's end (``_check_waiting``); a
+held-back sequence caches nothing past its limit, short of its tokens (``_check_limits``).
 """
 
 from __future__ import annotations
