@@ -443,12 +443,9 @@ class Node:
             return None
         chunks = lim.chunks
         late = (plan.scheduled[-1][0], len(chunks)) if lim.late else None
-        if late is not None and chunks is not None and self.kv.publishes_late(late[0]):
-            late, k = None, min(k, len(chunks))  # its prompt is seen at its end: the run ends
-            if k <= 1:
-                return None
         if plan.decodes or late:
-            mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late)
+            prefill = plan.scheduled[-1][0] if chunks is not None else None
+            mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late, prefill)
             k = 1 + mem.steps
             if k == 1:
                 return None

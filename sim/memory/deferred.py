@@ -20,7 +20,7 @@ be copied on the next write, so ``room`` is 0 then); ``pending_tokens`` = sum of
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import attrgetter
@@ -203,8 +203,10 @@ class DeferredAppends:
         max_steps: int,
         base_allocated: float,
         late: tuple[Any, int] | None = None,
+        evict: bool = True,
     ) -> DecodeRun:
-        """How many more steps, each appending one token per request, fit in memory.
+        """How many more steps, each appending one token per request, fit in memory
+        (``evict`` False: in free blocks alone, no cached block evicted).
 
         ``late = (request, first)``: one more request that appends only from remaining
         step ``first`` on (a prompt that finishes its prefill inside the run). A run stops
@@ -264,7 +266,8 @@ class DeferredAppends:
             for r in range(late[1] - 1 + late_room, max_steps, bs):
                 per_step[r] += 1
         taken = list(accumulate(per_step))
-        steps = bisect_right(taken, self.alloc.available_blocks())
+        have = self.alloc.available_blocks() if evict else self.alloc.free_blocks
+        steps = bisect_right(taken, have)
         block_bytes = bs * self.alloc.kv_bytes_per_token
         return DecodeRun(steps, [base_allocated + t * block_bytes for t in taken[:steps]])
 
@@ -283,9 +286,13 @@ class DeferredAppends:
         starts: Sequence[float],
         set_time,
         late: tuple[Any, int] | None = None,
+        publish: Callable[[], None] | None = None,
     ) -> None:
         """Append ``steps`` tokens to each request's sequence, as ``grow`` would have
         (and ``steps - first + 1`` to the ``late`` one, from remaining step ``first``).
+        ``publish``: called at ``starts[first]`` before that step's appends (the late
+        request's prompt was computed at the end of the step before: a prefix cache that
+        publishes computed KV sees it then), which makes the appends go in step order.
 
         ``starts[i]`` is the start of the run's step ``i`` (step 0 was grown normally).
         Without content, order and timing cannot matter: each sequence gets at most one
@@ -297,6 +304,8 @@ class DeferredAppends:
         plan = [(req, 1) for req in requests]
         if late is not None and late[1] <= steps:
             plan.append(late)
+        else:
+            publish = None  # its prompt is done at the run's end: the commit publishes it
         if not self.uses_content or self.alloc.block_size is None:
             self._grow_by(requests, steps)
             if late is not None and late[1] <= steps:
@@ -322,24 +331,35 @@ class DeferredAppends:
                 last_new = new + (steps - new) // bs * bs if new <= steps else 0
                 last_fill = fill + (steps - fill) // bs * bs if fill <= steps else 0
                 todo.append((last_fill, j, max(last_new, last_fill), new, fill))
-        if todo and not self._apply_in_bulk(plan, bases, todo, starts, set_time):
+        if publish is not None:
+            assert late is not None
+            self._apply_in_order(plan, bases, todo, steps, starts, set_time, (late[1], publish))
+        elif todo and not self._apply_in_bulk(plan, bases, todo, starts, set_time):
             self._apply_in_order(plan, bases, todo, steps, starts, set_time)
         # what is left of the run stays pending
         self._grow_needs([req for req, _ in plan],
                          [bases[j] + steps - total[req.seq_id] for j, (req, _) in enumerate(plan)])  # fmt: skip
 
-    def _apply_in_order(self, plan, bases, todo, steps: int, starts, set_time) -> None:
+    def _apply_in_order(
+        self, plan, bases, todo, steps: int, starts, set_time, publish=None
+    ) -> None:
         """``apply_run``'s appends in step order: every new block and every block fill of
         the sequences in ``todo`` at its step's start, sequences in plan order within a
-        step (what stepping would do)."""
+        step (what stepping would do); ``publish = (step, call)``: the call at that step's
+        start, before its appends (what the commit of the step before would do)."""
         bs = self.alloc.block_size
         events = [(i, t[1]) for t in todo for e in t[3:] for i in range(e, steps + 1, bs)]
+        if publish is not None:
+            events.append((publish[0], -1))
         events.sort()
         step = -1
         for i, j in events:
             if i != step:
                 set_time(float(starts[i]))
                 step = i
+            if j < 0:
+                publish[1]()
+                continue
             self._append_upto(plan[j][0], bases[j] + i)
 
     def _apply_in_bulk(self, plan, bases, todo, starts, set_time) -> bool:

@@ -267,8 +267,8 @@ class KVManager:
 
     def publishes_late(self, req: KVRequest) -> bool:
         """Whether ``req``'s KV is held back until its step is computed (the "computed"
-        rule): a run of steps must then end where its prompt does (the blocks its decodes
-        fill would be stamped at the run's end, not at each fill)."""
+        rule): a run of steps publishes it where its prompt ends (``apply_decode_run``)
+        and evicts nothing meanwhile (``plan_decode_run``)."""
         return self.publish_rule == "computed" and req.seq_id in self._behind
 
     def is_behind(self, req: KVRequest) -> bool:
@@ -541,12 +541,16 @@ class KVManager:
         max_steps: int,
         base_allocated: float | None = None,
         late: tuple[Any, int] | None = None,
+        prefill: Any = None,
     ) -> DecodeRun:
         """How many more decode steps of ``requests`` (and of ``late`` from its first
-        step on) memory allows (see ``deferred``)."""
+        step on) memory allows (see ``deferred``). ``prefill``: the run's prefill, if
+        any; while its KV is held back until computed, the run evicts nothing (its chunks,
+        published step by step, may lock cached blocks that an eviction would take)."""
         if base_allocated is None:
             base_allocated = self.alloc.metrics().allocated_bytes
-        return self.ledger.plan_run(requests, max_steps, base_allocated, late)
+        evict = prefill is None or not self.publishes_late(prefill)
+        return self.ledger.plan_run(requests, max_steps, base_allocated, late, evict)
 
     def apply_decode_run(
         self,
@@ -555,8 +559,15 @@ class KVManager:
         starts: Sequence[float],
         late: tuple[Any, int] | None = None,
     ) -> None:
-        """Append one token per step to each request's sequence, as ``grow`` would have."""
-        self.ledger.apply_run(requests, steps, starts, self.set_time, late)
+        """Append one token per step to each request's sequence, as ``grow`` would have;
+        a ``late`` request whose KV is published once computed is published at the start
+        of its first decode step (its prompt's last chunk ended there), as the commit of
+        the step before would."""
+        publish = None
+        if late is not None and self.publishes_late(late[0]):
+            req = late[0]
+            publish = lambda: self._publish(req.seq_id, req.num_tokens)  # noqa: E731
+        self.ledger.apply_run(requests, steps, starts, self.set_time, late, publish)
 
     def check_invariants(self) -> None:
         """The allocator's own books, the deferred ledger's and the held set's."""

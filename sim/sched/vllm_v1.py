@@ -179,7 +179,6 @@ class VllmV1Scheduler(Scheduler):
             sum(chunks) == req.num_tokens - req.num_computed
             and n_pre < k
             and left > 1
-            and not self.kv.publishes_late(req)
             and self.decodes_stay_alone(plan, plan.n_decode + 1)
         )
         k = min(k, n_pre + left - 1) if late else min(k, n_pre)
