@@ -253,8 +253,9 @@ class KVManager:
         """A step (or a run of steps) was committed: each held-back request's computed
         tokens have their KV, so look-ups see their full blocks from now on (SGLang's
         ``cache_unfinished_req`` after a chunk's forward; under the "scheduled" rule a
-        run's later chunks, scheduled without a decision). The engine calls it at the end
-        of every step, before a finished request's KV is released or held."""
+        run's later chunks, scheduled without a decision). ``sim.sched.Scheduler`` calls it
+        after every commit (the engine has set the clock to the step's end), before the
+        engine releases or holds a finished request's KV."""
         behind = self._behind
         if behind:
             for seq, req in list(behind.items()):

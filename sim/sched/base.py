@@ -18,6 +18,10 @@ priced step (copies, cudaMalloc/cudaFree calls) on the next plan that runs a ste
 the cost model prices it. A scheduler that relieves itself (``vllm_v1`` does, before
 admitting), or collects the activity onto a plan that runs a step, changes nothing: both
 are idempotent.
+Publication to a prefix cache is the base class's too: after every ``commit`` the KV
+manager publishes what was computed (``KVManager.computed``), and under vLLM's rule a
+scheduler that does not tell the KV manager as it schedules (``publishes_scheduled``)
+has its plan's scheduled tokens published once the plan is made.
 ``tests/sched/test_protocol.py`` runs scenarios with minimal schedulers written only to
 this contract, one of them under memory pressure on a copying allocator.
 
@@ -128,9 +132,10 @@ class Scheduler(ABC):
         if plan.empty and not self.running and self.waiting and not plan.held_drops:
             if not plan.rejected and not plan.preempted:
                 self.relieve(plan, self.waiting[0], reject=False)
-        if not self.publishes_scheduled and self.kv.holds_back:
+        kv = self.kv
+        if not self.publishes_scheduled and kv.holds_back and kv.publish_rule == "scheduled":
             for req, n in plan.scheduled:  # (idempotent: what is seen stays seen)
-                self.kv.scheduled(req, req.num_computed + n)
+                kv.scheduled(req, req.num_computed + n)
         if not plan.empty:  # a decision that runs no step prices nothing: its activity
             copied, calls = self.kv.take_step_activity()  # waits for the next step
             plan.copy_bytes += copied
