@@ -292,7 +292,8 @@ class DeferredAppends:
         (and ``steps - first + 1`` to the ``late`` one, from remaining step ``first``).
         ``publish``: called at ``starts[first]`` before that step's appends (the late
         request's prompt was computed at the end of the step before: a prefix cache that
-        publishes computed KV sees it then), which makes the appends go in step order.
+        publishes computed KV sees it then); the appends before and after it go in two
+        windows, each in bulk where the allocator takes it so.
 
         ``starts[i]`` is the start of the run's step ``i`` (step 0 was grown normally).
         Without content, order and timing cannot matter: each sequence gets at most one
@@ -313,53 +314,62 @@ class DeferredAppends:
                 if not self.grow(req, self.total[req.seq_id] + steps - late[1] + 1):
                     raise InvariantError(f"fast path: planned growth of {req!r} missed")
             return
-        bs = self.alloc.block_size
-        total, room = self.total, self.room
-        bases = []  # each sequence's tokens "before step 1"
-        # the sequences with an event in the run: (its last block fill, its index in the
-        # plan, its last event, its first new block, its first block fill); a sequence's
-        # fills come bs - 1 steps after its new blocks (at its first step when its room is
-        # 0), and each repeats every bs steps
-        todo = []
-        for j, (req, first) in enumerate(plan):
-            seq = req.seq_id
-            r = room[seq]
-            bases.append(total[seq] - first + 1)
-            new = first + r
-            fill = new - 1 if r else new + bs - 1
-            if new <= steps or fill <= steps:
-                last_new = new + (steps - new) // bs * bs if new <= steps else 0
-                last_fill = fill + (steps - fill) // bs * bs if fill <= steps else 0
-                todo.append((last_fill, j, max(last_new, last_fill), new, fill))
-        if publish is not None:
+        total = self.total
+        bases = [total[req.seq_id] - first + 1 for req, first in plan]  # tokens "before step 1"
+        if publish is None:
+            self._apply_window(plan, bases, self._events(plan, 1, steps), steps, starts, set_time)
+        else:  # (both windows' events from the rooms before any append)
             assert late is not None
-            self._apply_in_order(plan, bases, todo, steps, starts, set_time, (late[1], publish))
-        elif todo and not self._apply_in_bulk(plan, bases, todo, starts, set_time):
-            self._apply_in_order(plan, bases, todo, steps, starts, set_time)
+            f = late[1]
+            early, later = self._events(plan, 1, f - 1), self._events(plan, f, steps)
+            self._apply_window(plan, bases, early, f - 1, starts, set_time)
+            set_time(float(starts[f]))
+            publish()
+            self._apply_window(plan, bases, later, steps, starts, set_time)
         # what is left of the run stays pending
         self._grow_needs([req for req, _ in plan],
                          [bases[j] + steps - total[req.seq_id] for j, (req, _) in enumerate(plan)])  # fmt: skip
 
-    def _apply_in_order(
-        self, plan, bases, todo, steps: int, starts, set_time, publish=None
-    ) -> None:
+    def _events(self, plan, lo: int, hi: int) -> list[tuple[int, int, int, int, int]]:
+        """The sequences with an event in steps ``lo..hi`` of the run: (its last block
+        fill there or 0, its index in the plan, its last event there, its first new block
+        and its first block fill from ``lo`` on); a sequence's fills come bs - 1 steps
+        after its new blocks (at its first step when its room is 0), and each repeats
+        every bs steps. Read from the rooms before the run's appends."""
+        bs, room = self.alloc.block_size, self.room
+        todo = []
+        for j, (req, first) in enumerate(plan):
+            r = room[req.seq_id]
+            new = first + r
+            fill = new - 1 if r else new + bs - 1
+            if new < lo:
+                new += -(-(lo - new) // bs) * bs
+            if fill < lo:
+                fill += -(-(lo - fill) // bs) * bs
+            if new <= hi or fill <= hi:
+                last_new = new + (hi - new) // bs * bs if new <= hi else 0
+                last_fill = fill + (hi - fill) // bs * bs if fill <= hi else 0
+                todo.append((last_fill, j, max(last_new, last_fill), new, fill))
+        return todo
+
+    def _apply_window(self, plan, bases, todo, steps: int, starts, set_time) -> None:
+        """The events ``todo`` (``_events``, up to step ``steps``): in bulk where the
+        allocator takes them so, else in step order."""
+        if todo and not self._apply_in_bulk(plan, bases, todo, starts, set_time):
+            self._apply_in_order(plan, bases, todo, steps, starts, set_time)
+
+    def _apply_in_order(self, plan, bases, todo, steps: int, starts, set_time) -> None:
         """``apply_run``'s appends in step order: every new block and every block fill of
         the sequences in ``todo`` at its step's start, sequences in plan order within a
-        step (what stepping would do); ``publish = (step, call)``: the call at that step's
-        start, before its appends (what the commit of the step before would do)."""
+        step (what stepping would do)."""
         bs = self.alloc.block_size
         events = [(i, t[1]) for t in todo for e in t[3:] for i in range(e, steps + 1, bs)]
-        if publish is not None:
-            events.append((publish[0], -1))
         events.sort()
         step = -1
         for i, j in events:
             if i != step:
                 set_time(float(starts[i]))
                 step = i
-            if j < 0:
-                publish[1]()
-                continue
             self._append_upto(plan[j][0], bases[j] + i)
 
     def _apply_in_bulk(self, plan, bases, todo, starts, set_time) -> bool:
