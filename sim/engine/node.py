@@ -452,7 +452,8 @@ class Node:
         chunks = lim.chunks
         late = (plan.scheduled[-1][0], len(chunks)) if lim.late else None
         if plan.decodes or late:
-            mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late)
+            prefill = plan.scheduled[-1][0] if chunks is not None else None
+            mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late, prefill)
             k = 1 + mem.steps
             if k == 1:
                 return None
@@ -591,6 +592,8 @@ class Node:
                 rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run, n_pre))
         probe = plan.scheduled[0][0]  # a step with no token sampled still computes some
         computed = probe.num_computed
+        end = float(ends[-1])
+        kv.set_time(end)  # (the commit publishes computed KV: a prefix cache stamps it now)
         result = self.sched.commit(plan, k)
         if (
             result.emitted
@@ -616,9 +619,7 @@ class Node:
             rec.speculative(result.extra_tokens, result.drafts, result.wasted_tokens, plan.verify_seqs)
         for req, first in result.emitted_from:
             rec.emit([req], s0 + first, k - first)
-        end = float(ends[-1])
         self.last_step_s = end - (float(ends[-2]) if k > 1 else start)
-        kv.set_time(end)
         for req in result.finished:
             req.finish_s = end
             if req.last_turn:

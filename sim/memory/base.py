@@ -227,6 +227,27 @@ class Allocator(ABC):
         """A live sequence's retain priority (an agent hint): a prefix cache evicts its
         blocks, once released, after those of lower priority; no-op without a cache."""
 
+    #: when a prefix cache lets look-ups see KV held back by ``hold_back`` (the engine's
+    #: caller publishes it): ``"scheduled"`` (vLLM V1: ``cache_blocks`` in
+    #: ``allocate_slots``, as the step that fills a block is scheduled), ``"computed"``
+    #: (SGLang: the radix tree takes a chunk once its forward ran); None: no prefix cache,
+    #: nothing is ever held back
+    publish_rule: str | None = None
+
+    def publish(self, seq_id: Hashable, tokens: int) -> bool:
+        """Let look-ups see the first ``tokens`` tokens (whole blocks) of ``seq_id`` that
+        ``hold_back`` kept from them; True when nothing of it is held back any more (its
+        later appends are then seen as their blocks fill). Here nothing is ever held."""
+        return True
+
+    def _hold_back(self, seq_id: Hashable, tokens: int) -> bool:
+        """Keep look-ups from seeing ``seq_id`` past ``tokens`` tokens (``allocate`` and
+        ``append`` with ``hold_back``); True when a hold was set by this call. No-op here."""
+        return False
+
+    def _unhold(self, seq_id: Hashable) -> None:  # noqa: B027 (an optional ability)
+        """Drop the hold ``_hold_back`` just set: its operation missed, nothing was cached."""
+
     def free_uncached(self, seq_id: Hashable) -> None:
         """Free a sequence and drop its context from a prefix cache too (a pause dropped for
         recompute that must really recompute); a kind without a cache just frees it."""
@@ -263,6 +284,7 @@ class Allocator(ABC):
         *,
         content: Any = None,
         final_tokens: int | None = None,
+        hold_back: bool = False,
     ) -> AllocResult:
         """Admit ``seq_id`` with an ``n_tokens`` prompt; falsy result = does not fit.
 
@@ -270,15 +292,20 @@ class Allocator(ABC):
         output it may generate; None = unknown): a kind with a reservation policy turns it
         into the size it reserves now (``contiguous``/``buddy`` ``reservation``: Orca's
         window, next power of two, or exact oracle); every other kind ignores it.
+        ``hold_back``: a prefix cache caches none of the prompt past its hit until
+        ``publish`` says its KV is there (the engine's rule, ``publish_rule``).
         """
         n = _count(n_tokens, "allocate", minimum=1)
         if seq_id in self._tokens:
             raise LiveSequenceError(f"{self.kind}: allocate: sequence {seq_id!r} is already live")
+        held = hold_back and self._hold_back(seq_id, 0)
         if final_tokens is None:
             result = self._allocate(seq_id, n, content)
         else:
             final = _count(final_tokens, "allocate (final_tokens)", minimum=1)
             result = self._allocate_reserved(seq_id, n, content, final)
+        if not result and held:
+            self._unhold(seq_id)
         if result:
             self.changes += 1
             self._tokens[seq_id] = n
@@ -288,11 +315,22 @@ class Allocator(ABC):
             self._note_peak(self._allocated_bytes())
         return result
 
-    def append(self, seq_id: Hashable, n_tokens: int = 1, *, content: Any = None) -> bool:
-        """Write ``n_tokens`` more tokens; False = does not fit (nothing changed)."""
+    def append(
+        self, seq_id: Hashable, n_tokens: int = 1, *, content: Any = None, hold_back: bool = False
+    ) -> bool:
+        """Write ``n_tokens`` more tokens; False = does not fit (nothing changed).
+        ``hold_back``: a prefix cache caches none of them until ``publish``."""
         tokens = self._tokens.get(seq_id)
         if tokens is None:
             raise self._unknown("append", seq_id)
+        if hold_back:
+            held = self._hold_back(seq_id, tokens)
+            try:
+                ok = self.append(seq_id, n_tokens, content=content)
+            finally:
+                if held and seq_id in self._tokens and self._tokens[seq_id] == tokens:
+                    self._unhold(seq_id)  # it missed (or raised): nothing was cached
+            return ok
         if self._held and seq_id in self._held:  # rare: the KV manager never grows one
             return self._append_held(seq_id, n_tokens, content)
         if n_tokens.__class__ is int and n_tokens > 0:  # the hot path: skip the full check

@@ -20,7 +20,7 @@ be copied on the next write, so ``room`` is 0 then); ``pending_tokens`` = sum of
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import attrgetter
@@ -203,8 +203,10 @@ class DeferredAppends:
         max_steps: int,
         base_allocated: float,
         late: tuple[Any, int] | None = None,
+        evict: bool = True,
     ) -> DecodeRun:
-        """How many more steps, each appending one token per request, fit in memory.
+        """How many more steps, each appending one token per request, fit in memory
+        (``evict`` False: in free blocks alone, no cached block evicted).
 
         ``late = (request, first)``: one more request that appends only from remaining
         step ``first`` on (a prompt that finishes its prefill inside the run). A run stops
@@ -264,7 +266,8 @@ class DeferredAppends:
             for r in range(late[1] - 1 + late_room, max_steps, bs):
                 per_step[r] += 1
         taken = list(accumulate(per_step))
-        steps = bisect_right(taken, self.alloc.available_blocks())
+        have = self.alloc.available_blocks() if evict else self.alloc.free_blocks
+        steps = bisect_right(taken, have)
         block_bytes = bs * self.alloc.kv_bytes_per_token
         return DecodeRun(steps, [base_allocated + t * block_bytes for t in taken[:steps]])
 
@@ -283,9 +286,14 @@ class DeferredAppends:
         starts: Sequence[float],
         set_time,
         late: tuple[Any, int] | None = None,
+        publish: Callable[[], None] | None = None,
     ) -> None:
         """Append ``steps`` tokens to each request's sequence, as ``grow`` would have
         (and ``steps - first + 1`` to the ``late`` one, from remaining step ``first``).
+        ``publish``: called at ``starts[first]`` before that step's appends (the late
+        request's prompt was computed at the end of the step before: a prefix cache that
+        publishes computed KV sees it then); the appends before and after it go in two
+        windows, each in bulk where the allocator takes it so.
 
         ``starts[i]`` is the start of the run's step ``i`` (step 0 was grown normally).
         Without content, order and timing cannot matter: each sequence gets at most one
@@ -297,6 +305,8 @@ class DeferredAppends:
         plan = [(req, 1) for req in requests]
         if late is not None and late[1] <= steps:
             plan.append(late)
+        else:
+            publish = None  # its prompt is done at the run's end: the commit publishes it
         if not self.uses_content or self.alloc.block_size is None:
             self._grow_by(requests, steps)
             if late is not None and late[1] <= steps:
@@ -304,29 +314,49 @@ class DeferredAppends:
                 if not self.grow(req, self.total[req.seq_id] + steps - late[1] + 1):
                     raise InvariantError(f"fast path: planned growth of {req!r} missed")
             return
-        bs = self.alloc.block_size
-        total, room = self.total, self.room
-        bases = []  # each sequence's tokens "before step 1"
-        # the sequences with an event in the run: (its last block fill, its index in the
-        # plan, its last event, its first new block, its first block fill); a sequence's
-        # fills come bs - 1 steps after its new blocks (at its first step when its room is
-        # 0), and each repeats every bs steps
-        todo = []
-        for j, (req, first) in enumerate(plan):
-            seq = req.seq_id
-            r = room[seq]
-            bases.append(total[seq] - first + 1)
-            new = first + r
-            fill = new - 1 if r else new + bs - 1
-            if new <= steps or fill <= steps:
-                last_new = new + (steps - new) // bs * bs if new <= steps else 0
-                last_fill = fill + (steps - fill) // bs * bs if fill <= steps else 0
-                todo.append((last_fill, j, max(last_new, last_fill), new, fill))
-        if todo and not self._apply_in_bulk(plan, bases, todo, starts, set_time):
-            self._apply_in_order(plan, bases, todo, steps, starts, set_time)
+        total = self.total
+        bases = [total[req.seq_id] - first + 1 for req, first in plan]  # tokens "before step 1"
+        if publish is None:
+            self._apply_window(plan, bases, self._events(plan, 1, steps), steps, starts, set_time)
+        else:  # (both windows' events from the rooms before any append)
+            assert late is not None
+            f = late[1]
+            early, later = self._events(plan, 1, f - 1), self._events(plan, f, steps)
+            self._apply_window(plan, bases, early, f - 1, starts, set_time)
+            set_time(float(starts[f]))
+            publish()
+            self._apply_window(plan, bases, later, steps, starts, set_time)
         # what is left of the run stays pending
         self._grow_needs([req for req, _ in plan],
                          [bases[j] + steps - total[req.seq_id] for j, (req, _) in enumerate(plan)])  # fmt: skip
+
+    def _events(self, plan, lo: int, hi: int) -> list[tuple[int, int, int, int, int]]:
+        """The sequences with an event in steps ``lo..hi`` of the run: (its last block
+        fill there or 0, its index in the plan, its last event there, its first new block
+        and its first block fill from ``lo`` on); a sequence's fills come bs - 1 steps
+        after its new blocks (at its first step when its room is 0), and each repeats
+        every bs steps. Read from the rooms before the run's appends."""
+        bs, room = self.alloc.block_size, self.room
+        todo = []
+        for j, (req, first) in enumerate(plan):
+            r = room[req.seq_id]
+            new = first + r
+            fill = new - 1 if r else new + bs - 1
+            if new < lo:
+                new += -(-(lo - new) // bs) * bs
+            if fill < lo:
+                fill += -(-(lo - fill) // bs) * bs
+            if new <= hi or fill <= hi:
+                last_new = new + (hi - new) // bs * bs if new <= hi else 0
+                last_fill = fill + (hi - fill) // bs * bs if fill <= hi else 0
+                todo.append((last_fill, j, max(last_new, last_fill), new, fill))
+        return todo
+
+    def _apply_window(self, plan, bases, todo, steps: int, starts, set_time) -> None:
+        """The events ``todo`` (``_events``, up to step ``steps``): in bulk where the
+        allocator takes them so, else in step order."""
+        if todo and not self._apply_in_bulk(plan, bases, todo, starts, set_time):
+            self._apply_in_order(plan, bases, todo, steps, starts, set_time)
 
     def _apply_in_order(self, plan, bases, todo, steps: int, starts, set_time) -> None:
         """``apply_run``'s appends in step order: every new block and every block fill of

@@ -7,7 +7,9 @@ request, preemption (drop and recompute), forks, releases, the memory side of a 
 (the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, called only by the
 engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
 one accumulator per pause key, per owner and in total), pressure relief
-(``drop_paused``/``drop_idle``), and the memory side of the engine's fast path. Appends
+(``drop_paused``/``drop_idle``), publication (a prefix cache sees an admitted request's
+new KV only once ``scheduled`` or ``computed`` publishes it, by the allocator's
+``publish_rule``), and the memory side of the engine's fast path. Appends
 that fit in capacity a sequence already holds are deferred (``sim.memory.deferred``);
 ``metrics()`` reports the allocator as if they had been made. Callers above memory use
 only this object, never its allocator (a test checks it).
@@ -23,7 +25,8 @@ a block shared by several counts once per sequence), and the allocator marks exa
 held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots);
 ``paused_side_bytes`` = the held sequences' side-group bytes (a hybrid model's windows,
 chunks, states; 0 for a dense model); held token-seconds only grow; every operation that fails (a miss) leaves the allocator
-unchanged; the deferred ledger's own invariants (``DeferredAppends.check``).
+unchanged; the deferred ledger's own invariants (``DeferredAppends.check``); a request
+whose KV is held back from look-ups (``_behind``) has a live sequence.
 """
 
 from __future__ import annotations
@@ -124,6 +127,13 @@ class KVManager:
         self._missed_at = (0, 0, -1)
         self.repeated_misses = 0  # admissions answered that way (a statistic, not an output)
         self.forks_failed = 0  # forks that did not fit (the child recomputes)
+        #: when a prefix cache may show an admitted request's new KV to look-ups
+        #: (``Allocator.publish_rule``): "scheduled" (vLLM V1), "computed" (SGLang), None
+        #: (no prefix cache: nothing is held back)
+        self.publish_rule = allocator.publish_rule if self.uses_content else None
+        #: requests whose sequence's new KV is held back from look-ups until ``scheduled``
+        #: or ``computed`` publishes it (admission order)
+        self._behind: dict[Hashable, KVRequest] = {}
 
     # ------------------------------------------------------------ what it holds
     @property
@@ -192,8 +202,11 @@ class KVManager:
             if held >= n:
                 raise InvariantError(f"{req!r}: sequence holds {held} tokens, request has {n}")
             content = req.content_slice(held, n) if self.uses_content else None
-            if not alloc.append(seq, n - held, content=content):
+            hold = self.publish_rule is not None
+            if not alloc.append(seq, n - held, content=content, hold_back=hold):
                 return False
+            if hold:
+                self._behind[seq] = req
             self.ledger.track(seq)
             if req.admitted_s is None and req.preemptions == 0:
                 req.held_tokens = held
@@ -209,10 +222,13 @@ class KVManager:
             self.repeated_misses += 1  # nothing changed since it missed: it misses again
             return False
         content = req.content_slice(0, n) if self.uses_content else None
-        result = alloc.allocate(seq, n, content=content, final_tokens=final)
+        hold = self.publish_rule is not None
+        result = alloc.allocate(seq, n, content=content, final_tokens=final, hold_back=hold)
         if not result:
             self._missed, self._missed_at = req, (n, final, alloc.changes)
             return False
+        if hold:
+            self._behind[seq] = req
         self.ledger.track(seq)
         matched = min(result.matched_tokens, n - 1)
         req.num_computed = max(matched, self._remote(req, n))
@@ -223,6 +239,46 @@ class KVManager:
             req.lookup_tokens += n
             req.hit_tokens += matched
         return True
+
+    # ---------------------------------------------------------- publication
+    def scheduled(self, req: KVRequest, tokens: int) -> None:
+        """The scheduler scheduled ``req`` up to ``tokens`` tokens this step (computed plus
+        new). Under the "scheduled" rule (vLLM V1: ``cache_blocks`` inside
+        ``allocate_slots``) the full blocks those tokens fill become visible to look-ups
+        now, before the next request of the same pass looks up; else nothing changes."""
+        if self.publish_rule == "scheduled" and req.seq_id in self._behind:
+            self._publish(req.seq_id, min(tokens, req.num_tokens))
+
+    def computed(self) -> None:
+        """A step (or a run of steps) was committed: each held-back request's computed
+        tokens have their KV, so look-ups see their full blocks from now on (SGLang's
+        ``cache_unfinished_req`` after a chunk's forward; under the "scheduled" rule a
+        run's later chunks, scheduled without a decision). ``sim.sched.Scheduler`` calls it
+        after every commit (the engine has set the clock to the step's end), before the
+        engine releases or holds a finished request's KV."""
+        behind = self._behind
+        if behind:
+            for seq, req in list(behind.items()):
+                self._publish(seq, req.num_computed)
+
+    @property
+    def holds_back(self) -> bool:
+        """Some admitted request's KV is still held back from look-ups."""
+        return bool(self._behind)
+
+    def publishes_late(self, req: KVRequest) -> bool:
+        """Whether ``req``'s KV is held back until its step is computed (the "computed"
+        rule): a run of steps publishes it where its prompt ends (``apply_decode_run``)
+        and evicts nothing meanwhile (``plan_decode_run``)."""
+        return self.publish_rule == "computed" and req.seq_id in self._behind
+
+    def is_behind(self, req: KVRequest) -> bool:
+        """Whether some of ``req``'s KV is still held back from look-ups."""
+        return req.seq_id in self._behind
+
+    def _publish(self, seq: Hashable, tokens: int) -> None:
+        if not self.alloc.is_live(seq) or self.alloc.publish(seq, tokens):
+            del self._behind[seq]  # (nothing held back any more)
 
     @staticmethod
     def _remote(req: KVRequest, n: int) -> int:
@@ -345,6 +401,7 @@ class KVManager:
     def _free(self, seq: Hashable, uncache: bool = False) -> None:
         self.ledger.untrack(seq)
         self._retain.pop(seq, None)
+        self._behind.pop(seq, None)  # what it held back is freed, never cached
         if not self.alloc.is_live(seq):
             return
         if uncache:
@@ -485,12 +542,16 @@ class KVManager:
         max_steps: int,
         base_allocated: float | None = None,
         late: tuple[Any, int] | None = None,
+        prefill: Any = None,
     ) -> DecodeRun:
         """How many more decode steps of ``requests`` (and of ``late`` from its first
-        step on) memory allows (see ``deferred``)."""
+        step on) memory allows (see ``deferred``). ``prefill``: the run's prefill, if
+        any; while its KV is held back until computed, the run evicts nothing (its chunks,
+        published step by step, may lock cached blocks that an eviction would take)."""
         if base_allocated is None:
             base_allocated = self.alloc.metrics().allocated_bytes
-        return self.ledger.plan_run(requests, max_steps, base_allocated, late)
+        evict = prefill is None or not self.publishes_late(prefill)
+        return self.ledger.plan_run(requests, max_steps, base_allocated, late, evict)
 
     def apply_decode_run(
         self,
@@ -499,13 +560,23 @@ class KVManager:
         starts: Sequence[float],
         late: tuple[Any, int] | None = None,
     ) -> None:
-        """Append one token per step to each request's sequence, as ``grow`` would have."""
-        self.ledger.apply_run(requests, steps, starts, self.set_time, late)
+        """Append one token per step to each request's sequence, as ``grow`` would have;
+        a ``late`` request whose KV is published once computed is published at the start
+        of its first decode step (its prompt's last chunk ended there), as the commit of
+        the step before would."""
+        publish = None
+        if late is not None and self.publishes_late(late[0]):
+            req = late[0]
+            publish = lambda: self._publish(req.seq_id, req.num_tokens)  # noqa: E731
+        self.ledger.apply_run(requests, steps, starts, self.set_time, late, publish)
 
     def check_invariants(self) -> None:
         """The allocator's own books, the deferred ledger's and the held set's."""
         self.alloc.check_invariants()
         self.ledger.check()
+        for seq in self._behind:
+            if not self.alloc.is_live(seq):
+                raise InvariantError(f"held-back sequence {seq!r} is not live")
         total = 0
         for seq, held in self.paused.items():
             if not self.alloc.is_live(seq):

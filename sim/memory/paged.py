@@ -571,6 +571,28 @@ class PagedAllocator(Allocator):
             return False
         return self.index.appends_in_bulk(seq_ids)
 
+    @property
+    def publish_rule(self) -> str | None:  # type: ignore[override]
+        """The index's rule for when held-back KV becomes visible (``PrefixIndex``);
+        None without an index, or when the kind ignores content (it caches nothing)."""
+        if self.index is None or self._content_off:
+            return None
+        return self.index.publish_rule
+
+    def publish(self, seq_id: Hashable, tokens: int) -> bool:
+        n = self._live_tokens(seq_id, "publish")
+        index = self.index
+        if index is not None and index.publish(seq_id, min(tokens, n), n, self._tables[seq_id]):
+            self.changes += 1  # a look-up may find more now
+        return tokens >= n
+
+    def _hold_back(self, seq_id: Hashable, tokens: int) -> bool:
+        return self.index is not None and self.index.hold_back(seq_id, tokens)
+
+    def _unhold(self, seq_id: Hashable) -> None:
+        if self.index is not None:
+            self.index.unhold(seq_id)
+
     def set_retain(self, seq_id: Hashable, priority: float) -> None:
         """The index's retain priority of a live sequence (no-op without an index)."""
         if self.index is not None:

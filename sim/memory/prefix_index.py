@@ -13,6 +13,8 @@ Calls, per operation (hooks run only when the operation succeeds unless said):
     allocate        match -> (make_room) -> admitted, or cancel if no room was made
     append          check_content (before any change) -> (make_room) -> appended
     decode runs     appends_in_bulk: may a run's appends come one per sequence?
+    publication     hold_back (before an allocate or append whose KV is not there yet),
+                    unhold (that operation missed), publish (its KV is there: cache it)
     fork            forked
     free            releasing -> released(uncache=False); free_uncached: releasing ->
                     released(uncache=True)
@@ -70,6 +72,9 @@ class PrefixIndex(Protocol):
 
     #: the pool the core takes blocks from: the one the index was given, or its own
     pool: PagedPool
+    #: when the engine publishes held-back KV (``Allocator.publish_rule``): "scheduled"
+    #: (vLLM V1) or "computed" (SGLang)
+    publish_rule: str
 
     @property
     def evictable_blocks(self) -> int:
@@ -121,7 +126,23 @@ class PrefixIndex(Protocol):
         ``make_room(b)`` would, in that order. False is always correct."""
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
-        """``child_id`` maps the parent's blocks (``table``, a copy) and shares its content."""
+        """``child_id`` maps the parent's blocks (``table``, a copy) and shares its content
+        (and its hold, if the parent is held back)."""
+
+    def hold_back(self, seq_id: Hashable, tokens: int) -> bool:
+        """From now on cache nothing of ``seq_id`` past its first ``tokens`` tokens until
+        ``publish``: a live sequence about to be appended to, or (``tokens`` 0) one about
+        to be allocated, whose ``admitted`` then caches nothing past its hit. False (nothing
+        changed) when it is held back already."""
+
+    def unhold(self, seq_id: Hashable) -> None:
+        """Drop the hold ``hold_back`` just set: the allocate or append after it missed."""
+
+    def publish(self, seq_id: Hashable, tokens: int, n_tokens: int, table: list[int]) -> int:
+        """The KV of the first ``tokens`` of the ``n_tokens`` tokens of ``seq_id`` (``table``
+        its live table) is there: cache its full blocks held back so far; once ``tokens``
+        reaches ``n_tokens`` the hold ends (later appends are cached as they fill). Returns
+        the blocks it made visible to look-ups; 0 for a sequence not held back."""
 
     def releasing(self, seq_id: Hashable) -> None:
         """``seq_id`` is about to be freed and still maps its blocks: an index that left

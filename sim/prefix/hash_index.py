@@ -8,7 +8,10 @@ F19), look up the longest run of leading cached hashes at admission, cap it so a
 prompt token is computed (``(n - 1) // B`` blocks: a fully cached prompt recomputes its
 last block), let the core touch the hits and take new blocks from the head of the free
 queue (evicting their hashes), cache blocks as they fill (the prompt's at admission,
-generated ones on ``append`` with ``content=``); the core frees a finished sequence tail
+generated ones on ``append`` with ``content=``), or, for content held back
+(``hold_back``: the engine's admissions), as ``publish`` says the step that fills them
+was scheduled (``publish_rule = "scheduled"``: vLLM's ``cache_blocks`` inside
+``allocate_slots``); the core frees a finished sequence tail
 first to the tail of the queue. Sharing is whole blocks only (vLLM has no partial-tail
 copy). It is the ``paged`` design with ``prefix_caching: hash``.
 
@@ -48,7 +51,9 @@ record keeps its sequence's live table and counts its appends' full blocks; whil
 sequence's content is known, the part hashed so far (its tokens before its pending pieces)
 has one hash per full block, each block of its table carries its hash in the pool, the
 last hash chains from the one before over the last full block's content, and the unhashed
-tail is its content past that block.
+tail is its content past that block; a held-back sequence's blocks past its published
+ones carry no hash of its own (another table may have published the same block); a
+hold outlives no operation.
 """
 
 from __future__ import annotations
@@ -82,6 +87,9 @@ class HashIndex:
     """A ``PrefixIndex``: chained block hashes over vLLM's LRU free queue (module docstring)."""
 
     kind = "paged_hash"
+    #: vLLM V1 caches a request's full blocks as the step that fills them is scheduled
+    #: (``cache_blocks`` in ``KVCacheManager.allocate_slots``)
+    publish_rule = "scheduled"
     #: a running sequence's appends are hashed when something reads them (``join``);
     #: False: at each append (the eager reference, for tests)
     lazy_hashes = True
@@ -112,6 +120,9 @@ class HashIndex:
         #: live sequence -> its appends not hashed yet (``join``)
         self._pending: dict[Hashable, _Pending] = {}
         self._fills = 0  # serial of the last append that filled a block
+        #: held-back live sequence -> its leading full blocks cached so far (``hold_back``)
+        self._shown: dict[Hashable, int] = {}
+        self._hold_next: set[Hashable] = set()  # sequences whose admission is held back
 
     @property
     def evictable_blocks(self) -> int:
@@ -160,14 +171,17 @@ class HashIndex:
             new, qi, qoff = hash_blocks_from(tail, 0, 0, bs, have[-1] if have else ROOT_HASH)
             self._tail[seq_id] = rest(tail, qi, qoff)
             blocks = p.table[start : start + len(new)]
+            shown = self._shown.get(seq_id)
+            seen = len(new) if shown is None else max(0, min(len(new), shown - start))
             k = 0
             for serial, full in p.fills:  # the blocks an append filled carry its serial
                 while k < full - start:
-                    order.append((serial, blocks[k], new[k]))
+                    if k < seen:  # (held back past ``shown``: hashed, not cached)
+                        order.append((serial, blocks[k], new[k]))
                     k += 1
             if k != len(new):
                 raise InvariantError(f"paged_hash: {seq_id!r}: fills cover {k} of {len(new)}")
-            self.ledger.map(seq_id, blocks)  # its own fresh blocks: no excess changes
+            self.ledger.map(seq_id, blocks[:seen])  # its own fresh blocks: no excess changes
             have.extend(new)
         pending.clear()
         order.sort()  # (one append's blocks tie on the serial: they have distinct hashes)
@@ -206,17 +220,21 @@ class HashIndex:
         if self._pending:  # (match joined them; nothing appends between)
             raise InvariantError("paged_hash: appends pending at an admission")
         n_hit = len(hit.block_ids)
-        self.pool.cache(table[n_hit : len(hashes)], hashes[n_hit:])
+        shown = len(hashes)
+        if seq_id in self._hold_next:  # its KV is not there yet: only the hit is cached
+            self._hold_next.discard(seq_id)
+            shown = self._shown[seq_id] = n_hit
+        self.pool.cache(table[n_hit:shown], hashes[n_hit:shown])
         listener = self.pool.listener
-        if listener is not None and len(hashes) > n_hit:
+        if listener is not None and shown > n_hit:
             bs = self.block_size
             listener.cached(
                 hashes[n_hit - 1] if n_hit else None,
-                hashes[n_hit:],
-                slice_tokens(segs, n_hit * bs, len(hashes) * bs),
+                hashes[n_hit:shown],
+                slice_tokens(segs, n_hit * bs, shown * bs),
             )
         self.ledger.new(seq_id)
-        self.ledger.map(seq_id, table[: len(hashes)])
+        self.ledger.map(seq_id, table[:shown])
         self._content[seq_id] = None if segs is None else list(segs)
         self._hashes[seq_id] = hashes
         self._tail[seq_id] = tail
@@ -264,22 +282,71 @@ class HashIndex:
             return
         parent = have[-1] if have else ROOT_HASH
         new, qi, qoff = hash_blocks_from(tail, 0, 0, self.block_size, parent)
-        self._tail[seq_id] = rest(tail, qi, qoff)
         blocks = table[len(have) : len(have) + len(new)]
-        self.pool.cache(blocks, new)
-        if self.pool.listener is not None and new:
-            content = slice_tokens(tail, 0, len(new) * self.block_size)
-            self.pool.listener.cached(parent if have else None, new, content)
-        self.ledger.map(seq_id, blocks)
+        shown = self._shown.get(seq_id)
+        seen = len(new) if shown is None else max(0, min(len(new), shown - len(have)))
+        self.pool.cache(blocks[:seen], new[:seen])
+        if self.pool.listener is not None and seen:
+            content = slice_tokens(tail, 0, seen * self.block_size)
+            self.pool.listener.cached(parent if have else None, new[:seen], content)
+        self._tail[seq_id] = rest(tail, qi, qoff)
+        self.ledger.map(seq_id, blocks[:seen])
         have.extend(new)
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
         self.join()  # the child copies the parent's hashes
+        if parent_id in self._shown:
+            self._shown[child_id] = self._shown[parent_id]
         cur = self._content[parent_id]
         self._content[child_id] = None if cur is None else list(cur)
         self._hashes[child_id] = list(self._hashes[parent_id])
         self._tail[child_id] = list(self._tail[parent_id])
         self.ledger.fork(parent_id, child_id, table)
+
+    # ------------------------------------------------------------------ publication
+    def hold_back(self, seq_id: Hashable, tokens: int) -> bool:
+        """Cache nothing of ``seq_id`` past ``tokens`` until ``publish`` (vLLM caches a
+        block when the step that fills it is scheduled, not when its slots are allocated)."""
+        if seq_id in self._content:
+            if seq_id in self._shown:
+                return False
+            self._shown[seq_id] = tokens // self.block_size
+            return True
+        if seq_id in self._hold_next:
+            return False
+        self._hold_next.add(seq_id)
+        return True
+
+    def unhold(self, seq_id: Hashable) -> None:
+        self._hold_next.discard(seq_id)
+        self._shown.pop(seq_id, None)
+
+    def publish(self, seq_id: Hashable, tokens: int, n_tokens: int, table: list[int]) -> int:
+        """Cache the held-back full blocks of the first ``tokens`` tokens, in order after
+        every pending append (``join``: the map as caching at schedule time leaves it)."""
+        shown = self._shown.get(seq_id)
+        if shown is None:
+            return 0
+        self.join()
+        hashes, bs = self._hashes[seq_id], self.block_size
+        upto = min(tokens // bs, len(hashes))
+        made = max(0, upto - shown)
+        if made:
+            blocks = table[shown:upto]
+            self.pool.cache(blocks, hashes[shown:upto])
+            content = self._content[seq_id]
+            if self.pool.listener is not None and content is not None:
+                self.pool.listener.cached(
+                    hashes[shown - 1] if shown else None,
+                    hashes[shown:upto],
+                    slice_tokens(content, shown * bs, upto * bs),
+                )
+            self.ledger.map(seq_id, blocks)
+        if tokens >= n_tokens:
+            del self._shown[seq_id]
+        elif made:
+            self._shown[seq_id] = upto
+        return made
 
     def set_retain(self, seq_id: Hashable, priority: float) -> None:
         """Its blocks, once released, wait in the pool's queue of ``priority`` (> 0; 0 or
@@ -302,6 +369,7 @@ class HashIndex:
         if seq_id in self._pending:
             raise InvariantError(f"paged_hash: {seq_id!r} released with appends pending")
         del self._content[seq_id], self._hashes[seq_id], self._tail[seq_id]
+        self._shown.pop(seq_id, None)
         self.ledger.release(seq_id, table)
         priority = self._retain.pop(seq_id, 0.0)
         if uncache:
@@ -327,6 +395,8 @@ class HashIndex:
             self.ledger.check(tables)
         except InvariantError as exc:
             raise InvariantError(f"paged_hash: {exc}") from None
+        if self._hold_next or not self._shown.keys() <= self._hashes.keys():
+            raise InvariantError("paged_hash: a hold outlived its operation or its sequence")
         for seq_id, hashes in self._hashes.items():
             if self._content[seq_id] is not None:
                 hashed = tokens[seq_id]
@@ -364,7 +434,10 @@ class HashIndex:
         if n_tokens(cur) != tokens:
             raise InvariantError(f"paged_hash: sequence {seq_id!r} hashes are stale (length)")
         block_hash = self.pool.block_hash
-        stale = len(hashes) != full or any(block_hash[table[i]] != h for i, h in enumerate(hashes))
+        shown = self._shown.get(seq_id, full)  # held back past it: hashed, maybe not cached
+        stale = len(hashes) != full or any(
+            block_hash[table[i]] != h for i, h in enumerate(hashes[:shown])
+        )
         if not stale and full:
             parent = hashes[-2] if full > 1 else ROOT_HASH
             stale = hashes[-1] != chain_hash(parent, slice_tokens(cur, (full - 1) * bs, full * bs))

@@ -14,7 +14,10 @@ Semantics:
   block (``cow_copies``/``cow_tail_copies`` += 1, ``bytes_copied`` += their KV bytes).
   The result is truthy on success and carries ``matched_tokens`` = tokens served.
 - Full blocks enter the tree as soon as they are full: the prompt's at admission, generated
-  tokens' as ``append(seq, n, content=spans)`` fills them. Content already in the tree
+  tokens' as ``append(seq, n, content=spans)`` fills them; content held back
+  (``hold_back``: the engine's admissions) enters as ``publish`` says its KV was computed
+  (``publish_rule = "computed"``: SGLang inserts a chunk after its forward,
+  ``cache_unfinished_req``), stamped then; until then it is the sequence's own. Content already in the tree
   (held in other blocks) keeps the tree's copy; the sequence's duplicate stays private.
   Tokens appended without content end the sequence's cacheable content.
 - The lazy leaf: blocks that would lengthen the sequence's own leaf in place (a leaf only
@@ -53,7 +56,8 @@ Invariants (``check``): the tree's own; the ledger's; a block is retained by the
 exactly when the tree owns it; every tree block with refcount > 0 lies on a locked path;
 every node's lock count = live sequences pinning it or a descendant (+1 for the root);
 cached blocks = tree blocks with refcount 0; each waiting record marks its sequence's leaf
-and covers full blocks of its live table past that leaf's end (``_check_waiting``).
+and covers full blocks of its live table past that leaf's end (``_check_waiting``); a
+held-back sequence caches nothing past its limit, short of its tokens (``_check_limits``).
 """
 
 from __future__ import annotations
@@ -88,6 +92,9 @@ class RadixIndex:
     """A ``PrefixIndex``: a radix tree of reusable full blocks (see module docstring)."""
 
     kind = "radix"
+    #: SGLang inserts a prefill chunk into the tree once its forward ran
+    #: (``cache_unfinished_req``; ``cache_finished_req`` at the end)
+    publish_rule = "computed"
     #: a running sequence's fills wait to join its own leaf until something reads it;
     #: False: each fill joins at once (the eager reference, for tests)
     lazy_leaves = True
@@ -121,6 +128,9 @@ class RadixIndex:
         self._retain: dict[Hashable, float] = {}  # live sequence -> its retain priority (not 0)
         #: live sequence -> the full blocks its fills left waiting to join its leaf
         self._waiting: dict[Hashable, _Waiting] = {}
+        #: held-back live sequence -> the tokens look-ups may see of it (``hold_back``)
+        self._limit: dict[Hashable, int] = {}
+        self._hold_next: set[Hashable] = set()  # sequences whose admission is held back
         self._now_s: float | None = None
         self._ops = 0
         #: told which blocks enter and leave the tree (keys: block ids); None = nobody
@@ -254,7 +264,11 @@ class RadixIndex:
                 self.stats.cow_tail_copies += 1
         node = self._node[seq_id] = self._tree.root if m is None else m.node
         self._tail[seq_id] = None if segs is None else _past(segs, node.end_tokens)
-        self._cache_full_blocks(seq_id, n_tokens, now, table)
+        if seq_id in self._hold_next:  # its KV is not computed yet: only the hit is cached
+            self._hold_next.discard(seq_id)
+            self._limit[seq_id] = node.end_tokens
+        else:
+            self._cache_full_blocks(seq_id, n_tokens, now, table)
         self.stats.record(seq_id, n_tokens, matched, served + copied)
         self._keep_watermark()
         return copied
@@ -275,15 +289,62 @@ class RadixIndex:
             else:
                 extend_normal(tail, content)  # normalised by check_content
                 now = self._now()
-                full = (tokens + n_tokens) // self.block_size
-                w = self._waiting.get(seq_id)
-                if w is not None:  # its leaf waits: the fill waits too
-                    if full > w.full_blocks:
-                        w.full_blocks, w.filled_s = full, now
-                elif full > self._node[seq_id].end_tokens // self.block_size:
-                    self._cache_full_blocks(seq_id, tokens + n_tokens, now, table)
+                upto = tokens + n_tokens
+                limit = self._limit.get(seq_id)
+                if limit is not None and limit < upto:  # held back past ``limit``
+                    upto = limit
+                self._fill(seq_id, upto, now, table)
         if self.watermark.tau_low_blocks:  # (a decode's append: no call without one)
             self._keep_watermark()
+
+    def _fill(self, seq_id: Hashable, tokens: int, now: float, table: list[int]) -> None:
+        """The sequence's first ``tokens`` tokens may be cached (filled at ``now``): its
+        waiting leaf takes the new full blocks, or they are cached now."""
+        full = tokens // self.block_size
+        w = self._waiting.get(seq_id)
+        if w is not None:  # its leaf waits: the fill waits too
+            if full > w.full_blocks:
+                w.full_blocks, w.filled_s = full, now
+        elif full > self._node[seq_id].end_tokens // self.block_size:
+            self._cache_full_blocks(seq_id, tokens, now, table)
+
+    # ------------------------------------------------------------------ publication
+    def hold_back(self, seq_id: Hashable, tokens: int) -> bool:
+        """Cache nothing of ``seq_id`` past ``tokens`` until ``publish`` (SGLang inserts a
+        chunk once computed, not when its slots are allocated)."""
+        if seq_id in self._node:
+            if seq_id in self._limit:
+                return False
+            self._limit[seq_id] = tokens
+            return True
+        if seq_id in self._hold_next:
+            return False
+        self._hold_next.add(seq_id)
+        return True
+
+    def unhold(self, seq_id: Hashable) -> None:
+        self._hold_next.discard(seq_id)
+        self._limit.pop(seq_id, None)
+
+    def publish(self, seq_id: Hashable, tokens: int, n_tokens: int, table: list[int]) -> int:
+        """Cache the held-back full blocks of the first ``tokens`` tokens, stamped now."""
+        limit = self._limit.get(seq_id)
+        if limit is None:
+            return 0
+        made = 0
+        if tokens > limit:
+            bs = self.block_size
+            w = self._waiting.get(seq_id)
+            before = w.full_blocks if w is not None else self._node[seq_id].end_tokens // bs
+            if self._tail[seq_id] is not None:
+                self._fill(seq_id, tokens, self._now(), table)
+                w = self._waiting.get(seq_id)
+                after = w.full_blocks if w is not None else self._node[seq_id].end_tokens // bs
+                made = max(0, after - before)
+            self._limit[seq_id] = tokens
+        if tokens >= n_tokens:
+            del self._limit[seq_id]
+        return made
 
     def _cache_full_blocks(
         self, seq_id: Hashable, tokens: int, now: float, table: list[int]
@@ -355,6 +416,8 @@ class RadixIndex:
         node = self._node[parent_id]
         self._tree.lock(node)
         self._node[child_id] = node
+        if parent_id in self._limit:
+            self._limit[child_id] = self._limit[parent_id]
         tail = self._tail[parent_id]
         self._tail[child_id] = None if tail is None else list(tail)
         self.ledger.fork(parent_id, child_id, table)
@@ -388,6 +451,7 @@ class RadixIndex:
             raise InvariantError(f"radix: {seq_id!r} released with blocks waiting (no releasing)")
         node = self._node.pop(seq_id)
         del self._tail[seq_id]
+        self._limit.pop(seq_id, None)
         self.ledger.release(seq_id, table)
         self._tree.set_retain(node, self._retain.pop(seq_id, 0.0))
         self._tree.unlock(node)
@@ -442,6 +506,21 @@ class RadixIndex:
             raise InvariantError(f"radix: {dormant} dormant tree blocks, {pool.num_cached} cached")
         self._check_locks()
         self._check_waiting(tables, tokens)
+        self._check_limits(tokens)
+
+    def _check_limits(self, tokens: Mapping[Hashable, int]) -> None:
+        """A hold outlives no operation; a held-back sequence caches nothing past its
+        limit, which is short of its tokens (a hold that reaches them ends)."""
+        if self._hold_next or not self._limit.keys() <= self._node.keys():
+            raise InvariantError("radix: a hold outlived its operation or its sequence")
+        for seq_id, limit in self._limit.items():
+            w = self._waiting.get(seq_id)
+            cached = self._node[seq_id].end_tokens if w is None else w.full_blocks * self.block_size
+            if not cached <= limit < tokens[seq_id]:
+                raise InvariantError(
+                    f"radix: {seq_id!r} caches {cached} tokens, held back at {limit} of "
+                    f"{tokens[seq_id]}"
+                )
 
     def _check_waiting(
         self, tables: Mapping[Hashable, list[int]], tokens: Mapping[Hashable, int]

@@ -18,6 +18,10 @@ priced step (copies, cudaMalloc/cudaFree calls) on the next plan that runs a ste
 the cost model prices it. A scheduler that relieves itself (``vllm_v1`` does, before
 admitting), or collects the activity onto a plan that runs a step, changes nothing: both
 are idempotent.
+Publication to a prefix cache is the base class's too: after every ``commit`` the KV
+manager publishes what was computed (``KVManager.computed``), and under vLLM's rule a
+scheduler that does not tell the KV manager as it schedules (``publishes_scheduled``)
+has its plan's scheduled tokens published once the plan is made.
 ``tests/sched/test_protocol.py`` runs scenarios with minimal schedulers written only to
 this contract, one of them under memory pressure on a copying allocator.
 
@@ -57,6 +61,10 @@ class Scheduler(ABC):
     #: this scheduler runs speculative decoding when ``speculative`` is set (the scenario
     #: key of that name, ``sim.sched.speculative``); False = ``make_scheduler`` refuses it
     supports_speculative: ClassVar[bool] = False
+    #: this scheduler tells the KV manager what it schedules as it does
+    #: (``KVManager.scheduled`` after each request's tokens, before the next admission
+    #: looks up: vLLM's order); False = ``complete_plan`` tells it for the whole plan
+    publishes_scheduled: ClassVar[bool] = False
     #: inside a (wrapped) ``schedule``: a subclass calling ``super().schedule()`` completes
     #: its plan once, in the outermost call
     _in_schedule: bool = False
@@ -66,6 +74,9 @@ class Scheduler(ABC):
         own = cls.__dict__.get("schedule")
         if own is not None and not isinstance(own, _CompletingSchedule):
             cls.schedule = _CompletingSchedule(own)  # type: ignore[method-assign, assignment]
+        commit = cls.__dict__.get("commit")
+        if commit is not None and commit not in _PUBLISHING:
+            cls.commit = _publishing(commit)  # type: ignore[method-assign]
 
     def __init__(self, config: BaseModel, kv: KVManager) -> None:
         self.config = config
@@ -121,6 +132,10 @@ class Scheduler(ABC):
         if plan.empty and not self.running and self.waiting and not plan.held_drops:
             if not plan.rejected and not plan.preempted:
                 self.relieve(plan, self.waiting[0], reject=False)
+        kv = self.kv
+        if not self.publishes_scheduled and kv.holds_back and kv.publish_rule == "scheduled":
+            for req, n in plan.scheduled:  # (idempotent: what is seen stays seen)
+                kv.scheduled(req, req.num_computed + n)
         if not plan.empty:  # a decision that runs no step prices nothing: its activity
             copied, calls = self.kv.take_step_activity()  # waits for the next step
             plan.copy_bytes += copied
@@ -170,7 +185,9 @@ class Scheduler(ABC):
         """Apply a step, or (``steps`` > 1, only within ``plan.run``) that many steps of
         the same batch: what each of them computes follows from the plan alone (the
         scheduled requests' computed tokens advance; the engine stops a run whose steps
-        make no progress for ``sim.engine.node.MAX_STALLED_STEPS`` steps)."""
+        make no progress for ``sim.engine.node.MAX_STALLED_STEPS`` steps). The base
+        class then tells the KV manager (``KVManager.computed``), wrapped in by
+        ``__init_subclass__``: a prefix cache shows the computed KV to look-ups."""
 
     @abstractmethod
     def prefill_chunks(self, cached_tokens: int, new_tokens: int) -> list[int]:
@@ -218,6 +235,26 @@ class _CompletingSchedule:
         finally:
             sched._in_schedule = False
         return sched.complete_plan(plan)
+
+
+#: ``commit`` methods that publish what they computed (``_publishing``)
+_PUBLISHING: set[Callable[..., CommitResult]] = set()
+
+
+def _publishing(commit: Callable[..., CommitResult]) -> Callable[..., CommitResult]:
+    """A subclass's ``commit`` followed by ``KVManager.computed``: the KV of the tokens
+    the step computed is seen by look-ups from now on (the "computed" rule, SGLang's
+    ``cache_unfinished_req``), before the engine releases or holds a finished request's
+    KV. Nested ``super().commit`` calls publish more than once: it is idempotent."""
+
+    @functools.wraps(commit)
+    def publishing(self: Scheduler, plan: BatchPlan, steps: int = 1) -> CommitResult:
+        out = commit(self, plan, steps)
+        self.kv.computed()
+        return out
+
+    _PUBLISHING.add(publishing)
+    return publishing
 
 
 _REGISTRY: dict[str, type[Scheduler]] = {}

@@ -10,6 +10,9 @@ Per step, with a token budget of ``max_num_batched_tokens``:
    lasts and ``len(running) < max_num_seqs``; admission looks up the prefix cache (or
    extends the trajectory's held sequence) and allocates the whole prompt (rule 3.4.2;
    vLLM V1 allocates per chunk). The first request that does not fit stops admission.
+3. Each request's scheduled tokens are published to a prefix cache as it is scheduled
+   (``KVManager.scheduled``: vLLM's ``cache_blocks`` in ``allocate_slots``, before the next
+   admission looks up); the base class publishes computed KV after ``commit``.
 ``chunked_prefill: false`` is the monolithic mode: a prefill is never split; it must fit
 the budget left, except that the first prefill of a step may exceed it (otherwise a
 prompt longer than the budget could never run; vLLM instead requires the budget to be at
@@ -48,6 +51,7 @@ from pydantic import ConfigDict, Field
 
 from sim.config_model import ConfigModel
 from sim.errors import InvariantError
+from sim.prefix.spans import common_prefix
 from sim.sched.base import Scheduler, register_scheduler
 from sim.sched.plan import BatchPlan, CommitResult, RunLimit, steps_to_first_finish
 from sim.sched.request import (
@@ -96,6 +100,7 @@ class VllmV1Scheduler(Scheduler):
     name = "vllm_v1"
     Config = VllmV1Config
     supports_runs = True
+    publishes_scheduled = True
     supports_speculative = True
     config: VllmV1Config
 
@@ -167,6 +172,8 @@ class VllmV1Scheduler(Scheduler):
         if chunks is None:
             return None
         req, n_pre = plan.scheduled[-1][0], len(chunks)
+        if plan.waiting_blocked and n_pre > 1 and self._head_may_hit(req):
+            return None  # its next chunk's KV, once seen, may let the head of waiting fit
         left = req.output_limit - req.num_output  # tokens still to sample
         late = (
             sum(chunks) == req.num_tokens - req.num_computed
@@ -176,6 +183,20 @@ class VllmV1Scheduler(Scheduler):
         )
         k = min(k, n_pre + left - 1) if late else min(k, n_pre)
         return RunLimit(k, tuple(chunks), late) if k > 1 else None
+
+    def _head_may_hit(self, req: Request) -> bool:
+        """Whether the head of WAITING (blocked on memory) could hit KV of the prefill
+        ``req`` that a prefix cache does not show yet: their prompts share a whole block
+        past what ``req`` has computed (a head that extends its own held sequence looks
+        nothing up)."""
+        kv = self.kv
+        if not self.waiting or not kv.is_behind(req):
+            return False
+        head = self.waiting[0]
+        if head.content is None or req.content is None or kv.is_live(head.seq_id):
+            return False
+        bs = kv.block_size or 1
+        return common_prefix(head.content, req.content) // bs > req.num_computed // bs
 
     def _new_tokens(self, req: Request, budget: int, has_prefill: bool) -> int:
         """Tokens to schedule for ``req`` now; 0 = it does not fit this step."""
@@ -190,7 +211,7 @@ class VllmV1Scheduler(Scheduler):
         return n
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
-        running, spec = self.running, self.speculative is not None
+        running, spec, kv = self.running, self.speculative is not None, self.kv
         i = 0
         while i < len(running) and budget > 0:
             j = i if spec else _decodes_from(running, i, min(len(running), i + budget))
@@ -216,12 +237,13 @@ class VllmV1Scheduler(Scheduler):
             slots = n
             if spec and req.is_decode:
                 n, slots = self._verify(req, budget)
-            if not self.kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
+            if not kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
                 req, slots, plan
             ):
                 req.spec_drafts = 0
                 break
             _add(plan, req, n)
+            kv.scheduled(req, req.num_computed + n)  # (a prefill chunk: vLLM caches its blocks)
             if req.spec_drafts:
                 plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
                 plan.verify_seqs += 1
@@ -287,6 +309,7 @@ class VllmV1Scheduler(Scheduler):
             req.status = RUNNING
             plan.admitted.append(req)
             _add(plan, req, n)
+            kv.scheduled(req, req.num_computed + n)  # before the next request looks up
             budget -= n
 
     # ------------------------------------------------------------------ runs

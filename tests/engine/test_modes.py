@@ -105,6 +105,25 @@ CASES = {
             "hardware.kv_pool_bytes_per_gpu": 0.4e9,
         },
     ),
+    # fan-outs over one shared prompt: prefix hits wait for the KV to be published
+    # (radix: computed; paged_hash: scheduled), and a memory-blocked head waits for it
+    "team-radix-fanout": (
+        "multi_agent_team.yaml",
+        {
+            "workload.num_trajectories": 4,
+            "workload.arrival.concurrency": 4,
+            "hardware.kv_pool_bytes_per_gpu": 0.25e9,
+        },
+    ),
+    "team-hash-fanout": (
+        "multi_agent_team.yaml",
+        {
+            "workload.num_trajectories": 4,
+            "workload.arrival.concurrency": 4,
+            "allocator.kind": "paged_hash",
+            "hardware.kv_pool_bytes_per_gpu": 0.25e9,
+        },
+    ),
     "agents-buddy-recompute": (
         "agent_swarm.yaml",
         {

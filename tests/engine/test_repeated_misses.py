@@ -120,8 +120,10 @@ def test_a_radix_miss_splits_once_and_the_repeat_asks_nothing(monkeypatch):
     the split made, and is answered without the allocator until something changes."""
     alloc = make_allocator("radix", pool_bytes=12 * 4, kv_bytes_per_token=1, block_size=4)
     kv = KVManager(alloc)
-    first = _Req(1, [("a", 16)])  # 4 blocks, cached when freed
+    first = _Req(1, [("a", 16)])  # 4 blocks, cached once computed, kept when freed
     assert kv.admit(first)
+    first.num_computed = 16  # its prefill ran (the engine's commit publishes it)
+    kv.computed()
     kv.release(1)
     filler = _Req(2, [("f", 32)])  # 8 blocks: the pool is full
     assert kv.admit(filler)

@@ -29,6 +29,8 @@ B = 4  # tokens per block
 class PromptCache:
     """Whole-prompt prefix cache: ``content`` is a hashable key naming the prompt."""
 
+    publish_rule = "computed"  # held-back prompts are cached as the engine publishes them
+
     def __init__(self, num_blocks: int) -> None:
         self.pool = BlockPool(num_blocks)
         self.entries: dict[Hashable, list[int]] = {}  # key -> cached full blocks, oldest first
@@ -37,6 +39,8 @@ class PromptCache:
         self.tables: dict[Hashable, list[int]] = {}  # the core's live tables (same lists)
         self.hits = self.prompts = 0
         self.now_s = 0.0
+        #: held-back sequence -> its prompt key (None: its allocation is under way)
+        self.held: dict[Hashable, Any] = {}
 
     @property
     def evictable_blocks(self) -> int:
@@ -84,12 +88,39 @@ class PromptCache:
         self.prompts += n_tokens
         self.family[seq_id], self.tables[seq_id] = seq_id, table
         self.hits += hit.hit_tokens
-        full = table[: n_tokens // B]
-        if hit.state is not None and len(full) > len(self.entries.get(hit.state, [])):
-            old = self.entries.pop(hit.state, [])
-            self.pool.retain(full[len(old) :])
-            self.entries[hit.state] = old + full[len(old) :]
+        if seq_id in self.held:  # nothing past the hit until published
+            self.held[seq_id] = hit.state
+            return 0
+        self._cache(hit.state, table[: n_tokens // B])
         return 0
+
+    def _cache(self, key: Any, full: list[int]) -> int:
+        if key is None or len(full) <= len(self.entries.get(key, [])):
+            return 0
+        old = self.entries.pop(key, [])
+        self.pool.retain(full[len(old) :])
+        self.entries[key] = old + full[len(old) :]
+        return len(full) - len(old)
+
+    def hold_back(self, seq_id: Hashable, tokens: int) -> bool:
+        self.calls.append(("hold_back", seq_id, tokens))
+        if seq_id in self.held:
+            return False
+        self.held[seq_id] = None
+        return True
+
+    def unhold(self, seq_id: Hashable) -> None:
+        self.calls.append(("unhold", seq_id))
+        del self.held[seq_id]
+
+    def publish(self, seq_id: Hashable, tokens: int, n_tokens: int, table: list[int]) -> int:
+        self.calls.append(("publish", seq_id, tokens, n_tokens))
+        if seq_id not in self.held:
+            return 0
+        made = self._cache(self.held[seq_id], table[: tokens // B])
+        if tokens >= n_tokens:
+            del self.held[seq_id]
+        return made
 
     def check_content(self, content: Any, n_tokens: int, op: str) -> Any:
         self.calls.append(("check_content", op))
@@ -116,6 +147,7 @@ class PromptCache:
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         self.calls.append(("released", seq_id, uncache))
         del self.family[seq_id], self.tables[seq_id]
+        self.held.pop(seq_id, None)
         if uncache:
             for key, ids in list(self.entries.items()):
                 if set(ids) <= set(table) and self._dormant(ids):
@@ -238,3 +270,24 @@ def test_a_plain_paged_allocator_has_no_index_and_one_compose():
     a.allocate("x", 4)
     with pytest.raises(ValueError, match="empty allocator"):
         a.compose(PromptCache(a.num_blocks))
+
+
+def test_held_back_prompts_are_cached_only_as_they_are_published():
+    a, index = composed(blocks=12)
+    assert a.publish_rule == "computed"
+    assert not a.allocate("x", 9, content="P", hold_back=True).matched_tokens
+    assert not a.allocate("y", 9, content="P", hold_back=True).matched_tokens  # x: no KV yet
+    assert a.publish("x", 4) is False and index.entries == {"P": [a.block_table("x")[0]]}
+    assert a.allocate("z", 9, content="P", hold_back=True).matched_tokens == 4
+    assert a.publish("x", 9) is True and index.entries["P"] == list(a.block_table("x")[:2])
+    assert a.publish("x", 9) is True  # nothing held back: no change
+    changes = a.changes
+    assert not a.allocate("big", 40, content="Q", hold_back=True)  # a miss drops its hold
+    assert index.calls[-2:] == [("cancel",), ("unhold", "big")] and a.changes == changes
+    assert index.calls[:4] == [
+        ("hold_back", "x", 0),
+        ("match", 9),
+        ("admitted", "x", 3),
+        ("hold_back", "y", 0),
+    ]
+    ok(a)
