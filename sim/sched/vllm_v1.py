@@ -40,7 +40,7 @@ except for a monolithic prefill alone in its step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Literal
 
@@ -137,6 +137,8 @@ class VllmV1Scheduler(Scheduler):
     def schedule(self) -> BatchPlan:
         """Build one step's batch (see the module docstring)."""
         plan = BatchPlan()
+        if self.kv.steps_matter:  # finished prompts: windows back to the decode rule
+            self.kv.settle_steps()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
@@ -221,6 +223,14 @@ class VllmV1Scheduler(Scheduler):
             ):
                 req.spec_drafts = 0
                 break
+            if (
+                self.kv.steps_matter
+                and not req.spec_drafts
+                and _prefill_chunk(req, n)
+                and not self.kv.step(req, n)
+                and not self._grow_or_preempt(req, n, plan, self.kv.step)
+            ):
+                break
             _add(plan, req, n)
             if req.spec_drafts:
                 plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
@@ -247,10 +257,14 @@ class VllmV1Scheduler(Scheduler):
         req.spec_drafts = d
         return 1 + d, slots
 
-    def _grow_or_preempt(self, req: Request, n: int, plan: BatchPlan) -> bool:
-        """``req``'s KV could not grow: preempt from the back until it can; False if it was
-        the victim itself."""
+    def _grow_or_preempt(
+        self, req: Request, n: int, plan: BatchPlan, fits: Callable[[Request, int], bool] | None = None
+    ) -> bool:
+        """``req``'s KV could not grow (``fits``: ``kv.grow``, or ``kv.step`` for a prefill
+        chunk's window blocks): preempt from the back until it can; False if it was the
+        victim itself."""
         kv = self.kv
+        fits = kv.grow if fits is None else fits
         while True:
             victim = self.running.pop()
             kv.preempt(victim)
@@ -264,7 +278,7 @@ class VllmV1Scheduler(Scheduler):
                     victim.end(REJECTED, NEVER_FITS)
                     plan.rejected.append(victim)
                 return False
-            if kv.grow(req, n):
+            if fits(req, n):
                 return True
 
     def _schedule_waiting(self, plan: BatchPlan, budget: int) -> None:
@@ -282,6 +296,14 @@ class VllmV1Scheduler(Scheduler):
                     break
                 continue
             n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+            if kv.steps_matter and _prefill_chunk(req, n) and not kv.step(req, n):
+                # vLLM allocates the chunk's window blocks with the admission: undone
+                # (a held turn's sequence keeps its new tokens and the decode rule)
+                if kv.withdraw(req):
+                    if self.running or not self.relieve(plan, req):
+                        plan.waiting_blocked = True
+                        break
+                    continue
             waiting.popleft()
             self.running.append(req)
             req.status = RUNNING
@@ -312,6 +334,8 @@ class VllmV1Scheduler(Scheduler):
         """
         cfg = self.config
         if not cfg.chunked_prefill or len(plan.prefill_chunks) != 1 or not plan.scheduled:
+            return None
+        if self.kv.steps_matter:  # each chunk moves the windows' blocks: step by step
             return None
         req, first = plan.scheduled[-1]
         if (first, req.num_computed) != plan.prefill_chunks[0]:
@@ -454,6 +478,12 @@ def _decodes_from(running: list[Request], i: int, end: int) -> int:
             return i
         i += 1
     return i
+
+
+def _prefill_chunk(req: Request, n: int) -> bool:
+    """Whether computing ``n`` tokens of ``req`` is a prefill chunk (more than the one
+    token a decode computes, or one that leaves prompt tokens to compute)."""
+    return n > 1 or req.num_tokens - req.num_computed > 1
 
 
 def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:
