@@ -3,7 +3,9 @@
 Responsibility: compose one allocator (any kind made by ``make_allocator``) with the
 bookkeeping the engine needs around it: admitting a request (a fresh sequence with a
 prefix-cache lookup, or a held sequence extended by the new turn), growing a running
-request, preemption (drop and recompute), forks, releases, the memory side of a pause
+request, a hybrid model's windows during a prefill chunk (``step``: vLLM V1 keeps
+``w - 1`` tokens plus the chunk; ``settle_steps`` returns them to the decode rule),
+preemption (drop and recompute), forks, releases, the memory side of a pause
 (the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, called only by the
 engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
 one accumulator per pause key, per owner and in total), pressure relief

@@ -31,14 +31,17 @@ touches a table's shared blocks only), never at query time.
 Hybrid models (``use_kv_groups``, ``sim.sizing.group_demand``): the table holds the layer
 groups that keep every token; a sequence also maps ``side_blocks(tokens)`` blocks of the
 same pool for its sliding-window, chunked-local and state-space groups, taken and returned
-as its tokens change (oldest first), shared with a fork's child by refcount; in
+as its tokens change (oldest first), shared with a fork's child by refcount; while it runs
+a prefill chunk ``[n, e)`` (``set_step``, from the scheduler through the KV manager) it
+holds that step's blocks instead (``step_side_blocks(n, e)``: ``w - 1`` tokens plus the
+chunk, vLLM V1), until its next ``set_step``, an append or its free; in
 ``kv_slots`` a side block is full (B filled slots) and, like a table block, paused when only
 held sequences map it; of the active sequences' side slots, those that hold no side token
 state (vLLM's padding layers, whole blocks' rest: ``KVGroups.useful_side_bytes``) are
 unfilled.
 
 Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
-``side_blocks(tokens)``; the refcount of every block = the number of tables and side lists
+``side_blocks(tokens)``, or ``step_side_blocks(n, e)`` during a ``set_step``; the refcount of every block = the number of tables and side lists
 that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
 remainder = pool; ``_unfilled`` and the paused slots equal a scan of the tables (and

@@ -10,6 +10,12 @@ Per step, with a token budget of ``max_num_batched_tokens``:
    lasts and ``len(running) < max_num_seqs``; admission looks up the prefix cache (or
    extends the trajectory's held sequence) and allocates the whole prompt (rule 3.4.2;
    vLLM V1 allocates per chunk). The first request that does not fit stops admission.
+3. A hybrid model's sliding-window and chunked groups follow vLLM per chunk: every prefill
+   chunk scheduled (running or admitted) holds their blocks of ``w - 1`` tokens plus the
+   chunk (``KVManager.step``); if they do not fit, a running request preempts as in 1.
+   and a new one is not admitted (its admission undone); at the start of each decision
+   the sequences whose prompt is done go back to the decode rule (``settle_steps``), and
+   a batch with a prefill chunk is not run ahead (``run_chunks`` None).
 ``chunked_prefill: false`` is the monolithic mode: a prefill is never split; it must fit
 the budget left, except that the first prefill of a step may exceed it (otherwise a
 prompt longer than the budget could never run; vLLM instead requires the budget to be at

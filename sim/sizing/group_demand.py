@@ -13,6 +13,14 @@ and counts the other groups' blocks arithmetically, one demand function per grou
   tokens skipped). At most ``ceil(w/B) + 1`` blocks.
 * ``chunked_local`` (chunk c): the blocks of the current chunk,
   ``ceil(S/B) - floor(c * floor((S-1)/c) / B)`` (``ChunkedLocalAttentionManager``).
+
+Those are a decode step's (``DEMANDS``). A step that computes the tokens ``[n, e)`` (a
+prefill chunk) holds more in these two kinds (``SPANS``, ``KVGroups.step_side_blocks``):
+vLLM V1's ``KVCacheManager.allocate_slots`` calls ``remove_skipped_blocks(n)`` (freeing
+the blocks wholly before ``get_num_skipped_tokens(n)``: ``n - w + 1``, or ``c * floor(n /
+c)``) before it allocates up to ``e``, so ``ceil(e/B) - floor(skipped(n) / B)`` blocks, ``w
+- 1`` tokens plus the chunk (``vllm/v1/core/single_type_kv_cache_manager.py``); the
+decode rule is the step ``n = S - 1``, ``e = S``.
 * ``mamba`` / ``linear_attention``: one state per running sequence, whatever S
   (``MambaManager`` without prefix caching).
 
