@@ -25,6 +25,7 @@ from sim.cli._common import (
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
 from sim.sizing.plan import (
+    DEFAULT_PREFILL_CHUNK_TOKENS,
     RESERVE_ALONE_WARNING,
     PlanInputs,
     PlanResult,
@@ -79,6 +80,14 @@ BlockSize = Annotated[
     typer.Option(
         help="KV block size in tokens; a hybrid model with Mamba or linear-attention layers "
         "gets the larger block vLLM raises it to."
+    ),
+]
+PrefillChunk = Annotated[
+    int,
+    typer.Option(
+        help="Prompt tokens prefilled per step (vLLM's max_num_batched_tokens, or "
+        "long_prefill_token_threshold when lower): a sliding window or chunk also holds the "
+        "chunk's blocks during that step (peak_kv_bytes_per_trajectory)."
     ),
 ]
 MambaCacheMode = Annotated[
@@ -148,6 +157,7 @@ def plan(
     shared_prefix_tokens: SharedPrefix = None,
     block_size: BlockSize = 16,
     mamba_cache_mode: MambaCacheMode = "none",
+    prefill_chunk_tokens: PrefillChunk = DEFAULT_PREFILL_CHUNK_TOKENS,
     profiles: Profiles = None,
     set_: Sets = None,
     json_out: JsonOut = False,
@@ -183,6 +193,7 @@ def plan(
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         mamba_cache_mode=mamba_cache_mode,
+        prefill_chunk_tokens=prefill_chunk_tokens,
     )
     result = plan_capacity(inputs)
     if reserve_alone:
@@ -249,6 +260,11 @@ def _print_table(r: PlanResult) -> None:
     table = Table(title="Concurrent trajectories per node")
     for col in ("context", "+output", "KV per trajectory", "max concurrent"):
         table.add_column(col, justify="right")
+    # a window's or chunk's prefill transient (vLLM V1 keeps w - 1 tokens plus the chunk)
+    peaks = any(c.peak_kv_bytes_per_trajectory > c.kv_bytes_per_trajectory for c in r.contexts)
+    if peaks:
+        table.add_column(f"peak in a {r.contexts[0].prefill_chunk_tokens:,}-token prefill step",
+                         justify="right")  # fmt: skip
     shared = r.shared_prefix_tokens is not None
     if shared:
         table.add_column(f"with {r.shared_prefix_tokens:,} shared", justify="right")
@@ -259,6 +275,8 @@ def _print_table(r: PlanResult) -> None:
             _both(c.kv_bytes_per_trajectory),
             f"{c.max_concurrent:,}",
         ]
+        if peaks:
+            row.append(_both(c.peak_kv_bytes_per_trajectory))
         if shared:
             row.append(f"{c.max_concurrent_shared:,}")
         table.add_row(*row)

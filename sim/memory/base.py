@@ -146,6 +146,20 @@ class Allocator(ABC):
         False for a kind without a prefix cache."""
         return False
 
+    def set_step(self, seq_id: Hashable, computed: int | None, end: int = 0) -> bool:
+        """The step a live sequence runs now computes its tokens ``[computed, end)`` (a
+        prefill chunk): a kind that counts a hybrid model's sliding-window or chunked
+        groups per block holds their blocks of that step, as vLLM V1 does
+        (``sim.sizing.group_demand.SPANS``), until the next ``set_step``, ``append``,
+        hold or free; ``computed`` None: back to the decode rule of its tokens. False =
+        no room (nothing changed). No-op (True) here: a kind without per-step groups."""
+        return True
+
+    def step_of(self, seq_id: Hashable) -> tuple[int, int] | None:
+        """The ``(computed, end)`` of a live sequence's ``set_step``, or None (the decode
+        rule of its tokens)."""
+        return None
+
     def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
         """Whether the appends of a run of decode steps to these sequences may be made one
         per sequence (its whole growth, content and all) instead of block by block in step
@@ -379,12 +393,12 @@ class Allocator(ABC):
         self.changes += 1
         if seq_id in self._held:
             self.set_held(seq_id, False)
+        if self.kv_groups is not None:
+            self._side_useful -= self._side_useful_of(seq_id, tokens)
+            self._side_since.pop(seq_id, None)
         release(seq_id, tokens)
         del self._tokens[seq_id]
         self._lineage.remove(seq_id, tokens)
-        if self.kv_groups is not None:
-            since = self._side_since.pop(seq_id, 0)
-            self._side_useful -= self.kv_groups.useful_side_bytes(tokens, since)
 
     # ------------------------------------------------------- held (paused) sequences
     def set_held(self, seq_id: Hashable, held: bool) -> None:
@@ -414,6 +428,15 @@ class Allocator(ABC):
         groups, since = self.kv_groups, self._side_since.get(seq_id, 0)
         self._side_useful += groups.useful_side_bytes(new, since) - groups.useful_side_bytes(old, since)
 
+    def _side_useful_of(self, seq_id: Hashable, tokens: int) -> float:
+        """A live sequence's side states: of its tokens, or of the prefill chunk it runs
+        (``set_step``), less what a fork's child shares."""
+        since = self._side_since.get(seq_id, 0)
+        step = self.step_of(seq_id)
+        if step is None:
+            return self.kv_groups.useful_side_bytes(tokens, since)
+        return self.kv_groups.useful_step_side_bytes(step[0], step[1], since)
+
     def _seq_side_slots(self, seq_id: Hashable) -> int:
         """Slots of the side blocks or extent a live sequence maps (0 here: no side)."""
         return 0
@@ -421,9 +444,8 @@ class Allocator(ABC):
     def _side_slack_of(self, seq_id: Hashable, tokens: int) -> float:
         """Bytes of a live sequence's side slots that hold none of its side states (vLLM's
         padding layers, whole blocks' unfilled slots, a fork's shared states)."""
-        since = self._side_since.get(seq_id, 0)
         own = self._seq_side_slots(seq_id) * self.kv_bytes_per_token
-        return max(0.0, own - self.kv_groups.useful_side_bytes(tokens, since))
+        return max(0.0, own - self._side_useful_of(seq_id, tokens))
 
     def _side_waste_slots(self, room: int) -> int:
         """Side slots of active sequences that hold no side state, whole (the states
@@ -601,7 +623,7 @@ class Allocator(ABC):
         if groups is None:
             return
         since = self._side_since
-        scan = sum(groups.useful_side_bytes(t, since.get(s, 0)) for s, t in self._tokens.items())
+        scan = sum(self._side_useful_of(s, t) for s, t in self._tokens.items())
         if not math.isclose(scan, self._side_useful, rel_tol=1e-9, abs_tol=1e-3):
             raise InvariantError(f"{self.kind}: side states {self._side_useful} != a scan {scan}")
         if not since and scan > self._side_allocated_bytes() + 1e-9 * self.pool_bytes:

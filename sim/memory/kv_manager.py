@@ -3,7 +3,9 @@
 Responsibility: compose one allocator (any kind made by ``make_allocator``) with the
 bookkeeping the engine needs around it: admitting a request (a fresh sequence with a
 prefix-cache lookup, or a held sequence extended by the new turn), growing a running
-request, preemption (drop and recompute), forks, releases, the memory side of a pause
+request, a hybrid model's windows during a prefill chunk (``step``: vLLM V1 keeps
+``w - 1`` tokens plus the chunk; ``settle_steps`` returns them to the decode rule),
+preemption (drop and recompute), forks, releases, the memory side of a pause
 (the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, called only by the
 engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
 one accumulator per pause key, per owner and in total), pressure relief
@@ -134,6 +136,12 @@ class KVManager:
         #: requests whose sequence's new KV is held back from look-ups until ``scheduled``
         #: or ``computed`` publishes it (admission order)
         self._behind: dict[Hashable, KVRequest] = {}
+        #: a hybrid model whose sliding-window or chunked groups hold a prefill chunk's
+        #: blocks (``step``); the sequences that hold one now, with their requests
+        self.steps_matter = bool(self._groups is not None and self._groups.steps_matter)
+        self._stepping: dict[Hashable, KVRequest] = {}
+        #: the last new sequence admitted (request, tokens, hit), for ``withdraw``
+        self._fresh: tuple[KVRequest, int, int] | None = None
 
     # ------------------------------------------------------------ what it holds
     @property
@@ -238,6 +246,28 @@ class KVManager:
         else:
             req.lookup_tokens += n
             req.hit_tokens += matched
+        if self.steps_matter:
+            self._fresh = (req, n, matched)
+        return True
+
+    def withdraw(self, req: KVRequest) -> bool:
+        """Undo the admission just made of ``req`` as a new sequence (its first chunk's
+        window blocks did not fit: vLLM would not have admitted it): free the sequence and
+        its lookup's counts; True. False for a held sequence extended by its turn (kept,
+        its windows by the decode rule)."""
+        fresh = self._fresh
+        self._fresh = None
+        if fresh is None or fresh[0] is not req or not self.alloc.is_live(req.seq_id):
+            return False
+        _, n, matched = fresh
+        self._free(req.seq_id)
+        req.num_computed = 0
+        if req.preemptions:
+            req.preempted_lookup_tokens -= n
+            req.preempted_hit_tokens -= matched
+        else:
+            req.lookup_tokens -= n
+            req.hit_tokens -= matched
         return True
 
     # ---------------------------------------------------------- publication
@@ -287,6 +317,47 @@ class KVManager:
         does the same on a full prefix hit)."""
         return min(req.remote_tokens, n - 1)
 
+    def step(self, req: KVRequest, n_new: int) -> bool:
+        """A prefill chunk of ``n_new`` tokens of a request that holds them: its sliding
+        windows and chunks hold, for this step, every block with a token in range of one
+        it computes (vLLM V1: blocks behind ``num_computed - w + 1`` are freed, then the
+        chunk's are allocated), until its next step; False = no room (nothing changed).
+        No-op (True) for a model without such groups."""
+        if not self.steps_matter:
+            return True
+        seq = req.seq_id
+        start = req.num_computed
+        if not self.alloc.set_step(seq, start, start + n_new):
+            return False
+        self._stepping[seq] = req
+        return True
+
+    def settle_steps(self) -> None:
+        """At the start of a scheduling pass: a sequence whose prefill is done (its next
+        step is a decode) goes back to the decode rule (vLLM frees the blocks behind the
+        window at that step's allocation); O(sequences in a prefill chunk)."""
+        stepping = self._stepping
+        if not stepping:
+            return
+        alloc = self.alloc
+        for seq, req in list(stepping.items()):
+            if not alloc.is_live(seq) or alloc.step_of(seq) is None:
+                del stepping[seq]
+            elif (
+                req.num_computed + 1 >= req.num_tokens
+                and not alloc.is_held(seq)
+                and alloc.set_step(seq, None)
+            ):
+                del stepping[seq]
+
+    def _end_step(self, seq: Hashable) -> None:
+        """Back to the decode rule before a hold or a fork: it only shrinks after a chunk
+        that reached the sequence's end; one cut short (cancelled mid-prompt) keeps its
+        chunk's blocks where the decode rule's do not fit."""
+        req = self._stepping.pop(seq, None)
+        if req is not None and not self.alloc.set_step(seq, None):
+            self._stepping[seq] = req
+
     def grow(self, req: KVRequest, n_new: int) -> bool:
         """Room for ``n_new`` more computed tokens of a running request; False = miss."""
         return self.ledger.grow(req, req.num_computed + n_new)
@@ -310,6 +381,8 @@ class KVManager:
             self.forks_failed += 1
             return False
         self.ledger.flush(parent)
+        if self._stepping:
+            self._end_step(parent)
         ok = bool(self.alloc.fork(parent, child))
         if not ok:
             self.forks_failed += 1
@@ -336,6 +409,8 @@ class KVManager:
         if seq in self.paused or not self.alloc.is_live(seq):
             raise InvariantError(f"hold: sequence {seq!r} is held already or not live")
         self.ledger.flush(seq)
+        if self._stepping:
+            self._end_step(seq)
         self._hold(seq, owner, self.alloc.seq_tokens(seq), key)
 
     def retain(self, seq: Hashable, priority: float) -> None:
@@ -400,6 +475,8 @@ class KVManager:
     # --------------------------------------------------------------- inside
     def _free(self, seq: Hashable, uncache: bool = False) -> None:
         self.ledger.untrack(seq)
+        if self._stepping:
+            self._stepping.pop(seq, None)
         self._retain.pop(seq, None)
         self._behind.pop(seq, None)  # what it held back is freed, never cached
         if not self.alloc.is_live(seq):
@@ -479,10 +556,16 @@ class KVManager:
         if groups is None:
             return ()
         totals = [0.0] * len(groups.side)
+        step_of, bs = self.alloc.step_of, self.block_size
         for seq in self.alloc.sequences():
+            step = step_of(seq)
+            if step is not None:  # a prefill chunk's blocks
+                for i, g in enumerate(groups.side):
+                    totals[i] += g.step_bytes(step[0], step[1], bs)
+                continue
             tokens = self.resident_tokens(seq)
             for i, g in enumerate(groups.side):
-                totals[i] += g.held_bytes(tokens, self.block_size)
+                totals[i] += g.held_bytes(tokens, bs)
         return tuple(totals)
 
     # ---------------------------------------------------------------- engine

@@ -31,14 +31,17 @@ touches a table's shared blocks only), never at query time.
 Hybrid models (``use_kv_groups``, ``sim.sizing.group_demand``): the table holds the layer
 groups that keep every token; a sequence also maps ``side_blocks(tokens)`` blocks of the
 same pool for its sliding-window, chunked-local and state-space groups, taken and returned
-as its tokens change (oldest first), shared with a fork's child by refcount; in
+as its tokens change (oldest first), shared with a fork's child by refcount; while it runs
+a prefill chunk ``[n, e)`` (``set_step``, from the scheduler through the KV manager) it
+holds that step's blocks instead (``step_side_blocks(n, e)``: ``w - 1`` tokens plus the
+chunk, vLLM V1), until its next ``set_step``, an append or its free; in
 ``kv_slots`` a side block is full (B filled slots) and, like a table block, paused when only
 held sequences map it; of the active sequences' side slots, those that hold no side token
 state (vLLM's padding layers, whole blocks' rest: ``KVGroups.useful_side_bytes``) are
 unfilled.
 
 Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
-``side_blocks(tokens)``; the refcount of every block = the number of tables and side lists
+``side_blocks(tokens)``, or ``step_side_blocks(n, e)`` during a ``set_step``; the refcount of every block = the number of tables and side lists
 that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
 remainder = pool; ``_unfilled`` and the paused slots equal a scan of the tables (and
@@ -86,6 +89,9 @@ class PagedAllocator(Allocator):
         self._paused: PausedBlocks | None = None  # the paused slots, from the first hold on
         self._side: dict[Hashable, list[int]] = {}  # seq -> blocks of its side groups
         self._side_allocated = 0  # distinct side blocks allocated (a fork shares them)
+        #: seq -> (computed, end) of the prefill chunk it runs (``set_step``); absent: the
+        #: decode rule of its tokens
+        self._step: dict[Hashable, tuple[int, int]] = {}
 
     def use_kv_groups(self, groups) -> None:
         """Count a hybrid model's side groups (``KVGroups``) in this empty allocator: each
@@ -106,12 +112,67 @@ class PagedAllocator(Allocator):
             self._content_off = self.hit_limited_by is not None
 
     def _side_delta(self, seq_id: Hashable | None, tokens: int) -> int:
-        """Side blocks a sequence at ``tokens`` needs beyond those it holds (may be < 0)."""
+        """Side blocks a sequence at ``tokens`` needs beyond those it holds (may be < 0),
+        by the decode rule (an append ends a prefill chunk's ``set_step``)."""
         groups = self.kv_groups
         if groups is None:
             return 0
         held = 0 if seq_id is None else len(self._side[seq_id])
         return groups.side_blocks(tokens, self.block_size) - held
+
+    def _side_target(self, seq_id: Hashable, tokens: int) -> int:
+        """Side blocks a live sequence holds now: its prefill chunk's (``set_step``) or the
+        decode rule of its ``tokens``."""
+        step = self._step.get(seq_id)
+        if step is None:
+            return self.kv_groups.side_blocks(tokens, self.block_size)
+        return self.kv_groups.step_side_blocks(step[0], step[1], self.block_size)
+
+    def set_step(self, seq_id: Hashable, computed: int | None, end: int = 0) -> bool:
+        """Hold the side blocks of the step that computes ``[computed, end)`` (vLLM V1's
+        ``remove_skipped_blocks(computed)`` then ``allocate_new_blocks(end)``), or, with
+        ``computed`` None, those of the decode rule; False = no room, nothing changed."""
+        tokens = self._live_tokens(seq_id, "set_step")
+        groups = self.kv_groups
+        if groups is None or not groups.steps_matter:
+            return True
+        if computed is not None:
+            computed = checked_count(computed, "set_step")
+            end = checked_count(end, "set_step (end)")
+            if not computed < end <= tokens:
+                raise AllocatorError(
+                    f"{self.kind}: set_step: tokens [{computed}, {end}) of a {tokens}-token "
+                    f"sequence {seq_id!r}"
+                )
+            if computed == end - 1 and end == tokens:
+                computed = None  # the decode rule itself
+        if self._held and seq_id in self._held:
+            raise AllocatorError(f"{self.kind}: set_step: sequence {seq_id!r} is held")
+        if computed is None:
+            target = groups.side_blocks(tokens, self.block_size)
+        else:
+            target = groups.step_side_blocks(computed, end, self.block_size)
+        delta = target - len(self._side.setdefault(seq_id, []))
+        need = self._side_need(seq_id, delta) if delta else 0
+        pool, index = self.pool, self.index
+        if need > 0 and need > pool.num_free and (
+            index is None or not index.make_room(need - pool.num_free)
+        ):
+            return False
+        if delta:
+            self._side_resize(seq_id, delta)
+            self.changes += 1
+        before = self._side_useful_of(seq_id, tokens)
+        if computed is None:
+            self._step.pop(seq_id, None)
+        else:
+            self._step[seq_id] = (computed, end)
+        self._side_useful += self._side_useful_of(seq_id, tokens) - before
+        self._note_peak(self._allocated_bytes())
+        return True
+
+    def step_of(self, seq_id: Hashable) -> tuple[int, int] | None:
+        return self._step.get(seq_id)
 
     def _side_need(self, seq_id: Hashable, delta: int) -> int:
         """Free blocks a side ``delta`` (``_side_delta``) costs the pool: ``delta`` when it
@@ -215,6 +276,10 @@ class PagedAllocator(Allocator):
             index is None or not index.make_room(need - pool.num_free)
         ):
             return False
+        if self._step and seq_id in self._step:  # it moved on: the decode rule of its tokens
+            before = self._side_useful_of(seq_id, tokens)
+            del self._step[seq_id]
+            self._side_useful += self._side_useful_of(seq_id, tokens) - before
         if side < 0:  # blocks that left the window go back first
             self._side_resize(seq_id, side)
         if cow:
@@ -413,6 +478,8 @@ class PagedAllocator(Allocator):
         if side:  # the child maps the parent's side blocks until it moves past them
             self.pool.incref(side)
             self._side[child_id] = list(side)
+        if parent_id in self._step:  # and holds them by the parent's step until it moves
+            self._step[child_id] = self._step[parent_id]
         if self._paused is not None:  # the child is active: blocks only held tables mapped are not
             self._paused.forked(parent_id, child_id, table, self._last_fill(tokens), side or ())
         if self.index is not None:
@@ -431,6 +498,7 @@ class PagedAllocator(Allocator):
         if self.index is not None:  # it still maps its blocks (``PrefixIndex.releasing``)
             self.index.releasing(seq_id)
         table = self._tables.pop(seq_id)
+        self._step.pop(seq_id, None)
         side = self._side.pop(seq_id, None)
         if side:
             returned = self.pool.decref(side)
@@ -643,12 +711,12 @@ class PagedAllocator(Allocator):
                 f = min(bs, tokens - logical * bs)
                 if fill.setdefault(b, f) != f:
                     raise InvariantError(f"paged: shared block {b} holds different fills")
-        if set(self._side) - set(self._tokens):
+        if set(self._side) - set(self._tokens) or set(self._step) - set(self._tokens):
             raise InvariantError("paged: side blocks of a sequence that is not live")
         if len({b for side in self._side.values() for b in side}) != self._side_allocated:
             raise InvariantError("paged: the side block counter differs from a scan")
         for seq_id, side in self._side.items():
-            if len(side) != self._side_delta(None, self._tokens[seq_id]):
+            if len(side) != self._side_target(seq_id, self._tokens[seq_id]):
                 raise InvariantError(f"paged: sequence {seq_id!r} holds {len(side)} side blocks")
             for b in side:
                 mapped[b] += 1

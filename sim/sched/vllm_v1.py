@@ -13,6 +13,12 @@ Per step, with a token budget of ``max_num_batched_tokens``:
 3. Each request's scheduled tokens are published to a prefix cache as it is scheduled
    (``KVManager.scheduled``: vLLM's ``cache_blocks`` in ``allocate_slots``, before the next
    admission looks up); the base class publishes computed KV after ``commit``.
+4. A hybrid model's sliding-window and chunked groups follow vLLM per chunk: every prefill
+   chunk scheduled (running or admitted) holds their blocks of ``w - 1`` tokens plus the
+   chunk (``KVManager.step``); if they do not fit, a running request preempts as in 1.
+   and a new one is not admitted (its admission undone); at the start of each decision
+   the sequences whose prompt is done go back to the decode rule (``settle_steps``), and
+   a batch with a prefill chunk is not run ahead (``run_chunks`` None).
 ``chunked_prefill: false`` is the monolithic mode: a prefill is never split; it must fit
 the budget left, except that the first prefill of a step may exceed it (otherwise a
 prompt longer than the budget could never run; vLLM instead requires the budget to be at
@@ -43,7 +49,7 @@ except for a monolithic prefill alone in its step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Literal
 
@@ -142,6 +148,8 @@ class VllmV1Scheduler(Scheduler):
     def schedule(self) -> BatchPlan:
         """Build one step's batch (see the module docstring)."""
         plan = BatchPlan()
+        if self.kv.steps_matter:  # finished prompts: windows back to the decode rule
+            self.kv.settle_steps()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
@@ -242,6 +250,14 @@ class VllmV1Scheduler(Scheduler):
             ):
                 req.spec_drafts = 0
                 break
+            if (
+                self.kv.steps_matter
+                and not req.spec_drafts
+                and _prefill_chunk(req, n)
+                and not self.kv.step(req, n)
+                and not self._grow_or_preempt(req, n, plan, self.kv.step)
+            ):
+                break
             _add(plan, req, n)
             kv.scheduled(req, req.num_computed + n)  # (a prefill chunk: vLLM caches its blocks)
             if req.spec_drafts:
@@ -269,10 +285,14 @@ class VllmV1Scheduler(Scheduler):
         req.spec_drafts = d
         return 1 + d, slots
 
-    def _grow_or_preempt(self, req: Request, n: int, plan: BatchPlan) -> bool:
-        """``req``'s KV could not grow: preempt from the back until it can; False if it was
-        the victim itself."""
+    def _grow_or_preempt(
+        self, req: Request, n: int, plan: BatchPlan, fits: Callable[[Request, int], bool] | None = None
+    ) -> bool:
+        """``req``'s KV could not grow (``fits``: ``kv.grow``, or ``kv.step`` for a prefill
+        chunk's window blocks): preempt from the back until it can; False if it was the
+        victim itself."""
         kv = self.kv
+        fits = kv.grow if fits is None else fits
         while True:
             victim = self.running.pop()
             kv.preempt(victim)
@@ -286,7 +306,7 @@ class VllmV1Scheduler(Scheduler):
                     victim.end(REJECTED, NEVER_FITS)
                     plan.rejected.append(victim)
                 return False
-            if kv.grow(req, n):
+            if fits(req, n):
                 return True
 
     def _schedule_waiting(self, plan: BatchPlan, budget: int) -> None:
@@ -304,6 +324,14 @@ class VllmV1Scheduler(Scheduler):
                     break
                 continue
             n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+            if kv.steps_matter and _prefill_chunk(req, n) and not kv.step(req, n):
+                # vLLM allocates the chunk's window blocks with the admission: undone
+                # (a held turn's sequence keeps its new tokens and the decode rule)
+                if kv.withdraw(req):
+                    if self.running or not self.relieve(plan, req):
+                        plan.waiting_blocked = True
+                        break
+                    continue
             waiting.popleft()
             self.running.append(req)
             req.status = RUNNING
@@ -335,6 +363,8 @@ class VllmV1Scheduler(Scheduler):
         """
         cfg = self.config
         if not cfg.chunked_prefill or len(plan.prefill_chunks) != 1 or not plan.scheduled:
+            return None
+        if self.kv.steps_matter:  # each chunk moves the windows' blocks: step by step
             return None
         req, first = plan.scheduled[-1]
         if (first, req.num_computed) != plan.prefill_chunks[0]:
@@ -477,6 +507,12 @@ def _decodes_from(running: list[Request], i: int, end: int) -> int:
             return i
         i += 1
     return i
+
+
+def _prefill_chunk(req: Request, n: int) -> bool:
+    """Whether computing ``n`` tokens of ``req`` is a prefill chunk (more than the one
+    token a decode computes, or one that leaves prompt tokens to compute)."""
+    return n > 1 or req.num_tokens - req.num_computed > 1
 
 
 def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:

@@ -13,6 +13,14 @@ and counts the other groups' blocks arithmetically, one demand function per grou
   tokens skipped). At most ``ceil(w/B) + 1`` blocks.
 * ``chunked_local`` (chunk c): the blocks of the current chunk,
   ``ceil(S/B) - floor(c * floor((S-1)/c) / B)`` (``ChunkedLocalAttentionManager``).
+
+Those are a decode step's (``DEMANDS``). A step that computes the tokens ``[n, e)`` (a
+prefill chunk) holds more in these two kinds (``SPANS``, ``KVGroups.step_side_blocks``):
+vLLM V1's ``KVCacheManager.allocate_slots`` calls ``remove_skipped_blocks(n)`` (freeing
+the blocks wholly before ``get_num_skipped_tokens(n)``: ``n - w + 1``, or ``c * floor(n /
+c)``) before it allocates up to ``e``, so ``ceil(e/B) - floor(skipped(n) / B)`` blocks, ``w
+- 1`` tokens plus the chunk (``vllm/v1/core/single_type_kv_cache_manager.py``); the
+decode rule is the step ``n = S - 1``, ``e = S``.
 * ``mamba`` / ``linear_attention``: one state per running sequence, whatever S
   (``MambaManager`` without prefix caching).
 
@@ -54,15 +62,39 @@ from sim.sizing.layer_padding import vllm_layer_padding
 TABLE_KINDS = ("full", "mla", "indexer")
 
 
+def _sliding_skipped(computed: int, window: int) -> int:
+    """vLLM's ``SlidingWindowManager.get_num_skipped_tokens``: tokens before the window of
+    the next token to compute, ``max(0, computed - w + 1)``."""
+    return max(0, computed - window + 1)
+
+
+def _chunked_skipped(computed: int, chunk: int) -> int:
+    """vLLM's ``ChunkedLocalAttentionManager.get_num_skipped_tokens``: the tokens before
+    the chunk of the next token to compute, ``c * floor(computed / c)``."""
+    return computed // chunk * chunk
+
+
+def _sliding_span(computed: int, end: int, block_size: int, window: int) -> int:
+    """Blocks one sliding layer holds during a step that computes tokens ``[computed,
+    end)``: every block from the first that holds an unskipped token to ``end``."""
+    if end <= 0:
+        return 0
+    return -(-end // block_size) - _sliding_skipped(computed, window) // block_size
+
+
+def _chunked_span(computed: int, end: int, block_size: int, chunk: int) -> int:
+    """The same for a chunked-local layer: the current chunk's blocks up to ``end``."""
+    if end <= 0:
+        return 0
+    return -(-end // block_size) - _chunked_skipped(computed, chunk) // block_size
+
+
 def _sliding_blocks(tokens: int, block_size: int, window: int) -> int:
-    return -(-tokens // block_size) - max(0, tokens - window) // block_size
+    return _sliding_span(tokens - 1, tokens, block_size, window)
 
 
 def _chunked_blocks(tokens: int, block_size: int, chunk: int) -> int:
-    if tokens <= 0:
-        return 0
-    start = (tokens - 1) // chunk * chunk
-    return -(-tokens // block_size) - start // block_size
+    return _chunked_span(tokens - 1, tokens, block_size, chunk)
 
 
 #: group kind -> blocks of B tokens one layer of it holds for a sequence of S tokens
@@ -72,6 +104,15 @@ DEMANDS: dict[str, Callable[[int, int, int], int]] = {
     "chunked_local": _chunked_blocks,
     "mamba": lambda tokens, block_size, window: 0,
     "linear_attention": lambda tokens, block_size, window: 0,
+}
+
+#: group kind -> blocks of B tokens one layer of it holds during a step that computes the
+#: tokens ``[computed, end)`` (vLLM V1: ``remove_skipped_blocks(computed)`` then
+#: ``allocate_new_blocks(end)``); ``DEMANDS`` is the decode step, ``computed = S - 1``.
+#: Only the kinds whose blocks depend on the step (the others: ``DEMANDS`` of ``end``)
+SPANS: dict[str, Callable[[int, int, int, int], int]] = {
+    "sliding_window": _sliding_span,
+    "chunked_local": _chunked_span,
 }
 
 
@@ -102,6 +143,22 @@ class GroupDemand:
         """Blocks of ``block_size`` tokens one layer of this group holds for ``tokens``."""
         return DEMANDS[self.kind](tokens, block_size, self.window_tokens)
 
+    def step_blocks(self, computed: int, end: int, block_size: int) -> int:
+        """Blocks one layer holds during a step that computes ``[computed, end)`` (a
+        prefill chunk; a decode step is ``held_blocks(end)``)."""
+        span = SPANS.get(self.kind)
+        if span is None:
+            return DEMANDS[self.kind](end, block_size, self.window_tokens)
+        return span(computed, end, block_size, self.window_tokens)
+
+    def step_bytes(self, computed: int, end: int, block_size: int) -> float:
+        """Bytes this group holds during that step (whole blocks, or the state)."""
+        if end <= 0:
+            return 0.0
+        if self.state_bytes:
+            return self.state_bytes
+        return self.step_blocks(computed, end, block_size) * block_size * self.bytes_per_token
+
     def useful_bytes(self, tokens: int, since: int = 0) -> float:
         """Token states this group really holds for a sequence of ``tokens``, written at or
         after token ``since`` (a fork's child counts only what it wrote itself): the tokens
@@ -110,18 +167,24 @@ class GroupDemand:
         after ``since`` (a state-space layer's state is real state). vLLM's padding layers
         and the unfilled slots of whole blocks are not token states (``held_bytes`` less
         this is waste)."""
-        if tokens <= since:
+        return self.useful_step_bytes(tokens - 1, tokens, since)
+
+    def useful_step_bytes(self, computed: int, end: int, since: int = 0) -> float:
+        """``useful_bytes`` during a step that computes ``[computed, end)`` (a prefill
+        chunk): the tokens from the first one the step keeps (``computed - w + 1``, or the
+        chunk of ``computed``) to ``end``; a decode step is ``useful_bytes(end)``."""
+        if end <= since:
             return 0.0
         if self.state_bytes:
             return self.state_bytes if self.real_state_bytes is None else self.real_state_bytes
         w = self.window_tokens
         if self.kind == "sliding_window":
-            first = tokens - w
+            first = _sliding_skipped(computed, w)
         elif self.kind == "chunked_local":
-            first = (tokens - 1) // w * w
+            first = _chunked_skipped(computed, w)
         else:  # a kind without a token rule here holds no states we can name
             return 0.0
-        return (tokens - max(first, since, 0)) * self.unpadded_bytes_per_token
+        return (end - max(first, since, 0)) * self.unpadded_bytes_per_token
 
     def held_bytes(self, tokens: int, block_size: int) -> float:
         """Bytes this group holds for a sequence of ``tokens`` (whole blocks, or the state)."""
@@ -161,11 +224,34 @@ class KVGroups:
         ``useful_bytes`` adds them to the block table's): never more than ``side_bytes``."""
         return sum(g.useful_bytes(tokens, since) for g in self.side)
 
+    def useful_step_side_bytes(self, computed: int, end: int, since: int = 0) -> float:
+        """``useful_side_bytes`` during a step that computes ``[computed, end)``."""
+        return sum(g.useful_step_bytes(computed, end, since) for g in self.side)
+
     def side_blocks(self, tokens: int, block_size: int) -> int:
         """The side bytes in whole table blocks (``block_size x table_bytes_per_token``)."""
         if not self.side or tokens <= 0:
             return 0
         return math.ceil(self.side_bytes(tokens, block_size) /
+                         (block_size * self.table_bytes_per_token))  # fmt: skip
+
+    @property
+    def steps_matter(self) -> bool:
+        """True when some side group's blocks depend on the step (a sliding window or a
+        chunk: a prefill chunk holds more than the window, ``SPANS``)."""
+        return any(g.kind in SPANS for g in self.side)
+
+    def step_side_bytes(self, computed: int, end: int, block_size: int) -> float:
+        """Bytes the side groups hold for one sequence during a step that computes the
+        tokens ``[computed, end)`` (``GroupDemand.step_bytes``)."""
+        return sum(g.step_bytes(computed, end, block_size) for g in self.side)
+
+    def step_side_blocks(self, computed: int, end: int, block_size: int) -> int:
+        """``step_side_bytes`` in whole table blocks (as ``side_blocks``);
+        ``step_side_blocks(S - 1, S) == side_blocks(S)``."""
+        if not self.side or end <= 0:
+            return 0
+        return math.ceil(self.step_side_bytes(computed, end, block_size) /
                          (block_size * self.table_bytes_per_token))  # fmt: skip
 
     def by_group(self, tokens: int, block_size: int) -> dict[str, float]:

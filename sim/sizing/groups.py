@@ -50,6 +50,22 @@ class GroupBytes:
             return 0
         return tokens if self.window_tokens is None else min(tokens, self.window_tokens)
 
+    def step_held_tokens(self, computed: int, end: int) -> int:
+        """Tokens one layer holds during a step that computes ``[computed, end)`` (a
+        prefill chunk), by vLLM V1's rule (``SingleTypeKVCacheManager`` frees the tokens
+        ``get_num_skipped_tokens(computed)`` skips before it allocates up to ``end``): all
+        of them (full, MLA, indexer), from ``computed - w + 1`` (sliding), from the chunk
+        of ``computed`` (chunked local); 0 for a state group. A decode step
+        (``computed = end - 1``) of a sliding layer is ``held_tokens(end)``."""
+        if self.holds_state:
+            return 0
+        w = self.window_tokens
+        if w is None:
+            return end
+        if self.kind == "chunked_local":
+            return end - computed // w * w
+        return end - max(0, computed - w + 1)
+
     def shared_tokens(self, tokens: int, prefix: int) -> int:
         """Of the ``held_tokens(tokens)`` one layer holds, those among the first ``prefix``
         of the context (the same in every trajectory that shares that prefix, so a prefix

@@ -198,6 +198,43 @@ def shared_prefix_split(
     return shared_whole, stages
 
 
+def prefill_steps(prompt: int, chunk: int) -> list[tuple[int, int]]:
+    """The ``(computed, end)`` of each step of a prompt prefilled alone in chunks of
+    ``chunk`` tokens (vLLM V1's chunked prefill, the token budget or
+    ``long_prefill_token_threshold``): ``[0, c), [c, 2c), ..., [.., prompt)``."""
+    if chunk < 1:
+        raise KvsimError(f"prefill chunk must be >= 1 token, got {chunk}")
+    return [(n, min(prompt, n + chunk)) for n in range(0, prompt, chunk)]
+
+
+def kv_peak_for_trajectory(
+    model: ModelProfile, prompt: int, tokens: int, chunk: int, kv_dtype: str | None = None
+) -> tuple[float, dict[str, float]]:
+    """The most one trajectory of ``tokens`` holds at any step when its ``prompt`` is
+    prefilled alone in chunks of ``chunk`` (whole model, one copy, padding layers in), and
+    each group's bytes at that step: the largest of its prefill steps by vLLM V1's rule
+    (``GroupBytes.step_held_tokens``: a sliding window holds ``w - 1`` tokens plus the
+    chunk) and the full trajectory (``kv_bytes_for_context``). Token-exact, as ``plan``
+    (no block rounding)."""
+    counts = padded_model_counts(model)
+    groups = group_bytes(model, 1, kv_dtype)
+
+    def at(computed: int, end: int) -> dict[str, float]:
+        return {g.name: counts.get(g.name, 0) * (
+            g.state_bytes_per_layer if g.holds_state
+            else g.step_held_tokens(computed, end) * g.bytes_per_token_per_layer)
+            for g in groups}  # fmt: skip
+
+    best = {g.name: counts.get(g.name, 0) * g.bytes_per_layer(tokens) for g in groups}
+    top = sum(best.values())
+    if any(g.window_tokens is not None and not g.holds_state for g in groups):
+        for computed, end in prefill_steps(min(prompt, tokens), chunk):
+            step = at(computed, end)
+            if sum(step.values()) > top:
+                best, top = step, sum(step.values())
+    return top, best
+
+
 @dataclass(frozen=True)
 class GroupKV:
     """One layer group's share of one trajectory's KV (``kvsim plan``'s breakdown)."""
@@ -216,6 +253,9 @@ class GroupKV:
     # whole model, and the part of ``bytes`` they take (allocated, never written)
     padding_layers: int = 0
     padding_bytes: float = 0.0
+    #: this group's bytes at the trajectory's peak step (``kv_peak_for_trajectory``: a
+    #: prefill chunk's for a sliding window or chunk, else ``bytes``)
+    peak_bytes: float = 0.0
 
 
 def kv_breakdown(

@@ -38,7 +38,9 @@ from sim.sizing.kv import (
     kv_bytes_for_context_all_gpus,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
+    kv_peak_for_trajectory,
     model_layer_padding,
+    padded_model_counts,
     shared_prefix_split,
 )
 from sim.sizing.layer_padding import LayerPadding
@@ -49,6 +51,9 @@ from sim.units import GB, dtype_bytes
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 #: F34 as the chapter applies it: the given figures already account for all of memory
 FIGURES_GPU_MEMORY_UTILIZATION = 1.0
+#: ``kvsim plan --prefill-chunk-tokens``'s default: vLLM's max_num_batched_tokens (as a run's
+#: ``scheduler.max_num_batched_tokens``)
+DEFAULT_PREFILL_CHUNK_TOKENS = 8192
 #: ``kvsim plan --mamba-cache-mode`` choices (a run also settles auto, from its allocator)
 PLAN_MAMBA_CACHE_MODES = ("none", "all")
 
@@ -92,6 +97,10 @@ class PlanInputs:
     #: boundary, as a run with a prefix cache charges them); plan has no allocator, so it
     #: is not settled from one
     mamba_cache_mode: str = "none"
+    #: tokens of a prompt prefilled in one step (vLLM's max_num_batched_tokens, or its
+    #: long_prefill_token_threshold when lower): a sliding window or chunk holds the
+    #: chunk's blocks too during that step (``peak_kv_bytes_per_trajectory``)
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
 
     def __post_init__(self) -> None:
         """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
@@ -114,6 +123,7 @@ class PlanInputs:
             check_number(self.shared_prefix_tokens, "--shared-prefix-tokens", 0, MAX_TOKENS)
         check_number(self.gpu_memory_utilization, "--gpu-memory-utilization", 0, 1, low_open=True)
         check_number(self.block_size, "--block-size", 1, MAX_TOKENS)
+        check_number(self.prefill_chunk_tokens, "--prefill-chunk-tokens", 1, MAX_TOKENS)
         if self.mamba_cache_mode not in PLAN_MAMBA_CACHE_MODES:
             raise KvsimError(f"--mamba-cache-mode: {self.mamba_cache_mode!r} is not one of "
                              f"{', '.join(PLAN_MAMBA_CACHE_MODES)}")  # fmt: skip
@@ -139,6 +149,13 @@ class ContextPlan:
     # what vLLM's padding layers take of kv_bytes_per_trajectory (whole model, one copy;
     # included in it; sim.sizing.layer_padding)
     padding_bytes_per_trajectory: float = 0.0
+    # the most one trajectory holds at any step (whole model, one copy): its prompt's
+    # prefill chunks count too, where a sliding window or chunk holds w - 1 tokens plus
+    # the chunk (vLLM V1; sim.sizing.kv.kv_peak_for_trajectory); kv_bytes_per_trajectory
+    # (what each of many concurrent trajectories holds) when no step exceeds it
+    peak_kv_bytes_per_trajectory: float = 0.0
+    # the chunk size that peak assumes (PlanInputs.prefill_chunk_tokens)
+    prefill_chunk_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -369,6 +386,18 @@ def _context_plan(
         ) + whole_extra,
     )
     result["state_bytes_per_trajectory"] = sum(g.state_bytes for g in result["groups"])
+    chunk = inputs.prefill_chunk_tokens
+    steady = {g.name: n * g.bytes_per_layer(total)
+              for g in group_bytes(model, 1, kv_dtype)
+              for n in [padded_model_counts(model).get(g.name, 0)]}  # fmt: skip
+    top, at_peak = kv_peak_for_trajectory(model, context, total, chunk, kv_dtype)
+    excess = top - sum(steady.values())
+    result["peak_kv_bytes_per_trajectory"] = result["kv_bytes_per_trajectory"] + max(0.0, excess)
+    result["prefill_chunk_tokens"] = chunk
+    result["groups"] = [
+        replace(g, peak_bytes=g.bytes + (at_peak[g.name] - steady[g.name] if excess > 0 else 0.0))
+        for g in result["groups"]
+    ]
     result["padding_bytes_per_trajectory"] = sum(g.padding_bytes for g in result["groups"])
     window = model.max_context_tokens
     warnings = []

@@ -1,5 +1,7 @@
 """Issue 27 item 2: a one-request run's ``peak_allocated_bytes`` equals ``kvsim plan
---json``'s ``kv_bytes_per_trajectory`` within block rounding, per model (hybrid and dense).
+--json``'s ``peak_kv_bytes_per_trajectory`` within block rounding, per model (hybrid and
+dense): for a sliding window or chunk that is its prompt's second 8,192-token prefill chunk
+(``w - 1`` tokens plus the chunk, vLLM V1's rule), else ``kv_bytes_per_trajectory``.
 
 The engine holds whole blocks: the table's last block (B tokens of the table groups), the
 side groups' blocks rounded up to one table block, and a sliding window's ceil(w/B) + 1
@@ -60,7 +62,7 @@ def test_one_request_peak_matches_plan(model, tmp_path, run_cli):
     )
     assert code == 0
     (ctx,) = json.loads(out)["contexts"]
-    plan = ctx["kv_bytes_per_trajectory"]
+    plan = ctx["peak_kv_bytes_per_trajectory"]
     run = run_scenario(_scenario(tmp_path, model, prompt, output),
                        **{"engine.check_invariants": True})  # fmt: skip
     s = run.summary
@@ -71,13 +73,20 @@ def test_one_request_peak_matches_plan(model, tmp_path, run_cli):
 
 def test_gemma_no_longer_charges_every_layer(tmp_path):
     """The issue's figure: 16k tokens on gemma-3-27b peaked at 8.32 GB (every layer for
-    every token); per group it is 1.85 GB (1.79 GB before vLLM's 8 padding layers were
-    counted: its 52 sliding layers hold blocks as 60, sim.sizing.layer_padding)."""
+    every token); per group it is 1.85 GB once decoding (1.79 GB before vLLM's 8 padding
+    layers were counted: its 52 sliding layers hold blocks as 60,
+    sim.sizing.layer_padding). The peak is the prompt's second 8,192-token chunk, tokens
+    [8192, 16370): the sliding layers keep every block from token 8192 - 1024 + 1 = 7169
+    on (vLLM V1's remove_skipped_blocks), blocks 448..1023 = 576 blocks of 16 x 60 layers
+    x 8,192 B, beside the table's 1,024 blocks of 16 x 81,920 B: 5.872 GB."""
     run = run_scenario(_scenario(tmp_path, "gemma-3-27b", 16370, 14))
     peak = run.summary["peak_allocated_bytes"]
     every = 16384 * run.summary["kv_bytes_per_token"]
     assert every == pytest.approx(8.32e9, rel=1e-3)
-    assert peak == pytest.approx(1.853e9, rel=1e-3)
+    assert peak == 1024 * 16 * 81920 + 576 * 16 * 60 * 8192 == 5_872_025_600
+    mem = run.memory
+    decoding = mem.allocated_bytes[mem.t_s > mem.t_s[mem.allocated_bytes.idxmax()]]
+    assert decoding.max() == pytest.approx(1.853e9, rel=1e-3)
 
 
 def _shared(tmp_path, model: str) -> str:
@@ -125,10 +134,14 @@ def test_memory_parquet_splits_the_table_from_the_side_groups(model, tmp_path):
         return
     table = peak.allocated_bytes - peak.side_kv_bytes
     assert table == 16384 // B * B * g.table_bytes_per_token
-    # the window's 64 blocks, or 65 while the allocator is told of tokens a block late
-    # (deferred appends), rounded up to one table block
+    # the second prefill chunk, tokens [8192, 16370): the window keeps blocks from token
+    # 8192 - 1024 + 1 = 7169 (block 448) to block 1023 (vLLM V1): 576 blocks
     per_block = B * g.side[0].bytes_per_token
-    assert 64 * per_block <= peak.side_kv_bytes <= 65 * per_block + B * g.table_bytes_per_token
+    assert peak.side_kv_bytes == 576 * per_block
+    # once decoding: the window's 64 blocks, or 65 while the allocator is told of tokens
+    # a block late (deferred appends), rounded up to one table block
+    last = mem.iloc[-2]  # the last step's row (the final row is after the free)
+    assert 64 * per_block <= last.side_kv_bytes <= 65 * per_block + B * g.table_bytes_per_token
     assert ((mem.side_kv_bytes >= 0) & (mem.side_kv_bytes <= mem.allocated_bytes)).all()
 
 
@@ -160,7 +173,7 @@ def test_one_request_peak_matches_plan_with_saved_states(tmp_path, run_cli):
     (ctx,) = d["contexts"]
     assert (d["block_size_tokens"], d["mamba_cache_mode"]) == (640, "all")
     assert ctx["state_bytes_per_trajectory"] == 13 * 24 * 640 * 4_096
-    plan = ctx["kv_bytes_per_trajectory"]
+    plan = ctx["peak_kv_bytes_per_trajectory"]
     doc = yaml.safe_load(open(_scenario(tmp_path, "nemotron-h-8b", 8180, 12)))
     doc["allocator"]["kind"] = "radix"
     doc["model"] = {"profile": "nemotron-h-8b", "mamba_cache_mode": "all"}

@@ -40,17 +40,26 @@ def test_gemma_one_request_eta_from_the_geometry(tmp_path):
     rows = m[m.num_sequences == 1]
     assert len(rows) == output  # one row after admission, then one per decode step
     tokens = prompt + np.arange(len(rows))  # row i: the prompt and i sampled tokens
-    want_useful = tokens * full * per_layer + sliding * np.minimum(tokens, window) * per_layer
+    # row 0 is the prompt's one prefill step, tokens [0, 8192): the sliding layers hold
+    # (and use) every one of them during it (vLLM V1); the decode steps the last window
+    in_window = np.minimum(tokens, window)
+    in_window[0] = prompt
+    want_useful = tokens * full * per_layer + sliding * in_window * per_layer
     assert rows.useful_bytes.to_numpy(float) == pytest.approx(want_useful, rel=1e-12)
     # allocated: the table's whole blocks, and the window's blocks of the padded layers
     table = -(-tokens // block) * block * full * per_layer
     window_blocks = -(-tokens // block) - np.maximum(0, tokens - window) // block
+    window_blocks[0] = prompt // block
     side = window_blocks * block * padded * per_layer
     assert rows.side_kv_bytes.to_numpy(float) == pytest.approx(side, rel=1e-12)
     allocated = rows.allocated_bytes.to_numpy(float)
     assert allocated == pytest.approx(table + side, rel=1e-12)
     eta = want_useful / (table + side)
-    assert eta[0] == pytest.approx(1_107_296_256 / 1_174_405_120, rel=1e-12)  # ~94.3 %
+    assert eta[0] == pytest.approx((full + sliding) / (full + padded), rel=1e-12)  # 62 / 70
+    # a decoding sequence of 8,192 tokens (the decode rule's 64 window blocks): ~94.3 %
+    decode = 8192 * full * per_layer + sliding * window * per_layer
+    assert decode / (8192 * full * per_layer + 64 * block * padded * per_layer) == pytest.approx(
+        1_107_296_256 / 1_174_405_120, rel=1e-12)
     assert rows.eta_alloc.to_numpy(float) == pytest.approx(eta, rel=1e-12)
     # the summary's time-weighted mean over the time anything is allocated
     t = m.t_s.to_numpy(float)
@@ -62,8 +71,9 @@ def test_gemma_one_request_eta_from_the_geometry(tmp_path):
     waste = rows.gpu_internal_waste_bytes.to_numpy(float)
     assert np.abs(active - want_useful).max() < slot
     assert active + waste == pytest.approx(allocated, abs=2)  # integer rounding only
-    # 8,192 tokens fill whole blocks: the waste is the 8 padding layers' windows
-    assert abs(waste[0] - (padded - sliding) * window * per_layer) < slot
+    # 8,192 tokens fill whole blocks: the waste is the 8 padding layers' blocks, during
+    # the prefill step all 8,192 tokens of them
+    assert abs(waste[0] - (padded - sliding) * prompt * per_layer) < slot
 
 
 def test_state_space_hybrid_counts_each_state_once(tmp_path):

@@ -54,7 +54,7 @@ def test_group_peaks_match_plan(model, tmp_path, run_cli):
     code, out, _ = run_cli(f"kvsim plan --model {model} --gpu h200-141gb --num-gpus 1 "
                            f"--context {prompt + output} --json")  # fmt: skip
     assert code == 0
-    plan = {g["name"]: g["bytes"] for g in json.loads(out)["contexts"][0]["groups"]}
+    plan = {g["name"]: g["peak_bytes"] for g in json.loads(out)["contexts"][0]["groups"]}
     r = run_scenario(str(path), **{"engine.check_invariants": True})
     peaks = r.summary["peak_allocated_bytes_by_group"]
     assert set(peaks) == set(plan)
