@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from compare_steps import emit
 
 from sim.cost.calibration import load_calibration
 from sim.errors import KvsimError
@@ -84,10 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KvsimError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.out:
-        args.out.write_text(text)
-    print(text, end="")
-    return 0
+    return emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from compare_steps import emit
 
 from sim.yamlio import read_bytes_bounded
 
@@ -69,11 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if not p.is_dir():
             print(f"error: {p}: not a folder (run_all.sh writes one)", file=sys.stderr)
             return 2
-    text = to_markdown(compare(args.run_a, args.run_b), args.run_a, args.run_b)
-    if args.out:
-        args.out.write_text(text)
-    print(text, end="")
-    return 0
+    return emit(to_markdown(compare(args.run_a, args.run_b), args.run_a, args.run_b), args.out)
 
 
 if __name__ == "__main__":

@@ -201,9 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     except KvsimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = to_markdown(table, names, args.title)
-    if args.out:
-        args.out.write_text(text)
+    return emit(to_markdown(table, names, args.title), args.out)
+
+
+def emit(text: str, out: Path | None) -> int:
+    """A report's Markdown to ``out`` (when given) and to stdout; exit status 0 (the
+    here-side comparison scripts end this way)."""
+    if out:
+        out.write_text(text)
     print(text, end="")
     return 0
 
