@@ -6,12 +6,13 @@ prefix-cache lookup, or a held sequence extended by the new turn), growing a run
 request, a hybrid model's windows during a prefill chunk (``step``: vLLM V1 keeps
 ``w - 1`` tokens plus the chunk; ``settle_steps`` returns them to the decode rule),
 preemption (drop and recompute), forks, releases, the memory side of a pause
-(the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, called only by the
-engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
+(the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, ``restored``, called only
+by the engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
 one accumulator per pause key, per owner and in total), pressure relief
 (``drop_paused``/``drop_idle``), publication (a prefix cache sees an admitted request's
 new KV only once ``scheduled`` or ``computed`` publishes it, by the allocator's
-``publish_rule``), and the memory side of the engine's fast path. Appends
+``publish_rule``; a reloaded context's only once ``restored`` says its copy-in ended),
+and the memory side of the engine's fast path. Appends
 that fit in capacity a sequence already holds are deferred (``sim.memory.deferred``);
 ``metrics()`` reports the allocator as if they had been made. Callers above memory use
 only this object, never its allocator (a test checks it).
@@ -28,7 +29,8 @@ held sequences held (``set_held``: its ``kv_slots`` counts the physical paused s
 ``paused_side_bytes`` = the held sequences' side-group bytes (a hybrid model's windows,
 chunks, states; 0 for a dense model); held token-seconds only grow; every operation that fails (a miss) leaves the allocator
 unchanged; the deferred ledger's own invariants (``DeferredAppends.check``); a request
-whose KV is held back from look-ups (``_behind``) has a live sequence.
+whose KV is held back from look-ups (``_behind``) has a live sequence, and so has a
+sequence whose reload is in flight (``_reloading``).
 """
 
 from __future__ import annotations
@@ -136,6 +138,10 @@ class KVManager:
         #: requests whose sequence's new KV is held back from look-ups until ``scheduled``
         #: or ``computed`` publishes it (admission order)
         self._behind: dict[Hashable, KVRequest] = {}
+        #: restored sequences whose copy-in is still in flight: nothing of them is shown to
+        #: look-ups until ``restored``, which publishes this many tokens (the reloaded
+        #: context, or more if its turn, submitted meanwhile, had more published)
+        self._reloading: dict[Hashable, int] = {}
         #: a hybrid model whose sliding-window or chunked groups hold a prefill chunk's
         #: blocks (``step``); the sequences that hold one now, with their requests
         self.steps_matter = bool(self._groups is not None and self._groups.steps_matter)
@@ -307,6 +313,10 @@ class KVManager:
         return req.seq_id in self._behind
 
     def _publish(self, seq: Hashable, tokens: int) -> None:
+        reloading = self._reloading
+        if reloading and seq in reloading:  # its blocks are still being copied in
+            reloading[seq] = max(reloading[seq], tokens)
+            return
         if not self.alloc.is_live(seq) or self.alloc.publish(seq, tokens):
             del self._behind[seq]  # (nothing held back any more)
 
@@ -441,13 +451,31 @@ class KVManager:
     def restore(self, seq: Hashable, tokens: int, content: Any = None) -> bool:
         """Take HBM blocks for ``tokens`` of an offloaded sequence about to be copied back
         (before the copy-in starts); False = no room, nothing changed. The sequence is
-        live but neither held nor queued until its next turn is submitted."""
+        live but neither held nor queued until its next turn is submitted. With a prefix
+        cache its reloaded blocks (past what it hit) are held back from look-ups until
+        ``restored`` says the copy-in ended (vLLM's KV connector caches a loaded request's
+        blocks once the load is reported finished; SGLang's HiCache load-back makes its
+        nodes usable once the load is done); freed before that, they are never cached."""
         if self.alloc.is_live(seq):
             raise InvariantError(f"restore: sequence {seq!r} is already resident")
-        if not self.alloc.allocate(seq, tokens, content=content):
+        hold = self.publish_rule is not None
+        if not self.alloc.allocate(seq, tokens, content=content, hold_back=hold):
             return False
+        if hold:
+            self._reloading[seq] = tokens
         self.ledger.track(seq)
         return True
+
+    def restored(self, seq: Hashable) -> None:
+        """The copy-in of a restored sequence ended: look-ups see its reloaded blocks
+        from now on (and what its turn, submitted while it streamed, had published).
+        No-op when nothing of ``seq`` waits for a copy-in (freed meanwhile, or no
+        prefix cache)."""
+        tokens = self._reloading.pop(seq, None)
+        if tokens is None or not self.alloc.is_live(seq):
+            return
+        if self.alloc.publish(seq, tokens):
+            self._behind.pop(seq, None)  # nothing of it is held back any more
 
     # -------------------------------------------------------------- pressure
     def drop_paused(self) -> Hashable | None:
@@ -479,6 +507,8 @@ class KVManager:
             self._stepping.pop(seq, None)
         self._retain.pop(seq, None)
         self._behind.pop(seq, None)  # what it held back is freed, never cached
+        if self._reloading:
+            self._reloading.pop(seq, None)  # an abandoned reload: freed, never cached
         if not self.alloc.is_live(seq):
             return
         if uncache:
@@ -660,6 +690,9 @@ class KVManager:
         for seq in self._behind:
             if not self.alloc.is_live(seq):
                 raise InvariantError(f"held-back sequence {seq!r} is not live")
+        for seq in self._reloading:
+            if not self.alloc.is_live(seq):
+                raise InvariantError(f"reloading sequence {seq!r} is not live")
         total = 0
         for seq, held in self.paused.items():
             if not self.alloc.is_live(seq):

@@ -25,6 +25,15 @@ AGENTS = {
     "workload.arrival.concurrency": 6,
 }
 
+#: pauses offloaded to host DRAM over a slow link (1 GB/s): copy-ins span several steps
+OFFLOAD = {
+    "workload.num_trajectories": 12,
+    "hardware.kv_pool_bytes_per_gpu": 0.3e9,
+    "pause_policy.kind": "offload_host",
+    "hardware.host_kv_pool_bytes": 16e9,
+    "hardware.host_link_bw_bytes_per_s": 1e9,
+}
+
 #: two decoders, then prompts arriving 0.15 s apart (each while the one before chunks)
 TWO_PREFILLS = [
     {"count": 2, "at_s": 0.0, "prompt_tokens": 4, "output_tokens": 120},
@@ -123,6 +132,16 @@ CASES = {
             "allocator.kind": "paged_hash",
             "hardware.kv_pool_bytes_per_gpu": 0.25e9,
         },
+    ),
+    # contexts offloaded to host DRAM and reloaded over a slow link while new agents look
+    # their prompts up: reloaded blocks become hits only after the copy-in (at a boundary)
+    "agents-radix-offload": (
+        "agent_swarm.yaml",
+        {**AGENTS, **OFFLOAD, "pause_policy.resume": "pipelined"},
+    ),
+    "agents-hash-offload": (
+        "agent_swarm.yaml",
+        {**AGENTS, **OFFLOAD, "allocator.kind": "paged_hash", "pause_policy.resume": "speculative"},
     ),
     "agents-buddy-recompute": (
         "agent_swarm.yaml",

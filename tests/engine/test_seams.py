@@ -29,7 +29,7 @@ def test_nothing_above_memory_reaches_past_the_kv_manager():
 
 
 def test_only_the_pause_lifecycle_calls_the_pause_verbs():
-    verbs = re.compile(r"\bkv\.(hold|drop|resume|restore)\(")
+    verbs = re.compile(r"\bkv\.(hold|drop|resume|restore|restored)\(")
     found = [
         f"{rel}:{n}"
         for rel, text in _sources(("memory/", "engine/pauses/"))

@@ -9,7 +9,9 @@ policy, and this object, the only caller of the KV manager's pause verbs, acts:
     (``transfers``); the GPU blocks are freed at the first step boundary after it
     completes (rule 3.12). At tool return the next turn is held back (the node's gate,
     ``admit_now``): HBM blocks are taken first (retried at every step boundary), then the
-    copy-in runs, and only once the context is resident is the turn submitted.
+    copy-in runs, and only once the context is resident is the turn submitted. A prefix
+    cache sees the reloaded blocks only from the step boundary after the copy-in ends
+    (``KVManager.restored``); a reload abandoned before frees them uncached.
 A tool that returns before its copy-out completed finds its blocks still resident and goes
 on at once. ``resume: speculative`` starts the reload before the tool returns and
 ``resume: pipelined`` submits the turn while its copy-in still runs (``resume``); a
@@ -188,6 +190,12 @@ class PauseLifecycle:
     def _copy_in(self, p: Pause):
         yield self.transfers.copy_in(p)
         now = self.env.now
+        if p.state in (S.COPYING_IN, S.STREAMING):  # (not released meanwhile)
+            # the reloaded blocks become prefix hits once the load is seen complete, at
+            # the next step boundary (vLLM: the connector's finished loads, then
+            # ``cache_blocks``), before the turn this copy-in submits is admitted
+            seq, kv = p.seq, self.kv
+            self.node.call_at_boundary(lambda: kv.restored(seq))
         self._unawait(p)
         p.copy_in_done_s = now
         p.bytes_in = p.bytes_total
