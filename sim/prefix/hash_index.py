@@ -67,6 +67,7 @@ from sim.memory.base import flag
 from sim.memory.metrics import PrefixMetrics
 from sim.memory.prefix_index import PrefixHit, PrefixListener
 from sim.prefix.hashcache import HashBlockPool
+from sim.prefix.held_back import HeldBack
 from sim.prefix.sharing import FamilyLedger
 from sim.prefix.spans import (
     ROOT_HASH,
@@ -120,9 +121,10 @@ class HashIndex:
         #: live sequence -> its appends not hashed yet (``join``)
         self._pending: dict[Hashable, _Pending] = {}
         self._fills = 0  # serial of the last append that filled a block
+        self._held = HeldBack()  # the publication seam (sim.prefix.held_back)
         #: held-back live sequence -> its leading full blocks cached so far (``hold_back``)
-        self._shown: dict[Hashable, int] = {}
-        self._hold_next: set[Hashable] = set()  # sequences whose admission is held back
+        self._shown: dict[Hashable, int] = self._held.marks
+        self._hold_next: set[Hashable] = self._held.next  # admissions held back
 
     @property
     def evictable_blocks(self) -> int:
@@ -307,19 +309,10 @@ class HashIndex:
     def hold_back(self, seq_id: Hashable, tokens: int) -> bool:
         """Cache nothing of ``seq_id`` past ``tokens`` until ``publish`` (vLLM caches a
         block when the step that fills it is scheduled, not when its slots are allocated)."""
-        if seq_id in self._content:
-            if seq_id in self._shown:
-                return False
-            self._shown[seq_id] = tokens // self.block_size
-            return True
-        if seq_id in self._hold_next:
-            return False
-        self._hold_next.add(seq_id)
-        return True
+        return self._held.hold(seq_id, seq_id in self._content, tokens // self.block_size)
 
     def unhold(self, seq_id: Hashable) -> None:
-        self._hold_next.discard(seq_id)
-        self._shown.pop(seq_id, None)
+        self._held.drop(seq_id)
 
     def publish(self, seq_id: Hashable, tokens: int, n_tokens: int, table: list[int]) -> int:
         """Cache the held-back full blocks of the first ``tokens`` tokens, in order after

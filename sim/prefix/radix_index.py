@@ -72,6 +72,7 @@ from sim.memory.block_pool import BlockPool
 from sim.memory.metrics import PrefixMetrics
 from sim.memory.prefix_index import PrefixHit, PrefixListener
 from sim.prefix.eviction import EVICTION_STRATEGIES, Watermark
+from sim.prefix.held_back import HeldBack
 from sim.prefix.radix import Node, RadixTree
 from sim.prefix.sharing import FamilyLedger
 from sim.prefix.spans import (
@@ -128,9 +129,10 @@ class RadixIndex:
         self._retain: dict[Hashable, float] = {}  # live sequence -> its retain priority (not 0)
         #: live sequence -> the full blocks its fills left waiting to join its leaf
         self._waiting: dict[Hashable, _Waiting] = {}
+        self._held = HeldBack()  # the publication seam (sim.prefix.held_back)
         #: held-back live sequence -> the tokens look-ups may see of it (``hold_back``)
-        self._limit: dict[Hashable, int] = {}
-        self._hold_next: set[Hashable] = set()  # sequences whose admission is held back
+        self._limit: dict[Hashable, int] = self._held.marks
+        self._hold_next: set[Hashable] = self._held.next  # admissions held back
         self._now_s: float | None = None
         self._ops = 0
         #: told which blocks enter and leave the tree (keys: block ids); None = nobody
@@ -312,19 +314,10 @@ class RadixIndex:
     def hold_back(self, seq_id: Hashable, tokens: int) -> bool:
         """Cache nothing of ``seq_id`` past ``tokens`` until ``publish`` (SGLang inserts a
         chunk once computed, not when its slots are allocated)."""
-        if seq_id in self._node:
-            if seq_id in self._limit:
-                return False
-            self._limit[seq_id] = tokens
-            return True
-        if seq_id in self._hold_next:
-            return False
-        self._hold_next.add(seq_id)
-        return True
+        return self._held.hold(seq_id, seq_id in self._node, tokens)
 
     def unhold(self, seq_id: Hashable) -> None:
-        self._hold_next.discard(seq_id)
-        self._limit.pop(seq_id, None)
+        self._held.drop(seq_id)
 
     def publish(self, seq_id: Hashable, tokens: int, n_tokens: int, table: list[int]) -> int:
         """Cache the held-back full blocks of the first ``tokens`` tokens, stamped now."""
