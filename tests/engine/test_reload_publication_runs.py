@@ -14,26 +14,14 @@ from __future__ import annotations
 
 import pytest
 from engine_helpers import run
+from test_modes import AGENTS, OFFLOAD
 
 from sim.engine.pauses.lifecycle import PauseLifecycle
 from sim.memory.kv_manager import KVManager
 
 #: small agents over a slow host link (1 GB/s): copy-ins last several steps, so new
 #: trajectories look their prompts up while other agents' contexts are still in flight
-AGENTS_OFFLOAD = {
-    "workload.turns": {"kind": "uniform", "low": 2, "high": 6},
-    "workload.system_prompt_tokens": 512,
-    "workload.tool_tokens": 256,
-    "workload.task_tokens": 100,
-    "workload.output_tokens": {"kind": "lognormal", "median": 40, "sigma": 0.6, "max": 300},
-    "workload.observation_tokens": {"kind": "lognormal", "median": 120, "sigma": 0.8, "max": 1500},
-    "workload.arrival.concurrency": 6,
-    "workload.num_trajectories": 16,
-    "hardware.kv_pool_bytes_per_gpu": 0.3e9,
-    "pause_policy.kind": "offload_host",
-    "hardware.host_kv_pool_bytes": 16e9,
-    "hardware.host_link_bw_bytes_per_s": 1e9,
-}
+AGENTS_OFFLOAD = {**AGENTS, **OFFLOAD, "workload.num_trajectories": 16}
 
 
 @pytest.fixture
