@@ -28,9 +28,10 @@ running or waiting; ``paused_tokens`` = the sum of the held sequences' tokens (l
 a block shared by several counts once per sequence), and the allocator marks exactly the
 held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots);
 ``paused_side_bytes`` = the held sequences' side-group bytes (a hybrid model's windows,
-chunks, states; 0 for a dense model); held token-seconds only grow; every operation that fails (a miss) leaves the allocator
-unchanged (a new sequence's admission counts its first chunk's window blocks with its
-table's, so a refused one evicts nothing and counts no look-up); the deferred ledger's own invariants (``DeferredAppends.check``); a request
+chunks, states; 0 for a dense model); held token-seconds only grow; every operation
+that fails (a miss) leaves the allocator unchanged (a new sequence's admission counts its
+first chunk's window blocks with its table's, so a refused one evicts nothing and counts
+no look-up); the deferred ledger's own invariants (``DeferredAppends.check``); a request
 whose KV is held back from look-ups (``_behind``) has a live sequence, and so has a
 sequence whose reload is in flight (``_reloading``).
 """
