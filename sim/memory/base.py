@@ -41,6 +41,10 @@ from sim.memory.fragmentation import eta_alloc, eta_effective, phi_ext
 from sim.memory.lineage import TokenLineage
 from sim.memory.metrics import Activity, AllocResult, KVSlots, MemoryMetrics, PrefixMetrics
 
+#: a new sequence's first step as a function of the prompt tokens its prefix hit serves:
+#: ``(computed, end)``, the tokens it computes, or None for a decode (``allocate``)
+FirstStep = Callable[[int], tuple[int, int] | None]
+
 
 class Books(NamedTuple):
     """A kind's own part of the metrics: where the pool's bytes are (a named tuple: made
@@ -299,6 +303,7 @@ class Allocator(ABC):
         content: Any = None,
         final_tokens: int | None = None,
         hold_back: bool = False,
+        first_step: FirstStep | None = None,
     ) -> AllocResult:
         """Admit ``seq_id`` with an ``n_tokens`` prompt; falsy result = does not fit.
 
@@ -308,15 +313,25 @@ class Allocator(ABC):
         window, next power of two, or exact oracle); every other kind ignores it.
         ``hold_back``: a prefix cache caches none of the prompt past its hit until
         ``publish`` says its KV is there (the engine's rule, ``publish_rule``).
+        ``first_step``: the first step the sequence runs, as a function of the prompt
+        tokens its prefix hit serves (``(computed, end)``, or None for a decode): a kind
+        that counts a hybrid model's sliding-window or chunked groups per step holds that
+        step's blocks from the admission on (as ``set_step``), counted with the table's
+        before any block is taken, so a miss leaves the cache as it was (vLLM V1's
+        ``allocate_slots``); every other kind ignores it.
         """
         n = _count(n_tokens, "allocate", minimum=1)
         if seq_id in self._tokens:
             raise LiveSequenceError(f"{self.kind}: allocate: sequence {seq_id!r} is already live")
         held = hold_back and self._hold_back(seq_id, 0)
-        if final_tokens is None:
+        final = None
+        if final_tokens is not None:
+            final = _count(final_tokens, "allocate (final_tokens)", minimum=1)
+        if first_step is not None:
+            result = self._allocate_stepped(seq_id, n, content, final, first_step)
+        elif final is None:
             result = self._allocate(seq_id, n, content)
         else:
-            final = _count(final_tokens, "allocate (final_tokens)", minimum=1)
             result = self._allocate_reserved(seq_id, n, content, final)
         if not result and held:
             self._unhold(seq_id)
@@ -324,8 +339,8 @@ class Allocator(ABC):
             self.changes += 1
             self._tokens[seq_id] = n
             self._lineage.add(seq_id, n)
-            if self.kv_groups is not None:
-                self._side_useful += self.kv_groups.useful_side_bytes(n)
+            if self.kv_groups is not None:  # its first step's side states, or its tokens'
+                self._side_useful += self._side_useful_of(seq_id, n)
             self._note_peak(self._allocated_bytes())
         return result
 
@@ -662,6 +677,20 @@ class Allocator(ABC):
         """``_allocate`` knowing the sequence's expected final length; a kind without a
         reservation policy places the prompt alone (the default)."""
         return self._allocate(seq_id, n_tokens, content)
+
+    def _allocate_stepped(
+        self,
+        seq_id: Hashable,
+        n_tokens: int,
+        content: Any,
+        final_tokens: int | None,
+        first_step: FirstStep,
+    ) -> AllocResult:
+        """``_allocate`` knowing the sequence's first step (``allocate``'s ``first_step``);
+        a kind without per-step groups places the prompt as without it (the default)."""
+        if final_tokens is None:
+            return self._allocate(seq_id, n_tokens, content)
+        return self._allocate_reserved(seq_id, n_tokens, content, final_tokens)
 
     @abstractmethod
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:

@@ -4,7 +4,8 @@ Responsibility: compose one allocator (any kind made by ``make_allocator``) with
 bookkeeping the engine needs around it: admitting a request (a fresh sequence with a
 prefix-cache lookup, or a held sequence extended by the new turn), growing a running
 request, a hybrid model's windows during a prefill chunk (``step``: vLLM V1 keeps
-``w - 1`` tokens plus the chunk; ``settle_steps`` returns them to the decode rule),
+``w - 1`` tokens plus the chunk; a new request's first chunk is counted with its
+admission, ``admit``'s ``first_chunk``; ``settle_steps`` returns them to the decode rule),
 preemption (drop and recompute), forks, releases, the memory side of a pause
 (the *pause verbs* ``hold``, ``drop``, ``resume``, ``restore``, ``restored``, called only
 by the engine's pause lifecycle), the KV held by paused trajectories with its byte-seconds (F29:
@@ -27,15 +28,17 @@ running or waiting; ``paused_tokens`` = the sum of the held sequences' tokens (l
 a block shared by several counts once per sequence), and the allocator marks exactly the
 held sequences held (``set_held``: its ``kv_slots`` counts the physical paused slots);
 ``paused_side_bytes`` = the held sequences' side-group bytes (a hybrid model's windows,
-chunks, states; 0 for a dense model); held token-seconds only grow; every operation that fails (a miss) leaves the allocator
-unchanged; the deferred ledger's own invariants (``DeferredAppends.check``); a request
+chunks, states; 0 for a dense model); held token-seconds only grow; every operation
+that fails (a miss) leaves the allocator unchanged (a new sequence's admission counts its
+first chunk's window blocks with its table's, so a refused one evicts nothing and counts
+no look-up); the deferred ledger's own invariants (``DeferredAppends.check``); a request
 whose KV is held back from look-ups (``_behind``) has a live sequence, and so has a
 sequence whose reload is in flight (``_reloading``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -146,8 +149,9 @@ class KVManager:
         #: blocks (``step``); the sequences that hold one now, with their requests
         self.steps_matter = bool(self._groups is not None and self._groups.steps_matter)
         self._stepping: dict[Hashable, KVRequest] = {}
-        #: the last new sequence admitted (request, tokens, hit), for ``withdraw``
-        self._fresh: tuple[KVRequest, int, int] | None = None
+        #: the first steps the last missed admission was counted with ((tokens its hit
+        #: served, the step): ``first_chunk``'s answers, which the token budget moves)
+        self._missed_steps: tuple[tuple[int, tuple[int, int] | None], ...] = ()
 
     # ------------------------------------------------------------ what it holds
     @property
@@ -194,7 +198,7 @@ class KVManager:
         """Whether a sequence of ``tokens`` fits the empty pool at all."""
         return tokens <= self.capacity_tokens
 
-    def admit(self, req: KVRequest) -> bool:
+    def admit(self, req: KVRequest, first_chunk: Callable[[int], int] | None = None) -> bool:
         """Give a waiting request its KV: extend its held sequence, or allocate a new one.
 
         A new sequence is matched against the prefix cache (hit tokens need no prefill);
@@ -202,44 +206,51 @@ class KVManager:
         it holds. The whole prompt is allocated now (rule 3.4.2). False = does not fit;
         nothing changed.
 
-        A new sequence asked again after a miss, with the same tokens and nothing changed
-        in the allocator since (``Allocator.changes``), misses without asking: a miss
-        leaves the allocator as it was, but for a radix match's split of the node where
-        the hit ends, which the first miss made (the retry would find it made). Under
-        memory pressure the waiting queue's head is asked at every decision.
+        ``first_chunk(computed)``: the tokens the scheduler computes in the request's
+        first step when it starts computed up to ``computed`` (its rule, asked, never
+        re-derived here). For a hybrid model with windows or chunks (``steps_matter``) the
+        new sequence's groups hold that step's blocks from the admission on, counted with
+        the prompt's table blocks before any is taken (vLLM V1's ``allocate_slots``): when
+        they do not all fit, the admission misses and nothing changes, the prefix cache
+        and its statistics included. A held turn's sequence takes its chunk's blocks if
+        they fit, else keeps the decode rule for that step (``step``).
+
+        A new sequence asked again after a miss, with the same tokens, nothing changed
+        in the allocator since (``Allocator.changes``) and the same first steps, misses
+        without asking: a miss leaves the allocator as it was, but for a radix match's
+        split of the node where the hit ends, which the first miss made (the retry would
+        find it made). Under memory pressure the waiting queue's head is asked at every
+        decision.
         """
         alloc, seq = self.alloc, req.seq_id
         n = req.num_tokens
         if alloc.is_live(seq):
-            self.ledger.flush(seq)
-            held = alloc.seq_tokens(seq)
-            if held >= n:
-                raise InvariantError(f"{req!r}: sequence holds {held} tokens, request has {n}")
-            content = req.content_slice(held, n) if self.uses_content else None
-            hold = self.publish_rule is not None
-            if not alloc.append(seq, n - held, content=content, hold_back=hold):
-                return False
-            if hold:
-                self._behind[seq] = req
-            self.ledger.track(seq)
-            if req.admitted_s is None and req.preemptions == 0:
-                req.held_tokens = held
-            req.num_computed = max(held, self._remote(req, n))
-            return True
+            return self._extend(req, n, first_chunk)
         # the length it may reach: a reserving allocator (Orca) sizes its buffer from it
         final = max(req.prompt_tokens + req.output_limit, n)
+        steps = None
+        if first_chunk is not None and self.steps_matter:
+            steps = self._first_steps(req, n, first_chunk)
         if (
             self._missed is req
             and self._missed_at == (n, final, alloc.changes)
             and not self.retry_misses
+            and (steps is None or all(steps(h) == step for h, step in self._missed_steps))
         ):
             self.repeated_misses += 1  # nothing changed since it missed: it misses again
             return False
         content = req.content_slice(0, n) if self.uses_content else None
         hold = self.publish_rule is not None
-        result = alloc.allocate(seq, n, content=content, final_tokens=final, hold_back=hold)
+        asked: list[tuple[int, tuple[int, int] | None]] = []
+        first_step = None
+        if steps is not None:
+            first_step = _asking(steps, asked)
+        result = alloc.allocate(
+            seq, n, content=content, final_tokens=final, hold_back=hold, first_step=first_step
+        )
         if not result:
             self._missed, self._missed_at = req, (n, final, alloc.changes)
+            self._missed_steps = tuple(asked)
             return False
         if hold:
             self._behind[seq] = req
@@ -252,29 +263,48 @@ class KVManager:
         else:
             req.lookup_tokens += n
             req.hit_tokens += matched
-        if self.steps_matter:
-            self._fresh = (req, n, matched)
+        if steps is not None and alloc.step_of(seq) is not None:
+            self._stepping[seq] = req
         return True
 
-    def withdraw(self, req: KVRequest) -> bool:
-        """Undo the admission just made of ``req`` as a new sequence (its first chunk's
-        window blocks did not fit: vLLM would not have admitted it): free the sequence and
-        its lookup's counts; True. False for a held sequence extended by its turn (kept,
-        its windows by the decode rule)."""
-        fresh = self._fresh
-        self._fresh = None
-        if fresh is None or fresh[0] is not req or not self.alloc.is_live(req.seq_id):
+    def _extend(self, req: KVRequest, n: int, first_chunk: Callable[[int], int] | None) -> bool:
+        """``admit`` of a held sequence: its new turn's tokens, then its first chunk's
+        window blocks if they fit (else the decode rule for that step)."""
+        alloc, seq = self.alloc, req.seq_id
+        self.ledger.flush(seq)
+        held = alloc.seq_tokens(seq)
+        if held >= n:
+            raise InvariantError(f"{req!r}: sequence holds {held} tokens, request has {n}")
+        content = req.content_slice(held, n) if self.uses_content else None
+        hold = self.publish_rule is not None
+        if not alloc.append(seq, n - held, content=content, hold_back=hold):
             return False
-        _, n, matched = fresh
-        self._free(req.seq_id)
-        req.num_computed = 0
-        if req.preemptions:
-            req.preempted_lookup_tokens -= n
-            req.preempted_hit_tokens -= matched
-        else:
-            req.lookup_tokens -= n
-            req.hit_tokens -= matched
+        if hold:
+            self._behind[seq] = req
+        self.ledger.track(seq)
+        if req.admitted_s is None and req.preemptions == 0:
+            req.held_tokens = held
+        req.num_computed = max(held, self._remote(req, n))
+        if first_chunk is not None and self.steps_matter:
+            chunk = first_chunk(req.num_computed)
+            if chunk > 0:
+                self.step(req, chunk)
         return True
+
+    def _first_steps(
+        self, req: KVRequest, n: int, first_chunk: Callable[[int], int]
+    ) -> Callable[[int], tuple[int, int] | None]:
+        """A new sequence's first step, ``(computed, end)``, when its prefix hit serves so
+        many tokens: computed as ``admit`` will set it (the hit, at most ``n - 1``, or the
+        shipped tokens), then the scheduler's chunk; None when it computes nothing."""
+        remote = self._remote(req, n)
+
+        def step(served: int) -> tuple[int, int] | None:
+            computed = max(min(served, n - 1), remote)
+            chunk = first_chunk(computed)
+            return (computed, computed + chunk) if chunk > 0 else None
+
+        return step
 
     # ---------------------------------------------------------- publication
     def scheduled(self, req: KVRequest, tokens: int) -> None:
@@ -709,6 +739,20 @@ class KVManager:
             raise InvariantError(f"paused side bytes {self.paused_side_bytes} != {side}")
         if sum(map(self.alloc.is_held, self.alloc.sequences())) != len(self.paused):
             raise InvariantError("the allocator holds sequences the KV manager does not")
+
+
+def _asking(
+    steps: Callable[[int], tuple[int, int] | None],
+    asked: list[tuple[int, tuple[int, int] | None]],
+) -> Callable[[int], tuple[int, int] | None]:
+    """``steps``, noting each question and its answer in ``asked``."""
+
+    def step(served: int) -> tuple[int, int] | None:
+        answer = steps(served)
+        asked.append((served, answer))
+        return answer
+
+    return step
 
 
 __all__ = ["DecodeRun", "HeldTokenSeconds", "Hold", "KVManager", "KVRequest"]

@@ -32,7 +32,9 @@ Hybrid models (``use_kv_groups``, ``sim.sizing.group_demand``): the table holds 
 groups that keep every token; a sequence also maps ``side_blocks(tokens)`` blocks of the
 same pool for its sliding-window, chunked-local and state-space groups, taken and returned
 as its tokens change (oldest first), shared with a fork's child by refcount; while it runs
-a prefill chunk ``[n, e)`` (``set_step``, from the scheduler through the KV manager) it
+a prefill chunk ``[n, e)`` (``set_step``, from the scheduler through the KV manager; a new
+sequence's first chunk from its ``allocate``, ``first_step``, counted with its table's
+blocks before any is taken, with a prefix index in ``match``'s fit check) it
 holds that step's blocks instead (``step_side_blocks(n, e)``: ``w - 1`` tokens plus the
 chunk, vLLM V1), until its next ``set_step``, an append or its free; in
 ``kv_slots`` a side block is full (B filled slots) and, like a table block, paused when only
@@ -41,7 +43,9 @@ state (vLLM's padding layers, whole blocks' rest: ``KVGroups.useful_side_bytes``
 unfilled.
 
 Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
-``side_blocks(tokens)``, or ``step_side_blocks(n, e)`` during a ``set_step``; the refcount of every block = the number of tables and side lists
+``side_blocks(tokens)``, or ``step_side_blocks(n, e)`` during a step (``set_step``, or
+``allocate``'s ``first_step``); a miss of ``allocate`` or ``set_step`` changes nothing
+(everything is counted before a block is evicted or taken); the refcount of every block = the number of tables and side lists
 that map it; a block mapped by several tables holds the same number
 of tokens in each (it is never written while shared); free + allocated + cached +
 remainder = pool; ``_unfilled`` and the paused slots equal a scan of the tables (and
@@ -51,11 +55,11 @@ remainder = pool; ``_unfilled`` and the paused slots equal a scan of the tables 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from sim.errors import InvariantError
-from sim.memory.base import Allocator, Books, checked_count, positive_int
+from sim.memory.base import Allocator, Books, FirstStep, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, PagedPool
 from sim.memory.errors import AllocatorError
 from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
@@ -136,23 +140,10 @@ class PagedAllocator(Allocator):
         groups = self.kv_groups
         if groups is None or not groups.steps_matter:
             return True
-        if computed is not None:
-            computed = checked_count(computed, "set_step")
-            end = checked_count(end, "set_step (end)")
-            if not computed < end <= tokens:
-                raise AllocatorError(
-                    f"{self.kind}: set_step: tokens [{computed}, {end}) of a {tokens}-token "
-                    f"sequence {seq_id!r}"
-                )
-            if computed == end - 1 and end == tokens:
-                computed = None  # the decode rule itself
+        step = None if computed is None else self._step_span(seq_id, tokens, computed, end)
         if self._held and seq_id in self._held:
             raise AllocatorError(f"{self.kind}: set_step: sequence {seq_id!r} is held")
-        if computed is None:
-            target = groups.side_blocks(tokens, self.block_size)
-        else:
-            target = groups.step_side_blocks(computed, end, self.block_size)
-        delta = target - len(self._side.setdefault(seq_id, []))
+        delta = self._step_side(tokens, step) - len(self._side.setdefault(seq_id, []))
         need = self._side_need(seq_id, delta) if delta else 0
         pool, index = self.pool, self.index
         if need > 0 and need > pool.num_free and (
@@ -163,13 +154,39 @@ class PagedAllocator(Allocator):
             self._side_resize(seq_id, delta)
             self.changes += 1
         before = self._side_useful_of(seq_id, tokens)
-        if computed is None:
+        if step is None:
             self._step.pop(seq_id, None)
         else:
-            self._step[seq_id] = (computed, end)
+            self._step[seq_id] = step
         self._side_useful += self._side_useful_of(seq_id, tokens) - before
         self._note_peak(self._allocated_bytes())
         return True
+
+    def _step_span(
+        self, seq_id: Hashable, tokens: int, computed: Any, end: Any, op: str = "set_step"
+    ) -> tuple[int, int] | None:
+        """A step ``[computed, end)`` of a ``tokens``-token sequence, checked (misuse
+        raises ``AllocatorError``); None when it is a decode (the decode rule itself)."""
+        computed = checked_count(computed, op)
+        end = checked_count(end, f"{op} (end)")
+        if not computed < end <= tokens:
+            raise AllocatorError(
+                f"{self.kind}: {op}: tokens [{computed}, {end}) of a {tokens}-token "
+                f"sequence {seq_id!r}"
+            )
+        if computed == end - 1 and end == tokens:
+            return None
+        return (computed, end)
+
+    def _step_side(self, tokens: int, step: tuple[int, int] | None) -> int:
+        """Side blocks a sequence of ``tokens`` holds during ``step`` (None: the decode
+        rule of its tokens); 0 for a dense model."""
+        groups = self.kv_groups
+        if groups is None:
+            return 0
+        if step is None:
+            return groups.side_blocks(tokens, self.block_size)
+        return groups.step_side_blocks(step[0], step[1], self.block_size)
 
     def step_of(self, seq_id: Hashable) -> tuple[int, int] | None:
         return self._step.get(seq_id)
@@ -212,12 +229,33 @@ class PagedAllocator(Allocator):
 
     # ------------------------------------------------------------------- operations
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
+        return self._place(seq_id, n_tokens, content, None)
+
+    def _allocate_stepped(
+        self,
+        seq_id: Hashable,
+        n_tokens: int,
+        content: Any,
+        final_tokens: int | None,
+        first_step: FirstStep,
+    ) -> AllocResult:
+        if self.kv_groups is None or not self.kv_groups.steps_matter:
+            return self._place(seq_id, n_tokens, content, None)
+        return self._place(seq_id, n_tokens, content, first_step)
+
+    def _place(
+        self, seq_id: Hashable, n_tokens: int, content: Any, first_step: FirstStep | None
+    ) -> AllocResult:
+        """Count the table's new blocks and the side blocks of the first step (the decode
+        rule without ``first_step``) before taking any: a miss changes nothing."""
         pool, index = self.pool, self.index
         if self._content_off:
             content = None
         n_new = -(-n_tokens // self.block_size)
-        side = self._side_delta(None, n_tokens)
+        steps = None if first_step is None else self._first_steps(seq_id, n_tokens, first_step)
         if index is None:
+            step = None if steps is None else steps(0)
+            side = self._step_side(n_tokens, step)
             if n_new + side > pool.num_free:
                 return MISSED
             self._tables[seq_id] = ids = pool.take(n_new)
@@ -225,17 +263,19 @@ class PagedAllocator(Allocator):
                 self._paused.taken(seq_id, ids)
             self._count.blocks_taken += n_new
             self._unfilled += -n_tokens % self.block_size  # the new last block's rest
-            if side:
-                self._side_resize(seq_id, side)
+            self._hold_first(seq_id, side, step)
             return ADMITTED
-        hit = index.match(n_tokens, content)
+        if self.kv_groups is None:
+            hit = index.match(n_tokens, content)
+        else:  # the side blocks of the hit's first step count in the fit check
+            hit = index.match(n_tokens, content, self._first_sides(n_tokens, steps))
         if hit is None:
             return MISSED
         shared = hit.block_ids
         n_new -= len(shared)
         if shared:
             pool.incref(shared)  # pin before making room, so eviction cannot take them
-        need = n_new + side
+        need = n_new + hit.extra_blocks
         if need > pool.num_free and not index.make_room(need - pool.num_free):
             if shared:
                 pool.decref(shared)
@@ -244,8 +284,9 @@ class PagedAllocator(Allocator):
         table = shared + pool.take(n_new)
         self._tables[seq_id] = table
         self._count.blocks_taken += n_new
-        if side:
-            self._side_resize(seq_id, side)
+        step = None if steps is None else steps(hit.hit_tokens)
+        side = self._step_side(n_tokens, step)
+        self._hold_first(seq_id, side, step)
         self._unfilled += -n_tokens % self.block_size  # hit blocks are whole: the tail is new
         if self._paused is not None:
             self._paused.taken(seq_id, table[len(shared) :])
@@ -255,8 +296,41 @@ class PagedAllocator(Allocator):
         if copied:  # a cached partial block copied into the private tail (radix cow_tail)
             self._count.cow_copies += 1
             self._add_copy(copied * self.kv_bytes_per_token)
+            if steps is not None:  # its first step starts later: within the room counted
+                step = steps(hit.hit_tokens + copied)
+                self._hold_first(seq_id, self._step_side(n_tokens, step) - side, step)
         served = hit.hit_tokens + copied
         return AllocResult(True, served) if served else ADMITTED
+
+    def _first_steps(self, seq_id: Hashable, n_tokens: int, first_step: FirstStep) -> FirstStep:
+        """``first_step`` checked: a new sequence's first step when its hit serves so many
+        tokens (None for the decode rule); misuse raises before anything changes."""
+
+        def step_of(served: int) -> tuple[int, int] | None:
+            step = first_step(served)
+            if step is None:
+                return None
+            return self._step_span(seq_id, n_tokens, *step, op="allocate (first_step)")
+
+        return step_of
+
+    def _first_sides(self, n_tokens: int, steps: FirstStep | None) -> Callable[[int], int]:
+        """Side blocks a new sequence of ``n_tokens`` takes when its hit serves so many
+        tokens: its first step's, or (``steps`` None) the decode rule's."""
+        if steps is None:
+            side = self._step_side(n_tokens, None)
+            return lambda served: side
+        return lambda served: self._step_side(n_tokens, steps(served))
+
+    def _hold_first(self, seq_id: Hashable, side: int, step: tuple[int, int] | None) -> None:
+        """A new sequence takes (or drops) ``side`` side blocks, room made, and runs
+        ``step`` (None: the decode rule)."""
+        if side:
+            self._side_resize(seq_id, side)
+        if step is None:
+            self._step.pop(seq_id, None)
+        else:
+            self._step[seq_id] = step
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
         index = self.index

@@ -11,6 +11,8 @@ and the allocator kinds that compose them with the core; memory never imports th
 Calls, per operation (hooks run only when the operation succeeds unless said):
 
     allocate        match -> (make_room) -> admitted, or cancel if no room was made
+                    (a hybrid model's side blocks are counted in ``match``'s fit check,
+                    ``extra_blocks``, before anything is taken)
     append          check_content (before any change) -> (make_room) -> appended
     decode runs     appends_in_bulk: may a run's appends come one per sequence?
     publication     hold_back (before an allocate or append whose KV is not there yet),
@@ -33,7 +35,7 @@ caches what filling would have cached already).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,6 +50,10 @@ class PrefixHit:
     block_ids: list[int]  # cached whole blocks the sequence will map, logical block 0 first
     hit_tokens: int  # prompt tokens those blocks serve: len(block_ids) * block_size
     state: object = None  # the index's own lookup state, handed back to admitted/cancel
+    #: blocks beyond the prompt's table that the fit check counted (``match``'s
+    #: ``extra_blocks``: a hybrid model's side blocks of the hit, the most over the
+    #: tokens the admission may serve); the core makes room for them with the table's
+    extra_blocks: int = 0
 
 
 class PrefixListener(Protocol):
@@ -85,10 +91,19 @@ class PrefixIndex(Protocol):
         """Tokens the core's fork lineage counts twice because unrelated sequences map the
         same cached block; ``useful tokens = lineage distinct - excess``."""
 
-    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
+    def match(
+        self, n_tokens: int, content: Any, extra_blocks: Callable[[int], int] | None = None
+    ) -> PrefixHit | None:
         """Look up a new ``n_tokens`` prompt (``content`` may be None: nothing to match) and
         pin what it found; None = it cannot fit (a miss decided before any change). Misuse
-        (content of another length) raises ``AllocatorError``."""
+        (content of another length) raises ``AllocatorError``. ``extra_blocks(served)``
+        (given by the core for a hybrid model, called before anything is pinned): the
+        blocks the admission takes beside the table when its hit serves ``served``
+        tokens; the index counts the most of them over the tokens it may serve (with a
+        partial block it may copy, both) with the table's new blocks in its fit check and
+        returns that count in ``PrefixHit.extra_blocks``, so a sequence whose blocks do
+        not all fit changes nothing (vLLM V1's ``allocate_slots`` counts every group's
+        blocks before it takes any)."""
 
     def cancel(self, hit: PrefixHit) -> None:
         """The core could not make room after ``match``: unpin what it pinned."""

@@ -58,7 +58,7 @@ hold outlives no operation.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,8 +190,13 @@ class HashIndex:
         self.pool.cache([b for _, b, _ in order], [h for _, _, h in order])
 
     # ------------------------------------------------------------------ admission
-    def _lookup(self, n_tokens: int, content: Any, op: str):
-        """(hashed content, cached run, capped hit, whether it fits) of a new prompt."""
+    def _lookup(
+        self, n_tokens: int, content: Any, op: str, extra_blocks: Callable[[int], int] | None = None
+    ):
+        """(hashed content, cached run, capped hit, whether it fits, the extra blocks
+        counted) of a new prompt: its table's new blocks plus ``extra_blocks(hit tokens)``
+        (a hybrid model's side blocks) against the free queue, the hit's blocks it would
+        touch out of the queue left aside."""
         segs = None if content is None else checked_content(content, n_tokens, op, self.kind)
         self.join()  # the map as caching at fill time leaves it
         if segs is None:
@@ -202,14 +207,18 @@ class HashIndex:
         found = self.pool.lookup(hashes)
         hit = found[: (n_tokens - 1) // self.block_size]
         need = -(-n_tokens // self.block_size) - len(hit)
+        extra = 0 if extra_blocks is None else extra_blocks(len(hit) * self.block_size)
         reclaim = sum(1 for b in hit if self.pool.refcount[b] == 0)  # touched out of the queue
-        return (segs, hashes, tail), found, hit, need <= self.pool.num_free - reclaim
+        fits = need + extra <= self.pool.num_free - reclaim
+        return (segs, hashes, tail), found, hit, fits, extra
 
-    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
-        hashed, found, hit, fits = self._lookup(n_tokens, content, "allocate")
+    def match(
+        self, n_tokens: int, content: Any, extra_blocks: Callable[[int], int] | None = None
+    ) -> PrefixHit | None:
+        hashed, found, hit, fits, extra = self._lookup(n_tokens, content, "allocate", extra_blocks)
         if not fits:
             return None  # checked before touching, as vLLM does: nothing moved
-        return PrefixHit(hit, len(hit) * self.block_size, (hashed, found))
+        return PrefixHit(hit, len(hit) * self.block_size, (hashed, found), extra)
 
     def cancel(self, hit: PrefixHit) -> None:
         """Nothing pinned (and unreachable: ``match`` admits only what fits)."""

@@ -62,7 +62,7 @@ held-back sequence caches nothing past its limit, short of its tokens (``_check_
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,23 +214,33 @@ class RadixIndex:
         return self.ledger.excess_tokens
 
     # ------------------------------------------------------------------ admission
-    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:
+    def match(
+        self, n_tokens: int, content: Any, extra_blocks: Callable[[int], int] | None = None
+    ) -> PrefixHit | None:
         """The longest cached prefix, capped at ``n_tokens - 1``, its path pinned; None when
-        the new blocks cannot fit even with every evictable block freed (a request retried
-        step after step while memory is short: the core then pins and unpins nothing; a
-        capped match's split stays, as on any miss)."""
+        the new blocks (and ``extra_blocks`` of the hit: under ``cow_tail`` the more of the
+        hit with and without its partial tail, whose copy ``admitted`` decides) cannot fit
+        even with every evictable block freed (a request retried step after step while
+        memory is short: the core then pins and unpins nothing; a capped match's split
+        stays, as on any miss)."""
         segs = None if content is None else checked_content(content, n_tokens, "allocate", "radix")
         if segs is None:
+            extra = 0 if extra_blocks is None else extra_blocks(0)
             self._tree.lock(self._tree.root)
-            return PrefixHit([], 0, (None, None))
+            return PrefixHit([], 0, (None, None), extra)
         tree = self._tree
         m = tree.match_normal(segs, limit_tokens=n_tokens - 1)
+        extra = 0
+        if extra_blocks is not None:
+            extra = extra_blocks(m.hit_tokens)
+            if self.tail_policy == "cow_tail" and m.tail_tokens:
+                extra = max(extra, extra_blocks(m.hit_tokens + m.tail_tokens))
         tree.lock(m.node)  # pin the matched path before any eviction makes room
-        short = self._new_blocks(n_tokens, m.block_ids) - self.pool.num_free
+        short = self._new_blocks(n_tokens, m.block_ids) + extra - self.pool.num_free
         if short > tree.evictable_blocks:  # make_room would refuse: a miss
             tree.unlock(m.node)
             return None
-        return PrefixHit(m.block_ids, m.hit_tokens, (m, segs))
+        return PrefixHit(m.block_ids, m.hit_tokens, (m, segs), extra)
 
     def _new_blocks(self, n_tokens: int, hit_blocks: list[int]) -> int:
         """Blocks a prompt of ``n_tokens`` takes beyond those its hit shares (``match``'s

@@ -50,6 +50,7 @@ except for a monolithic prefill alone in its step.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import islice
 from typing import Literal
 
@@ -206,9 +207,12 @@ class VllmV1Scheduler(Scheduler):
         bs = kv.block_size or 1
         return common_prefix(head.content, req.content) // bs > req.num_computed // bs
 
-    def _new_tokens(self, req: Request, budget: int, has_prefill: bool) -> int:
-        """Tokens to schedule for ``req`` now; 0 = it does not fit this step."""
-        n = req.num_tokens - req.num_computed
+    def _new_tokens(
+        self, req: Request, budget: int, has_prefill: bool, computed: int | None = None
+    ) -> int:
+        """Tokens to schedule for ``req`` now (computed up to ``computed``, by default its
+        ``num_computed``); 0 = it does not fit this step."""
+        n = req.num_tokens - (req.num_computed if computed is None else computed)
         cfg = self.config
         if cfg.chunked_prefill:
             if 0 < cfg.long_prefill_token_threshold < n:
@@ -318,20 +322,16 @@ class VllmV1Scheduler(Scheduler):
                 if upper > budget:
                     plan.waiting_blocked = True
                     break
-            if not kv.admit(req):
+            has_prefill = bool(plan.prefill_chunks)
+            first_chunk = None
+            if kv.steps_matter:  # vLLM allocates the first chunk's window blocks with it
+                first_chunk = partial(self._new_tokens, req, budget, has_prefill)
+            if not kv.admit(req, first_chunk):
                 if self.running or not self.relieve(plan, req):
                     plan.waiting_blocked = True
                     break
                 continue
-            n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
-            if kv.steps_matter and _prefill_chunk(req, n) and not kv.step(req, n):
-                # vLLM allocates the chunk's window blocks with the admission: undone
-                # (a held turn's sequence keeps its new tokens and the decode rule)
-                if kv.withdraw(req):
-                    if self.running or not self.relieve(plan, req):
-                        plan.waiting_blocked = True
-                        break
-                    continue
+            n = self._new_tokens(req, budget, has_prefill)
             waiting.popleft()
             self.running.append(req)
             req.status = RUNNING

@@ -40,10 +40,10 @@ def probe(monkeypatch):
         log["restored"].append((seq, log["env"].now, seq in self._reloading, live))
         restored(self, seq)
 
-    def admit_(self, req):
+    def admit_(self, req, first_chunk=None):
         if self._reloading and not self.alloc.is_live(req.seq_id):
             log["during"] += 1  # a fresh look-up while a context is in flight
-        return admit(self, req)
+        return admit(self, req, first_chunk)
 
     monkeypatch.setattr(PauseLifecycle, "attach", attach_)
     monkeypatch.setattr(KVManager, "restored", restored_)

@@ -118,8 +118,9 @@ def test_a_chunk_that_does_not_fit_preempts_like_a_table_block():
 
 def test_a_new_request_whose_first_chunk_does_not_fit_waits():
     """Admission allocates the whole prompt (rule 3.4.2) and the first chunk's window
-    blocks; when the chunk's blocks do not fit, the admission is undone and the request
-    waits (vLLM's allocate_slots fails for it), its lookup not counted."""
+    blocks, counted together before any is taken; when they do not fit the request is not
+    admitted and waits (vLLM's allocate_slots fails for it), its lookup not counted
+    (tests/memory/test_refused_admission.py: with a prefix cache, nothing is evicted)."""
     s = _sched("sliding_window", 128, pool_tokens=(63 + 9 + 63 + 40) * B)
     a, b = Request(1, 1, 1000, 5), Request(2, 2, 1000, 5)
     s.add(a)
