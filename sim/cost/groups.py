@@ -266,17 +266,16 @@ class GroupPricer:
         """(seconds, memory s, compute s) of the attention group of step ``i`` of a run
         starting with ``work`` (a ``StepWork``; ``i`` 0 for one step, floats back, or an
         array of step offsets, arrays back); ``kv_tokens`` and ``pairs`` are that step's
-        (``CostModel._kv_pairs``). This pricer needs only those."""
-        if isinstance(kv_tokens, np.ndarray):
-            return self.attention(kv_tokens, pairs, n_seq, rate)
-        return self._attention_one(kv_tokens, pairs, n_seq, rate)
+        (``CostModel._kv_pairs``). This pricer needs only those.
 
-    def _attention_one(self, kv_tokens, pairs, n_seq: int, rate: float) -> tuple[float, float, float]:
-        """``attention`` of one step on floats: the same IEEE operations in the same order
+        One step is ``attention`` on floats: the same IEEE operations in the same order
         (numpy's elementwise arithmetic is Python's), the calibrated efficiency looked up
         once per mean context (memoised) in the calibration's table of that array call on
         one element (``Calibration.attention_bw_one``), so a step costs no numpy call;
-        equal to ``attention`` of a one-element array, bit for bit."""
+        equal to ``attention`` of a one-element array, bit for bit. Written inline (no
+        helper calls): it runs about four times per engine decision."""
+        if isinstance(kv_tokens, np.ndarray):
+            return self.attention(kv_tokens, pairs, n_seq, rate)
         c, cal = self.config, self.cal
         eff = c.bw_efficiency
         if cal is not None:
@@ -289,7 +288,10 @@ class GroupPricer:
                     self._eff_by_ctx[ctx] = eff
         mem = kv_tokens * self.kv_bytes_per_token_per_gpu / (self.hbm_bw * eff) if c.kv_read else 0.0
         comp = pairs * self.attn_flops_per_pair_per_gpu / rate if c.attention_flops else 0.0
-        return self._attention_floors_s() + (comp if comp > mem else mem), float(mem), float(comp)
+        floors = self._att_floors_s
+        if floors is None:
+            floors = self._attention_floors_s()
+        return floors + (comp if comp > mem else mem), float(mem), float(comp)
 
     def attention(self, kv_tokens: np.ndarray, pairs: np.ndarray, n_seq: int, rate: float):
         """(seconds, memory s, compute s) arrays of the attention group for each step."""

@@ -145,7 +145,10 @@ def step_total(overhead_s: Any, alloc_s: Any, gpu_s: Any, more_s: Any, copy_s: A
     host planned this step while the last one ran) ``max(overhead, alloc + gpu + more +
     copy)``."""
     if overlap:
-        return vmax(overhead_s, alloc_s + gpu_s + more_s + copy_s)
+        rest = alloc_s + gpu_s + more_s + copy_s
+        if overhead_s.__class__ is float and rest.__class__ is float:  # ``vmax``'s first case
+            return rest if rest > overhead_s else overhead_s
+        return vmax(overhead_s, rest)
     return overhead_s + alloc_s + gpu_s + more_s + copy_s
 
 

@@ -165,24 +165,23 @@ class CostModel:
         by what prices it (its chunks, history, copies, allocator calls, and the overlap):
         the prefill share prices every mixed step's prompt chunks alone, and chunked
         prompts repeat their chunks (chat_azure_5000: 13,640 such steps, 8,009 distinct)."""
+        key: _PromptKey | None = None
         if not work.n_decode:
-            key: _PromptKey = (work.prefill_chunks, work.decode_history_tokens, work.copy_bytes, work.alloc_calls,
+            key = (work.prefill_chunks, work.decode_history_tokens, work.copy_bytes, work.alloc_calls,
                    self.async_scheduling)  # fmt: skip
             seconds = self._prompt_s.get(key)
-            if seconds is None:
-                seconds = self._price_s(work)
-                if len(self._prompt_s) < MEMO_ENTRIES_MAX:
-                    self._prompt_s[key] = seconds
-            return seconds
-        return self._price_s(work)
-
-    def _price_s(self, work: StepWork) -> float:
+            if seconds is not None:
+                return seconds
+        # one body for both (it runs on every mixed step: the prefill share's decodes alone)
         if self.groups is not None:
             total = self._group_terms(work, 0, self.async_scheduling)[0]
         else:
             total = self._roofline(work, 0, self.async_scheduling).total_s
         scale = self.config.step_time_scale  # as in ``price``: the same product
-        return total if scale == 1.0 else total * scale
+        seconds = total if scale == 1.0 else total * scale
+        if key is not None and len(self._prompt_s) < MEMO_ENTRIES_MAX:
+            self._prompt_s[key] = seconds
+        return seconds
 
     def price_run(self, work: StepWork, n_steps: int) -> np.ndarray:
         """Durations of a run of ``n_steps`` steps starting with ``work`` (``work`` alone
@@ -249,14 +248,6 @@ class CostModel:
 
     # -- terms --------------------------------------------------------------------------
 
-    def _chunk_pairs(self, new: int, hist: int) -> int:
-        """(query, key) pairs of a chunk of ``new`` tokens over ``hist`` cached ones: every
-        new token sees the history, and under the causal mask only itself and the new
-        tokens before it (c (c + 1) / 2, so c = 1 is a decode's h + 1)."""
-        if self.config.attention_mask == "square":
-            return new * (hist + new)
-        return new * hist + new * (new + 1) // 2
-
     def _kv_pairs(self, work: StepWork, i: Any) -> tuple[Any, Any]:
         """(KV tokens read, attention (query, key) pairs) of step ``i`` (0, or an array of
         step offsets: a run's decodes one token longer a step; each decode attends h + 1).
@@ -267,9 +258,15 @@ class CostModel:
             causal = self.config.attention_mask == "causal"
             return self.attention_work.equivalent(n, kv_tokens, work.prefill_chunks, causal)
         pairs = kv_tokens
-        for new, hist in work.prefill_chunks:
-            pairs = pairs + self._chunk_pairs(new, hist)
-            kv_tokens = kv_tokens + (hist + new)
+        chunks = work.prefill_chunks
+        if chunks:
+            # (query, key) pairs of a chunk of ``new`` tokens over ``hist`` cached ones: every
+            # new token sees the history, and under the causal mask only itself and the new
+            # tokens before it (c (c + 1) / 2, so c = 1 is a decode's h + 1)
+            square = self.config.attention_mask == "square"
+            for new, hist in chunks:
+                pairs = pairs + (new * (hist + new) if square else new * hist + new * (new + 1) // 2)
+                kv_tokens = kv_tokens + (hist + new)
         return kv_tokens, pairs
 
     def _roofline(self, work: StepWork, i: Any, overlap: bool) -> _RooflineTerms:
@@ -359,10 +356,7 @@ class CostModel:
         prices the expert layers of a lockstep group itself."""
         if self.groups is None:
             raise ValueError("gpu_terms needs a per-group pricing (per_group, kernel_tables)")
-        c = self.config
-        fixed, att, *_ = self._group_parts(work, i, pad_tokens)
-        copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
-        alloc_s = work.alloc_calls * c.alloc_latency_s
+        _, _, copy_s, alloc_s, (fixed, att, *_) = self._group_terms(work, i, False, pad_tokens)
         return alloc_s + fixed.total_s - fixed.moe_s + att + copy_s, fixed.moe_s
 
     def own_gpu_terms(self, work: StepWork, i: Any = 0) -> tuple[Any, _RooflineTerms | None]:
@@ -375,25 +369,27 @@ class CostModel:
         t = self._roofline(work, i, False)
         return t.total_s - t.overhead_s, t
 
-    def _group_parts(self, work: StepWork, i: Any, pad_tokens: int = 0):
-        g = self.groups
+    def _group_terms(self, work: StepWork, i: Any, overlap: bool, pad_tokens: int = 0):
+        """(total, overhead, copy, alloc, the parts) of step ``i`` under a per-group pricing,
+        the parts (fixed terms, attention s, its memory s, its compute s, pairs, KV tokens)
+        with the dense operators at ``max(tokens, pad_tokens)``. One function, no helpers
+        of its own: it runs about four times per engine decision."""
+        g, c = self.groups, self.config
         chunks = work.prefill_chunks
-        n_tok, n_seq = work.n_decode + work.prefill_tokens, work.n_decode + len(chunks)
+        n_tok = n_seq = work.n_decode
+        if chunks:  # ``work.prefill_tokens``, its common case first
+            n_tok += chunks[0][0] if len(chunks) == 1 else work.prefill_tokens
+            n_seq += len(chunks)
         kv_tokens, pairs = self._kv_pairs(work, i)
         fixed = g.fixed(n_tok if n_tok >= pad_tokens else pad_tokens, n_seq, bool(chunks))
         att, att_mem, att_comp = g.attention_terms(work, i, kv_tokens, pairs, n_seq, fixed.attention_rate)
-        return fixed, att, att_mem, att_comp, pairs, kv_tokens
-
-    def _group_terms(self, work: StepWork, i: Any, overlap: bool):
-        """(total, overhead, copy, alloc, the parts) of step ``i`` under a per-group pricing."""
-        c = self.config
-        parts = self._group_parts(work, i)
-        fixed, att = parts[0], parts[1]
         copy_s = 2 * work.copy_bytes / self.hbm_bw if c.copies else 0.0
         alloc_s = work.alloc_calls * c.alloc_latency_s
-        overhead_s = self._overhead_s()
+        overhead_s = self._host_overhead_s
+        if overhead_s is None:
+            overhead_s = self._overhead_s()
         total = step_total(overhead_s, alloc_s, fixed.total_s, att, copy_s, overlap)
-        return total, overhead_s, copy_s, alloc_s, parts
+        return total, overhead_s, copy_s, alloc_s, (fixed, att, att_mem, att_comp, pairs, kv_tokens)
 
     def _per_group(self, work: StepWork) -> StepCost:
         g, c = self.groups, self.config

@@ -45,6 +45,9 @@ from sim.memory.metrics import Activity, AllocResult, KVSlots, MemoryMetrics, Pr
 #: ``(computed, end)``, the tokens it computes, or None for a decode (``allocate``)
 FirstStep = Callable[[int], tuple[int, int] | None]
 
+#: a named tuple made from its fields in one C call (no Python ``__new__``)
+_new_tuple = tuple.__new__
+
 
 class Books(NamedTuple):
     """A kind's own part of the metrics: where the pool's bytes are (a named tuple: made
@@ -578,32 +581,36 @@ class Allocator(ABC):
         return self._books().free_bytes
 
     def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
-        """Snapshot of F7-F10; ``phi_ext`` is F9 for a request of ``request_bytes``."""
+        """Snapshot of F7-F10; ``phi_ext`` is F9 for a request of ``request_bytes``.
+
+        Made at every engine decision (the memory row): the tuple is made in one C call (a
+        named tuple's ``__new__`` is Python code)."""
         books = self._books()
         m = self.kv_bytes_per_token
         side = self.side_useful_bytes()
         useful = self.useful_tokens() * m + side
-        return MemoryMetrics(
-            pool_bytes=self.pool_bytes,
-            useful_bytes=useful,
+        allocated, free_extents, pool = books.allocated_bytes, books.free_extents, self.pool_bytes
+        return _new_tuple(MemoryMetrics, (
+            pool,  # pool_bytes
+            useful,  # useful_bytes
             # the side states are each sequence's own (not shared), so logical counts them
             # as useful does: logical / useful stays the sharing gain on a hybrid model
-            logical_bytes=self.logical_tokens() * m + side,
-            allocated_bytes=books.allocated_bytes,
-            free_bytes=books.free_bytes,
-            cached_bytes=books.cached_bytes,
-            remainder_bytes=books.remainder_bytes,
-            free_extents=books.free_extents,
-            largest_free_bytes=max(books.free_extents, default=0),
-            eta_alloc=eta_alloc(useful, books.allocated_bytes),
-            eta_effective=eta_effective(useful, self.pool_bytes),
-            phi_ext=phi_ext(books.free_extents, request_bytes),
-            peak_allocated_bytes=self._peak_allocated_bytes,
-            bytes_copied=self._count.bytes_copied,
-            cow_copies=self._count.cow_copies,
-            num_sequences=len(self._tokens),
-            side_allocated_bytes=self._side_allocated_bytes(),
-        )
+            self.logical_tokens() * m + side,  # logical_bytes
+            allocated,  # allocated_bytes
+            books.free_bytes,  # free_bytes
+            books.cached_bytes,  # cached_bytes
+            books.remainder_bytes,  # remainder_bytes
+            free_extents,  # free_extents
+            max(free_extents) if free_extents else 0,  # largest_free_bytes
+            eta_alloc(useful, allocated),  # eta_alloc (F8)
+            eta_effective(useful, pool),  # eta_effective (F10)
+            phi_ext(free_extents, request_bytes),  # phi_ext (F9)
+            self._peak_allocated_bytes,  # peak_allocated_bytes
+            self._count.bytes_copied,  # bytes_copied
+            self._count.cow_copies,  # cow_copies
+            len(self._tokens),  # num_sequences
+            self._side_allocated_bytes(),  # side_allocated_bytes
+        ))  # fmt: skip
 
     def check_invariants(self) -> None:
         """Raise InvariantError naming the first broken invariant."""

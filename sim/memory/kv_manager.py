@@ -47,6 +47,9 @@ from sim.memory.base import Allocator, MemoryMetrics
 from sim.memory.deferred import DecodeRun, DeferredAppends
 from sim.memory.metrics import KVSlots
 
+#: a named tuple made from its fields in one C call (its ``__new__`` is Python code)
+_new_tuple = tuple.__new__
+
 
 class KVRequest(Protocol):
     """What the KV manager reads and writes of a request (``sim.sched.Request``)."""
@@ -642,7 +645,7 @@ class KVManager:
         if not pending:
             return slots
         allocated, unfilled, paused, cached, free, usable = slots
-        return KVSlots(allocated, unfilled - pending, paused, cached, free, usable)
+        return _new_tuple(KVSlots, (allocated, unfilled - pending, paused, cached, free, usable))
 
     def request_bytes(self, req: KVRequest) -> float:
         """KV bytes admitting waiting ``req`` would ask for (memory.parquet's

@@ -66,6 +66,9 @@ from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMet
 from sim.memory.paused_blocks import PausedBlocks
 from sim.memory.prefix_index import PrefixIndex, PrefixListener
 
+#: a named tuple made from its fields in one C call (its ``__new__`` is Python code)
+_new_tuple = tuple.__new__
+
 
 class PagedAllocator(Allocator):
     """Fixed-size blocks from a FIFO free queue; forks share blocks, writes copy on write."""
@@ -613,8 +616,8 @@ class PagedAllocator(Allocator):
         paused, unfilled = 0 if self._paused is None else self._paused.slots, self._unfilled
         if self.kv_groups is not None:  # side slots that hold no side state are unfilled
             unfilled += self._side_waste_slots(pool.num_allocated * bs - unfilled - paused)
-        return KVSlots(pool.num_allocated * bs, unfilled, paused,
-                       pool.num_cached * bs, pool.num_empty * bs, pool.usable_blocks * bs)  # fmt: skip
+        return _new_tuple(KVSlots, (pool.num_allocated * bs, unfilled, paused, pool.num_cached * bs,
+                                    pool.num_empty * bs, pool.usable_blocks * bs))  # fmt: skip
 
     def _seq_side_slots(self, seq_id: Hashable) -> int:
         side = self._side.get(seq_id)
@@ -760,8 +763,8 @@ class PagedAllocator(Allocator):
         bb, pool = self.block_bytes, self.pool
         free = self.free_bytes()
         # allocated, free, cached, remainder, extents (any free block serves any request)
-        return Books(pool.num_allocated * bb, free, pool.num_cached * bb,
-                     self.pool_bytes - pool.usable_blocks * bb, (free,) if free else ())  # fmt: skip
+        return _new_tuple(Books, (pool.num_allocated * bb, free, pool.num_cached * bb,
+                                  self.pool_bytes - pool.usable_blocks * bb, (free,) if free else ()))  # fmt: skip
 
     def _check_kind(self) -> None:
         self.pool.check()

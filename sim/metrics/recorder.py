@@ -467,6 +467,7 @@ class Recorder:
         eta_alloc = useful / allocated if allocated > 0 else None
         eta_eff = useful / self.pool_bytes
         parts, paused_hbm = self._gpu_parts(m, slots, useful)
+        reference = self.phi_ext_request_bytes  # (``_phi_ext`` of None is None: not asked)
         self._memory.append(
             (
                 t,
@@ -484,8 +485,8 @@ class Recorder:
                 n_waiting,
                 m.largest_free_bytes,
                 len(m.free_extents),
-                self._phi_ext(m, self.phi_ext_request_bytes),
-                self._phi_ext(m, next_request_bytes),
+                None if reference is None else self._phi_ext(m, reference),
+                None if next_request_bytes is None else self._phi_ext(m, next_request_bytes),
                 m.side_allocated_bytes,
                 *parts,
             )

@@ -87,9 +87,13 @@ class TimeWeighted:
         """The quantity is ``value`` from ``t`` on. A value equal to the one it already
         has adds nothing (its interval goes on as one term), so the integral does not
         depend on how often an unchanged quantity is sampled."""
-        if value == self.last_v:
+        last_v = self.last_v
+        if value == last_v:
             return
-        self._close(t)
+        last_t = self.last_t
+        if last_v is not None and t > last_t:  # ``_close``, inlined (several per decision)
+            self.area += last_v * (t - last_t)
+            self.span += t - last_t
         self.last_t, self.last_v = t, value
 
     def observe_steps(self, starts, values) -> None:

@@ -271,3 +271,28 @@ def test_peak_is_monotone_and_at_least_allocated(case):
     a.free(1)
     assert a.metrics().peak_allocated_bytes == peaks[-1]
     assert peaks == sorted(peaks)
+
+
+@cases
+def test_metrics_snapshot_holds_every_field_by_its_formula(case):
+    """``metrics()`` is made positionally (one C call): every field is where its name says,
+    F8 = useful / allocated (None on an empty pool), F10 = useful / pool, F9 only for a
+    request, the largest hole the largest of the free extents."""
+    a = case.make(1024)
+    empty = a.metrics()
+    assert len(empty) == len(MemoryMetrics._fields)
+    assert empty.allocated_bytes == 0 and empty.eta_alloc is None
+    assert empty.useful_bytes == empty.logical_bytes == 0 and empty.num_sequences == 0
+    a.allocate("a", 100)
+    a.allocate("b", 40)
+    m = a.metrics(request_bytes=64 * KV)
+    assert len(m) == len(MemoryMetrics._fields)
+    assert m.pool_bytes == 1024 * KV + REMAINDER
+    assert m.useful_bytes == m.logical_bytes == 140 * KV and m.num_sequences == 2
+    assert m.eta_alloc == m.useful_bytes / m.allocated_bytes
+    assert m.eta_effective == m.useful_bytes / m.pool_bytes
+    assert m.largest_free_bytes == max(m.free_extents, default=0)
+    usable = sum(h for h in m.free_extents if h >= 64 * KV)
+    assert m.phi_ext == 1.0 - usable / sum(m.free_extents)
+    assert a.metrics().phi_ext is None  # no request: F9 not asked
+    assert m.peak_allocated_bytes >= m.allocated_bytes and m.side_allocated_bytes == 0
