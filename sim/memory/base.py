@@ -174,6 +174,13 @@ class Allocator(ABC):
         cache that says so (``PrefixIndex.appends_in_bulk``). False here: step order."""
         return False
 
+    def publishes_apart(self, seq_id: Hashable) -> bool:
+        """Whether publishing what ``hold_back`` keeps of live ``seq_id`` can only cache
+        blocks of its own, none cached now that it would share and pin
+        (``PrefixIndex.publishes_apart``): a run may then evict before its publication.
+        False here (always correct)."""
+        return False
+
     def append_in_bulk(
         self,
         items: Sequence[tuple[Hashable, int]],

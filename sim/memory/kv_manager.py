@@ -338,7 +338,8 @@ class KVManager:
     def publishes_late(self, req: KVRequest) -> bool:
         """Whether ``req``'s KV is held back until its step is computed (the "computed"
         rule): a run of steps publishes it where its prompt ends (``apply_decode_run``)
-        and evicts nothing meanwhile (``plan_decode_run``)."""
+        and evicts nothing meanwhile unless its publication can only cache blocks of its
+        own (``plan_decode_run``)."""
         return self.publish_rule == "computed" and req.seq_id in self._behind
 
     def is_behind(self, req: KVRequest) -> bool:
@@ -693,10 +694,16 @@ class KVManager:
         """How many more decode steps of ``requests`` (and of ``late`` from its first
         step on) memory allows (see ``deferred``). ``prefill``: the run's prefill, if
         any; while its KV is held back until computed, the run evicts nothing (its chunks,
-        published step by step, may lock cached blocks that an eviction would take)."""
+        published step by step, may lock cached blocks that an eviction would take) unless
+        the allocator says its publication can only cache blocks of its own
+        (``Allocator.publishes_apart``: then no eviction can take what it would lock)."""
         if base_allocated is None:
             base_allocated = self.alloc.metrics().allocated_bytes
-        evict = prefill is None or not self.publishes_late(prefill)
+        evict = (
+            prefill is None
+            or not self.publishes_late(prefill)
+            or self.alloc.publishes_apart(prefill.seq_id)
+        )
         return self.ledger.plan_run(requests, max_steps, base_allocated, late, evict)
 
     def apply_decode_run(

@@ -716,6 +716,13 @@ class PagedAllocator(Allocator):
             return False
         return self.index.appends_in_bulk(seq_ids)
 
+    def publishes_apart(self, seq_id: Hashable) -> bool:
+        """The index's answer (``PrefixIndex.publishes_apart``); False without an index or
+        when the kind ignores content (then nothing is ever held back)."""
+        if self.index is None or self._content_off:
+            return False
+        return self.index.publishes_apart(seq_id)
+
     @property
     def publish_rule(self) -> str | None:  # type: ignore[override]
         """The index's rule for when held-back KV becomes visible (``PrefixIndex``);

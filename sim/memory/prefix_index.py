@@ -15,6 +15,7 @@ Calls, per operation (hooks run only when the operation succeeds unless said):
                     ``extra_blocks``, before anything is taken)
     append          check_content (before any change) -> (make_room) -> appended
     decode runs     appends_in_bulk: may a run's appends come one per sequence?
+                    publishes_apart: may a run evict before a prefill's publication?
     publication     hold_back (before an allocate or append whose KV is not there yet),
                     unhold (that operation missed), publish (its KV is there: cache it)
     fork            forked
@@ -139,6 +140,15 @@ class PrefixIndex(Protocol):
         own private content; the core then makes the whole run's room in one
         ``make_room``, which, when it succeeds, frees the blocks ``make_room(a)`` then
         ``make_room(b)`` would, in that order. False is always correct."""
+
+    def publishes_apart(self, seq_id: Hashable) -> bool:
+        """Whether publishing the rest of live ``seq_id``'s held-back content can only
+        cache blocks of its own: nothing cached now, evictable or not, that it would
+        share and pin (the radix index: its next full block is in no child of its node).
+        The engine then lets a run of steps evict while that prefill's KV waits to be
+        published (``KVManager.plan_decode_run``): evictions made before its publication
+        free what they would have freed after it. The run's other appends are decodes'
+        own output, content no prompt holds yet. False is always correct."""
 
     def forked(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
         """``child_id`` maps the parent's blocks (``table``, a copy) and shares its content

@@ -320,6 +320,11 @@ class HashIndex:
         block when the step that fills it is scheduled, not when its slots are allocated)."""
         return self._held.hold(seq_id, seq_id in self._content, tokens // self.block_size)
 
+    def publishes_apart(self, seq_id: Hashable) -> bool:
+        """False (always correct): under the "scheduled" rule a run's prefill publishes
+        as it is scheduled, so no run waits on it (``KVManager.publishes_late``)."""
+        return False
+
     def unhold(self, seq_id: Hashable) -> None:
         self._held.drop(seq_id)
 

@@ -80,9 +80,11 @@ from sim.prefix.spans import (
     advance,
     checked_content,
     extend_normal,
+    n_tokens,
     rest,
     slice_tokens,
     split,
+    take,
 )
 from sim.prefix.stats import PrefixStats
 
@@ -325,6 +327,26 @@ class RadixIndex:
         """Cache nothing of ``seq_id`` past ``tokens`` until ``publish`` (SGLang inserts a
         chunk once computed, not when its slots are allocated)."""
         return self._held.hold(seq_id, seq_id in self._node, tokens)
+
+    def publishes_apart(self, seq_id: Hashable) -> bool:
+        """Whether publishing the rest of held-back ``seq_id`` only caches blocks of its
+        own: nothing held back, no content known past its node, its fills waiting on or
+        growing its own leaf in place (``RadixTree.can_extend``), or no child of its node
+        starting with its next full block (``insert`` would then make a new leaf, which
+        later publications lengthen in place). Until it publishes, nothing else can add
+        such a child: a run's other fills are decodes' own output (a fresh content id per
+        request, ``Request.output_id``), and nothing looks up. O(1) but the one block's
+        key."""
+        if seq_id not in self._limit or seq_id in self._waiting:
+            return True
+        tail = self._tail[seq_id]
+        if tail is None:
+            return True
+        node = self._node[seq_id]
+        if self._tree.can_extend(node):
+            return True
+        key, _, _ = take(tail, 0, 0, self.block_size)
+        return n_tokens(key) < self.block_size or key not in node.children
 
     def unhold(self, seq_id: Hashable) -> None:
         self._held.drop(seq_id)

@@ -41,6 +41,18 @@ TWO_PREFILLS = [
     {"count": 1, "at_s": 1.0, "prompt_tokens": 130, "output_tokens": 1},
 ]
 
+#: groups of identical prompts (the whole prompt shared within a group, or all but 10)
+TWINS = [
+    {"count": 2, "at_s": 0.3, "prompt_tokens": 300, "output_tokens": 4, "shared_prefix_tokens": 300},
+    {"count": 3, "at_s": 0.0, "prompt_tokens": 300, "output_tokens": 25, "shared_prefix_tokens": 300},
+    {"count": 4, "at_s": 0.0, "interval_s": 0.01, "prompt_tokens": 300, "output_tokens": 30,
+     "shared_prefix_tokens": 300},
+    {"count": 3, "at_s": 0.0, "interval_s": 0.01, "prompt_tokens": 200, "output_tokens": 5,
+     "shared_prefix_tokens": 200},
+    {"count": 4, "at_s": 0.05, "interval_s": 0.05, "prompt_tokens": 200, "output_tokens": 51,
+     "shared_prefix_tokens": 190},
+]
+
 CASES = {
     "e20-chunked": ("seed_chunked_prefill.yaml", {"hardware.kv_pool_bytes_per_gpu": 8e9}),
     "e20-pressure": ("seed_chunked_prefill.yaml", {"hardware.kv_pool_bytes_per_gpu": 2e9}),
@@ -131,6 +143,21 @@ CASES = {
             "workload.arrival.concurrency": 4,
             "allocator.kind": "paged_hash",
             "hardware.kv_pool_bytes_per_gpu": 0.25e9,
+        },
+    ),
+    # identical prompts chunked side by side in a tight radix pool: a prefill's blocks to
+    # publish are cached (dormant) by a twin already, so its runs may not evict them
+    # (found by a random search: evicting there made a planned append miss)
+    "twins-radix-publish": (
+        "seed_chunked_prefill.yaml",
+        {
+            "allocator.kind": "radix",
+            "allocator.block_size": 4,
+            "scheduler.max_num_batched_tokens": 64,
+            "scheduler.long_prefill_token_threshold": 32,
+            "scheduler.max_num_seqs": 5,
+            "hardware.kv_pool_bytes_per_gpu": 0.15e9,
+            "workload.requests": TWINS,
         },
     ),
     # contexts offloaded to host DRAM and reloaded over a slow link while new agents look
@@ -247,3 +274,42 @@ def test_random_request_mixes_agree_in_both_modes(overrides):
     assert_same_summary(fast.summary, exact.summary)
     assert_same_frame(fast.requests, exact.requests)
     _same_attention(fast.steps, exact.steps)
+
+
+def _runs_with_a_late_prefill(monkeypatch) -> list[tuple[int, int, bool]]:
+    """Spy on the engine's run plans whose prefill publishes its KV once computed: (steps
+    planned, steps the free blocks alone allow, ``publishes_apart``) of each."""
+    from sim.memory.kv_manager import KVManager
+
+    planned: list[tuple[int, int, bool]] = []
+    plan = KVManager.plan_decode_run
+
+    def spy(self, requests, max_steps, base_allocated=None, late=None, prefill=None):
+        out = plan(self, requests, max_steps, base_allocated, late, prefill)
+        if prefill is not None and self.publishes_late(prefill):
+            in_free = self.ledger.plan_run(requests, max_steps, 0.0, late, evict=False).steps
+            planned.append((out.steps, in_free, self.alloc.publishes_apart(prefill.seq_id)))
+        return out
+
+    monkeypatch.setattr(KVManager, "plan_decode_run", spy)
+    return planned
+
+
+@pytest.mark.parametrize("case", ["agents-radix", "twins-radix-publish"])
+def test_radix_runs_evict_while_their_prefill_waits_only_where_it_publishes_apart(case, monkeypatch):
+    """A run whose chunked prefill publishes its KV once computed (radix) takes cached
+    blocks only when that publication can only cache blocks of its own
+    (``Allocator.publishes_apart``); agents-radix has such runs past the free blocks,
+    twins-radix-publish also prefills whose blocks a twin has cached (those runs stay in
+    the free blocks), and both modes agree on each."""
+    planned = _runs_with_a_late_prefill(monkeypatch)
+    name, overrides = CASES[case]
+    fast = run(name, **overrides, **{"engine.exact": False})
+    assert any(steps > in_free for steps, in_free, _ in planned)
+    assert all(apart for steps, in_free, apart in planned if steps > in_free)
+    if case == "twins-radix-publish":
+        assert not all(apart for _, _, apart in planned)
+    exact = run(name, **overrides, **{"engine.exact": True})
+    assert_same_summary(fast.summary, exact.summary)
+    assert_same_frame(fast.requests, exact.requests)
+    assert_same_frame(fast.trajectories, exact.trajectories)

@@ -134,6 +134,9 @@ class PromptCache:
     def appends_in_bulk(self, seq_ids) -> bool:
         return False
 
+    def publishes_apart(self, seq_id) -> bool:
+        return False
+
     def forked(self, parent_id, child_id, table) -> None:
         self.calls.append(("forked", parent_id, child_id))
         self.family[child_id], self.tables[child_id] = self.family[parent_id], table
