@@ -701,7 +701,13 @@ class Allocator(ABC):
         first_step: FirstStep,
     ) -> AllocResult:
         """``_allocate`` knowing the sequence's first step (``allocate``'s ``first_step``);
-        a kind without per-step groups places the prompt as without it (the default)."""
+        a kind without per-step groups places the prompt as without it (the default).
+
+        The hook of a kind that implements ``set_step``: it counts the first step's
+        blocks with the prompt's (asking ``first_step``) before it takes any. A kind that
+        implements ``set_step`` but not this hook never asks ``first_step``; the KV
+        manager then gives the new sequence its first step by ``set_step`` after the
+        admission, if its blocks fit (else the decode rule for that step)."""
         if final_tokens is None:
             return self._allocate(seq_id, n_tokens, content)
         return self._allocate_reserved(seq_id, n_tokens, content, final_tokens)

@@ -134,7 +134,8 @@ class KVManager:
         #: ``Allocator.changes``) then: asked again with all three unchanged, ``admit``
         #: answers the same miss without asking the allocator
         self._missed: KVRequest | None = None
-        self._missed_at = (0, 0, -1)
+        #: (tokens, final tokens, allocator changes, whether its first steps were counted)
+        self._missed_at: tuple[int, int, int, bool] = (0, 0, -1, False)
         self.repeated_misses = 0  # admissions answered that way (a statistic, not an output)
         self.forks_failed = 0  # forks that did not fit (the child recomputes)
         #: when a prefix cache may show an admitted request's new KV to look-ups
@@ -236,7 +237,7 @@ class KVManager:
             steps = self._first_steps(req, n, first_chunk)
         if (
             self._missed is req
-            and self._missed_at == (n, final, alloc.changes)
+            and self._missed_at == (n, final, alloc.changes, steps is not None)
             and not self.retry_misses
             and (steps is None or all(steps(h) == step for h, step in self._missed_steps))
         ):
@@ -252,7 +253,7 @@ class KVManager:
             seq, n, content=content, final_tokens=final, hold_back=hold, first_step=first_step
         )
         if not result:
-            self._missed, self._missed_at = req, (n, final, alloc.changes)
+            self._missed, self._missed_at = req, (n, final, alloc.changes, steps is not None)
             self._missed_steps = tuple(asked)
             return False
         if hold:
@@ -266,9 +267,21 @@ class KVManager:
         else:
             req.lookup_tokens += n
             req.hit_tokens += matched
-        if steps is not None and alloc.step_of(seq) is not None:
-            self._stepping[seq] = req
+        if steps is not None:
+            if not asked:  # a kind without ``_allocate_stepped``: its first step now
+                self._first_step(req, first_chunk)
+            elif alloc.step_of(seq) is not None:
+                self._stepping[seq] = req
         return True
+
+    def _first_step(self, req: KVRequest, first_chunk: Callable[[int], int] | None) -> None:
+        """The first chunk's window blocks of a sequence just admitted or extended without
+        them (a held turn, or an allocator that does not count them with the admission):
+        ``step`` if they fit, else the decode rule for that step."""
+        if first_chunk is not None and self.steps_matter:
+            chunk = first_chunk(req.num_computed)
+            if chunk > 0:
+                self.step(req, chunk)
 
     def _extend(self, req: KVRequest, n: int, first_chunk: Callable[[int], int] | None) -> bool:
         """``admit`` of a held sequence: its new turn's tokens, then its first chunk's
@@ -288,10 +301,7 @@ class KVManager:
         if req.admitted_s is None and req.preemptions == 0:
             req.held_tokens = held
         req.num_computed = max(held, self._remote(req, n))
-        if first_chunk is not None and self.steps_matter:
-            chunk = first_chunk(req.num_computed)
-            if chunk > 0:
-                self.step(req, chunk)
+        self._first_step(req, first_chunk)
         return True
 
     def _first_steps(

@@ -54,6 +54,7 @@ remainder = pool; ``_unfilled`` and the paused slots equal a scan of the tables 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
@@ -68,6 +69,19 @@ from sim.memory.prefix_index import PrefixIndex, PrefixListener
 
 #: a named tuple made from its fields in one C call (its ``__new__`` is Python code)
 _new_tuple = tuple.__new__
+
+
+def _takes_extra_blocks(index: PrefixIndex) -> bool:
+    """Whether ``index.match`` takes ``extra_blocks`` (the contract since the first step
+    was counted with the admission; an index written before it takes two arguments, and
+    the core then counts a hybrid model's side blocks itself)."""
+    try:
+        params = inspect.signature(index.match).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: assume the old contract
+        return False
+    return "extra_blocks" in params or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+    )
 
 
 class PagedAllocator(Allocator):
@@ -92,6 +106,7 @@ class PagedAllocator(Allocator):
         self.pool: PagedPool = BlockPool(math.floor(self.pool_bytes / self.block_bytes))
         self._tables: dict[Hashable, list[int]] = {}  # seq -> physical block ids, by logical
         self.index: PrefixIndex | None = None  # the prefix cache, if composed with one
+        self._match_counts_extra = False  # whether its ``match`` takes ``extra_blocks``
         self._unfilled = 0  # empty slots of distinct partly filled allocated blocks
         self._paused: PausedBlocks | None = None  # the paused slots, from the first hold on
         self._side: dict[Hashable, list[int]] = {}  # seq -> blocks of its side groups
@@ -229,6 +244,7 @@ class PagedAllocator(Allocator):
             raise ValueError(f"{self.kind}: compose an empty allocator with one index")
         self.index = index
         self.pool = index.pool
+        self._match_counts_extra = _takes_extra_blocks(index)
 
     # ------------------------------------------------------------------- operations
     def _allocate(self, seq_id: Hashable, n_tokens: int, content: Any) -> AllocResult:
@@ -268,17 +284,22 @@ class PagedAllocator(Allocator):
             self._unfilled += -n_tokens % self.block_size  # the new last block's rest
             self._hold_first(seq_id, side, step)
             return ADMITTED
-        if self.kv_groups is None:
+        if self.kv_groups is not None and self._match_counts_extra:
+            # the side blocks of the hit's first step count in the index's fit check
+            hit = index.match(n_tokens, content, extra_blocks=self._first_sides(n_tokens, steps))
+        else:  # (an index without ``extra_blocks``: the core's own count below decides)
             hit = index.match(n_tokens, content)
-        else:  # the side blocks of the hit's first step count in the fit check
-            hit = index.match(n_tokens, content, self._first_sides(n_tokens, steps))
         if hit is None:
             return MISSED
+        step = None if steps is None else steps(hit.hit_tokens)
+        side = self._step_side(n_tokens, step)
         shared = hit.block_ids
         n_new -= len(shared)
         if shared:
             pool.incref(shared)  # pin before making room, so eviction cannot take them
-        need = n_new + hit.extra_blocks
+        # the index's count of the side blocks, or the core's own of the hit it returned
+        # (an index that counts none, or fewer): room for all before any block is taken
+        need = n_new + max(hit.extra_blocks, side)
         if need > pool.num_free and not index.make_room(need - pool.num_free):
             if shared:
                 pool.decref(shared)
@@ -287,8 +308,6 @@ class PagedAllocator(Allocator):
         table = shared + pool.take(n_new)
         self._tables[seq_id] = table
         self._count.blocks_taken += n_new
-        step = None if steps is None else steps(hit.hit_tokens)
-        side = self._step_side(n_tokens, step)
         self._hold_first(seq_id, side, step)
         self._unfilled += -n_tokens % self.block_size  # hit blocks are whole: the tail is new
         if self._paused is not None:
@@ -301,7 +320,13 @@ class PagedAllocator(Allocator):
             self._add_copy(copied * self.kv_bytes_per_token)
             if steps is not None:  # its first step starts later: within the room counted
                 step = steps(hit.hit_tokens + copied)
-                self._hold_first(seq_id, self._step_side(n_tokens, step) - side, step)
+                more = self._step_side(n_tokens, step) - side
+                if more > pool.num_free and not index.make_room(more - pool.num_free):
+                    raise InvariantError(
+                        f"{self.kind}: allocate: the prefix index copied a partial block "
+                        f"without counting its first step's side blocks (match's extra_blocks)"
+                    )
+                self._hold_first(seq_id, more, step)
         served = hit.hit_tokens + copied
         return AllocResult(True, served) if served else ADMITTED
 

@@ -104,7 +104,11 @@ class PrefixIndex(Protocol):
         partial block it may copy, both) with the table's new blocks in its fit check and
         returns that count in ``PrefixHit.extra_blocks``, so a sequence whose blocks do
         not all fit changes nothing (vLLM V1's ``allocate_slots`` counts every group's
-        blocks before it takes any)."""
+        blocks before it takes any). Optional: the core passes it (by keyword) only to an
+        index whose ``match`` takes it (decided when composed); for one that does not,
+        or counts fewer, the core makes room for its own count of the side blocks of the
+        hit returned (a miss then cancels, nothing changed). An index that copies a
+        partial block (``admitted``) must count it: the copy moves the first step."""
 
     def cancel(self, hit: PrefixHit) -> None:
         """The core could not make room after ``match``: unpin what it pinned."""

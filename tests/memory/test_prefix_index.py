@@ -22,6 +22,7 @@ from sim.memory import (
     PrefixIndex,
     PrefixMetrics,
 )
+from sim.sizing.group_demand import GroupDemand, KVGroups
 
 B = 4  # tokens per block
 
@@ -293,4 +294,69 @@ def test_held_back_prompts_are_cached_only_as_they_are_published():
         ("admitted", "x", 3),
         ("hold_back", "y", 0),
     ]
+    ok(a)
+
+
+# ------------------------------------------- a hybrid model, an index of the old contract
+#: one sliding-window group (w = 8) with the table's bytes per token: a sequence's side
+#: blocks are one layer's window blocks. A decode at S tokens holds
+#: ``ceil(S/B) - floor(max(0, S - w)/B)`` of them, a prefill chunk ``[n, e)``
+#: ``ceil(e/B) - floor(max(0, n - w + 1)/B)`` (docs/allocators.md)
+WINDOWED = KVGroups(10.0, (GroupDemand("local", "sliding_window", 10.0, 8, 0.0),), 20.0)
+
+
+def hybrid(index_cls: type[PromptCache] = PromptCache, blocks: int = 8):
+    a = PagedAllocator(pool_bytes=blocks * B * 10, kv_bytes_per_token=10, block_size=B)
+    a.use_kv_groups(WINDOWED)
+    index = index_cls(a.num_blocks)
+    a.compose(index)
+    return a, index
+
+
+def test_an_index_without_extra_blocks_works_on_a_hybrid_model():
+    """``PromptCache.match`` takes two arguments (the contract before ``extra_blocks``): the
+    core counts the side blocks itself. x (12 tokens): 3 table + ``3 - floor(4/4) = 2``
+    window blocks of 8, 3 free; freed, its 3 full blocks stay cached: 5 free. y (16 tokens,
+    the same prompt) hits 12 tokens (``(16 - 1) // 4 = 3`` blocks) and its first step is
+    ``[12, 16)``: ``4 - floor(5/4) = 3`` window blocks + 1 new table block = 4 <= 5, so 1
+    is left. z (4 other tokens, step ``[0, 4)``): 1 table + 1 window block = 2 > 1, and
+    the cached blocks are y's: make_room(1) says no, cancel, nothing changed."""
+    a, index = hybrid()
+    assert a.allocate("x", 12, content="P")
+    assert len(a.block_table("x")) == 3 and len(a._side["x"]) == 2 and a.pool.num_free == 3
+    a.free("x")
+    assert a.pool.num_free == 5 and len(index.entries["P"]) == 3
+    r = a.allocate("y", 16, content="P", first_step=lambda served: (served, 16))
+    assert r.matched_tokens == 12 and a.step_of("y") == (12, 16)
+    assert len(a._side["y"]) == 3 and a.pool.num_free == 1
+    ok(a)
+    before = (a.metrics(), a.changes, a.pool.num_free, {s: a.block_table(s) for s in a.sequences()})
+    assert not a.allocate("z", 4, content="Q", first_step=lambda served: (served, 4))
+    assert index.calls[-3:] == [("match", 4), ("make_room", 1), ("cancel",)]
+    assert (a.metrics(), a.changes, a.pool.num_free, {s: a.block_table(s) for s in a.sequences()}) == before
+    assert not a.is_live("z")
+    ok(a)
+
+
+class IgnoresExtra(PromptCache):
+    """Takes ``extra_blocks`` but counts none (``PrefixHit.extra_blocks`` stays 0)."""
+
+    def match(self, n_tokens: int, content: Any, extra_blocks: Any = None) -> PrefixHit | None:
+        self.calls.append(("extra_blocks", None if extra_blocks is None else extra_blocks(0)))
+        return super().match(n_tokens, content)
+
+
+def test_an_index_that_ignores_extra_blocks_misses_with_nothing_changed():
+    """8 blocks. x (28 tokens): 7 table + ``7 - floor(20/4) = 2`` window blocks (the
+    decode rule: no first step) = 9 > 8. The index is handed the count (2) but admits
+    anyway; the core makes room for its own count first: make_room(1) finds nothing
+    cached, cancel, nothing taken (before, the table's 7 blocks were taken and the side
+    blocks' take raised). 24 tokens: 6 + ``6 - floor(16/4) = 2`` = 8, admitted, 0 free."""
+    a, index = hybrid(IgnoresExtra)
+    assert not a.allocate("x", 28, content="P")
+    assert index.calls == [("extra_blocks", 2), ("match", 28), ("make_room", 1), ("cancel",)]
+    assert a.pool.num_free == 8 and not a.is_live("x") and a.changes == 0
+    ok(a)
+    assert a.allocate("x", 24, content="P")
+    assert len(a.block_table("x")) == 6 and len(a._side["x"]) == 2 and a.pool.num_free == 0
     ok(a)

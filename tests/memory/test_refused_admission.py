@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.memory import make_allocator
+from sim.memory import Allocator, PagedAllocator, make_allocator
 from sim.memory.kv_manager import KVManager
 from sim.prefix.spans import segments
 from sim.sched import FINISHED, Request, VllmV1Config, VllmV1Scheduler
@@ -180,6 +180,82 @@ def test_without_a_prefix_cache_the_count_is_the_same():
     assert kv.admit(req, lambda computed: min(496 - computed, 128))
     assert kv.alloc.step_of(1) == (0, 128) and kv.alloc.pool.num_free == 1
     kv.check_invariants()
+
+
+def test_a_miss_without_first_steps_does_not_answer_one_with_them():
+    """``paged``, 38 blocks, a 496-token prompt (31 table blocks). Admitted without a
+    chunk rule it holds the decode rule's ``31 - floor((496 - 128)/16) = 8`` window
+    blocks: 39 > 38, a miss. Asked again, nothing changed, with a first chunk of 32 tokens
+    (``[0, 32)``: 2 window blocks, 33 <= 38): a different question, so it is asked, not
+    answered by the shortcut, and admitted with 38 - 33 = 5 blocks left."""
+    kv = KVManager(make_allocator("paged", pool_bytes=38 * B, kv_bytes_per_token=1.0,
+                                  block_size=B, kv_groups=GROUPS))  # fmt: skip
+    req = Request(1, 1, 496, 1)
+    assert not kv.admit(req)
+    assert kv.admit(req, lambda computed: min(496 - computed, 32))
+    assert kv.repeated_misses == 0 and kv.alloc.step_of(1) == (0, 32)
+    assert kv.alloc.pool.num_free == 5
+    kv.check_invariants()
+
+
+class _NoFirstStepHook(PagedAllocator):
+    """A kind with per-step groups (``set_step``) but without the ``_allocate_stepped``
+    hook: it places a new sequence by the decode rule and never asks ``first_step``."""
+
+    _allocate_stepped = Allocator._allocate_stepped
+
+
+@pytest.mark.parametrize(
+    "chunk, step, window_blocks",
+    [
+        (64, (0, 64), 4),  # [0, 64): 4 window blocks replace the decode rule's 8
+        (256, None, 8),  # [0, 256): 16 > 8 + 1 free: the decode rule for that step
+    ],
+)
+def test_a_kind_without_the_hook_gets_its_first_step_after_the_admission(
+    chunk, step, window_blocks
+):
+    """40 blocks, a 496-token prompt: the kind admits it by the decode rule, 31 table +
+    ``31 - floor(368/16) = 8`` window blocks (1 free); the KV manager then sets its first
+    step as for a held turn: a 64-token chunk holds ``ceil(64/16) - 0 = 4`` window
+    blocks (5 free); a 256-token chunk's 16 do not fit, so it keeps the decode rule's 8."""
+    alloc = _NoFirstStepHook(pool_bytes=40 * B, kv_bytes_per_token=1.0, block_size=B)
+    alloc.use_kv_groups(GROUPS)
+    kv = KVManager(alloc)
+    req = Request(1, 1, 496, 1)
+    assert kv.admit(req, lambda computed: min(496 - computed, chunk))
+    assert alloc.step_of(1) == step and len(alloc._side[1]) == window_blocks
+    assert alloc.pool.num_free == 40 - 31 - window_blocks
+    kv.check_invariants()
+
+
+@pytest.mark.parametrize("usable, admitted", [(7, False), (8, True)])
+def test_cow_tail_counts_the_more_of_the_two_first_steps(usable, admitted):
+    """``radix`` with ``cow_tail``, a 200-token window. X (48 tokens) cached: 3 full
+    blocks, ``usable - 3`` free. D = 40 tokens of X + 24 of its own (64 tokens, 4 table
+    blocks) hits 2 blocks (32 tokens) and may copy the 8 cached tokens of X's third block
+    into its own tail, which ``admitted`` decides after room is made. Budget 9: without
+    the copy its first step is ``[32, 41)``: ``ceil(41/16) - 0 = 3`` window blocks; with
+    it ``[40, 49)``: ``ceil(49/16) = 4``. The count takes 4: 2 new table blocks + 4 = 6,
+    against the free blocks and the one evictable block (X's third; the hit's two are
+    pinned). 7 usable: 4 free + 1 < 6, refused, nothing changed. 8 usable: 5 free + 1 = 6,
+    admitted: X's third block is evicted to make room, so there is nothing to copy; D
+    computes from 32, holds 3 window blocks, and 6 - 2 - 3 = 1 block stays free."""
+    kv = _kv("radix_cow_tail", usable, KVGroups(1.0, (GroupDemand("local", "sliding_window",
+                                                                  1.0, 200, 0.0),), 2.0))  # fmt: skip
+    _cache(kv, 1, ("X", 48))
+    pool = kv.alloc.pool
+    assert (pool.num_cached, pool.num_free) == (3, usable - 3)
+    d = _prompt(("X", 40), ("Y", 24))
+    before = _books(kv)
+    assert kv.admit(d, lambda computed: min(64 - computed, 9)) is admitted
+    kv.check_invariants()
+    if not admitted:
+        assert _books(kv) == before and d.lookup_tokens == 0
+        return
+    assert d.num_computed == 32 and kv.alloc.step_of(0) == (32, 41)
+    assert len(kv.alloc.block_table(0)) == 4 and len(kv.alloc._side[0]) == 3
+    assert pool.num_free == 1 and kv.alloc.prefix_metrics().evicted_blocks == 1
 
 
 # ------------------------------------------------------------------ property
