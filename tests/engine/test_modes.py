@@ -160,6 +160,27 @@ CASES = {
             "workload.requests": TWINS,
         },
     ),
+    # a buddy pool too small to double a 70-token prompt's block: one of two decoders is
+    # preempted with 59 of its 60 tokens out and recomputes 129 tokens in chunks of 16, the
+    # last one the single token a step of its own schedules as a decode (found by the
+    # property test below: the run priced it as a prompt chunk)
+    "buddy-recompute-decode-tail": (
+        "seed_chunked_prefill.yaml",
+        {
+            "allocator.kind": "buddy",
+            "scheduler.max_num_batched_tokens": 33,
+            "scheduler.long_prefill_token_threshold": 16,
+            "scheduler.max_num_seqs": 2,
+            "hardware.kv_pool_bytes_per_gpu": 0.2e9,
+            "cost.kv_read": False,
+            "cost.attention_flops": True,
+            "workload.requests": [
+                {"count": 2, "at_s": 0.0, "prompt_tokens": 1, "output_tokens": 2},
+                {"count": 2, "at_s": 0.0, "prompt_tokens": 70, "output_tokens": 60},
+                {"count": 2, "at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+            ],
+        },
+    ),
     # contexts offloaded to host DRAM and reloaded over a slow link while new agents look
     # their prompts up: reloaded blocks become hits only after the copy-in (at a boundary)
     "agents-radix-offload": (
