@@ -584,7 +584,8 @@ class Node:
         if k > 1:
             late = run.late if run.late is not None and run.late[1] <= k - 1 else None
             starts = [start, *ends[:-1]]
-            kv.apply_decode_run(plan.decodes, k - 1, starts, late)
+            prefill = None if run.chunks is None else (plan.scheduled[-1][0], run.chunks)
+            kv.apply_decode_run(plan.decodes, k - 1, starts, late, prefill)
             if self.check and kv.take_step_activity() != (0, 0):
                 raise InvariantError("fast path: a planned run copied or allocated buffers")
             n_dec, bpt, u0 = plan.n_decode, kv.kv_bytes_per_token, m[0]
