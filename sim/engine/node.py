@@ -533,9 +533,18 @@ class Node:
         works = [work]
         hist = plan.decode_history_tokens
         hi, lo = work.decode_max_history_tokens, work.decode_min_history_tokens  # decode_span()
+        # a last chunk that is only the last token of a request with output (a recompute
+        # after preemption) is a decode in a step of its own (``Request.is_decode``)
+        tail = n_pre - 1 if _decode_like_tail(plan, chunks, n_pre) else n_pre
         for i in range(1, n_pre):
             cached += chunks[i - 1]
             hist += n_dec
+            if i == tail:  # priced as exact steps it: n_dec + 1 decodes, no prompt chunk
+                span = (max(hi + i, cached), min(lo + i, cached)) if n_dec else (cached, cached)
+                seconds, attention = price(StepWork(n_dec + 1, hist + cached, (), 0.0, 0, *span))
+                out.append(seconds)
+                att.append(attention)
+                break  # the last step of the prefill; not a prefill work
             span = (hi + i, lo + i) if n_dec else (None, None)
             step = StepWork(n_dec, hist, ((chunks[i], cached),), 0.0, 0, *span)
             seconds, attention = price(step)
@@ -575,7 +584,8 @@ class Node:
         if k > 1:
             late = run.late if run.late is not None and run.late[1] <= k - 1 else None
             starts = [start, *ends[:-1]]
-            kv.apply_decode_run(plan.decodes, k - 1, starts, late)
+            prefill = None if run.chunks is None else (plan.scheduled[-1][0], run.chunks)
+            kv.apply_decode_run(plan.decodes, k - 1, starts, late, prefill)
             if self.check and kv.take_step_activity() != (0, 0):
                 raise InvariantError("fast path: a planned run copied or allocated buffers")
             n_dec, bpt, u0 = plan.n_decode, kv.kv_bytes_per_token, m[0]
@@ -589,7 +599,7 @@ class Node:
             if run.chunks is not None:
                 n_pre = min(len(run.chunks), k)
                 pre_tokens = sum(run.chunks[:n_pre])
-                rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run, n_pre))
+                rec.run_prefill(pre_tokens - run.chunks[0] - _decode_like_tail(plan, run.chunks, n_pre))
         probe = plan.scheduled[0][0]  # a step with no token sampled still computes some
         computed = probe.num_computed
         end = float(ends[-1])
@@ -816,13 +826,15 @@ def _attention_s(cost: StepCost) -> float:
     return flops if flops > kv else kv
 
 
-def _decode_like_tail(plan: BatchPlan, run: _Run, n_pre: int) -> int:
-    """1 when the run's last prefill step computes only the last token of a request that
-    already has output (a recompute after preemption): a step of its own would schedule
-    that token as a decode (``Request.is_decode``), so it is not a prefill token."""
+def _decode_like_tail(plan: BatchPlan, chunks: tuple[int, ...], n_pre: int) -> int:
+    """1 when the run's last prefill step (of ``n_pre``; ``chunks``: the run's) computes
+    only the last token of a request that already has output (a recompute after
+    preemption): a step of its own would schedule that token as a decode
+    (``Request.is_decode``), so it is not a prefill token, and that step is priced as a
+    decode step (``Node._prefill_run_durations``)."""
     req = plan.scheduled[-1][0]
-    completes = sum(run.chunks) == req.num_tokens - req.num_computed
-    last = n_pre == len(run.chunks) and n_pre > 1 and run.chunks[-1] == 1 and completes
+    completes = sum(chunks) == req.num_tokens - req.num_computed
+    last = n_pre == len(chunks) and n_pre > 1 and chunks[-1] == 1 and completes
     return 1 if last and req.num_output > 0 else 0
 
 

@@ -286,14 +286,15 @@ class DeferredAppends:
         starts: Sequence[float],
         set_time,
         late: tuple[Any, int] | None = None,
-        publish: Callable[[], None] | None = None,
+        publishes: Sequence[tuple[int, Callable[[], None]]] = (),
     ) -> None:
         """Append ``steps`` tokens to each request's sequence, as ``grow`` would have
         (and ``steps - first + 1`` to the ``late`` one, from remaining step ``first``).
-        ``publish``: called at ``starts[first]`` before that step's appends (the late
-        request's prompt was computed at the end of the step before: a prefix cache that
-        publishes computed KV sees it then); the appends before and after it go in two
-        windows, each in bulk where the allocator takes it so.
+        ``publishes``: ``(step, publish)`` pairs in step order, each step in
+        ``1..steps``; ``publish`` is called at ``starts[step]``, before that step's
+        appends (a prefill chunk was computed at the end of the step before: a prefix
+        cache that publishes computed KV sees it then, stamped then); the appends between
+        two of them go in windows, each in bulk where the allocator takes it so.
 
         ``starts[i]`` is the start of the run's step ``i`` (step 0 was grown normally).
         Without content, order and timing cannot matter: each sequence gets at most one
@@ -305,27 +306,27 @@ class DeferredAppends:
         plan = [(req, 1) for req in requests]
         if late is not None and late[1] <= steps:
             plan.append(late)
-        else:
-            publish = None  # its prompt is done at the run's end: the commit publishes it
         if not self.uses_content or self.alloc.block_size is None:
             self._grow_by(requests, steps)
             if late is not None and late[1] <= steps:
                 req = late[0]
                 if not self.grow(req, self.total[req.seq_id] + steps - late[1] + 1):
                     raise InvariantError(f"fast path: planned growth of {req!r} missed")
+            for f, publish in publishes:  # (no content: nothing to order them with)
+                set_time(float(starts[f]))
+                publish()
             return
         total = self.total
         bases = [total[req.seq_id] - first + 1 for req, first in plan]  # tokens "before step 1"
-        if publish is None:
-            self._apply_window(plan, bases, self._events(plan, 1, steps), steps, starts, set_time)
-        else:  # (both windows' events from the rooms before any append)
-            assert late is not None
-            f = late[1]
-            early, later = self._events(plan, 1, f - 1), self._events(plan, f, steps)
-            self._apply_window(plan, bases, early, f - 1, starts, set_time)
+        # every window's events from the rooms before any append
+        cuts = [f for f, _ in publishes]
+        windows = [self._events(plan, lo, hi) for lo, hi in zip([1, *cuts], [*(f - 1 for f in cuts), steps])]
+        self._apply_window(plan, bases, windows[0], cuts[0] - 1 if cuts else steps, starts, set_time)
+        for i, (f, publish) in enumerate(publishes):
             set_time(float(starts[f]))
             publish()
-            self._apply_window(plan, bases, later, steps, starts, set_time)
+            hi = cuts[i + 1] - 1 if i + 1 < len(cuts) else steps
+            self._apply_window(plan, bases, windows[i + 1], hi, starts, set_time)
         # what is left of the run stays pending
         self._grow_needs([req for req, _ in plan],
                          [bases[j] + steps - total[req.seq_id] for j, (req, _) in enumerate(plan)])  # fmt: skip

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from sim.errors import InvariantError
@@ -722,16 +723,22 @@ class KVManager:
         steps: int,
         starts: Sequence[float],
         late: tuple[Any, int] | None = None,
+        prefill: tuple[Any, Sequence[int]] | None = None,
     ) -> None:
-        """Append one token per step to each request's sequence, as ``grow`` would have;
-        a ``late`` request whose KV is published once computed is published at the start
-        of its first decode step (its prompt's last chunk ended there), as the commit of
-        the step before would."""
-        publish = None
-        if late is not None and self.publishes_late(late[0]):
-            req = late[0]
-            publish = lambda: self._publish(req.seq_id, req.num_tokens)  # noqa: E731
-        self.ledger.apply_run(requests, steps, starts, self.set_time, late, publish)
+        """Append one token per step to each request's sequence, as ``grow`` would have.
+        ``prefill``: the run's prefill and its chunks, one a step from the run's step 0;
+        if its KV is published once computed, each chunk computed before the run's last
+        step is published at the start of the step after it (the ``late`` request's last
+        one at the start of its first decode step), stamped then, as the commit of its
+        step would; the commit of the run's last step publishes the rest."""
+        publishes: list[tuple[int, Callable[[], None]]] = []
+        if prefill is not None and self.publishes_late(prefill[0]):
+            req, chunks = prefill
+            publish, seq, done = self._publish, req.seq_id, req.num_computed
+            for f in range(1, min(len(chunks), steps) + 1):
+                done += chunks[f - 1]
+                publishes.append((f, partial(publish, seq, done)))
+        self.ledger.apply_run(requests, steps, starts, self.set_time, late, publishes)
 
     def check_invariants(self) -> None:
         """The allocator's own books, the deferred ledger's and the held set's."""

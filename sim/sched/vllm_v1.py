@@ -181,8 +181,10 @@ class VllmV1Scheduler(Scheduler):
         if chunks is None:
             return None
         req, n_pre = plan.scheduled[-1][0], len(chunks)
-        if plan.waiting_blocked and n_pre > 1 and self._head_may_hit(req):
-            return None  # its next chunk's KV, once seen, may let the head of waiting fit
+        if plan.waiting_blocked and self._head_may_hit(req):
+            # this chunk's KV, once seen (its last chunk's too: a run would decode on past
+            # it), may let the head of waiting fit: the next step may admit it
+            return None
         left = req.output_limit - req.num_output  # tokens still to sample
         late = (
             sum(chunks) == req.num_tokens - req.num_computed

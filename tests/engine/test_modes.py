@@ -160,6 +160,73 @@ CASES = {
             "workload.requests": TWINS,
         },
     ),
+    # a buddy pool too small to double a 70-token prompt's block: one of two decoders is
+    # preempted with 59 of its 60 tokens out and recomputes 129 tokens in chunks of 16, the
+    # last one the single token a step of its own schedules as a decode (found by the
+    # property test below: the run priced it as a prompt chunk)
+    "buddy-recompute-decode-tail": (
+        "seed_chunked_prefill.yaml",
+        {
+            "allocator.kind": "buddy",
+            "scheduler.max_num_batched_tokens": 33,
+            "scheduler.long_prefill_token_threshold": 16,
+            "scheduler.max_num_seqs": 2,
+            "hardware.kv_pool_bytes_per_gpu": 0.2e9,
+            "cost.kv_read": False,
+            "cost.attention_flops": True,
+            "workload.requests": [
+                {"count": 2, "at_s": 0.0, "prompt_tokens": 1, "output_tokens": 2},
+                {"count": 2, "at_s": 0.0, "prompt_tokens": 70, "output_tokens": 60},
+                {"count": 2, "at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+            ],
+        },
+    ),
+    # a radix prefill whose last chunk completes its prompt while the head of waiting,
+    # blocked on memory, shares 190 of its 200 tokens: once that chunk's KV is published
+    # the head hits it and fits, so the run may not decode on past the chunk (found by a
+    # random search: the run went on and the head was admitted later)
+    "radix-late-head-hit": (
+        "seed_chunked_prefill.yaml",
+        {
+            "allocator.kind": "radix",
+            "allocator.block_size": 4,
+            "scheduler.max_num_batched_tokens": 64,
+            "scheduler.long_prefill_token_threshold": 0,
+            "scheduler.max_num_seqs": 5,
+            "hardware.kv_pool_bytes_per_gpu": 0.1e9,
+            "workload.requests": [
+                {"count": 3, "at_s": 0.3, "interval_s": 0.2, "prompt_tokens": 200, "output_tokens": 48,
+                 "shared_prefix_tokens": 190},
+                {"count": 2, "at_s": 1.0, "prompt_tokens": 40, "output_tokens": 35, "shared_prefix_tokens": 20},
+                {"count": 2, "at_s": 0.3, "interval_s": 0.01, "prompt_tokens": 40, "output_tokens": 73,
+                 "shared_prefix_tokens": 40},
+            ],
+        },
+    ),
+    # radix prefills chunked in runs: each chunk's full blocks are cached (stamped) at the
+    # end of its own step, so a prompt whose last chunk fills no block keeps the earlier
+    # stamp, and later LRU evictions take the same blocks in both modes (found by a random
+    # search: the run stamped every chunk at its end, and a shared prefix was evicted)
+    "radix-chunk-stamps": (
+        "seed_chunked_prefill.yaml",
+        {
+            "allocator.kind": "radix",
+            "allocator.block_size": 16,
+            "scheduler.max_num_batched_tokens": 128,
+            "scheduler.long_prefill_token_threshold": 16,
+            "scheduler.max_num_seqs": 64,
+            "hardware.kv_pool_bytes_per_gpu": 0.2e9,
+            "workload.requests": [
+                {"count": 3, "at_s": 0.3, "interval_s": 0.01, "prompt_tokens": 40, "output_tokens": 70,
+                 "shared_prefix_tokens": 40},
+                {"count": 4, "at_s": 0.3, "prompt_tokens": 300, "output_tokens": 24, "shared_prefix_tokens": 300},
+                {"count": 2, "at_s": 0.05, "interval_s": 0.2, "prompt_tokens": 300, "output_tokens": 4},
+                {"count": 2, "at_s": 0.05, "interval_s": 0.01, "prompt_tokens": 200, "output_tokens": 51},
+                {"count": 4, "at_s": 0.0, "interval_s": 0.2, "prompt_tokens": 300, "output_tokens": 5,
+                 "shared_prefix_tokens": 150},
+            ],
+        },
+    ),
     # contexts offloaded to host DRAM and reloaded over a slow link while new agents look
     # their prompts up: reloaded blocks become hits only after the copy-in (at a boundary)
     "agents-radix-offload": (
