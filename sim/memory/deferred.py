@@ -320,7 +320,8 @@ class DeferredAppends:
         bases = [total[req.seq_id] - first + 1 for req, first in plan]  # tokens "before step 1"
         # every window's events from the rooms before any append
         cuts = [f for f, _ in publishes]
-        windows = [self._events(plan, lo, hi) for lo, hi in zip([1, *cuts], [*(f - 1 for f in cuts), steps])]
+        bounds = zip([1, *cuts], [*(f - 1 for f in cuts), steps], strict=True)
+        windows = [self._events(plan, lo, hi) for lo, hi in bounds]
         self._apply_window(plan, bases, windows[0], cuts[0] - 1 if cuts else steps, starts, set_time)
         for i, (f, publish) in enumerate(publishes):
             set_time(float(starts[f]))
