@@ -242,7 +242,9 @@ class LockstepPricer:
 
     def _group(self, gpu: list, dummy: tuple[bool, ...], global_tokens: int, received: int):
         """(total, slowest rank's GPU s, experts, collectives, host, rank-seconds waited) of
-        a step (floats) or a run's steps (arrays) from each rank's GPU seconds."""
+        a step (floats) or a run's steps (arrays) from each rank's GPU seconds; the total
+        times ``cost.step_time_scale`` (the parts are not scaled, as in ``CostModel.price``),
+        so ``price`` and ``run_and_wait`` scale alike."""
         top = gpu[0]
         for g in gpu[1:]:
             top = vmax(top, g)
@@ -251,6 +253,9 @@ class LockstepPricer:
         host = self.cost._overhead_s()
         g = top + (moe or 0.0) + comm
         total = vmax(host, g) if self.cost.async_scheduling else host + g
+        scale = self.cost.config.step_time_scale  # capacity's error band, as ``CostModel.price``
+        if scale != 1.0:
+            total = total * scale
         wait = 0.0
         for gp, d in zip(gpu, dummy, strict=True):
             if not d:

@@ -195,3 +195,21 @@ def test_a_decode_run_is_each_steps_price_bit_for_bit(tmp_path, pricing, async_o
                  decode_min_history_tokens=r.min_history_tokens + i) for r in ranks]  # fmt: skip
         one = p.price(works)
         assert durations[i] == one.total_s and wait[i] == one.wait_s, i
+
+
+@pytest.mark.parametrize("works", [[DECODE, CHUNK8], [CHUNK8, None], [DECODE, DECODE]])
+def test_step_time_scale_scales_a_lockstep_step_and_its_runs(tmp_path, works):
+    """Capacity's error band (``cost.step_time_scale``) moves a data-parallel group's steps
+    as it moves one engine's (``CostModel.price``: the total times the scale, its parts
+    not): a lockstep step at scale 1.3 is 1.3 times the step at 1.0, and a run of decode
+    steps is the same product step by step."""
+    plain = LockstepPricer(tiny_cost(tmp_path, model=TINY_MOE), 2)
+    scaled = LockstepPricer(tiny_cost(tmp_path, model=TINY_MOE, step_time_scale=1.3), 2)
+    one, more = plain.price(works), scaled.price(works)
+    assert more.total_s == one.total_s * 1.3
+    assert [c.total_s for c in more.costs] == [one.total_s * 1.3] * 2
+    assert more.moe_s == one.moe_s and more.comm_s == one.comm_s  # the parts as they are
+    if all(w is None or not w.prefill_chunks for w in works):
+        run = scaled.price_run(works, 3)
+        assert run[0] == more.total_s
+        assert run.tolist() == (plain.price_run(works, 3) * 1.3).tolist()
