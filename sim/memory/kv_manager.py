@@ -348,9 +348,9 @@ class KVManager:
 
     def publishes_late(self, req: KVRequest) -> bool:
         """Whether ``req``'s KV is held back until its step is computed (the "computed"
-        rule): a run of steps publishes it where its prompt ends (``apply_decode_run``)
-        and evicts nothing meanwhile unless its publication can only cache blocks of its
-        own (``plan_decode_run``)."""
+        rule): a run of steps publishes each of its chunks at the start of the step after
+        it, as stepping would (``apply_decode_run``), and evicts nothing meanwhile unless
+        its publication can only cache blocks of its own (``plan_decode_run``)."""
         return self.publish_rule == "computed" and req.seq_id in self._behind
 
     def is_behind(self, req: KVRequest) -> bool:

@@ -72,16 +72,17 @@ _new_tuple = tuple.__new__
 
 
 def _takes_extra_blocks(index: PrefixIndex) -> bool:
-    """Whether ``index.match`` takes ``extra_blocks`` (the contract since the first step
-    was counted with the admission; an index written before it takes two arguments, and
-    the core then counts a hybrid model's side blocks itself)."""
+    """Whether ``index.match`` names ``extra_blocks`` as a parameter the core can pass by
+    keyword (the contract since the first step was counted with the admission; an index
+    written before it takes two arguments, and the core then counts a hybrid model's side
+    blocks itself). ``**kwargs`` alone is not enough: a proxy forwarding them to an index
+    of the old contract would pass the keyword on to it."""
     try:
         params = inspect.signature(index.match).parameters
     except (TypeError, ValueError):  # a builtin or C callable: assume the old contract
         return False
-    return "extra_blocks" in params or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
-    )
+    p = params.get("extra_blocks")
+    return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
 
 class PagedAllocator(Allocator):
@@ -292,14 +293,19 @@ class PagedAllocator(Allocator):
         if hit is None:
             return MISSED
         step = None if steps is None else steps(hit.hit_tokens)
-        side = self._step_side(n_tokens, step)
+        side = reserve = self._step_side(n_tokens, step)
+        if steps is not None and not self._match_counts_extra:
+            # an index of the old contract may still copy a partial block (under a block of
+            # tokens) and start the first step that much later: room for the most of those
+            for more in range(1, min(self.block_size, n_tokens - hit.hit_tokens)):
+                reserve = max(reserve, self._step_side(n_tokens, steps(hit.hit_tokens + more)))
         shared = hit.block_ids
         n_new -= len(shared)
         if shared:
             pool.incref(shared)  # pin before making room, so eviction cannot take them
         # the index's count of the side blocks, or the core's own of the hit it returned
         # (an index that counts none, or fewer): room for all before any block is taken
-        need = n_new + max(hit.extra_blocks, side)
+        need = n_new + max(hit.extra_blocks, reserve)
         if need > pool.num_free and not index.make_room(need - pool.num_free):
             if shared:
                 pool.decref(shared)

@@ -105,10 +105,11 @@ class PrefixIndex(Protocol):
         returns that count in ``PrefixHit.extra_blocks``, so a sequence whose blocks do
         not all fit changes nothing (vLLM V1's ``allocate_slots`` counts every group's
         blocks before it takes any). Optional: the core passes it (by keyword) only to an
-        index whose ``match`` takes it (decided when composed); for one that does not,
-        or counts fewer, the core makes room for its own count of the side blocks of the
-        hit returned (a miss then cancels, nothing changed). An index that copies a
-        partial block (``admitted``) must count it: the copy moves the first step."""
+        index whose ``match`` names it as a parameter (decided when composed; ``**kwargs``
+        alone is not enough); for one that does not, or counts fewer, the core makes room
+        for its own count of the side blocks of the hit returned, and for an index that
+        does not take it, the most over the hit plus a partial block it may copy (the copy
+        moves the first step); a miss then cancels, nothing changed."""
 
     def cancel(self, hit: PrefixHit) -> None:
         """The core could not make room after ``match``: unpin what it pinned."""

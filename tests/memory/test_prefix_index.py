@@ -22,6 +22,8 @@ from sim.memory import (
     PrefixIndex,
     PrefixMetrics,
 )
+from sim.memory.paged import _takes_extra_blocks
+from sim.prefix.radix_index import RadixIndex
 from sim.sizing.group_demand import GroupDemand, KVGroups
 
 B = 4  # tokens per block
@@ -360,3 +362,56 @@ def test_an_index_that_ignores_extra_blocks_misses_with_nothing_changed():
     assert a.allocate("x", 24, content="P")
     assert len(a.block_table("x")) == 6 and len(a._side["x"]) == 2 and a.pool.num_free == 0
     ok(a)
+
+
+class OldRadix(RadixIndex):
+    """The radix index behind a ``match`` of the old contract (two arguments): it may copy
+    a partial block (``cow_tail``) that the core was not told about."""
+
+    def match(self, n_tokens: int, content: Any) -> PrefixHit | None:  # type: ignore[override]
+        return super().match(n_tokens, content)
+
+
+@pytest.mark.parametrize("index_cls", [RadixIndex, OldRadix])
+@pytest.mark.parametrize("blocks", [11, 12])
+def test_an_old_contract_index_that_copies_a_partial_block_misses_or_fits_as_the_new(index_cls, blocks):
+    """x (16 tokens, live): 4 table + ``4 - floor(8/4) = 2`` window blocks. y (20 tokens)
+    shares x's first 14: 3 whole blocks hit (12 tokens) and ``cow_tail`` copies 2 more;
+    its first step is ``[s, s + 4)`` from the s tokens served. Served 12: ``4 - floor(5/4)
+    = 3`` window blocks; 13 or 14: ``5 - 1 = 4``; 15: ``5 - 2 = 3``. An index of the old
+    contract cannot count the copy, so the core reserves the most over 12-15 (4) with the
+    2 new table blocks: 6. With 11 blocks (5 free, nothing evictable: x is live) y misses
+    and nothing changes (before, the copy then found no room and raised); with 12 it is
+    admitted at 14 tokens, step (14, 18), 4 window blocks, 0 free: as the new contract."""
+    a = PagedAllocator(pool_bytes=blocks * B * 10, kv_bytes_per_token=10, block_size=B)
+    a.use_kv_groups(WINDOWED)
+    a.compose(index_cls(a.num_blocks, B, tail_policy="cow_tail"))
+    assert a.allocate("x", 16, content=(("A", 0, 16),))
+    assert a.pool.num_free == blocks - 6
+    r = a.allocate("y", 20, content=(("A", 0, 14), ("Z", 0, 6)), first_step=lambda s: (s, min(s + 4, 20)))
+    if blocks == 11:
+        assert not r and not a.is_live("y") and a.pool.num_free == 5 and a.changes == 1
+    else:
+        assert r.matched_tokens == 14 and a.step_of("y") == (14, 18)
+        assert len(a._side["y"]) == 4 and a.pool.num_free == 0
+    ok(a)
+
+
+def test_only_a_named_extra_blocks_parameter_is_the_new_contract():
+    """A ``match`` forwarding ``**kwargs`` (a proxy around an old index) or taking
+    ``extra_blocks`` positionally only is called with two arguments."""
+
+    class Proxy(PromptCache):
+        def match(self, *args: Any, **kwargs: Any) -> PrefixHit | None:
+            return super().match(*args, **kwargs)
+
+    class Positional(PromptCache):
+        def match(self, n_tokens: int, content: Any, extra_blocks: Any = None, /) -> PrefixHit | None:
+            return super().match(n_tokens, content)
+
+    class KeywordOnly(PromptCache):
+        def match(self, n_tokens: int, content: Any, *, extra_blocks: Any = None) -> PrefixHit | None:
+            return super().match(n_tokens, content)
+
+    assert [_takes_extra_blocks(c(8)) for c in (PromptCache, Proxy, Positional, KeywordOnly, IgnoresExtra)] == [
+        False, False, False, True, True]  # fmt: skip
