@@ -556,3 +556,23 @@ def test_random_swarms_keep_every_invariant(
         assert pool.peak_used_frames <= pool.num_frames
         assert pool.used_frames == 0  # every frame came back
     assert sim.pauses.copies_in == 0
+
+
+@pytest.mark.parametrize(
+    "returned, field, shown",
+    [(Decision("hold", 3), "reason", "int 3"),  # type: ignore[arg-type]
+     (Decision("recompute", "ok", hint_refused=None), "hint_refused", "NoneType None")],  # type: ignore[arg-type]
+)  # fmt: skip
+def test_a_plugin_decision_whose_text_is_not_a_str_is_refused_naming_it(monkeypatch, returned, field, shown):
+    """A non-str reason failed only when the run wrote its pause table (the text columns);
+    now one line where the decision enters the engine, naming the policy and the field."""
+    policy_names()
+    monkeypatch.setitem(policy_registry._REGISTRY, "returns_test", _ReturnsPolicy)
+    monkeypatch.setattr(_ReturnsPolicy, "returned", returned)
+    with pytest.raises(KvsimError) as exc:
+        e24("returns_test")
+    cls = f"{_ReturnsPolicy.__module__}.{_ReturnsPolicy.__qualname__}"
+    assert str(exc.value) == (
+        f"pause policy 'returns_test' ({cls}) returned a Decision whose {field} is {shown}; "
+        "it must be a str (one short phrase, recorded with the pause)"
+    )

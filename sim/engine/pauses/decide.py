@@ -60,10 +60,14 @@ class PauseDecider:
 
     def decide(self, facts: PauseFacts) -> Decision:
         """The policy's answer, checked where it enters the engine: a ``Decision`` (a
-        plug-in's ``None`` or action name is a one-line ``KvsimError`` naming it)."""
+        plug-in's ``None`` or action name is a one-line ``KvsimError`` naming it) whose
+        ``reason`` and ``hint_refused`` are text (``str``: another type failed only when
+        the run's pause table was written)."""
         d = self.policy.decide(facts)
         if d.__class__ is not Decision and not isinstance(d, Decision):
             raise not_a_decision(self.policy, d)
+        if d.reason.__class__ is not str or d.hint_refused.__class__ is not str:
+            raise not_text(self.policy, d)  # (the pause table's text columns)
         return d
 
     def observe(self, tool_name: str, wait_s: float) -> None:
@@ -166,6 +170,19 @@ def not_a_decision(policy: PausePolicy, got: object) -> KvsimError:
         f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__}) "
         f"returned {type(got).__name__} {shown} from decide; it must return a "
         f"sim.policy.Decision (action one of: {', '.join(ACTIONS)})"
+    )
+
+
+def not_text(policy: PausePolicy, got: Decision) -> KvsimError:
+    """The refusal of a ``Decision`` whose ``reason`` or ``hint_refused`` is not a ``str``."""
+    cls = type(policy)
+    field = "reason" if got.reason.__class__ is not str else "hint_refused"
+    value = getattr(got, field)
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return KvsimError(
+        f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__}) returned a "
+        f"Decision whose {field} is {type(value).__name__} {shown}; it must be a str "
+        "(one short phrase, recorded with the pause)"
     )
 
 
