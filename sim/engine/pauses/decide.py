@@ -176,8 +176,7 @@ def not_a_decision(policy: PausePolicy, got: object) -> KvsimError:
 def not_text(policy: PausePolicy, got: Decision) -> KvsimError:
     """The refusal of a ``Decision`` whose ``reason`` or ``hint_refused`` is not a ``str``."""
     cls = type(policy)
-    field = "reason" if got.reason.__class__ is not str else "hint_refused"
-    value = getattr(got, field)
+    field, value = ("reason", got.reason) if got.reason.__class__ is not str else ("hint_refused", got.hint_refused)
     shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
     return KvsimError(
         f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__}) returned a "
