@@ -393,6 +393,20 @@ class _ReturnsPolicy(Hold):
         return self.returned
 
 
+RETURNS = f"{_ReturnsPolicy.__module__}.{_ReturnsPolicy.__qualname__}"
+
+
+def _refusal(monkeypatch, returned: object) -> str:
+    """The one-line error of E24 run with a plug-in policy whose ``decide`` returns
+    ``returned`` (registered after the shipped policies, so the table is patched)."""
+    policy_names()
+    monkeypatch.setitem(policy_registry._REGISTRY, "returns_test", _ReturnsPolicy)
+    monkeypatch.setattr(_ReturnsPolicy, "returned", returned)
+    with pytest.raises(KvsimError) as exc:
+        e24("returns_test")
+    return str(exc.value)
+
+
 @pytest.mark.parametrize(
     "returned, shown",
     [("hold", "str 'hold'"), (None, "NoneType None"), (("hold", "x"), "tuple ('hold', 'x')")],
@@ -400,14 +414,8 @@ class _ReturnsPolicy(Hold):
 def test_a_plugin_policy_returning_no_decision_is_refused_naming_it(monkeypatch, returned, shown):
     """It failed as ``AttributeError: 'str' object has no attribute 'action'`` in the
     pause lifecycle; now one line where the decision enters the engine."""
-    policy_names()  # the shipped policies registered before the table is patched
-    monkeypatch.setitem(policy_registry._REGISTRY, "returns_test", _ReturnsPolicy)
-    monkeypatch.setattr(_ReturnsPolicy, "returned", returned)
-    with pytest.raises(KvsimError) as exc:
-        e24("returns_test")
-    cls = f"{_ReturnsPolicy.__module__}.{_ReturnsPolicy.__qualname__}"
-    assert str(exc.value) == (
-        f"pause policy 'returns_test' ({cls}) returned {shown} from decide; it must return "
+    assert _refusal(monkeypatch, returned) == (
+        f"pause policy 'returns_test' ({RETURNS}) returned {shown} from decide; it must return "
         "a sim.policy.Decision (action one of: hold, recompute, offload_host, offload_nvme)"
     )
     monkeypatch.setattr(_ReturnsPolicy, "returned", Decision("recompute", "plug-in"))
@@ -566,13 +574,7 @@ def test_random_swarms_keep_every_invariant(
 def test_a_plugin_decision_whose_text_is_not_a_str_is_refused_naming_it(monkeypatch, returned, field, shown):
     """A non-str reason failed only when the run wrote its pause table (the text columns);
     now one line where the decision enters the engine, naming the policy and the field."""
-    policy_names()
-    monkeypatch.setitem(policy_registry._REGISTRY, "returns_test", _ReturnsPolicy)
-    monkeypatch.setattr(_ReturnsPolicy, "returned", returned)
-    with pytest.raises(KvsimError) as exc:
-        e24("returns_test")
-    cls = f"{_ReturnsPolicy.__module__}.{_ReturnsPolicy.__qualname__}"
-    assert str(exc.value) == (
-        f"pause policy 'returns_test' ({cls}) returned a Decision whose {field} is {shown}; "
+    assert _refusal(monkeypatch, returned) == (
+        f"pause policy 'returns_test' ({RETURNS}) returned a Decision whose {field} is {shown}; "
         "it must be a str (one short phrase, recorded with the pause)"
     )

@@ -164,25 +164,31 @@ class PauseDecider:
 
 def not_a_decision(policy: PausePolicy, got: object) -> KvsimError:
     """The refusal of a policy's answer that is not a ``Decision``, naming the policy."""
-    cls = type(policy)
-    shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
     return KvsimError(
-        f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__}) "
-        f"returned {type(got).__name__} {shown} from decide; it must return a "
+        f"{_named(policy)} returned {_shown(got)} from decide; it must return a "
         f"sim.policy.Decision (action one of: {', '.join(ACTIONS)})"
     )
 
 
 def not_text(policy: PausePolicy, got: Decision) -> KvsimError:
     """The refusal of a ``Decision`` whose ``reason`` or ``hint_refused`` is not a ``str``."""
-    cls = type(policy)
     field, value = ("reason", got.reason) if got.reason.__class__ is not str else ("hint_refused", got.hint_refused)
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
     return KvsimError(
-        f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__}) returned a "
-        f"Decision whose {field} is {type(value).__name__} {shown}; it must be a str "
-        "(one short phrase, recorded with the pause)"
+        f"{_named(policy)} returned a Decision whose {field} is {_shown(value)}; it must "
+        "be a str (one short phrase, recorded with the pause)"
     )
+
+
+def _named(policy: PausePolicy) -> str:
+    """``pause policy 'name' (module.Class)``: how a refusal names the policy."""
+    cls = type(policy)
+    return f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__})"
+
+
+def _shown(value: object) -> str:
+    """A refused value as its type and a repr of at most 60 characters."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def free_bytes(pool: FramePool | None) -> float:
