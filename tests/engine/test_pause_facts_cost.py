@@ -4,6 +4,8 @@ the running batch's bytes only for a policy that ``reads_running_batch``."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from engine_helpers import WORKLOADS
 from hypothesis import given, settings
@@ -78,3 +80,63 @@ def test_a_policy_that_does_not_say_gets_the_running_batch(monkeypatch):
     seen = _facts("hold")
     assert any(want > 0 for _, want in seen)
     assert all(got == want for got, want in seen)
+
+
+def test_hybrid_running_batch_counts_a_prefill_chunk_by_its_step():
+    """On a sliding-window model a running request whose last step was a prefill chunk
+    ``[c, e)`` holds, per sliding layer, every block from the one holding token
+    ``max(0, c - w + 1)`` to token ``e - 1`` (vLLM V1 allocates the chunk's blocks and
+    frees only those wholly before the window of token ``c``), not the decode rule of its
+    ``e`` tokens; the pause decision's running-batch bytes (``min_waste`` reads them) say so.
+    The expected figure is written from that rule and the model's group sizes."""
+    from sim.profiles import load_model
+    from sim.sizing.group_demand import kv_groups
+
+    sim = build(
+        str(WORKLOADS / "agent_swarm.yaml"),
+        **{"pause_policy.kind": "min_waste", "workload.num_trajectories": 24},
+        **{"model.profile": "gemma-3-27b", "scheduler.long_prefill_token_threshold": 128},
+        **{"workload.turns": {"kind": "uniform", "low": 2, "high": 4}},
+    )
+    groups = kv_groups(load_model("gemma-3-27b"), tp=1)  # agent_swarm.yaml: tp 1, one GPU
+    assert groups.hybrid and all(g.kind == "sliding_window" for g in groups.side)
+    bs = sim.node.kv.block_size
+    last: dict[int, tuple[int, int]] = {}  # req_id -> (tokens computed before, scheduled)
+    sched = sim.node.sched
+    real_schedule = sched.schedule
+
+    def schedule():
+        plan = real_schedule()
+        for r, n in plan.scheduled:
+            last[r.req_id] = (r.num_computed, n)
+        return plan
+
+    sched.schedule = schedule
+    decider, seen = sim.node.pauses.decider, []
+    real = decider.facts
+
+    def held(r) -> float:
+        before, n = last[r.req_id]
+        end = before + n
+        side = 0.0
+        for g in groups.side:
+            if n > 1 or end < r.prompt_tokens + (r.num_output > 0):  # a prefill chunk
+                first = max(0, before - g.window_tokens + 1)
+            else:  # a decode: the window of its last token
+                first = max(0, end - 1 - g.window_tokens + 1)
+            blocks = -(-end // bs) - first // bs
+            side += blocks * bs * g.bytes_per_token
+        return r.num_computed * groups.table_bytes_per_token + side
+
+    def facts(req, tokens, kv, sched_, *rest):
+        f = real(req, tokens, kv, sched_, *rest)
+        others = [r for r in sched_.running if r is not req]
+        chunks = sum(1 for r in others if last[r.req_id][1] > 1)
+        seen.append((f.running_batch_bytes, sum(held(r) for r in others), chunks))
+        return f
+
+    decider.facts = facts
+    sim.run()
+    assert any(c for _, _, c in seen), "no pause came while a prefill chunk ran"
+    for got, want, _ in seen:
+        assert math.isclose(got, want, rel_tol=1e-12), (got, want)

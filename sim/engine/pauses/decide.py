@@ -90,7 +90,7 @@ class PauseDecider:
         wait = req.next_pause_s if self.oracle else self.predictor.predict(req.tool_name)
         free = kv.free_bytes / self.pool_bytes if self.pool_bytes else 0.0
         block = kv.block_size or 1
-        running = self.running_bytes(req, sched, block) if self.policy.reads_running_batch else 0.0
+        running = self.running_bytes(req, sched, block, kv) if self.policy.reads_running_batch else 0.0
         total = self.held_bytes(tokens, block)
         dense = self.groups is None and not self.saved_bpt
         per_gpu = tokens * self.bpt_gpu if dense else total / self.num_gpus
@@ -116,13 +116,29 @@ class PauseDecider:
             pool_bytes=self.pool_bytes,
         )
 
-    def running_bytes(self, req: Request, sched: Scheduler, block_size: int) -> float:
+    def running_bytes(
+        self, req: Request, sched: Scheduler, block_size: int, kv: KVManager
+    ) -> float:
         """KV of the running requests but ``req``, each as ``held_bytes`` counts it
-        (O(running): summed only for a policy that ``reads_running_batch``)."""
+        (O(running): summed only for a policy that ``reads_running_batch``); on a hybrid
+        model a request in the middle of its prompt holds its side groups' blocks of the
+        chunk it runs (``kv``'s ``step_of``: the window's ``w - 1`` tokens before the chunk
+        and the chunk, as vLLM V1 allocates them), not the decode rule of its tokens."""
         if self.groups is None:
             tokens: int = sum(r.num_computed for r in sched.running if r is not req)
             return float(tokens * self.table_bpt)  # an int times a float, as before
-        return sum(self.held_bytes(r.num_computed, block_size) for r in sched.running if r is not req)
+        step_of = kv.alloc.step_of
+        total = 0.0
+        for r in sched.running:
+            if r is req:
+                continue
+            step = step_of(r.seq_id)
+            if step is None:
+                total += self.held_bytes(r.num_computed, block_size)
+            else:
+                side = self.groups.step_side_bytes(step[0], step[1], block_size)
+                total += float(r.num_computed * self.table_bpt + side)
+        return total
 
     def held_bytes(self, tokens: int, block_size: int) -> float:
         """Bytes a sequence of ``tokens`` holds over the engine instance: every layer per
