@@ -164,6 +164,16 @@ ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
 EXIT_INTERRUPTED = 130
 
+#: the commands whose start-up runs with the garbage collector off (``sim.cli._startup_gc``:
+#: ``run`` switches it back on, objects frozen, once its simulation is built; ``validate``
+#: ends first)
+START_UP_GC_OFF = ("run", "validate")
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not a flag), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning user errors into one line."""
@@ -171,6 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # the one flag alone: no command line parser to build
         print(f"kvsim {installed_version()}")
         return 0
+    from sim.cli import _startup_gc
+
+    with _startup_gc.paused(_command(argv) in START_UP_GC_OFF):
+        return _with_switches(argv)
+
+
+def _with_switches(argv: list[str]) -> int:
+    """``_main`` with pydantic's plug-in scan off and pyarrow's system pool, each unless the
+    environment says otherwise, and both put back after it."""
     # pydantic looks for its plug-ins (entry points of every installed distribution, ~60
     # ms) before it builds the first validator; kvsim's own config models need none. Set
     # for the command (and the worker processes it starts), then put back: a caller in the

@@ -86,7 +86,10 @@ def run(
     said: list[str] = []  # the configuration's warnings, printed before the run
     try:
         if replications is not None:  # K seeds on a local pool (sim.cli.sweep)
+            from sim.cli._startup_gc import started
             from sim.cli.sweep import run_replicated
+
+            started()  # the collector on for the pool's work (sim.cli._startup_gc)
 
             return run_replicated(file, out, set_ or [], quiet, force, replications)
         extras = ReportOptions(report=not no_report, trace=trace)
@@ -134,6 +137,7 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
     """Check --out, build, run (with a progress bar unless quiet), write the folder
     (``installed(folder)`` once it is complete); the ``RunResult``. The configuration's
     warnings are printed before the run and added to ``said``."""
+    from sim.cli._startup_gc import started
     from sim.run import build
     from sim.run.output import check_out_dir, write_run
     from sim.run.provenance import scenario_inputs
@@ -142,6 +146,7 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
     inputs = scenario_inputs(file, parse_set(sets)) if force else []  # refuse early
     out_dir = check_out_dir(out, force=force, whole=True, inputs=inputs)
     sim = build(str(file), **parse_set(sets))
+    started()  # the start-up's objects frozen, the collector on for the run (sim.cli._startup_gc)
     warned = _config_warnings(sim)
     print_warnings(warned)  # what vLLM would not run, said before the run
     if said is not None:
