@@ -220,6 +220,12 @@ def _main(argv: list[str]) -> int:
     plain = plain_argv(argv)
     if plain is not None:  # ``validate FILE [--set ...]``: no command line parser to build
         return _validate_plain(*plain)
+    if argv[:1] == ["run"]:
+        from sim.cli._run import plain_argv as plain_run_argv
+
+        run_args = plain_run_argv(argv)
+        if run_args is not None:  # ``run FILE --out DIR [--set ...] [flags]``: the same
+            return _run_plain(run_args, argv)
     import typer
 
     from sim.cli._common import Invocation
@@ -263,6 +269,20 @@ def _validate_plain(file: Path, sets: list[str] | None) -> int:
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # as typer inside a command: the status alone
+        return EXIT_INTERRUPTED
+
+
+def _run_plain(args: dict, argv: list[str]) -> int:
+    """``kvsim run`` without typer (``sim.cli._run``): the status, the lines and the run
+    folder the typer command gives for the same arguments, user errors included."""
+    from sim.cli._run import command
+
+    try:
+        return command(**args, argv=["kvsim", *argv])
+    except KvsimError as exc:
+        print(f"kvsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # outside the command's own handler: the status alone
         return EXIT_INTERRUPTED
 
 

@@ -312,3 +312,17 @@ rc = [before, type(frame).__name__, "pandas" in sys.modules, result.summary["pau
     got = _probe(MAIN.format(argv=argv))
     assert got["rc"] == 0 and "pandas" not in got["heavy"], got
     assert (tmp_path / "cli" / "requests.parquet").is_file()
+
+
+def test_a_plain_kvsim_run_builds_no_command_line_parser(tmp_path):
+    """``kvsim run FILE --out DIR`` with only the plain flags is answered by
+    ``sim.cli._run`` without typer (click) imported; another flag goes through the parser
+    and runs the same command."""
+    base = ["run", "workloads/seed_chunked_prefill.yaml", "--no-report", "--quiet",
+            "--set", "duration_s=100"]  # fmt: skip
+    body = "rc = [rc, sorted(m for m in ('typer', 'click', 'sim.cli.run') if m in sys.modules)]"
+    got = _probe(MAIN.format(argv=[*base, "--out", str(tmp_path / "plain"), "--force"]) + body)
+    assert got["rc"] == [0, []]
+    got = _probe(MAIN.format(argv=[*base, "--out", str(tmp_path / "parsed"), "--force", "--force"]) + body)
+    assert got["rc"] == [0, ["sim.cli.run", "typer"]]
+    assert (tmp_path / "plain" / "summary.json").is_file() and (tmp_path / "parsed" / "summary.json").is_file()
