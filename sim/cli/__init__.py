@@ -30,6 +30,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from sim.cli import _startup_gc  # imported with the package: main pauses the collector first thing
 from sim.errors import KvsimError
 
 if TYPE_CHECKING:
@@ -181,8 +182,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # the one flag alone: no command line parser to build
         print(f"kvsim {installed_version()}")
         return 0
-    from sim.cli import _startup_gc
-
     with _startup_gc.paused(_command(argv) in START_UP_GC_OFF):
         return _with_switches(argv)
 

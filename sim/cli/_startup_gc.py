@@ -21,8 +21,11 @@ a command computes, only when unreachable cycles are freed.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _state = {"paused": False, "frozen": False}
 

@@ -18,6 +18,7 @@ PROBE = """
 import contextlib, gc, io, json, sys
 from sim.cli import main
 {before}
+gc.collect()  # the young generation empty: a collection below is the command's own
 seen = []
 gc.callbacks.append(lambda phase, info: phase == "stop" and seen.append(gc.get_freeze_count() > 0))
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
