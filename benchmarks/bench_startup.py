@@ -19,13 +19,20 @@ the ``.pyc`` files at install). With ``PYTHONDONTWRITEBYTECODE=1`` in the enviro
 no cache, every run would compile ~100 of kvsim's modules from source (about 0.6 CPU s
 of ``validate``, more than a third of it), which no user pays twice.
 
+For the run, the table also gives the median wall time outside its loop: the process's
+wall time less the summary's ``wall_time_s`` (the simulation loop alone). ``--validate-all``
+adds a ``validate`` of every shipped scenario (``workloads/*.yaml``,
+``workloads/validation/*.yaml``).
+
     python benchmarks/bench_startup.py --tree /path/to/main --tree . --repeat 15
+    python benchmarks/bench_startup.py --tree /path/to/main --tree . --repeat 5 --validate-all
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
 import resource
 import shutil
@@ -65,15 +72,21 @@ def _args(tree: Path, args: list[str]) -> list[str]:
     return [a.format(out=out) for a in args]
 
 
-def once(tree: Path, args: list[str]) -> tuple[float, float]:
-    """(wall s, CPU s: user + system of the child) of one run."""
+def once(tree: Path, args: list[str]) -> tuple[float, float, float | None]:
+    """(wall s, CPU s: user + system of the child, wall s outside the simulation loop: a
+    run's wall less its summary's ``wall_time_s``, None for another command) of one run."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "sim.cli", *_args(tree, args)], cwd=tree, env=_env(tree),
+    argv = _args(tree, args)
+    subprocess.run([sys.executable, "-m", "sim.cli", *argv], cwd=tree, env=_env(tree),
                    check=True, capture_output=True)  # fmt: skip
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    outside = None
+    if argv[0] == "run":
+        summary = json.loads((Path(argv[argv.index("--out") + 1]) / "summary.json").read_text())
+        outside = wall - summary["wall_time_s"]
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), outside
 
 
 def modules(tree: Path, args: list[str]) -> int:
@@ -86,8 +99,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", action="append", type=Path, required=True)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--validate-all", action="store_true",
+                    help="also validate every shipped scenario (workloads/, workloads/validation/)")  # fmt: skip
     a = ap.parse_args()
-    times: dict[tuple[str, Path], list[tuple[float, float]]] = {}
+    if a.validate_all:
+        root = a.tree[0]
+        for path in sorted([*root.glob("workloads/*.yaml"), *root.glob("workloads/validation/*.yaml")]):
+            rel = str(path.relative_to(root))
+            COMMANDS[f"validate {rel}"] = ["validate", rel]
+    times: dict[tuple[str, Path], list[tuple[float, float, float | None]]] = {}
     for tree in a.tree:  # untimed: fills each tree's byte-code cache
         for args in COMMANDS.values():
             once(tree, args)
@@ -100,15 +120,17 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average {load0[0]:.1f} before, {load1[0]:.1f} after; "
           f"{a.repeat} runs each, interleaved")  # fmt: skip
     print("| command | tree | median wall s | min wall s | median CPU s | CPU / first tree "
-          "(median of pairs) | modules imported |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|")
+          "(median of pairs) | median wall outside the loop s | modules imported |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for (name, tree), ts in times.items():
-        walls, cpus = [w for w, _ in ts], [c for _, c in ts]
-        first = [c for _, c in times[(name, a.tree[0])]]
+        walls, cpus = [t[0] for t in ts], [t[1] for t in ts]
+        outside = [t[2] for t in ts if t[2] is not None]
+        first = [t[1] for t in times[(name, a.tree[0])]]
         ratio = statistics.median(c / f for c, f in zip(cpus, first, strict=True))
         n = modules(tree, COMMANDS[name])
+        loop = f"{statistics.median(outside):.3f}" if outside else ""
         print(f"| `kvsim {' '.join(COMMANDS[name]).replace(' --force --out {out}', '')}` | {tree} | {statistics.median(walls):.3f} "
-              f"| {min(walls):.3f} | {statistics.median(cpus):.3f} | {ratio:.3f} | {n} |")  # fmt: skip
+              f"| {min(walls):.3f} | {statistics.median(cpus):.3f} | {ratio:.3f} | {loop} | {n} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from sim.cli import _startup_gc  # imported with the package: main pauses the collector first thing
 from sim.errors import KvsimError
 
 if TYPE_CHECKING:
@@ -164,6 +165,16 @@ ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 #: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
 EXIT_INTERRUPTED = 130
 
+#: the commands whose start-up runs with the garbage collector off (``sim.cli._startup_gc``:
+#: ``run`` switches it back on, objects frozen, once its simulation is built; ``validate``
+#: ends first)
+START_UP_GC_OFF = ("run", "validate")
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not a flag), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning user errors into one line."""
@@ -171,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # the one flag alone: no command line parser to build
         print(f"kvsim {installed_version()}")
         return 0
+    with _startup_gc.paused(_command(argv) in START_UP_GC_OFF):
+        return _with_switches(argv)
+
+
+def _with_switches(argv: list[str]) -> int:
+    """``_main`` with pydantic's plug-in scan off and pyarrow's system pool, each unless the
+    environment says otherwise, and both put back after it."""
     # pydantic looks for its plug-ins (entry points of every installed distribution, ~60
     # ms) before it builds the first validator; kvsim's own config models need none. Set
     # for the command (and the worker processes it starts), then put back: a caller in the
@@ -201,6 +219,12 @@ def _main(argv: list[str]) -> int:
     plain = plain_argv(argv)
     if plain is not None:  # ``validate FILE [--set ...]``: no command line parser to build
         return _validate_plain(*plain)
+    if argv[:1] == ["run"]:
+        from sim.cli._run import plain_argv as plain_run_argv
+
+        run_args = plain_run_argv(argv)
+        if run_args is not None:  # ``run FILE --out DIR [--set ...] [flags]``: the same
+            return _run_plain(run_args, argv)
     import typer
 
     from sim.cli._common import Invocation
@@ -244,6 +268,20 @@ def _validate_plain(file: Path, sets: list[str] | None) -> int:
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # as typer inside a command: the status alone
+        return EXIT_INTERRUPTED
+
+
+def _run_plain(args: dict, argv: list[str]) -> int:
+    """``kvsim run`` without typer (``sim.cli._run``): the status, the lines and the run
+    folder the typer command gives for the same arguments, user errors included."""
+    from sim.cli._run import command
+
+    try:
+        return command(**args, argv=["kvsim", *argv])
+    except KvsimError as exc:
+        print(f"kvsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # outside the command's own handler: the status alone
         return EXIT_INTERRUPTED
 
 

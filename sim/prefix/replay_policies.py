@@ -39,11 +39,10 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar
 
 from sim.errors import KvsimError, UnknownNameError
+from sim.lazy_numpy import numpy_on_first_use
 from sim.prefix.eviction import (
     EVICTION_STRATEGIES,
     EvictionStrategy,
@@ -52,6 +51,11 @@ from sim.prefix.eviction import (
 )
 from sim.prefix.replay_order import ReplayCall
 from sim.prefix.spans import Segments, common_prefix, concat, n_tokens
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # a plan's noise draws alone use it: reading a Mooncake trace (kvsim validate) does not
+    np = numpy_on_first_use(globals())
 
 NEVER = math.inf
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from sim.sched.request import FINISHED
-from sim.workload import traces
 from sim.workload.arrivals import arrival_strategy
+from sim.workload.chat_trace import chat_arrival, trace_length_values
+from sim.workload.chat_trace import lengths_path as lengths_path  # the name it had here
 from sim.workload.context import WorkloadContext, trajectory_row
 
 
@@ -50,19 +51,10 @@ def _lengths(lengths, ctx: WorkloadContext, n: int) -> tuple[np.ndarray, np.ndar
 
 def trace_lengths(lengths, ctx: WorkloadContext) -> tuple[np.ndarray, np.ndarray]:
     """Every row's (prompt tokens, output tokens) of a ``trace`` lengths config's CSV file
-    (the run's reader: ``kvsim validate`` reads it the same way)."""
-    path = lengths_path(lengths, ctx)
-    cols = traces.read_columns(path, [lengths.prompt_column, lengths.output_column])
-    prompt = traces.token_column(path, cols[lengths.prompt_column], lengths.prompt_column)
-    output = traces.token_column(path, cols[lengths.output_column], lengths.output_column)
-    return prompt, output
-
-
-def lengths_path(lengths, ctx: WorkloadContext):
-    """The CSV file of trace lengths: its ``path``, or the shipped trace it names."""
-    if lengths.trace is not None:
-        return traces.shipped_trace(lengths.trace, f"{ctx.field_prefix}.lengths.trace")
-    return ctx.resolve(lengths.path)
+    as int64 arrays (``sim.workload.chat_trace.trace_length_values``, which ``kvsim
+    validate`` calls)."""
+    prompt, output = trace_length_values(lengths, ctx)
+    return np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64)
 
 
 def _one_turn(
@@ -114,22 +106,6 @@ def chat_driver(cfg, ctx: WorkloadContext):
 
     arrival = chat_arrival(cfg, ctx)
     return arrival_strategy(arrival.kind).run(arrival, ctx, n, start)
-
-
-def chat_arrival(cfg, ctx: WorkloadContext):
-    """A chat config's arrival process: a ``trace`` arrival without a ``path`` reads the
-    lengths trace's file."""
-    arrival = cfg.arrival
-    if arrival.kind == "trace" and arrival.path is None and cfg.lengths.kind == "trace":
-        arrival = arrival.model_copy(update={"path": str(lengths_path(cfg.lengths, ctx))})
-    elif arrival.kind == "trace" and arrival.path is None:
-        from sim.errors import ConfigError
-
-        raise ConfigError(
-            "a trace arrival needs a path (or trace lengths)",
-            field=f"{ctx.field_prefix}.arrival.path",
-        )
-    return arrival
 
 
 def requests_count(cfg) -> int:

@@ -40,55 +40,21 @@ the file is read once per path and modification time; ``order`` draws come from 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from sim.errors import ConfigError
-from sim.prefix.session_trace import Entry, Session, SessionCall, Subagent, load_sessions
+from sim.prefix.session_trace import Entry, Session, SessionCall, Subagent
 from sim.workload.agent import Harness, SpawnSpec, TurnSpec, run_trajectory, with_layout
 from sim.workload.arrivals import arrival_strategy
+from sim.workload.claude_code_trace import SAMPLE as SAMPLE  # the names they had here
+from sim.workload.claude_code_trace import recorded as recorded
+from sim.workload.claude_code_trace import sessions_path as sessions_path
 from sim.workload.context import WorkloadContext
 from sim.workload.hints import refuse_tool_times
-from sim.workload.traces import DATA_DIR
 
-#: the shipped sessions, relative to ``workloads/data``
-SAMPLE = "claude_code/sessions.jsonl.gz"
 TIMINGS = ("think_only", "original", "api_scaled")
 #: the pause kinds (the requests' ``tool_name``)
 TOOL, HUMAN = "tool", "human"
-
-
-def sessions_path(cfg, ctx: WorkloadContext | None) -> Path:
-    """The sessions file: ``path`` (relative to the scenario), else the shipped sample."""
-    if cfg.path is not None:
-        return ctx.resolve(cfg.path) if ctx is not None else Path(cfg.path)
-    p = DATA_DIR / SAMPLE
-    if not p.is_file():
-        field = None if ctx is None else f"{ctx.field_prefix}.path"
-        raise ConfigError(
-            f"the shipped Claude Code sessions are not in this install (looked for {p}); "
-            "they ship in the source checkout's workloads/data: give a path instead",
-            field=field,
-        )
-    return p
-
-
-@functools.lru_cache(maxsize=4)
-def _sessions(path: str, mtime_ns: int) -> tuple[Session, ...]:
-    return tuple(load_sessions(path))
-
-
-def recorded(cfg, ctx: WorkloadContext | None) -> tuple[Session, ...]:
-    """The sessions a config replays."""
-    p = sessions_path(cfg, ctx)
-    try:
-        mtime = p.stat().st_mtime_ns
-    except OSError:
-        raise ConfigError(
-            "no such file or folder (Claude Code sessions)", location=str(p)
-        ) from None
-    return _sessions(str(p), mtime)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,41 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.errors import ConfigError
-from sim.prefix.trace_replay import MOONCAKE_BLOCK_TOKENS, TraceRequest, load_mooncake
-from sim.workload import traces
+from sim.prefix.trace_replay import MOONCAKE_BLOCK_TOKENS, TraceRequest
 from sim.workload.arrivals import arrival_strategy, arrive_at, trace_times
 from sim.workload.chat import one_turn
 from sim.workload.context import WorkloadContext
-
-
-def trace_path(cfg, ctx: WorkloadContext):
-    """The trace file: ``path`` (relative to the scenario), else the shipped sample."""
-    if cfg.path is None:
-        return traces.shipped_trace("mooncake_synthetic", f"{ctx.field_prefix}.path")
-    return ctx.resolve(cfg.path)
-
-
-def replayed(cfg, ctx: WorkloadContext) -> list[TraceRequest]:
-    """The requests this workload replays: ``num_requests`` (default: all) from ``start_row``."""
-    path = trace_path(cfg, ctx)
-    rows = load_mooncake(path)
-    if cfg.start_row >= len(rows):
-        raise ConfigError(
-            f"start_row {cfg.start_row} is past the trace's {len(rows)} requests",
-            location=str(path),
-            field=f"{ctx.field_prefix}.start_row",
-        )
-    rows = rows[cfg.start_row :]
-    n = len(rows) if cfg.num_requests is None else cfg.num_requests
-    if n > len(rows):
-        raise ConfigError(
-            f"num_requests {n} is more than the {len(rows)} requests from row "
-            f"{cfg.start_row} (a replay is not repeated: its hash ids would all hit)",
-            location=str(path),
-            field=f"{ctx.field_prefix}.num_requests",
-        )
-    return rows[:n]
+from sim.workload.mooncake_trace import replayed as replayed  # the names they had here
+from sim.workload.mooncake_trace import timestamp_values
+from sim.workload.mooncake_trace import trace_path as trace_path
 
 
 def prompt_spans(ctx: WorkloadContext, req: TraceRequest) -> list[tuple]:
@@ -67,18 +39,9 @@ def prompt_spans(ctx: WorkloadContext, req: TraceRequest) -> list[tuple]:
 
 
 def timestamps_s(rows: list[TraceRequest], where: str) -> np.ndarray:
-    """The rows' arrival times in seconds from the first (checked to be in time order)."""
-    t = np.array([r.timestamp_ms for r in rows], dtype=np.float64) / 1000.0
-    t -= t[0]
-    bad = np.flatnonzero(np.diff(t) < 0)
-    if len(bad):
-        raise ConfigError(
-            f"timestamps are not in time order (request {bad[0] + 1} of the replay comes "
-            "before the one above it)",
-            location=where,
-            field="timestamp",
-        )
-    return t
+    """The rows' arrival times in seconds from the first (checked to be in time order;
+    ``sim.workload.mooncake_trace.timestamp_values`` as an array)."""
+    return np.array(timestamp_values(rows, where), dtype=np.float64)
 
 
 def mooncake_count(cfg) -> int:

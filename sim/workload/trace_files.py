@@ -3,10 +3,11 @@ reads them (``kvsim validate``).
 
 Responsibility: ``names_traces(cfg)`` says whether a workload config reads a trace when it
 runs; ``read_traces(cfg, base_dir)`` reads each one with the function its run calls
-(``sim.workload.chat.trace_lengths`` and ``chat_arrival``,
-``sim.workload.arrivals.trace_seconds``, ``sim.workload.mooncake.replayed`` and
-``timestamps_s``, ``sim.workload.agent_trace.recorded``,
-``sim.workload.claude_code.recorded``, ``sim.workload.vllm_requests.replayed_rows``), so a
+(``sim.workload.chat_trace.trace_length_values`` and ``chat_arrival``, which the chat
+run calls,
+``sim.workload.arrivals.trace_seconds``, ``sim.workload.mooncake_trace.replayed`` and
+``timestamp_values``, ``sim.workload.agent_trace.recorded``,
+``sim.workload.claude_code_trace.recorded``, ``sim.workload.vllm_requests.replayed_rows``), so a
 bad row is the same one-line error (``FILE: data row N: ...``, ``FILE:LINE: ...``) under
 ``kvsim validate`` as under ``kvsim run``, with the same bounds; and a fitted kind's
 ``params: {path: FILE}`` (``coding_agent``, ``function_calling``, ``human_in_loop``,
@@ -81,24 +82,24 @@ def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> Non
     arrival: Any = getattr(cfg, "arrival", None)
     if cfg.kind == "chat":
         if cfg.lengths.kind == "trace":
-            from sim.workload.chat import trace_lengths
+            from sim.workload.chat_trace import trace_length_values
 
-            trace_lengths(cfg.lengths, ctx)
-        from sim.workload.chat import chat_arrival
+            trace_length_values(cfg.lengths, ctx)
+        from sim.workload.chat_trace import chat_arrival
 
         arrival = chat_arrival(cfg, ctx)  # a trace arrival reads the lengths file
     elif cfg.kind == "mooncake":
-        from sim.workload.mooncake import replayed, timestamps_s, trace_path
+        from sim.workload.mooncake_trace import replayed, timestamp_values, trace_path
 
         rows = replayed(cfg, ctx)
         if arrival.kind == "trace" and arrival.path is None:  # the trace's own times
-            timestamps_s(rows, str(trace_path(cfg, ctx)))
+            timestamp_values(rows, str(trace_path(cfg, ctx)))
     elif cfg.kind == "agent_trace":
         from sim.workload.agent_trace import recorded
 
         recorded(cfg, ctx)
     elif cfg.kind == "claude_code":
-        from sim.workload.claude_code import recorded as sessions
+        from sim.workload.claude_code_trace import recorded as sessions
 
         sessions(cfg, ctx)
     elif cfg.kind == "vllm_requests":

@@ -10,18 +10,28 @@ pandas: ``kvsim validate`` of a scenario that names a trace does not pay pandas'
 ~0.25 s; a cell is at most ``csv.field_size_limit()`` characters); token columns come back
 as int64 arrays of whole numbers in [1, ``MAX_TRACE_TOKENS``] (any other cell is refused
 naming its row, never rounded or raised to 1), time columns as float seconds from the
-first row.
+first row. Reading the cells and checking a token column is plain Python
+(``read_cells``, ``token_values``): ``kvsim validate`` of a scenario whose lengths come
+from a CSV trace imports no numpy (its import is a third of that command's time); a run
+makes the arrays of the same values (``read_columns``, ``token_column``).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
+from sim.lazy_numpy import numpy_on_first_use
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 #: the project's ``workloads/data`` folder (traces with their licences; in the checkout)
 DATA_DIR = Path(__file__).resolve().parents[2] / "workloads" / "data"
@@ -46,7 +56,13 @@ def shipped_trace(name: str, field: str | None = None) -> Path:
 
 
 def read_columns(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
-    """The named columns of a CSV file as arrays of their cells' text (raises ConfigError).
+    """The named columns of a CSV file as arrays of their cells' text (raises ConfigError;
+    ``read_cells``'s columns as object arrays)."""
+    return {c: np.array(cells, dtype=object) for c, cells in read_cells(path, columns).items()}
+
+
+def read_cells(path: Path, columns: list[str]) -> dict[str, tuple[str, ...]]:
+    """The named columns of a CSV file as their cells' text (raises ConfigError).
 
     The first non-blank line is the header; blank lines are skipped (so a "data row" is a
     row, not a line, as pandas counted them before); a row with fewer cells than the header
@@ -79,33 +95,47 @@ def read_columns(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
                                   f"the header {width}", location=str(path))  # fmt: skip
         data = [r + [""] * (width - len(r)) for r in data]
     cells = list(zip(*data, strict=True))
-    return {c: np.array(cells[header.index(c)], dtype=object) for c in columns}
+    return {c: cells[header.index(c)] for c in columns}
 
 
 #: the most tokens a trace's prompt or output may have (a bound far above any model's window)
 MAX_TRACE_TOKENS = 10_000_000
 
 
-def token_column(path: Path, values: np.ndarray, column: str) -> np.ndarray:
-    """A token-count column as int64: every cell a whole number in [1,
+def token_column(path: Path, values: Sequence, column: str) -> np.ndarray:
+    """A token-count column as int64 (``token_values``' numbers; raises its error)."""
+    return np.array(token_values(path, values, column), dtype=np.int64)
+
+
+def token_values(path: Path, values: Sequence, column: str) -> list[int]:
+    """A token-count column's cells as ints: every cell a whole number in [1,
     ``MAX_TRACE_TOKENS``]; the first other cell (empty, 0, negative, fractional, past the
     bound, not a number) is a one-line error naming its data row (pandas skips blank
     lines, so the row, not the line). Cells used to be rounded and raised to 1 silently,
-    and a huge one overflowed int64."""
-    try:
-        tokens = np.asarray(values, dtype=np.float64)
+    and a huge one overflowed int64.
+
+    Each cell is read by ``float`` (what numpy's cast of a text cell to float64 calls: the
+    same numbers and the same refusals); the first cell that is not a number is named
+    before any number out of range, and a ``nan`` cell is shown as an empty one."""
+    try:  # every cell a whole number in range: C loops alone (a run reads ~40,000 cells)
+        tokens = list(map(float, values))
+        whole = list(map(int, tokens))  # NaN and inf raise here
     except (TypeError, ValueError, OverflowError):
-        tokens = None
-    if tokens is None:  # the first cell that is not a number
-        i = next((j for j, v in enumerate(values) if not _is_number(v)), 0)
-        raise _bad_cell(path, column, i, _shown(values[i]))
-    with np.errstate(invalid="ignore"):
-        ok = np.isfinite(tokens) & (tokens >= 1) & (tokens <= MAX_TRACE_TOKENS)
-        ok &= tokens == np.floor(tokens)
-    if not ok.all():
-        i = int(np.argmin(ok))
-        raise _bad_cell(path, column, i, "an empty cell" if np.isnan(tokens[i]) else _shown(values[i]))
-    return tokens.astype(np.int64)
+        whole = None
+    if whole is not None and whole == tokens and (
+        not whole or (min(whole) >= 1 and max(whole) <= MAX_TRACE_TOKENS)
+    ):
+        return whole
+    tokens = []  # a cell is refused: find the first, as the message names it
+    for i, v in enumerate(values):
+        try:
+            tokens.append(float(v))
+        except (TypeError, ValueError, OverflowError):
+            raise _bad_cell(path, column, i, _shown(v)) from None
+    for i, t in enumerate(tokens):
+        if not (1 <= t <= MAX_TRACE_TOKENS and t == math.floor(t)):  # NaN and inf fail here
+            raise _bad_cell(path, column, i, "an empty cell" if math.isnan(t) else _shown(values[i]))
+    return [int(t) for t in tokens]
 
 
 def _is_number(value: object) -> bool:

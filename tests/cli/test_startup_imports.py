@@ -256,8 +256,9 @@ rc = [rc, 'rich' in sys.modules, err.getvalue()]
 
 
 #: the trace readers ``kvsim validate`` imports only for a workload that names a trace
-TRACE_READERS = ("sim.workload.traces", "sim.workload.chat", "sim.workload.mooncake",
-                 "sim.prefix.trace_replay", "sim.workload.turns_file", "pandas")  # fmt: skip
+TRACE_READERS = ("sim.workload.traces", "sim.workload.chat_trace", "sim.workload.mooncake_trace",
+                 "sim.workload.claude_code_trace", "sim.prefix.trace_replay",
+                 "sim.workload.turns_file", "pandas")  # fmt: skip
 
 
 def test_kvsim_validate_imports_a_trace_reader_only_for_a_workload_that_names_a_trace():
@@ -266,7 +267,29 @@ def test_kvsim_validate_imports_a_trace_reader_only_for_a_workload_that_names_a_
     for scenario in ("workloads/seed_chunked_prefill.yaml", "workloads/cluster_coding_agents.yaml"):
         assert _validate_modules(scenario, TRACE_READERS) == (0, []), scenario
     rc, modules = _validate_modules("workloads/mooncake_replay.yaml", TRACE_READERS)
-    assert rc == 0 and {"sim.workload.mooncake", "sim.prefix.trace_replay"} <= set(modules)
+    assert rc == 0 and {"sim.workload.mooncake_trace", "sim.prefix.trace_replay"} <= set(modules)
+
+
+#: the workload drivers and what only a run needs (the engine's arrival strategies)
+DRIVER_MODULES = tuple(f"sim.workload.{d}" for d in DRIVERS) + ("sim.workload.arrivals",)
+
+
+def test_kvsim_validate_of_a_trace_reads_it_without_numpy_or_its_driver():
+    """A scenario whose workload names a trace (the Azure CSV lengths of a chat, a mix
+    holding one, a Mooncake replay, recorded Claude Code sessions) is validated with the
+    trace read (``sim.workload.chat_trace``, ``mooncake_trace``, ``claude_code_trace``:
+    the functions the run calls) and neither numpy nor the workload's driver imported
+    (issue 25 item 4: numpy's import was about a third of these commands' time)."""
+    readers = {"workloads/chat_azure.yaml": "sim.workload.chat_trace",
+               "workloads/mixed_chat_agents.yaml": "sim.workload.chat_trace",
+               "workloads/mooncake_replay.yaml": "sim.workload.mooncake_trace",
+               "workloads/interactive_coding_service.yaml": "sim.workload.claude_code_trace"}  # fmt: skip
+    for scenario, reader in readers.items():
+        body = MAIN.format(argv=["validate", scenario])
+        body += f"rc = [rc, {reader!r} in sys.modules, sorted(m for m in {DRIVER_MODULES!r} if m in sys.modules)]"
+        got = _probe(body)
+        assert got["rc"] == [0, True, []], scenario
+        assert "numpy" not in got["heavy"], scenario
 
 
 def test_a_one_node_run_and_its_folder_import_no_pandas(tmp_path):
@@ -289,3 +312,17 @@ rc = [before, type(frame).__name__, "pandas" in sys.modules, result.summary["pau
     got = _probe(MAIN.format(argv=argv))
     assert got["rc"] == 0 and "pandas" not in got["heavy"], got
     assert (tmp_path / "cli" / "requests.parquet").is_file()
+
+
+def test_a_plain_kvsim_run_builds_no_command_line_parser(tmp_path):
+    """``kvsim run FILE --out DIR`` with only the plain flags is answered by
+    ``sim.cli._run`` without typer (click) imported; another flag goes through the parser
+    and runs the same command."""
+    base = ["run", "workloads/seed_chunked_prefill.yaml", "--no-report", "--quiet",
+            "--set", "duration_s=100"]  # fmt: skip
+    body = "rc = [rc, sorted(m for m in ('typer', 'click', 'sim.cli.run') if m in sys.modules)]"
+    got = _probe(MAIN.format(argv=[*base, "--out", str(tmp_path / "plain"), "--force"]) + body)
+    assert got["rc"] == [0, []]
+    got = _probe(MAIN.format(argv=[*base, "--out", str(tmp_path / "parsed"), "--force", "--force"]) + body)
+    assert got["rc"] == [0, ["sim.cli.run", "typer"]]
+    assert (tmp_path / "plain" / "summary.json").is_file() and (tmp_path / "parsed" / "summary.json").is_file()

@@ -325,7 +325,7 @@ def test_ctrl_c_while_writing_leaves_no_partial_folder(run_cli, tmp_path, monkey
 def test_ctrl_c_after_the_folder_is_in_place_says_it_is_complete(run_cli, tmp_path, monkeypatch):
     """An interrupt while the table or the warnings print: the folder is whole on disk, and
     the message says so (before: 'interrupted: nothing written')."""
-    import sim.cli.run as cli_run
+    import sim.cli._run as cli_run  # the command's own code (the typer command and the quick path)
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -557,7 +557,7 @@ def test_thrashing_is_a_summary_warning_and_a_warning_block(run_cli, tmp_path):
 def test_on_a_terminal_the_progress_bar_runs_and_the_end_line_is_said(run_cli, tmp_path, monkeypatch):
     """Standard error on a terminal (faked here): the rich progress bar path, with its
     redraws called from the engine loop, gives the same run and the same end line."""
-    import sim.cli.run as cli_run
+    import sim.cli._run as cli_run
 
     monkeypatch.setattr(cli_run, "_is_terminal", lambda stream: True)
     import sim.report.text as text  # the bar's texts (imported on the bar's path)
