@@ -58,8 +58,10 @@ from pydantic import ConfigDict, Field
 
 from sim.config_model import ConfigModel
 from sim.errors import InvariantError
+from sim.memory.kv_manager import KVManager
 from sim.prefix.spans import common_prefix
 from sim.sched.base import Scheduler, register_scheduler
+from sim.sched.cohort import DecodeCohort, _serial
 from sim.sched.plan import BatchPlan, CommitResult, RunLimit, steps_to_first_finish
 from sim.sched.request import (
     CANCELLED,
@@ -111,6 +113,22 @@ class VllmV1Scheduler(Scheduler):
     supports_speculative = True
     config: VllmV1Config
 
+    def __init__(self, config: VllmV1Config, kv: KVManager) -> None:
+        super().__init__(config, kv)
+        #: the running decodes advanced by one counter (``sim.sched.cohort``; not used
+        #: with speculative decoding, whose decodes are verifies)
+        self.cohort = DecodeCohort(self._clock, self._unclock)
+        self._serials = 0
+        #: the last plan and its decodes outside the cohort (``_schedule_running``)
+        self._plan: BatchPlan | None = None
+        self._others: list[Request] = []
+
+    def _clock(self, req: Request) -> None:
+        self.kv.clock(req, req._serial)
+
+    def _unclock(self, req: Request) -> None:
+        self.kv.unclock(req.seq_id)
+
     @property
     def async_scheduling(self) -> bool:
         return self.config.async_scheduling_on
@@ -138,6 +156,7 @@ class VllmV1Scheduler(Scheduler):
         """Remove a queued or running request (a pruned branch); True if it was there."""
         if req.status == RUNNING:
             self.running.remove(req)
+            self.cohort.leave(req)
         elif req.status == WAITING and req in self.waiting:
             self.waiting.remove(req)
         else:
@@ -152,8 +171,11 @@ class VllmV1Scheduler(Scheduler):
         if self.kv.steps_matter:  # finished prompts: windows back to the decode rule
             self.kv.settle_steps()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
+        n_running = len(plan.decodes)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
+        if self.speculative is None:
+            self._close(plan, n_running)
         return plan  # the base class adds the allocator's activity, then asks run_limit
 
     def run_limit(self, plan: BatchPlan) -> RunLimit | None:
@@ -174,7 +196,12 @@ class VllmV1Scheduler(Scheduler):
             or plan.alloc_calls
         ):
             return None
-        k = steps_to_first_finish(plan.decodes)
+        if self._plan is plan and plan.span is not None:  # the cohort's, and the others'
+            k = self.cohort.first_finish()
+            for r in self._others:
+                k = min(k, r.output_limit - r.num_output)
+        else:
+            k = steps_to_first_finish(plan.decodes)
         if not plan.prefill_chunks:
             return RunLimit(k) if k > 1 and not plan.admitted else None
         chunks = self.run_chunks(plan, k)
@@ -226,21 +253,42 @@ class VllmV1Scheduler(Scheduler):
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
         running, spec, kv = self.running, self.speculative is not None, self.kv
+        cohort = self.cohort
+        member = cohort.Member
+        if cohort.size != kv.clocked:  # the ledger settled some: clock them again
+            for req in cohort.members():
+                kv.clock(req, req._serial)
+        others: list[Request] = []  # decodes outside the cohort, in order
         i = 0
         while i < len(running) and budget > 0:
-            j = i if spec else _decodes_from(running, i, min(len(running), i + budget))
+            n_others = len(others)
+            j = i if spec else _decodes_from(running, i, min(len(running), i + budget), member, others)
             if j > i:  # a stretch of decodes (the common case): grown in one call
                 batch = running[i:j]
-                done = self.kv.grow_each(batch)
+                if (
+                    cohort.size
+                    and cohort.size + len(others) - n_others == len(batch)
+                    and kv.advance([(r._serial, r, r.num_computed + 1) for r in others[n_others:]], len(batch))
+                ):  # the whole cohort: its clock
+                    done = len(batch)
+                else:
+                    if kv.clocked:
+                        kv.settle_clock()
+                    done = kv.grow_each(batch)
+                if done < len(batch):
+                    del others[n_others:]
+                    others += [r for r in batch[:done] if r.__class__ is not member]
                 if done:
-                    _add_decodes(plan, batch if done == len(batch) else batch[:done])
+                    _add_stretch(plan, batch if done == len(batch) else batch[:done])
                     budget -= done
                     i += done
                 if done < len(batch):  # running[i] missed: preempt from the back
                     req = running[i]
                     if not self._grow_or_preempt(req, 1, plan):
                         break
-                    _add_decodes(plan, (req,))
+                    _add_stretch(plan, (req,))
+                    if req.__class__ is not member:
+                        others.append(req)
                     budget -= 1
                     i += 1
                 continue
@@ -273,7 +321,29 @@ class VllmV1Scheduler(Scheduler):
                 plan.verify_history_tokens += req.num_computed
             budget -= n
             i += 1
+        if cohort.size and i < len(running):  # members not scheduled leave the cohort
+            for req in running[i:]:
+                cohort.leave(req)
+        self._plan, self._others = plan, others
         return budget
+
+    def _close(self, plan: BatchPlan, n_running: int) -> None:
+        """The plan's decode history and span from the cohort and the decodes outside it
+        (the running ones ``_schedule_running`` collected, then any admitted decode, a
+        recompute's last token, whose history ``_add`` counted)."""
+        cohort, others = self.cohort, self._others
+        hist = [r.num_computed for r in others]
+        plan.decode_history_tokens += cohort.hist_sum() + sum(hist)
+        if len(plan.decodes) > n_running:
+            others += plan.decodes[n_running:]
+            hist += [r.num_computed for r in plan.decodes[n_running:]]
+        span = cohort.span()
+        if hist:
+            hi, lo = max(hist), min(hist)
+            span = (hi, lo) if span is None else (max(span[0], hi), min(span[1], lo))
+        plan.span = (None, None) if span is None else span
+        if cohort.size == self.kv.clocked:
+            plan.apart = [(r._serial, r) for r in others]
 
     def _verify(self, req: Request, budget: int) -> tuple[int, int]:
         """(tokens to compute, KV slots to hold beyond the computed ones) of a decode
@@ -335,6 +405,8 @@ class VllmV1Scheduler(Scheduler):
                 continue
             n = self._new_tokens(req, budget, has_prefill)
             waiting.popleft()
+            self._serials += 1
+            req._serial = self._serials
             self.running.append(req)
             req.status = RUNNING
             plan.admitted.append(req)
@@ -405,43 +477,63 @@ class VllmV1Scheduler(Scheduler):
         """Apply a step, or ``steps`` steps of the same batch (a run within ``plan.run``):
         decodes sample one token per step; the run's single prefill computes its chunks
         in the first steps, samples its first token in the last of them if that completes
-        its prompt, and then decodes in every later step."""
+        its prompt, and then decodes in every later step. The cohort's members advance by
+        its tick; a request outside it joins once it decodes."""
         out = CommitResult()
-        finished = out.finished
-        if steps > 1:
+        cohort = self.cohort
+        member = cohort.Member
+        cohort.tick += steps  # every member is scheduled, one token a step
+        finished: list[Request] = []
+        join = self.speculative is None
+        if steps > 1 or not plan.prefill_chunks:
             emitted = out.emitted
-            for req in plan.decodes:
-                if req.status != RUNNING:
-                    if req.status != CANCELLED:
+            decodes = plan.decodes
+            others = self._others if self._plan is plan else None
+            if (
+                others is not None
+                and cohort.size + len(others) == len(decodes)
+                and all([r.status == RUNNING for r in others])
+            ):  # (no member left since the plan: none was cancelled)
+                emitted += decodes
+                for req in others:
+                    req.num_computed += steps
+                    out_n = req.num_output = req.num_output + steps
+                    if out_n >= req.output_limit:
+                        req.finish()
+                        finished.append(req)
+                    elif join:
+                        cohort.join(req)
+            else:
+                for req in decodes:
+                    if req.__class__ is member:
                         emitted.append(req)
-                    continue  # cancelled while the run ran
-                emitted.append(req)
-                req.num_computed += steps
-                out_n = req.num_output = req.num_output + steps
-                if out_n >= req.output_limit:
-                    req.finish()
-                    finished.append(req)
-            if plan.prefill_chunks:
+                        continue
+                    if req.status != RUNNING:
+                        if steps > 1 and req.status != CANCELLED:
+                            emitted.append(req)
+                        continue  # cancelled while the step (or run) ran
+                    emitted.append(req)
+                    req.num_computed += steps
+                    out_n = req.num_output = req.num_output + steps
+                    if out_n >= req.output_limit:
+                        req.finish()
+                        finished.append(req)
+                    elif join:
+                        cohort.join(req)
+            if steps > 1 and plan.prefill_chunks:
                 run = plan.run
                 if run is None or steps > run.max_steps:
                     raise InvariantError(f"{steps} steps committed past the plan's run limit")
                 self._commit_prefill(
-                    plan.scheduled[-1][0], steps, run.prefill_steps(steps), run.prefill_tokens(steps), out
+                    plan.scheduled[-1][0], steps, run.prefill_steps(steps), run.prefill_tokens(steps), out,
+                    finished,
                 )
-        elif not plan.prefill_chunks:  # decodes alone: the loop below, less what a decode skips
-            emit = out.emitted.append
-            for req in plan.decodes:  # == plan.scheduled here, in its order
-                if req.status != RUNNING:
-                    continue  # cancelled while the step ran
-                req.num_computed += 1
-                out_n = req.num_output = req.num_output + 1
-                emit(req)
-                if out_n >= req.output_limit:
-                    req.finish()
-                    finished.append(req)
         else:
             emitted = out.emitted
             for req, n in plan.scheduled:
+                if req.__class__ is member:
+                    emitted.append(req)
+                    continue
                 if req.status != RUNNING:
                     continue  # cancelled while the step ran
                 if req.spec_drafts:
@@ -455,6 +547,18 @@ class VllmV1Scheduler(Scheduler):
                 if out_n >= req.output_limit:
                     req.finish()
                     finished.append(req)
+                elif join:
+                    cohort.join(req)
+        if cohort.size or finished or out.finished:
+            due = cohort.due()
+            for req in due:
+                req.finish()
+            if out.finished:  # verifies (no cohort then)
+                finished += out.finished
+            if due or out.finished:
+                finished += due
+                finished.sort(key=_serial)
+            out.finished = finished
         if out.finished:
             self.running = [r for r in self.running if r.status == RUNNING]
         return out
@@ -477,9 +581,9 @@ class VllmV1Scheduler(Scheduler):
             req.finish()
             out.finished.append(req)
 
-    @staticmethod
     def _commit_prefill(
-        req: Request, steps: int, prefill_steps: int, tokens: int, out: CommitResult
+        self, req: Request, steps: int, prefill_steps: int, tokens: int, out: CommitResult,
+        finished: list[Request],
     ) -> None:
         if req.status != RUNNING:
             return
@@ -492,23 +596,46 @@ class VllmV1Scheduler(Scheduler):
         out.emitted_from.append((req, prefill_steps - 1))
         if req.num_output >= req.output_limit:
             req.finish()
-            out.finished.append(req)
+            finished.append(req)
+        elif self.speculative is None:
+            self.cohort.join(req)
 
     def check_invariants(self) -> None:
         """The base checks, and no more running requests than ``max_num_seqs``."""
         super().check_invariants()
+        cohort = self.cohort
+        members = cohort.members()
+        running = {id(r) for r in self.running}
+        if len(members) != cohort.size or any(id(r) not in running for r in members):
+            raise InvariantError("the decode cohort's members are not running requests")
+        if sum(r.num_computed for r in members) != cohort.hist_sum():
+            raise InvariantError("the decode cohort's history sum is out of sync")
         if len(self.running) > self.config.max_num_seqs:
             raise InvariantError("more running requests than max_num_seqs")
 
 
-def _decodes_from(running: list[Request], i: int, end: int) -> int:
+def _decodes_from(
+    running: list[Request], i: int, end: int, member: type | None = None, others: list[Request] | None = None
+) -> int:
     """The end of the stretch of decodes ``running[i:end]`` starts with (a decode: one
-    token to compute, a sampled one)."""
+    token to compute, a sampled one; a cohort ``member`` is one); the others in it are
+    added to ``others``."""
     for r in islice(running, i, end):  # faster than indexing in a while loop
-        if not r.num_output or r.prompt_tokens + r.num_output - r.num_computed != 1:
-            return i
+        if r.__class__ is not member:
+            if not r.num_output or r.prompt_tokens + r.num_output - r.num_computed != 1:
+                return i
+            if others is not None:
+                others.append(r)
         i += 1
     return i
+
+
+def _add_stretch(plan: BatchPlan, reqs: Sequence[Request]) -> None:
+    """``_add_decodes`` without the history (``_schedule_running`` adds it for the whole
+    plan from the cohort and the decodes outside it)."""
+    plan.n_decode += len(reqs)
+    plan.decodes.extend(reqs)
+    plan.scheduled.extend([(r, 1) for r in reqs])
 
 
 def _prefill_chunk(req: Request, n: int) -> bool:
