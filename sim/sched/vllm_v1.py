@@ -631,8 +631,9 @@ def _decodes_from(
 
 
 def _add_stretch(plan: BatchPlan, reqs: Sequence[Request]) -> None:
-    """``_add_decodes`` without the history (``_schedule_running`` adds it for the whole
-    plan from the cohort and the decodes outside it)."""
+    """A stretch of decodes on the plan, without their history (``_close`` adds it for
+    the whole plan from the cohort and the decodes outside it)."""
+    # list comprehensions: in Python 3.11 faster than map(attrgetter) and zip(repeat)
     plan.n_decode += len(reqs)
     plan.decodes.extend(reqs)
     plan.scheduled.extend([(r, 1) for r in reqs])
@@ -642,14 +643,6 @@ def _prefill_chunk(req: Request, n: int) -> bool:
     """Whether computing ``n`` tokens of ``req`` is a prefill chunk (more than the one
     token a decode computes, or one that leaves prompt tokens to compute)."""
     return n > 1 or req.num_tokens - req.num_computed > 1
-
-
-def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:
-    # list comprehensions: in Python 3.11 faster than map(attrgetter) and zip(repeat)
-    plan.n_decode += len(reqs)
-    plan.decode_history_tokens += sum([r.num_computed for r in reqs])
-    plan.decodes.extend(reqs)
-    plan.scheduled.extend([(r, 1) for r in reqs])
 
 
 def _add(plan: BatchPlan, req: Request, n: int) -> None:
