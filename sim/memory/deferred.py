@@ -224,7 +224,7 @@ class DeferredAppends:
         False (nothing changed) where the ledger cannot: a content allocator, a buffer
         kind, a fork's shared last block, or already clocked."""
         seq = req.seq_id
-        if not self._clockable or seq in self._since or seq not in self.room:
+        if not self.clockable or seq in self._since or seq not in self.room:
             return False
         r = self.room[seq]
         if not 0 <= r < self._bs or (r == 0 and self.total[seq] % self._bs):
@@ -244,6 +244,13 @@ class DeferredAppends:
     @property
     def clocked(self) -> int:
         return len(self._since)
+
+    @property
+    def clockable(self) -> bool:
+        """Whether ``clock`` can take sequences at all: appends without content into a
+        block kind that takes them in a batch (``bulk_free_blocks``: no prefix index, no
+        side groups, no plug-in's own appends)."""
+        return self._clockable and self.alloc.bulk_free_blocks() is not None
 
     def settle(self, seq: Hashable) -> None:
         """Bring a clocked sequence's books to now and stop its clock."""

@@ -435,6 +435,10 @@ class KVManager:
     def clocked(self) -> int:
         return self.ledger.clocked
 
+    @property
+    def clockable(self) -> bool:
+        return self.ledger.clockable
+
     def settle_clock(self) -> None:
         self.ledger.settle_all()
 

@@ -116,12 +116,24 @@ class VllmV1Scheduler(Scheduler):
     def __init__(self, config: VllmV1Config, kv: KVManager) -> None:
         super().__init__(config, kv)
         #: the running decodes advanced by one counter (``sim.sched.cohort``; not used
-        #: with speculative decoding, whose decodes are verifies)
+        #: with speculative decoding, whose decodes are verifies, nor where the KV
+        #: ledger cannot clock them: ``_joins``)
         self.cohort = DecodeCohort(self._clock, self._unclock)
         self._serials = 0
         #: the last plan and its decodes outside the cohort (``_schedule_running``)
         self._plan: BatchPlan | None = None
         self._others: list[Request] = []
+        self._on = False  # this decision keeps its decodes in the cohort (``_joins``)
+        self._can_join: bool | None = None
+
+    def _joins(self) -> bool:
+        """Whether decodes join the cohort: not under speculative decoding (a decode is a
+        verify), and only where the KV ledger can clock them too (without it the cohort
+        saves nothing: the ledger's pass over the decodes would read every member's
+        counters through its properties). Asked once: both are fixed when the run starts."""
+        if self._can_join is None:
+            self._can_join = self.speculative is None and self.kv.clockable
+        return self._can_join
 
     def _clock(self, req: Request) -> None:
         self.kv.clock(req, req._serial)
@@ -170,11 +182,12 @@ class VllmV1Scheduler(Scheduler):
         plan = BatchPlan()
         if self.kv.steps_matter:  # finished prompts: windows back to the decode rule
             self.kv.settle_steps()
+        self._on = self._joins()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         n_running = len(plan.decodes)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
-        if self.speculative is None:
+        if self._on:
             self._close(plan, n_running)
         return plan  # the base class adds the allocator's activity, then asks run_limit
 
@@ -252,7 +265,10 @@ class VllmV1Scheduler(Scheduler):
         return n
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
-        running, spec, kv = self.running, self.speculative is not None, self.kv
+        running, kv = self.running, self.kv
+        if not self._on:  # no cohort: every decode walked, as before it
+            self._plan = None
+            return self._schedule_each(plan, budget)
         cohort = self.cohort
         member = cohort.Member
         if cohort.size != kv.clocked:  # the ledger settled some: clock them again
@@ -262,7 +278,7 @@ class VllmV1Scheduler(Scheduler):
         i = 0
         while i < len(running) and budget > 0:
             n_others = len(others)
-            j = i if spec else _decodes_from(running, i, min(len(running), i + budget), member, others)
+            j = _cohort_stretch(running, i, min(len(running), i + budget), member, others)
             if j > i:  # a stretch of decodes (the common case): grown in one call
                 batch = running[i:j]
                 if (
@@ -292,33 +308,9 @@ class VllmV1Scheduler(Scheduler):
                     budget -= 1
                     i += 1
                 continue
-            req = running[i]
-            n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+            n = self._schedule_one(plan, running[i], budget)
             if n == 0:
                 break
-            slots = n
-            if spec and req.is_decode:
-                n, slots = self._verify(req, budget)
-            if not kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
-                req, slots, plan
-            ):
-                req.spec_drafts = 0
-                break
-            if (
-                self.kv.steps_matter
-                and not req.spec_drafts
-                and _prefill_chunk(req, n)
-                and not self.kv.step(req, n)
-                and not self._grow_or_preempt(req, n, plan, self.kv.step)
-            ):
-                break
-            _add(plan, req, n)
-            kv.scheduled(req, req.num_computed + n)  # (a prefill chunk: vLLM caches its blocks)
-            if req.spec_drafts:
-                plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
-                plan.verify_seqs += 1
-                plan.verify_tokens += n
-                plan.verify_history_tokens += req.num_computed
             budget -= n
             i += 1
         if cohort.size and i < len(running):  # members not scheduled leave the cohort
@@ -344,6 +336,66 @@ class VllmV1Scheduler(Scheduler):
         plan.span = (None, None) if span is None else span
         if cohort.size == self.kv.clocked:
             plan.apart = [(r._serial, r) for r in others]
+
+    def _schedule_each(self, plan: BatchPlan, budget: int) -> int:
+        """``_schedule_running`` without a cohort: each decode's counters read."""
+        running, spec = self.running, self.speculative is not None
+        i = 0
+        while i < len(running) and budget > 0:
+            j = i if spec else _decodes_from(running, i, min(len(running), i + budget))
+            if j > i:  # a stretch of decodes (the common case): grown in one call
+                batch = running[i:j]
+                done = self.kv.grow_each(batch)
+                if done:
+                    _add_decodes(plan, batch if done == len(batch) else batch[:done])
+                    budget -= done
+                    i += done
+                if done < len(batch):  # running[i] missed: preempt from the back
+                    req = running[i]
+                    if not self._grow_or_preempt(req, 1, plan):
+                        break
+                    _add_decodes(plan, (req,))
+                    budget -= 1
+                    i += 1
+                continue
+            n = self._schedule_one(plan, running[i], budget)
+            if n == 0:
+                break
+            budget -= n
+            i += 1
+        return budget
+
+    def _schedule_one(self, plan: BatchPlan, req: Request, budget: int) -> int:
+        """Schedule running ``req`` alone (a prefill chunk, a verify, a decode outside a
+        stretch): the tokens it gets, 0 = none (the running pass ends)."""
+        kv, spec = self.kv, self.speculative is not None
+        n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+        if n == 0:
+            return 0
+        slots = n
+        if spec and req.is_decode:
+            n, slots = self._verify(req, budget)
+        if not kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
+            req, slots, plan
+        ):
+            req.spec_drafts = 0
+            return 0
+        if (
+            self.kv.steps_matter
+            and not req.spec_drafts
+            and _prefill_chunk(req, n)
+            and not self.kv.step(req, n)
+            and not self._grow_or_preempt(req, n, plan, self.kv.step)
+        ):
+            return 0
+        _add(plan, req, n)
+        kv.scheduled(req, req.num_computed + n)  # (a prefill chunk: vLLM caches its blocks)
+        if req.spec_drafts:
+            plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
+            plan.verify_seqs += 1
+            plan.verify_tokens += n
+            plan.verify_history_tokens += req.num_computed
+        return n
 
     def _verify(self, req: Request, budget: int) -> tuple[int, int]:
         """(tokens to compute, KV slots to hold beyond the computed ones) of a decode
@@ -484,7 +536,7 @@ class VllmV1Scheduler(Scheduler):
         member = cohort.Member
         cohort.tick += steps  # every member is scheduled, one token a step
         finished: list[Request] = []
-        join = self.speculative is None
+        join = self._on
         if steps > 1 or not plan.prefill_chunks:
             emitted = out.emitted
             decodes = plan.decodes
@@ -597,7 +649,7 @@ class VllmV1Scheduler(Scheduler):
         if req.num_output >= req.output_limit:
             req.finish()
             finished.append(req)
-        elif self.speculative is None:
+        elif self._on:
             self.cohort.join(req)
 
     def check_invariants(self) -> None:
@@ -614,20 +666,34 @@ class VllmV1Scheduler(Scheduler):
             raise InvariantError("more running requests than max_num_seqs")
 
 
-def _decodes_from(
-    running: list[Request], i: int, end: int, member: type | None = None, others: list[Request] | None = None
-) -> int:
+def _decodes_from(running: list[Request], i: int, end: int) -> int:
     """The end of the stretch of decodes ``running[i:end]`` starts with (a decode: one
-    token to compute, a sampled one; a cohort ``member`` is one); the others in it are
-    added to ``others``."""
+    token to compute, a sampled one)."""
     for r in islice(running, i, end):  # faster than indexing in a while loop
+        if not r.num_output or r.prompt_tokens + r.num_output - r.num_computed != 1:
+            return i
+        i += 1
+    return i
+
+
+def _cohort_stretch(running: list[Request], i: int, end: int, member: type, others: list[Request]) -> int:
+    """``_decodes_from`` where a cohort ``member`` is a decode without reading its
+    counters; the decodes outside the cohort in the stretch are added to ``others``."""
+    for r in islice(running, i, end):
         if r.__class__ is not member:
             if not r.num_output or r.prompt_tokens + r.num_output - r.num_computed != 1:
                 return i
-            if others is not None:
-                others.append(r)
+            others.append(r)
         i += 1
     return i
+
+
+def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:
+    # list comprehensions: in Python 3.11 faster than map(attrgetter) and zip(repeat)
+    plan.n_decode += len(reqs)
+    plan.decode_history_tokens += sum([r.num_computed for r in reqs])
+    plan.decodes.extend(reqs)
+    plan.scheduled.extend([(r, 1) for r in reqs])
 
 
 def _add_stretch(plan: BatchPlan, reqs: Sequence[Request]) -> None:
