@@ -10,7 +10,7 @@ plain loop's CPU seconds are printed first for scale):
    chunk in it), as a single step or a run, with the requests it carried;
 2. **per-request passes**: the CPU seconds (``time.process_time_ns`` around each call,
    less a calibrated wrapper cost) of the passes that walk every scheduled decode:
-   ``commit``, ``grow_each``, ``_decodes_from``, ``_add_decodes``,
+   ``commit``, ``grow_each``, ``_decodes_from``, ``_add_stretch``, ``advance``,
    ``steps_to_first_finish``, ``decode_span``, ``Recorder.emit``, ``plan_run`` and
    ``apply_run`` (those two include their block-boundary arithmetic and block appends, which stay
    O(changed));
@@ -75,7 +75,8 @@ PASSES = (
     (vllm_v1.VllmV1Scheduler, "commit"),
     (deferred.DeferredAppends, "grow_each"),
     (vllm_v1, "_decodes_from"),
-    (vllm_v1, "_add_decodes"),
+    (vllm_v1, "_add_stretch"),
+    (deferred.DeferredAppends, "advance"),
     (vllm_v1, "steps_to_first_finish"),
     (plan_mod.BatchPlan, "decode_span"),
     (recorder.Recorder, "emit"),

@@ -453,7 +453,7 @@ class Node:
         late = (plan.scheduled[-1][0], len(chunks)) if lim.late else None
         if plan.decodes or late:
             prefill = plan.scheduled[-1][0] if chunks is not None else None
-            mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late, prefill)
+            mem = self.kv.plan_decode_run(plan.decodes, k - 1, m[1], late, prefill, plan.apart)
             k = 1 + mem.steps
             if k == 1:
                 return None
@@ -585,7 +585,7 @@ class Node:
             late = run.late if run.late is not None and run.late[1] <= k - 1 else None
             starts = [start, *ends[:-1]]
             prefill = None if run.chunks is None else (plan.scheduled[-1][0], run.chunks)
-            kv.apply_decode_run(plan.decodes, k - 1, starts, late, prefill)
+            kv.apply_decode_run(plan.decodes, k - 1, starts, late, prefill, plan.apart)
             if self.check and kv.take_step_activity() != (0, 0):
                 raise InvariantError("fast path: a planned run copied or allocated buffers")
             n_dec, bpt, u0 = plan.n_decode, kv.kv_bytes_per_token, m[0]

@@ -53,10 +53,20 @@ class DeferredAppends:
         self.pending: dict[Hashable, int] = {}  # counted here, not yet appended
         self.owner: dict[Hashable, Any] = {}  # the request whose content they are
         self.pending_tokens = 0
+        # the clock (a scheduler's decode cohort, ``clock``): clocked sequences grow by one
+        # token a tick; their ``total`` / ``room`` / ``pending`` are stored as of the tick
+        # in ``_since`` (``settle`` brings them to now), and ``_at`` files each under the
+        # tick whose growth needs a new block (its room is 0 before it), with its order
+        self.clk = 0
+        self._since: dict[Hashable, int] = {}
+        self._at: dict[int, list[tuple[int, Hashable]]] = {}
+        self._clockable = not uses_content and self._bs is not None
 
     # ----------------------------------------------------------------- tracking
     def track(self, seq: Hashable, shared_tail: bool = False) -> None:
         """(Re)read a sequence after the allocator changed it (allocate, append, fork)."""
+        if seq in self._since:
+            self.settle(seq)
         tokens = self.alloc.seq_tokens(seq)
         self.total[seq] = tokens
         if shared_tail:
@@ -66,6 +76,8 @@ class DeferredAppends:
 
     def untrack(self, seq: Hashable) -> None:
         """The sequence is about to be freed: its pending tokens need not be appended."""
+        if seq in self._since:
+            self.settle(seq)
         if seq in self.pending:
             self._drop(seq)
         self.total.pop(seq, None)
@@ -79,6 +91,8 @@ class DeferredAppends:
     def grow(self, req: Any, target: int) -> bool:
         """Make ``req``'s sequence hold ``target`` tokens; False = miss (nothing changed)."""
         seq = req.seq_id
+        if seq in self._since:
+            self.settle(seq)
         have = self.total[seq]
         need = target - have
         if need <= 0:
@@ -121,6 +135,8 @@ class DeferredAppends:
         allocator lets appends go in a batch (``bulk_free_blocks``), the block-boundary
         appends that surely fit go in one ``append_each``, in order, made before any other
         allocator call (``_queue``)."""
+        if self._since:
+            self.settle_all()
         total, room, pending, owner = self.total, self.room, self.pending, self.owner
         strict = self.uses_content  # a prefix cache must see the block fill: no == room
         bs = self._bs
@@ -166,10 +182,12 @@ class DeferredAppends:
     ) -> None:
         """Book ``seq``'s growth from ``tokens`` to ``target`` as appended (its pending
         tokens with it) and queue the allocator's append in ``bulk``."""
-        p = self.pending.pop(seq, 0)
-        if p:
+        p = self.pending.pop(seq, None)
+        if p is not None:
             del self.owner[seq]
             self.pending_tokens -= p
+        else:
+            p = 0
         bulk.append((seq, target - tokens + p))
         self.total[seq] = target
         self.room[seq] = -target % self._bs
@@ -182,6 +200,8 @@ class DeferredAppends:
 
     def flush(self, seq: Hashable) -> None:
         """Append a sequence's pending tokens (they fit: no new capacity is needed)."""
+        if seq in self._since:
+            self.settle(seq)
         p = self.pending.get(seq)
         if not p:
             return
@@ -193,8 +213,171 @@ class DeferredAppends:
         self._drop(seq)
 
     def flush_all(self) -> None:
+        self.settle_all()
         for seq in list(self.pending):
             self.flush(seq)
+
+    # ------------------------------------------------------------------ the clock
+    def clock(self, req: Any, order: int) -> bool:
+        """From now on ``req``'s sequence grows by one token a tick (``advance``) until it
+        is settled; ``order``: its place among the clocked ones (appends go in that order).
+        False (nothing changed) where the ledger cannot: a content allocator, a buffer
+        kind, a fork's shared last block, or already clocked."""
+        seq = req.seq_id
+        if not self.clockable or seq in self._since or seq not in self.room:
+            return False
+        r = self.room[seq]
+        if not 0 <= r < self._bs or (r == 0 and self.total[seq] % self._bs):
+            return False
+        if seq not in self.pending:
+            self.pending[seq] = 0
+            self.owner[seq] = req
+        t = self.clk
+        self._since[seq] = t
+        b = self._at.get(t + r + 1)
+        if b is None:
+            self._at[t + r + 1] = [(order, seq)]
+        else:
+            b.append((order, seq))
+        return True
+
+    @property
+    def clocked(self) -> int:
+        return len(self._since)
+
+    @property
+    def clockable(self) -> bool:
+        """Whether ``clock`` can take sequences at all: appends without content into a
+        block kind that takes them in a batch (``bulk_free_blocks``: no prefix index, no
+        side groups, no plug-in's own appends)."""
+        return self._clockable and self.alloc.bulk_free_blocks() is not None
+
+    def settle(self, seq: Hashable) -> None:
+        """Bring a clocked sequence's books to now and stop its clock."""
+        t0 = self._since.pop(seq, None)
+        if t0 is None:
+            return
+        d = self.clk - t0
+        r = self.room[seq]
+        b = self._at[t0 + r + 1]
+        for i, (_, s) in enumerate(b):
+            if s == seq:
+                del b[i]
+                break
+        if not b:
+            del self._at[t0 + r + 1]
+        self.total[seq] += d
+        self.room[seq] = r - d
+        self.pending[seq] += d
+
+    def settle_all(self) -> None:
+        for seq in list(self._since):
+            self.settle(seq)
+
+    def advance(self, steps: int, others: Sequence[tuple[int, Any, int]], n_requests: int) -> bool:
+        """Every clocked sequence grows by ``steps`` tokens and each of ``others``
+        (``(order, request, target)``, not clocked) to its target, as ``grow_each`` /
+        ``_grow_needs`` would: the block-boundary appends in one ``append_each`` in
+        ``order``. Only where all of them surely fit in free blocks (``bulk_free_blocks``)
+        and ``n_requests`` (the batch's size) is the clocked and the others together;
+        False (nothing changed) otherwise: the caller settles and grows them one by one."""
+        if len(self._since) + len(others) != n_requests:
+            return False
+        budget = self.alloc.bulk_free_blocks()
+        if budget is None:
+            return False
+        bs, total, room, pending = self._bs, self.total, self.room, self.pending
+        clk0 = self.clk
+        clk1 = clk0 + steps
+        at, since = self._at, self._since
+        if steps == 1:
+            cross = at.get(clk1, ())
+        else:
+            cross = []
+            for t in range(clk0 + 1, clk1 + 1):
+                b = at.get(t)
+                if b:
+                    cross += b
+        blocks = 0
+        for _, seq in cross:  # its last block its own (``clock``): ceil(overflow / B) blocks
+            over = clk1 - since[seq] - room[seq]
+            blocks += (over + bs - 1) // bs
+        plain = []  # (order, req, target, need) of the others
+        for order, req, target in others:
+            seq = req.seq_id
+            if seq in since:
+                return False
+            t = total[seq]
+            need = target - t
+            if need > 0:
+                r = room[seq]
+                if need > r:
+                    if (t + r) % bs:
+                        return False
+                    blocks += (need - r + bs - 1) // bs
+            plain.append((order, req, target, need))
+        if blocks > budget:
+            return False
+        # fits: apply
+        self.clk = clk1
+        self.pending_tokens += steps * len(since)
+        items: list[tuple[int, Hashable, int]] = []
+        for order, seq in cross:
+            t0 = since[seq]
+            d = clk1 - t0
+            target = total[seq] + d
+            p = pending[seq] + d
+            pending[seq] = 0  # (its owner stays: clocked again below)
+            self.pending_tokens -= p
+            items.append((order, seq, p))
+            total[seq] = target
+            room[seq] = -target % bs
+            del since[seq]
+        if steps == 1:
+            at.pop(clk1, None)
+        else:
+            for t in range(clk0 + 1, clk1 + 1):
+                at.pop(t, None)
+        added = 0
+        for order, req, target, need in plain:
+            if need <= 0:
+                continue
+            seq = req.seq_id
+            r = room[seq]
+            if need <= r:
+                room[seq] = r - need
+                total[seq] = target
+                p = pending.get(seq)
+                if p is None:
+                    pending[seq] = need
+                    self.owner[seq] = req
+                else:
+                    pending[seq] = p + need
+                added += need
+            else:
+                p = pending.pop(seq, None)
+                if p is not None:
+                    del self.owner[seq]
+                    self.pending_tokens -= p
+                else:
+                    p = 0
+                items.append((order, seq, target - total[seq] + p))
+                total[seq] = target
+                room[seq] = -target % bs
+        self.pending_tokens += added
+        if items:
+            if len(items) > 1:
+                items.sort()
+            self.alloc.append_each([(seq, n) for _, seq, n in items])
+        for order, seq in cross:  # clocked again from its new block
+            since[seq] = clk1
+            key = clk1 + room[seq] + 1
+            b = at.get(key)
+            if b is None:
+                at[key] = [(order, seq)]
+            else:
+                b.append((order, seq))
+        return True
 
     # ----------------------------------------------------------------- fast path
     def plan_run(
@@ -204,9 +387,13 @@ class DeferredAppends:
         base_allocated: float,
         late: tuple[Any, int] | None = None,
         evict: bool = True,
+        apart: Sequence[tuple[int, Any]] | None = None,
     ) -> DecodeRun:
         """How many more steps, each appending one token per request, fit in memory
         (``evict`` False: in free blocks alone, no cached block evicted).
+        ``apart``: the requests that are not clocked (``clock``), when the caller knows
+        them (the others are every clocked sequence: their rooms are read from the
+        clock's files); None: every clocked sequence is settled first.
 
         ``late = (request, first)``: one more request that appends only from remaining
         step ``first`` on (a prompt that finishes its prefill inside the run). A run stops
@@ -225,6 +412,9 @@ class DeferredAppends:
         """
         if max_steps <= 0 or not (requests or late):
             return DecodeRun(0, [])
+        clocked = self._since and apart is not None and len(self._since) + len(apart) == len(requests)
+        if self._since and not clocked:
+            self.settle_all()
         room = self.room
         bs = self.alloc.block_size
         if bs is None:  # buffers: only within the current capacity
@@ -248,6 +438,13 @@ class DeferredAppends:
         # min(B, max_steps) residues, repeated (O(batch + steps), whatever B is)
         width = min(bs, max_steps)
         per_step = [0] * width
+        if clocked:
+            at, clk = self._at, self.clk
+            for r in range(width):
+                b = at.get(clk + r + 1)
+                if b:
+                    per_step[r] += len(b)
+            requests = [req for _, req in apart]  # type: ignore[union-attr]
         for seq in map(_seq_id, requests):
             r = room[seq]
             if 0 < r < width:
@@ -287,6 +484,7 @@ class DeferredAppends:
         set_time,
         late: tuple[Any, int] | None = None,
         publishes: Sequence[tuple[int, Callable[[], None]]] = (),
+        apart: Sequence[tuple[int, Any]] | None = None,
     ) -> None:
         """Append ``steps`` tokens to each request's sequence, as ``grow`` would have
         (and ``steps - first + 1`` to the ``late`` one, from remaining step ``first``).
@@ -302,7 +500,18 @@ class DeferredAppends:
         the step it happens (``set_time``), in scheduling order (the late request last),
         unless it says the order cannot matter (``Allocator.appends_in_bulk``: a radix
         cache whose sequences each grow a leaf of their own): then one append per sequence.
+        ``apart``: as ``plan_run``'s (the clocked sequences advance by ``steps`` ticks).
         """
+        if self._since:
+            if apart is not None and not publishes and self.advance(
+                steps, [(o, req, self.total[req.seq_id] + steps) for o, req in apart], len(requests)
+            ):
+                if late is not None and late[1] <= steps:
+                    req = late[0]
+                    if not self.grow(req, self.total[req.seq_id] + steps - late[1] + 1):
+                        raise InvariantError(f"fast path: planned growth of {req!r} missed")
+                return
+            self.settle_all()
         plan = [(req, 1) for req in requests]
         if late is not None and late[1] <= steps:
             plan.append(late)
@@ -464,14 +673,28 @@ class DeferredAppends:
         self._appended(seq, target)
 
     # ---------------------------------------------------------------- checking
+    def tokens(self, seq: Hashable) -> int | None:
+        """Tokens of a tracked sequence, pending ones included (None: not tracked)."""
+        t = self.total.get(seq)
+        if t is not None and seq in self._since:
+            t += self.clk - self._since[seq]
+        return t
+
     def check(self) -> None:
-        if sum(self.pending.values()) != self.pending_tokens:
+        since, clk = self._since, self.clk
+        ticks = {seq: clk - t0 for seq, t0 in since.items()}
+        if sum(self.pending.values()) + sum(ticks.values()) != self.pending_tokens:
             raise InvariantError("pending tokens out of sync")
+        filed = {s: t - self.room[s] - 1 for t, b in self._at.items() for _, s in b}
+        if filed != since:
+            raise InvariantError("clocked sequences not filed at their next block boundary")
         for seq, total in self.total.items():
+            d = ticks.get(seq, 0)
+            total += d
             if not self.alloc.is_live(seq):
                 raise InvariantError(f"tracked sequence {seq!r} is not live")
-            if total != self.alloc.seq_tokens(seq) + self.pending.get(seq, 0):
+            if total != self.alloc.seq_tokens(seq) + self.pending.get(seq, 0) + d:
                 raise InvariantError(f"{seq!r}: total {total} != tokens + pending")
             free = self._capacity(seq) - total
-            if not 0 <= self.room[seq] <= free:
-                raise InvariantError(f"{seq!r}: room {self.room[seq]} outside [0, {free}]")
+            if not 0 <= self.room[seq] - d <= free:
+                raise InvariantError(f"{seq!r}: room {self.room[seq] - d} outside [0, {free}]")

@@ -172,7 +172,7 @@ class KVManager:
         """Tokens of ``seq`` in HBM (deferred appends included); 0 if it is not live."""
         if not self.alloc.is_live(seq):
             return 0
-        return self.ledger.total.get(seq) or self.alloc.seq_tokens(seq)
+        return self.ledger.tokens(seq) or self.alloc.seq_tokens(seq)
 
     def is_held(self, seq: Hashable) -> bool:
         """Whether ``seq`` is held idle between two turns (paused)."""
@@ -421,6 +421,32 @@ class KVManager:
         """``grow(req, n_new)`` for each request in order (a step's decodes at once);
         returns how many grew: it stops at the first miss, which changes nothing."""
         return self.ledger.grow_each(requests, n_new)
+
+    # ------------------------------------------------- the clock (``deferred``)
+    def clock(self, req: KVRequest, order: int) -> bool:
+        """``req`` decodes a token every step from now on (a scheduler's decode cohort):
+        its ledger grows by the clock (``DeferredAppends.clock``); False where it cannot."""
+        return self.ledger.clock(req, order)
+
+    def unclock(self, seq: Hashable) -> None:
+        self.ledger.settle(seq)
+
+    @property
+    def clocked(self) -> int:
+        return self.ledger.clocked
+
+    @property
+    def clockable(self) -> bool:
+        return self.ledger.clockable
+
+    def settle_clock(self) -> None:
+        self.ledger.settle_all()
+
+    def advance(self, others: Sequence[tuple[int, KVRequest, int]], n_requests: int) -> bool:
+        """One step's growth of the clocked sequences and of ``others`` (``(order,
+        request, target)``) in one go (``DeferredAppends.advance``); False: nothing
+        changed, grow them one by one."""
+        return self.ledger.advance(1, others, n_requests)
 
     def preempt(self, req: KVRequest) -> None:
         """Drop a running request's KV (vLLM V1 recompute); it prefills again later."""
@@ -701,6 +727,7 @@ class KVManager:
         base_allocated: float | None = None,
         late: tuple[Any, int] | None = None,
         prefill: Any = None,
+        apart: Sequence[tuple[int, Any]] | None = None,
     ) -> DecodeRun:
         """How many more decode steps of ``requests`` (and of ``late`` from its first
         step on) memory allows (see ``deferred``). ``prefill``: the run's prefill, if
@@ -715,7 +742,7 @@ class KVManager:
             or not self.publishes_late(prefill)
             or self.alloc.publishes_apart(prefill.seq_id)
         )
-        return self.ledger.plan_run(requests, max_steps, base_allocated, late, evict)
+        return self.ledger.plan_run(requests, max_steps, base_allocated, late, evict, apart)
 
     def apply_decode_run(
         self,
@@ -724,6 +751,7 @@ class KVManager:
         starts: Sequence[float],
         late: tuple[Any, int] | None = None,
         prefill: tuple[Any, Sequence[int]] | None = None,
+        apart: Sequence[tuple[int, Any]] | None = None,
     ) -> None:
         """Append one token per step to each request's sequence, as ``grow`` would have.
         ``prefill``: the run's prefill and its chunks, one a step from the run's step 0;
@@ -738,7 +766,7 @@ class KVManager:
             for f in range(1, min(len(chunks), steps) + 1):
                 done += chunks[f - 1]
                 publishes.append((f, partial(publish, seq, done)))
-        self.ledger.apply_run(requests, steps, starts, self.set_time, late, publishes)
+        self.ledger.apply_run(requests, steps, starts, self.set_time, late, publishes, apart)
 
     def check_invariants(self) -> None:
         """The allocator's own books, the deferred ledger's and the held set's."""

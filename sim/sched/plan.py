@@ -71,6 +71,13 @@ class BatchPlan:
     verify_history_tokens: int = 0
     #: positions in ``prefill_chunks`` of the verifies (the cost split prices them as decodes)
     verify_chunks: list[int] = field(default_factory=list)
+    #: the decodes' (longest, shortest) history when the scheduler kept it as it planned
+    #: (its decode cohort); None: ``decode_span`` reads the decodes
+    span: tuple[int | None, int | None] | None = None
+    #: the decodes whose KV ledger is not on the clock (``KVManager.clock``), each with
+    #: its order, when the scheduler knows the other decodes are exactly the clocked
+    #: sequences; None: not known (the ledger then settles its clock before a run)
+    apart: list[tuple[int, Request]] | None = None
 
     @property
     def empty(self) -> bool:
@@ -109,6 +116,8 @@ class BatchPlan:
     def decode_span(self) -> tuple[int | None, int | None]:
         """(longest, shortest) decode history before the step (None without decodes):
         the kernel tables' skew correction prices decodes of unequal contexts."""
+        if self.span is not None:
+            return self.span
         if not self.decodes:
             return None, None
         hist = [r.num_computed for r in self.decodes]

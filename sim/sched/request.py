@@ -83,6 +83,12 @@ class Request:
         "spec_drafts",  # draft tokens in the verify scheduled now (0: none; speculative decoding)
         "spec_credit",  # expected accepted drafts not yet taken, in [0, 1) (sched.speculative)
         "hint",  # the harness's KV hint for the pause after this turn (a sim.policy.KVHint)
+        # a decode cohort's member (sim.sched.cohort): the cohort's tick when it joined
+        # (its counters above are then its counts at that tick), its entry there, and its
+        # place in the running order
+        "_joined",
+        "_entry",
+        "_serial",
     )
 
     def __init__(
@@ -153,6 +159,9 @@ class Request:
         self.spec_drafts = 0
         self.spec_credit = 0.0
         self.hint = hint  # sched sits below sim.policy: typed there (KVHint), None = no hint
+        self._joined = 0
+        self._entry: Any = None
+        self._serial = 0
 
     # ------------------------------------------------------------------ state
     @property

@@ -58,8 +58,10 @@ from pydantic import ConfigDict, Field
 
 from sim.config_model import ConfigModel
 from sim.errors import InvariantError
+from sim.memory.kv_manager import KVManager
 from sim.prefix.spans import common_prefix
 from sim.sched.base import Scheduler, register_scheduler
+from sim.sched.cohort import DecodeCohort, _serial
 from sim.sched.plan import BatchPlan, CommitResult, RunLimit, steps_to_first_finish
 from sim.sched.request import (
     CANCELLED,
@@ -111,6 +113,34 @@ class VllmV1Scheduler(Scheduler):
     supports_speculative = True
     config: VllmV1Config
 
+    def __init__(self, config: VllmV1Config, kv: KVManager) -> None:
+        super().__init__(config, kv)
+        #: the running decodes advanced by one counter (``sim.sched.cohort``; not used
+        #: with speculative decoding, whose decodes are verifies, nor where the KV
+        #: ledger cannot clock them: ``_joins``)
+        self.cohort = DecodeCohort(self._clock, self._unclock)
+        self._serials = 0
+        #: the last plan and its decodes outside the cohort (``_schedule_running``)
+        self._plan: BatchPlan | None = None
+        self._others: list[Request] = []
+        self._on = False  # this decision keeps its decodes in the cohort (``_joins``)
+        self._can_join: bool | None = None
+
+    def _joins(self) -> bool:
+        """Whether decodes join the cohort: not under speculative decoding (a decode is a
+        verify), and only where the KV ledger can clock them too (without it the cohort
+        saves nothing: the ledger's pass over the decodes would read every member's
+        counters through its properties). Asked once: both are fixed when the run starts."""
+        if self._can_join is None:
+            self._can_join = self.speculative is None and self.kv.clockable
+        return self._can_join
+
+    def _clock(self, req: Request) -> None:
+        self.kv.clock(req, req._serial)
+
+    def _unclock(self, req: Request) -> None:
+        self.kv.unclock(req.seq_id)
+
     @property
     def async_scheduling(self) -> bool:
         return self.config.async_scheduling_on
@@ -138,6 +168,7 @@ class VllmV1Scheduler(Scheduler):
         """Remove a queued or running request (a pruned branch); True if it was there."""
         if req.status == RUNNING:
             self.running.remove(req)
+            self.cohort.leave(req)
         elif req.status == WAITING and req in self.waiting:
             self.waiting.remove(req)
         else:
@@ -151,9 +182,13 @@ class VllmV1Scheduler(Scheduler):
         plan = BatchPlan()
         if self.kv.steps_matter:  # finished prompts: windows back to the decode rule
             self.kv.settle_steps()
+        self._on = self._joins()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
+        n_running = len(plan.decodes)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
+        if self._on:
+            self._close(plan, n_running)
         return plan  # the base class adds the allocator's activity, then asks run_limit
 
     def run_limit(self, plan: BatchPlan) -> RunLimit | None:
@@ -174,7 +209,12 @@ class VllmV1Scheduler(Scheduler):
             or plan.alloc_calls
         ):
             return None
-        k = steps_to_first_finish(plan.decodes)
+        if self._plan is plan and plan.span is not None:  # the cohort's, and the others'
+            k = self.cohort.first_finish()
+            for r in self._others:
+                k = min(k, r.output_limit - r.num_output)
+        else:
+            k = steps_to_first_finish(plan.decodes)
         if not plan.prefill_chunks:
             return RunLimit(k) if k > 1 and not plan.admitted else None
         chunks = self.run_chunks(plan, k)
@@ -225,7 +265,81 @@ class VllmV1Scheduler(Scheduler):
         return n
 
     def _schedule_running(self, plan: BatchPlan, budget: int) -> int:
-        running, spec, kv = self.running, self.speculative is not None, self.kv
+        running, kv = self.running, self.kv
+        if not self._on:  # no cohort: every decode walked, as before it
+            self._plan = None
+            return self._schedule_each(plan, budget)
+        cohort = self.cohort
+        member = cohort.Member
+        if cohort.size != kv.clocked:  # the ledger settled some: clock them again
+            for req in cohort.members():
+                kv.clock(req, req._serial)
+        others: list[Request] = []  # decodes outside the cohort, in order
+        i = 0
+        while i < len(running) and budget > 0:
+            n_others = len(others)
+            j = _cohort_stretch(running, i, min(len(running), i + budget), member, others)
+            if j > i:  # a stretch of decodes (the common case): grown in one call
+                batch = running[i:j]
+                if (
+                    cohort.size
+                    and cohort.size + len(others) - n_others == len(batch)
+                    and kv.advance([(r._serial, r, r.num_computed + 1) for r in others[n_others:]], len(batch))
+                ):  # the whole cohort: its clock
+                    done = len(batch)
+                else:
+                    if kv.clocked:
+                        kv.settle_clock()
+                    done = kv.grow_each(batch)
+                if done < len(batch):
+                    del others[n_others:]
+                    others += [r for r in batch[:done] if r.__class__ is not member]
+                if done:
+                    _add_stretch(plan, batch if done == len(batch) else batch[:done])
+                    budget -= done
+                    i += done
+                if done < len(batch):  # running[i] missed: preempt from the back
+                    req = running[i]
+                    if not self._grow_or_preempt(req, 1, plan):
+                        break
+                    _add_stretch(plan, (req,))
+                    if req.__class__ is not member:
+                        others.append(req)
+                    budget -= 1
+                    i += 1
+                continue
+            n = self._schedule_one(plan, running[i], budget)
+            if n == 0:
+                break
+            budget -= n
+            i += 1
+        if cohort.size and i < len(running):  # members not scheduled leave the cohort
+            for req in running[i:]:
+                cohort.leave(req)
+        self._plan, self._others = plan, others
+        return budget
+
+    def _close(self, plan: BatchPlan, n_running: int) -> None:
+        """The plan's decode history and span from the cohort and the decodes outside it
+        (the running ones ``_schedule_running`` collected, then any admitted decode, a
+        recompute's last token, whose history ``_add`` counted)."""
+        cohort, others = self.cohort, self._others
+        hist = [r.num_computed for r in others]
+        plan.decode_history_tokens += cohort.hist_sum() + sum(hist)
+        if len(plan.decodes) > n_running:
+            others += plan.decodes[n_running:]
+            hist += [r.num_computed for r in plan.decodes[n_running:]]
+        span = cohort.span()
+        if hist:
+            hi, lo = max(hist), min(hist)
+            span = (hi, lo) if span is None else (max(span[0], hi), min(span[1], lo))
+        plan.span = (None, None) if span is None else span
+        if cohort.size == self.kv.clocked:
+            plan.apart = [(r._serial, r) for r in others]
+
+    def _schedule_each(self, plan: BatchPlan, budget: int) -> int:
+        """``_schedule_running`` without a cohort: each decode's counters read."""
+        running, spec = self.running, self.speculative is not None
         i = 0
         while i < len(running) and budget > 0:
             j = i if spec else _decodes_from(running, i, min(len(running), i + budget))
@@ -244,36 +358,44 @@ class VllmV1Scheduler(Scheduler):
                     budget -= 1
                     i += 1
                 continue
-            req = running[i]
-            n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+            n = self._schedule_one(plan, running[i], budget)
             if n == 0:
                 break
-            slots = n
-            if spec and req.is_decode:
-                n, slots = self._verify(req, budget)
-            if not kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
-                req, slots, plan
-            ):
-                req.spec_drafts = 0
-                break
-            if (
-                self.kv.steps_matter
-                and not req.spec_drafts
-                and _prefill_chunk(req, n)
-                and not self.kv.step(req, n)
-                and not self._grow_or_preempt(req, n, plan, self.kv.step)
-            ):
-                break
-            _add(plan, req, n)
-            kv.scheduled(req, req.num_computed + n)  # (a prefill chunk: vLLM caches its blocks)
-            if req.spec_drafts:
-                plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
-                plan.verify_seqs += 1
-                plan.verify_tokens += n
-                plan.verify_history_tokens += req.num_computed
             budget -= n
             i += 1
         return budget
+
+    def _schedule_one(self, plan: BatchPlan, req: Request, budget: int) -> int:
+        """Schedule running ``req`` alone (a prefill chunk, a verify, a decode outside a
+        stretch): the tokens it gets, 0 = none (the running pass ends)."""
+        kv, spec = self.kv, self.speculative is not None
+        n = self._new_tokens(req, budget, bool(plan.prefill_chunks))
+        if n == 0:
+            return 0
+        slots = n
+        if spec and req.is_decode:
+            n, slots = self._verify(req, budget)
+        if not kv.grow_to(req, req.num_computed + slots) and not self._grow_or_preempt(
+            req, slots, plan
+        ):
+            req.spec_drafts = 0
+            return 0
+        if (
+            self.kv.steps_matter
+            and not req.spec_drafts
+            and _prefill_chunk(req, n)
+            and not self.kv.step(req, n)
+            and not self._grow_or_preempt(req, n, plan, self.kv.step)
+        ):
+            return 0
+        _add(plan, req, n)
+        kv.scheduled(req, req.num_computed + n)  # (a prefill chunk: vLLM caches its blocks)
+        if req.spec_drafts:
+            plan.verify_chunks.append(len(plan.prefill_chunks) - 1)
+            plan.verify_seqs += 1
+            plan.verify_tokens += n
+            plan.verify_history_tokens += req.num_computed
+        return n
 
     def _verify(self, req: Request, budget: int) -> tuple[int, int]:
         """(tokens to compute, KV slots to hold beyond the computed ones) of a decode
@@ -335,6 +457,8 @@ class VllmV1Scheduler(Scheduler):
                 continue
             n = self._new_tokens(req, budget, has_prefill)
             waiting.popleft()
+            self._serials += 1
+            req._serial = self._serials
             self.running.append(req)
             req.status = RUNNING
             plan.admitted.append(req)
@@ -405,43 +529,63 @@ class VllmV1Scheduler(Scheduler):
         """Apply a step, or ``steps`` steps of the same batch (a run within ``plan.run``):
         decodes sample one token per step; the run's single prefill computes its chunks
         in the first steps, samples its first token in the last of them if that completes
-        its prompt, and then decodes in every later step."""
+        its prompt, and then decodes in every later step. The cohort's members advance by
+        its tick; a request outside it joins once it decodes."""
         out = CommitResult()
-        finished = out.finished
-        if steps > 1:
+        cohort = self.cohort
+        member = cohort.Member
+        cohort.tick += steps  # every member is scheduled, one token a step
+        finished: list[Request] = []
+        join = self._on
+        if steps > 1 or not plan.prefill_chunks:
             emitted = out.emitted
-            for req in plan.decodes:
-                if req.status != RUNNING:
-                    if req.status != CANCELLED:
+            decodes = plan.decodes
+            others = self._others if self._plan is plan else None
+            if (
+                others is not None
+                and cohort.size + len(others) == len(decodes)
+                and all([r.status == RUNNING for r in others])
+            ):  # (no member left since the plan: none was cancelled)
+                emitted += decodes
+                for req in others:
+                    req.num_computed += steps
+                    out_n = req.num_output = req.num_output + steps
+                    if out_n >= req.output_limit:
+                        req.finish()
+                        finished.append(req)
+                    elif join:
+                        cohort.join(req)
+            else:
+                for req in decodes:
+                    if req.__class__ is member:
                         emitted.append(req)
-                    continue  # cancelled while the run ran
-                emitted.append(req)
-                req.num_computed += steps
-                out_n = req.num_output = req.num_output + steps
-                if out_n >= req.output_limit:
-                    req.finish()
-                    finished.append(req)
-            if plan.prefill_chunks:
+                        continue
+                    if req.status != RUNNING:
+                        if steps > 1 and req.status != CANCELLED:
+                            emitted.append(req)
+                        continue  # cancelled while the step (or run) ran
+                    emitted.append(req)
+                    req.num_computed += steps
+                    out_n = req.num_output = req.num_output + steps
+                    if out_n >= req.output_limit:
+                        req.finish()
+                        finished.append(req)
+                    elif join:
+                        cohort.join(req)
+            if steps > 1 and plan.prefill_chunks:
                 run = plan.run
                 if run is None or steps > run.max_steps:
                     raise InvariantError(f"{steps} steps committed past the plan's run limit")
                 self._commit_prefill(
-                    plan.scheduled[-1][0], steps, run.prefill_steps(steps), run.prefill_tokens(steps), out
+                    plan.scheduled[-1][0], steps, run.prefill_steps(steps), run.prefill_tokens(steps), out,
+                    finished,
                 )
-        elif not plan.prefill_chunks:  # decodes alone: the loop below, less what a decode skips
-            emit = out.emitted.append
-            for req in plan.decodes:  # == plan.scheduled here, in its order
-                if req.status != RUNNING:
-                    continue  # cancelled while the step ran
-                req.num_computed += 1
-                out_n = req.num_output = req.num_output + 1
-                emit(req)
-                if out_n >= req.output_limit:
-                    req.finish()
-                    finished.append(req)
         else:
             emitted = out.emitted
             for req, n in plan.scheduled:
+                if req.__class__ is member:
+                    emitted.append(req)
+                    continue
                 if req.status != RUNNING:
                     continue  # cancelled while the step ran
                 if req.spec_drafts:
@@ -455,6 +599,18 @@ class VllmV1Scheduler(Scheduler):
                 if out_n >= req.output_limit:
                     req.finish()
                     finished.append(req)
+                elif join:
+                    cohort.join(req)
+        if cohort.size or finished or out.finished:
+            due = cohort.due()
+            for req in due:
+                req.finish()
+            if out.finished:  # verifies (no cohort then)
+                finished += out.finished
+            if due or out.finished:
+                finished += due
+                finished.sort(key=_serial)
+            out.finished = finished
         if out.finished:
             self.running = [r for r in self.running if r.status == RUNNING]
         return out
@@ -477,9 +633,9 @@ class VllmV1Scheduler(Scheduler):
             req.finish()
             out.finished.append(req)
 
-    @staticmethod
     def _commit_prefill(
-        req: Request, steps: int, prefill_steps: int, tokens: int, out: CommitResult
+        self, req: Request, steps: int, prefill_steps: int, tokens: int, out: CommitResult,
+        finished: list[Request],
     ) -> None:
         if req.status != RUNNING:
             return
@@ -492,11 +648,20 @@ class VllmV1Scheduler(Scheduler):
         out.emitted_from.append((req, prefill_steps - 1))
         if req.num_output >= req.output_limit:
             req.finish()
-            out.finished.append(req)
+            finished.append(req)
+        elif self._on:
+            self.cohort.join(req)
 
     def check_invariants(self) -> None:
         """The base checks, and no more running requests than ``max_num_seqs``."""
         super().check_invariants()
+        cohort = self.cohort
+        members = cohort.members()
+        running = {id(r) for r in self.running}
+        if len(members) != cohort.size or any(id(r) not in running for r in members):
+            raise InvariantError("the decode cohort's members are not running requests")
+        if sum(r.num_computed for r in members) != cohort.hist_sum():
+            raise InvariantError("the decode cohort's history sum is out of sync")
         if len(self.running) > self.config.max_num_seqs:
             raise InvariantError("more running requests than max_num_seqs")
 
@@ -511,10 +676,16 @@ def _decodes_from(running: list[Request], i: int, end: int) -> int:
     return i
 
 
-def _prefill_chunk(req: Request, n: int) -> bool:
-    """Whether computing ``n`` tokens of ``req`` is a prefill chunk (more than the one
-    token a decode computes, or one that leaves prompt tokens to compute)."""
-    return n > 1 or req.num_tokens - req.num_computed > 1
+def _cohort_stretch(running: list[Request], i: int, end: int, member: type, others: list[Request]) -> int:
+    """``_decodes_from`` where a cohort ``member`` is a decode without reading its
+    counters; the decodes outside the cohort in the stretch are added to ``others``."""
+    for r in islice(running, i, end):
+        if r.__class__ is not member:
+            if not r.num_output or r.prompt_tokens + r.num_output - r.num_computed != 1:
+                return i
+            others.append(r)
+        i += 1
+    return i
 
 
 def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:
@@ -523,6 +694,21 @@ def _add_decodes(plan: BatchPlan, reqs: Sequence[Request]) -> None:
     plan.decode_history_tokens += sum([r.num_computed for r in reqs])
     plan.decodes.extend(reqs)
     plan.scheduled.extend([(r, 1) for r in reqs])
+
+
+def _add_stretch(plan: BatchPlan, reqs: Sequence[Request]) -> None:
+    """A stretch of decodes on the plan, without their history (``_close`` adds it for
+    the whole plan from the cohort and the decodes outside it)."""
+    # list comprehensions: in Python 3.11 faster than map(attrgetter) and zip(repeat)
+    plan.n_decode += len(reqs)
+    plan.decodes.extend(reqs)
+    plan.scheduled.extend([(r, 1) for r in reqs])
+
+
+def _prefill_chunk(req: Request, n: int) -> bool:
+    """Whether computing ``n`` tokens of ``req`` is a prefill chunk (more than the one
+    token a decode computes, or one that leaves prompt tokens to compute)."""
+    return n > 1 or req.num_tokens - req.num_computed > 1
 
 
 def _add(plan: BatchPlan, req: Request, n: int) -> None:

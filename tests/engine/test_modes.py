@@ -432,8 +432,8 @@ def _runs_with_a_late_prefill(monkeypatch) -> list[tuple[int, int, bool]]:
     planned: list[tuple[int, int, bool]] = []
     plan = KVManager.plan_decode_run
 
-    def spy(self, requests, max_steps, base_allocated=None, late=None, prefill=None):
-        out = plan(self, requests, max_steps, base_allocated, late, prefill)
+    def spy(self, requests, max_steps, base_allocated=None, late=None, prefill=None, apart=None):
+        out = plan(self, requests, max_steps, base_allocated, late, prefill, apart)
         if prefill is not None and self.publishes_late(prefill):
             in_free = self.ledger.plan_run(requests, max_steps, 0.0, late, evict=False).steps
             planned.append((out.steps, in_free, self.alloc.publishes_apart(prefill.seq_id)))
