@@ -10,10 +10,13 @@ typer turns it into exit 130; ``run``, ``sweep`` and ``compare`` say what is on 
 
 Start-up: a command's module (and what it imports: pandas, pyarrow, matplotlib, rich,
 the engine) is imported only when that command runs, or when the help lists every
-command; ``kvsim --version`` imports none, and a plain ``kvsim validate FILE [--set
-KEY=VALUE ...]`` is answered by ``sim.cli._validate`` without building the typer parser
-(the same lines and status as the typer command, which answers every other form;
+command; ``kvsim --version`` imports none, a plain ``kvsim validate FILE [--set
+KEY=VALUE ...]`` is answered by ``sim.cli._validate`` and a plain ``kvsim run FILE --out
+DIR`` (only ``--set``, ``--quiet``, ``--force``, ``--no-report``, ``--trace``) by
+``sim.cli._run`` without building the typer parser (the same lines, status and folder as
+the typer command, which answers every other form; ``sim.cli._argv`` reads both lines;
 ``tests/cli/test_startup_imports.py`` checks which heavy modules each path leaves out).
+``run`` and ``validate`` start with the garbage collector off (``sim.cli._startup_gc``).
 ``app`` is the fully registered Typer app, built on first access. ``main`` turns
 pydantic's plug-in discovery off (``PYDANTIC_DISABLE_PLUGINS=__all__``) for the command
 and the worker processes it starts, unless the environment sets that variable, and puts
@@ -213,7 +216,7 @@ def _with_switches(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    """``main`` past ``--version``: the quick validate path, else the typer app."""
+    """``main`` past ``--version``: the quick validate or run path, else the typer app."""
     from sim.cli._validate import plain_argv
 
     plain = plain_argv(argv)

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from sim.cli import EXIT_INTERRUPTED
+from sim.cli._argv import plain_words
 from sim.cli._common import echo, print_warnings
 
-#: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
-EXIT_INTERRUPTED = 130
 
 
 def command(file: Path, out: str, sets: list[str], quiet: bool, force: bool, argv: list[str],
@@ -49,7 +49,7 @@ def command(file: Path, out: str, sets: list[str], quiet: bool, force: bool, arg
     return 0
 
 
-#: the flags of a plain ``kvsim run`` (``plain_argv``): each a bool, or with a value (VALUE)
+#: the on/off flags of a plain ``kvsim run`` (``plain_argv``) -> ``command``'s argument
 _FLAGS = {"--quiet": "quiet", "--force": "force", "--no-report": "no_report", "--trace": "trace"}
 
 
@@ -60,33 +60,12 @@ def plain_argv(argv: list[str]) -> dict[str, Any] | None:
     ``--flag VALUE`` or ``--flag=VALUE``; None for anything else (help, ``--replications``,
     ``--``, a flag repeated or misspelt, a value that looks like a flag: typer's parser
     answers those)."""
-    if argv[:1] != ["run"]:
+    words = plain_words(argv, "run", ("--set", "--out"), tuple(_FLAGS))
+    if words is None or len(words.files) != 1 or len(words.values["--out"]) != 1:
         return None
-    got: dict[str, Any] = {"sets": []}
-    files: list[str] = []
-    rest = iter(argv[1:])
-    for arg in rest:
-        name, eq, inline = arg.partition("=")
-        if name in ("--set", "--out"):
-            value = inline if eq else next(rest, None)
-            if value is None or (not eq and value.startswith("-")):
-                return None
-            if name == "--set":
-                got["sets"].append(value)
-            elif "out" in got:
-                return None
-            else:
-                got["out"] = value
-        elif arg in _FLAGS and _FLAGS[arg] not in got:
-            got[_FLAGS[arg]] = True
-        elif arg.startswith("-") or not arg:
-            return None
-        else:
-            files.append(arg)
-    if len(files) != 1 or "out" not in got:
-        return None
-    return {"file": Path(files[0]), "out": got["out"], "sets": got["sets"],
-            **{flag: got.get(flag, False) for flag in _FLAGS.values()}}  # fmt: skip
+    return {"file": Path(words.files[0]), "out": words.values["--out"][0],
+            "sets": words.values["--set"],
+            **{arg: flag in words.switches for flag, arg in _FLAGS.items()}}  # fmt: skip
 
 
 class ReportOptions(NamedTuple):

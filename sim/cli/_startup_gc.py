@@ -8,7 +8,9 @@ its simulation one more full collection over the same objects, ~30 ms). ``starte
 (the run command, once the simulation is built and before it runs) moves everything made
 so far to the permanent generation (``gc.freeze``) and switches the collector back on:
 the run's collections see only what the run makes. A command that never calls
-``started()`` (``validate``) runs to its end with the collector off.
+``started()`` (``validate`` of a scenario) runs to its end with the collector off;
+``validate`` of a sweep file calls it before checking the points (each point's check
+makes garbage of its own: with the collector off a 256-point grid held ~290 MB more).
 
 Invariant: after the command the collector is as the caller had it: on again, and nothing
 left frozen: what the command made is in the oldest generation (a caller in the same

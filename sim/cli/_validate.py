@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.cli._argv import plain_words
 from sim.cli._common import echo, print_warnings
 from sim.errors import InvariantError, KvsimError
 
@@ -37,7 +38,10 @@ def report(file: Path, sets: list[str] | None) -> int:
     from sim.sweep.kind import is_sweep_file
 
     if is_sweep_file(file):  # a sweep file: its base with every point (sim.cli.sweep)
+        from sim.cli._startup_gc import started
         from sim.cli.sweep import validate_sweep
+
+        started()  # each point's check makes garbage of its own: the collector on for them
 
         return validate_sweep(file, sets, MAX_PROBLEMS)
     problems, resolved = check(file, sets)
@@ -98,23 +102,7 @@ def plain_argv(argv: list[str]) -> tuple[Path, list[str] | None] | None:
     """(FILE, the ``--set`` values or None) when ``argv`` is ``validate FILE`` with no
     other flag than ``--set VALUE`` / ``--set=VALUE``; None for anything else (help, other
     flags, a value that looks like a flag: typer's parser answers those)."""
-    if argv[:1] != ["validate"]:
+    words = plain_words(argv, "validate", ("--set",))
+    if words is None or len(words.files) != 1:
         return None
-    files: list[str] = []
-    sets: list[str] = []
-    rest = iter(argv[1:])
-    for arg in rest:
-        if arg == "--set":
-            value = next(rest, None)
-            if value is None or value.startswith("-"):
-                return None
-            sets.append(value)
-        elif arg.startswith("--set="):
-            sets.append(arg.removeprefix("--set="))
-        elif arg.startswith("-") or not arg:
-            return None
-        else:
-            files.append(arg)
-    if len(files) != 1:
-        return None
-    return Path(files[0]), sets or None
+    return Path(words.files[0]), words.values["--set"] or None

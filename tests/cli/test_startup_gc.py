@@ -67,3 +67,12 @@ def test_a_caller_s_own_collector_state_is_left_alone(tmp_path):
     assert (got["rc"], got["enabled"], got["freeze_count"]) == (0, False, 0)
     got = _probe(["validate", "workloads/chat_azure.yaml"], "gc.freeze()\nmine = gc.get_freeze_count()")
     assert got["rc"] == 0 and got["enabled"] and got["freeze_count"] > 0 and got["collections"] > 0
+
+
+def test_validating_a_sweep_checks_its_points_with_the_collector_on():
+    """Each point's check makes garbage of its own: with the collector off a large grid
+    grew by ~1 MB a point (review of branch h89). The sweep collects once the start-up is
+    frozen, and the collector is put back after it."""
+    got = _probe(["validate", "workloads/pd_ratio_sweep.yaml"])
+    assert got["rc"] == 0 and got["collections"] > 0
+    assert (got["frozen"], got["enabled"], got["freeze_count"]) == ([True], True, 0)
