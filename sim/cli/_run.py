@@ -28,7 +28,6 @@ from sim.cli._argv import plain_words
 from sim.cli._common import echo, print_warnings
 
 
-
 def command(file: Path, out: str, sets: list[str], quiet: bool, force: bool, argv: list[str],
             no_report: bool = False, trace: bool = False) -> int:  # fmt: skip
     """``kvsim run`` with these flags (``argv``: the command line as given, ``kvsim``
