@@ -109,12 +109,15 @@ class DeferredAppends:
                 self.pending[seq] = p + need
             self.pending_tokens += need
             return True
-        base = have - self.pending.get(seq, 0)
+        pending = self.pending
+        p = pending.get(seq)
+        base = have if p is None else have - p
         content = req.content_slice(base, target) if self.uses_content else None
         if not self.alloc.append(seq, target - base, content=content):
             return False
-        if seq in self.pending:
-            self._drop(seq)
+        if p is not None:  # (``_drop``)
+            del pending[seq], self.owner[seq]
+            self.pending_tokens -= p
         self._appended(seq, target)
         return True
 
@@ -165,7 +168,8 @@ class DeferredAppends:
                         budget -= k  # the last block is the sequence's own: k new blocks
                         self._queue(seq, t, target, bulk)
                     else:
-                        self._append_queued(bulk)
+                        if bulk:
+                            self._append_queued(bulk)
                         grown = self.grow(req, target)
                         if budget is not None:
                             budget = self.alloc.bulk_free_blocks()
@@ -512,9 +516,6 @@ class DeferredAppends:
                         raise InvariantError(f"fast path: planned growth of {req!r} missed")
                 return
             self.settle_all()
-        plan = [(req, 1) for req in requests]
-        if late is not None and late[1] <= steps:
-            plan.append(late)
         if not self.uses_content or self.alloc.block_size is None:
             self._grow_by(requests, steps)
             if late is not None and late[1] <= steps:
@@ -525,12 +526,58 @@ class DeferredAppends:
                 set_time(float(starts[f]))
                 publish()
             return
-        total = self.total
-        bases = [total[req.seq_id] - first + 1 for req, first in plan]  # tokens "before step 1"
+        # the plan: the sequences with an event in the run (a block fill or a new block),
+        # the late one last, and their tokens "before step 1"; one whose room outlasts the
+        # run (its first fill at step room > steps, its new block after it) has none: its
+        # tokens go pending now (``_grow_needs``, where they would go after the windows:
+        # no allocator call reads the ledger's books)
+        total, room, pending, owner = self.total, self.room, self.pending, self.owner
+        bs = self._bs
+        plan: list[tuple[Any, int]] = []
+        bases: list[int] = []
+        # one window (no publication, no late request): its events (``_events(plan, 1,
+        # steps)``) read here, in the same pass
+        whole: list[tuple[int, int, int, int, int]] | None = None
+        if not publishes and (late is None or late[1] > steps):
+            whole = []
+        added = 0
+        try:
+            for req in requests:
+                seq = req.seq_id
+                r = room[seq]
+                if r > steps:
+                    if steps <= 0:
+                        continue
+                    room[seq] = r - steps
+                    total[seq] += steps
+                    p = pending.get(seq)
+                    if p is None:
+                        pending[seq] = steps
+                        owner[seq] = req
+                    else:
+                        pending[seq] = p + steps
+                    added += steps
+                    continue
+                if whole is not None:  # its first new block at step r + 1, its first fill
+                    new, fill = r + 1, r or bs  # at r (a full last block: at bs)
+                    last_new = new + (steps - new) // bs * bs if new <= steps else 0
+                    last_fill = fill + (steps - fill) // bs * bs if fill <= steps else 0
+                    if new <= steps or fill <= steps:
+                        whole.append((last_fill, len(plan), max(last_new, last_fill), new, fill))
+                plan.append((req, 1))
+                bases.append(total[seq])
+        finally:
+            self.pending_tokens += added
+        if late is not None and late[1] <= steps:
+            plan.append(late)
+            bases.append(total[late[0].seq_id] - late[1] + 1)
         # every window's events from the rooms before any append
         cuts = [f for f, _ in publishes]
-        bounds = zip([1, *cuts], [*(f - 1 for f in cuts), steps], strict=True)
-        windows = [self._events(plan, lo, hi) for lo, hi in bounds]
+        if whole is not None:
+            windows = [whole]
+        else:
+            bounds = zip([1, *cuts], [*(f - 1 for f in cuts), steps], strict=True)
+            windows = [self._events(plan, lo, hi) for lo, hi in bounds]
         self._apply_window(plan, bases, windows[0], cuts[0] - 1 if cuts else steps, starts, set_time)
         for i, (f, publish) in enumerate(publishes):
             set_time(float(starts[f]))
@@ -595,17 +642,19 @@ class DeferredAppends:
         total, pending = self.total, self.pending
         items: list[tuple[Hashable, int]] = []
         contents, times_s, targets = [], [], []
-        for fill, j, end, *_ in todo:
-            now_s = None
+        for fill, j, end, _, _ in todo:
             if fill != clock and fill > 0:  # setting the same time again changes nothing
-                now_s = float(starts[fill])
+                times_s.append(float(starts[fill]))
                 clock = fill
+            else:
+                times_s.append(None)
             req = plan[j][0]
             seq, target = req.seq_id, bases[j] + end
-            base = total[seq] - pending.get(seq, 0)
+            base = total[seq]
+            if seq in pending:
+                base -= pending[seq]
             items.append((seq, target - base))
             contents.append(req.content_slice(base, target))
-            times_s.append(now_s)
             targets.append(target)
             if end > last_event:
                 last_event = end
@@ -613,10 +662,17 @@ class DeferredAppends:
             raise InvariantError("fast path: a sequence twice in one run")
         if not self.alloc.append_in_bulk(items, contents, times_s):
             return False
+        # each sequence's pending tokens went with its append (``_drop``), and its room is
+        # the rest of its last block (``_appended``: a block kind)
+        room, owner, bs = self.room, self.owner, self._bs
+        dropped = 0
         for (seq, _), target in zip(items, targets, strict=True):
             if seq in pending:
-                self._drop(seq)
-            self._appended(seq, target)
+                dropped += pending.pop(seq)
+                del owner[seq]
+            total[seq] = target
+            room[seq] = -target % bs
+        self.pending_tokens -= dropped
         set_time(float(starts[last_event]))  # the clock where the appends one by one leave it
         return True
 

@@ -507,34 +507,37 @@ class PagedAllocator(Allocator):
         held, bs, rc = self._held, self.block_size, self.pool.refcount
         seen: set[Hashable] = set()
         one_by_one = self._appends_overridden()
-        for (seq_id, n_tokens), now_s in zip(items, times_s, strict=True):
+        check = index.check_content
+        # one pass: each item's checks, then (while none failed) its content checked (no
+        # change: bad content sends the batch one by one, where it raises at that item)
+        # and its new blocks
+        checked, counts, starts = [], [], []
+        for (seq_id, n_tokens), content, now_s in zip(items, contents, times_s, strict=True):
             tokens = tokens_of[seq_id]
+            table = tables[seq_id]
             if (
                 n_tokens.__class__ is not int
                 or n_tokens <= 0
                 or seq_id in seen
                 or (held and seq_id in held)
-                or (tokens % bs and rc[tables[seq_id][-1]] > 1)  # a copy on write
+                or (tokens % bs and rc[table[-1]] > 1)  # a copy on write
                 or not (now_s is None or now_s.__class__ is float or now_s.__class__ is int)
             ):
                 one_by_one = True
+            elif not one_by_one:
+                if content is not None:
+                    try:
+                        content = check(content, n_tokens, "append")
+                    except AllocatorError:
+                        one_by_one = True
+                checked.append(content)
+                counts.append((tokens + n_tokens + bs - 1) // bs - len(table))
+                starts.append(tokens)
             seen.add(seq_id)
         if not self.appends_in_bulk(seen):
             return None
         if one_by_one:
             return False
-        check = index.check_content
-        checked, counts, starts = [], [], []
-        for (seq_id, n_tokens), content in zip(items, contents, strict=True):
-            if content is not None:
-                try:
-                    content = check(content, n_tokens, "append")
-                except AllocatorError:  # one by one, it raises at this item
-                    return False
-            checked.append(content)
-            tokens = tokens_of[seq_id]
-            counts.append((tokens + n_tokens + bs - 1) // bs - len(tables[seq_id]))
-            starts.append(tokens)
         pool = self.pool
         need = sum(counts)  # room for all at once: the index frees, in one ``make_room``,
         short = need - pool.num_free  # the blocks each item's shortfall in turn would free
@@ -543,11 +546,12 @@ class PagedAllocator(Allocator):
         ids = pool.take(need) if need else []
         paused, appended = self._paused, index.appended
         at = unfilled = 0
-        for i, (seq_id, n_tokens) in enumerate(items):
-            now_s = times_s[i]
+        for (seq_id, n_tokens), content, now_s, tokens, k in zip(
+            items, checked, times_s, starts, counts, strict=True
+        ):
             if now_s is not None:
                 self.set_time(now_s)
-            tokens, k, table = starts[i], counts[i], tables[seq_id]
+            table = tables[seq_id]
             end = tokens + n_tokens
             unfilled += -end % bs - -tokens % bs
             if k:
@@ -556,7 +560,7 @@ class PagedAllocator(Allocator):
                 table.extend(new)
                 if paused is not None:
                     paused.taken(seq_id, new)
-            appended(seq_id, tokens, n_tokens, checked[i], table)
+            appended(seq_id, tokens, n_tokens, content, table)
             tokens_of[seq_id] = end
         self._unfilled += unfilled
         self._count.blocks_taken += need

@@ -76,6 +76,7 @@ from sim.prefix.held_back import HeldBack
 from sim.prefix.radix import Node, RadixTree
 from sim.prefix.sharing import FamilyLedger
 from sim.prefix.spans import (
+    PLAIN_IDS,
     Segments,
     advance,
     checked_content,
@@ -289,6 +290,20 @@ class RadixIndex:
 
     # ------------------------------------------------------------------ growth
     def check_content(self, content: Any, n_tokens: int, op: str) -> Segments:
+        """``checked_content``, with its one-segment case (a decode's content, made by the
+        engine) tested here, saving a call per append."""
+        if type(content) is tuple and len(content) == 1:
+            seg = content[0]
+            if (
+                type(seg) is tuple
+                and len(seg) == 3
+                and type(seg[0]) in PLAIN_IDS
+                and type(seg[1]) is int
+                and type(seg[2]) is int
+                and seg[1] >= 0
+                and seg[2] == n_tokens > 0
+            ):
+                return content
         return checked_content(content, n_tokens, op, "radix")
 
     def appended(
@@ -300,14 +315,30 @@ class RadixIndex:
                 if seq_id in self._waiting:
                     self._join(self._waiting[seq_id])
                 self._tail[seq_id] = None
-            else:
-                extend_normal(tail, content)  # normalised by check_content
-                now = self._now()
+            else:  # normalised by check_content; a decode's one segment joined in line
+                if len(content) == 1 and tail:  # (``extend_normal``)
+                    last, seg = tail[-1], content[0]
+                    if last[0] == seg[0] and last[1] + last[2] == seg[1]:
+                        tail[-1] = (last[0], last[1], last[2] + seg[2])
+                    else:
+                        tail.append(seg)
+                else:
+                    extend_normal(tail, content)
+                now = self._now_s
+                if now is None:  # the op counter's stamp (``_now``)
+                    now = self._now()
                 upto = tokens + n_tokens
-                limit = self._limit.get(seq_id)
-                if limit is not None and limit < upto:  # held back past ``limit``
-                    upto = limit
-                self._fill(seq_id, upto, now, table)
+                if self._limit:
+                    limit = self._limit.get(seq_id)
+                    if limit is not None and limit < upto:  # held back past ``limit``
+                        upto = limit
+                w = self._waiting.get(seq_id)
+                if w is not None:  # its leaf waits: the fill waits too (``_fill``)
+                    full = upto // self.block_size
+                    if full > w.full_blocks:
+                        w.full_blocks, w.filled_s = full, now
+                else:
+                    self._fill(seq_id, upto, now, table)
         if self.watermark.tau_low_blocks:  # (a decode's append: no call without one)
             self._keep_watermark()
 

@@ -40,7 +40,8 @@ def _check_id(cid: object) -> None:
         raise TypeError(f"content id must be an int or a str, got {cid!r}")
 
 
-_PLAIN_IDS = frozenset({int, str})
+#: the content id types a segment takes as they are (no conversion, no check)
+PLAIN_IDS = frozenset({int, str})
 
 
 def segments(spans: Iterable[Sequence]) -> Segments:
@@ -59,7 +60,7 @@ def segments(spans: Iterable[Sequence]) -> Segments:
             start = 0
         else:
             raise ValueError(f"a span is (content_id, n_tokens), got {sp!r}")
-        if type(cid) not in _PLAIN_IDS or type(n) is not int or type(start) is not int:
+        if type(cid) not in PLAIN_IDS or type(n) is not int or type(start) is not int:
             _check_id(cid)  # the slow path: subclasses, bools, wrong types
             if not isinstance(n, int) or not isinstance(start, int):
                 raise ValueError(f"span {sp!r}: start and n_tokens must be whole numbers >= 0")
@@ -86,7 +87,7 @@ def checked_content(content: Any, n: int, op: str, kind: str) -> Segments:
         if (
             type(seg) is tuple
             and len(seg) == 3
-            and type(seg[0]) in _PLAIN_IDS
+            and type(seg[0]) in PLAIN_IDS
             and type(seg[1]) is int
             and type(seg[2]) is int
             and seg[1] >= 0

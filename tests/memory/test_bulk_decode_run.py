@@ -153,6 +153,41 @@ def test_bulk_is_offered_only_where_order_cannot_matter():
     assert not marked.appends_in_bulk(["c"])  # the watermark evicts between appends
 
 
+def test_a_sequence_whose_room_outlasts_the_run_only_counts_its_tokens():
+    """A run of 2 steps: "a" (6 tokens, room 2 in its last block of 4) fills that block
+    at step 2, so the allocator sees it; "long" (17 tokens, room 3) fills nothing before
+    step 3: it has no event in the run, no append, and its 2 tokens are only counted
+    (pending, its room 2 fewer), as stepping leaves them."""
+    alloc = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
+    ledger = DeferredAppends(alloc, uses_content=True)
+    alloc.set_time(1.0)
+    reqs = {}
+    for name, tokens in (("a", 6), ("long", 17)):  # room 2 and room 3
+        req = Req(name, ((f"p-{name}", 0, tokens),))
+        assert alloc.allocate(name, tokens, content=req.content)
+        ledger.track(name)
+        reqs[name] = req
+    assert (ledger.room["a"], ledger.room["long"]) == (2, 3)
+    appends: list = []
+    inner = alloc.append_in_bulk
+
+    def recorded(items, contents, times_s):
+        appends.extend(seq for seq, _ in items)
+        return inner(items, contents, times_s)
+
+    alloc.append_in_bulk = recorded
+    ledger.apply_run([reqs["a"], reqs["long"]], 2, [1.0, 1.25, 1.5], alloc.set_time)
+    # "a": room 2, fills its block at step 2 (8 tokens); "long": room 3 > 2 steps, none
+    assert appends == ["a"]
+    assert alloc.seq_tokens("a") == 8 and alloc.seq_tokens("long") == 17
+    assert ledger.pending == {"long": 2} and ledger.pending_tokens == 2
+    assert ledger.owner == {"long": reqs["long"]}
+    assert (ledger.total["long"], ledger.room["long"]) == (19, 1)
+    assert (ledger.total["a"], ledger.room["a"]) == (8, 0)
+    ledger.check()
+    alloc.check_invariants()
+
+
 def _run(spec, mode: str, late_first: int):
     """One decode run of ``spec``'s batch (its last request joins at step ``late_first``
     when there are two or more): ``bulk`` and ``order`` through ``apply_run`` (bulk

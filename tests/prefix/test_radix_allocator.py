@@ -14,6 +14,7 @@ from sim.errors import ConfigError, InvariantError, PluginError, UnknownNameErro
 from sim.memory import AllocatorError, make_allocator
 from sim.prefix.eviction import EVICTION_STRATEGIES, Priority
 from sim.prefix.kinds import RadixAllocator
+from sim.prefix.spans import checked_content
 
 KV = 10  # bytes per token
 
@@ -266,6 +267,35 @@ def test_misuse_raises_and_changes_nothing():
         a.append("a", 2, content=[("y", 3)])
     assert a.metrics() == before and a.seq_tokens("a") == 10 and not a.is_live("b")
     ok(a)
+
+
+ONE_SEGMENTS = [
+    ((7, 0, 5),),  # a decode's content: an int output id
+    (("o", 3, 5),),  # a str id from an offset
+    ((True, 0, 5),),  # a bool is no plain id: the full check refuses it
+    ((7, -1, 5),),  # a negative start
+    ((7, 0, 4),),  # the wrong length
+    ((7, 0, 0),),  # an empty segment
+    ((7.5, 0, 5),),  # a float id
+    ((7, 0),),  # a user span, not a segment
+    [(7, 0, 5)],  # a list, not a tuple: normalised by the full check
+    (("o", 0, 2), ("o", 2, 3)),  # two segments that one makes: normalised
+]
+
+
+@pytest.mark.parametrize("content", ONE_SEGMENTS)
+def test_the_index_checks_a_content_as_checked_content_does(content):
+    """The radix index tests a decode's one segment in line (a call saved per append):
+    the same answer, or the same refusal, as ``checked_content``."""
+    index = radix().index
+    try:
+        want = checked_content(content, 5, "append", "radix")
+    except AllocatorError as exc:
+        with pytest.raises(AllocatorError) as got:
+            index.check_content(content, 5, "append")
+        assert str(got.value) == str(exc)
+    else:
+        assert index.check_content(content, 5, "append") == want
 
 
 # ------------------------------------------------------------------ property test
