@@ -11,6 +11,10 @@ other failure: ``InvariantError``, raised by every ``check_invariants`` and ``ch
 
 from __future__ import annotations
 
+#: the process's exit status after Ctrl-C (128 + SIGINT, the shell's convention): every
+#: command path (``sim.cli``, its quick paths, its typer commands) exits with it
+EXIT_INTERRUPTED = 130
+
 
 class KvsimError(Exception):
     """An error in user input, printed as one line by the CLI."""

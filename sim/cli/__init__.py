@@ -34,7 +34,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from sim.cli import _startup_gc  # imported with the package: main pauses the collector first thing
-from sim.errors import KvsimError
+from sim.errors import EXIT_INTERRUPTED, KvsimError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -165,8 +165,6 @@ PYDANTIC_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 #: (322 -> 267 MB, docs/performance.md)
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 
-#: exit status after Ctrl-C (128 + SIGINT, the shell's convention)
-EXIT_INTERRUPTED = 130
 
 #: the commands whose start-up runs with the garbage collector off (``sim.cli._startup_gc``:
 #: ``run`` switches it back on, objects frozen, once its simulation is built; ``validate``

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sim.cli import EXIT_INTERRUPTED
 from sim.cli._argv import plain_words
 from sim.cli._common import echo, print_warnings
+from sim.errors import EXIT_INTERRUPTED
 
 
 def command(file: Path, out: str, sets: list[str], quiet: bool, force: bool, argv: list[str],

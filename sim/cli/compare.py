@@ -18,6 +18,8 @@ from typing import Annotated
 
 import typer
 
+from sim.errors import EXIT_INTERRUPTED
+
 HELP = """Compare variants side by side: run a scenario under each combination of --vary
 values (or read existing run folders), print one table with deltas against the first
 variant, and write DIR/compare.html (+ PNGs), DIR/compare.parquet (one row per variant)
@@ -158,7 +160,7 @@ def _interrupted(tasks: list[dict], out_dir: Path) -> None:
     typer.echo(f"{end_progress}interrupted: {kept} of {len(tasks)} runs are complete in {out_dir}/ and kept; "
                "no comparison written: rerun the same command with --force to run the rest "
                "(complete runs are skipped)", err=True)  # fmt: skip
-    raise typer.Exit(code=130)
+    raise typer.Exit(code=EXIT_INTERRUPTED)
 
 
 def _progress(done: int, total: int) -> None:

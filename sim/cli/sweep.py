@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from sim.cli._common import cluster_line, command_line
+from sim.errors import EXIT_INTERRUPTED
 
 HELP = """Run every point of a sweep file (a base scenario, a grid and/or points,
 replications) into DIR: DIR/results.parquet (one row per point and replication, rewritten
@@ -70,7 +71,7 @@ def sweep(
         table = Path(out) / "results.parquet"
         what = f"the finished runs are in {table}" if table.is_file() else "no run finished"
         typer.echo(f"interrupted: {what}", err=True)
-        raise typer.Exit(code=130) from None
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
     failed = int(table["error"].notna().sum()) if len(table) else 0
     note = f" ({failed} failed: see the error column)" if failed else ""
     typer.echo(f"wrote {out}/results.parquet: {len(table)} runs{note}")

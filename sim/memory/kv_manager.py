@@ -174,6 +174,11 @@ class KVManager:
             return 0
         return self.ledger.tokens(seq) or self.alloc.seq_tokens(seq)
 
+    def step_of(self, seq: Hashable) -> tuple[int, int] | None:
+        """The ``(computed, end)`` of the prefill chunk a live sequence's side groups hold
+        blocks for (``Allocator.step_of``), or None (the decode rule of its tokens)."""
+        return self.alloc.step_of(seq)
+
     def is_held(self, seq: Hashable) -> bool:
         """Whether ``seq`` is held idle between two turns (paused)."""
         return seq in self.paused

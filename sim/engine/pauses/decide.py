@@ -127,7 +127,7 @@ class PauseDecider:
         if self.groups is None:
             tokens: int = sum(r.num_computed for r in sched.running if r is not req)
             return float(tokens * self.table_bpt)  # an int times a float, as before
-        step_of = kv.alloc.step_of
+        step_of = kv.step_of
         total = 0.0
         for r in sched.running:
             if r is req:
