@@ -12,9 +12,19 @@ same ledger how many decode steps fit (``plan_run``) and replays a run's appends
 (``apply_run``) with exactly the calls step-by-step growth would make, or, where the
 allocator says their order cannot matter (``appends_in_bulk``), one append per sequence.
 
-Invariants, for every tracked sequence: ``total = allocator tokens + pending``;
-``0 <= room <= capacity - total`` (equal except after a fork, whose shared last block must
-be copied on the next write, so ``room`` is 0 then); ``pending_tokens`` = sum of pending.
+The clock (``clock``, ``advance``, ``settle``; a scheduler's decode cohort drives it):
+a clocked sequence grows by one token a tick without being touched; its ``total``,
+``room`` and ``pending`` are stored as of the tick it was clocked or settled at
+(``_since``), and it is filed under the tick whose growth needs a new block, so a step or
+a run touches only the sequences at a block boundary; anything else done to it settles it
+first.
+
+Invariants, for every tracked sequence, with ``d`` the ticks since a clocked sequence was
+stored (0 for the others): ``total + d = allocator tokens + pending + d``;
+``0 <= room - d <= capacity - total - d`` (equal except after a fork, whose shared last
+block must be copied on the next write, so ``room`` is 0 then); ``pending_tokens`` = sum
+of pending plus every clocked sequence's ``d``; each clocked sequence filed once, at the
+tick its room runs out.
 """
 
 from __future__ import annotations
@@ -742,7 +752,7 @@ class DeferredAppends:
         if sum(self.pending.values()) + sum(ticks.values()) != self.pending_tokens:
             raise InvariantError("pending tokens out of sync")
         filed = {s: t - self.room[s] - 1 for t, b in self._at.items() for _, s in b}
-        if filed != since:
+        if filed != since or sum(map(len, self._at.values())) != len(since):  # once each
             raise InvariantError("clocked sequences not filed at their next block boundary")
         for seq, total in self.total.items():
             d = ticks.get(seq, 0)

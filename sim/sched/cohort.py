@@ -4,12 +4,13 @@ by one shared counter (the batch-level decode clock, step 1; docs/performance.md
 
 Responsibility: membership by O(1) events (a request joins when its prompt is done and it
 sampled, and leaves when it finishes, is preempted, cancelled, not scheduled in a step, or
-any code writes its counters), and what the scheduler asks of its decodes without a pass
+any code writes its counters or its ``output_limit``), and what the scheduler asks of its decodes without a pass
 over them: the sum of their computed tokens, the longest and shortest, the first finish.
 
 A member's ``num_computed`` / ``num_output`` read ``stored + (tick - joined)``: its class is
 switched to the cohort's ``Member`` (a ``Request`` subclass with no slots of its own, whose
-two counters are properties); a write settles it out first (the stored counts take the
+two counters are properties, and ``output_limit`` one whose write settles it out: its
+finish tick is taken at its join); a write settles it out first (the stored counts take the
 ticks it decoded, its class is ``Request`` again), so every reader and writer sees today's
 meaning. Leaving is lazy in the heaps: an entry is live while its request's ``_entry`` is it.
 
@@ -27,6 +28,7 @@ from sim.sched.request import Request
 
 _NC: Any = Request.__dict__["num_computed"]  # the slots' descriptors: a member's counts at its join
 _NO: Any = Request.__dict__["num_output"]
+_OL: Any = Request.__dict__["output_limit"]  # read as it is; a write settles the member out
 _get_nc: Callable[[Request], int] = _NC.__get__
 _set_nc: Callable[[Request, int], None] = _NC.__set__
 _get_no: Callable[[Request], int] = _NO.__get__
@@ -68,6 +70,10 @@ class DecodeCohort:
             cohort.leave(req)
             _set_no(req, value)
 
+        def set_ol(req: Request, value: int) -> None:  # its finish tick was taken at its join
+            cohort.leave(req)
+            _OL.__set__(req, value)
+
         self.Member: type[Request] = type(
             "CohortMember",
             (Request,),
@@ -75,6 +81,7 @@ class DecodeCohort:
                 "__slots__": (),
                 "num_computed": property(get_nc, set_nc),
                 "num_output": property(get_no, set_no),
+                "output_limit": property(_OL.__get__, set_ol),
             },
         )
 

@@ -43,6 +43,13 @@ whose KV is held for the next turn never reserves slots past its final token (th
 sequence must be exactly its tokens; vLLM would free the request and keep only its
 computed blocks); a last turn reserves as vLLM does, to the end.
 
+The decode clock (``sim.sched.cohort``, docs/engine.md "The decode cohort"): where the KV
+ledger can clock them (no prefix cache, no hybrid side groups, a block kind, no
+speculative decoding), running decodes advance by one shared counter and the ledger grows
+their sequences by ticks, so a decision touches the requests that changed, not every
+decode; elsewhere each decode is scheduled and committed one by one. Results are the same
+either way.
+
 Invariant: see ``sched.base``; plus: a step has at most ``max_num_batched_tokens`` tokens
 except for a monolithic prefill alone in its step.
 """
@@ -653,7 +660,8 @@ class VllmV1Scheduler(Scheduler):
             self.cohort.join(req)
 
     def check_invariants(self) -> None:
-        """The base checks, and no more running requests than ``max_num_seqs``."""
+        """The base checks, the decode cohort's (its members running, its history sum and
+        each member's finish tick), and no more running requests than ``max_num_seqs``."""
         super().check_invariants()
         cohort = self.cohort
         members = cohort.members()
@@ -662,6 +670,9 @@ class VllmV1Scheduler(Scheduler):
             raise InvariantError("the decode cohort's members are not running requests")
         if sum(r.num_computed for r in members) != cohort.hist_sum():
             raise InvariantError("the decode cohort's history sum is out of sync")
+        for r in members:  # its finish tick, taken at its join, still its output's end
+            if r._entry[0] != cohort.tick + r.output_limit - r.num_output:
+                raise InvariantError(f"{r!r}: the decode cohort's finish tick is out of sync")
         if len(self.running) > self.config.max_num_seqs:
             raise InvariantError("more running requests than max_num_seqs")
 

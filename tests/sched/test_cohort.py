@@ -97,3 +97,21 @@ def test_a_preempted_member_leaves_with_its_counts_reset():
         s.commit(plan)
     assert preempted is b and type(b) is Request and b.num_computed == 0
     assert b.status != RUNNING and b.num_output > 1 and s.cohort.size == 1
+
+
+def test_a_new_output_limit_settles_a_member_out():
+    """A member's finish tick is taken at its join: code that changes its ``output_limit``
+    (a plug-in, a harness) takes it out of the cohort, so its finish follows the new limit
+    (review of branch h88: the old tick ended it 5 tokens late)."""
+    c = DecodeCohort()
+    r = _decoding(1, 10, 1, 8, serial=1)  # 7 more tokens to sample: due at tick 7
+    c.join(r)
+    c.tick += 2
+    assert r.output_limit == 8 and type(r) is c.Member  # a read leaves it in
+    r.output_limit = 5  # 3 sampled; 2 more to go
+    assert type(r) is Request and c.size == 0
+    assert (r.num_computed, r.num_output, r.output_limit) == (12, 3, 5)
+    c.join(r)
+    assert c.first_finish() == 2
+    c.tick += 2
+    assert c.due() == [r] and r.num_output == 5
