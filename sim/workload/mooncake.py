@@ -38,10 +38,10 @@ def prompt_spans(ctx: WorkloadContext, req: TraceRequest) -> list[tuple]:
     return spans
 
 
-def timestamps_s(rows: list[TraceRequest], where: str) -> np.ndarray:
+def timestamps_s(rows: list[TraceRequest], where: str, first_row: int = 0) -> np.ndarray:
     """The rows' arrival times in seconds from the first (checked to be in time order;
     ``sim.workload.mooncake_trace.timestamp_values`` as an array)."""
-    return np.array(timestamp_values(rows, where), dtype=np.float64)
+    return np.array(timestamp_values(rows, where, first_row), dtype=np.float64)
 
 
 def mooncake_count(cfg) -> int:
@@ -63,7 +63,7 @@ def mooncake_driver(cfg, ctx: WorkloadContext):
     arrival = cfg.arrival
     if arrival.kind == "trace" and arrival.path is None:
         where = str(trace_path(cfg, ctx))
-        t = timestamps_s(rows, where)
+        t = timestamps_s(rows, where, cfg.start_row)
         times = trace_times(t, len(rows), arrival.time_scale, arrival.rate_per_s, where)
         return arrive_at(ctx.env, times.tolist(), start)
     return arrival_strategy(arrival.kind).run(arrival, ctx, len(rows), start)

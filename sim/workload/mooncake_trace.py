@@ -51,16 +51,20 @@ def replayed(cfg: Any, ctx: Any) -> list[TraceRequest]:
     return rows[:n]
 
 
-def timestamp_values(rows: list[TraceRequest], where: str) -> list[float]:
-    """The rows' arrival times in seconds from the first (checked to be in time order)."""
+def timestamp_values(rows: list[TraceRequest], where: str, first_row: int = 0) -> list[float]:
+    """The rows' arrival times in seconds from the first (checked to be in time order);
+    ``first_row``: the trace's row of ``rows[0]`` (the workload's ``start_row``), so an
+    error names the trace's own requests, counted from 1 over its non-blank lines."""
     t = [float(r.timestamp_ms) / 1000.0 for r in rows]
     first = t[0]
     t = [x - first for x in t]
     for i in range(len(t) - 1):
         if t[i + 1] - t[i] < 0:
+            n = first_row + i + 2  # the request out of order, counted from 1
             raise ConfigError(
-                f"timestamps are not in time order (request {i + 1} of the replay comes "
-                "before the one above it)",
+                f"timestamps are not in time order (request {n} of the trace, at "
+                f"{rows[i + 1].timestamp_ms} ms, comes before request {n - 1}, at "
+                f"{rows[i].timestamp_ms} ms; requests counted from 1 over its non-blank lines)",
                 location=where,
                 field="timestamp",
             )

@@ -93,7 +93,7 @@ def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> Non
 
         rows = replayed(cfg, ctx)
         if arrival.kind == "trace" and arrival.path is None:  # the trace's own times
-            timestamp_values(rows, str(trace_path(cfg, ctx)))
+            timestamp_values(rows, str(trace_path(cfg, ctx)), cfg.start_row)
     elif cfg.kind == "agent_trace":
         from sim.workload.agent_trace import recorded
 

@@ -186,3 +186,19 @@ def test_bad_traces_and_counts_are_one_line_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(b"\xff\xfe")
     with pytest.raises(KvsimError, match="bad.jsonl: cannot read trace"):
         build(scenario({"kind": "mooncake", "path": str(tmp_path / "bad.jsonl")}))
+
+
+def test_a_request_out_of_time_order_is_named_as_the_trace_counts_it(tmp_path):
+    """Timestamps 5, 3, 7 ms: the second request of the trace comes before the first; with
+    ``start_row: 1`` the replay's first pair is the trace's requests 2 and 3, in order, and
+    a fourth at 6 ms is request 4, before request 3 (review: the message said "request 1",
+    an index into the replay, for the trace's second request)."""
+    rows = [TraceRequest(ms, 10, 1, (i,)) for i, ms in enumerate((5.0, 3.0, 7.0))]
+    path = write_trace(tmp_path / "t.jsonl", rows)
+    want = r"request 2 of the trace, at 3\.0 ms, comes before request 1, at 5\.0 ms"
+    with pytest.raises(ConfigError, match=want):
+        build(scenario({"kind": "mooncake", "path": str(path)}))
+    path = write_trace(tmp_path / "t.jsonl", [*rows, TraceRequest(6.0, 10, 1, (9,))])
+    want = r"request 4 of the trace, at 6\.0 ms, comes before request 3, at 7\.0 ms"
+    with pytest.raises(ConfigError, match=want):
+        build(scenario({"kind": "mooncake", "path": str(path), "start_row": 1}))
