@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sim.errors import ConfigError, InvariantError
@@ -76,7 +77,6 @@ from sim.prefix.held_back import HeldBack
 from sim.prefix.radix import Node, RadixTree
 from sim.prefix.sharing import FamilyLedger
 from sim.prefix.spans import (
-    PLAIN_IDS,
     Segments,
     advance,
     checked_content,
@@ -289,22 +289,9 @@ class RadixIndex:
         return copied
 
     # ------------------------------------------------------------------ growth
-    def check_content(self, content: Any, n_tokens: int, op: str) -> Segments:
-        """``checked_content``, with its one-segment case (a decode's content, made by the
-        engine) tested here, saving a call per append."""
-        if type(content) is tuple and len(content) == 1:
-            seg = content[0]
-            if (
-                type(seg) is tuple
-                and len(seg) == 3
-                and type(seg[0]) in PLAIN_IDS
-                and type(seg[1]) is int
-                and type(seg[2]) is int
-                and seg[1] >= 0
-                and seg[2] == n_tokens > 0
-            ):
-                return content
-        return checked_content(content, n_tokens, op, "radix")
+    #: ``checked_content`` for this kind, called without a frame of its own (a partial
+    #: object is C-level): one Python call per append, its one-segment case first
+    check_content = staticmethod(partial(checked_content, kind="radix"))
 
     def appended(
         self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any, table: list[int]
