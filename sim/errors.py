@@ -61,3 +61,10 @@ class InvariantError(AssertionError):
     """The simulator's own books do not balance (a bug, not a user error); the message names
     the broken invariant. The one invariant-failure mechanism: checks raise it rather than
     using ``assert`` (stripped under ``python -O``) or a bare ``AssertionError``."""
+
+
+def shown(value: object) -> str:
+    """A plug-in's value as an error shows it: its type and a repr of at most 60
+    characters (the one line stays short whatever the plug-in returned)."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

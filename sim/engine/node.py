@@ -64,7 +64,7 @@ from sim.cost.pricer import prefill_share_s
 from sim.cost.speculative import DraftPricer
 from sim.engine.lockstep import RunOffer
 from sim.engine.pauses import PauseLifecycle
-from sim.errors import InvariantError, KvsimError
+from sim.errors import InvariantError, KvsimError, shown
 from sim.memory.kv_manager import KVManager
 from sim.memory.metrics import KVSlots, MemoryMetrics
 from sim.sched import BatchPlan, Request, RunLimit, Scheduler
@@ -498,7 +498,7 @@ class Node:
         run's memory takes; kvsim's own schedulers skip both."""
         if type(lim) is not RunLimit:
             raise KvsimError(
-                f"scheduler {_named(self.sched)}: plan.run is {_shown(lim)}; it must be a "
+                f"scheduler {_named(self.sched)}: plan.run is {shown(lim)}; it must be a "
                 "sim.sched.RunLimit or None (docs/engine.md, the scheduler contract)"
             )
         k: Any = lim.max_steps
@@ -510,7 +510,7 @@ class Node:
                 pass
         if steps is None or steps < 1:
             raise KvsimError(
-                f"scheduler {_named(self.sched)}: RunLimit.max_steps is {_shown(k)}; it must "
+                f"scheduler {_named(self.sched)}: RunLimit.max_steps is {shown(k)}; it must "
                 "be a whole number >= 1 (an int, not a bool; docs/engine.md, the scheduler "
                 "contract)"
             )
@@ -842,12 +842,6 @@ def _named(sched: Scheduler) -> str:
     """A scheduler as errors name it: its registered name and its class."""
     cls = type(sched)
     return f"{sched.name!r} ({cls.__module__}.{cls.__qualname__})"
-
-
-def _shown(value: object) -> str:
-    """A plug-in's value in an error: its type and a repr of at most 60 characters."""
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def _ids(ids: set[int], most: int = 10) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from sim.cost import StepWork
 from sim.cost.pricer import MEMO_ENTRIES_MAX
-from sim.errors import KvsimError
+from sim.errors import KvsimError, shown
 from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
 from sim.policy import ACTIONS, Decision, PauseFacts, PausePolicy, WaitPredictor, make_policy
@@ -181,7 +181,7 @@ class PauseDecider:
 def not_a_decision(policy: PausePolicy, got: object) -> KvsimError:
     """The refusal of a policy's answer that is not a ``Decision``, naming the policy."""
     return KvsimError(
-        f"{_named(policy)} returned {_shown(got)} from decide; it must return a "
+        f"{_named(policy)} returned {shown(got)} from decide; it must return a "
         f"sim.policy.Decision (action one of: {', '.join(ACTIONS)})"
     )
 
@@ -190,7 +190,7 @@ def not_text(policy: PausePolicy, got: Decision) -> KvsimError:
     """The refusal of a ``Decision`` whose ``reason`` or ``hint_refused`` is not a ``str``."""
     field, value = ("reason", got.reason) if got.reason.__class__ is not str else ("hint_refused", got.hint_refused)
     return KvsimError(
-        f"{_named(policy)} returned a Decision whose {field} is {_shown(value)}; it must "
+        f"{_named(policy)} returned a Decision whose {field} is {shown(value)}; it must "
         "be a str (one short phrase, recorded with the pause)"
     )
 
@@ -199,12 +199,6 @@ def _named(policy: PausePolicy) -> str:
     """``pause policy 'name' (module.Class)``: how a refusal names the policy."""
     cls = type(policy)
     return f"pause policy {policy.name!r} ({cls.__module__}.{cls.__qualname__})"
-
-
-def _shown(value: object) -> str:
-    """A refused value as its type and a repr of at most 60 characters."""
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def free_bytes(pool: FramePool | None) -> float:
