@@ -244,7 +244,7 @@ class HashIndex:
                 hashes[n_hit:shown],
                 slice_tokens(segs, n_hit * bs, shown * bs),
             )
-        self.ledger.new(seq_id)
+        self.ledger.new(seq_id, table)
         self.ledger.map(seq_id, table[:shown])
         self._content[seq_id] = None if segs is None else list(segs)
         self._hashes[seq_id] = hashes

@@ -65,6 +65,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain
 from typing import Any
 
 from sim.errors import ConfigError, InvariantError
@@ -132,6 +133,8 @@ class RadixIndex:
         self._retain: dict[Hashable, float] = {}  # live sequence -> its retain priority (not 0)
         #: live sequence -> the full blocks its fills left waiting to join its leaf
         self._waiting: dict[Hashable, _Waiting] = {}
+        #: live sequence -> nodes pinned for it besides its own (``_pin_sharers``)
+        self._borrowed: dict[Hashable, list[Node]] = {}
         self._held = HeldBack()  # the publication seam (sim.prefix.held_back)
         #: held-back live sequence -> the tokens look-ups may see of it (``hold_back``)
         self._limit: dict[Hashable, int] = self._held.marks
@@ -206,7 +209,9 @@ class RadixIndex:
         self._tree.extend_late(node, content, blocks, w.filled_s)
         self.pool.retain(blocks)
         if mapped:
-            self.ledger.map(seq_id, blocks)
+            sharers = self.ledger.map(seq_id, blocks)
+            if sharers:
+                self._pin_sharers(sharers, node)
 
     @property
     def evictable_blocks(self) -> int:
@@ -263,7 +268,7 @@ class RadixIndex:
     def admitted(self, seq_id: Hashable, n_tokens: int, table: list[int], hit: PrefixHit) -> int:
         m, segs = hit.state
         now = self._now()
-        self.ledger.new(seq_id)
+        self.ledger.new(seq_id, table)
         matched = served = copied = 0
         if m is not None:
             matched, served = m.matched_tokens, m.hit_tokens
@@ -419,7 +424,9 @@ class RadixIndex:
         blocks = table[start:full]
         if tree.try_extend(node, content, blocks, now):
             self.pool.retain(blocks)
-            self.ledger.map(seq_id, blocks)
+            sharers = self.ledger.map(seq_id, blocks)
+            if sharers:
+                self._pin_sharers(sharers, node)
             if self.listener is not None:  # they continue the node's old last block
                 self.listener.cached(node.block_ids[-len(blocks) - 1], blocks, content)
             return
@@ -427,7 +434,9 @@ class RadixIndex:
         adopted = res.adopted_block_ids
         if adopted:
             self.pool.retain(adopted)
-            self.ledger.map(seq_id, adopted)
+            sharers = self.ledger.map(seq_id, adopted)
+            if sharers:
+                self._pin_sharers(sharers, res.node)
             if self.listener is not None:  # the new leaf res.node holds them
                 parent = res.node.parent
                 total = len(blocks) * bs
@@ -439,6 +448,18 @@ class RadixIndex:
         tree.lock(res.node)
         tree.unlock(node)
         self._node[seq_id] = res.node
+
+    def _pin_sharers(self, sharers: set[Hashable], *nodes: Node) -> None:
+        """Pin ``nodes`` for each of ``sharers``: members of the caching sequence's fork
+        family that map blocks it just cached (forked while those were held back), whose
+        own pins lie above them. Each such pin lasts until its sequence is released (its
+        table maps those blocks as long); it may pin more of ``node`` than the sharer
+        maps; a fork of a sharer takes its pins too."""
+        lock, borrowed = self._tree.lock, self._borrowed
+        for s in sharers:
+            for node in nodes:
+                lock(node)
+            borrowed.setdefault(s, []).extend(nodes)
 
     def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
         """True when each sequence's new full blocks would lengthen its own leaf in place
@@ -459,6 +480,8 @@ class RadixIndex:
         node = self._node[parent_id]
         self._tree.lock(node)
         self._node[child_id] = node
+        if self._borrowed and parent_id in self._borrowed:  # it maps what they hold too
+            self._pin_sharers({child_id}, *self._borrowed[parent_id])
         if parent_id in self._limit:
             self._limit[child_id] = self._limit[parent_id]
         tail = self._tail[parent_id]
@@ -496,6 +519,9 @@ class RadixIndex:
         del self._tail[seq_id]
         self._limit.pop(seq_id, None)
         self.ledger.release(seq_id, table)
+        if self._borrowed:
+            for pinned in self._borrowed.pop(seq_id, ()):
+                self._tree.unlock(pinned)
         self._tree.set_retain(node, self._retain.pop(seq_id, 0.0))
         self._tree.unlock(node)
         self._keep_watermark()
@@ -591,7 +617,7 @@ class RadixIndex:
 
     def _check_locks(self) -> None:
         pins: dict[int, int] = {}
-        for node in self._node.values():
+        for node in [*self._node.values(), *chain.from_iterable(self._borrowed.values())]:
             while node is not None:
                 pins[id(node)] = pins.get(id(node), 0) + 1
                 node = node.parent

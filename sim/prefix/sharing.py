@@ -8,7 +8,9 @@ tokens counted more than once: ``useful = lineage distinct - excess``.
 
 Invariant: ``excess_tokens = block_size * sum over blocks of (families mapping it - 1)``;
 only blocks registered through ``map`` are tracked (blocks the cache can hand to another
-request); a family's count on a block is the number of its members mapping it.
+request); a family's count on a block is the number of its members mapping it, also for a
+block its members shared before it was tracked (a fork of a sequence whose KV is held back
+from the cache, ``hold_back``: the fork copies blocks the cache takes later).
 """
 
 from __future__ import annotations
@@ -25,42 +27,99 @@ class FamilyLedger:
         self.block_size = block_size
         self.family: dict[Hashable, int] = {}  # live sequence -> family id
         self._fams: dict[int, dict[int, int]] = {}  # block -> {family: members mapping it}
+        #: live sequence -> its block table (the allocator's list, read when it is mapped)
+        self._tables: dict[Hashable, list[int]] = {}
+        #: untracked block -> the sequences a fork left mapping it (counted when it is mapped)
+        self._untracked: dict[int, set[Hashable]] = {}
+        #: tracked block -> sharers ``map`` counted with it that have not mapped it themselves
+        #: (their own publication of it maps nothing new)
+        self._counted: dict[int, set[Hashable]] = {}
         self._next = 0
         self.excess_tokens = 0
 
-    def new(self, seq_id: Hashable) -> None:
-        """A newly admitted sequence starts its own family."""
+    def new(self, seq_id: Hashable, table: list[int] | None = None) -> None:
+        """A newly admitted sequence starts its own family (``table``: its block table, the
+        allocator's list as it grows; None: it is never forked)."""
         self.family[seq_id] = self._next
         self._next += 1
+        if table is not None:
+            self._tables[seq_id] = table
 
-    def fork(self, parent_id: Hashable, child_id: Hashable, table: Iterable[int]) -> None:
-        """The child joins the parent's family and maps the parent's tracked blocks."""
+    def fork(self, parent_id: Hashable, child_id: Hashable, table: list[int]) -> None:
+        """The child (``table``: its copy of the parent's table) joins the parent's family
+        and maps the parent's tracked blocks; the untracked ones, which a held-back parent's
+        publication may cache later, are noted for ``map`` to count each member's share."""
         f = self.family[parent_id]
         self.family[child_id] = f
+        self._tables[child_id] = table
+        untracked, counted = self._untracked, self._counted
         for b in table:
             fams = self._fams.get(b)
             if fams is not None and f in fams:
                 fams[f] += 1
+                if counted and parent_id in counted.get(b, ()):
+                    counted[b].add(child_id)  # like its parent, counted, not mapped itself
+            else:
+                sharers = untracked.get(b)
+                if sharers is None:
+                    untracked[b] = {parent_id, child_id}
+                else:
+                    sharers.add(child_id)
 
-    def map(self, seq_id: Hashable, blocks: Iterable[int]) -> None:
-        """``seq_id`` maps these shareable blocks (a hit, or its own blocks being cached)."""
+    def map(self, seq_id: Hashable, blocks: Iterable[int]) -> set[Hashable] | None:
+        """``seq_id`` maps these shareable blocks (a hit, or its own blocks being cached);
+        returns the other members counted with them (sharing them since a fork, ``fork``),
+        None when there are none."""
         f = self.family[seq_id]
+        untracked, counted = self._untracked, self._counted
+        sharers = None
         for b in blocks:
             fams = self._fams.setdefault(b, {})
             if f in fams:
-                fams[f] += 1
+                if counted and seq_id in counted.get(b, ()):
+                    self._uncount(b, seq_id)  # counted when a sharer mapped it first
+                else:
+                    fams[f] += 1
             else:
                 if fams:
                     self.excess_tokens += self.block_size
-                fams[f] = 1
+                if untracked and b in untracked:
+                    others = self._sharers(b, seq_id, f)
+                    fams[f] = 1 + len(others)
+                    if others:
+                        sharers = others if sharers is None else sharers | others
+                else:
+                    fams[f] = 1
+        return sharers
+
+    def _sharers(self, block: int, seq_id: Hashable, f: int) -> set[Hashable]:
+        """The other members of family ``f`` mapping untracked ``block`` as ``seq_id`` maps
+        it: those a fork left mapping it (and still do: a copy-on-write moves a writer off
+        its shared partial last block); noted as counted."""
+        sharers = self._untracked.pop(block)
+        family, tables = self.family, self._tables
+        others = {
+            s
+            for s in sharers
+            if s != seq_id and family.get(s) == f and block in tables.get(s, ())
+        }
+        if others:
+            self._counted[block] = others
+        return others
 
     def release(self, seq_id: Hashable, table: Iterable[int]) -> None:
         """``seq_id`` is freed: it stops mapping its tracked blocks."""
         f = self.family.pop(seq_id)
+        self._tables.pop(seq_id, None)
+        untracked = self._untracked
         for b in table:
             fams = self._fams.get(b)
             if fams is None or f not in fams:
+                if untracked:
+                    self._unshare(b, seq_id)
                 continue
+            if self._counted:
+                self._uncount(b, seq_id)
             fams[f] -= 1
             if fams[f] == 0:
                 del fams[f]
@@ -68,6 +127,23 @@ class FamilyLedger:
                     self.excess_tokens -= self.block_size
                 else:
                     del self._fams[b]
+
+    def _unshare(self, block: int, seq_id: Hashable) -> None:
+        """``seq_id`` (released) no longer maps untracked ``block``: one sharer left (or
+        none) needs no count."""
+        sharers = self._untracked.get(block)
+        if sharers is not None:
+            sharers.discard(seq_id)
+            if len(sharers) < 2:
+                del self._untracked[block]
+
+    def _uncount(self, block: int, seq_id: Hashable) -> None:
+        """``seq_id``, counted with tracked ``block``, maps it itself now (or is released)."""
+        counted = self._counted.get(block)
+        if counted is not None:
+            counted.discard(seq_id)
+            if not counted:
+                del self._counted[block]
 
     def check(self, tables: Mapping[Hashable, list[int]]) -> None:
         """Recount from the live tables (tracked blocks only); raise InvariantError."""

@@ -1,0 +1,131 @@
+"""A fork of a sequence whose KV is still held back from the prefix cache (``hold_back``,
+not yet published): the child shares blocks the cache takes only later, when either
+publishes them. The fork family's count on such a block is then every member mapping it
+(``FamilyLedger``), so ``excess_tokens`` (and ``useful_tokens``) keep their meaning and
+``check_invariants`` holds after each operation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.memory import make_allocator
+
+B = 4  # tokens per block
+KINDS = ("radix", "paged_hash")
+
+
+def alloc(kind: str, blocks: int = 64):
+    return make_allocator(kind, pool_bytes=blocks * B, kv_bytes_per_token=1, block_size=B)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("first", ["parent", "child"])
+def test_fork_then_publish_keeps_the_invariants(kind, first):
+    a = alloc(kind)
+    a.allocate("x", 10, content=[("P", 0, 10)], hold_back=True)  # 2 full blocks held back
+    a.fork("x", "c")
+    a.check_invariants()
+    order = ["x", "c"] if first == "parent" else ["c", "x"]
+    for seq in order:
+        a.publish(seq, 10)
+        a.check_invariants()
+    for seq in order:
+        a.free(seq)
+        a.check_invariants()
+    assert a.available_blocks() == alloc(kind).available_blocks()  # every block back
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hit_on_blocks_a_held_back_fork_shares_counts_them_once(kind):
+    a = alloc(kind)
+    a.allocate("x", 10, content=[("P", 0, 10)], hold_back=True)
+    a.fork("x", "c")  # x and c map the same 3 blocks: 10 distinct tokens
+    a.publish("x", 10)  # its 2 full blocks (8 tokens) enter the cache
+    hit = a.allocate("y", 10, content=[("P", 0, 10)])  # another family maps those 8
+    assert hit.matched_tokens == 8
+    a.check_invariants()
+    # P's 10 tokens once, and y's own 2 past its hit: 8 tokens are mapped by 2 families
+    assert a.index.excess_tokens == 8
+    assert a.useful_tokens() == 12
+    a.free("x")  # c still maps P's blocks: nothing changes
+    a.check_invariants()
+    assert a.index.excess_tokens == 8
+    assert a.useful_tokens() == 12
+    a.publish("c", 10)  # c publishes blocks its family was counted on already
+    a.check_invariants()
+    assert a.index.excess_tokens == 8
+    a.free("c")  # now y alone maps them
+    a.check_invariants()
+    assert a.index.excess_tokens == 0
+    assert a.useful_tokens() == 10
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_writer_off_a_shared_partial_block_is_not_counted_on_it(kind):
+    a = alloc(kind)
+    a.allocate("x", 6, content=[("P", 0, 6)], hold_back=True)  # block 2 half full
+    a.fork("x", "c")
+    a.append("x", 2, content=[("X", 0, 2)], hold_back=True)  # copy-on-write: x moves off it
+    a.append("c", 2, content=[("C", 0, 2)], hold_back=True)  # c fills it in place
+    a.publish("x", 8)
+    a.publish("c", 8)
+    a.check_invariants()
+    assert a.index.excess_tokens == 0
+    a.free("c")
+    a.check_invariants()
+    a.free("x")
+    a.check_invariants()
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["allocate", "append", "fork", "publish", "free"]),
+        st.integers(0, 10_000),
+        st.integers(1, 12),
+        st.booleans(),
+    ),
+    max_size=40,
+)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_random_holds_forks_and_publications_keep_the_invariants(kind, ops):
+    """Prompts from two shared contents (hits between families), held back or not; forks
+    of held-back sequences; publications of any length; ``check_invariants`` after each."""
+    a = alloc(kind, blocks=48)
+    live: list[str] = []
+    tokens: dict[str, int] = {}
+    n_seq = 0
+    for op, pick, n, hold in ops:
+        seq = live[pick % len(live)] if live else None
+        if op == "allocate" or seq is None:
+            n_seq += 1
+            new = f"s{n_seq}"
+            prompt = [("S", 0, 4), (f"P{pick % 2}", 0, n)]
+            if a.allocate(new, 4 + n, content=prompt, hold_back=hold):
+                live.append(new)
+                tokens[new] = 4 + n
+        elif op == "append":
+            if a.append(seq, n, content=[(f"o{seq}", tokens[seq], n)], hold_back=hold):
+                tokens[seq] += n
+        elif op == "fork":
+            n_seq += 1
+            child = f"s{n_seq}"
+            if a.fork(seq, child):
+                live.append(child)
+                tokens[child] = tokens[seq]
+        elif op == "publish":
+            a.publish(seq, min(tokens[seq], pick % (tokens[seq] + 1) + n))
+        else:
+            a.free(seq)
+            live.remove(seq)
+            del tokens[seq]
+        a.check_invariants()
+    for seq in list(live):
+        a.free(seq)
+        a.check_invariants()
+    assert a.index.excess_tokens == 0
