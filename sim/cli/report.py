@@ -34,7 +34,9 @@ def report(
 ) -> None:
     """Rebuild the report of RUN_DIR."""
     from sim.report import rebuild_report
+    from sim.run.output import utf8_path
 
+    utf8_path(run_dir, "RUN_DIR")
     missing_tables(run_dir)
     written = rebuild_report(run_dir)
     if trace:

@@ -80,6 +80,22 @@ def writable_parent(path: Path, flag: str) -> Path:
     return parent
 
 
+def utf8_path(path: str | Path, flag: str) -> None:
+    """A one-line error naming ``flag`` when ``path`` is not UTF-8 (bytes the file system
+    decoding kept as surrogates, e.g. ``$'x\\xff'``): pyarrow, which writes the Parquet
+    tables, takes UTF-8 paths only; checked before any work. The path is shown with its
+    bytes escaped."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        raise KvsimError(
+            f"{flag} {shown}: not a UTF-8 path (pyarrow reads and writes Parquet tables "
+            f"at UTF-8 paths only); choose a folder name in UTF-8"
+        ) from None
+
+
 def check_out_dir(
     out_dir: str | Path,
     *,
@@ -96,6 +112,7 @@ def check_out_dir(
     hold none of the run's ``inputs`` (files) but its own ``config.resolved.yaml``."""
     if str(out_dir).strip() == "":
         raise KvsimError("--out: an empty path; give the folder the run goes into")
+    utf8_path(out_dir, "--out:")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise KvsimError(f"--out: {out}: exists and is not a folder")

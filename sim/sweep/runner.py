@@ -44,11 +44,13 @@ def run_sweep(
     progress: Progress | None = None,
 ) -> pd.DataFrame:
     """Run (or resume) a sweep into ``out``; returns ``results.parquet`` as a DataFrame."""
+    from sim.run.output import utf8_path
     from sim.run.provenance import resolved_config
 
     sweep = load_sweep(sweep_file)
     if str(out).strip() == "":
         raise KvsimError("--out: an empty path; give the folder the sweep goes into")
+    utf8_path(out, "--out:")  # before any run: results.parquet is written last
     problems, resolved = check_sweep(sweep)  # every point, before any run or write
     if problems:
         raise first_problem(problems)

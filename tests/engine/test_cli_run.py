@@ -576,3 +576,50 @@ def test_on_a_terminal_the_progress_bar_runs_and_the_end_line_is_said(run_cli, t
     for s in (bar, quiet):
         s.pop("wall_time_s"), s.pop("command")
     assert bar == quiet
+
+
+#: ``--out $'x\xff'`` as Python receives it (the byte kept as a surrogate, PEP 383)
+NOT_UTF8 = "x\udcff"
+NOT_UTF8_ERROR = (
+    r"x\xff: not a UTF-8 path (pyarrow reads and writes Parquet tables at UTF-8 paths "
+    "only); choose a folder name in UTF-8\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", E20],
+        ["run", E20, "--replications", "2"],
+        ["sweep", str(WORKLOADS / "coding_agents_sweep.yaml"), "--quiet"],
+        ["capacity", str(WORKLOADS / "coding_agents_capacity.yaml"), "--slo", "ttft_p95_s=2"],
+        ["compare", E20, E20],
+    ],
+    ids=["run", "replications", "sweep", "capacity", "compare"],
+)
+def test_an_out_path_that_is_not_utf8_is_refused_before_any_work(
+    run_cli, tmp_path, monkeypatch, args
+):
+    """Its Parquet tables could not be written (pyarrow takes UTF-8 paths only): one line
+    naming --out, exit 2, no run started and nothing written."""
+    import sim.run
+
+    def no_run(*a, **k):
+        raise AssertionError("the run must not start")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sim.run, "build", no_run)
+    code, stdout, stderr = run_cli([*args, "--out", NOT_UTF8])
+    assert (code, stdout) == (2, "")
+    assert stderr == "kvsim: error: --out: " + NOT_UTF8_ERROR
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_of_a_run_folder_whose_path_is_not_utf8_is_one_line(run_cli, tmp_path):
+    out = tmp_path / "e20"
+    code, _, stderr = run_cli(["run", E20, "--out", str(out), "--quiet", "--no-report"])
+    assert code == 0, stderr
+    renamed = out.rename(tmp_path / NOT_UTF8)
+    code, stdout, stderr = run_cli(["report", str(renamed)])
+    assert (code, stdout) == (2, "")
+    assert stderr == f"kvsim: error: RUN_DIR {tmp_path}/" + NOT_UTF8_ERROR
