@@ -10,6 +10,7 @@ one-line error names the flag the user typed and its valid range.
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 from dataclasses import dataclass
@@ -122,13 +123,21 @@ def print_json(obj: Any) -> None:
 
 def echo(line: str, stream: TextIO) -> None:
     """One line on ``stream``, flushed (so stdout and stderr keep their order in one pipe,
-    as ``typer.echo`` kept it), with characters the stream cannot encode replaced rather
-    than raised (a file name in an ASCII terminal)."""
+    as ``typer.echo`` kept it). A line the stream cannot encode is written as click's
+    ``echo`` wrote it (``typer.echo``): an ASCII stream (``LANG=C``,
+    ``PYTHONIOENCODING=ascii``) is taken as misconfigured and gets the line in UTF-8, any
+    other encoding gets it with what it cannot encode replaced (``?``); never raised."""
     try:
         stream.write(line + "\n")
     except UnicodeEncodeError:
-        encoding = getattr(stream, "encoding", None) or "utf-8"
-        stream.write((line + "\n").encode(encoding, "replace").decode(encoding))
+        own = getattr(stream, "encoding", None) or "utf-8"
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:  # a text-only stream: what its own encoding carries
+            stream.write((line + "\n").encode(own, "replace").decode(own))
+        else:
+            wire = "utf-8" if codecs.lookup(own).name == "ascii" else own  # (click's rule)
+            stream.flush()  # what the text layer holds goes first
+            buffer.write((line + "\n").encode(wire, "replace"))
     stream.flush()
 
 

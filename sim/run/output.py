@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -89,7 +90,15 @@ def utf8_path(path: str | Path, flag: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        raw = os.fsencode(text)
+        shown = raw.decode("utf-8", "backslashreplace")
+        if shown == raw.decode("utf-8", "replace"):  # UTF-8 bytes Python decoded otherwise
+            raise KvsimError(
+                f"{flag} {shown}: Python decodes file names as "
+                f"{sys.getfilesystemencoding()} here (LANG=C without UTF-8 mode) and "
+                f"pyarrow reads and writes Parquet tables at UTF-8 paths only; set "
+                f"PYTHONUTF8=1 or choose an ASCII name"
+            ) from None
         raise KvsimError(
             f"{flag} {shown}: not a UTF-8 path (pyarrow reads and writes Parquet tables "
             f"at UTF-8 paths only); choose a folder name in UTF-8"

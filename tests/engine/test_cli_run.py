@@ -623,3 +623,51 @@ def test_report_of_a_run_folder_whose_path_is_not_utf8_is_one_line(run_cli, tmp_
     code, stdout, stderr = run_cli(["report", str(renamed)])
     assert (code, stdout) == (2, "")
     assert stderr == f"kvsim: error: RUN_DIR {tmp_path}/" + NOT_UTF8_ERROR
+
+
+@pytest.mark.parametrize(
+    "env_set", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}]
+)
+def test_run_lines_on_an_ascii_stdout_keep_non_ascii_characters(tmp_path, env_set):
+    """An ASCII stdout (``PYTHONIOENCODING=ascii``, or ``LANG=C`` without Python's UTF-8
+    mode) is taken as misconfigured, as click's ``echo`` (which printed these lines before)
+    took it: a line it cannot encode goes out in UTF-8, not with ``?``."""
+    import os
+    import subprocess
+    import sys
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        Path(E20).read_text().replace("name: seed_chunked_prefill", "name: café_✓"),
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LC_ALL")}
+    env.update(env_set)
+    for argv, line in [
+        (["validate", str(scenario)], -1),
+        (["run", str(scenario), "--out", str(tmp_path / "out"), "--no-report"], 0),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sim.cli", *argv],
+            capture_output=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        text = proc.stdout.decode("utf-8").splitlines()
+        assert "café_✓" in text[line], text
+
+
+def test_a_utf8_name_python_decoded_as_ascii_says_how_to_fix_it(monkeypatch):
+    """``LANG=C`` without Python's UTF-8 mode: ``café`` arrives as ``caf\\udcc3\\udca9``
+    (its UTF-8 bytes kept as surrogates), which pyarrow cannot take either."""
+    import sys
+
+    from sim.run.output import utf8_path
+
+    monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "ascii")
+    with pytest.raises(KvsimError) as err:
+        utf8_path("runs/caf\udcc3\udca9", "--out:")
+    assert str(err.value) == (
+        "--out: runs/café: Python decodes file names as ascii here (LANG=C without UTF-8 "
+        "mode) and pyarrow reads and writes Parquet tables at UTF-8 paths only; set "
+        "PYTHONUTF8=1 or choose an ASCII name"
+    )
