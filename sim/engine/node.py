@@ -485,8 +485,11 @@ class Node:
         k = lim.max_steps if self._own_scheduler else self._run_steps(plan, lim)
         if lim.chunks is not None:
             return None
-        decodes, kv, base = plan.decodes, self.kv, m[1]
-        return RunOffer(work, k, lambda steps: kv.plan_decode_run(decodes, steps, base))
+        decodes, kv, base, apart = plan.decodes, self.kv, m[1], plan.apart
+        # ``apart`` as ``_plan_run`` passes it: the clocked decodes' ledger is not settled
+        return RunOffer(
+            work, k, lambda steps: kv.plan_decode_run(decodes, steps, base, None, None, apart)
+        )
 
     def _run_steps(self, plan: BatchPlan, lim: object) -> int:
         """A plug-in scheduler's ``plan.run`` as the steps the engine may plan: a

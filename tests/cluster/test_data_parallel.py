@@ -362,3 +362,34 @@ def test_group_runs_with_agents_posting_at_step_ends(n_agents, ranks, pause_s):
         assert fast.requests[col].tolist() == step.requests[col].tolist(), col
     assert fast.summary["lockstep_steps"] == step.summary["lockstep_steps"]
     assert fast.summary["engine_decisions"] < step.summary["engine_decisions"]  # runs happened
+
+
+def test_a_ranks_run_offer_keeps_its_decode_clock(monkeypatch):
+    """A rank whose decodes are all on the KV ledger's clock (``paged``: its scheduler's
+    decode cohort, ``BatchPlan.apart``) offers a run planned as a rank alone plans one
+    (``plan_decode_run`` told ``apart``): no offer settles the whole clock, and the run
+    is the one exact stepping gives."""
+    from sim.memory.deferred import DeferredAppends
+
+    settled: list[int] = []
+    plan_run = DeferredAppends.plan_run
+
+    def spy(self, requests, max_steps, *args, **kwargs):
+        before = self.clocked
+        out = plan_run(self, requests, max_steps, *args, **kwargs)
+        if before and not self.clocked:
+            settled.append(before)
+        return out
+
+    monkeypatch.setattr(DeferredAppends, "plan_run", spy)
+    many = [{"count": 6, "at_s": 0.0, "interval_s": 0.01, "prompt_tokens": 200, "output_tokens": 60}]
+    fast = run_scenario(sc(**{"allocator.kind": "paged", "workload.requests": many}))
+    assert (fast.steps.n_steps > 1).any()  # the group ran runs
+    assert settled == []
+    exact = run_scenario(sc(**{"allocator.kind": "paged", "workload.requests": many,
+                               "engine.exact": True}))  # fmt: skip
+    a, b = dict(fast.summary), dict(exact.summary)
+    for k in ("wall_time_s",):
+        a.pop(k), b.pop(k)
+    assert a["lockstep_steps"] == b["lockstep_steps"]
+    assert fast.requests.equals(exact.requests)
