@@ -16,7 +16,10 @@ plain loop's CPU seconds are printed first for scale):
    O(changed));
 3. **token-count reads**: ``Request.num_computed`` / ``num_output`` made counting
    properties, each access counted by the calling function: what a clock behind those
-   names would tax outside the passes it replaces.
+   names would tax outside the passes it replaces. A decode cohort's members (whose class
+   is the cohort's ``Member``, its counters properties of their own: ``sim.sched.cohort``)
+   are counted alike, their accesses marked ``member``, so every read and write is in the
+   table whether or not its request is in the cohort at the time.
 """
 
 from __future__ import annotations
@@ -125,36 +128,44 @@ def passes(scenario: str, overrides: dict) -> tuple[dict[str, tuple[int, float]]
 
 
 def token_reads(scenario: str, overrides: dict) -> Counter:
-    """Accesses of ``num_computed`` / ``num_output`` by (name, get/set, calling function)."""
+    """Accesses of ``num_computed`` / ``num_output`` by (name, get/set, calling function),
+    a cohort member's marked ``member`` in the get/set column."""
     counts: Counter = Counter()
     frame = sys._getframe
     cls = request.Request
     names = ("num_computed", "num_output")
-    slots = {name: cls.__dict__[name] for name in names}  # the slot descriptors
 
-    def counting(name: str) -> property:
-        slot = slots[name]
+    def counting(name: str, inner: Any, mark: str = "") -> property:
+        """``inner`` (a slot descriptor or a property) behind a counting property."""
+        get_inner, set_inner = inner.__get__, inner.__set__
 
         def get(self):
             code = frame(1).f_code
-            counts[(name, "get", f"{code.co_filename.rsplit('/sim/', 1)[-1]}:{code.co_name}")] += 1
-            return slot.__get__(self)
+            counts[(name, "get" + mark, f"{code.co_filename.rsplit('/sim/', 1)[-1]}:{code.co_name}")] += 1
+            return get_inner(self)
 
         def set_(self, value):
             code = frame(1).f_code
-            counts[(name, "set", f"{code.co_filename.rsplit('/sim/', 1)[-1]}:{code.co_name}")] += 1
-            slot.__set__(self, value)
+            counts[(name, "set" + mark, f"{code.co_filename.rsplit('/sim/', 1)[-1]}:{code.co_name}")] += 1
+            set_inner(self, value)
 
         return property(get, set_)
 
     # a property and a slot cannot share a name in one class: a subclass with the
     # properties shadows the slots, and every Request made during the run is one of it
-    counted = type("Request", (cls,), {"__slots__": (), **{n: counting(n) for n in names}})
+    # (a member leaving the cohort gets it back: ``sim.sched.cohort`` names it Request)
+    counted = type("Request", (cls,), {"__slots__": (), **{n: counting(n, cls.__dict__[n]) for n in names}})
     modules = [m for m in list(sys.modules.values()) if getattr(m, "Request", None) is cls]
     for m in modules:
         m.Request = counted
     try:
-        loop(build(scenario, **overrides))
+        sim = build(scenario, **overrides)
+        cohort = getattr(sim.scheduler, "cohort", None)
+        if cohort is not None:  # its members' counters: the Member class's own properties
+            member = cohort.Member
+            for n in names:
+                setattr(member, n, counting(n, member.__dict__[n], " (member)"))
+        loop(sim)
     finally:
         for m in modules:
             m.Request = cls
