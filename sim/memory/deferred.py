@@ -536,6 +536,11 @@ class DeferredAppends:
                 set_time(float(starts[f]))
                 publish()
             return
+        # each sequence once (C-level: one pass; a sequence without an event is only
+        # counted below, so a second entry of it would grow it twice unseen)
+        ids = set(map(_seq_id, requests))
+        if len(ids) != len(requests) or (late is not None and late[0].seq_id in ids):
+            raise InvariantError("fast path: a sequence twice in one run")
         # the plan: the sequences with an event in the run (a block fill or a new block),
         # the late one last, and their tokens "before step 1"; one whose room outlasts the
         # run (its first fill at step room > steps, its new block after it) has none: its
@@ -668,8 +673,7 @@ class DeferredAppends:
             targets.append(target)
             if end > last_event:
                 last_event = end
-        if len({seq for seq, _ in items}) != len(items):  # each from its base before the run
-            raise InvariantError("fast path: a sequence twice in one run")
+        # (each sequence once: ``apply_run`` checked; each from its base before the run)
         if not self.alloc.append_in_bulk(items, contents, times_s):
             return False
         # each sequence's pending tokens went with its append (``_drop``), and its room is

@@ -136,6 +136,34 @@ def test_a_bulk_run_leaves_what_step_order_leaves(spec):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize("twice", ["long", "a", "late"])
+def test_a_sequence_twice_in_one_run_is_a_broken_plan(twice):
+    """Each sequence once per run, whether it has an event in the run ("a" fills its block
+    at step 2) or not ("long": its room outlasts the run, so it is only counted, and a
+    second entry would count its tokens twice), and the late prefill not among the
+    decodes: an ``InvariantError`` before anything changes."""
+    alloc = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
+    ledger = DeferredAppends(alloc, uses_content=True)
+    alloc.set_time(1.0)
+    reqs = {}
+    for name, tokens in (("a", 6), ("long", 17)):  # room 2 and room 3
+        req = Req(name, ((f"p-{name}", 0, tokens),))
+        assert alloc.allocate(name, tokens, content=req.content)
+        ledger.track(name)
+        reqs[name] = req
+    decodes, late = [reqs["a"], reqs["long"]], None
+    if twice == "late":
+        late = (reqs["a"], 1)
+    else:
+        decodes.append(reqs[twice])
+    with pytest.raises(InvariantError, match="a sequence twice in one run"):
+        ledger.apply_run(decodes, 2, [1.0, 1.25, 1.5], alloc.set_time, late)
+    assert ledger.pending == {} and (ledger.total["long"], ledger.room["long"]) == (17, 3)
+    assert alloc.seq_tokens("a") == 6
+    ledger.check()
+    alloc.check_invariants()
+
+
 def test_bulk_is_offered_only_where_order_cannot_matter():
     alloc = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
     a, b = Req("a", _prompt(0, 8, 5)), Req("b", _prompt(1, 8, 6))
