@@ -294,64 +294,116 @@ class DeferredAppends:
         ``_grow_needs`` would: the block-boundary appends in one ``append_each`` in
         ``order``. Only where all of them surely fit in free blocks (``bulk_free_blocks``)
         and ``n_requests`` (the batch's size) is the clocked and the others together;
-        False (nothing changed) otherwise: the caller settles and grows them one by one."""
+        False (nothing changed) otherwise: the caller settles and grows them one by one.
+        Steps: the clocked sequences that cross a block boundary (``_crossing``) and the
+        others' needs (``_others_needs``) count the blocks; then those crossing settle
+        (``_settle_crossing``), the others grow (``_grow_others``), the appends go in one
+        batch, and those crossing are filed again (``_refile``)."""
         if len(self._since) + len(others) != n_requests:
             return False
         budget = self.alloc.bulk_free_blocks()
         if budget is None:
             return False
-        bs, total, room, pending = self._bs, self.total, self.room, self.pending
-        clk0 = self.clk
-        clk1 = clk0 + steps
-        at, since = self._at, self._since
+        clk1 = self.clk + steps
+        cross, blocks = self._crossing(steps, clk1)
+        plain: list[tuple[int, Any, int, int]] = []
+        if others:
+            more = self._others_needs(others, plain)
+            if more is None:
+                return False
+            blocks += more
+        if blocks > budget:
+            return False
+        # fits: apply
+        self.clk = clk1
+        self.pending_tokens += steps * len(self._since)
+        items = self._settle_crossing(cross, clk1) if cross else []
+        at = self._at  # the ticks passed: their files go
+        if steps == 1:
+            at.pop(clk1, None)
+        else:
+            for t in range(clk1 - steps + 1, clk1 + 1):
+                at.pop(t, None)
+        if plain:
+            self._grow_others(plain, items)
+        if items:
+            if len(items) > 1:
+                items.sort()
+            self.alloc.append_each([(seq, n) for _, seq, n in items])
+        if cross:
+            self._refile(cross, clk1)
+        return True
+
+    def _crossing(self, steps: int, clk1: int) -> tuple[list[tuple[int, Hashable]], int]:
+        """The clocked sequences (``(order, seq)``) whose block boundary falls in the next
+        ``steps`` ticks (their files ``_at``), and the blocks they take by tick ``clk1``:
+        each one's last block is its own (``clock``), so ceil(overflow / B)."""
+        at = self._at
         if steps == 1:
             cross = at.get(clk1, ())
         else:
             cross = []
-            for t in range(clk0 + 1, clk1 + 1):
+            for t in range(clk1 - steps + 1, clk1 + 1):
                 b = at.get(t)
                 if b:
                     cross += b
+        bs, since, room = self._bs, self._since, self.room
         blocks = 0
-        for _, seq in cross:  # its last block its own (``clock``): ceil(overflow / B) blocks
+        for _, seq in cross:
             over = clk1 - since[seq] - room[seq]
             blocks += (over + bs - 1) // bs
-        plain = []  # (order, req, target, need) of the others
+        return cross, blocks  # type: ignore[return-value]
+
+    def _others_needs(
+        self, others: Sequence[tuple[int, Any, int]], plain: list[tuple[int, Any, int, int]]
+    ) -> int | None:
+        """The blocks the requests off the clock take to reach their targets, each put in
+        ``plain`` as ``(order, req, target, need)``; None when one is clocked after all or
+        needs a block while its last one is shared and partly filled (no batch then)."""
+        bs, total, room, since = self._bs, self.total, self.room, self._since
+        blocks = 0
         for order, req, target in others:
             seq = req.seq_id
             if seq in since:
-                return False
+                return None
             t = total[seq]
             need = target - t
             if need > 0:
                 r = room[seq]
                 if need > r:
                     if (t + r) % bs:
-                        return False
+                        return None
                     blocks += (need - r + bs - 1) // bs
             plain.append((order, req, target, need))
-        if blocks > budget:
-            return False
-        # fits: apply
-        self.clk = clk1
-        self.pending_tokens += steps * len(since)
+        return blocks
+
+    def _settle_crossing(
+        self, cross: Sequence[tuple[int, Hashable]], clk1: int
+    ) -> list[tuple[int, Hashable, int]]:
+        """Bring the crossing sequences' books to tick ``clk1`` and take them off the
+        clock: their appends (``(order, seq, tokens)``, pending tokens included)."""
+        bs, total, room, pending, since = self._bs, self.total, self.room, self.pending, self._since
         items: list[tuple[int, Hashable, int]] = []
+        dropped = 0
         for order, seq in cross:
-            t0 = since[seq]
-            d = clk1 - t0
+            d = clk1 - since[seq]
             target = total[seq] + d
             p = pending[seq] + d
-            pending[seq] = 0  # (its owner stays: clocked again below)
-            self.pending_tokens -= p
+            pending[seq] = 0  # (its owner stays: clocked again by ``_refile``)
+            dropped += p
             items.append((order, seq, p))
             total[seq] = target
             room[seq] = -target % bs
             del since[seq]
-        if steps == 1:
-            at.pop(clk1, None)
-        else:
-            for t in range(clk0 + 1, clk1 + 1):
-                at.pop(t, None)
+        self.pending_tokens -= dropped
+        return items
+
+    def _grow_others(
+        self, plain: Sequence[tuple[int, Any, int, int]], items: list[tuple[int, Hashable, int]]
+    ) -> None:
+        """Each request off the clock grows to its target (``_others_needs``): within its
+        room only counted (pending), past it an append in ``items``."""
+        bs, total, room, pending, owner = self._bs, self.total, self.room, self.pending, self.owner
         added = 0
         for order, req, target, need in plain:
             if need <= 0:
@@ -364,14 +416,14 @@ class DeferredAppends:
                 p = pending.get(seq)
                 if p is None:
                     pending[seq] = need
-                    self.owner[seq] = req
+                    owner[seq] = req
                 else:
                     pending[seq] = p + need
                 added += need
             else:
                 p = pending.pop(seq, None)
                 if p is not None:
-                    del self.owner[seq]
+                    del owner[seq]
                     self.pending_tokens -= p
                 else:
                     p = 0
@@ -379,11 +431,12 @@ class DeferredAppends:
                 total[seq] = target
                 room[seq] = -target % bs
         self.pending_tokens += added
-        if items:
-            if len(items) > 1:
-                items.sort()
-            self.alloc.append_each([(seq, n) for _, seq, n in items])
-        for order, seq in cross:  # clocked again from its new block
+
+    def _refile(self, cross: Sequence[tuple[int, Hashable]], clk1: int) -> None:
+        """The crossing sequences clocked again from tick ``clk1``, each filed at the
+        tick its new last block fills."""
+        at, since, room = self._at, self._since, self.room
+        for order, seq in cross:
             since[seq] = clk1
             key = clk1 + room[seq] + 1
             b = at.get(key)
@@ -391,7 +444,6 @@ class DeferredAppends:
                 at[key] = [(order, seq)]
             else:
                 b.append((order, seq))
-        return True
 
     # ----------------------------------------------------------------- fast path
     def plan_run(
@@ -429,24 +481,50 @@ class DeferredAppends:
         clocked = self._since and apart is not None and len(self._since) + len(apart) == len(requests)
         if self._since and not clocked:
             self.settle_all()
-        room = self.room
         bs = self.alloc.block_size
         if bs is None:  # buffers: only within the current capacity
-            steps = max_steps
-            if requests:
-                steps = min(steps, min([room[seq] for seq in map(_seq_id, requests)]))
-            if late is not None:
-                steps = min(steps, late[1] - 1 + room[late[0].seq_id])
-            steps = max(0, steps)
-            return DecodeRun(steps, [float(base_allocated)] * steps)
+            return self._plan_in_buffers(requests, max_steps, base_allocated, late)
         if self.alloc.kv_groups is not None:  # side groups take and free blocks: step exactly
             return DecodeRun(0, [])
-        total = self.total
+        if clocked:  # the clocked sequences' rooms are read from the clock's files
+            requests = [req for _, req in apart]  # type: ignore[union-attr]
+        per_step = self._blocks_per_step(requests, max_steps, late, bool(clocked))
+        if per_step is None:
+            return DecodeRun(0, [])
+        taken = list(accumulate(per_step))
+        have = self.alloc.available_blocks() if evict else self.alloc.free_blocks
+        steps = bisect_right(taken, have)
+        block_bytes = bs * self.alloc.kv_bytes_per_token
+        return DecodeRun(steps, [base_allocated + t * block_bytes for t in taken[:steps]])
+
+    def _plan_in_buffers(
+        self, requests: Sequence[Any], max_steps: int, base_allocated: float,
+        late: tuple[Any, int] | None,
+    ) -> DecodeRun:  # fmt: skip
+        """``plan_run`` of a buffer kind: as many steps as every buffer's room allows
+        (the late request's from its first step), the allocated figure unchanged."""
+        room = self.room
+        steps = max_steps
+        if requests:
+            steps = min(steps, min([room[seq] for seq in map(_seq_id, requests)]))
+        if late is not None:
+            steps = min(steps, late[1] - 1 + room[late[0].seq_id])
+        steps = max(0, steps)
+        return DecodeRun(steps, [float(base_allocated)] * steps)
+
+    def _blocks_per_step(
+        self, requests: Sequence[Any], max_steps: int, late: tuple[Any, int] | None,
+        clocked: bool,
+    ) -> list[int] | None:  # fmt: skip
+        """``plan_run`` of a block kind: the blocks each of the ``max_steps`` steps takes
+        (``requests`` and, with ``clocked``, every clocked sequence by its file; the late
+        request from its first step), or None where no run is planned (a shared partly
+        filled last block, whose first write copies it: one block more at once, which
+        this arithmetic does not count; a room no block table leaves, ``_off_shape``)."""
+        room, total, bs = self.room, self.total, self._bs
         late_room = 0 if late is None else room[late[0].seq_id]
         if not 0 <= late_room < bs:
             return self._off_shape(late_room)
-        # a fork's shared last block (room 0 inside a block): its first write copies it,
-        # one block more at once, which the arithmetic below does not count: no run
         shared = late is not None and late_room == 0 and total[late[0].seq_id] % bs != 0
         # step r + 1 takes a block for every seq with room == r % B: the first
         # min(B, max_steps) residues, repeated (O(batch + steps), whatever B is)
@@ -458,7 +536,6 @@ class DeferredAppends:
                 b = at.get(clk + r + 1)
                 if b:
                     per_step[r] += len(b)
-            requests = [req for _, req in apart]  # type: ignore[union-attr]
         for seq in map(_seq_id, requests):
             r = room[seq]
             if 0 < r < width:
@@ -470,25 +547,21 @@ class DeferredAppends:
             elif not 0 <= r < bs:
                 return self._off_shape(r)
         if shared:
-            return DecodeRun(0, [])
+            return None
         if max_steps > bs:
             per_step = (per_step * (max_steps // bs + 1))[:max_steps]
         if late is not None:  # its appends start at step `first`: blocks at first + room + t B
             for r in range(late[1] - 1 + late_room, max_steps, bs):
                 per_step[r] += 1
-        taken = list(accumulate(per_step))
-        have = self.alloc.available_blocks() if evict else self.alloc.free_blocks
-        steps = bisect_right(taken, have)
-        block_bytes = bs * self.alloc.kv_bytes_per_token
-        return DecodeRun(steps, [base_allocated + t * block_bytes for t in taken[:steps]])
+        return per_step
 
     @staticmethod
-    def _off_shape(room: int) -> DecodeRun:
+    def _off_shape(room: int) -> None:
         """A room no block table leaves: ``B`` or more (a buffer-like sequence behind a
-        block kind) is stepped exactly (no run); a negative one is a broken book."""
+        block kind) is stepped exactly (no run: None); a negative one is a broken book."""
         if room < 0:
             raise InvariantError(f"plan_run: a negative room ({room})")
-        return DecodeRun(0, [])
+        return None
 
     def apply_run(
         self,
