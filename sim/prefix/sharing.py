@@ -63,7 +63,9 @@ class FamilyLedger:
                 sharers = untracked.get(b)
                 if sharers is None:
                     untracked[b] = {parent_id, child_id}
-                else:
+                else:  # (its members that moved off it since are dropped first)
+                    self._prune(b, sharers)
+                    sharers.add(parent_id)
                     sharers.add(child_id)
 
     def map(self, seq_id: Hashable, blocks: Iterable[int]) -> set[Hashable] | None:
@@ -130,12 +132,22 @@ class FamilyLedger:
 
     def _unshare(self, block: int, seq_id: Hashable) -> None:
         """``seq_id`` (released) no longer maps untracked ``block``: one sharer left (or
-        none) needs no count."""
+        none) needs no count. The members that moved off it (a copy on write) or were
+        released since are dropped too, so the entry goes with the block's last mapper."""
         sharers = self._untracked.get(block)
         if sharers is not None:
             sharers.discard(seq_id)
+            self._prune(block, sharers)
             if len(sharers) < 2:
                 del self._untracked[block]
+
+    def _prune(self, block: int, sharers: set[Hashable]) -> None:
+        """Drop from ``sharers`` of untracked ``block`` each that no longer maps it:
+        released, or moved off it by a copy on write (its table's last block replaced)."""
+        tables = self._tables
+        gone = [s for s in sharers if block not in tables.get(s, ())]
+        if gone:
+            sharers.difference_update(gone)
 
     def _uncount(self, block: int, seq_id: Hashable) -> None:
         """``seq_id``, counted with tracked ``block``, maps it itself now (or is released)."""
@@ -161,3 +173,25 @@ class FamilyLedger:
         excess = sum(len(f) - 1 for f in counts.values()) * self.block_size
         if excess != self.excess_tokens:
             raise InvariantError(f"ledger: excess {self.excess_tokens} != {excess}")
+        self._check_sharers(tables)
+
+    def _check_sharers(self, tables: Mapping[Hashable, list[int]]) -> None:
+        """The fork books name live sequences only: ``_tables`` holds each one's own table,
+        an untracked block's sharers include at least one that maps it (the entry goes with
+        its last mapper) and are of one family, and a counted sharer maps its block."""
+        for seq_id, table in self._tables.items():
+            if tables.get(seq_id) is not table:
+                raise InvariantError(f"ledger: the table kept for {seq_id!r} is not its own")
+        family = self.family
+        for b, sharers in self._untracked.items():
+            if b in self._fams:
+                raise InvariantError(f"ledger: block {b} is tracked and noted untracked")
+            live = [s for s in sharers if s in family and b in tables[s]]
+            if not live:
+                raise InvariantError(f"ledger: untracked block {b} noted, mapped by none")
+            if len({family[s] for s in live}) > 1:
+                raise InvariantError(f"ledger: untracked block {b} noted for two families")
+        for b, counted in self._counted.items():
+            for s in counted:
+                if s not in family or b not in tables[s]:
+                    raise InvariantError(f"ledger: {s!r} counted on block {b} it does not map")
