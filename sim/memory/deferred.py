@@ -334,7 +334,7 @@ class DeferredAppends:
             self._refile(cross, clk1)
         return True
 
-    def _crossing(self, steps: int, clk1: int) -> tuple[list[tuple[int, Hashable]], int]:
+    def _crossing(self, steps: int, clk1: int) -> tuple[Sequence[tuple[int, Hashable]], int]:
         """The clocked sequences (``(order, seq)``) whose block boundary falls in the next
         ``steps`` ticks (their files ``_at``), and the blocks they take by tick ``clk1``:
         each one's last block is its own (``clock``), so ceil(overflow / B)."""
@@ -352,7 +352,7 @@ class DeferredAppends:
         for _, seq in cross:
             over = clk1 - since[seq] - room[seq]
             blocks += (over + bs - 1) // bs
-        return cross, blocks  # type: ignore[return-value]
+        return cross, blocks
 
     def _others_needs(
         self, others: Sequence[tuple[int, Any, int]], plain: list[tuple[int, Any, int, int]]
