@@ -136,12 +136,9 @@ def test_a_bulk_run_leaves_what_step_order_leaves(spec):
     assert runs[0] == runs[1]
 
 
-@pytest.mark.parametrize("twice", ["long", "a", "late"])
-def test_a_sequence_twice_in_one_run_is_a_broken_plan(twice):
-    """Each sequence once per run, whether it has an event in the run ("a" fills its block
-    at step 2) or not ("long": its room outlasts the run, so it is only counted, and a
-    second entry would count its tokens twice), and the late prefill not among the
-    decodes: an ``InvariantError`` before anything changes."""
+def _a_and_long():
+    """A radix pool and its ledger with "a" (6 tokens: room 2 in its last block of 4) and
+    "long" (17 tokens: room 3) tracked, at time 1.0: (allocator, ledger, requests)."""
     alloc = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
     ledger = DeferredAppends(alloc, uses_content=True)
     alloc.set_time(1.0)
@@ -151,6 +148,16 @@ def test_a_sequence_twice_in_one_run_is_a_broken_plan(twice):
         assert alloc.allocate(name, tokens, content=req.content)
         ledger.track(name)
         reqs[name] = req
+    return alloc, ledger, reqs
+
+
+@pytest.mark.parametrize("twice", ["long", "a", "late"])
+def test_a_sequence_twice_in_one_run_is_a_broken_plan(twice):
+    """Each sequence once per run, whether it has an event in the run ("a" fills its block
+    at step 2) or not ("long": its room outlasts the run, so it is only counted, and a
+    second entry would count its tokens twice), and the late prefill not among the
+    decodes: an ``InvariantError`` before anything changes."""
+    alloc, ledger, reqs = _a_and_long()
     decodes, late = [reqs["a"], reqs["long"]], None
     if twice == "late":
         late = (reqs["a"], 1)
@@ -186,15 +193,7 @@ def test_a_sequence_whose_room_outlasts_the_run_only_counts_its_tokens():
     at step 2, so the allocator sees it; "long" (17 tokens, room 3) fills nothing before
     step 3: it has no event in the run, no append, and its 2 tokens are only counted
     (pending, its room 2 fewer), as stepping leaves them."""
-    alloc = RadixAllocator(pool_bytes=64 * B, kv_bytes_per_token=1, block_size=B)
-    ledger = DeferredAppends(alloc, uses_content=True)
-    alloc.set_time(1.0)
-    reqs = {}
-    for name, tokens in (("a", 6), ("long", 17)):  # room 2 and room 3
-        req = Req(name, ((f"p-{name}", 0, tokens),))
-        assert alloc.allocate(name, tokens, content=req.content)
-        ledger.track(name)
-        reqs[name] = req
+    alloc, ledger, reqs = _a_and_long()
     assert (ledger.room["a"], ledger.room["long"]) == (2, 3)
     appends: list = []
     inner = alloc.append_in_bulk
