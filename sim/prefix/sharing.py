@@ -63,8 +63,7 @@ class FamilyLedger:
                 sharers = untracked.get(b)
                 if sharers is None:
                     untracked[b] = {parent_id, child_id}
-                else:  # (its members that moved off it since are dropped first)
-                    self._prune(b, sharers)
+                else:
                     sharers.add(parent_id)
                     sharers.add(child_id)
 
@@ -114,11 +113,11 @@ class FamilyLedger:
         f = self.family.pop(seq_id)
         self._tables.pop(seq_id, None)
         untracked = self._untracked
-        for b in table:
+        for i, b in enumerate(table):
             fams = self._fams.get(b)
             if fams is None or f not in fams:
                 if untracked:
-                    self._unshare(b, seq_id)
+                    self._unshare(b, i, seq_id)
                 continue
             if self._counted:
                 self._uncount(b, seq_id)
@@ -130,24 +129,36 @@ class FamilyLedger:
                 else:
                     del self._fams[b]
 
-    def _unshare(self, block: int, seq_id: Hashable) -> None:
-        """``seq_id`` (released) no longer maps untracked ``block``: one sharer left (or
-        none) needs no count. The members that moved off it (a copy on write) or were
-        released since are dropped too, so the entry goes with the block's last mapper."""
+    def _unshare(self, block: int, at: int, seq_id: Hashable) -> None:
+        """``seq_id`` (released) no longer maps untracked ``block`` (at index ``at`` of
+        its table): fewer than two sharers still mapping it need no count, so the entry
+        goes, at the latest with the block's last mapper (a freed block that the pool hands
+        to a new prompt starts with no entry)."""
         sharers = self._untracked.get(block)
         if sharers is not None:
             sharers.discard(seq_id)
-            self._prune(block, sharers)
-            if len(sharers) < 2:
+            if not self._two_map(block, at, sharers):
                 del self._untracked[block]
 
-    def _prune(self, block: int, sharers: set[Hashable]) -> None:
-        """Drop from ``sharers`` of untracked ``block`` each that no longer maps it:
-        released, or moved off it by a copy on write (its table's last block replaced)."""
+    def _two_map(self, block: int, at: int, sharers: set[Hashable]) -> bool:
+        """Whether two of ``sharers`` still map untracked ``block``; those met on the way
+        that no longer do (moved off it by a copy on write, or released) are dropped. A
+        shared block is at the same index ``at`` in every table that maps it (a fork copies
+        its parent's table; a table only grows or has its last block replaced), so each
+        test is one look-up, and the scan stops at the second mapper."""
         tables = self._tables
-        gone = [s for s in sharers if block not in tables.get(s, ())]
+        found = 0
+        gone = []
+        for s in sharers:
+            if _maps_at(tables.get(s), at, block):
+                found += 1
+                if found == 2:
+                    break
+            else:
+                gone.append(s)
         if gone:
             sharers.difference_update(gone)
+        return found == 2
 
     def _uncount(self, block: int, seq_id: Hashable) -> None:
         """``seq_id``, counted with tracked ``block``, maps it itself now (or is released)."""
@@ -178,11 +189,17 @@ class FamilyLedger:
     def _check_sharers(self, tables: Mapping[Hashable, list[int]]) -> None:
         """The fork books name live sequences only: ``_tables`` holds each one's own table,
         an untracked block's sharers include at least one that maps it (the entry goes with
-        its last mapper) and are of one family, and a counted sharer maps its block."""
+        its last mapper), are of one family and name every live sequence that maps it (what
+        a publication counts), and a counted sharer maps its block."""
         for seq_id, table in self._tables.items():
             if tables.get(seq_id) is not table:
                 raise InvariantError(f"ledger: the table kept for {seq_id!r} is not its own")
-        family = self.family
+        family, untracked = self.family, self._untracked
+        if untracked:
+            for seq_id, table in tables.items():
+                for b in table:
+                    if b in untracked and seq_id not in untracked[b]:
+                        raise InvariantError(f"ledger: {seq_id!r} maps noted block {b}, unnamed")
         for b, sharers in self._untracked.items():
             if b in self._fams:
                 raise InvariantError(f"ledger: block {b} is tracked and noted untracked")
@@ -195,3 +212,8 @@ class FamilyLedger:
             for s in counted:
                 if s not in family or b not in tables[s]:
                     raise InvariantError(f"ledger: {s!r} counted on block {b} it does not map")
+
+
+def _maps_at(table: list[int] | None, at: int, block: int) -> bool:
+    """Whether ``table`` (None: a released sequence) maps ``block`` at index ``at``."""
+    return table is not None and len(table) > at and table[at] == block

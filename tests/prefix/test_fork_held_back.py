@@ -164,3 +164,35 @@ def test_random_holds_forks_and_publications_keep_the_invariants(kind, ops):
     ledger = a.index.ledger  # nothing left noted of the freed sequences and blocks
     assert (ledger._untracked, ledger._counted, ledger._tables) == ({}, {}, {})
     assert getattr(a.index, "_borrowed", {}) == {}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_releasing_many_forks_of_a_held_back_prompt_tests_each_sharer_a_bounded_number_of_times(
+    kind, monkeypatch
+):
+    """K forks of a held-back prompt of T blocks share every block; freeing them all asks
+    whether a sharer still maps a block O(T K) times (the scan stops at the second mapper
+    and a test is one look-up), not O(T K^2): the books stay linear in the forks."""
+    from sim.prefix import sharing
+
+    calls = 0
+    real = sharing._maps_at
+
+    def counted(table, at, block):
+        nonlocal calls
+        calls += 1
+        return real(table, at, block)
+
+    monkeypatch.setattr(sharing, "_maps_at", counted)
+    t_blocks, k_forks = 40, 24
+    a = alloc(kind, blocks=t_blocks + 8)
+    assert a.allocate("x", t_blocks * B, content=[("P", 0, t_blocks * B)], hold_back=True)
+    for i in range(k_forks):
+        assert a.fork("x", f"c{i}")
+    a.check_invariants()
+    for seq in ["x", *(f"c{i}" for i in range(k_forks))]:
+        a.free(seq)
+    a.check_invariants()
+    assert a.index.ledger._untracked == {}
+    # each release tests at most the two mappers it stops at per block (K + 1 releases)
+    assert calls <= 2 * t_blocks * (k_forks + 1)
