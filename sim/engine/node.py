@@ -487,9 +487,7 @@ class Node:
             return None
         decodes, kv, base, apart = plan.decodes, self.kv, m[1], plan.apart
         # ``apart`` as ``_plan_run`` passes it: the clocked decodes' ledger is not settled
-        return RunOffer(
-            work, k, lambda steps: kv.plan_decode_run(decodes, steps, base, None, None, apart)
-        )
+        return RunOffer(work, k, lambda steps: kv.plan_decode_run(decodes, steps, base, apart=apart))
 
     def _run_steps(self, plan: BatchPlan, lim: object) -> int:
         """A plug-in scheduler's ``plan.run`` as the steps the engine may plan: a
