@@ -18,6 +18,9 @@ a moving head (``take`` is one slice; the taken prefix is cut off now and then),
 ``decref`` whose blocks all reach zero, none retained (a finished request's table without
 a prefix cache), checks and queues them in bulk with the block-by-block loop's result.
 
+``CountPool`` is the pool of a ``PagedAllocator`` in count mode (no block has an id yet):
+its free count only.
+
 ``PagedPool`` is what ``PagedAllocator`` uses of a pool; a prefix index may bring its own
 pool with that interface (vLLM's hashed pool in ``sim.prefix.hashcache``, whose cached
 blocks stay in the free queue).
@@ -301,3 +304,56 @@ class BlockPool:
                 cached += 1
         if cached != self.num_cached:
             raise InvariantError(f"block pool: {cached} cached blocks, counter {self.num_cached}")
+
+
+class CountPool:
+    """A paged pool that counts its blocks and names none (``PagedAllocator``'s count
+    mode: every table private, so each sequence's block count is ``ceil(tokens / B)``
+    and only the free count moves). It has no ids, queue or refcounts: ``take``,
+    ``incref``, ``decref`` and ``free_queue`` raise; the allocator swaps it for a
+    ``BlockPool`` the first time identity matters (``PagedAllocator.track_block_ids``).
+
+    Invariant: 0 <= num_free <= num_blocks; nothing is ever cached."""
+
+    __slots__ = ("num_blocks", "num_free", "refcount")
+    num_cached = 0
+
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks < 0:
+            raise ValueError(f"num_blocks must be >= 0, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.num_free = num_blocks  # blocks no table maps
+        self.refcount: list[int] = []  # no ids: nothing to count per block
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks
+
+    @property
+    def num_empty(self) -> int:
+        return self.num_free
+
+    @property
+    def num_allocated(self) -> int:
+        return self.num_blocks - self.num_free
+
+    def _no_ids(self, op: str) -> InvariantError:
+        return InvariantError(f"block pool: {op} in count mode (blocks have no ids yet)")
+
+    def take(self, n: int) -> list[int]:
+        raise self._no_ids("take")
+
+    def incref(self, ids: Iterable[int]) -> None:
+        raise self._no_ids("incref")
+
+    def decref(self, ids: Iterable[int]) -> int:
+        raise self._no_ids("decref")
+
+    def free_queue(self) -> list[int]:
+        raise self._no_ids("free_queue")
+
+    def check(self) -> None:
+        if not 0 <= self.num_free <= self.num_blocks:
+            raise InvariantError(
+                f"block pool: {self.num_free} free blocks of {self.num_blocks} (count mode)"
+            )

@@ -11,6 +11,20 @@ refcount: no tensor bytes move (F16). A write into a block whose refcount is abo
 block loses a reference. Freeing decrements every block of the table, last block first;
 blocks that reach zero go back to the FIFO free queue (``block_pool``).
 
+Count mode (the start of every allocator): while no block's identity matters, no block has
+an id. Without a fork, a hold, an index or side groups every table is private and full but
+for its last block, so a sequence of S tokens maps ``ceil(S / B)`` blocks of its own and
+the pool (``block_pool.CountPool``) keeps only its free count: ``allocate``, ``append``,
+``append_each`` and ``free`` move counts in O(1) per sequence (no ``take``, no table
+list, no refcount). The first need of identity (``track_block_ids``: a fork, a hold,
+``use_kv_groups`` with side groups, ``compose``, ``block_table``) gives the live tables
+ids once, in O(pool): the sequences in admission order, each its blocks from a fresh FIFO
+queue; the allocator keeps them from then on. Those ids can differ from what an
+allocator with ids from the start would have handed out (it had freed blocks to the
+queue's tail); nothing but ``block_table`` and the pool's queue and refcounts shows an
+id, so every result is the same (``tests/memory/test_count_mode.py`` runs random
+operations on both). A test that names blocks calls ``track_block_ids`` first.
+
 Composition with a prefix cache (``sim.memory.prefix_index``): ``compose(index)`` gives
 an empty allocator a ``PrefixIndex``; the core then asks it which cached blocks a new
 sequence shares (``match``), to evict for room (``make_room``), and tells it when blocks
@@ -42,7 +56,9 @@ held sequences map it; of the active sequences' side slots, those that hold no s
 state (vLLM's padding layers, whole blocks' rest: ``KVGroups.useful_side_bytes``) are
 unfilled.
 
-Invariants: len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
+Invariants: in count mode, no table, side block, step or hold, the pool's allocated
+blocks = the sum of ceil(tokens / B) over the live sequences and ``_unfilled`` = the sum
+of their last blocks' empty slots; with ids, len(table) = ceil(tokens / B) for every sequence, and len(side blocks) =
 ``side_blocks(tokens)``, or ``step_side_blocks(n, e)`` during a step (``set_step``, or
 ``allocate``'s ``first_step``); a miss of ``allocate`` or ``set_step`` changes nothing
 (everything is counted before a block is evicted or taken); the refcount of every block = the number of tables and side lists
@@ -61,7 +77,7 @@ from typing import Any
 
 from sim.errors import InvariantError
 from sim.memory.base import Allocator, Books, FirstStep, checked_count, positive_int
-from sim.memory.block_pool import BlockPool, PagedPool
+from sim.memory.block_pool import BlockPool, CountPool, PagedPool
 from sim.memory.errors import AllocatorError
 from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
 from sim.memory.paused_blocks import PausedBlocks
@@ -104,8 +120,14 @@ class PagedAllocator(Allocator):
         super().__init__(pool_bytes=pool_bytes, kv_bytes_per_token=kv_bytes_per_token)
         self.block_size = positive_int(block_size, "block_size")
         self.block_bytes = self.block_size * self.kv_bytes_per_token
-        self.pool: PagedPool = BlockPool(math.floor(self.pool_bytes / self.block_bytes))
-        self._tables: dict[Hashable, list[int]] = {}  # seq -> physical block ids, by logical
+        #: count mode (no block ids) until identity first matters (``track_block_ids``):
+        #: the pool is then this ``CountPool``; None once blocks have ids (a ``BlockPool``)
+        self._count_pool: CountPool | None = CountPool(
+            math.floor(self.pool_bytes / self.block_bytes)
+        )
+        self.pool: PagedPool = self._count_pool
+        #: seq -> physical block ids, by logical (empty in count mode)
+        self._tables: dict[Hashable, list[int]] = {}
         self.index: PrefixIndex | None = None  # the prefix cache, if composed with one
         self._match_counts_extra = False  # whether its ``match`` takes ``extra_blocks``
         self._unfilled = 0  # empty slots of distinct partly filled allocated blocks
@@ -122,13 +144,14 @@ class PagedAllocator(Allocator):
         block table (a dense model's groups change nothing)."""
         if groups is None or not groups.hybrid:
             return
-        if self._tables or self.kv_groups is not None:
+        if self._tokens or self.kv_groups is not None:
             raise ValueError(f"{self.kind}: set the KV groups of an empty allocator once")
         if not math.isclose(groups.table_bytes_per_token, self.kv_bytes_per_token):
             raise ValueError(
                 f"{self.kind}: kv_bytes_per_token {self.kv_bytes_per_token} is not the block "
                 f"table's {groups.table_bytes_per_token}"
             )
+        self.track_block_ids()  # side blocks are taken and shared by id
         self.kv_groups = groups
         if self.hit_rule is not None:
             self.hit_limited_by = self.hit_rule(groups)
@@ -241,9 +264,10 @@ class PagedAllocator(Allocator):
 
     def compose(self, index: PrefixIndex) -> None:
         """Give this empty allocator a prefix cache (once); blocks come from ``index.pool``."""
-        if self.index is not None or self._tables:
+        if self.index is not None or self._tokens:
             raise ValueError(f"{self.kind}: compose an empty allocator with one index")
         self.index = index
+        self._count_pool = None  # empty: the index's pool names every block from now on
         self.pool = index.pool
         self._match_counts_extra = _takes_extra_blocks(index)
 
@@ -278,6 +302,12 @@ class PagedAllocator(Allocator):
             side = self._step_side(n_tokens, step)
             if n_new + side > pool.num_free:
                 return MISSED
+            counted = self._count_pool
+            if counted is not None:  # count mode: no side blocks, no hold, no step
+                counted.num_free -= n_new
+                self._count.blocks_taken += n_new
+                self._unfilled += -n_tokens % self.block_size
+                return ADMITTED
             self._tables[seq_id] = ids = pool.take(n_new)
             if self._paused is not None:
                 self._paused.taken(seq_id, ids)
@@ -367,6 +397,18 @@ class PagedAllocator(Allocator):
             self._step[seq_id] = step
 
     def _append(self, seq_id: Hashable, tokens: int, n_tokens: int, content: Any) -> bool:
+        counted = self._count_pool
+        if counted is not None:  # count mode: a private last block, no index, no side
+            bs = self.block_size
+            end = tokens + n_tokens
+            n_new = (end + bs - 1) // bs - (tokens + bs - 1) // bs
+            if n_new > counted.num_free:
+                return False
+            self._unfilled += -end % bs - -tokens % bs
+            if n_new:
+                counted.num_free -= n_new
+                self._count.blocks_taken += n_new
+            return True
         index = self.index
         if self._content_off:
             content = None
@@ -435,6 +477,9 @@ class PagedAllocator(Allocator):
         if not items or self.bulk_free_blocks() is None:  # an index, side groups, a plug-in
             super().append_each(items)
             return
+        if self._count_pool is not None:
+            self._append_each_counted(items, self._count_pool)
+            return
         held = self._held
         tables, tokens_of, bs = self._tables, self._tokens, self.block_size
         pool = self.pool
@@ -474,6 +519,31 @@ class PagedAllocator(Allocator):
                 tables[seq_id].extend(new)
                 if paused is not None:
                     paused.taken(seq_id, new)
+        self._unfilled += unfilled
+        self._count.blocks_taken += need
+        self.changes += len(items)
+        self._lineage.extend_each(items)
+        self._note_peak(self._allocated_bytes())
+
+    def _append_each_counted(self, items: list[tuple[Hashable, int]], pool: CountPool) -> None:
+        """``append_each`` in count mode: each sequence's tokens and the free count move
+        (a sequence's blocks are ``ceil(tokens / B)``, all its own), in one pass."""
+        tokens_of, bs = self._tokens, self.block_size
+        for seq_id, n_tokens in items:  # misuse goes one by one, where it raises
+            if n_tokens.__class__ is not int or n_tokens <= 0 or seq_id not in tokens_of:
+                super().append_each(items)  # nothing has changed yet
+                return
+        need = unfilled = 0
+        for seq_id, n_tokens in items:
+            tokens = tokens_of[seq_id]
+            end = tokens_of[seq_id] = tokens + n_tokens
+            need += (end + bs - 1) // bs - (tokens + bs - 1) // bs
+            unfilled += -end % bs - -tokens % bs
+        if need > pool.num_free:
+            for seq_id, n_tokens in reversed(items):  # as it was: the books stay one
+                tokens_of[seq_id] -= n_tokens
+            raise InvariantError(f"{self.kind}: append_each: {need} blocks, {pool.num_free} free")
+        pool.num_free -= need
         self._unfilled += unfilled
         self._count.blocks_taken += need
         self.changes += len(items)
@@ -583,6 +653,7 @@ class PagedAllocator(Allocator):
         self._add_copy(self.block_bytes)
 
     def _fork(self, parent_id: Hashable, child_id: Hashable, tokens: int) -> bool:
+        self.track_block_ids()  # the child shares the parent's blocks by id
         table = list(self._tables[parent_id])
         self.pool.incref(table)
         self._tables[child_id] = table
@@ -607,6 +678,13 @@ class PagedAllocator(Allocator):
     def _release(self, seq_id: Hashable, tokens: int, *, uncache: bool) -> None:
         """Drop the sequence's references, last block first (vLLM's order). The sequence
         is active (``free`` ends a hold first)."""
+        counted = self._count_pool
+        if counted is not None:  # count mode: its blocks are all its own
+            n = -(-tokens // self.block_size)
+            counted.num_free += n
+            self._count.blocks_returned += n
+            self._unfilled -= -tokens % self.block_size
+            return
         if self.index is not None:  # it still maps its blocks (``PrefixIndex.releasing``)
             self.index.releasing(seq_id)
         table = self._tables.pop(seq_id)
@@ -630,6 +708,7 @@ class PagedAllocator(Allocator):
         blocks that only held tables map (``PausedBlocks``, started at the first hold)."""
         paused = self._paused
         if paused is None:  # the first hold: track the live tables as they are
+            self.track_block_ids()
             paused = self._paused = PausedBlocks(self.pool.refcount, self.block_size, self._held)
             paused.start(
                 (s, t, self._last_fill(self._tokens[s]), self._side.get(s, ()))
@@ -663,7 +742,10 @@ class PagedAllocator(Allocator):
         """New blocks ``append(seq_id, n_tokens)`` takes, the copy-on-write block included."""
         tokens = self._live_tokens(seq_id, "blocks_needed")
         n = checked_count(n_tokens, "blocks_needed")
-        table, bs = self._tables[seq_id], self.block_size
+        bs = self.block_size
+        if self._count_pool is not None:  # count mode: no copy on write, no side blocks
+            return (tokens + n + bs - 1) // bs - (tokens + bs - 1) // bs
+        table = self._tables[seq_id]
         n_new = (tokens + n + bs - 1) // bs - len(table)
         cow = n > 0 and tokens % bs != 0 and self.pool.refcount[table[-1]] > 1
         if self.kv_groups is None:
@@ -696,12 +778,37 @@ class PagedAllocator(Allocator):
     def block_table(self, seq_id: Hashable) -> tuple[int, ...]:
         """Physical block ids of a live sequence, logical block 0 first."""
         self._live_tokens(seq_id, "block_table")
+        self.track_block_ids()
         return tuple(self._tables[seq_id])
 
     def seq_capacity_tokens(self, seq_id: Hashable) -> int:
         """Slots of the blocks a live sequence maps (``len(table) * block_size``)."""
-        self._live_tokens(seq_id, "seq_capacity_tokens")
+        tokens = self._live_tokens(seq_id, "seq_capacity_tokens")
+        if self._count_pool is not None:
+            return -(-tokens // self.block_size) * self.block_size
         return len(self._tables[seq_id]) * self.block_size
+
+    @property
+    def tracks_block_ids(self) -> bool:
+        """Whether blocks have ids (False in count mode, before ``track_block_ids``)."""
+        return self._count_pool is None
+
+    def track_block_ids(self) -> None:
+        """Leave count mode (once; a no-op after): give every live sequence's blocks ids,
+        deterministically (the sequences in admission order, each its ``ceil(tokens / B)``
+        blocks from a fresh FIFO queue, so the first ones take 0, 1, ...), in O(pool). A
+        fork, a hold, side groups, an index or ``block_table`` call it; an allocator made
+        with it before its first operation hands out the ids of one that always had
+        them. Ids can differ from those an allocator with ids from the start would have
+        handed out by now; nothing but ``block_table`` and the pool show them."""
+        counted = self._count_pool
+        if counted is None:
+            return
+        pool = BlockPool(counted.num_blocks)
+        bs = self.block_size
+        self._tables = {s: pool.take(-(-t // bs)) for s, t in self._tokens.items()}
+        self.pool = pool
+        self._count_pool = None
 
     @property
     def num_blocks(self) -> int:
@@ -810,6 +917,9 @@ class PagedAllocator(Allocator):
 
     def _check_kind(self) -> None:
         self.pool.check()
+        if self._count_pool is not None:
+            self._check_counted(self._count_pool)
+            return
         if set(self._tables) != set(self._tokens):
             raise InvariantError("paged: block tables and live sequences differ")
         bs, n_blocks = self.block_size, self.pool.num_blocks
@@ -849,6 +959,19 @@ class PagedAllocator(Allocator):
         self._check_counters(fill)
         if self.index is not None:
             self.index.check(self._tables, self._tokens)
+
+    def _check_counted(self, pool: CountPool) -> None:
+        """Count mode: the free count and ``_unfilled`` against the live sequences' tokens
+        (each maps ``ceil(tokens / B)`` blocks of its own); nothing else is kept."""
+        bs, tokens = self.block_size, self._tokens.values()
+        if self._tables or self._side or self._step or self._paused is not None or self._held:
+            raise InvariantError("paged: count mode with block ids, side blocks or holds")
+        blocks = sum(-(-t // bs) for t in tokens)
+        if blocks != pool.num_allocated:
+            raise InvariantError(f"paged: {pool.num_allocated} blocks allocated, scan {blocks}")
+        unfilled = sum(-t % bs for t in tokens)
+        if unfilled != self._unfilled:
+            raise InvariantError(f"paged: unfilled slots {self._unfilled}, scan {unfilled}")
 
     def _check_counters(self, fill: dict[int, int]) -> None:
         """``_unfilled`` and the paused slots against a scan (``fill``: table blocks)."""

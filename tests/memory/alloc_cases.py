@@ -60,8 +60,8 @@ def snapshot(a: Allocator) -> tuple:
 
 
 def _where(a: Allocator, seq) -> tuple:
-    if hasattr(a, "block_table"):
-        return a.block_table(seq)
+    if hasattr(a, "block_table"):  # a paged kind in count mode names no block
+        return a.block_table(seq) if a.tracks_block_ids else ()
     return a.seq_buffer(seq)
 
 
@@ -69,4 +69,6 @@ def _pool_state(a: Allocator) -> tuple:
     pool = getattr(a, "pool", None)
     if pool is None:
         return ()
+    if not a.tracks_block_ids:  # count mode: only the free count
+        return (pool.num_free,)
     return tuple(pool.free_queue()), tuple(pool.refcount)

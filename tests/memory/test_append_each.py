@@ -36,6 +36,7 @@ class Req:
 
 def _paged(num_blocks: int, bulk: bool) -> PagedAllocator:
     alloc = PagedAllocator(pool_bytes=num_blocks * B, kv_bytes_per_token=1, block_size=B)
+    alloc.track_block_ids()  # these tests compare block ids
     if not bulk:  # the reference: every crossing appended on its own
         alloc.bulk_free_blocks = lambda: None  # type: ignore[method-assign]
     return alloc

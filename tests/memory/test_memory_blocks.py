@@ -9,10 +9,13 @@ from sim.memory import BlockPool, PagedAllocator, make_allocator
 
 
 def paged(n_blocks: int, block_size: int = 4, **kw) -> PagedAllocator:
-    return make_allocator(
+    """A paged allocator with block ids from the start (these tests name blocks)."""
+    a = make_allocator(
         "paged", pool_bytes=n_blocks * block_size, kv_bytes_per_token=1, block_size=block_size,
         **kw,
     )  # fmt: skip
+    a.track_block_ids()
+    return a
 
 
 def test_free_queue_starts_in_id_order_and_is_fifo():

@@ -192,6 +192,7 @@ def _pool_handing_out(order: list[int], n_blocks: int, block_size: int):
     a = make_allocator(
         "paged", pool_bytes=n_blocks * block_size, kv_bytes_per_token=1, block_size=block_size
     )
+    a.track_block_ids()  # the test names blocks: ids from the start
     for i in range(n_blocks):
         a.allocate(("filler", i), block_size)
     for b in order:

@@ -70,7 +70,10 @@ def check_state(a, model: Model) -> None:
     assert sum(m.free_extents) == m.free_bytes
     for seq, states in model.seqs.items():
         assert a.seq_tokens(seq) == len(states) <= a.seq_capacity_tokens(seq)
-    if a.block_size is not None:
+    if a.block_size is not None and not a.tracks_block_ids:  # count mode: own blocks only
+        bs = a.block_size
+        assert a.pool.num_allocated == sum(-(-a.seq_tokens(s) // bs) for s in a.sequences())
+    elif a.block_size is not None:
         mapped = Counter(b for s in a.sequences() for b in a.block_table(s))
         for b in range(a.num_blocks):
             assert a.pool.refcount[b] == mapped.get(b, 0)
@@ -82,6 +85,8 @@ def append_copy_bytes(a, seq) -> int:
     or the written tokens when a contiguous buffer moves (decided after the append)."""
     if a.block_size is None:
         return a.seq_tokens(seq) * KV
+    if not a.tracks_block_ids:  # count mode: no fork yet, so nothing is shared
+        return 0
     table = a.block_table(seq)
     shared_tail = a.seq_tokens(seq) % a.block_size and a.pool.refcount[table[-1]] > 1
     return a.block_bytes if shared_tail else 0

@@ -57,6 +57,9 @@ OPS = st.lists(
 
 def paused_by_table_scan(a) -> int:
     """The reference: the O(table) computation (module docstring)."""
+    if not a.tracks_block_ids:  # count mode: no hold yet (the first one gives ids)
+        assert not any(a.is_held(s) for s in a.sequences())
+        return 0
     bs, rc = a.block_size, np.array(a.pool.refcount)
     held = np.zeros(a.num_blocks, dtype=np.int64)
     fill = np.zeros(a.num_blocks, dtype=np.int64)
