@@ -527,21 +527,22 @@ class PagedAllocator(Allocator):
 
     def _append_each_counted(self, items: list[tuple[Hashable, int]], pool: CountPool) -> None:
         """``append_each`` in count mode: each sequence's tokens and the free count move
-        (a sequence's blocks are ``ceil(tokens / B)``, all its own), in one pass."""
+        (a sequence's blocks are ``ceil(tokens / B)``, all its own), in one pass; misuse
+        (an odd count, a sequence not live) undoes the pass and goes one by one, where
+        it raises at its item."""
         tokens_of, bs = self._tokens, self.block_size
-        for seq_id, n_tokens in items:  # misuse goes one by one, where it raises
-            if n_tokens.__class__ is not int or n_tokens <= 0 or seq_id not in tokens_of:
-                super().append_each(items)  # nothing has changed yet
-                return
         need = unfilled = 0
-        for seq_id, n_tokens in items:
-            tokens = tokens_of[seq_id]
+        for i, (seq_id, n_tokens) in enumerate(items):
+            tokens = tokens_of.get(seq_id)
+            if tokens is None or n_tokens.__class__ is not int or n_tokens <= 0:
+                self._undo_counted(items[:i])
+                super().append_each(items)
+                return
             end = tokens_of[seq_id] = tokens + n_tokens
             need += (end + bs - 1) // bs - (tokens + bs - 1) // bs
             unfilled += -end % bs - -tokens % bs
         if need > pool.num_free:
-            for seq_id, n_tokens in reversed(items):  # as it was: the books stay one
-                tokens_of[seq_id] -= n_tokens
+            self._undo_counted(items)  # as it was: the books stay one
             raise InvariantError(f"{self.kind}: append_each: {need} blocks, {pool.num_free} free")
         pool.num_free -= need
         self._unfilled += unfilled
@@ -549,6 +550,12 @@ class PagedAllocator(Allocator):
         self.changes += len(items)
         self._lineage.extend_each(items)
         self._note_peak(self._allocated_bytes())
+
+    def _undo_counted(self, items: list[tuple[Hashable, int]]) -> None:
+        """Take back the tokens ``_append_each_counted`` added for ``items``."""
+        tokens_of = self._tokens
+        for seq_id, n_tokens in reversed(items):
+            tokens_of[seq_id] -= n_tokens
 
     def _append_each_content(
         self,

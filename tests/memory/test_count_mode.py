@@ -173,3 +173,13 @@ def test_count_mode_is_ids_mode_but_for_the_ids(num_blocks, ops):
         count.check_invariants()
         eager.check_invariants()
         assert _observed(count) == _observed(eager), op
+
+
+def test_a_batch_with_an_unknown_sequence_raises_at_it_as_one_by_one():
+    """Misuse mid-batch: the appends before it are made (as one by one), none after."""
+    count, eager = _paged(8, ids=False), _paged(8, ids=True)
+    for a in (count, eager):
+        assert a.allocate("a", 3)
+        with pytest.raises(AllocatorError, match="'x'"):
+            a.append_each([("a", 2), ("x", 1), ("a", 4)])
+        assert a.seq_tokens("a") == 5 and a.free_blocks == 8 - 2
