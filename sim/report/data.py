@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError, KvsimError
+from sim.run.output import utf8_path
 from sim.yamlio import json_value, read_bytes_bounded
 
 #: memory_groups: a model of several layer groups only (absent otherwise: empty)
@@ -65,10 +66,14 @@ def read_run_folder(folder: Path) -> RunData:
     path = folder / "summary.json"
     if not path.is_file():
         raise KvsimError(f"{folder}: not a run folder (no summary.json)")
+    utf8_path(folder, "RUN_DIR:")  # pyarrow reads the tables at UTF-8 paths only
     try:
         summary = json_value(read_bytes_bounded(path), str(path), lines=True)
     except ConfigError as exc:
         raise KvsimError(f"{exc.location or path}: cannot read: {exc.message}") from None
+    if not isinstance(summary, dict):  # ``[1, 2]``: kvsim run writes one JSON object
+        raise KvsimError(f"{path}: cannot read: not a JSON object (a {type(summary).__name__}; "
+                         "kvsim run writes one object of summary keys)")  # fmt: skip
     frames = {}
     for name in TABLE_NAMES:
         table = folder / f"{name}.parquet"
