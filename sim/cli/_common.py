@@ -126,8 +126,13 @@ def echo(line: str, stream: TextIO) -> None:
     as ``typer.echo`` kept it). A line the stream cannot encode is written as click's
     ``echo`` wrote it (``typer.echo``): an ASCII stream (``LANG=C``,
     ``PYTHONIOENCODING=ascii``) is taken as misconfigured and gets the line in UTF-8, any
-    other encoding gets it with what it cannot encode replaced (``?``); never raised."""
+    other encoding gets it with what it cannot encode replaced (``?``); never raised. The
+    test is the stream's encoding itself, not its error handler: stderr, whose handler
+    (``backslashreplace``) would write ``\\xe9``, gets what stdout gets."""
     try:
+        encoding = getattr(stream, "encoding", None)
+        if encoding:
+            line.encode(encoding)  # strict, whatever errors= the stream was opened with
         stream.write(line + "\n")
     except UnicodeEncodeError:
         own = getattr(stream, "encoding", None) or "utf-8"
@@ -139,6 +144,25 @@ def echo(line: str, stream: TextIO) -> None:
             stream.flush()  # what the text layer holds goes first
             buffer.write((line + "\n").encode(wire, "replace"))
     stream.flush()
+
+
+def print_error(message: object) -> None:
+    """``kvsim: error: MESSAGE`` on stderr, written as ``echo`` writes stdout's lines (an
+    ASCII stderr gets it in UTF-8, as click wrote it; never Python's ``\\xe9`` escapes).
+    A file name's bytes that are not UTF-8 (kept by Python as surrogates, ``$'x\\xff'``)
+    are shown escaped (``x\\xff``), as ``sim.run.output.utf8_path`` shows them."""
+    echo(f"kvsim: error: {escaped_text(str(message))}", sys.stderr)
+
+
+def escaped_text(text: str) -> str:
+    """``text`` with each byte Python kept as a surrogate (a file name that is not UTF-8)
+    escaped as ``\\xNN``: the bytes a UTF-8 name decoded as ASCII kept (``LANG=C``) show
+    as their characters again; any other text unchanged."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file name decoding makes: escaped as is
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def print_warnings(warnings: list[str]) -> None:
