@@ -100,6 +100,22 @@ def test_a_summary_that_is_not_an_object_is_one_line(run_cli, run_folder, tmp_pa
     assert not (tmp_path / "cmp").exists()
 
 
+def test_a_summary_without_the_pool_size_is_one_line(run_cli, run_folder, tmp_path):
+    """kv_pool_bytes (which every run writes) deleted: compare raised KeyError; report
+    drew a report without it."""
+    import json
+
+    summary = json.loads((run_folder / "summary.json").read_text())
+    del summary["kv_pool_bytes"]
+    (run_folder / "summary.json").write_text(json.dumps(summary))
+    line = (f"kvsim: error: {run_folder}/summary.json: kv_pool_bytes: missing (every kvsim "
+            "run writes it: the file is damaged; run the scenario again with kvsim run)\n")  # fmt: skip
+    for argv in (["report", str(run_folder)],
+                 ["compare", str(run_folder), str(run_folder), "--out", str(tmp_path / "c")]):  # fmt: skip
+        assert run_cli(argv) == (2, "", line)
+    assert not (tmp_path / "c").exists()
+
+
 def test_schema_out_that_cannot_be_written_is_one_line(run_cli, tmp_path):
     """A folder, or a path below a file: IsADirectoryError / NotADirectoryError before;
     now the line ``workload sample --out`` gives."""
