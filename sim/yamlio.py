@@ -59,6 +59,10 @@ MAX_NODES = 200_000
 MAX_DEPTH = 64
 
 
+#: a lone surrogate (U+D800-U+DFFF): what YAML's ``\uD800`` escapes make, no character
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class _Bounds:
     """The composer's bounds and the line-aware constructor, shared by both loaders.
 
@@ -108,6 +112,18 @@ class _Bounds:
                 f"YAML document expands to more than {self.max_nodes:,} nodes (aliases "
                 "expanded); refused as an alias bomb or an oversized file",
             )
+
+    def construct_scalar(self, node: Any) -> Any:
+        # ``"\udcff"``: YAML's escapes make a lone surrogate, which is no character (UTF-8
+        # cannot write it: a report, a comparison's folder would fail at their first write)
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and not value.isascii() and _SURROGATE.search(value):
+            raise self._refuse(
+                node.start_mark,
+                f"invalid YAML value {_shown(node)}: a \\uD800-\\uDFFF escape is half of a "
+                "UTF-16 pair, not a character",
+            )
+        return value
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         # a value the safe constructor cannot build (2024-13-45, a 5000-digit int) raises

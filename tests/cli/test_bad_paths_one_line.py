@@ -198,3 +198,23 @@ def test_escaped_text():
     assert escaped_text("x\udcff: café") == "x\\xff: café"
     assert escaped_text("caf\udcc3\udca9") == "café"
     assert escaped_text("a\ud800b") == "a\\ud800b"
+
+
+def test_a_surrogate_escape_in_yaml_is_refused_at_its_line(run_cli, tmp_path):
+    """``"\\udcff"`` made a string UTF-8 cannot write: a run's report was not written and
+    ``compare --vary name=...`` failed with a traceback creating the variant's folder."""
+    from sim.errors import ConfigError
+    from sim.yamlio import loads_yaml
+
+    with pytest.raises(ConfigError) as err:
+        loads_yaml('schema_version: 1\nname: "a\\udcff"\n', "s.yaml")
+    assert str(err.value) == ("s.yaml:2: invalid YAML value 'a\\udcff': a \\uD800-\\uDFFF "
+                              "escape is half of a UTF-16 pair, not a character")  # fmt: skip
+    assert loads_yaml('name: "caf\\u00e9 \\U0001F600"\n', "s.yaml")[0] == {"name": "café 😀"}
+    out = tmp_path / "o"
+    code, stdout, stderr = run_cli(["compare", E20, "--vary", 'name=a,"\\udcff"', "--out", str(out)])
+    assert (code, stdout) == (2, "")
+    assert stderr == ("kvsim: error: --vary name: value '\"\\\\udcff\"' is not valid YAML: "
+                      "invalid YAML value '\\udcff': a \\uD800-\\uDFFF escape is half of a "
+                      "UTF-16 pair, not a character\n")  # fmt: skip
+    assert not out.exists()
