@@ -218,3 +218,14 @@ def test_a_surrogate_escape_in_yaml_is_refused_at_its_line(run_cli, tmp_path):
                       "invalid YAML value '\\udcff': a \\uD800-\\uDFFF escape is half of a "
                       "UTF-16 pair, not a character\n")  # fmt: skip
     assert not out.exists()
+
+
+def test_workload_fit_of_a_folder_says_it_is_not_a_regular_file(run_cli, tmp_path):
+    """It said "no such file" of a folder (or /dev/zero) that is there."""
+    code, stdout, stderr = run_cli(["workload", "fit", str(tmp_path), "--kind", "coding_agent",
+                                    "--out", str(tmp_path / "f.yaml")])  # fmt: skip
+    assert (code, stdout) == (2, "")
+    assert stderr == f"kvsim: error: {tmp_path}: not a regular file (a turns.jsonl trace)\n"
+    code, _, stderr = run_cli(["workload", "fit", str(tmp_path / "no"), "--kind",
+                               "coding_agent", "--out", str(tmp_path / "f.yaml")])  # fmt: skip
+    assert stderr == f"kvsim: error: {tmp_path}/no: no such file (a turns.jsonl trace)\n"
