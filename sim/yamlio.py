@@ -34,6 +34,7 @@ import json
 import json.scanner
 import re
 import stat
+import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -591,13 +592,36 @@ def _json_with_lines(text: str) -> tuple[Any, LineMap]:
 
 def load_value(raw: str, flag: str) -> Any:
     """A command-line value (``--set KEY=VALUE``) parsed as YAML by the same bounded loader;
-    ``flag`` (``--set KEY``) names it in the one-line error."""
+    ``flag`` (``--set KEY``) names it in the one-line error. A value whose bytes are not
+    UTF-8 (``$'x\\xff'``: kept by Python as surrogates) is refused as such, its bytes
+    shown escaped as the other errors show a file name's (``x\\xff``)."""
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(_not_utf8_value(raw), field=flag) from None
     try:
         return loads_yaml(raw, flag)[0]
     except ConfigError as exc:
         shown = raw if len(raw) <= 60 else raw[:57] + "..."
         why = exc.message.removeprefix("invalid YAML: ")
         raise ConfigError(f"value {shown!r} is not valid YAML: {why}", field=flag) from None
+
+
+def _not_utf8_value(raw: str) -> str:
+    """Why a command-line value Python kept surrogates in cannot be parsed: its bytes are
+    not UTF-8, or they are and Python decoded them as ASCII (``LANG=C`` without UTF-8
+    mode: the line says how to fix it)."""
+    try:
+        data = raw.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding of the command line makes
+        return f"value '{raw.encode('utf-8', 'backslashreplace').decode()}' is not UTF-8 text"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = data.decode("utf-8", "backslashreplace")
+        return f"value '{shown}' is not UTF-8 text (YAML values are)"
+    return (f"value '{text}': Python decodes the command line as "
+            f"{sys.getfilesystemencoding()} here (LANG=C without UTF-8 mode); set PYTHONUTF8=1")  # fmt: skip
 
 
 def _problem(exc: yaml.YAMLError) -> str:

@@ -229,3 +229,22 @@ def test_workload_fit_of_a_folder_says_it_is_not_a_regular_file(run_cli, tmp_pat
     code, _, stderr = run_cli(["workload", "fit", str(tmp_path / "no"), "--kind",
                                "coding_agent", "--out", str(tmp_path / "f.yaml")])  # fmt: skip
     assert stderr == f"kvsim: error: {tmp_path}/no: no such file (a turns.jsonl trace)\n"
+
+
+def test_a_set_value_whose_bytes_are_not_utf8_is_named_so(run_cli, tmp_path, monkeypatch):
+    """``--set workload.lengths.path=$'x\\xff'``: YAML said "special characters are not
+    allowed" of the surrogate Python kept; under ``LANG=C`` a UTF-8 value (``café``)
+    arrives as surrogates too, and the line says how to fix that."""
+    from sim.errors import ConfigError
+    from sim.yamlio import load_value
+
+    code, stdout, stderr = run_cli(["run", E20, "--out", str(tmp_path / "o"), "--set",
+                                    f"workload.lengths.path={NOT_UTF8}"])  # fmt: skip
+    assert (code, stdout) == (2, "")
+    assert stderr == ("kvsim: error: --set workload.lengths.path: value 'x\\xff' is not "
+                      "UTF-8 text (YAML values are)\n")  # fmt: skip
+    monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "ascii")
+    with pytest.raises(ConfigError) as err:
+        load_value("caf\udcc3\udca9", "--set name")
+    assert str(err.value) == ("--set name: value 'café': Python decodes the command line as "
+                              "ascii here (LANG=C without UTF-8 mode); set PYTHONUTF8=1")  # fmt: skip
