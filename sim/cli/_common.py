@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sim.errors import KvsimError
+from sim.errors import KvsimError, escaped_text
 from sim.units import GB, GiB
 from sim.yamlio import load_value
 
@@ -152,17 +152,6 @@ def print_error(message: object) -> None:
     A file name's bytes that are not UTF-8 (kept by Python as surrogates, ``$'x\\xff'``)
     are shown escaped (``x\\xff``), as ``sim.run.output.utf8_path`` shows them."""
     echo(f"kvsim: error: {escaped_text(str(message))}", sys.stderr)
-
-
-def escaped_text(text: str) -> str:
-    """``text`` with each byte Python kept as a surrogate (a file name that is not UTF-8)
-    escaped as ``\\xNN``: the bytes a UTF-8 name decoded as ASCII kept (``LANG=C``) show
-    as their characters again; any other text unchanged."""
-    try:
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a surrogate no file name decoding makes: escaped as is
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return raw.decode("utf-8", "backslashreplace")
 
 
 def print_warnings(warnings: list[str]) -> None:

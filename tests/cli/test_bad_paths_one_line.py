@@ -193,7 +193,7 @@ def test_escaped_text():
     """Surrogates a file name left (PEP 383) become ``\\xNN``; UTF-8 bytes decoded as
     ASCII their characters; other text, and a lone surrogate no decoding makes, as is
     (escaped)."""
-    from sim.cli._common import escaped_text
+    from sim.errors import escaped_text
 
     assert escaped_text("x\udcff: café") == "x\\xff: café"
     assert escaped_text("caf\udcc3\udca9") == "café"
