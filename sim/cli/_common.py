@@ -127,12 +127,15 @@ def echo(line: str, stream: TextIO) -> None:
     ``echo`` wrote it (``typer.echo``): an ASCII stream (``LANG=C``,
     ``PYTHONIOENCODING=ascii``) is taken as misconfigured and gets the line in UTF-8, any
     other encoding gets it with what it cannot encode replaced (``?``); never raised. The
-    test is the stream's encoding itself, not its error handler: stderr, whose handler
-    (``backslashreplace``) would write ``\\xe9``, gets what stdout gets."""
+    test is the stream's encoding, not its error handler: stderr, whose handler
+    (``backslashreplace``) would write ``\\xe9``, gets what stdout gets; a stream that
+    writes the bytes a name's surrogates stand for (``surrogateescape``: Python's stdout
+    in the C or POSIX locale) still writes them."""
     try:
         encoding = getattr(stream, "encoding", None)
-        if encoding:
-            line.encode(encoding)  # strict, whatever errors= the stream was opened with
+        if encoding:  # strict, but for the surrogates a surrogateescape stream writes back
+            kept = getattr(stream, "errors", None) == "surrogateescape"
+            line.encode(encoding, "surrogateescape" if kept else "strict")
         stream.write(line + "\n")
     except UnicodeEncodeError:
         own = getattr(stream, "encoding", None) or "utf-8"

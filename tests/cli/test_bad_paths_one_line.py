@@ -248,3 +248,22 @@ def test_a_set_value_whose_bytes_are_not_utf8_is_named_so(run_cli, tmp_path, mon
         load_value("caf\udcc3\udca9", "--set name")
     assert str(err.value) == ("--set name: value 'café': Python decodes the command line as "
                               "ascii here (LANG=C without UTF-8 mode); set PYTHONUTF8=1")  # fmt: skip
+
+
+def test_echo_decides_by_the_encoding_and_keeps_surrogateescape():
+    """An ASCII stream whose handler escapes (stderr's ``backslashreplace``) gets the line
+    in UTF-8, as one that raises does; a ``surrogateescape`` stream (stdout in the C or
+    POSIX locale) writes a name's byte back as it was (``x\\xff``), not ``?``."""
+    import io
+
+    from sim.cli._common import echo
+
+    for errors in ("backslashreplace", "strict"):
+        raw = io.BytesIO()
+        stream = io.TextIOWrapper(raw, encoding="ascii", errors=errors)
+        echo("café", stream)
+        assert raw.getvalue() == "café\n".encode()
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")
+    echo(f"{NOT_UTF8}: ok", stream)
+    assert raw.getvalue() == b"x\xff: ok\n"
