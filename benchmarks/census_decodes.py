@@ -38,13 +38,30 @@ import sim.metrics.recorder as recorder
 import sim.sched.plan as plan_mod
 import sim.sched.request as request
 import sim.sched.vllm_v1 as vllm_v1
+from sim.run.node import run_workload
 from sim.run.runner import build
 
 
 def loop(sim) -> None:
-    """The simulation loop alone (``Simulation.run`` without collecting the tables)."""
+    """The simulation loop alone (``Simulation.run`` without collecting the tables): a
+    cluster's (a data-parallel engine's lockstep ranks too) until every node has ended."""
+    parts = getattr(sim, "parts", None)
+    if parts is not None:  # sim.run.cluster.ClusterSimulation
+        run_workload(sim.env, [p.node for p in parts], sim.ctx, sim.driver)
+        return
     sim.env.process(sim.driver)
     sim.env.run(until=sim.node.process)
+
+
+def node_parts(sim) -> list[Any]:
+    """What each node's loop decides with: the simulation itself for one node, each node's
+    parts (its ``recorder``, its ``scheduler``) for a cluster."""
+    return list(getattr(sim, "parts", None) or [sim])
+
+
+def decisions_of(sim) -> int:
+    """The scheduling decisions of every node (a cluster's front records none of them)."""
+    return sum(p.recorder.decisions for p in node_parts(sim))
 
 
 def _patched(owner: Any, name: str, wrapper: Callable) -> Callable[[], None]:
@@ -160,9 +177,10 @@ def token_reads(scenario: str, overrides: dict) -> Counter:
         m.Request = counted
     try:
         sim = build(scenario, **overrides)
-        cohort = getattr(sim.scheduler, "cohort", None)
-        if cohort is not None:  # its members' counters: the Member class's own properties
-            member = cohort.Member
+        cohorts = [getattr(part.scheduler, "cohort", None) for part in node_parts(sim)]
+        # each node's cohort (a cluster's ranks too); a Member class they share, once
+        members = list(dict.fromkeys(c.Member for c in cohorts if c is not None))
+        for member in members:  # its members' counters: the Member class's own properties
             for n in names:
                 setattr(member, n, counting(n, member.__dict__[n], " (member)"))
         loop(sim)
@@ -187,20 +205,23 @@ def main() -> None:
     c0 = time.process_time()
     loop(sim)
     plain_s = time.process_time() - c0
-    decisions = sim.recorder.decisions
+    decisions = decisions_of(sim)
     print(f"loop CPU s, plain: {plain_s:.2f}; decisions {decisions:,}\n")
+    if decisions == 0:  # no engine step: no decision mix, no pass, no share to report
+        print("no scheduling decision in this run: the census does not apply")
+        return
 
     mix = decision_mix(args.scenario, overrides)
     visits = sum(v for k, v in mix.items() if len(k) == 3)
     print("| decision | decisions | share | requests carried | share |\n|---|---:|---:|---:|---:|")
     for kind in sorted(k for k in mix if len(k) == 2):
         n, r = mix[kind], mix[(*kind, "requests")]
-        print(f"| {' '.join(kind)} | {n:,} | {n / decisions:.0%} | {r:,} | {r / visits:.0%} |")
+        print(f"| {' '.join(kind)} | {n:,} | {n / decisions:.0%} | {r:,} | {r / max(visits, 1):.0%} |")
 
     timed, loop_s = passes(args.scenario, overrides)
     total = sum(s for _, s in timed.values())
     print(f"\ninstrumented loop CPU s {loop_s:.2f}; the passes below {total:.2f} s "
-          f"({total / plain_s:.0%} of the plain loop)\n")  # fmt: skip
+          f"({total / max(plain_s, 1e-9):.0%} of the plain loop)\n")  # fmt: skip
     print("| pass | calls | CPU s | us per call |\n|---|---:|---:|---:|")
     for name, (n, s) in sorted(timed.items(), key=lambda kv: -kv[1][1]):
         print(f"| `{name}` | {n:,} | {s:.3f} | {s / max(n, 1) * 1e6:.2f} |")

@@ -68,3 +68,15 @@ def shown(value: object) -> str:
     characters (the one line stays short whatever the plug-in returned)."""
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def escaped_text(text: str) -> str:
+    """``text`` as UTF-8 can carry it: each byte Python kept as a surrogate (a file name or
+    argument that is not UTF-8, ``$'x\\xff'``, PEP 383) escaped as ``\\xNN``; the bytes
+    of a UTF-8 name Python decoded as ASCII (``LANG=C`` without UTF-8 mode) shown as their
+    characters again; any other text unchanged. How every error line shows a name."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding of a name makes: escaped as is
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")

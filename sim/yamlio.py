@@ -34,6 +34,7 @@ import json
 import json.scanner
 import re
 import stat
+import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -57,6 +58,10 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_NODES = 200_000
 #: the deepest nesting of lists and mappings
 MAX_DEPTH = 64
+
+
+#: a lone surrogate (U+D800-U+DFFF): what YAML's ``\uD800`` escapes make, no character
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Bounds:
@@ -108,6 +113,18 @@ class _Bounds:
                 f"YAML document expands to more than {self.max_nodes:,} nodes (aliases "
                 "expanded); refused as an alias bomb or an oversized file",
             )
+
+    def construct_scalar(self, node: Any) -> Any:
+        # ``"\udcff"``: YAML's escapes make a lone surrogate, which is no character (UTF-8
+        # cannot write it: a report, a comparison's folder would fail at their first write)
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and not value.isascii() and _SURROGATE.search(value):
+            raise self._refuse(
+                node.start_mark,
+                f"invalid YAML value {_shown(node)}: a \\uD800-\\uDFFF escape is half of a "
+                "UTF-16 pair, not a character",
+            )
+        return value
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         # a value the safe constructor cannot build (2024-13-45, a 5000-digit int) raises
@@ -575,13 +592,36 @@ def _json_with_lines(text: str) -> tuple[Any, LineMap]:
 
 def load_value(raw: str, flag: str) -> Any:
     """A command-line value (``--set KEY=VALUE``) parsed as YAML by the same bounded loader;
-    ``flag`` (``--set KEY``) names it in the one-line error."""
+    ``flag`` (``--set KEY``) names it in the one-line error. A value whose bytes are not
+    UTF-8 (``$'x\\xff'``: kept by Python as surrogates) is refused as such, its bytes
+    shown escaped as the other errors show a file name's (``x\\xff``)."""
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(_not_utf8_value(raw), field=flag) from None
     try:
         return loads_yaml(raw, flag)[0]
     except ConfigError as exc:
         shown = raw if len(raw) <= 60 else raw[:57] + "..."
         why = exc.message.removeprefix("invalid YAML: ")
         raise ConfigError(f"value {shown!r} is not valid YAML: {why}", field=flag) from None
+
+
+def _not_utf8_value(raw: str) -> str:
+    """Why a command-line value Python kept surrogates in cannot be parsed: its bytes are
+    not UTF-8, or they are and Python decoded them as ASCII (``LANG=C`` without UTF-8
+    mode: the line says how to fix it)."""
+    try:
+        data = raw.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding of the command line makes
+        return f"value '{raw.encode('utf-8', 'backslashreplace').decode()}' is not UTF-8 text"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = data.decode("utf-8", "backslashreplace")
+        return f"value '{shown}' is not UTF-8 text (YAML values are)"
+    return (f"value '{text}': Python decodes the command line as "
+            f"{sys.getfilesystemencoding()} here (LANG=C without UTF-8 mode); set PYTHONUTF8=1")  # fmt: skip
 
 
 def _problem(exc: yaml.YAMLError) -> str:

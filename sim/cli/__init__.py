@@ -238,7 +238,7 @@ def _main(argv: list[str]) -> int:
         if isinstance(code, int) and not isinstance(code, bool):
             return code
     except KvsimError as exc:
-        print(f"kvsim: error: {exc}", file=sys.stderr)
+        _print_error(exc)
         return 2
     except typer.Exit as exc:
         return exc.exit_code
@@ -253,9 +253,17 @@ def _main(argv: list[str]) -> int:
         if callable(show):
             show()
         else:
-            print(f"kvsim: error: {exc.format_message()}", file=sys.stderr)
+            _print_error(exc.format_message())
         return exc.exit_code
     return 0
+
+
+def _print_error(message: object) -> None:
+    """The one error line on stderr (``sim.cli._common.print_error``: as stdout's lines are
+    written, on an ASCII stderr too)."""
+    from sim.cli._common import print_error
+
+    print_error(message)
 
 
 def _validate_plain(file: Path, sets: list[str] | None) -> int:
@@ -266,7 +274,7 @@ def _validate_plain(file: Path, sets: list[str] | None) -> int:
     try:
         return report(file, sets)
     except KvsimError as exc:
-        print(f"kvsim: error: {exc}", file=sys.stderr)
+        _print_error(exc)
         return 2
     except KeyboardInterrupt:  # as typer inside a command: the status alone
         return EXIT_INTERRUPTED
@@ -280,7 +288,7 @@ def _run_plain(args: dict, argv: list[str]) -> int:
     try:
         return command(**args, argv=["kvsim", *argv])
     except KvsimError as exc:
-        print(f"kvsim: error: {exc}", file=sys.stderr)
+        _print_error(exc)
         return 2
     except KeyboardInterrupt:  # outside the command's own handler: the status alone
         return EXIT_INTERRUPTED

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sim.errors import KvsimError
+from sim.errors import KvsimError, escaped_text
 from sim.units import GB, GiB
 from sim.yamlio import load_value
 
@@ -126,8 +126,16 @@ def echo(line: str, stream: TextIO) -> None:
     as ``typer.echo`` kept it). A line the stream cannot encode is written as click's
     ``echo`` wrote it (``typer.echo``): an ASCII stream (``LANG=C``,
     ``PYTHONIOENCODING=ascii``) is taken as misconfigured and gets the line in UTF-8, any
-    other encoding gets it with what it cannot encode replaced (``?``); never raised."""
+    other encoding gets it with what it cannot encode replaced (``?``); never raised. The
+    test is the stream's encoding, not its error handler: stderr, whose handler
+    (``backslashreplace``) would write ``\\xe9``, gets what stdout gets; a stream that
+    writes the bytes a name's surrogates stand for (``surrogateescape``: Python's stdout
+    in the C or POSIX locale) still writes them."""
     try:
+        encoding = getattr(stream, "encoding", None)
+        if encoding:  # strict, but for the surrogates a surrogateescape stream writes back
+            kept = getattr(stream, "errors", None) == "surrogateescape"
+            line.encode(encoding, "surrogateescape" if kept else "strict")
         stream.write(line + "\n")
     except UnicodeEncodeError:
         own = getattr(stream, "encoding", None) or "utf-8"
@@ -139,6 +147,14 @@ def echo(line: str, stream: TextIO) -> None:
             stream.flush()  # what the text layer holds goes first
             buffer.write((line + "\n").encode(wire, "replace"))
     stream.flush()
+
+
+def print_error(message: object) -> None:
+    """``kvsim: error: MESSAGE`` on stderr, written as ``echo`` writes stdout's lines (an
+    ASCII stderr gets it in UTF-8, as click wrote it; never Python's ``\\xe9`` escapes).
+    A file name's bytes that are not UTF-8 (kept by Python as surrogates, ``$'x\\xff'``)
+    are shown escaped (``x\\xff``), as ``sim.run.output.utf8_path`` shows them."""
+    echo(f"kvsim: error: {escaped_text(str(message))}", sys.stderr)
 
 
 def print_warnings(warnings: list[str]) -> None:

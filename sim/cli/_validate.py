@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sim.cli._argv import plain_words
-from sim.cli._common import echo, print_warnings
+from sim.cli._common import echo, print_error, print_warnings
 from sim.errors import InvariantError, KvsimError
 
 if TYPE_CHECKING:
@@ -47,9 +47,9 @@ def report(file: Path, sets: list[str] | None) -> int:
     problems, resolved = check(file, sets)
     if problems:
         for err in problems[:MAX_PROBLEMS]:
-            echo(f"kvsim: error: {err}", sys.stderr)
+            print_error(err)
         if len(problems) > MAX_PROBLEMS:
-            echo(f"kvsim: error: ... and {len(problems) - MAX_PROBLEMS} more", sys.stderr)
+            print_error(f"... and {len(problems) - MAX_PROBLEMS} more")
         return 2
     if resolved is None:  # every failure is one of the problems above
         raise InvariantError("validate: no problem and no resolved scenario")

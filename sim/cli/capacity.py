@@ -115,6 +115,8 @@ def capacity(
         _pd_ratio(scenario, slos, sets, replications, executor, workers, scheduler_address,
                   warmup_fraction, as_json)  # fmt: skip
         return
+    if figure is not None:  # where the figure goes, checked before the search
+        _figure_path(figure)
     out_dir = _out_dir(out)
     options: dict[str, Any] = dict(
         search=search, replications=replications, out=out_dir, executor=executor,
@@ -190,6 +192,16 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     if not sep or not key or any(not p for p in key.split(".")) or not values:
         raise KvsimError(f"--vary {text!r}: expected KEY=V1,V2,... with a dotted KEY")
     return key, [load_value(v, f"--vary {key}") for v in values]
+
+
+def _figure_path(figure: Path) -> None:
+    """A one-line error, before any run, when ``--figure`` could not be written at the
+    end: a folder, or below a file (``afile/x.png``) or a folder that is not writable."""
+    from sim.run.output import writable_parent
+
+    if figure.is_dir():
+        raise KvsimError(f"--figure {figure}: is a folder (name the PNG file)")
+    writable_parent(figure, "--figure")
 
 
 def _out_dir(out: str | None) -> Path | None:

@@ -36,7 +36,7 @@ def report(
     from sim.report import rebuild_report
     from sim.run.output import utf8_path
 
-    utf8_path(run_dir, "RUN_DIR")
+    utf8_path(run_dir, "RUN_DIR:")  # named as the other commands name theirs (--out: DIR: ...)
     missing_tables(run_dir)
     written = rebuild_report(run_dir)
     if trace:

@@ -37,4 +37,7 @@ def schema(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        out.write_text(text, encoding="utf-8")
+        try:  # a folder, or a file on the way: one line, as ``workload sample --out``
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise KvsimError(f"--out {out}: cannot write: {exc.strerror}") from None

@@ -1,7 +1,8 @@
 """``kvsim sweep FILE --out DIR [--executor local|dask] [--workers N] [--scheduler-address ADDR]``.
 
 Invariant: thin: flags are parsed here and everything else is ``sim.sweep.run_sweep``;
-progress (one bar over the runs) goes to stderr, one closing line to stdout. An invalid
+progress (one bar over the runs, on a terminal only: rich would leave a blank line on a
+pipe) goes to stderr, one closing line to stdout. An invalid
 point refuses the whole sweep before any run (one line at the sweep file's line, exit 2,
 nothing written); a run that fails once it runs is a row with its ``error`` and the exit
 status stays 0; a dead worker ends the command
@@ -16,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from sim.cli._common import cluster_line, command_line
+from sim.cli._common import cluster_line, command_line, print_error
 from sim.errors import EXIT_INTERRUPTED
 
 HELP = """Run every point of a sweep file (a base scenario, a grid and/or points,
@@ -78,7 +79,9 @@ def sweep(
 
 
 class _bar:
-    """A rich progress bar over the runs (stderr); a no-op with ``quiet``."""
+    """A rich progress bar over the runs (stderr); a no-op with ``quiet`` or when stderr
+    is not a terminal (a pipe, a file: rich draws nothing there but the blank line it ends
+    a bar with, which would stand before an error line)."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
@@ -86,7 +89,11 @@ class _bar:
         self._task = None
 
     def __enter__(self):
-        if self.quiet:
+        import sys
+
+        from sim.cli._run import _is_terminal
+
+        if self.quiet or not _is_terminal(sys.stderr):
             return None
         from rich.console import Console
         from rich.progress import (
@@ -131,9 +138,9 @@ def validate_sweep(file: Path, sets: list[str] | None, max_problems: int) -> int
         problems, base = [exc], None
     if problems:
         for err in problems[:max_problems]:
-            typer.echo(f"kvsim: error: {err}", err=True)
+            print_error(err)
         if len(problems) > max_problems:
-            typer.echo(f"kvsim: error: ... and {len(problems) - max_problems} more", err=True)
+            print_error(f"... and {len(problems) - max_problems} more")
         return 2
     n = len(sweep.points)
     if base.scenario.cluster is not None:  # the cluster it is, as `kvsim validate SCENARIO`

@@ -80,8 +80,9 @@ def search_dirs(extra: list[str | Path] | None = None) -> list[Path]:
     dirs += [Path(p) for p in env.split(os.pathsep) if p]
     dirs.append(builtin_profiles_dir())
     for d in dirs[:-1]:
-        if not d.is_dir():
-            raise KvsimError(f"profiles folder {str(d)!r} does not exist")
+        if not d.is_dir():  # a file there is not "missing": it is not a folder
+            why = "is not a folder" if d.exists() else "does not exist"
+            raise KvsimError(f"profiles folder {str(d)!r} {why}")
     return dirs
 
 

@@ -20,8 +20,12 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError, KvsimError
+from sim.run.output import utf8_path
 from sim.yamlio import json_value, read_bytes_bounded
 
+#: summary keys the report reads unconditionally (every kvsim run writes them): a run
+#: folder's summary.json without one is refused in one line
+SUMMARY_NEEDED = ("kv_pool_bytes", "kv_bytes_per_token")
 #: memory_groups: a model of several layer groups only (absent otherwise: empty)
 TABLE_NAMES = ("requests", "steps", "memory", "trajectories", "pauses", "memory_groups")
 
@@ -65,10 +69,18 @@ def read_run_folder(folder: Path) -> RunData:
     path = folder / "summary.json"
     if not path.is_file():
         raise KvsimError(f"{folder}: not a run folder (no summary.json)")
+    utf8_path(folder, "RUN_DIR:")  # pyarrow reads the tables at UTF-8 paths only
     try:
         summary = json_value(read_bytes_bounded(path), str(path), lines=True)
     except ConfigError as exc:
         raise KvsimError(f"{exc.location or path}: cannot read: {exc.message}") from None
+    if not isinstance(summary, dict):  # ``[1, 2]``: kvsim run writes one JSON object
+        raise KvsimError(f"{path}: cannot read: not a JSON object (a {type(summary).__name__}; "
+                         "kvsim run writes one object of summary keys)")  # fmt: skip
+    for key in SUMMARY_NEEDED:  # the report's pool figures divide by them (KeyError before)
+        if key not in summary:
+            raise KvsimError(f"{path}: {key}: missing (every kvsim run writes it: the file "
+                             "is damaged; run the scenario again with kvsim run)")  # fmt: skip
     frames = {}
     for name in TABLE_NAMES:
         table = folder / f"{name}.parquet"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from sim.errors import KvsimError
+from sim.errors import KvsimError, escaped_text
 from sim.version import __version__
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ TABLES = ("requests", "steps", "memory", "trajectories", "pauses", "memory_group
 def resolved_yaml(config: dict, source: str) -> str:
     ordered = {k: config[k] for k in _ORDER if k in config}
     ordered.update({k: v for k, v in config.items() if k not in ordered})
-    head = f"# kvsim {__version__}: the scenario {source} with every default filled in\n"
+    shown = escaped_text(str(source))  # a name that is not UTF-8: its bytes escaped
+    head = f"# kvsim {__version__}: the scenario {shown} with every default filled in\n"
     return head + yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
 
 

@@ -7,6 +7,7 @@ figure is written whole (a temporary renamed over the target).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def capacity_figure(comp, path: str | Path) -> Path:
         fig.savefig(tmp, dpi=120)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # ``afile/x.png``: no folder to hold it either
+            tmp.unlink(missing_ok=True)
         raise KvsimError(f"--figure {path}: cannot write: {exc.strerror}") from None
     finally:
         plt.close(fig)

@@ -61,7 +61,13 @@ def claim_folder(out: Path, sweep_sha256: str, sweep_file: Path) -> None:
             f"--out: {out}: folder exists, is not empty and is not a sweep's folder; choose "
             "another folder"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    from sim.run.output import writable_parent
+
+    writable_parent(out, "--out:")  # a file on the way (``afile/sub``): one line, not OSError
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KvsimError(f"--out: {out}: cannot create the folder: {exc.strerror}") from None
     doc = {"sweep_sha256": sweep_sha256, "sweep_file": str(sweep_file)}
     _atomic_text(marker, json.dumps(doc, indent=2) + "\n")
 

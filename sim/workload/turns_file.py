@@ -134,8 +134,9 @@ def parse_call(obj: dict, where: str) -> tuple[str, Call]:
 def read_turns(path: str | Path) -> dict[str, list[Call]]:
     """Trajectory key -> its calls in turn order (raises ConfigError)."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("no such file (a turns.jsonl trace)", location=str(p))
+    if not p.is_file():  # a folder, a device: there, but not the file this reads
+        what = "not a regular file" if p.exists() else "no such file"
+        raise ConfigError(f"{what} (a turns.jsonl trace)", location=str(p))
     out: dict[str, list[Call]] = {}
     n = 0
     with p.open("rb") as fh:

@@ -616,13 +616,21 @@ def test_an_out_path_that_is_not_utf8_is_refused_before_any_work(
 
 
 def test_report_of_a_run_folder_whose_path_is_not_utf8_is_one_line(run_cli, tmp_path):
+    """``report`` names its argument as the other commands name theirs (``--out: DIR:
+    ...``): ``RUN_DIR: DIR: ...``; ``compare`` of that folder says the same line (its
+    tables are read by pyarrow too), where it said ``cannot read: UnicodeEncodeError``."""
     out = tmp_path / "e20"
     code, _, stderr = run_cli(["run", E20, "--out", str(out), "--quiet", "--no-report"])
     assert code == 0, stderr
     renamed = out.rename(tmp_path / NOT_UTF8)
     code, stdout, stderr = run_cli(["report", str(renamed)])
     assert (code, stdout) == (2, "")
-    assert stderr == f"kvsim: error: RUN_DIR {tmp_path}/" + NOT_UTF8_ERROR
+    assert stderr == f"kvsim: error: RUN_DIR: {tmp_path}/" + NOT_UTF8_ERROR
+    code, stdout, stderr = run_cli(["compare", str(renamed), str(renamed), "--out",
+                                    str(tmp_path / "cmp")])  # fmt: skip
+    assert (code, stdout) == (2, "")
+    assert stderr == f"kvsim: error: RUN_DIR: {tmp_path}/" + NOT_UTF8_ERROR
+    assert not (tmp_path / "cmp").exists()
 
 
 @pytest.mark.parametrize(

@@ -107,8 +107,18 @@ def test_unknown_name_lists_choices():
 
 
 def test_missing_profiles_folder(tmp_path):
-    with pytest.raises(KvsimError, match="does not exist"):
+    with pytest.raises(KvsimError) as err:
         load_model("llama-3-8b", [tmp_path / "nope"])
+    assert str(err.value) == f"profiles folder {str(tmp_path / 'nope')!r} does not exist"
+
+
+def test_a_profiles_folder_that_is_a_file_is_named_so(tmp_path):
+    """``--profiles afile``: it exists, so "does not exist" misled."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(KvsimError) as err:
+        load_model("llama-3-8b", [afile])
+    assert str(err.value) == f"profiles folder {str(afile)!r} is not a folder"
 
 
 def test_import_sim_does_not_import_torch():
