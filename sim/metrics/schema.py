@@ -254,7 +254,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "none with a prefix cache, linear-attention hits under-estimated), then those saying "
        "it went pathological (requests unfinished when the run stopped, with the TTFT "
        "percentiles' lower bound counting each wait without a first token so far; mass "
-       "rejection; thrashing; failed or context-exhausted trajectories); empty if healthy "
+       "rejection; thrashing; failed or context-exhausted trajectories; overload: the median "
+       "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "
+       "first third's, `sim.metrics.summary.overload_warning`); empty if healthy "
        "and as vLLM runs."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),
