@@ -75,6 +75,11 @@ def sweep(
     failed = int(table["error"].notna().sum()) if len(table) else 0
     note = f" ({failed} failed: see the error column)" if failed else ""
     typer.echo(f"wrote {out}/results.parquet: {len(table)} runs{note}")
+    from sim.sweep.results import warnings_text
+
+    warned = warnings_text(table)  # the pathological runs' warnings, as compare says them
+    if warned:
+        typer.echo(warned, err=True, nl=False)
 
 
 class _bar:
