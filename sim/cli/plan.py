@@ -244,6 +244,7 @@ def _print_table(r: PlanResult) -> None:
     head.add_row(
         "KV pool per GPU / node", f"{_both(r.kv_pool_bytes_per_gpu)} / {_both(r.kv_pool_bytes)}"
     )
+    head.add_row("KV pool leaves out", r.kv_pool_leaves_out)
     head.add_row(f"usable KV pool (headroom {r.headroom:.0%})", _both(r.usable_kv_pool_bytes))
     block = f"{r.block_size_tokens:,} tokens"
     if r.block_size_tokens != r.requested_block_size_tokens:

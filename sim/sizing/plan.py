@@ -72,6 +72,35 @@ RESERVE_ALONE_WARNING = (
 )
 
 
+#: what the pool's sum (memory x utilization - weights - reserve, F34) leaves out that vLLM
+#: subtracts (``gpu_worker.determine_available_memory``: the torch peak of its profile run
+#: and the memory torch does not allocate)
+POOL_LEFT_OUT = ("vLLM's activation peak (its profile run's torch peak beyond the weights) "
+                 "and non-torch memory (CUDA context, NCCL and cuBLAS workspaces)")  # fmt: skip
+
+
+#: the same, in the few words of a one-line summary (``kvsim validate``, ``capacity``)
+POOL_LEFT_OUT_SHORT = "vLLM's activation peak and non-torch memory"
+
+
+def pool_note(reserve_bytes_per_gpu: float, key: str) -> str:
+    """The short note of a pool sized as memory x utilization - weights - reserve: with no
+    reserve, that it leaves out ``POOL_LEFT_OUT_SHORT`` and the key that sets one."""
+    if reserve_bytes_per_gpu > 0:
+        return f"after a reserve of {reserve_bytes_per_gpu / GB:,.2f} GB per GPU"
+    return f"reserve 0: {POOL_LEFT_OUT_SHORT} not subtracted, set with {key}"
+
+
+def pool_leaves_out(reserve_bytes_per_gpu: float, *, key: str = "--reserve-gb-per-gpu") -> str:
+    """The sentence of what a KV pool of memory x utilization - weights - reserve leaves
+    out: with no reserve, vLLM's activation peak and non-torch memory (``key`` names the
+    flag or scenario key that sets one); with one, that it stands for them."""
+    if reserve_bytes_per_gpu > 0:
+        return (f"the reserve ({reserve_bytes_per_gpu / GB:,.3f} GB per GPU) stands for "
+                f"{POOL_LEFT_OUT}")  # fmt: skip
+    return f"{POOL_LEFT_OUT}: not subtracted (reserve 0); set them with {key}"
+
+
 @dataclass(frozen=True)
 class PlanInputs:
     """Everything ``kvsim plan`` needs; None means 'from the profile' or the default."""
@@ -198,6 +227,8 @@ class PlanResult:
     padding_layers: int = 0
     # --mamba-cache-mode: all charges a saved state (padded page) per block boundary
     mamba_cache_mode: str = "none"
+    # what the pool's sum leaves out that vLLM subtracts (``pool_leaves_out``)
+    kv_pool_leaves_out: str = ""
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -279,6 +310,7 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         kv_cache_group_size_layers=padding.group_size_layers,
         padding_layers=padding.total_padding_layers,
         mamba_cache_mode=inputs.mamba_cache_mode,
+        kv_pool_leaves_out=pool_leaves_out(inputs.reserve_bytes_per_gpu),
     )
 
 
