@@ -28,7 +28,7 @@ from sim.errors import KvsimError
 from sim.profiles.layer_groups import STATE_KINDS
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
-from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
+from sim.sizing.capacity import kv_pool_bytes, stage_params, weights_bytes_per_gpu
 from sim.sizing.groups import group_bytes
 from sim.sizing.hybrid_pages import PageUnification, unify_pages
 from sim.sizing.kv import (
@@ -39,6 +39,7 @@ from sim.sizing.kv import (
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     kv_peak_for_trajectory,
+    layers_per_stage,
     model_layer_padding,
     padded_model_counts,
     shared_prefix_split,
@@ -130,6 +131,11 @@ class PlanInputs:
     #: long_prefill_token_threshold when lower): a sliding window or chunk holds the
     #: chunk's blocks too during that step (``peak_kv_bytes_per_trajectory``)
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    #: with PP, size the pool against the most loaded stage's own weights
+    #: (``sim.sizing.capacity.stage_params``: the first stage's layers and the embedding),
+    #: as vLLM's smallest stage pool; False: the average, N x b / (TP x PP), which is what
+    #: ``kvsim run`` subtracts (``sim.sweep.analytic`` plans as the run)
+    per_stage_weights: bool = True
 
     def __post_init__(self) -> None:
         """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
@@ -229,6 +235,9 @@ class PlanResult:
     mamba_cache_mode: str = "none"
     # what the pool's sum leaves out that vLLM subtracts (``pool_leaves_out``)
     kv_pool_leaves_out: str = ""
+    # with PP and a stated vocabulary: one GPU's weights on each stage (``stage_params``);
+    # ``weights_bytes_per_gpu`` is the largest (empty: every GPU holds the average)
+    weights_bytes_per_gpu_by_stage: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -258,9 +267,17 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     if inputs.weight_dtype is None and model.expert_weight_bits is not None:
         # the checkpoint's bytes per parameter (experts in their own format, the profile's
         # ``weights_bytes``), for --params parameters
-        w_gpu = weights_bytes_per_gpu(params, model.weights_bytes / model.params_total, tp, pp)
+        b_weight = model.weights_bytes / model.params_total
     else:  # F34: every parameter at one dtype
-        w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
+        b_weight = dtype_bytes(w_dtype)
+    w_avg = weights_bytes_per_gpu(params, b_weight, tp, pp)
+    # with PP, each stage's own weights (vLLM sizes each stage's pool from its own memory
+    # and runs with the smallest): the most loaded stage's, the one the KV above is
+    # sized for too (the first: the extra layers and the embedding); else the average
+    by_stage = stage_params(params, layers_per_stage(model.num_layers, pp), model.vocab_size,
+                            model.d_model) if inputs.per_stage_weights else None  # fmt: skip
+    stage_w = [n * b_weight / tp for n in by_stage] if by_stage else []
+    w_gpu = max(stage_w) if stage_w else w_avg
     pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
     pages = unify_pages(model, inputs.block_size, tp, kv_dtype, inputs.mamba_cache_mode)
@@ -293,7 +310,8 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
         kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype),
         weights_bytes_per_gpu=w_gpu,
-        weights_bytes=w_gpu * inputs.num_gpus,
+        weights_bytes=w_avg * inputs.num_gpus,  # the node's total (every stage's)
+        weights_bytes_per_gpu_by_stage=stage_w,
         reserve_bytes_per_gpu=inputs.reserve_bytes_per_gpu,
         kv_pool_bytes_per_gpu=pool_gpu,
         kv_pool_bytes=pool_gpu * inputs.num_gpus,
