@@ -65,13 +65,17 @@ def ok_line(resolved: Resolved) -> str:
         from sim.cli._common import cluster_line
 
         return f"{sc.name}: {cluster_line(resolved)}"
+    from sim.sizing.plan import pool_note
     from sim.units import GB
 
+    hw = sc.hardware  # a pool given in bytes is what it says; a sized one says what it lacks
+    note = "" if hw.kv_pool_bytes_per_gpu is not None else (
+        "; " + pool_note(hw.reserve_bytes_per_gpu, "hardware.reserve_bytes_per_gpu"))
     return (
         f"{sc.name}: {resolved.model.name} on {resolved.num_gpus} x "
         f"{resolved.accelerator.name} (tp {sc.hardware.tp}, pp {sc.hardware.pp}), KV pool "
         f"{resolved.pool_bytes / GB:,.2f} GB ({resolved.pool_tokens:,.0f}"
-        f" tokens), allocator {resolved.allocator_kind}, scheduler {sc.scheduler.kind}, "
+        f" tokens{note}), allocator {resolved.allocator_kind}, scheduler {sc.scheduler.kind}, "
         f"workload {sc.workload.kind}"
     )
 

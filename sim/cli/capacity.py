@@ -354,6 +354,8 @@ def _print_estimate(a: dict, inp: dict) -> None:
         f"S_shared {inp['S_shared_tokens']:,}); {_fmt(a['peak_value'])}{peak_sum} with the peak "
         f"context ({inp['M_peak_tokens']:,.0f} tokens)"
     )
+    if inp.get("kv_pool_note"):  # a pool sized from memory: what it leaves out
+        typer.echo(f"  KV pool {inp['kv_pool_bytes'] / 1e9:,.2f} GB ({inp['kv_pool_note']})")
 
 
 def _cluster_sum(groups: list[dict], key: str) -> str:

@@ -60,7 +60,13 @@ def compare(
 ) -> None:
     """Run or read the variants, then write and print the comparison."""
     from sim.errors import KvsimError
-    from sim.report.compare import compare_frame, compare_text, variant_row, write_compare
+    from sim.report.compare import (
+        compare_frame,
+        compare_text,
+        variant_row,
+        warnings_text,
+        write_compare,
+    )
     from sim.report.data import load_run
     from sim.run.output import check_out_dir
 
@@ -87,8 +93,12 @@ def compare(
     rows = [variant_row(n, runs, overrides[n], errors[n]) for n, runs in named.items()]
     frame = compare_frame(rows)
     write_compare(out_dir, named, frame)
+    warned = warnings_text(frame)  # each pathological variant's warnings, after the table
     if not quiet:
-        typer.echo(compare_text(frame) + _accuracy_lines(named) + f"wrote {out_dir}/compare.html")
+        typer.echo(compare_text(frame) + warned + _accuracy_lines(named)
+                   + f"wrote {out_dir}/compare.html")  # fmt: skip
+    elif warned:
+        typer.echo(warned, err=True, nl=False)  # as kvsim run says them under --quiet
 
 
 def _accuracy_lines(named: dict) -> str:

@@ -235,6 +235,10 @@ def _print_table(r: PlanResult) -> None:
     head.add_row(
         "weights per GPU / node", f"{_both(r.weights_bytes_per_gpu)} / {_both(r.weights_bytes)}"
     )
+    if r.weights_bytes_per_gpu_by_stage:  # PP: the pool is the most loaded stage's
+        head.add_row("weights per GPU by stage",
+                     " / ".join(f"{w / GB:,.3f}" for w in r.weights_bytes_per_gpu_by_stage)
+                     + " GB (per GPU above: the most loaded, whose pool is the smallest)")  # fmt: skip
     head.add_row("memory per GPU", _both(r.gpu_mem_bytes))
     used_bytes = r.gpu_mem_bytes * r.gpu_memory_utilization
     head.add_row(
@@ -244,6 +248,7 @@ def _print_table(r: PlanResult) -> None:
     head.add_row(
         "KV pool per GPU / node", f"{_both(r.kv_pool_bytes_per_gpu)} / {_both(r.kv_pool_bytes)}"
     )
+    head.add_row("KV pool leaves out", r.kv_pool_leaves_out)
     head.add_row(f"usable KV pool (headroom {r.headroom:.0%})", _both(r.usable_kv_pool_bytes))
     block = f"{r.block_size_tokens:,} tokens"
     if r.block_size_tokens != r.requested_block_size_tokens:

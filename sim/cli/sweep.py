@@ -12,6 +12,7 @@ rerunning the same command completes the rest.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -76,6 +77,11 @@ def sweep(
     failed = int(table["error"].notna().sum()) if len(table) else 0
     note = f" ({failed} failed: see the error column)" if failed else ""
     typer.echo(f"wrote {out}/results.parquet: {len(table)} runs{note}")
+    from sim.sweep.results import warnings_text
+
+    warned = warnings_text(table)  # the pathological runs' warnings, as compare says them
+    if warned:
+        typer.echo(warned, err=True, nl=False)
 
 
 class _bar:
@@ -187,20 +193,18 @@ def run_replicated(
         shutil.rmtree(tmp, ignore_errors=True)
     if not quiet:
         _print_replicated(summary, out_dir)
+    from sim.cli._run import warning_block
+
+    warned = warning_block(summary.get("warnings") or [])  # as kvsim run, also with --quiet
+    if warned:
+        sys.stderr.write(warned)
 
 
 def _print_replicated(s: dict, out: Path) -> None:
-    ci = s.get("ci95") or {}
-    typer.echo(
-        f"{s['scenario']}: {s['replications']} replications (seeds {s['seeds'][0]}-"
-        f"{s['seeds'][-1]}), means with 95% intervals:"
-    )
-    for key in ("ttft_s.p99", "itl_s.p99", "e2e_s.p99", "queue_s.p99", "output_tokens_per_s"):
-        head, _, stat = key.partition(".")
-        value = s[head][stat] if stat else s[head]
-        lo_hi = ci.get(key)
-        band = f" [{lo_hi[0]:.4g}, {lo_hi[1]:.4g}]" if lo_hi else ""
-        typer.echo(f"  {key}: {'-' if value is None else f'{value:.4g}'}{band}")
+    from sim.sweep.replicate import replication_lines
+
+    for line in replication_lines(s):
+        typer.echo(line)
     from sim.report.text import accuracy_line
 
     typer.echo(f"  {accuracy_line(s)}")

@@ -93,7 +93,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("scheduler", "str", "-", "Scheduler kind."),
     _k("pause_policy", "str", "-", "Pause policy kind."),
     _k("exact", "bool", "-", "True when every decode iteration was stepped one by one."),
-    _k("kv_pool_bytes", "int", "bytes", "KV pool of the engine instance (all GPUs)."),
+    _k("kv_pool_bytes", "int", "bytes", "KV pool of the engine instance (all GPUs): "
+       "hardware.kv_pool_bytes_per_gpu, or memory x gpu_memory_utilization - weights - "
+       "reserve_bytes_per_gpu (default 0: vLLM's activation peak and non-torch memory, "
+       "which vLLM subtracts, are not)."),
     _k("kv_bytes_per_token", "float", "bytes", "KV bytes of one token (all layers, all GPUs)."),
     _k("prefix_hit_limited_by", "str", "-",
        "The layer group that stops the prefix cache's hits under the hybrid hit rule "
@@ -254,7 +257,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "none with a prefix cache, linear-attention hits under-estimated), then those saying "
        "it went pathological (requests unfinished when the run stopped, with the TTFT "
        "percentiles' lower bound counting each wait without a first token so far; mass "
-       "rejection; thrashing; failed or context-exhausted trajectories); empty if healthy "
+       "rejection; thrashing; failed or context-exhausted trajectories; overload: the median "
+       "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "
+       "first third's, `sim.metrics.summary.overload_warning`); empty if healthy "
        "and as vLLM runs."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),

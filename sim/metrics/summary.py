@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -48,6 +48,12 @@ WALL_CLOCK_KEYS = ("wall_time_s",)
 REJECTED_WARN_SHARE = 0.01
 #: a run warns when a request was preempted more than this many times
 PREEMPTIONS_WARN = 10
+#: the overload rule (``overload_warning``): a run warns when the median queue wait of the
+#: last third of its arrivals is over ``OVERLOAD_WAIT_S`` and over ``OVERLOAD_GROWTH`` times
+#: the median of the first third, with at least ``OVERLOAD_MIN_REQUESTS`` waits to compare
+OVERLOAD_WAIT_S = 1.0
+OVERLOAD_GROWTH = 4.0
+OVERLOAD_MIN_REQUESTS = 30
 
 
 def package_versions() -> dict[str, str]:
@@ -73,9 +79,11 @@ def _col(table: Any, name: str, dtype: Any = None) -> np.ndarray:
 
 
 def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv,
-              meta: dict) -> dict:  # fmt: skip
+              meta: dict, closed_loop: Collection[str] = ()) -> dict:  # fmt: skip
     """The summary dict (see the module docstring); ``frames``: the record tables by name
-    (``Columns`` or DataFrames); ``meta`` adds scenario facts."""
+    (``Columns`` or DataFrames); ``meta`` adds scenario facts; ``closed_loop``: the
+    ``workload`` names whose arrivals are a closed loop (``closed_loop_workloads``), which
+    the overload rule leaves out."""
     req = frames["requests"]
     traj = frames["trajectories"]
     status = _col(req, "status", object)
@@ -141,7 +149,7 @@ def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv
         "versions": package_versions(),
     }
     out.update(rec.group_summary(sim_time_s))  # a model of several layer groups
-    out["warnings"] = run_warnings(out, req)
+    out["warnings"] = run_warnings(out, req, closed_loop)
     pm = kv.prefix_metrics()
     if pm is not None:  # the prefix cache's own view: raw match before cap/truncation
         out["prefix_match_rate"] = _num(pm.match_rate)
@@ -164,12 +172,13 @@ def provider_view(traj: Any) -> dict:
     }
 
 
-def run_warnings(summary: dict, requests: Any) -> list[str]:
+def run_warnings(summary: dict, requests: Any, closed_loop: Collection[str] = ()) -> list[str]:
     """What makes a run pathological, one sentence each (empty for a healthy run):
     requests left unfinished when the run stopped (``unfinished_warning``), more than
     ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more than
     ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
-    context."""
+    context, arrivals that outpace the node (``overload_warning``, over the requests of the
+    workloads not in ``closed_loop``)."""
     out = []
     if summary["unfinished"]:
         out.append(unfinished_warning(summary, requests))
@@ -198,7 +207,68 @@ def run_warnings(summary: dict, requests: Any) -> list[str]:
             f"{by_status['context_exhausted']:,} of {total:,} trajectories ended with their "
             "context exhausted (workload.context_limit)"
         )
+    overload = overload_warning(summary, requests, closed_loop)
+    if overload:
+        out.append(overload)
     return out
+
+
+def closed_loop_workloads(workload: Any) -> frozenset[str]:
+    """The ``workload`` column names whose trajectories start in a closed loop
+    (``arrival.kind: closed_loop``): a workload's kind, or a ``mix`` component's label."""
+    if workload.kind == "mix":
+        return frozenset(
+            label for label, c in zip(workload.labels(), workload.components, strict=True)
+            if _arrival_kind(c) == "closed_loop"
+        )  # fmt: skip
+    return frozenset({workload.kind}) if _arrival_kind(workload) == "closed_loop" else frozenset()
+
+
+def _arrival_kind(workload: Any) -> str | None:
+    arrival = getattr(workload, "arrival", None)  # a trace-driven kind may have none
+    return None if arrival is None else arrival.kind
+
+
+def overload_warning(summary: dict, requests: Any,
+                     closed_loop: Collection[str] = ()) -> str | None:  # fmt: skip
+    """The sentence of a run whose arrivals outpace what the node serves (no steady state:
+    the queue keeps growing, so every latency percentile grows with the run's length), or
+    None. The rule: each request's queue wait (``queue_s``; a request still waiting at the
+    end, its wait so far ``sim_time_s - arrival_s``, a lower bound; rejected and cancelled
+    requests left out) in arrival order (ties by id); the run warns when there are at least
+    ``OVERLOAD_MIN_REQUESTS`` waits and the median of the last third (``n // 3`` requests)
+    is over ``OVERLOAD_WAIT_S`` and over ``OVERLOAD_GROWTH`` times the median of the first
+    third. A queue in steady state waits alike early and late however busy the node is; a
+    closed loop (``arrival.kind: closed_loop``) cannot run away like this, since an agent
+    submits its next turn only after its previous one finished, so its queue holds at most
+    ``concurrency`` turns and cannot grow without bound; a long wait there (memory
+    pressure, contexts that grow) is no sign of a run too short to measure, so the requests
+    of a closed-loop workload (``closed_loop``: their ``workload`` names) are left out."""
+    status = _col(requests, "status", object)
+    if len(status) < OVERLOAD_MIN_REQUESTS:
+        return None
+    queue = _col(requests, "queue_s", np.float64)
+    arrival = _col(requests, "arrival_s", np.float64)
+    req_id = _col(requests, "req_id", np.int64)
+    waiting = np.isnan(queue) & ((status == "waiting") | (status == "running"))
+    wait = np.where(waiting, summary["sim_time_s"] - arrival, queue)
+    keep = ~np.isnan(wait)
+    if closed_loop:
+        keep &= ~np.isin(_col(requests, "workload", object), list(closed_loop))
+    n = int(keep.sum())
+    if n < OVERLOAD_MIN_REQUESTS:
+        return None
+    order = np.lexsort((req_id[keep], arrival[keep]))  # by arrival, ties by id
+    wait = wait[keep][order]
+    third = n // 3
+    first, last = float(np.median(wait[:third])), float(np.median(wait[-third:]))
+    if last <= OVERLOAD_WAIT_S or last <= OVERLOAD_GROWTH * first:
+        return None
+    return (f"overloaded: arrivals outpace what the node serves (no steady state): the "
+            f"median queue wait grew from {first:,.3f} s over the first {third:,} arrivals "
+            f"to {last:,.3f} s over the last {third:,}, so the latency percentiles grow "
+            f"with the run's length (rule: last third's median over {OVERLOAD_WAIT_S:g} s "
+            f"and over {OVERLOAD_GROWTH:g}x the first third's)")  # fmt: skip
 
 
 def unfinished_warning(summary: dict, requests) -> str:

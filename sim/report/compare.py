@@ -6,6 +6,9 @@ a worker process: it writes ``DIR/<variant>/`` with its report, or one folder pe
 with replications), read runs back, and write the comparison: one row per variant in
 ``compare.parquet``, a text table with deltas against the first variant, and
 ``compare.html`` with its PNGs (key metrics, TTFT CDFs, the allocator-study pool view).
+A variant whose runs went pathological (their summary ``warnings``: thrashing, overload,
+rejections, ...) says so under the table, in the text (``warnings_text``) and in
+compare.html, so a comparison never hides what a single run would print.
 
 Variant values are YAML; a value may be a mapping that replaces a whole section
 (``--vary 'allocator={kind: buddy, reservation: pow2},{kind: paged}'``): commas inside
@@ -32,6 +35,7 @@ interrupted compare resumes where it stopped.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import re
@@ -269,6 +273,43 @@ def compare_text(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def variant_warnings(frame: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """(variant, its warnings) for every variant with any (the ``warnings`` cells), in
+    table order; none for a frame without the column (an older compare.parquet)."""
+    if "warnings" not in frame:
+        return []
+    out = []
+    for name, cell in zip(frame.variant, frame.warnings, strict=True):
+        said = json.loads(cell) if isinstance(cell, str) else []
+        if said:
+            out.append((str(name), [str(w) for w in said]))
+    return out
+
+
+def warnings_text(frame: pd.DataFrame) -> str:
+    """The lines printed after the table: each pathological variant's warnings (the WARNING
+    block of ``kvsim run``, one per variant); '' when every variant is healthy."""
+    said = variant_warnings(frame)
+    if not said:
+        return ""
+    lines = [f"WARNING: {len(said)} of {len(frame)} variants look pathological (each run's "
+             "summary.json: warnings):"]  # fmt: skip
+    for name, ws in said:
+        lines += [f"WARNING:   {name}: {w}" for w in ws]
+    return "\n".join(lines) + "\n"
+
+
+def _warnings_html(frame: pd.DataFrame) -> str:
+    from sim.report import html as H
+
+    said = variant_warnings(frame)
+    if not said:
+        return ""
+    items = "".join(f"<li><b>{H.esc(name)}</b>: {H.esc(w)}</li>" for name, ws in said for w in ws)
+    return (f'<div class="warn"><b>Warnings</b> ({len(said)} of {len(frame)} variants look '
+            f"pathological)<ul>{items}</ul></div>")  # fmt: skip
+
+
 def _cell(x: float) -> str:
     """4 significant digits, but whole numbers from 10,000 up (1,320,417 prefill tokens,
     not 1.32e+06)."""
@@ -294,7 +335,7 @@ def write_compare(out: Path, named_runs: dict[str, list[RunData]], frame: pd.Dat
         pngs[p.file] = png
         written.append(_replace(out / p.file, lambda path, b=png: path.write_bytes(b)))
     parts = [f"<h1>kvsim compare: {len(frame)} variants</h1>",
-             f"<pre>{H.esc(compare_text(frame))}</pre>"]  # fmt: skip
+             f"<pre>{H.esc(compare_text(frame))}</pre>", _warnings_html(frame)]  # fmt: skip
     for p in COMPARE_PLOTS:
         parts += [f"<h2>{H.esc(p.title)}</h2>", H.image(pngs[p.file], p.title),
                   f'<p class="read">{H.esc(p.how_to_read)}</p>']  # fmt: skip

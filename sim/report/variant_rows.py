@@ -6,7 +6,10 @@ pool shares (``pool_*``), and average a variant's replications into one row
 (the table, the files) and ``sim.report.compare_plots`` (the figures), below both.
 
 Invariant: a row holds floats only besides its ``variant``, ``replications``,
-``overrides``, ``run_dirs`` and ``error`` cells; a figure missing from every replication is NaN.
+``overrides``, ``run_dirs``, ``error`` and ``warnings`` cells (``warnings``: JSON text of
+the list of its runs' ``warnings``, each sentence once, prefixed ``seed S: `` when the
+variant has several runs; ``[]`` for a healthy variant); a figure missing from every
+replication is NaN.
 """
 
 from __future__ import annotations
@@ -45,11 +48,23 @@ def variant_row(name: str, runs: list[RunData], overrides: dict | None = None,
     row: dict[str, Any] = {"variant": name, "replications": len(runs),
                            "overrides": json.dumps(overrides or {}, default=str, sort_keys=True),
                            "run_dirs": json.dumps([str(r.folder) for r in runs if r.folder]),
-                           "error": "; ".join(errors or []) or None}  # fmt: skip
+                           "error": "; ".join(errors or []) or None,
+                           "warnings": json.dumps(run_warnings(runs))}  # fmt: skip
     for k in keys:
         vals = [f[k] for f in flats if k in f and not math.isnan(f[k])]
         row[k] = float(np.mean(vals)) if vals else float("nan")
     return row
+
+
+def run_warnings(runs: list[RunData]) -> list[str]:
+    """A variant's warnings (its runs' summary ``warnings``): each sentence once, in run
+    order, prefixed ``seed S: `` when there are several runs."""
+    several = len(runs) > 1
+    out = []
+    for run in runs:
+        for w in run.summary.get("warnings") or []:
+            out.append(f"seed {run.summary.get('seed')}: {w}" if several else str(w))
+    return list(dict.fromkeys(out))
 
 
 def _busy(run: RunData) -> bool:

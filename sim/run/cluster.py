@@ -28,7 +28,7 @@ from sim.cluster.front import ClusterFront
 from sim.cluster.routers import make_router
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
-from sim.metrics.summary import fill_hold
+from sim.metrics.summary import closed_loop_workloads, fill_hold
 from sim.prefix.kinds import engine_rules
 from sim.run.accuracy import add_accuracy
 from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old home)
@@ -202,7 +202,8 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     config = resolved_config(sim.loaded)
     meta = _meta(sim, config)
     # RecorderSum has the Recorder's read side (the metrics layer declares no protocol yet)
-    summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta)  # type: ignore[arg-type]
+    summary = summarize(rec_all, frames, sim_time_s=sim_time, kv=kv_all, meta=meta,  # type: ignore[arg-type]
+                        closed_loop=closed_loop_workloads(sim.loaded.scenario.workload))
     said = dict.fromkeys(w for p in sim.parts for w in p.resolved.warnings)  # vLLM would not
     summary["warnings"] = [*said, *summary["warnings"]]
     summary.update(pause_summary(pauses))
@@ -293,7 +294,8 @@ def _node_summary(sim, j: int, frames: dict, pauses: pd.DataFrame, traj, sim_tim
         "scenario": sim.loaded.scenario.name,
         "trajectories_total": int(len(mine["trajectories"])),
     }
-    s = summarize(p.recorder, mine, sim_time_s=sim_time, kv=p.kv, meta=meta)
+    s = summarize(p.recorder, mine, sim_time_s=sim_time, kv=p.kv, meta=meta,
+                  closed_loop=closed_loop_workloads(sim.loaded.scenario.workload))
     s.update(pause_summary(pauses))
     s["hints_released"] = p.pauses.hint_releases
     s.update(cost_summary(r, s))

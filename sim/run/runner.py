@@ -29,7 +29,7 @@ from sim.engine.pauses import PauseLifecycle
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_summary, pause_table
-from sim.metrics.summary import fill_hold, speculative_summary
+from sim.metrics.summary import closed_loop_workloads, fill_hold, speculative_summary
 from sim.run.accuracy import _least_trusted, add_accuracy, run_accuracy
 from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names survive)
     TIER_KEYS,
@@ -138,7 +138,8 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "scenario_path": scenario_path(r.loaded),
         "config_sha256": config_sha256(config),
     }
-    summary = summarize(rec, tables, sim_time_s=sim_time, kv=sim.kv, meta=meta)
+    summary = summarize(rec, tables, sim_time_s=sim_time, kv=sim.kv, meta=meta,
+                        closed_loop=closed_loop_workloads(r.scenario.workload))
     summary["warnings"] = [*r.warnings, *summary["warnings"]]  # what vLLM would not run
     if r.scenario.speculative is not None:
         summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))

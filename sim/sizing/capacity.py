@@ -34,6 +34,27 @@ def weights_bytes_per_gpu(
     return params * weight_elem_bytes / (tp * pp)
 
 
+def stage_params(
+    params: float, layers: list[int], vocab_size: int | None, d_model: int
+) -> list[float] | None:
+    """Parameters of each pipeline stage as vLLM places them: the token embedding
+    (``V x d``) on the first stage, the LM head (``V x d``, its own copy even when the
+    checkpoint ties it, since the last stage computes the logits) on the last, and the rest
+    ``(N - 2 V d) / L`` per layer (every layer the same size; exact for an untied
+    checkpoint, the profiles that state ``vocab_size``). None where it cannot say: one
+    stage (nothing to split), no ``vocab_size``, or ``N <= 2 V d``."""
+    if len(layers) < 2 or vocab_size is None:
+        return None
+    embed = float(vocab_size) * d_model
+    per_layer = (params - 2 * embed) / sum(layers)
+    if per_layer <= 0:
+        return None
+    out = [n * per_layer for n in layers]
+    out[0] += embed
+    out[-1] += embed
+    return out
+
+
 def max_concurrent(pool_bytes: float, tokens: int, kv_bytes_per_token: float) -> int:
     """F5: ``B_max = floor(pool / (S * m_token))``."""
     return max(0, math.floor(pool_bytes / (tokens * kv_bytes_per_token)))

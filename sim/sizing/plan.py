@@ -28,7 +28,7 @@ from sim.errors import KvsimError
 from sim.profiles.layer_groups import STATE_KINDS
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
-from sim.sizing.capacity import kv_pool_bytes, weights_bytes_per_gpu
+from sim.sizing.capacity import kv_pool_bytes, stage_params, weights_bytes_per_gpu
 from sim.sizing.groups import group_bytes
 from sim.sizing.hybrid_pages import PageUnification, unify_pages
 from sim.sizing.kv import (
@@ -39,6 +39,7 @@ from sim.sizing.kv import (
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     kv_peak_for_trajectory,
+    layers_per_stage,
     model_layer_padding,
     padded_model_counts,
     shared_prefix_split,
@@ -72,6 +73,35 @@ RESERVE_ALONE_WARNING = (
 )
 
 
+#: what the pool's sum (memory x utilization - weights - reserve, F34) leaves out that vLLM
+#: subtracts (``gpu_worker.determine_available_memory``: the torch peak of its profile run
+#: and the memory torch does not allocate)
+POOL_LEFT_OUT = ("vLLM's activation peak (its profile run's torch peak beyond the weights) "
+                 "and non-torch memory (CUDA context, NCCL and cuBLAS workspaces)")  # fmt: skip
+
+
+#: the same, in the few words of a one-line summary (``kvsim validate``, ``capacity``)
+POOL_LEFT_OUT_SHORT = "vLLM's activation peak and non-torch memory"
+
+
+def pool_note(reserve_bytes_per_gpu: float, key: str) -> str:
+    """The short note of a pool sized as memory x utilization - weights - reserve: with no
+    reserve, that it leaves out ``POOL_LEFT_OUT_SHORT`` and the key that sets one."""
+    if reserve_bytes_per_gpu > 0:
+        return f"after a reserve of {reserve_bytes_per_gpu / GB:,.2f} GB per GPU"
+    return f"reserve 0: {POOL_LEFT_OUT_SHORT} not subtracted, set with {key}"
+
+
+def pool_leaves_out(reserve_bytes_per_gpu: float, *, key: str = "--reserve-gb-per-gpu") -> str:
+    """The sentence of what a KV pool of memory x utilization - weights - reserve leaves
+    out: with no reserve, vLLM's activation peak and non-torch memory (``key`` names the
+    flag or scenario key that sets one); with one, that it stands for them."""
+    if reserve_bytes_per_gpu > 0:
+        return (f"the reserve ({reserve_bytes_per_gpu / GB:,.3f} GB per GPU) stands for "
+                f"{POOL_LEFT_OUT}")  # fmt: skip
+    return f"{POOL_LEFT_OUT}: not subtracted (reserve 0); set them with {key}"
+
+
 @dataclass(frozen=True)
 class PlanInputs:
     """Everything ``kvsim plan`` needs; None means 'from the profile' or the default."""
@@ -101,6 +131,11 @@ class PlanInputs:
     #: long_prefill_token_threshold when lower): a sliding window or chunk holds the
     #: chunk's blocks too during that step (``peak_kv_bytes_per_trajectory``)
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    #: with PP, size the pool against the most loaded stage's own weights
+    #: (``sim.sizing.capacity.stage_params``: the first stage's layers and the embedding),
+    #: as vLLM's smallest stage pool; False: the average, N x b / (TP x PP), which is what
+    #: ``kvsim run`` subtracts (``sim.sweep.analytic`` plans as the run)
+    per_stage_weights: bool = True
 
     def __post_init__(self) -> None:
         """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
@@ -198,6 +233,11 @@ class PlanResult:
     padding_layers: int = 0
     # --mamba-cache-mode: all charges a saved state (padded page) per block boundary
     mamba_cache_mode: str = "none"
+    # what the pool's sum leaves out that vLLM subtracts (``pool_leaves_out``)
+    kv_pool_leaves_out: str = ""
+    # with PP and a stated vocabulary: one GPU's weights on each stage (``stage_params``);
+    # ``weights_bytes_per_gpu`` is the largest (empty: every GPU holds the average)
+    weights_bytes_per_gpu_by_stage: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -227,9 +267,17 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     if inputs.weight_dtype is None and model.expert_weight_bits is not None:
         # the checkpoint's bytes per parameter (experts in their own format, the profile's
         # ``weights_bytes``), for --params parameters
-        w_gpu = weights_bytes_per_gpu(params, model.weights_bytes / model.params_total, tp, pp)
+        b_weight = model.weights_bytes / model.params_total
     else:  # F34: every parameter at one dtype
-        w_gpu = weights_bytes_per_gpu(params, dtype_bytes(w_dtype), tp, pp)
+        b_weight = dtype_bytes(w_dtype)
+    w_avg = weights_bytes_per_gpu(params, b_weight, tp, pp)
+    # with PP, each stage's own weights (vLLM sizes each stage's pool from its own memory
+    # and runs with the smallest): the most loaded stage's, the one the KV above is
+    # sized for too (the first: the extra layers and the embedding); else the average
+    by_stage = stage_params(params, layers_per_stage(model.num_layers, pp), model.vocab_size,
+                            model.d_model) if inputs.per_stage_weights else None  # fmt: skip
+    stage_w = [n * b_weight / tp for n in by_stage] if by_stage else []
+    w_gpu = max(stage_w) if stage_w else w_avg
     pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
     pages = unify_pages(model, inputs.block_size, tp, kv_dtype, inputs.mamba_cache_mode)
@@ -262,7 +310,8 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
         kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype),
         weights_bytes_per_gpu=w_gpu,
-        weights_bytes=w_gpu * inputs.num_gpus,
+        weights_bytes=w_avg * inputs.num_gpus,  # the node's total (every stage's)
+        weights_bytes_per_gpu_by_stage=stage_w,
         reserve_bytes_per_gpu=inputs.reserve_bytes_per_gpu,
         kv_pool_bytes_per_gpu=pool_gpu,
         kv_pool_bytes=pool_gpu * inputs.num_gpus,
@@ -279,6 +328,7 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         kv_cache_group_size_layers=padding.group_size_layers,
         padding_layers=padding.total_padding_layers,
         mamba_cache_mode=inputs.mamba_cache_mode,
+        kv_pool_leaves_out=pool_leaves_out(inputs.reserve_bytes_per_gpu),
     )
 
 

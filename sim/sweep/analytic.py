@@ -124,9 +124,20 @@ def _plan(resolved, context: float, reply: float, shared: int):
         headroom=HEADROOM,
         shared_prefix_tokens=min(shared, ctx) if shared else None,
         gpu_memory_utilization=util,
+        per_stage_weights=False,  # the run's pool subtracts the average (sim.scenario.resolve)
     )
     plan = plan_capacity(inputs).contexts[0]
     return plan.max_concurrent_shared if shared else plan.max_concurrent
+
+
+def _pool_note(hw) -> str | None:
+    """What the pool (memory x utilization - weights - reserve) leaves out that vLLM
+    subtracts (``sim.sizing.plan.pool_note``); None for a pool given in bytes."""
+    from sim.sizing.plan import pool_note
+
+    if hw.kv_pool_bytes_per_gpu is not None:
+        return None
+    return pool_note(hw.reserve_bytes_per_gpu, "hardware.reserve_bytes_per_gpu")
 
 
 def analytic_estimate(resolved, search: str, seed: int) -> dict[str, Any]:
@@ -141,6 +152,7 @@ def analytic_estimate(resolved, search: str, seed: int) -> dict[str, Any]:
         "S_shared_tokens": shared,
         "kv_bytes_per_token": float(resolved.kv_bytes_per_token),
         "kv_pool_bytes": float(resolved.pool_bytes),
+        "kv_pool_note": _pool_note(resolved.scenario.hardware),
         "gpu_memory_utilization": resolved.scenario.hardware.gpu_memory_utilization,
         "headroom": HEADROOM,
         "concurrency_time_averaged": b_avg,

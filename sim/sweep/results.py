@@ -129,6 +129,32 @@ def write_results(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> pd.
     return table
 
 
+#: at most this many warning lines under a sweep's end line (then a count of the rest)
+SWEEP_WARNING_LINES = 20
+
+
+def warnings_text(table: pd.DataFrame) -> str:
+    """The lines ``kvsim sweep`` prints after its end line: each run whose summary
+    ``warnings`` (the ``warnings`` column, JSON text) are not empty, one sentence a line as
+    ``WARNING:   point P, seed S: <sentence>``, at most ``SWEEP_WARNING_LINES`` (then how
+    many more); '' when every run is healthy."""
+    if "warnings" not in table or not len(table):
+        return ""
+    said = []
+    for point, seed, cell in zip(table.point, table.seed, table.warnings, strict=True):
+        sentences = json.loads(cell) if isinstance(cell, str) else []
+        said += [f"point {point}, seed {seed}: {w}" for w in sentences]
+    if not said:
+        return ""
+    runs = sum(bool(json.loads(c)) for c in table.warnings if isinstance(c, str))
+    lines = [f"WARNING: {runs} of {len(table)} runs look pathological (results.parquet's "
+             "warnings column; each run's summary.json):"]  # fmt: skip
+    lines += [f"WARNING:   {line}" for line in said[:SWEEP_WARNING_LINES]]
+    if len(said) > SWEEP_WARNING_LINES:
+        lines.append(f"WARNING:   ... and {len(said) - SWEEP_WARNING_LINES} more")
+    return "\n".join(lines) + "\n"
+
+
 def _atomic_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.partial")
     try:

@@ -1,7 +1,8 @@
 """Every shipped scenario (``workloads/*.yaml``) runs clean in a reduced variant (CI-sized).
 
 Each scenario file is run with its counts cut (``num_trajectories``, ``num_requests``, per
-``mix`` component too) and must end healthy: no warnings, nothing rejected; the agent
+``mix`` component too) and must end healthy: no warnings (the allocator studies, overloaded by design: the
+overload warning only), nothing rejected; the agent
 scenarios also cut no request short at the model's window and complete every trajectory.
 Sweep files (a ``sweep:`` key) are not scenarios and are skipped. The full-size runs are what docs/scenarios.md
 lists; the agent scenarios of issue "Workloads fitted on real agent traces" open with the
@@ -23,6 +24,11 @@ SCENARIOS = sorted(
 )
 #: the counts of a reduced run
 MAX_TRAJECTORIES, MAX_REQUESTS = 6, 150
+
+#: scenarios overloaded by design (Poisson arrivals far above what the pool serves, so
+#: requests always wait for memory: the vLLM paper's allocator study): their one warning
+#: is the overload rule's (h101), nothing else
+OVERLOADED_BY_DESIGN = ("allocator_study", "allocator_study_opt13b")
 
 #: the scenarios of the agent-workloads issue, each opening with its question
 AGENT_SCENARIOS = (
@@ -77,7 +83,11 @@ def test_shipped_scenario_runs_clean_reduced(path):
     doc = yaml.safe_load(path.read_text())
     res = run_scenario(str(path), **reduced(doc["workload"]))
     s = res.summary
-    assert s["warnings"] == [], s["warnings"]
+    if path.stem in OVERLOADED_BY_DESIGN:
+        [said] = s["warnings"]
+        assert said.startswith("overloaded: arrivals outpace what the node serves"), said
+    else:
+        assert s["warnings"] == [], s["warnings"]
     assert s["rejected"] == 0
     if path.stem in AGENT_SCENARIOS:  # (a study of the window, e.g. allocator_study, may cut)
         assert (res.requests.finish_reason == "stop").all()  # nothing cut by the window

@@ -1,0 +1,63 @@
+"""h101 (user trial h99, finding 8): with pipeline parallelism, ``kvsim plan`` sized the
+pool of the most KV-loaded stage against the *average* weights per GPU. vLLM sizes each
+stage's pool from its own memory and runs with the smallest; the first stage holds the
+extra layers and the token embedding, so its pool is the smallest. Worked example by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.profiles import load_accelerator, load_model
+from sim.sizing.capacity import stage_params
+from sim.sizing.plan import PlanInputs, plan_capacity
+
+GIB = 2**30
+
+
+def _plan(model: str, num_gpus: int, tp: int, pp: int, **kw):
+    return plan_capacity(PlanInputs(
+        model=load_model(model), accelerator=load_accelerator("h100-sxm-80gb"),
+        num_gpus=num_gpus, tp=tp, pp=pp, contexts=[8192, 32768],
+        gpu_memory_utilization=0.9, **kw))  # fmt: skip
+
+
+def test_llama_70b_tp2_pp3_by_hand():
+    """llama-3.1-70b: N = 70.55e9, L = 80, V = 128,256, d = 8,192, bf16 (2 B).
+    Embedding = LM head = V x d = 1,050,673,152. Per layer (N - 2 V d) / L =
+    (70.55e9 - 2,101,346,304) / 80 = 855,608,171.2. PP 3: 80 layers as 27 / 27 / 26 (the
+    extra to the first). Stage params: 27 x 855,608,171.2 + V d = 24,152,093,774.4;
+    27 x 855,608,171.2 = 23,101,420,622.4; 26 x 855,608,171.2 + V d = 23,296,485,603.2.
+    Per GPU at TP 2: x 2 B / 2 = the same numbers in bytes; the most loaded, 24.152 GB
+    (the average was 70.55e9 x 2 / 6 = 23.517 GB). Pool: 80 GiB x 0.9 = 77,309,411,328 B
+    less 24,152,093,774.4 = 53,157,317,553.6 B (was 53,792,744,661.3). KV per token per
+    GPU on a 27-layer stage: 27 x 2 x (8 / 2 heads) x 128 x 2 B = 55,296 B; at 8,192
+    tokens 452,984,832 B: floor(53,157,317,553.6 / 452,984,832) = floor(117.35) = 117
+    (was floor(118.75) = 118); at 32,768 tokens 1,811,939,328 B: floor(29.34) = 29 (as
+    before)."""
+    want_stages = [24_152_093_774.4, 23_101_420_622.4, 23_296_485_603.2]
+    assert stage_params(70.55e9, [27, 27, 26], 128_256, 8_192) == pytest.approx(want_stages, rel=1e-12)
+    r = _plan("llama-3.1-70b", 6, 2, 3)
+    assert r.weights_bytes_per_gpu_by_stage == pytest.approx(want_stages, rel=1e-12)
+    assert r.weights_bytes_per_gpu == pytest.approx(24_152_093_774.4, rel=1e-12)
+    assert r.weights_bytes == pytest.approx(70.55e9 * 2, rel=1e-12)  # the node's total, kept
+    assert 80 * GIB * 0.9 == 77_309_411_328
+    assert r.kv_pool_bytes_per_gpu == pytest.approx(53_157_317_553.6, rel=1e-12)
+    assert r.kv_bytes_per_token_per_gpu == 55_296
+    assert [c.max_concurrent for c in r.contexts] == [117, 29]
+    # planned as the run (the average): the old figures
+    old = _plan("llama-3.1-70b", 6, 2, 3, per_stage_weights=False)
+    assert old.weights_bytes_per_gpu == pytest.approx(70.55e9 * 2 / 6, rel=1e-12)
+    assert old.kv_pool_bytes_per_gpu == pytest.approx(77_309_411_328 - 70.55e9 / 3, rel=1e-12)
+    assert [c.max_concurrent for c in old.contexts] == [118, 29]
+    assert old.weights_bytes_per_gpu_by_stage == []
+
+
+def test_one_stage_or_no_vocabulary_keeps_the_average():
+    r = _plan("llama-3.1-70b", 8, 8, 1)  # PP 1: every GPU holds N x b / TP, bit for bit
+    assert r.weights_bytes_per_gpu == 70.55e9 * 2 / 8 and r.weights_bytes_per_gpu_by_stage == []
+    assert stage_params(70.55e9, [80], 128_256, 8_192) is None
+    g = load_model("gemma-3-27b")  # no vocab_size stated: the average
+    assert g.vocab_size is None
+    r = _plan("gemma-3-27b", 2, 1, 2)
+    assert r.weights_bytes_per_gpu_by_stage == []
+    assert stage_params(1e9, [2, 2], 1_000_000, 1_000) is None  # N <= 2 V d: cannot split
