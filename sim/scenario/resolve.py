@@ -37,6 +37,7 @@ from sim.scenario.paths import (
     names_a_file,
 )
 from sim.scenario.speculative import draft_kv, draft_weights_bytes, grouped_draft_layers
+from sim.sizing.capacity import stage_params
 from sim.sizing.group_demand import (
     KVGroups,
     kv_groups,
@@ -45,7 +46,7 @@ from sim.sizing.group_demand import (
     with_saved_states,
 )
 from sim.sizing.hybrid_pages import unify_pages
-from sim.sizing.kv import kv_bytes_per_token_per_gpu
+from sim.sizing.kv import kv_bytes_per_token_per_gpu, layers_per_stage
 
 #: the largest KV pool a run accepts, in tokens per GPU (8 x B200 hold ~12 M tokens of a
 #: Llama-3.1-8B; the allocators keep per-block tables, so the bound keeps memory bounded)
@@ -203,6 +204,7 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     if shards > 1:
         w_exp = w_total * min(model.routed_expert_params / model.params_total, 1.0)
         w_gpu = (w_total - w_exp) / n_gpus + w_exp / (n_gpus * shards)
+    w_gpu += _stage_excess_bytes(model, w_total, hw.tp, hw.pp)  # the most loaded stage's
     w_gpu += draft_weights_bytes(loaded, model) / n_gpus  # loaded beside the target (TP)
     if hw.kv_pool_bytes_per_gpu is not None:
         pool_gpu = hw.kv_pool_bytes_per_gpu
@@ -430,3 +432,19 @@ def make_allocator_for(resolved: Resolved):
         )
     except KvsimError as exc:
         raise _located(resolved.loaded, ("allocator",), exc) from None
+
+
+def _stage_excess_bytes(model: ModelProfile, weights_bytes: float, tp: int, pp: int) -> float:
+    """Bytes one GPU of the most loaded pipeline stage holds beyond the average
+    ``weights / (TP x PP)``: vLLM sizes each stage's pool from its own memory and runs
+    with the smallest, and the first stage holds the extra layers and the token embedding
+    (``sim.sizing.capacity.stage_params``, as ``kvsim plan`` sizes it). 0 for one stage
+    or a profile without ``vocab_size``. With routed experts spread over data-parallel
+    ranks the excess is taken at the checkpoint's mean bytes per parameter (a bound from
+    above: the extra layer's experts are sharded too)."""
+    by_stage = stage_params(model.params_total, layers_per_stage(model.num_layers, pp),
+                            model.vocab_size, model.d_model)  # fmt: skip
+    if not by_stage:
+        return 0.0
+    excess_params = max(by_stage) - model.params_total / pp
+    return excess_params * (weights_bytes / model.params_total) / tp

@@ -133,8 +133,8 @@ class PlanInputs:
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
     #: with PP, size the pool against the most loaded stage's own weights
     #: (``sim.sizing.capacity.stage_params``: the first stage's layers and the embedding),
-    #: as vLLM's smallest stage pool; False: the average, N x b / (TP x PP), which is what
-    #: ``kvsim run`` subtracts (``sim.sweep.analytic`` plans as the run)
+    #: as vLLM's smallest stage pool and as ``kvsim run`` sizes it
+    #: (``sim.scenario.resolve``); False: the average, N x b / (TP x PP)
     per_stage_weights: bool = True
 
     def __post_init__(self) -> None:

@@ -124,7 +124,6 @@ def _plan(resolved, context: float, reply: float, shared: int):
         headroom=HEADROOM,
         shared_prefix_tokens=min(shared, ctx) if shared else None,
         gpu_memory_utilization=util,
-        per_stage_weights=False,  # the run's pool subtracts the average (sim.scenario.resolve)
     )
     plan = plan_capacity(inputs).contexts[0]
     return plan.max_concurrent_shared if shared else plan.max_concurrent

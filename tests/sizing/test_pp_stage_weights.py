@@ -6,8 +6,11 @@ extra layers and the token embedding, so its pool is the smallest. Worked exampl
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from sim.profiles import load_accelerator, load_model
+from sim.scenario.load import load_scenario
+from sim.scenario.resolve import resolve
 from sim.sizing.capacity import stage_params
 from sim.sizing.plan import PlanInputs, plan_capacity
 
@@ -44,7 +47,7 @@ def test_llama_70b_tp2_pp3_by_hand():
     assert r.kv_pool_bytes_per_gpu == pytest.approx(53_157_317_553.6, rel=1e-12)
     assert r.kv_bytes_per_token_per_gpu == 55_296
     assert [c.max_concurrent for c in r.contexts] == [117, 29]
-    # planned as the run (the average): the old figures
+    # the average (``per_stage_weights=False``): the old figures
     old = _plan("llama-3.1-70b", 6, 2, 3, per_stage_weights=False)
     assert old.weights_bytes_per_gpu == pytest.approx(70.55e9 * 2 / 6, rel=1e-12)
     assert old.kv_pool_bytes_per_gpu == pytest.approx(77_309_411_328 - 70.55e9 / 3, rel=1e-12)
@@ -61,3 +64,26 @@ def test_one_stage_or_no_vocabulary_keeps_the_average():
     r = _plan("gemma-3-27b", 2, 1, 2)
     assert r.weights_bytes_per_gpu_by_stage == []
     assert stage_params(1e9, [2, 2], 1_000_000, 1_000) is None  # N <= 2 V d: cannot split
+
+
+def test_a_run_sizes_its_pool_on_the_most_loaded_stage_as_plan(tmp_path):
+    """``kvsim run`` subtracts the same stage's weights (``sim.scenario.resolve``): the
+    worked example above, 53,157,317,553.6 B per GPU (main subtracted the average and
+    got 53,792,744,661.3 B); a draft-free dense model, so nothing else is loaded."""
+    path = tmp_path / "pp.yaml"
+    path.write_text(yaml.safe_dump({
+        "schema_version": 1, "name": "pp", "seed": 1, "model": "llama-3.1-70b",
+        "hardware": {"accelerator": "h100-sxm-80gb", "tp": 2, "pp": 3,
+                     "gpu_memory_utilization": 0.9},
+        "allocator": {"kind": "paged", "block_size": 16},
+        "scheduler": {"kind": "vllm_v1"},
+        "workload": {"kind": "chat", "num_requests": 2, "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                     "lengths": {"kind": "parametric",
+                                 "prompt_tokens": {"kind": "lognormal", "median": 100.0, "sigma": 1.0},
+                                 "output_tokens": {"kind": "lognormal", "median": 100.0, "sigma": 1.0}}},
+    }))  # fmt: skip
+    r = resolve(load_scenario(path))
+    assert r.kv_pool_bytes_per_gpu == pytest.approx(53_157_317_553.6, rel=1e-12)
+    assert r.kv_pool_bytes_per_gpu == pytest.approx(
+        _plan("llama-3.1-70b", 6, 2, 3).kv_pool_bytes_per_gpu, rel=1e-12
+    )
