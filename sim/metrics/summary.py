@@ -168,8 +168,8 @@ def run_warnings(summary: dict, requests: Any) -> list[str]:
     """What makes a run pathological, one sentence each (empty for a healthy run):
     requests left unfinished when the run stopped (``unfinished_warning``), more than
     ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more than
-    ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
-    context."""
+    ``PREEMPTIONS_WARN`` times (thrashing), held (paused) KV dropped under memory pressure
+    (``held_drop_warning``), trajectories that failed or ran out of context."""
     out = []
     if summary["unfinished"]:
         out.append(unfinished_warning(summary, requests))
@@ -189,6 +189,9 @@ def run_warnings(summary: dict, requests: Any) -> list[str]:
             f"thrashing: {n:,} requests were preempted more than {PREEMPTIONS_WARN} times "
             f"(at most {worst:,}; {summary['preemptions']:,} preemptions in all)"
         )
+    drops = held_drop_warning(summary)
+    if drops:
+        out.append(drops)
     by_status = summary["trajectories_by_status"]
     total = summary["trajectories_ended"]
     if by_status["failed"]:
@@ -199,6 +202,18 @@ def run_warnings(summary: dict, requests: Any) -> list[str]:
             "context exhausted (workload.context_limit)"
         )
     return out
+
+
+def held_drop_warning(summary: dict) -> str:
+    """The sentence of a run whose memory pressure dropped held (paused) KV: each drop
+    overrules a hold (the next turn prefills that context again: pauses.parquet's
+    ``recomputed`` outcome, its ``recompute_s`` in the pause's cost); "" for none."""
+    n = summary.get("held_kv_drops", 0)
+    if not n:
+        return ""
+    return (f"memory pressure: {n:,} held (paused) KV sequences were dropped to make room "
+            "(held_kv_drops); the turns that would have resumed on them prefill that context "
+            "again (pauses.parquet: outcome recomputed)")  # fmt: skip
 
 
 def unfinished_warning(summary: dict, requests) -> str:
