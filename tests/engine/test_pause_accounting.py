@@ -151,3 +151,23 @@ def test_every_pause_of_a_pressured_hold_swarm_agrees_with_its_next_turn():
     s = r.summary
     assert s["pause_endings"]["recomputed"] == (p.outcome == "recomputed").sum() > 0
     assert s["held_kv_drops"] > 0 and any(w.startswith("memory pressure:") for w in s["warnings"])
+
+
+def test_a_reload_on_a_busy_node_stalls_from_the_return_but_costs_only_the_copy():
+    """As above with offload_host: A's reload starts at the step boundary where the node
+    takes its turn in (after its return, while B prefills) and runs RELOAD_S; A's stall
+    counts from the tool's return, but its cost charges only the copy (a held context's
+    turn waits for that boundary too), the same as B's reload on an idle node; and the
+    reload, hidden behind B's prefill, leaves A's first token where a hold puts it."""
+    reload_s = KV_BYTES / 8 / 64e9  # each GPU moves its share at 64 GB/s: 20.97 ms
+    held = two(45.8).pauses.iloc[0]
+    r = two(45.8, **{"pause_policy.kind": "offload_host"})
+    a, b = r.pauses.iloc[0], r.pauses.iloc[1]
+    assert a.outcome == b.outcome == "reloaded"
+    assert close(a.tool_return_s, R + 45.0) and a.reload_start_s > a.tool_return_s
+    assert close(a.copy_in_done_s - a.reload_start_s, reload_s)
+    assert a.resident_s == a.copy_in_done_s
+    assert close(a.resume_stall_s, a.copy_in_done_s - a.tool_return_s)
+    assert b.reload_start_s == b.tool_return_s and close(b.resume_stall_s, reload_s)
+    assert close(a.policy_cost_s, b.policy_cost_s)  # HBM until the copy-out + the reload
+    assert close(a.first_token_s, held.first_token_s)

@@ -270,7 +270,7 @@ class PauseLifecycle:
         # the tool returned when the harness submitted the next turn (its arrival), not
         # when the node, busy with a step, takes the submission in (a step boundary later)
         ret = min(req.arrival_s, now)
-        p.tool_return_s, p.next_req = ret, req
+        p.tool_return_s, p.taken_in_s, p.next_req = ret, now, req
         self.decider.observe(p.req.tool_name, ret - p.start_s)
         if p.state == S.OFFLOADED:
             p.to(S.WAITING_HBM)
