@@ -104,9 +104,18 @@ def pause_costs(p: Any, held_byte_s: float, recompute_flops: float) -> tuple[str
     if p.facts is None:
         return "", NAN, NAN
     action, best = oracle_cost(p.facts, max(0.0, wait), resumed)
-    stall = p.resident_s - p.tool_return_s if p.outcome == "reloaded" else 0.0
+    stall = p.resident_s - _reload_from(p) if p.outcome == "reloaded" else 0.0
     spent = realised_cost(p.facts, held_byte_s, recompute_flops, stall, p.recompute_s)
     return action, best.total_s, spent.total_s
+
+
+def _reload_from(p: Any) -> float:
+    """Where a reload's exposed stall starts: the tool's return, or, when the engine took
+    the next turn in only at a later step boundary (busy with a step), then: the wait for
+    that boundary is every policy's (a held context's turn waits for it too), not the
+    reload's."""
+    taken_in = getattr(p, "taken_in_s", NAN)
+    return p.tool_return_s if not taken_in > p.tool_return_s else taken_in
 
 
 def pause_table(records: Sequence[tuple[Any, float, float]]) -> Columns:

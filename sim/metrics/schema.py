@@ -257,9 +257,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "none with a prefix cache, linear-attention hits under-estimated), then those saying "
        "it went pathological (requests unfinished when the run stopped, with the TTFT "
        "percentiles' lower bound counting each wait without a first token so far; mass "
-       "rejection; thrashing; failed or context-exhausted trajectories; overload: the median "
-       "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "
-       "first third's, `sim.metrics.summary.overload_warning`); empty if healthy "
+        "rejection; thrashing; held (paused) KV dropped under memory pressure; failed or "
+        "context-exhausted trajectories; overload: the median "
+        "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "
+        "first third's, `sim.metrics.summary.overload_warning`); empty if healthy "
        "and as vLLM runs."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),
@@ -634,14 +635,16 @@ PAUSE_TABLE = _cols(
     ("state_bytes", _F, "bytes", "Its KV bytes."),
     ("decision", _S, "-", "The policy's decision."),
     ("reason", _S, "-", "Why."),
-    ("moved_to", _S, "-", "Where the KV went: hold, offload_host, offload_nvme, recompute."),
+    ("moved_to", _S, "-", "Where the KV went: hold, offload_host, offload_nvme, recompute "
+     "(also a hold memory pressure dropped: its next turn prefilled the context again)."),
     ("note", _S, "-", "Extra detail."),
     ("predicted_wait_s", _F, "s", "Predicted tool time (NaN: none)."),
     ("actual_wait_s", _F, "s", "Actual tool time."),
     ("start_s", _F, "s", "Pause start."),
     ("copy_out_done_s", _F, "s", "Copy-out finished (NaN: none)."),
     ("blocks_freed_s", _F, "s", "HBM blocks freed (NaN: none)."),
-    ("tool_return_s", _F, "s", "Tool returned."),
+    ("tool_return_s", _F, "s", "Tool returned: the next turn's arrival (the harness's "
+     "submission), not when a busy engine took that turn in."),
     ("reload_start_s", _F, "s", "Reload started (NaN: none)."),
     ("copy_in_done_s", _F, "s", "Copy-in finished (NaN: none)."),
     ("resident_s", _F, "s", "KV resident again."),
@@ -660,7 +663,9 @@ PAUSE_TABLE = _cols(
     ("recompute_s", _F, "s", "Time recomputing: the run's step pricer's seconds for that "
      "prefill alone in the scheduler's chunks (calibration included); resume_stall_s "
      "adds the wait for admission and the steps it shared."),
-    ("outcome", _S, "-", "resumed, reloaded, recomputed, released, cancelled, open."),
+    ("outcome", _S, "-", "resumed (KV resident at tool return and at the next turn's "
+     "admission), reloaded, recomputed (also a hold dropped under memory pressure), "
+     "released, cancelled, open."),
     ("ended_s", _F, "s", "When it ended."),
     ("hint", _S, "-", "The harness's KV hint for this pause (`pin=..s demote=host "
      "prefetch=..s`, `release`; empty: none; docs/pause_policies.md, Agent KV hints)."),

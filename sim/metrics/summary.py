@@ -176,9 +176,10 @@ def run_warnings(summary: dict, requests: Any, closed_loop: Collection[str] = ()
     """What makes a run pathological, one sentence each (empty for a healthy run):
     requests left unfinished when the run stopped (``unfinished_warning``), more than
     ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more than
-    ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
-    context, arrivals that outpace the node (``overload_warning``, over the requests of the
-    workloads not in ``closed_loop``)."""
+    ``PREEMPTIONS_WARN`` times (thrashing), held (paused) KV dropped under memory pressure
+    (``held_drop_warning``), trajectories that failed or ran out of context, arrivals
+    that outpace the node (``overload_warning``, over the requests of the workloads not
+    in ``closed_loop``)."""
     out = []
     if summary["unfinished"]:
         out.append(unfinished_warning(summary, requests))
@@ -198,6 +199,9 @@ def run_warnings(summary: dict, requests: Any, closed_loop: Collection[str] = ()
             f"thrashing: {n:,} requests were preempted more than {PREEMPTIONS_WARN} times "
             f"(at most {worst:,}; {summary['preemptions']:,} preemptions in all)"
         )
+    drops = held_drop_warning(summary)
+    if drops:
+        out.append(drops)
     by_status = summary["trajectories_by_status"]
     total = summary["trajectories_ended"]
     if by_status["failed"]:
@@ -269,6 +273,16 @@ def overload_warning(summary: dict, requests: Any,
             f"to {last:,.3f} s over the last {third:,}, so the latency percentiles grow "
             f"with the run's length (rule: last third's median over {OVERLOAD_WAIT_S:g} s "
             f"and over {OVERLOAD_GROWTH:g}x the first third's)")  # fmt: skip
+def held_drop_warning(summary: dict) -> str:
+    """The sentence of a run whose memory pressure dropped held (paused) KV: each drop
+    overrules a hold (the next turn prefills that context again: pauses.parquet's
+    ``recomputed`` outcome, its ``recompute_s`` in the pause's cost); "" for none."""
+    n = summary.get("held_kv_drops", 0)
+    if not n:
+        return ""
+    return (f"memory pressure: {n:,} held (paused) KV sequences were dropped to make room "
+            "(held_kv_drops); the turns that would have resumed on them prefill that context "
+            "again (pauses.parquet: outcome recomputed)")  # fmt: skip
 
 
 def unfinished_warning(summary: dict, requests) -> str:

@@ -44,6 +44,7 @@ from sim.memory.kv_manager import KVManager
 from sim.sched import Request, Scheduler
 
 S = PauseState
+NAN = float("nan")
 HOLD, RECOMPUTE = "hold", "recompute"
 
 
@@ -67,6 +68,9 @@ class PauseLifecycle:
         self.copies_in = 0  # copy-ins running: their turns come to the node when done
         self.streaming = 0  # pipelined copy-ins still running after their turn went on
         self._recomputing: dict[int, Pause] = {}  # id(next request) -> pause
+        #: id(next request) -> its pause, resumed on resident KV, until the turn is admitted
+        #: (memory pressure may drop the KV of a turn still waiting: ``admitted``)
+        self._waiting: dict[int, Pause] = {}
         #: the ``hints`` policy honours ``release`` and ``retain_priority`` beyond its decisions
         self.honours_hints = options.kind == "hints"
         self.hint_releases = 0  # sessions whose last call's ``release`` hint freed the cache
@@ -263,8 +267,11 @@ class PauseLifecycle:
                 del self._by_seq[req.seq_id]
             return True
         now, kv = self.env.now, self.kv
-        p.tool_return_s, p.next_req = now, req
-        self.decider.observe(p.req.tool_name, now - p.start_s)
+        # the tool returned when the harness submitted the next turn (its arrival), not
+        # when the node, busy with a step, takes the submission in (a step boundary later)
+        ret = min(req.arrival_s, now)
+        p.tool_return_s, p.taken_in_s, p.next_req = ret, now, req
+        self.decider.observe(p.req.tool_name, ret - p.start_s)
         if p.state == S.OFFLOADED:
             p.to(S.WAITING_HBM)
             self._restores.append(p)
@@ -275,17 +282,21 @@ class PauseLifecycle:
             return False
         del self._by_seq[req.seq_id]
         if p.state == S.PREFETCHED and kv.is_live(p.seq):
-            p.to(S.DONE)
-            p.resident_s = now
+            p.to(S.DONE)  # resident at tool return, or when the prefetch ended after it
+            p.resident_s = max(ret, p.copy_in_done_s)
+            self._waiting[id(req)] = p
             return True
         if p.state in (S.HELD, S.COPYING_OUT) and kv.is_live(p.seq):
             if p.state == S.COPYING_OUT:
                 p.note = "tool returned before the copy-out ended"
             p.to(S.DONE)
-            p.resident_s = now
+            p.resident_s = ret  # a held context is resident when its tool returns
+            self._waiting[id(req)] = p  # until its turn is admitted (``admitted``)
             return True
-        if p.state != S.RECOMPUTE:
+        if p.state != S.RECOMPUTE:  # held (or prefetched) KV dropped under pressure: the
+            # next turn prefills the context again, a recompute the policy did not choose
             p.note = p.note or "dropped under memory pressure"
+            p.moved_to = RECOMPUTE
         p.to(S.RECOMPUTE)
         self._recomputing[id(req)] = p
         return True
@@ -358,6 +369,10 @@ class PauseLifecycle:
 
     # -------------------------------------------------- residency after a recompute
     def admitted(self, req: Request, now: float) -> None:
+        """``req`` was admitted at ``now``: price the recompute of a pause it ends (the
+        context less the prefix-cache hit), and see whether it is resident already."""
+        if self._waiting:
+            self._dropped_while_waiting(req)
         p = self._recomputing.get(id(req))
         if p is not None and p.recompute_tokens == 0:
             cached = min(req.num_computed, p.tokens)
@@ -383,10 +398,25 @@ class PauseLifecycle:
                 t = float(ends[min(i, len(ends) - 1)])
             self._resident(req, t)
 
+    def _dropped_while_waiting(self, req: Request) -> None:
+        """A pause resumed on resident KV whose turn then waited in the queue: if memory
+        pressure dropped that KV meanwhile (the turn's admission finds less of the context
+        than the pause held, prefix-cache hits counted), the turn prefills the rest again:
+        the pause ends recomputed, priced as one (its context resident when that prefill
+        covers it)."""
+        p = self._waiting.pop(id(req), None)
+        if p is None or req.num_computed >= p.tokens:
+            return
+        p.moved_to, p.outcome = RECOMPUTE, "recomputed"  # (its state stays DONE)
+        p.note = _joined(p.note, "dropped under memory pressure while its turn waited")
+        p.resident_s = NAN
+        self._recomputing[id(req)] = p
+
     def _resident(self, req: Request, t: float) -> None:
         p = self._recomputing.pop(id(req))
         p.resident_s = t
-        p.to(S.DONE)
+        if p.state != S.DONE:  # (one dropped while its turn waited is DONE already)
+            p.to(S.DONE)
 
     # --------------------------------------------------------------- invariants
     def check_invariants(self) -> None:

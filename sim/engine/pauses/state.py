@@ -91,7 +91,8 @@ class Pause:
     pool: FramePool | None = None
     copy_out_done_s: float = NAN
     freed_s: float = NAN
-    tool_return_s: float = NAN
+    tool_return_s: float = NAN  # the next turn's arrival (the harness's submission)
+    taken_in_s: float = NAN  # when the engine took that turn in (a step boundary after it)
     reload_start_s: float = NAN
     copy_in_done_s: float = NAN
     resident_s: float = NAN
@@ -106,7 +107,8 @@ class Pause:
     recompute_s: float = 0.0
     note: str = ""
     hint_refused: str = ""  # the part of the pause's KV hint not honoured, and why
-    #: how the pause ended: resumed (its KV was resident at tool return), reloaded (copied
+    #: how the pause ended: resumed (its KV was resident at tool return and still at its
+    #: turn's admission), reloaded (copied
     #: back), recomputed, released (the workload let the sequence go: a fork's parent, a
     #: compaction, an ended trajectory), cancelled (a pruned branch); "" while open
     outcome: str = ""

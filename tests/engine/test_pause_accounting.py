@@ -1,0 +1,173 @@
+"""Pause accounting on exact two-trajectory timelines (h99's findings 1 and 2): a hold
+dropped under memory pressure ends ``recomputed`` and is priced as one; ``tool_return_s``
+is when the tool returned (the next turn's arrival), not when a busy node took the turn in.
+
+Both runs are E24 (seed_tool_wait_45s.yaml: Llama-3.1-70B on 8 x H100, a 32,768-token
+task, one reply token, a 45 s tool call, a 512-token observation; paged, no prefix cache;
+linear prefill FLOPs at 45 % MFU, so a 32,768-token prefill is four 8,192-token chunks of
+R / 4 each) with two trajectories, the second started ``stagger_s`` after the first."""
+
+from __future__ import annotations
+
+import math
+
+from engine_helpers import run
+
+from sim.metrics.summary import held_drop_warning, run_warnings
+
+E24 = "seed_tool_wait_45s.yaml"
+PEAK = 989.4e12  # H100 SXM bf16
+KV_TOKENS = 32768
+KV_BYTES = KV_TOKENS * 2 * 80 * 8 * 128 * 2  # F1, 10.74 GB over the replica
+BYTES_PER_TOKEN_GPU = 2 * 80 * 8 * 128 * 2 // 8  # 40,960 B per token on each of 8 GPUs
+R = 2 * 70.6e9 * KV_TOKENS / (8 * 0.45 * PEAK)  # the 32,768-token prefill: ~1.299 s
+FLOPS = 2 * 70.6e9 * KV_TOKENS  # F23, linear term only (the scenario's cost section)
+
+
+def close(a, b, rel=1e-9):
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def two(stagger_s: float, **more):
+    return run(
+        E24,
+        **{
+            "workload.num_trajectories": 2,
+            "workload.arrival.kind": "closed_loop",
+            "workload.arrival.concurrency": 2,
+            "workload.arrival.stagger_s": stagger_s,
+        },
+        **more,
+    )
+
+
+def test_a_hold_dropped_under_pressure_ends_recomputed_and_is_priced():
+    """A pool of 2,500 blocks (40,000 tokens) fits one held 32,768-token context (2,048
+    blocks), not two: B's prefill at t = 10 s drops A's hold; at A's return (R + 45 s)
+    A's recompute drops B's hold in turn. Each pause: outcome recomputed, all 32,768
+    tokens prefilled again (no prefix cache) at the step pricer's price R, its context
+    resident R after its tool returned, its HBM held from its start to its drop."""
+    pool = 2500 * 16 * BYTES_PER_TOKEN_GPU
+    r = two(10.0, **{"hardware.kv_pool_bytes_per_gpu": pool})
+    a, b = r.pauses.iloc[0], r.pauses.iloc[1]
+    for p, start, dropped in ((a, R, 10.0), (b, 10.0 + R, R + 45.0)):
+        assert p.decision == "hold" and p.moved_to == "recompute"
+        assert p.outcome == "recomputed" and p.note == "dropped under memory pressure"
+        assert close(p.start_s, start) and close(p.tool_return_s, start + 45.0)
+        assert p.recompute_tokens == KV_TOKENS
+        assert close(p.recompute_s, R) and close(p.recompute_flops, FLOPS)
+        assert close(p.resident_s, p.tool_return_s + R) and close(p.resume_stall_s, R)
+        held = KV_BYTES * (dropped - start)
+        assert close(p.paused_hbm_gb_s, held / 1e9)
+        # the policy's cost: pool-seconds held + the recompute it did not choose
+        assert close(p.policy_cost_s, held / (pool * 8) + R)
+    s = r.summary
+    assert s["held_kv_drops"] == 2
+    assert s["pause_endings"]["recomputed"] == 2 and s["pause_endings"]["resumed"] == 0
+    assert s["pause_outcomes"] == {"recompute": 2} and s["pause_decisions"] == {"hold": 2}
+    assert close(s["recompute_flops"], 2 * FLOPS)
+    want = held_drop_warning(s)
+    assert "2 held (paused) KV sequences were dropped" in want and want in s["warnings"]
+
+
+def test_no_held_drop_no_warning():
+    summary = {"held_kv_drops": 0}
+    assert held_drop_warning(summary) == ""
+
+
+def test_the_tool_returns_at_the_next_turns_arrival_while_the_node_is_busy():
+    """B arrives at 45.8 s and prefills until 45.8 + R; A's tool returns at R + 45 s
+    (46.30 s), inside B's second chunk. The node takes A's turn in at a later step
+    boundary (requests.queued_s) and runs it after B's prefill; A's context, held, was
+    resident all along: tool_return_s = the turn's arrival, the stall 0, the wait exactly
+    45 s, and the resume latency (45.8 + R) - (R + 45) = 0.8 s of waiting for B's
+    prefill plus the observation's own step (B's pause, alone on the node, measures it)."""
+    for exact in (False, True):
+        r = two(45.8, **{"engine.exact": exact})
+        a, b = r.pauses.iloc[0], r.pauses.iloc[1]
+        nxt = r.requests.set_index("req_id").loc[2]  # A's second turn
+        assert nxt.traj_id == 0 and nxt.turn == 1
+        assert close(a.tool_return_s, R + 45.0) and a.tool_return_s == nxt.arrival_s
+        assert nxt.queued_s > a.tool_return_s  # taken in at a step boundary after
+        assert close(a.actual_wait_s, 45.0) and a.outcome == "resumed"
+        assert a.resident_s == a.tool_return_s and a.resume_stall_s == 0.0
+        observation_step = b.resume_latency_s  # B resumes on an idle node
+        assert close(b.tool_return_s, 45.8 + R + 45.0)
+        assert close(a.first_token_s, 45.8 + R + observation_step)
+        assert close(a.resume_latency_s, 0.8 + observation_step)
+        assert close(r.summary["resume_latency_s"]["mean"], 0.4 + observation_step)
+
+
+def test_warnings_name_held_drops_beside_the_others():
+    import pandas as pd
+
+    summary = {
+        "unfinished": 0, "requests_submitted": 10, "rejected": 0, "rejected_by_reason": {},
+        "preemptions": 0, "held_kv_drops": 3,
+        "trajectories_by_status": {"failed": 0, "context_exhausted": 0},
+        "trajectories_ended": 2,
+    }  # fmt: skip
+    got = run_warnings(summary, pd.DataFrame({"preemptions": [0, 0]}))
+    assert got == [held_drop_warning(summary)] and got[0].startswith("memory pressure: 3 held")
+
+
+def test_e24_single_trajectory_timeline_is_unchanged():
+    """An idle node takes a turn in at its arrival: nothing moves there."""
+    r = run(E24)
+    p = r.pauses.iloc[0]
+    assert close(p.tool_return_s, R + 45.0) and p.outcome == "resumed"
+    assert r.summary["held_kv_drops"] == 0 and r.summary["warnings"] == []
+
+
+def test_every_pause_of_a_pressured_hold_swarm_agrees_with_its_next_turn():
+    """agent_swarm_pressure.yaml (20 trajectories, hold on a 10 GB pool: h99's run): each
+    pause checked against its next turn in requests.parquet (same trajectory and first
+    token, where that names one turn). A pause ``resumed`` found its whole context held
+    at admission; a ``recomputed`` one found none held and prefilled the context less its
+    prefix-cache hit, priced; every one's ``tool_return_s`` is that turn's arrival. Holds
+    are dropped both before their tool returned and while their resumed turn waited in
+    the queue (``dropped under memory pressure while its turn waited``)."""
+    r = run("agent_swarm_pressure.yaml", **{"workload.num_trajectories": 20})
+    p, q = r.pauses, r.requests
+    q = q[q.first_token_s.notna()]
+    key = ["traj_id", "first_token_s"]
+    q = q[~q.duplicated(key, keep=False)]  # fork branches sharing a step: left out
+    m = p.merge(q[[*key, "arrival_s", "held_tokens", "hit_tokens"]], on=key, how="inner")
+    assert len(m) > 200
+    assert (m.tool_return_s == m.arrival_s).all()
+    resumed, recomputed = m[m.outcome == "resumed"], m[m.outcome == "recomputed"]
+    assert (resumed.held_tokens >= resumed.tokens).all() and len(resumed) > 100
+    assert (recomputed.held_tokens == 0).all() and len(recomputed) > 50
+    assert (recomputed.moved_to == "recompute").all()
+    want = recomputed.tokens - recomputed[["hit_tokens", "tokens"]].min(axis=1)
+    assert (recomputed.recompute_tokens == want).all()
+    assert (recomputed.recompute_s > 0).all() and (recomputed.recompute_flops > 0).all()
+    assert (recomputed.policy_cost_s >= recomputed.recompute_s).all()
+    notes = set(recomputed.note)
+    assert notes == {
+        "dropped under memory pressure",
+        "dropped under memory pressure while its turn waited",
+    }
+    s = r.summary
+    assert s["pause_endings"]["recomputed"] == (p.outcome == "recomputed").sum() > 0
+    assert s["held_kv_drops"] > 0 and any(w.startswith("memory pressure:") for w in s["warnings"])
+
+
+def test_a_reload_on_a_busy_node_stalls_from_the_return_but_costs_only_the_copy():
+    """As above with offload_host: A's reload starts at the step boundary where the node
+    takes its turn in (after its return, while B prefills) and runs RELOAD_S; A's stall
+    counts from the tool's return, but its cost charges only the copy (a held context's
+    turn waits for that boundary too), the same as B's reload on an idle node; and the
+    reload, hidden behind B's prefill, leaves A's first token where a hold puts it."""
+    reload_s = KV_BYTES / 8 / 64e9  # each GPU moves its share at 64 GB/s: 20.97 ms
+    held = two(45.8).pauses.iloc[0]
+    r = two(45.8, **{"pause_policy.kind": "offload_host"})
+    a, b = r.pauses.iloc[0], r.pauses.iloc[1]
+    assert a.outcome == b.outcome == "reloaded"
+    assert close(a.tool_return_s, R + 45.0) and a.reload_start_s > a.tool_return_s
+    assert close(a.copy_in_done_s - a.reload_start_s, reload_s)
+    assert a.resident_s == a.copy_in_done_s
+    assert close(a.resume_stall_s, a.copy_in_done_s - a.tool_return_s)
+    assert b.reload_start_s == b.tool_return_s and close(b.resume_stall_s, reload_s)
+    assert close(a.policy_cost_s, b.policy_cost_s)  # HBM until the copy-out + the reload
+    assert close(a.first_token_s, held.first_token_s)
