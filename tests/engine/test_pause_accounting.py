@@ -107,7 +107,9 @@ def test_warnings_name_held_drops_beside_the_others():
         "trajectories_by_status": {"failed": 0, "context_exhausted": 0},
         "trajectories_ended": 2,
     }  # fmt: skip
-    got = run_warnings(summary, pd.DataFrame({"preemptions": [0, 0]}))
+    requests = pd.DataFrame({"preemptions": [0, 0], "status": ["finished"] * 2,
+                             "queue_s": [0.0, 0.0], "arrival_s": [0.0, 1.0], "req_id": [0, 1]})
+    got = run_warnings(summary, requests)  # (too few requests for the overload rule)
     assert got == [held_drop_warning(summary)] and got[0].startswith("memory pressure: 3 held")
 
 
