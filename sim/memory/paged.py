@@ -486,7 +486,9 @@ class PagedAllocator(Allocator):
         """In count mode (no block ids), where a batch goes in one pass
         (``bulk_free_blocks``): each append moves its sequence's tokens and the free count,
         so their order changes nothing."""
-        return self._count_pool is not None and self.bulk_free_blocks() is not None
+        # (count mode has no prefix index and no side groups: ``compose`` and
+        # ``use_kv_groups`` end it)
+        return self._count_pool is not None and not self._appends_overridden()
 
     def append_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
         """The appends one by one (``Allocator.append_each``) in two passes: count each
@@ -495,11 +497,12 @@ class PagedAllocator(Allocator):
         with an index or side groups, into a held sequence, a shared last block (a copy
         on write) or of an odd count are made one by one, through ``append``."""
         items = items if isinstance(items, list) else list(items)
+        counted = self._count_pool
+        if counted is not None and items and not self._appends_overridden():
+            self._append_each_counted(items, counted)  # (``bulk_free_blocks`` in count mode)
+            return
         if not items or self.bulk_free_blocks() is None:  # an index, side groups, a plug-in
             super().append_each(items)
-            return
-        if self._count_pool is not None:
-            self._append_each_counted(items, self._count_pool)
             return
         held = self._held
         tables, tokens_of, bs = self._tables, self._tokens, self.block_size
