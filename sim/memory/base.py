@@ -242,6 +242,13 @@ class Allocator(ABC):
         (evict, copy, resize a buffer): such appends are made one at a time. None here."""
         return None
 
+    def appends_unordered(self) -> bool:
+        """Whether a batch of appends that fit (``append_each``, within
+        ``bulk_free_blocks``) has the same outcome in any order of its items (no block ids
+        handed out: ``PagedAllocator`` in count mode), so a caller need not sort them.
+        False here (always safe: the caller keeps its order)."""
+        return False
+
     def append_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
         """``append(seq_id, n_tokens)`` for each item, in order, without content: the caller
         knows they fit (``bulk_free_blocks``), so a miss is a broken book

@@ -296,12 +296,14 @@ class DeferredAppends:
         and ``n_requests`` (the batch's size) is the clocked and the others together;
         False (nothing changed) otherwise: the caller settles and grows them one by one.
         Steps: the clocked sequences that cross a block boundary (``_crossing``) and the
-        others' needs (``_others_needs``) count the blocks; then those crossing settle
-        (``_settle_crossing``), the others grow (``_grow_others``), the appends go in one
-        batch, and those crossing are filed again (``_refile``)."""
+        others' needs (``_others_needs``) count the blocks; then those crossing settle and
+        are filed again (``_settle_crossing``, one pass), the others grow
+        (``_grow_others``), and the appends go in one batch: in ``order``, or as they come
+        where the allocator says their order cannot matter (``appends_unordered``)."""
         if len(self._since) + len(others) != n_requests:
             return False
-        budget = self.alloc.bulk_free_blocks()
+        alloc = self.alloc
+        budget = alloc.bulk_free_blocks()
         if budget is None:
             return False
         clk1 = self.clk + steps
@@ -317,41 +319,50 @@ class DeferredAppends:
         # fits: apply
         self.clk = clk1
         self.pending_tokens += steps * len(self._since)
-        items = self._settle_crossing(cross, clk1) if cross else []
-        at = self._at  # the ticks passed: their files go
+        at = self._at  # the ticks passed: their files go (``cross`` holds them)
         if steps == 1:
             at.pop(clk1, None)
         else:
             for t in range(clk1 - steps + 1, clk1 + 1):
                 at.pop(t, None)
+        if alloc.appends_unordered():  # no order to keep: ``(seq, tokens)`` straight away
+            bare: list[tuple[Hashable, int]] = []
+            if cross:
+                self._settle_crossing(cross, clk1, bare, None)
+            if plain:
+                self._grow_others(plain, bare, None)
+            if bare:
+                alloc.append_each(bare)
+            return True
+        items: list[tuple[int, Hashable, int]] = []
+        if cross:
+            self._settle_crossing(cross, clk1, None, items)
         if plain:
-            self._grow_others(plain, items)
+            self._grow_others(plain, None, items)
         if items:
             if len(items) > 1:
                 items.sort()
-            self.alloc.append_each([(seq, n) for _, seq, n in items])
-        if cross:
-            self._refile(cross, clk1)
+            alloc.append_each([(seq, n) for _, seq, n in items])
         return True
 
     def _crossing(self, steps: int, clk1: int) -> tuple[Sequence[tuple[int, Hashable]], int]:
         """The clocked sequences (``(order, seq)``) whose block boundary falls in the next
         ``steps`` ticks (their files ``_at``), and the blocks they take by tick ``clk1``:
-        each one's last block is its own (``clock``), so ceil(overflow / B)."""
+        each one's last block is its own (``clock``), so ceil(overflow / B), where one
+        filed at tick ``t`` overflows by ``clk1 - t + 1`` tokens (one block each for a
+        window of at most B ticks): counted per file, not per sequence."""
         at = self._at
         if steps == 1:
             cross = at.get(clk1, ())
-        else:
-            cross = []
-            for t in range(clk1 - steps + 1, clk1 + 1):
-                b = at.get(t)
-                if b:
-                    cross += b
-        bs, since, room = self._bs, self._since, self.room
+            return cross, len(cross)
+        bs = self._bs
+        cross = []
         blocks = 0
-        for _, seq in cross:
-            over = clk1 - since[seq] - room[seq]
-            blocks += (over + bs - 1) // bs
+        for t in range(clk1 - steps + 1, clk1 + 1):
+            b = at.get(t)
+            if b:
+                cross += b
+                blocks += len(b) * ((clk1 - t + bs) // bs)
         return cross, blocks
 
     def _others_needs(
@@ -378,31 +389,51 @@ class DeferredAppends:
         return blocks
 
     def _settle_crossing(
-        self, cross: Sequence[tuple[int, Hashable]], clk1: int
-    ) -> list[tuple[int, Hashable, int]]:
-        """Bring the crossing sequences' books to tick ``clk1`` and take them off the
-        clock: their appends (``(order, seq, tokens)``, pending tokens included)."""
+        self,
+        cross: Sequence[tuple[int, Hashable]],
+        clk1: int,
+        bare: list[tuple[Hashable, int]] | None,
+        items: list[tuple[int, Hashable, int]] | None,
+    ) -> None:
+        """Bring the crossing sequences' books to tick ``clk1``, their appends (pending
+        tokens included) put in ``bare`` as ``(seq, tokens)`` or, where their order
+        matters, in ``items`` as ``(order, seq, tokens)``; and clock each again from
+        ``clk1``, filed at the tick its new last block fills (after the passed ticks'
+        files went: ``advance``)."""
         bs, total, room, pending, since = self._bs, self.total, self.room, self.pending, self._since
-        items: list[tuple[int, Hashable, int]] = []
+        at = self._at
         dropped = 0
-        for order, seq in cross:
+        for e in cross:
+            seq = e[1]
             d = clk1 - since[seq]
             target = total[seq] + d
             p = pending[seq] + d
-            pending[seq] = 0  # (its owner stays: clocked again by ``_refile``)
+            pending[seq] = 0  # (its owner stays: clocked again)
             dropped += p
-            items.append((order, seq, p))
+            if bare is not None:
+                bare.append((seq, p))
+            else:
+                items.append((e[0], seq, p))  # type: ignore[union-attr]
             total[seq] = target
-            room[seq] = -target % bs
-            del since[seq]
+            r = room[seq] = -target % bs
+            since[seq] = clk1
+            key = clk1 + r + 1
+            b = at.get(key)
+            if b is None:
+                at[key] = [e]
+            else:
+                b.append(e)
         self.pending_tokens -= dropped
-        return items
 
     def _grow_others(
-        self, plain: Sequence[tuple[int, Any, int, int]], items: list[tuple[int, Hashable, int]]
+        self,
+        plain: Sequence[tuple[int, Any, int, int]],
+        bare: list[tuple[Hashable, int]] | None,
+        items: list[tuple[int, Hashable, int]] | None,
     ) -> None:
         """Each request off the clock grows to its target (``_others_needs``): within its
-        room only counted (pending), past it an append in ``items``."""
+        room only counted (pending), past it an append in ``bare`` or ``items`` (as
+        ``_settle_crossing``'s)."""
         bs, total, room, pending, owner = self._bs, self.total, self.room, self.pending, self.owner
         added = 0
         for order, req, target, need in plain:
@@ -427,23 +458,13 @@ class DeferredAppends:
                     self.pending_tokens -= p
                 else:
                     p = 0
-                items.append((order, seq, target - total[seq] + p))
+                if bare is not None:
+                    bare.append((seq, target - total[seq] + p))
+                else:
+                    items.append((order, seq, target - total[seq] + p))  # type: ignore[union-attr]
                 total[seq] = target
                 room[seq] = -target % bs
         self.pending_tokens += added
-
-    def _refile(self, cross: Sequence[tuple[int, Hashable]], clk1: int) -> None:
-        """The crossing sequences clocked again from tick ``clk1``, each filed at the
-        tick its new last block fills."""
-        at, since, room = self._at, self._since, self.room
-        for order, seq in cross:
-            since[seq] = clk1
-            key = clk1 + room[seq] + 1
-            b = at.get(key)
-            if b is None:
-                at[key] = [(order, seq)]
-            else:
-                b.append((order, seq))
 
     # ----------------------------------------------------------------- fast path
     def plan_run(

@@ -79,7 +79,15 @@ from sim.errors import InvariantError
 from sim.memory.base import Allocator, Books, FirstStep, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, CountPool, PagedPool
 from sim.memory.errors import AllocatorError
-from sim.memory.metrics import ADMITTED, MISSED, AllocResult, KVSlots, PrefixMetrics
+from sim.memory.fragmentation import eta_effective
+from sim.memory.metrics import (
+    ADMITTED,
+    MISSED,
+    AllocResult,
+    KVSlots,
+    MemoryMetrics,
+    PrefixMetrics,
+)
 from sim.memory.paused_blocks import PausedBlocks
 from sim.memory.prefix_index import PrefixIndex, PrefixListener
 
@@ -113,6 +121,8 @@ class PagedAllocator(Allocator):
     #: one does, the kind ignores content: it caches nothing, as vLLM turns caching off
     hit_limited_by: str | None = None
     _content_off = False
+    _own_appends: bool | None = None  # ``_appends_overridden``, once read
+    _own_figures: bool | None = None  # ``_own_books``, once read
 
     def __init__(
         self, *, pool_bytes: float, kv_bytes_per_token: float, block_size: int = 16
@@ -463,9 +473,22 @@ class PagedAllocator(Allocator):
 
     def _appends_overridden(self) -> bool:
         """A subclass's own ``append`` or ``_append`` (a plug-in's): it sees every append,
-        so none go in a batch that would pass it by."""
-        kind = type(self)
-        return kind._append is not PagedAllocator._append or kind.append is not Allocator.append
+        so none go in a batch that would pass it by. (A class's answer: read once.)"""
+        own = self._own_appends
+        if own is None:
+            kind = type(self)
+            own = self._own_appends = (
+                kind._append is not PagedAllocator._append or kind.append is not Allocator.append
+            )
+        return own
+
+    def appends_unordered(self) -> bool:
+        """In count mode (no block ids), where a batch goes in one pass
+        (``bulk_free_blocks``): each append moves its sequence's tokens and the free count,
+        so their order changes nothing."""
+        # (count mode has no prefix index and no side groups: ``compose`` and
+        # ``use_kv_groups`` end it)
+        return self._count_pool is not None and not self._appends_overridden()
 
     def append_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
         """The appends one by one (``Allocator.append_each``) in two passes: count each
@@ -474,11 +497,12 @@ class PagedAllocator(Allocator):
         with an index or side groups, into a held sequence, a shared last block (a copy
         on write) or of an odd count are made one by one, through ``append``."""
         items = items if isinstance(items, list) else list(items)
+        counted = self._count_pool
+        if counted is not None and items and not self._appends_overridden():
+            self._append_each_counted(items, counted)  # (``bulk_free_blocks`` in count mode)
+            return
         if not items or self.bulk_free_blocks() is None:  # an index, side groups, a plug-in
             super().append_each(items)
-            return
-        if self._count_pool is not None:
-            self._append_each_counted(items, self._count_pool)
             return
         held = self._held
         tables, tokens_of, bs = self._tables, self._tokens, self.block_size
@@ -531,21 +555,25 @@ class PagedAllocator(Allocator):
         (an odd count, a sequence not live) undoes the pass and goes one by one, where
         it raises at its item."""
         tokens_of, bs = self._tokens, self.block_size
-        need = unfilled = 0
-        for i, (seq_id, n_tokens) in enumerate(items):
+        bm1 = bs - 1
+        need = added = i = 0
+        for seq_id, n_tokens in items:
             tokens = tokens_of.get(seq_id)
             if tokens is None or n_tokens.__class__ is not int or n_tokens <= 0:
                 self._undo_counted(items[:i])
                 super().append_each(items)
                 return
             end = tokens_of[seq_id] = tokens + n_tokens
-            need += (end + bs - 1) // bs - (tokens + bs - 1) // bs
-            unfilled += -end % bs - -tokens % bs
+            need += (end + bm1) // bs - (tokens + bm1) // bs
+            added += n_tokens
+            i += 1
         if need > pool.num_free:
             self._undo_counted(items)  # as it was: the books stay one
             raise InvariantError(f"{self.kind}: append_each: {need} blocks, {pool.num_free} free")
         pool.num_free -= need
-        self._unfilled += unfilled
+        # each sequence's unfilled slots are ceil(tokens / B) B - tokens: together they
+        # grow by the new blocks' slots less the tokens written
+        self._unfilled += need * bs - added
         self._count.blocks_taken += need
         self.changes += len(items)
         self._lineage.extend_each(items)
@@ -914,6 +942,56 @@ class PagedAllocator(Allocator):
 
     def free_bytes(self) -> float:
         return self.pool.num_empty * self.block_bytes  # ``_books`` reads it here
+
+    def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
+        """``Allocator.metrics`` from a few counters where nothing but the block table
+        counts (no prefix index, no side groups, the figures' methods not overridden):
+        the same tuple, without the snapshot's calls; otherwise the general snapshot."""
+        if self.index is not None or self.kv_groups is not None or self._own_books():
+            return super().metrics(request_bytes)
+        pool, bb, m = self.pool, self.block_bytes, self.kv_bytes_per_token
+        lineage = self._lineage
+        side = 0.0  # (``side_useful_bytes`` without side groups)
+        useful = lineage.distinct_tokens * m + side
+        allocated = pool.num_allocated * bb
+        free = pool.num_empty * bb
+        whole = self.pool_bytes
+        if request_bytes is None or free <= 0:  # ``phi_ext`` of one hole
+            phi = None
+        else:
+            phi = 1.0 - (free if free >= request_bytes else 0) / free
+        return _new_tuple(MemoryMetrics, (
+            whole,  # pool_bytes
+            useful,  # useful_bytes
+            lineage.logical_tokens * m + side,  # logical_bytes
+            allocated,  # allocated_bytes
+            free,  # free_bytes
+            pool.num_cached * bb,  # cached_bytes
+            whole - pool.usable_blocks * bb,  # remainder_bytes
+            (free,) if free else (),  # free_extents
+            free if free else 0,  # largest_free_bytes
+            None if allocated <= 0 else useful / allocated,  # eta_alloc (F8)
+            eta_effective(useful, whole),  # eta_effective (F10)
+            phi,  # phi_ext (F9)
+            self._peak_allocated_bytes,  # peak_allocated_bytes
+            self._count.bytes_copied,  # bytes_copied
+            self._count.cow_copies,  # cow_copies
+            len(self._tokens),  # num_sequences
+            self._side_allocated * bb,  # side_allocated_bytes
+        ))  # fmt: skip
+
+    def _own_books(self) -> bool:
+        """Whether a subclass has its own figures (books, useful or logical tokens, side
+        bytes): then ``metrics`` takes the general snapshot. (A class's answer: read once.)"""
+        own = self._own_figures
+        if own is None:
+            kind = type(self)
+            own = self._own_figures = any(
+                getattr(kind, name) is not getattr(PagedAllocator, name)
+                for name in ("_books", "free_bytes", "useful_tokens", "logical_tokens",
+                             "side_useful_bytes", "_side_allocated_bytes")
+            )  # fmt: skip
+        return own
 
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool

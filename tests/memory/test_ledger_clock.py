@@ -43,8 +43,13 @@ def _twin(bs: int, pool_blocks: int, prompts: list[int]):
     return pair
 
 
-def _same(a, b) -> None:
+def _same(a, b, ids: bool = True) -> None:
+    """The twins' books agree; ``ids`` False: no block table is read, so both pools stay
+    in count mode (``block_table`` gives them ids) and the clock's appends go unordered."""
     (alloc_a, led_a, reqs_a), (alloc_b, led_b, _) = a, b
+    if not ids:
+        assert alloc_a.appends_unordered() and alloc_b.appends_unordered()
+        assert alloc_a.kv_slots() == alloc_b.kv_slots()
     led_a.check()
     led_b.check()
     assert led_a.pending_tokens == led_b.pending_tokens
@@ -54,7 +59,8 @@ def _same(a, b) -> None:
         if seq not in led_a.total:
             continue
         assert led_a.tokens(seq) == led_b.total[seq]
-        assert alloc_a.block_table(seq) == alloc_b.block_table(seq)
+        if ids:
+            assert alloc_a.block_table(seq) == alloc_b.block_table(seq)
         assert alloc_a.seq_tokens(seq) + led_a.pending.get(seq, 0) + led_a.clk - led_a._since.get(seq, led_a.clk) == (
             alloc_b.seq_tokens(seq) + led_b.pending.get(seq, 0)
         )
@@ -81,12 +87,31 @@ OPS = st.lists(
     OPS,
 )
 def test_a_clocked_ledger_is_the_ledger_grown_one_by_one(bs, pool_blocks, prompts, ops):
+    _history(bs, pool_blocks, prompts, ops, ids=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([1, 4, 16]),
+    st.integers(4, 120),
+    st.lists(st.integers(1, 60), min_size=1, max_size=8),
+    OPS,
+)
+def test_a_clocked_ledger_in_count_mode_is_the_ledger_grown_one_by_one(
+    bs, pool_blocks, prompts, ops
+):
+    """The same histories with both pools kept in count mode (no block ids): the clock's
+    appends go in the order they come (``appends_unordered``), every book the same."""
+    _history(bs, pool_blocks, prompts, ops, ids=False)
+
+
+def _history(bs, pool_blocks, prompts, ops, ids: bool) -> None:
     a, b = _twin(bs, pool_blocks, prompts)
     alloc_a, led_a, reqs_a = a
     alloc_b, led_b, reqs_b = b
     for ra in reqs_a:
         led_a.clock(ra, ra.order)
-    _same(a, b)
+    _same(a, b, ids)
     for op in ops:
         live = [i for i, r in enumerate(reqs_a) if r.seq_id in led_a.total]
         if op[0] == "step":
@@ -125,7 +150,7 @@ def test_a_clocked_ledger_is_the_ledger_grown_one_by_one(bs, pool_blocks, prompt
                 for led, alloc, r in ((led_a, alloc_a, ra), (led_b, alloc_b, rb)):
                     led.untrack(r.seq_id)
                     alloc.free(r.seq_id)
-        _same(a, b)
+        _same(a, b, ids)
 
 
 def test_a_clocked_sequence_reads_its_ticks_and_settles_to_them():
