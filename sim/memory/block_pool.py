@@ -50,7 +50,11 @@ class PagedPool(Protocol):
     """The block pool as ``PagedAllocator`` uses it (``BlockPool`` and any index's own)."""
 
     num_blocks: int  # block ids are 0 .. num_blocks - 1
-    refcount: list[int]  # tables mapping each block
+
+    @property
+    def refcount(self) -> list[int]:
+        """Tables mapping each block, by block id (``CountPool``, whose blocks have no
+        ids, raises)."""
 
     @property
     def usable_blocks(self) -> int:
@@ -309,13 +313,15 @@ class BlockPool:
 class CountPool:
     """A paged pool that counts its blocks and names none (``PagedAllocator``'s count
     mode: every table private, so each sequence's block count is ``ceil(tokens / B)``
-    and only the free count moves). It has no ids, queue or refcounts: ``take``,
-    ``incref``, ``decref`` and ``free_queue`` raise; the allocator swaps it for a
-    ``BlockPool`` the first time identity matters (``PagedAllocator.track_block_ids``).
+    and only the free count moves). It has no ids, queue or refcounts: ``refcount``,
+    ``take``, ``incref``, ``decref`` and ``free_queue`` raise; the allocator swaps it for
+    a ``BlockPool`` the first time identity matters (``PagedAllocator.track_block_ids``),
+    so a reference to the allocator's ``pool`` kept from before the swap goes stale:
+    read ``alloc.pool`` afresh.
 
     Invariant: 0 <= num_free <= num_blocks; nothing is ever cached."""
 
-    __slots__ = ("num_blocks", "num_free", "refcount")
+    __slots__ = ("num_blocks", "num_free")
     num_cached = 0
 
     def __init__(self, num_blocks: int) -> None:
@@ -323,7 +329,10 @@ class CountPool:
             raise ValueError(f"num_blocks must be >= 0, got {num_blocks}")
         self.num_blocks = num_blocks
         self.num_free = num_blocks  # blocks no table maps
-        self.refcount: list[int] = []  # no ids: nothing to count per block
+
+    @property
+    def refcount(self) -> list[int]:
+        raise self._no_ids("refcount")  # no ids: nothing to count per block
 
     @property
     def usable_blocks(self) -> int:

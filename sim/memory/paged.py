@@ -811,7 +811,9 @@ class PagedAllocator(Allocator):
         return True
 
     def block_table(self, seq_id: Hashable) -> tuple[int, ...]:
-        """Physical block ids of a live sequence, logical block 0 first."""
+        """Physical block ids of a live sequence, logical block 0 first. In count mode it
+        gives the blocks ids first (``track_block_ids``, once: ids in admission order, not
+        the FIFO history an allocator with ids from the start would show)."""
         self._live_tokens(seq_id, "block_table")
         self.track_block_ids()
         return tuple(self._tables[seq_id])

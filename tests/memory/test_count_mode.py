@@ -52,6 +52,21 @@ def test_hot_operations_keep_count_mode_and_book_blocks_by_tokens():
     a.check_invariants()
 
 
+def test_a_count_pool_names_no_block_and_a_stale_handle_is_not_the_pool():
+    """Count mode's pool has no refcounts to read (it raises, as ``take`` does, instead of
+    an empty list that ``sum`` or an index would misread); after the switch the
+    allocator's pool is a new ``BlockPool`` and a handle kept from before is not it."""
+    a = _paged(8, ids=False)
+    assert a.allocate("a", 5)
+    before = a.pool
+    with pytest.raises(InvariantError, match="refcount in count mode"):
+        before.refcount  # noqa: B018
+    assert a.block_table("a") == (0, 1)  # the switch: ids in admission order
+    assert a.pool is not before and a.pool.refcount[:3] == [1, 1, 0]
+    assert a.pool.num_free == 6 and before.num_free == 6  # equal now, stale from here on
+    assert a.allocate("b", 1) and a.pool.num_free == 5 and before.num_free == 6
+
+
 def test_ids_given_at_the_first_need_are_the_live_tables_in_admission_order():
     """``block_table`` gives ids: a (9 tokens, 3 blocks) then b (3 tokens, 1 block) take
     0, 1, 2 and 3 from a fresh queue; the rest stays free in id order. With ids from the
