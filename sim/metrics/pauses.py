@@ -158,6 +158,16 @@ def _counts(values: np.ndarray) -> dict[str, int]:
     return {k: int(n) for k, n in zip(keys.tolist(), counts.tolist(), strict=True)}
 
 
+#: the words every note of a pause whose held KV memory pressure dropped has (the engine's
+#: ``PauseLifecycle``: at tool return, after a prefetch, or while its turn waited)
+DROPPED_NOTE = "dropped under memory pressure"
+
+
+def _dropped(notes: np.ndarray) -> np.ndarray:
+    """Which notes say memory pressure dropped the pause's held KV (``DROPPED_NOTE``)."""
+    return np.array([DROPPED_NOTE in str(n) for n in notes], dtype=bool)
+
+
 def pause_summary(frame: Any) -> dict:
     """The summary.json aggregates of the pauses (``frame``: ``pause_table``'s
     ``Columns``, or a DataFrame of its columns)."""
@@ -167,6 +177,9 @@ def pause_summary(frame: Any) -> dict:
     return {
         "pause_count": len(outcome),
         "pause_endings": {o: int((outcome == o).sum()) for o in PAUSE_OUTCOMES},
+        "pauses_recomputed_after_drop": int(
+            ((outcome == "recomputed") & _dropped(_texts(frame, "note"))).sum()
+        ),
         "resume_latency_s": describe(_floats(frame, "resume_latency_s")),
         "resume_stall_s": describe(_floats(frame, "resume_stall_s")),
         "paused_hbm_gb_s": nansum(_floats(frame, "paused_hbm_gb_s")),

@@ -265,6 +265,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),
     _k("pause_endings", "counts", "count", "Pauses by outcome (how they ended)."),
+    _k("pauses_recomputed_after_drop", "int", "count",
+       "Pauses that ended recomputed because memory pressure dropped their held KV (a "
+       "recompute the policy did not choose; note 'dropped under memory pressure')."),
     _k("resume_latency_s", "dist", "s", "Tool return to the next turn's first token."),
     _k("resume_stall_s", "dist", "s", "Tool return to the KV being resident again."),
     _k("paused_hbm_gb_s", "float", "GB*s",

@@ -54,6 +54,9 @@ PREEMPTIONS_WARN = 10
 OVERLOAD_WAIT_S = 1.0
 OVERLOAD_GROWTH = 4.0
 OVERLOAD_MIN_REQUESTS = 30
+#: warn (``held_drop_warning``) when more than this share of the pauses ended recomputed
+#: because memory pressure dropped their held KV
+HELD_DROP_WARN_SHARE = 0.05
 
 
 def package_versions() -> dict[str, str]:
@@ -176,10 +179,10 @@ def run_warnings(summary: dict, requests: Any, closed_loop: Collection[str] = ()
     """What makes a run pathological, one sentence each (empty for a healthy run):
     requests left unfinished when the run stopped (``unfinished_warning``), more than
     ``REJECTED_WARN_SHARE`` of the requests rejected, a request preempted more than
-    ``PREEMPTIONS_WARN`` times (thrashing), held (paused) KV dropped under memory pressure
-    (``held_drop_warning``), trajectories that failed or ran out of context, arrivals
-    that outpace the node (``overload_warning``, over the requests of the workloads not
-    in ``closed_loop``)."""
+    ``PREEMPTIONS_WARN`` times (thrashing), trajectories that failed or ran out of
+    context, arrivals that outpace the node (``overload_warning``, over the requests of
+    the workloads not in ``closed_loop``). The pauses' warning (``held_drop_warning``)
+    is added once the pauses are summarised (``pause_warnings``)."""
     out = []
     if summary["unfinished"]:
         out.append(unfinished_warning(summary, requests))
@@ -199,9 +202,6 @@ def run_warnings(summary: dict, requests: Any, closed_loop: Collection[str] = ()
             f"thrashing: {n:,} requests were preempted more than {PREEMPTIONS_WARN} times "
             f"(at most {worst:,}; {summary['preemptions']:,} preemptions in all)"
         )
-    drops = held_drop_warning(summary)
-    if drops:
-        out.append(drops)
     by_status = summary["trajectories_by_status"]
     total = summary["trajectories_ended"]
     if by_status["failed"]:
@@ -242,8 +242,12 @@ def overload_warning(summary: dict, requests: Any,
     requests left out) in arrival order (ties by id); the run warns when there are at least
     ``OVERLOAD_MIN_REQUESTS`` waits and the median of the last third (``n // 3`` requests)
     is over ``OVERLOAD_WAIT_S`` and over ``OVERLOAD_GROWTH`` times the median of the first
-    third. A queue in steady state waits alike early and late however busy the node is; a
-    closed loop (``arrival.kind: closed_loop``) cannot run away like this, since an agent
+    third; arrivals all at one instant (a batch, a replay at an infinite rate) are a queue
+    by design and never warn. A queue in steady state waits alike early and late however
+    busy the node is, but near capacity it settles slowly, and a late busy period of a
+    short run looks like the start of a runaway queue (the medians cannot tell them
+    apart), so a short run may warn where a longer one does not: the sentence says both
+    readings and the middle third's median. A closed loop (``arrival.kind: closed_loop``) cannot run away like this, since an agent
     submits its next turn only after its previous one finished, so its queue holds at most
     ``concurrency`` turns and cannot grow without bound; a long wait there (memory
     pressure, contexts that grow) is no sign of a run too short to measure, so the requests
@@ -262,27 +266,44 @@ def overload_warning(summary: dict, requests: Any,
     n = int(keep.sum())
     if n < OVERLOAD_MIN_REQUESTS:
         return None
-    order = np.lexsort((req_id[keep], arrival[keep]))  # by arrival, ties by id
+    arrived = arrival[keep]
+    if arrived.max() <= arrived.min():  # one batch at one instant: a queue, not a rate
+        return None
+    order = np.lexsort((req_id[keep], arrived))  # by arrival, ties by id
     wait = wait[keep][order]
     third = n // 3
     first, last = float(np.median(wait[:third])), float(np.median(wait[-third:]))
+    middle = float(np.median(wait[third:n - third]))
     if last <= OVERLOAD_WAIT_S or last <= OVERLOAD_GROWTH * first:
         return None
-    return (f"overloaded: arrivals outpace what the node serves (no steady state): the "
-            f"median queue wait grew from {first:,.3f} s over the first {third:,} arrivals "
-            f"to {last:,.3f} s over the last {third:,}, so the latency percentiles grow "
-            f"with the run's length (rule: last third's median over {OVERLOAD_WAIT_S:g} s "
-            f"and over {OVERLOAD_GROWTH:g}x the first third's)")  # fmt: skip
+    return (f"no steady state: the median queue wait grew from {first:,.3f} s over the "
+            f"first {third:,} arrivals through {middle:,.3f} s to {last:,.3f} s over the "
+            f"last {third:,}: arrivals outpace what the engine serves, or the run is too "
+            f"short for a queue this close to capacity to settle; either way the latency "
+            f"percentiles depend on the run's length (a longer run tells which; rule: the "
+            f"last third's median over {OVERLOAD_WAIT_S:g} s and over "
+            f"{OVERLOAD_GROWTH:g}x the first third's)")  # fmt: skip
+def pause_warnings(summary: dict) -> None:
+    """Add the pauses' warning to ``summary["warnings"]`` once ``pause_summary`` is in it."""
+    drops = held_drop_warning(summary)
+    if drops:
+        summary["warnings"] = [*summary["warnings"], drops]
+
+
 def held_drop_warning(summary: dict) -> str:
-    """The sentence of a run whose memory pressure dropped held (paused) KV: each drop
-    overrules a hold (the next turn prefills that context again: pauses.parquet's
-    ``recomputed`` outcome, its ``recompute_s`` in the pause's cost); "" for none."""
-    n = summary.get("held_kv_drops", 0)
-    if not n:
+    """The sentence of a run whose memory pressure dropped held (paused) KV often enough
+    to matter: more than ``HELD_DROP_WARN_SHARE`` of the pauses ended recomputed because
+    of it (``pauses_recomputed_after_drop``: a recompute the policy did not choose, its
+    ``recompute_s`` in the pause's cost); "" otherwise. A drop whose pause then ended
+    otherwise (released, cancelled: a pruned branch) recomputes nothing, so the share is
+    of the pauses, not of ``held_kv_drops``."""
+    n, total = summary.get("pauses_recomputed_after_drop", 0), summary.get("pause_count", 0)
+    if not total or n / total <= HELD_DROP_WARN_SHARE:
         return ""
-    return (f"memory pressure: {n:,} held (paused) KV sequences were dropped to make room "
-            "(held_kv_drops); the turns that would have resumed on them prefill that context "
-            "again (pauses.parquet: outcome recomputed)")  # fmt: skip
+    return (f"memory pressure: {n:,} of {total:,} pauses ({n / total:.1%}) lost their held "
+            "KV and prefilled that context again (pauses.parquet: outcome recomputed, note "
+            f"'dropped under memory pressure'; held_kv_drops {summary.get('held_kv_drops', 0):,} "
+            f"in all; rule: over {HELD_DROP_WARN_SHARE:.0%} of the pauses)")  # fmt: skip
 
 
 def unfinished_warning(summary: dict, requests) -> str:

@@ -28,7 +28,7 @@ from sim.cluster.front import ClusterFront
 from sim.cluster.routers import make_router
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
-from sim.metrics.summary import closed_loop_workloads, fill_hold
+from sim.metrics.summary import closed_loop_workloads, fill_hold, pause_warnings
 from sim.prefix.kinds import engine_rules
 from sim.run.accuracy import add_accuracy
 from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old home)
@@ -207,6 +207,7 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     said = dict.fromkeys(w for p in sim.parts for w in p.resolved.warnings)  # vLLM would not
     summary["warnings"] = [*said, *summary["warnings"]]
     summary.update(pause_summary(pauses))
+    pause_warnings(summary)
     summary["hints_released"] = sum(p.pauses.hint_releases for p in sim.parts)
     nodes = [
         _node_summary(sim, j, node_frames[j], node_pauses[j], traj, sim_time)

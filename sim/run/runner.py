@@ -29,7 +29,12 @@ from sim.engine.pauses import PauseLifecycle
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_summary, pause_table
-from sim.metrics.summary import closed_loop_workloads, fill_hold, speculative_summary
+from sim.metrics.summary import (
+    closed_loop_workloads,
+    fill_hold,
+    pause_warnings,
+    speculative_summary,
+)
 from sim.run.accuracy import _least_trusted, add_accuracy, run_accuracy
 from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names survive)
     TIER_KEYS,
@@ -145,6 +150,7 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))
     pauses = pause_table(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
+    pause_warnings(summary)
     summary["hints_released"] = sim.pauses.hint_releases
     summary.update(cost_summary(r, summary))  # usd_* from the price per GPU-hour
     add_accuracy(summary, [(r, sim.cost, tables["steps"])])  # how far to trust the step times

@@ -13,7 +13,7 @@ import math
 
 from engine_helpers import run
 
-from sim.metrics.summary import held_drop_warning, run_warnings
+from sim.metrics.summary import held_drop_warning, pause_warnings, run_warnings
 
 E24 = "seed_tool_wait_45s.yaml"
 PEAK = 989.4e12  # H100 SXM bf16
@@ -66,13 +66,26 @@ def test_a_hold_dropped_under_pressure_ends_recomputed_and_is_priced():
     assert s["pause_endings"]["recomputed"] == 2 and s["pause_endings"]["resumed"] == 0
     assert s["pause_outcomes"] == {"recompute": 2} and s["pause_decisions"] == {"hold": 2}
     assert close(s["recompute_flops"], 2 * FLOPS)
+    assert s["pause_count"] == 2 and s["pauses_recomputed_after_drop"] == 2
     want = held_drop_warning(s)
-    assert "2 held (paused) KV sequences were dropped" in want and want in s["warnings"]
+    assert want.startswith("memory pressure: 2 of 2 pauses (100.0%) lost their held KV")
+    assert want in s["warnings"]
 
 
-def test_no_held_drop_no_warning():
-    summary = {"held_kv_drops": 0}
-    assert held_drop_warning(summary) == ""
+def test_held_drops_warn_over_five_percent_of_the_pauses():
+    """The share is of the pauses that ended recomputed because of a drop: 1 of 20 (5 %)
+    is silent, 2 of 20 (10 %) warns; drops whose pauses ended otherwise do not count."""
+    quiet = {"held_kv_drops": 7, "pause_count": 20, "pauses_recomputed_after_drop": 1}
+    assert held_drop_warning(quiet) == ""
+    loud = {**quiet, "pauses_recomputed_after_drop": 2}
+    assert held_drop_warning(loud) == (
+        "memory pressure: 2 of 20 pauses (10.0%) lost their held KV and prefilled that "
+        "context again (pauses.parquet: outcome recomputed, note 'dropped under memory "
+        "pressure'; held_kv_drops 7 in all; rule: over 5% of the pauses)")
+    assert held_drop_warning({"held_kv_drops": 0}) == ""  # a run without pauses
+    s = {"warnings": ["x"], **loud}
+    pause_warnings(s)
+    assert s["warnings"] == ["x", held_drop_warning(loud)]
 
 
 def test_the_tool_returns_at_the_next_turns_arrival_while_the_node_is_busy():
@@ -98,19 +111,20 @@ def test_the_tool_returns_at_the_next_turns_arrival_while_the_node_is_busy():
         assert close(r.summary["resume_latency_s"]["mean"], 0.4 + observation_step)
 
 
-def test_warnings_name_held_drops_beside_the_others():
+def test_the_run_warnings_leave_the_pauses_to_pause_warnings():
+    """``run_warnings`` runs before the pauses are summarised: it says nothing of them."""
     import pandas as pd
 
     summary = {
         "unfinished": 0, "requests_submitted": 10, "rejected": 0, "rejected_by_reason": {},
-        "preemptions": 0, "held_kv_drops": 3,
+        "preemptions": 0, "held_kv_drops": 3, "pause_count": 3,
+        "pauses_recomputed_after_drop": 3,
         "trajectories_by_status": {"failed": 0, "context_exhausted": 0},
         "trajectories_ended": 2,
     }  # fmt: skip
     requests = pd.DataFrame({"preemptions": [0, 0], "status": ["finished"] * 2,
                              "queue_s": [0.0, 0.0], "arrival_s": [0.0, 1.0], "req_id": [0, 1]})
-    got = run_warnings(summary, requests)  # (too few requests for the overload rule)
-    assert got == [held_drop_warning(summary)] and got[0].startswith("memory pressure: 3 held")
+    assert run_warnings(summary, requests) == []  # (too few requests for the overload rule)
 
 
 def test_e24_single_trajectory_timeline_is_unchanged():

@@ -96,7 +96,7 @@ def test_the_probe_run_says_what_it_left(tmp_path, run_cli):
     waited = s["sim_time_s"] - req.arrival_s[pending]  # the run's end: its last step's
     bound = np.percentile(np.concatenate([req.ttft_s.dropna(), waited]), 99)
     warning = s["warnings"][0]  # (then the overload rule's: 20/s outpaces the node)
-    assert s["warnings"][1:] == [w for w in s["warnings"] if w.startswith("overloaded")]
+    assert s["warnings"][1:] == [w for w in s["warnings"] if w.startswith("no steady state")]
     assert warning.startswith(f"{left:,} of 400 requests unfinished when the run stopped at 30.0 s")
     assert (
         f"{int(pending.sum()):,} still had no first token after waiting {waited.min():,.1f}-"

@@ -295,7 +295,7 @@ class PauseLifecycle:
             return True
         if p.state != S.RECOMPUTE:  # held (or prefetched) KV dropped under pressure: the
             # next turn prefills the context again, a recompute the policy did not choose
-            p.note = p.note or "dropped under memory pressure"
+            p.note = _joined(p.note, "dropped under memory pressure")
             p.moved_to = RECOMPUTE
         p.to(S.RECOMPUTE)
         self._recomputing[id(req)] = p
