@@ -247,9 +247,10 @@ def overload_warning(summary: dict, requests: Any,
     busy the node is, but near capacity it settles slowly, and a late busy period of a
     short run looks like the start of a runaway queue (the medians cannot tell them
     apart), so a short run may warn where a longer one does not: the sentence says both
-    readings and the middle third's median. A closed loop (``arrival.kind: closed_loop``) cannot run away like this, since an agent
-    submits its next turn only after its previous one finished, so its queue holds at most
-    ``concurrency`` turns and cannot grow without bound; a long wait there (memory
+    readings and the middle third's median. A closed loop (``arrival.kind: closed_loop``)
+    cannot run away like this, since an agent submits its next turn only after its
+    previous one finished, so its queue holds at most ``concurrency`` turns and cannot
+    grow without bound; a long wait there (memory
     pressure, contexts that grow) is no sign of a run too short to measure, so the requests
     of a closed-loop workload (``closed_loop``: their ``workload`` names) are left out."""
     status = _col(requests, "status", object)
@@ -283,6 +284,8 @@ def overload_warning(summary: dict, requests: Any,
             f"percentiles depend on the run's length (a longer run tells which; rule: the "
             f"last third's median over {OVERLOAD_WAIT_S:g} s and over "
             f"{OVERLOAD_GROWTH:g}x the first third's)")  # fmt: skip
+
+
 def pause_warnings(summary: dict) -> None:
     """Add the pauses' warning to ``summary["warnings"]`` once ``pause_summary`` is in it."""
     drops = held_drop_warning(summary)

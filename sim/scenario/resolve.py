@@ -37,7 +37,7 @@ from sim.scenario.paths import (
     names_a_file,
 )
 from sim.scenario.speculative import draft_kv, draft_weights_bytes, grouped_draft_layers
-from sim.sizing.capacity import stage_params
+from sim.sizing.capacity import stage_weight_bytes
 from sim.sizing.group_demand import (
     KVGroups,
     kv_groups,
@@ -47,6 +47,7 @@ from sim.sizing.group_demand import (
 )
 from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.kv import kv_bytes_per_token_per_gpu, layers_per_stage
+from sim.units import dtype_bytes
 
 #: the largest KV pool a run accepts, in tokens per GPU (8 x B200 hold ~12 M tokens of a
 #: Llama-3.1-8B; the allocators keep per-block tables, so the bound keeps memory bounded)
@@ -437,14 +438,14 @@ def make_allocator_for(resolved: Resolved):
 def _stage_excess_bytes(model: ModelProfile, weights_bytes: float, tp: int, pp: int) -> float:
     """Bytes one GPU of the most loaded pipeline stage holds beyond the average
     ``weights / (TP x PP)``: vLLM sizes each stage's pool from its own memory and runs
-    with the smallest, and the first stage holds the extra layers and the token embedding
-    (``sim.sizing.capacity.stage_params``, as ``kvsim plan`` sizes it). 0 for one stage
-    or a profile without ``vocab_size``. With routed experts spread over data-parallel
-    ranks the excess is taken at the checkpoint's mean bytes per parameter (a bound from
-    above: the extra layer's experts are sharded too)."""
-    by_stage = stage_params(model.params_total, layers_per_stage(model.num_layers, pp),
-                            model.vocab_size, model.d_model)  # fmt: skip
+    with the smallest; the first and last stages hold the embedding and the LM head, the
+    middle ones vLLM's extra layers (``sim.sizing.capacity.stage_weight_bytes``, as
+    ``kvsim plan`` sizes it). 0 for one stage or a profile without ``vocab_size``. With
+    routed experts spread over data-parallel ranks the extra layers' bytes count whole
+    (their experts are sharded too, so this over-states the excess by their share)."""
+    by_stage = stage_weight_bytes(weights_bytes, layers_per_stage(model.num_layers, pp),
+                                  model.vocab_size, model.d_model,
+                                  dtype_bytes(model.weight_dtype))  # fmt: skip
     if not by_stage:
         return 0.0
-    excess_params = max(by_stage) - model.params_total / pp
-    return excess_params * (weights_bytes / model.params_total) / tp
+    return (max(by_stage) - weights_bytes / pp) / tp

@@ -34,19 +34,25 @@ def weights_bytes_per_gpu(
     return params * weight_elem_bytes / (tp * pp)
 
 
-def stage_params(
-    params: float, layers: list[int], vocab_size: int | None, d_model: int
+def stage_weight_bytes(
+    weights_bytes: float,
+    layers: list[int],
+    vocab_size: int | None,
+    d_model: int,
+    embed_bytes_per_param: float,
 ) -> list[float] | None:
-    """Parameters of each pipeline stage as vLLM places them: the token embedding
-    (``V x d``) on the first stage, the LM head (``V x d``, its own copy even when the
-    checkpoint ties it, since the last stage computes the logits) on the last, and the rest
-    ``(N - 2 V d) / L`` per layer (every layer the same size; exact for an untied
-    checkpoint, the profiles that state ``vocab_size``). None where it cannot say: one
-    stage (nothing to split), no ``vocab_size``, or ``N <= 2 V d``."""
+    """Weight bytes of each pipeline stage as vLLM places them: the token embedding
+    (``V x d`` parameters at ``embed_bytes_per_param``, the dense weights' dtype) on the
+    first stage, the LM head (``V x d``, its own copy even when the checkpoint ties it,
+    since the last stage computes the logits) on the last, and the rest
+    ``(weights - 2 V d b_embed) / L`` per layer (every layer the same size: exact for an
+    untied checkpoint, the profiles that state ``vocab_size``; experts in a smaller format
+    lower the layers' bytes, not the embedding's). None where it cannot say: one stage
+    (nothing to split), no ``vocab_size``, or weights <= the two embeddings."""
     if len(layers) < 2 or vocab_size is None:
         return None
-    embed = float(vocab_size) * d_model
-    per_layer = (params - 2 * embed) / sum(layers)
+    embed = float(vocab_size) * d_model * embed_bytes_per_param
+    per_layer = (weights_bytes - 2 * embed) / sum(layers)
     if per_layer <= 0:
         return None
     out = [n * per_layer for n in layers]

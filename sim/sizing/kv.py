@@ -68,11 +68,17 @@ def kv_elems_per_token_per_layer_per_gpu(model: ModelProfile, tp: int) -> int:
 
 
 def layers_per_stage(n_layers: int, pp: int) -> list[int]:
-    """Layers of each pipeline stage; the remainder goes to the first stages."""
+    """Layers of each pipeline stage as vLLM splits them (``get_pp_indices``): an equal
+    share each, and the remainder one layer a stage from the second-to-last stage back
+    (the last stage runs the norm and the LM head, the first the embedding): 80 layers
+    in 3 stages 27 / 27 / 26, in 6 stages 13 / 13 / 13 / 14 / 14 / 13."""
     if pp < 1 or pp > n_layers:
         raise KvsimError(f"pp must be between 1 and the {n_layers} layers, got {pp}")
     base, extra = divmod(n_layers, pp)
-    return [base + (1 if i < extra else 0) for i in range(pp)]
+    out = [base] * pp
+    for i in range(2, extra + 2):
+        out[-i] += 1
+    return out
 
 
 def _stage_counts(model: ModelProfile, pp: int, padded: bool = False) -> list[dict[str, int]]:

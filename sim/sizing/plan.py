@@ -28,7 +28,7 @@ from sim.errors import KvsimError
 from sim.profiles.layer_groups import STATE_KINDS
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import MAX_GPUS, MAX_MEMORY_GB, MAX_PARAMS, MAX_TOKENS, check_number
-from sim.sizing.capacity import kv_pool_bytes, stage_params, weights_bytes_per_gpu
+from sim.sizing.capacity import kv_pool_bytes, stage_weight_bytes, weights_bytes_per_gpu
 from sim.sizing.groups import group_bytes
 from sim.sizing.hybrid_pages import PageUnification, unify_pages
 from sim.sizing.kv import (
@@ -132,7 +132,7 @@ class PlanInputs:
     #: chunk's blocks too during that step (``peak_kv_bytes_per_trajectory``)
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
     #: with PP, size the pool against the most loaded stage's own weights
-    #: (``sim.sizing.capacity.stage_params``: the first stage's layers and the embedding),
+    #: (``sim.sizing.capacity.stage_weight_bytes``: its layers and embedding or LM head),
     #: as vLLM's smallest stage pool and as ``kvsim run`` sizes it
     #: (``sim.scenario.resolve``); False: the average, N x b / (TP x PP)
     per_stage_weights: bool = True
@@ -235,7 +235,7 @@ class PlanResult:
     mamba_cache_mode: str = "none"
     # what the pool's sum leaves out that vLLM subtracts (``pool_leaves_out``)
     kv_pool_leaves_out: str = ""
-    # with PP and a stated vocabulary: one GPU's weights on each stage (``stage_params``);
+    # with PP and a stated vocabulary: one GPU's weights on each stage (``stage_weight_bytes``);
     # ``weights_bytes_per_gpu`` is the largest (empty: every GPU holds the average)
     weights_bytes_per_gpu_by_stage: list[float] = field(default_factory=list)
 
@@ -272,11 +272,13 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         b_weight = dtype_bytes(w_dtype)
     w_avg = weights_bytes_per_gpu(params, b_weight, tp, pp)
     # with PP, each stage's own weights (vLLM sizes each stage's pool from its own memory
-    # and runs with the smallest): the most loaded stage's, the one the KV above is
-    # sized for too (the first: the extra layers and the embedding); else the average
-    by_stage = stage_params(params, layers_per_stage(model.num_layers, pp), model.vocab_size,
-                            model.d_model) if inputs.per_stage_weights else None  # fmt: skip
-    stage_w = [n * b_weight / tp for n in by_stage] if by_stage else []
+    # and runs with the smallest): the most loaded stage's; else the average. The
+    # embedding and LM head at the dense weights' dtype (experts may be smaller)
+    by_stage = stage_weight_bytes(
+        params * b_weight, layers_per_stage(model.num_layers, pp), model.vocab_size,
+        model.d_model, dtype_bytes(w_dtype),
+    ) if inputs.per_stage_weights else None  # fmt: skip
+    stage_w = [b / tp for b in by_stage] if by_stage else []
     w_gpu = max(stage_w) if stage_w else w_avg
     pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)

@@ -187,3 +187,22 @@ def test_a_reload_on_a_busy_node_stalls_from_the_return_but_costs_only_the_copy(
     assert b.reload_start_s == b.tool_return_s and close(b.resume_stall_s, reload_s)
     assert close(a.policy_cost_s, b.policy_cost_s)  # HBM until the copy-out + the reload
     assert close(a.first_token_s, held.first_token_s)
+
+
+def test_a_hold_dropped_during_its_copy_out_counts_as_dropped():
+    """offload_host on agent_swarm_pressure (24 trajectories): some contexts are dropped
+    under pressure before their copy-out ends; their pauses end recomputed, their note
+    says memory pressure dropped them, and ``pauses_recomputed_after_drop`` counts them
+    with the others; a reload that found no HBM room also ends recomputed but lost no
+    held KV (its context was on the host), so it is not counted."""
+    r = run("agent_swarm_pressure.yaml",
+            **{"workload.num_trajectories": 24, "pause_policy.kind": "offload_host"})  # fmt: skip
+    p = r.pauses
+    copy_out = p[p.note.str.contains("before copy-out end", na=False)]
+    assert len(copy_out) >= 1 and (copy_out.outcome == "recomputed").all()
+    assert copy_out.note.str.contains("dropped under memory pressure").all()
+    recomputed = p[p.outcome == "recomputed"]
+    dropped = recomputed.note.str.contains("dropped under memory pressure")
+    no_room = recomputed.note == "no HBM room for the reload"
+    assert (dropped | no_room).all() and no_room.any()
+    assert r.summary["pauses_recomputed_after_drop"] == int(dropped.sum()) == len(copy_out)

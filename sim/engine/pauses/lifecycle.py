@@ -172,7 +172,7 @@ class PauseLifecycle:
         if not kv.is_live(seq) or not kv.is_held(seq):  # dropped under pressure
             self.transfers.free_frames(p)
             p.to(S.RECOMPUTE)
-            p.moved_to, p.note = RECOMPUTE, "dropped before copy-out end"
+            p.moved_to, p.note = RECOMPUTE, "dropped under memory pressure before copy-out end"
             return
         kv.release(seq)
         p.freed_s = self.env.now
