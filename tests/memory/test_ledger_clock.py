@@ -12,6 +12,7 @@ tokens, pending tokens and plans, and both ledgers' invariants (``check``).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -79,6 +80,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.parametrize("ids", [True, False], ids=["ids", "count_mode"])
 @settings(max_examples=200, deadline=None)
 @given(
     st.sampled_from([1, 4, 16]),
@@ -86,23 +88,10 @@ OPS = st.lists(
     st.lists(st.integers(1, 60), min_size=1, max_size=8),
     OPS,
 )
-def test_a_clocked_ledger_is_the_ledger_grown_one_by_one(bs, pool_blocks, prompts, ops):
-    _history(bs, pool_blocks, prompts, ops, ids=True)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.sampled_from([1, 4, 16]),
-    st.integers(4, 120),
-    st.lists(st.integers(1, 60), min_size=1, max_size=8),
-    OPS,
-)
-def test_a_clocked_ledger_in_count_mode_is_the_ledger_grown_one_by_one(
-    bs, pool_blocks, prompts, ops
-):
-    """The same histories with both pools kept in count mode (no block ids): the clock's
-    appends go in the order they come (``appends_unordered``), every book the same."""
-    _history(bs, pool_blocks, prompts, ops, ids=False)
+def test_a_clocked_ledger_is_the_ledger_grown_one_by_one(ids, bs, pool_blocks, prompts, ops):
+    """With block ids, and with both pools kept in count mode (no ids: the clock's appends
+    go in the order they come, ``appends_unordered``): every book the same."""
+    _history(bs, pool_blocks, prompts, ops, ids=ids)
 
 
 def _history(bs, pool_blocks, prompts, ops, ids: bool) -> None:
