@@ -505,9 +505,12 @@ class RadixIndex:
         at once what the map gave, blocks only this sequence maps (new to the ledger: no
         other family can map a block still waiting), leaving the ledger as it is now; an
         agent's whole trajectory of fills can be waiting here, so the two passes over
-        them are skipped."""
+        them are skipped. Except where a fork of a held-back sequence left blocks shared
+        before they were cached (``FamilyLedger.has_untracked``): a member of this
+        sequence's family may map a waiting block too, and must pin the node it joins
+        (the map names it), or the node would be evictable under its table."""
         if seq_id in self._waiting:
-            self._join(self._waiting[seq_id], mapped=False)
+            self._join(self._waiting[seq_id], mapped=self.ledger.has_untracked)
 
     def released(self, seq_id: Hashable, table: list[int], uncache: bool) -> None:
         """Unpin: its tree blocks stay cached (the pool retains them); with ``uncache`` the

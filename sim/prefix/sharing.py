@@ -67,6 +67,12 @@ class FamilyLedger:
                     sharers.add(parent_id)
                     sharers.add(child_id)
 
+    @property
+    def has_untracked(self) -> bool:
+        """Whether some untracked block is mapped by fork members (``fork`` of a sequence
+        whose KV is held back): a block not yet cached may then be another member's too."""
+        return bool(self._untracked)
+
     def map(self, seq_id: Hashable, blocks: Iterable[int]) -> set[Hashable] | None:
         """``seq_id`` maps these shareable blocks (a hit, or its own blocks being cached);
         returns the other members counted with them (sharing them since a fork, ``fork``),

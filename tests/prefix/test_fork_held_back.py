@@ -111,6 +111,30 @@ def test_a_block_two_writers_moved_off_is_forgotten_and_its_reuse_counted(kind):
         a.check_invariants()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fork_released_with_blocks_waiting_pins_them_for_its_held_back_parent(kind):
+    """Found by the property test below (CI, 2026-12-05): a held-back parent ``a`` (S + 6
+    tokens of its own) is forked (``k``); S is already cached by another request, so
+    ``k``'s first publication adopts nothing; its second leaves its next full block
+    waiting to lengthen its leaf (radix's lazy leaf). Freeing ``k`` joins that block to
+    the tree; ``a`` still maps it, so its node must stay pinned (it was left evictable:
+    "block 1 is mapped but its node is evictable")."""
+    x = alloc(kind, blocks=24)
+    assert x.allocate("a", 6, content=[("S", 0, 4), ("P", 0, 2)], hold_back=True)
+    assert x.append("a", 4, content=[("oa", 6, 4)])
+    assert x.allocate("b", 5, content=[("S", 0, 4), ("P", 0, 1)])
+    assert x.fork("a", "k")
+    x.free("b")  # S stays cached, unpinned
+    x.publish("k", 4)
+    x.publish("k", 8)
+    x.check_invariants()
+    x.free("k")
+    x.check_invariants()  # the second block, mapped by a, is pinned for it
+    x.free("a")
+    x.check_invariants()
+    assert x.index.excess_tokens == 0
+
+
 OPS = st.lists(
     st.tuples(
         st.sampled_from(["allocate", "append", "fork", "publish", "free"]),
