@@ -79,13 +79,11 @@ from sim.errors import InvariantError
 from sim.memory.base import Allocator, Books, FirstStep, checked_count, positive_int
 from sim.memory.block_pool import BlockPool, CountPool, PagedPool
 from sim.memory.errors import AllocatorError
-from sim.memory.fragmentation import eta_effective
 from sim.memory.metrics import (
     ADMITTED,
     MISSED,
     AllocResult,
     KVSlots,
-    MemoryMetrics,
     PrefixMetrics,
 )
 from sim.memory.paused_blocks import PausedBlocks
@@ -122,7 +120,6 @@ class PagedAllocator(Allocator):
     hit_limited_by: str | None = None
     _content_off = False
     _own_appends: bool | None = None  # ``_appends_overridden``, once read
-    _own_figures: bool | None = None  # ``_own_books``, once read
 
     def __init__(
         self, *, pool_bytes: float, kv_bytes_per_token: float, block_size: int = 16
@@ -944,56 +941,6 @@ class PagedAllocator(Allocator):
 
     def free_bytes(self) -> float:
         return self.pool.num_empty * self.block_bytes  # ``_books`` reads it here
-
-    def metrics(self, request_bytes: float | None = None) -> MemoryMetrics:
-        """``Allocator.metrics`` from a few counters where nothing but the block table
-        counts (no prefix index, no side groups, the figures' methods not overridden):
-        the same tuple, without the snapshot's calls; otherwise the general snapshot."""
-        if self.index is not None or self.kv_groups is not None or self._own_books():
-            return super().metrics(request_bytes)
-        pool, bb, m = self.pool, self.block_bytes, self.kv_bytes_per_token
-        lineage = self._lineage
-        side = 0.0  # (``side_useful_bytes`` without side groups)
-        useful = lineage.distinct_tokens * m + side
-        allocated = pool.num_allocated * bb
-        free = pool.num_empty * bb
-        whole = self.pool_bytes
-        if request_bytes is None or free <= 0:  # ``phi_ext`` of one hole
-            phi = None
-        else:
-            phi = 1.0 - (free if free >= request_bytes else 0) / free
-        return _new_tuple(MemoryMetrics, (
-            whole,  # pool_bytes
-            useful,  # useful_bytes
-            lineage.logical_tokens * m + side,  # logical_bytes
-            allocated,  # allocated_bytes
-            free,  # free_bytes
-            pool.num_cached * bb,  # cached_bytes
-            whole - pool.usable_blocks * bb,  # remainder_bytes
-            (free,) if free else (),  # free_extents
-            free if free else 0,  # largest_free_bytes
-            None if allocated <= 0 else useful / allocated,  # eta_alloc (F8)
-            eta_effective(useful, whole),  # eta_effective (F10)
-            phi,  # phi_ext (F9)
-            self._peak_allocated_bytes,  # peak_allocated_bytes
-            self._count.bytes_copied,  # bytes_copied
-            self._count.cow_copies,  # cow_copies
-            len(self._tokens),  # num_sequences
-            self._side_allocated * bb,  # side_allocated_bytes
-        ))  # fmt: skip
-
-    def _own_books(self) -> bool:
-        """Whether a subclass has its own figures (books, useful or logical tokens, side
-        bytes): then ``metrics`` takes the general snapshot. (A class's answer: read once.)"""
-        own = self._own_figures
-        if own is None:
-            kind = type(self)
-            own = self._own_figures = any(
-                getattr(kind, name) is not getattr(PagedAllocator, name)
-                for name in ("_books", "free_bytes", "useful_tokens", "logical_tokens",
-                             "side_useful_bytes", "_side_allocated_bytes")
-            )  # fmt: skip
-        return own
 
     def _books(self) -> Books:
         bb, pool = self.block_bytes, self.pool

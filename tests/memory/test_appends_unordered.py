@@ -1,5 +1,5 @@
 """``Allocator.appends_unordered`` (a batch of appends whose order cannot matter) and the
-paged kind's counter-only ``metrics``.
+paged kind's ``metrics`` in count mode.
 
 A paged pool in count mode hands out no block ids, so the ledger's clock gives it a
 tick's appends as they come; with ids (or a plug-in's own appends) the order is kept. The
@@ -93,8 +93,9 @@ def test_a_tick_s_appends_go_as_they_come_in_count_mode_else_in_order(ids):
 
 @pytest.mark.parametrize("request_tokens", [None, 1, 4, 12, 40, 10_000])
 def test_count_mode_metrics_are_the_general_snapshot(request_tokens):
-    """The counter-only ``metrics`` against ``Allocator.metrics`` (the general snapshot)
-    in count mode, with ids, with nothing free and after a free."""
+    """The paged kind's ``metrics`` against ``Allocator.metrics`` (the general snapshot,
+    over a ``CountPool``'s counters) in count mode, with ids, with nothing free and after
+    a free."""
     alloc = _paged(blocks=6)
     request = None if request_tokens is None else request_tokens * 8.0
     states = []
