@@ -95,8 +95,6 @@ class _bar:
         self._task = None
 
     def __enter__(self):
-        import sys
-
         from sim.cli._run import _is_terminal
 
         if self.quiet or not _is_terminal(sys.stderr):

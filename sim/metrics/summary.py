@@ -250,9 +250,9 @@ def overload_warning(summary: dict, requests: Any,
     readings and the middle third's median. A closed loop (``arrival.kind: closed_loop``)
     cannot run away like this, since an agent submits its next turn only after its
     previous one finished, so its queue holds at most ``concurrency`` turns and cannot
-    grow without bound; a long wait there (memory
-    pressure, contexts that grow) is no sign of a run too short to measure, so the requests
-    of a closed-loop workload (``closed_loop``: their ``workload`` names) are left out."""
+    grow without bound; a long wait there (memory pressure, contexts that grow) is no sign
+    of a run too short to measure, so the requests of a closed-loop workload
+    (``closed_loop``: their ``workload`` names) are left out."""
     status = _col(requests, "status", object)
     if len(status) < OVERLOAD_MIN_REQUESTS:
         return None

@@ -141,12 +141,13 @@ def warnings_text(table: pd.DataFrame) -> str:
     if "warnings" not in table or not len(table):
         return ""
     said = []
+    runs = 0  # runs with any warning
     for point, seed, cell in zip(table.point, table.seed, table.warnings, strict=True):
         sentences = json.loads(cell) if isinstance(cell, str) else []
         said += [f"point {point}, seed {seed}: {w}" for w in sentences]
+        runs += bool(sentences)
     if not said:
         return ""
-    runs = sum(bool(json.loads(c)) for c in table.warnings if isinstance(c, str))
     lines = [f"WARNING: {runs} of {len(table)} runs look pathological (results.parquet's "
              "warnings column; each run's summary.json):"]  # fmt: skip
     lines += [f"WARNING:   {line}" for line in said[:SWEEP_WARNING_LINES]]
