@@ -1,0 +1,79 @@
+"""The hypothesis profiles of ``tests/conftest.py`` (docs/testing.md): ``ci`` fixes the
+examples (CI cannot turn red at random), ``dev`` (local) stays random, ``explore`` draws
+more; chosen by HYPOTHESIS_PROFILE, else by CI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import hypothesis_profile
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("environ", "want"),
+    [
+        ({}, "dev"),
+        ({"CI": "1"}, "ci"),
+        ({"CI": "true"}, "ci"),
+        ({"CI": ""}, "dev"),
+        ({"CI": "0"}, "dev"),
+        ({"CI": "false"}, "dev"),
+        ({"HYPOTHESIS_PROFILE": "ci"}, "ci"),
+        ({"HYPOTHESIS_PROFILE": "explore", "CI": "1"}, "explore"),
+        ({"HYPOTHESIS_PROFILE": "dev", "CI": "1"}, "dev"),
+    ],
+)
+def test_the_profile_follows_hypothesis_profile_then_ci(environ, want):
+    assert hypothesis_profile(environ) == want
+
+
+def test_an_unknown_profile_is_one_line():
+    with pytest.raises(pytest.UsageError) as err:
+        hypothesis_profile({"HYPOTHESIS_PROFILE": "nightly"})
+    assert str(err.value) == "HYPOTHESIS_PROFILE='nightly': expected one of ci, dev, explore"
+
+
+def test_ci_is_derandomized_and_dev_is_random():
+    ci, dev, explore = (settings.get_profile(n) for n in ("ci", "dev", "explore"))
+    assert ci.derandomize is True and ci.print_blob is True
+    assert dev.derandomize is False  # hypothesis' default: random examples each run
+    assert explore.derandomize is False and explore.max_examples == 1000
+
+
+def test_a_tests_own_settings_keep_the_profiles_derandomize():
+    """``@settings(max_examples=...)`` inherits the rest from the loaded profile."""
+    settings.load_profile("ci")
+    try:
+        own = settings(max_examples=7)
+    finally:
+        settings.load_profile(hypothesis_profile(dict(os.environ)))
+    assert own.derandomize is True and own.max_examples == 7
+
+
+def _drawn() -> list[int]:
+    seen: list[int] = []
+
+    @settings(settings.get_profile("ci"), max_examples=20, database=None)
+    @given(st.integers())
+    def draw(x: int) -> None:
+        seen.append(x)
+
+    draw()
+    return seen
+
+
+def test_the_ci_profile_draws_the_same_examples_every_run():
+    first = _drawn()
+    assert _drawn() == first and len(first) == 20
+
+
+def test_ci_script_selects_the_ci_profile():
+    script = (ROOT / ".ci" / "run").read_text()
+    pytest_at = script.index("\n.venv/bin/python -m pytest")
+    assert script.index("\nexport HYPOTHESIS_PROFILE=ci\n") < pytest_at
