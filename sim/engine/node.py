@@ -366,6 +366,8 @@ class Node:
                 break
             self.kv.set_time(now)
             self.pauses.at_boundary()
+            if self.pauses.boundary_drops:  # a reload dropped held KV: a row of its own
+                self._boundary_drops(now)
             plan = self.sched.schedule()
             self._scheduling_events(plan, now)
             if plan.empty and self._held:
@@ -644,9 +646,19 @@ class Node:
         if self.progress is not None and rec.decisions % self.progress_every == 0:
             self.progress(end)
 
+    def _boundary_drops(self, now: float) -> None:
+        """Held KV the pause lifecycle dropped for a reload while nothing ran: counted with
+        the scheduler's drops (summary.json ``held_kv_drops``, steps.parquet ``held_drops``,
+        a zero-time row)."""
+        n, self.pauses.boundary_drops = self.pauses.boundary_drops, 0
+        sched = self.sched
+        self.rec.events(BatchPlan(held_drops=n), now, len(sched.running), len(sched.waiting))
+
     def _scheduling_events(self, plan: BatchPlan, now: float) -> None:
         sched = self.sched  # counts after the decision (a zero-time one gets its own row)
         self.rec.events(plan, now, len(sched.running), len(sched.waiting))
+        if plan.held_drops:  # book the drops on their pauses before admissions read them
+            self.pauses.dropped(now)
         for req in plan.admitted:
             if req.admitted_s is None:
                 req.admitted_s = now
@@ -658,6 +670,7 @@ class Node:
 
     def _ended(self, req: Request) -> None:
         self._seen.pop(id(req), None)
+        self.pauses.turn_gone(req)
         self.rec.request_ended(req)
         if req.on_done is not None:
             req.on_done(req)

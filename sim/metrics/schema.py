@@ -218,7 +218,12 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("peak_allocated_bytes", "int", "bytes", "Largest allocated bytes, transient peaks included."),
     _k("bytes_copied", "int", "bytes", "Device-to-device bytes copied (growth, deep fork, CoW)."),
     _k("cow_copies", "int", "count", "Copy-on-write block copies."),
-    _k("held_kv_drops", "int", "count", "Held (paused) sequences dropped under pressure."),
+    _k("held_kv_drops", "int", "count",
+       "Held KV dropped under memory pressure: a paused trajectory's, a waiting turn's (resumed "
+       "or reloaded), a fork's held under its parent's hold, and a reload's own drops "
+       "(steps.parquet held_drops sums to it). pauses.parquet notes 'dropped under memory "
+       "pressure' on each drop's pause but a fork's (no pause of its own): "
+       "docs/pause_policies.md."),
     _k("paused_kv_bytes_mean", "float", "bytes",
        "Logical paused KV (each paused sequence's tokens; shared blocks per sequence), "
        "time-weighted.", **_NULL),
@@ -645,7 +650,9 @@ PAUSE_TABLE = _cols(
     ("actual_wait_s", _F, "s", "Actual tool time."),
     ("start_s", _F, "s", "Pause start."),
     ("copy_out_done_s", _F, "s", "Copy-out finished (NaN: none)."),
-    ("blocks_freed_s", _F, "s", "HBM blocks freed (NaN: none)."),
+    ("blocks_freed_s", _F, "s", "HBM blocks freed: when they left the pool (an offload's "
+     "copy-out end, a recompute's decision or TTL expiry, a drop under memory pressure; "
+     "NaN: none)."),
     ("tool_return_s", _F, "s", "Tool returned: the next turn's arrival (the harness's "
      "submission), not when a busy engine took that turn in."),
     ("reload_start_s", _F, "s", "Reload started (NaN: none)."),

@@ -12,6 +12,7 @@ node the run does not have, are one-line ``KvsimError``s naming it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,10 @@ def read_run_folder(folder: Path) -> RunData:
         if key not in summary:
             raise KvsimError(f"{path}: {key}: missing (every kvsim run writes it: the file "
                              "is damaged; run the scenario again with kvsim run)")  # fmt: skip
+    wrong = summary_type_problem(summary)
+    if wrong is not None:  # a hand-edited value of the wrong type (a traceback before)
+        raise KvsimError(f"{path}: {wrong} (kvsim run writes it so: the file is damaged; "
+                         "run the scenario again with kvsim run)")  # fmt: skip
     frames = {}
     for name in TABLE_NAMES:
         table = folder / f"{name}.parquet"
@@ -89,6 +94,91 @@ def read_run_folder(folder: Path) -> RunData:
         except Exception as exc:  # a damaged parquet file: say which, in one line
             raise KvsimError(f"{table}: cannot read: {type(exc).__name__}") from None
     return RunData(summary, folder=folder, config=_resolved_config(folder), **frames)
+
+
+#: what each declared value kind must be, in words (``summary_type_problem``'s message)
+_EXPECTED = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "dist": "an object of numbers or nulls (mean, p50, p90, p95, p99)",
+    "counts": "an object of whole numbers",
+    "texts": "a list of strings",
+    "argv": "a list of strings",
+    "versions": "an object of strings",
+    "nodes": "a list of objects, each with node_id",
+    "accuracy": "an object (basis, source, median_rel_error, ...)",
+    "floats": "an object of numbers",
+}
+
+
+_ACCURACY_ERRORS = ("median_rel_error", "worst_rel_error")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _kind_ok(kind: str, v: Any) -> bool:
+    """Whether ``v`` has the JSON type of ``kind`` (``sim.metrics.schema.KINDS``), loosely:
+    a run folder of an older kvsim must still read (fewer distribution fields, other
+    accuracy fields), so only the types the report computes with are checked."""
+    if kind == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == "float":
+        return _number(v)
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind in ("dist", "floats"):
+        return isinstance(v, dict) and all(x is None or _number(x) for x in v.values())
+    if kind == "counts":
+        return isinstance(v, dict) and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in v.values()
+        )
+    if kind in ("texts", "argv"):
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "nodes":
+        return isinstance(v, list) and all(isinstance(x, dict) and "node_id" in x for x in v)
+    if kind == "accuracy":  # (``not_measured`` is newer: optional)
+        return (
+            isinstance(v, dict)
+            and isinstance(v.get("basis"), str)
+            and isinstance(v.get("detail"), str)
+            and isinstance(v.get("outside_domain"), list)
+            and all(k in v and (v[k] is None or _number(v[k])) for k in _ACCURACY_ERRORS)
+            and "source" in v
+            and (v["source"] is None or isinstance(v["source"], str))
+            and isinstance(v.get("not_measured", {}), dict)
+        )
+    return isinstance(v, dict)  # versions
+
+
+def summary_type_problem(summary: dict, where: str = "") -> str | None:
+    """The first declared ``summary.json`` key (``sim.metrics.schema``; a cluster's
+    ``nodes`` entries too) whose value has the wrong type, as ``"KEY: expected ..., found
+    ..."``; None when every value the report may read has its type. Undeclared and absent
+    keys are not problems here (a newer or an older kvsim's), nor is null where the schema
+    allows it (the report shows "-")."""
+    from sim.metrics.schema import SUMMARY_KEYS
+
+    for key in SUMMARY_KEYS:
+        v = summary.get(key.name)
+        if v is None and (key.nullable or key.name not in summary):
+            continue
+        if v is not None and _kind_ok(key.kind, v):
+            continue
+        found = json.dumps(v)
+        found = found if len(found) <= 60 else found[:57] + "..."
+        want = _EXPECTED[key.kind] + (", not null" if v is None else "")
+        return f"{where}{key.name}: expected {want}, found {found}"
+    for entry in summary.get("nodes") or []:
+        wrong = summary_type_problem(entry, f"{where}nodes[{entry['node_id']}].")
+        if wrong is not None:
+            return wrong
+    return None
 
 
 def _resolved_config(folder: Path) -> dict | None:

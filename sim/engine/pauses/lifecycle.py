@@ -17,7 +17,12 @@ on at once. ``resume: speculative`` starts the reload before the tool returns an
 ``resume: pipelined`` submits the turn while its copy-in still runs (``resume``); a
 ``ttl_pin`` hold (or a ``hints`` pin) gets its release action when the TTL expires. A
 session's last call ends in ``session_ended``: its sequence is freed (with its prefix-cache
-blocks when the ``hints`` policy honours a ``release`` hint). ``hold`` is the trivial
+blocks when the ``hints`` policy honours a ``release`` hint). Memory pressure may drop a
+pause's held KV (the scheduler's relief, or a reload's own at a step boundary): each drop
+is booked on its pause when it happens (``dropped``: ``blocks_freed_s``, the note); a
+turn resumed on resident KV (held, prefetched or reloaded) that loses it while queued
+ends its pause recomputed (``admitted``); a turn that ends unadmitted lets its pause go
+(``turn_gone``). ``hold`` is the trivial
 form: one record, one ``kv.hold``, one ``kv.resume``. Every pause is one ``Pause`` record
 whose state moves only along ``state.TRANSITIONS``; ``records()`` feed pauses.parquet
 (schema in ``sim.metrics.pauses``, built by the run layer).
@@ -42,10 +47,16 @@ from sim.engine.pauses.state import Pause, PauseState
 from sim.engine.pauses.transfers import Transfers
 from sim.memory.kv_manager import KVManager
 from sim.sched import Request, Scheduler
+from sim.sched.request import FINISHED
 
 S = PauseState
 NAN = float("nan")
 HOLD, RECOMPUTE = "hold", "recompute"
+#: a pause's note when memory pressure dropped its held KV (``sim.metrics.pauses.DROPPED_NOTE``)
+DROPPED = "dropped under memory pressure"
+WAITED = "dropped under memory pressure while its turn waited"
+#: states of a pause whose KV memory pressure may drop (held: ``KVManager.hold``)
+DROPPABLE = frozenset({S.HELD, S.COPYING_OUT, S.COPYING_IN, S.PREFETCHED})
 
 
 class PauseLifecycle:
@@ -68,12 +79,15 @@ class PauseLifecycle:
         self.copies_in = 0  # copy-ins running: their turns come to the node when done
         self.streaming = 0  # pipelined copy-ins still running after their turn went on
         self._recomputing: dict[int, Pause] = {}  # id(next request) -> pause
-        #: id(next request) -> its pause, resumed on resident KV, until the turn is admitted
-        #: (memory pressure may drop the KV of a turn still waiting: ``admitted``)
+        #: id(next request) -> its pause, resumed on resident KV (held, prefetched or
+        #: reloaded), until the turn is admitted (memory pressure may drop the KV of a turn
+        #: still waiting: ``admitted``) or ends unadmitted (``turn_gone``)
         self._waiting: dict[int, Pause] = {}
         #: the ``hints`` policy honours ``release`` and ``retain_priority`` beyond its decisions
         self.honours_hints = options.kind == "hints"
         self.hint_releases = 0  # sessions whose last call's ``release`` hint freed the cache
+        #: held KV ``at_boundary`` dropped for a reload, not yet counted (the node takes it)
+        self.boundary_drops = 0
 
     def attach(
         self, node: Any, kv: KVManager, sched: Scheduler, copies: CopyEngines, track: bool
@@ -141,6 +155,7 @@ class PauseLifecycle:
         if action == RECOMPUTE:
             p.to(S.RECOMPUTE)
             kv.drop(p.seq, uncache=evict)
+            p.freed_s = self.env.now
             return
         if action != HOLD:
             t = self.transfers
@@ -172,7 +187,7 @@ class PauseLifecycle:
         if not kv.is_live(seq) or not kv.is_held(seq):  # dropped under pressure
             self.transfers.free_frames(p)
             p.to(S.RECOMPUTE)
-            p.moved_to, p.note = RECOMPUTE, "dropped under memory pressure before copy-out end"
+            p.moved_to, p.note = RECOMPUTE, f"{DROPPED} before copy-out end"
             return
         kv.release(seq)
         p.freed_s = self.env.now
@@ -220,6 +235,7 @@ class PauseLifecycle:
             return
         p.to(S.RESIDENT)
         p.resident_s = now
+        self._waiting[id(p.next_req)] = p  # until its turn is admitted (``admitted``)
         self.node.submit(p.next_req)
 
     def _pipelined_release(self, p: Pause):
@@ -295,7 +311,7 @@ class PauseLifecycle:
             return True
         if p.state != S.RECOMPUTE:  # held (or prefetched) KV dropped under pressure: the
             # next turn prefills the context again, a recompute the policy did not choose
-            p.note = _joined(p.note, "dropped under memory pressure")
+            self._book_drop(p, now)  # (booked at the drop already: ``dropped``)
             p.moved_to = RECOMPUTE
         p.to(S.RECOMPUTE)
         self._recomputing[id(req)] = p
@@ -326,7 +342,12 @@ class PauseLifecycle:
                 continue
             if self.sched.running:
                 return  # room comes when running requests finish
-            if kv.drop_paused() is not None:
+            seq = kv.drop_paused()
+            if seq is not None:
+                self.boundary_drops += 1
+                p = self._by_seq.get(seq)
+                if p is not None:
+                    self._book_drop(p, self.env.now)
                 continue
             # nothing runs and nothing can be dropped: the pool is too small: recompute
             self._restores.pop(0)
@@ -355,6 +376,9 @@ class PauseLifecycle:
     def released(self, seq: Hashable, cancelled: bool = False) -> None:
         """The workload released ``seq`` (a fork's parent, a compaction, an ended
         trajectory) or cancelled it (a pruned branch): its open pause ends there."""
+        if self._waiting:  # a resumed turn cancelled while it waited for its admission
+            for key in [k for k, w in self._waiting.items() if w.seq == seq]:
+                del self._waiting[key]
         p = self._by_seq.pop(seq, None)
         if p is None:
             return
@@ -366,6 +390,45 @@ class PauseLifecycle:
         p.to(S.GONE)
         p.outcome = "cancelled" if cancelled else "released"
         p.ended_s = self.env.now
+
+    # ------------------------------------------------------------ memory pressure
+    def dropped(self, now: float) -> None:
+        """The scheduler's decision at ``now`` dropped held KV to relieve memory pressure
+        (``plan.held_drops`` > 0: ``KVManager.drop_paused`` / ``drop_idle``): book each
+        drop on its pause, the time its blocks left the pool (``blocks_freed_s``) and its
+        note. A pause held (or copying out, or prefetched) whose sequence is no longer live,
+        and a resumed pause whose turn waits for admission and lost its KV, were dropped in
+        this decision (the check runs after every decision that drops), unless booked
+        already. A dropped sequence with no pause of its own (a fork of a held parent, held
+        under no pause) has no row to book on."""
+        kv = self.kv
+        for p in self._by_seq.values():
+            if p.state in DROPPABLE and not kv.is_live(p.seq):
+                if p.state != S.COPYING_IN or p.next_req is None:  # (a prefetch is held)
+                    self._book_drop(p, now)
+        for p in self._waiting.values():
+            if not kv.is_live(p.seq):
+                self._book_drop(p, now, WAITED)
+
+    def _book_drop(self, p: Pause, now: float, note: str = DROPPED) -> None:
+        """Memory pressure dropped ``p``'s held KV at ``now`` (once per pause)."""
+        if DROPPED in p.note:
+            return
+        p.freed_s = now
+        p.note = _joined(p.note, note)
+
+    def turn_gone(self, req: Request) -> None:
+        """``req`` ended without finishing (rejected, refused at submission, cancelled): a
+        pause still waiting for its admission (``_waiting``) or for its recompute
+        (``_recomputing``) is let go (a finished turn's entries are gone already, or go at
+        the ``committed`` that follows); one whose turn was never admitted says so."""
+        if req.status == FINISHED or not (self._waiting or self._recomputing):
+            return
+        key = id(req)
+        waiting, recomputing = self._waiting.pop(key, None), self._recomputing.pop(key, None)
+        p = waiting or recomputing
+        if p is not None and req.admitted_s is None:
+            p.note = _joined(p.note, "its turn was never admitted")
 
     # -------------------------------------------------- residency after a recompute
     def admitted(self, req: Request, now: float) -> None:
@@ -403,19 +466,20 @@ class PauseLifecycle:
         pressure dropped that KV meanwhile (the turn's admission finds less of the context
         than the pause held, prefix-cache hits counted), the turn prefills the rest again:
         the pause ends recomputed, priced as one (its context resident when that prefill
-        covers it)."""
+        covers it; a reloaded one keeps its copy-in's bytes and times, its stall and cost
+        are the recompute's)."""
         p = self._waiting.pop(id(req), None)
         if p is None or req.num_computed >= p.tokens:
             return
-        p.moved_to, p.outcome = RECOMPUTE, "recomputed"  # (its state stays DONE)
-        p.note = _joined(p.note, "dropped under memory pressure while its turn waited")
+        p.moved_to, p.outcome = RECOMPUTE, "recomputed"  # (its state stays DONE or RESIDENT)
+        self._book_drop(p, self.env.now, WAITED)  # (dropped in this decision, if not booked)
         p.resident_s = NAN
         self._recomputing[id(req)] = p
 
     def _resident(self, req: Request, t: float) -> None:
         p = self._recomputing.pop(id(req))
         p.resident_s = t
-        if p.state != S.DONE:  # (one dropped while its turn waited is DONE already)
+        if p.open:  # (one dropped while its turn waited is DONE or RESIDENT already)
             p.to(S.DONE)
 
     # --------------------------------------------------------------- invariants
