@@ -20,40 +20,12 @@ from contextlib import contextmanager
 
 import pytest
 from hypothesis import settings
+from hypothesis_profiles import hypothesis_profile
 
 os.environ.setdefault("COLUMNS", "200")  # rich tables: do not wrap numbers in captured output
 
-#: hypothesis profiles (docs/testing.md, "Hypothesis profiles"): ``ci`` draws the same
-#: examples every run (``derandomize``: the examples follow from each test's own code, so a
-#: stop cannot turn red at random) and prints the blob that reproduces a failure; ``dev``
-#: (hypothesis' default, random examples each run) is the local default; ``explore``
-#: draws ten times the examples, at random, to look for latent bugs on purpose. Chosen by
-#: HYPOTHESIS_PROFILE, else ``ci`` when the environment variable CI is set (``.ci/run``
-#: and CI services set it), else ``dev``. A test's own ``@settings`` overrides only what it
-#: names (its ``max_examples``, its deadline) and inherits the rest from the profile.
-HYPOTHESIS_PROFILES = {
-    "ci": {"derandomize": True, "print_blob": True},
-    "dev": {},
-    "explore": {"max_examples": 1000, "print_blob": True},
-}
-for _name, _options in HYPOTHESIS_PROFILES.items():
-    settings.register_profile(_name, **_options)
-
-
-def hypothesis_profile(environ: dict[str, str]) -> str:
-    """The hypothesis profile a run loads (``HYPOTHESIS_PROFILES``): HYPOTHESIS_PROFILE,
-    else ``ci`` where CI is set to anything but empty or ``0``/``false``, else ``dev``."""
-    chosen = environ.get("HYPOTHESIS_PROFILE", "").strip()
-    if chosen and chosen not in HYPOTHESIS_PROFILES:
-        raise pytest.UsageError(
-            f"HYPOTHESIS_PROFILE={chosen!r}: expected one of {', '.join(HYPOTHESIS_PROFILES)}"
-        )
-    if chosen:
-        return chosen
-    ci = environ.get("CI", "").strip().lower()
-    return "ci" if ci not in ("", "0", "false") else "dev"
-
-
+#: hypothesis profiles (docs/testing.md, "Hypothesis profiles"): random locally, the same
+#: examples every run in CI (``hypothesis_profiles``)
 settings.load_profile(hypothesis_profile(dict(os.environ)))
 
 

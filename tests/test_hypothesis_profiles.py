@@ -1,6 +1,6 @@
-"""The hypothesis profiles of ``tests/conftest.py`` (docs/testing.md): ``ci`` fixes the
-examples (CI cannot turn red at random), ``dev`` (local) stays random, ``explore`` draws
-more; chosen by HYPOTHESIS_PROFILE, else by CI."""
+"""The hypothesis profiles (``tests/hypothesis_profiles.py``, loaded by ``tests/conftest.py``;
+docs/testing.md): ``ci`` fixes the examples (CI cannot turn red at random), ``dev``
+(local) stays random, ``explore`` draws more; chosen by HYPOTHESIS_PROFILE, else by CI."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import hypothesis_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import hypothesis_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
