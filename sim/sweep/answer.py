@@ -27,6 +27,7 @@ and no interval bound returned is below zero.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sim.sweep.stats import ci95, mean
@@ -181,13 +182,18 @@ def unbound_warning(got: dict[str, Any] | None, stagger_s: float, counts, count_
     window = worst.get("window_s") or {}
     why, fix = [], []
     if outlasts:
-        why.append(
-            f"the agents start {stagger_s:g} s apart (workload.arrival.stagger_s), so the last "
-            f"of {load:g} starts {ramp:,.4g} s in, later than a trajectory lasts "
-            f"({length:,.4g} s mean)"
-            + (f", and with {n:,} trajectories for {load:g} agents ({per:.2g} each) the first "
-               "agents have none left by then" if per < 2 else "")
-        )  # fmt: skip
+        last = window.get("end")  # the last trajectory's start (sim.sweep.slo.window)
+        head = (f"the agents start {stagger_s:g} s apart (workload.arrival.stagger_s), so the "
+                f"last of {load:g} would start {ramp:,.4g} s in, later than a trajectory lasts "
+                f"({length:,.4g} s mean)")  # fmt: skip
+        if last is not None and last < ramp:  # the trajectories ran out before the ramp ended
+            started = math.floor(last / stagger_s + 1e-9) + 1  # agents 0, 1, ... by then
+            head += (f": the first agents finish and take the next trajectories, and all "
+                     f"{n:,} had started by {last:,.4g} s, when {started:,} agents had "
+                     f"({load - started:,.0f} never ran)")  # fmt: skip
+        elif per < 2:
+            head += f": with {n:,} trajectories for {load:g} agents ({per:.2g} each) the first have ended"
+        why.append(head)
         fix.append(f"--set workload.arrival.stagger_s={length / load:.3g} (the ramp-up within "
                    "one trajectory's length)")  # fmt: skip
     elif stagger_s and window.get("start") is not None and window["start"] < ramp:

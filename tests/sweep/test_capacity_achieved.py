@@ -53,25 +53,37 @@ def _probe(load: int, figs: dict) -> dict:
 
 
 def test_a_load_that_never_binds_is_flagged_with_how_much_and_why():
-    # 40 agents start 0.5 s apart, one 5 s trajectory each: at most 10 ever run at once.
-    # Window [3.9, 19.5] (warm-up 20 % of the last start): 8 in flight on [3.9, 4), 9 on
-    # [4, 4.5), then 10 (5 s / 0.5 s) to the end.
-    traj = _staggered(40, 0.5, 5.0)
-    figs = _figures(traj, 3.9, 19.5)
-    mean_by_hand = (8 * 0.1 + 9 * 0.5 + 10 * 15.0) / 15.6
+    # A closed loop of 40 agents starting 0.5 s apart, 40 trajectories of 5.2 s each, no
+    # think time. Agent k starts at 0.5 k; an agent that finishes takes the next
+    # trajectory at once, so the starts are 0.5 k (k = 0..23) merged with each of the
+    # first 16 starts + 5.2 s (5.2, 5.7, ..., 10.2, then 10.4, 10.7, 10.9, 11.2, 11.4):
+    # the 40th starts at 11.5 s, by which agents 0..23 have started; 16 never run.
+    first = [0.5 * k for k in range(24)]
+    again = [t + 5.2 for t in first[:11] + [5.2, 5.5, 5.7, 6.0, 6.2]]
+    traj = pd.DataFrame({"start_s": first + again})
+    traj["end_s"] = traj.start_s + 5.2
+    assert len(traj) == 40 and traj.start_s.max() == pytest.approx(11.5)
+    # Window [0.2 x 11.5, 11.5] = [2.3, 11.5]: every agent started is busy, so k + 1 in
+    # flight on [0.5 k, 0.5 k + 0.5): 5 x 0.2 + 0.5 x (6 + ... + 23) = 131.5 over 9.2 s
+    figs = _figures(traj, 2.3, 11.5)
+    mean_by_hand = (5 * 0.2 + 0.5 * sum(range(6, 24))) / 9.2
     assert figs["trajectories_active_mean"] == pytest.approx(mean_by_hand)
-    got = answer.achieved([SimpleNamespace(at=40)], [_probe(40, figs)])
-    assert got["mean"] == pytest.approx(mean_by_hand) and got["peak"] == 10
+    assert figs["trajectories_active_peak"] == 24  # agents 0..23, all busy at 11.5 s
+    assert figs["trajectory_s_mean"] == pytest.approx(5.2)
+    probe = {**_probe(40, figs), "window_s": {"start": 2.3, "end": 11.5}}
+    got = answer.achieved([SimpleNamespace(at=40)], [probe])
+    assert got["mean"] == pytest.approx(mean_by_hand) and got["peak"] == 24
     assert got["share_of_load"] == pytest.approx(mean_by_hand / 40)
     lines = answer.unbound_warning(got, 0.5, lambda load: 40, "workload.num_trajectories", (40, 40))
     assert len(lines) == 1
     line = lines[0]
-    assert line.startswith("WARNING: the load setting did not bind: at capacity the runs kept 9.955 ")
-    assert "25% of the 40 agents set (peak 10 at once" in line
-    assert "the last of 40 starts 19.5 s in, later than a trajectory lasts (5 s mean)" in line
-    assert "40 trajectories for 40 agents (1 each)" in line
-    # a ramp-up within one trajectory: 5 s / 40 agents
-    assert "--set workload.arrival.stagger_s=0.125" in line
+    assert line.startswith("WARNING: the load setting did not bind: at capacity the runs kept 14.29 ")
+    assert "36% of the 40 agents set (peak 24 at once" in line
+    assert ("the last of 40 would start 19.5 s in, later than a trajectory lasts (5.2 s mean): "
+            "the first agents finish and take the next trajectories, and all 40 had started "
+            "by 11.5 s, when 24 agents had (16 never ran)") in line  # fmt: skip
+    # a ramp-up within one trajectory: 5.2 s / 40 agents
+    assert "--set workload.arrival.stagger_s=0.13 " in line
     assert "--set workload.num_trajectories=120" in line
 
 
