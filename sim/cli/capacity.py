@@ -292,6 +292,12 @@ def _print_one(r) -> None:
         typer.echo(f"  capacity:  {_fmt(c['value'])} {unit}{ci}; per replication {per}")
     else:  # the note says which load was the least demanding and why it failed
         typer.echo(f"  capacity:  none: {r.notes[-1]}")
+    got = c.get("achieved")
+    if got:  # the concurrency the runs sustained, beside the load that was set
+        share = "" if got["share_of_load"] is None else f" ({got['share_of_load']:.0%} of the load)"
+        each = "; ".join(f"{_fmt(x['mean'])} / {_fmt(x['peak'])}" for x in got["per_replication"])
+        typer.echo(f"  in flight at capacity: mean {_fmt(got['mean'])}, peak {_fmt(got['peak'])} "
+                   f"trajectories{share}; per replication (mean / peak) {each}")  # fmt: skip
     for line in r.warnings:
         typer.echo(f"  {line}")
     for line in _side_by_side(r):
@@ -351,11 +357,20 @@ def _print_estimate(a: dict, inp: dict) -> None:
     typer.echo(
         f"  analytic (F37, 10% headroom): {_fmt(a['value'])}{per_node} with the time-averaged context "
         f"(M_avg {inp['M_avg_tokens']:,.0f} + K_avg {inp['K_avg_tokens']:,.0f} tokens, "
-        f"S_shared {inp['S_shared_tokens']:,}); {_fmt(a['peak_value'])}{peak_sum} with the peak "
+        f"S_shared {inp['S_shared_tokens']:,}{_unshared(inp)}); {_fmt(a['peak_value'])}{peak_sum} with the peak "
         f"context ({inp['M_peak_tokens']:,.0f} tokens)"
     )
     if inp.get("kv_pool_note"):  # a pool sized from memory: what it leaves out
         typer.echo(f"  KV pool {inp['kv_pool_bytes'] / 1e9:,.2f} GB ({inp['kv_pool_note']})")
+
+
+def _unshared(inp: dict) -> str:
+    """Why the workload's prefix is not in S_shared: no prefix cache, or none of it shared."""
+    prefix = inp.get("workload_prefix_tokens")
+    if not prefix or inp["S_shared_tokens"]:
+        return ""
+    why = "shared by none of the model's layers" if inp.get("prefix_cache") else "no prefix cache"
+    return f": the workload's {prefix:,}-token prefix is stored per trajectory, {why}"
 
 
 def _cluster_sum(groups: list[dict], key: str) -> str:

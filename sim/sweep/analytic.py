@@ -9,7 +9,10 @@ Responsibility: sample the scenario's workload without the engine
   (history included), weighted by how long the trajectory holds it: the call's decode
   (its reply tokens x the ITL floor, the time to stream the weights once, F24) plus the
   tool pause after it;
-- ``K_avg``: the mean reply; ``S_shared``: system prompt + tool definitions, stored once;
+- ``K_avg``: the mean reply; ``S_shared``: system prompt + tool definitions, stored once
+  when the scenario's allocator keeps a prefix cache (``caches_prefixes``); without one
+  (``paged``, ``static``, ``contiguous``, ``buddy``) every trajectory stores its own copy,
+  so ``S_shared`` is 0 and the prefix counts in ``M_avg`` (F35, not F37's shared form);
 - the *peak-context* variant sizes every trajectory at its largest prompt (the mean over
   trajectories of each one's peak), as a static reservation would.
 
@@ -94,8 +97,13 @@ def sample_averages(resolved, seed: int, n: int = SAMPLE_TRAJECTORIES) -> dict[s
     }
 
 
-def _plan(resolved, context: float, reply: float, shared: int):
-    """F34-F37 through ``plan_capacity`` for one context length."""
+def _plan(resolved, context: float, reply: float, shared: int) -> dict[str, float]:
+    """F34-F37 through ``plan_capacity`` for one context length: ``concurrency`` (B), and
+    what it divided by, over the engine instance's GPUs (the units of a run's
+    ``allocated_bytes``): ``kv_bytes_per_trajectory`` (each trajectory's own KV, a hybrid
+    model's running states included, the shared prefix left out when shared) and
+    ``shared_prefix_bytes`` (the prefix stored once; 0 when nothing is shared)."""
+    from sim.sizing.kv import shared_prefix_split
     from sim.sizing.plan import PlanInputs, plan_capacity
     from sim.units import dtype_bytes
 
@@ -125,8 +133,19 @@ def _plan(resolved, context: float, reply: float, shared: int):
         shared_prefix_tokens=min(shared, ctx) if shared else None,
         gpu_memory_utilization=util,
     )
-    plan = plan_capacity(inputs).contexts[0]
-    return plan.max_concurrent_shared if shared else plan.max_concurrent
+    result = plan_capacity(inputs)
+    plan = result.contexts[0]
+    gpus = hw.tp * hw.pp  # one replica's GPUs: per-GPU bytes x GPUs, as resolve counts them
+    if not (shared and plan.shared_prefix_bytes):  # nothing shared: the whole trajectory
+        return {"concurrency": plan.max_concurrent, "shared_prefix_bytes": 0.0,
+                "kv_bytes_per_trajectory": plan.kv_bytes_per_trajectory_per_gpu * gpus}  # fmt: skip
+    # the stage that fits the fewest decides (sim.sizing.plan._shared_fit): its private part
+    usable_gpu = result.kv_pool_bytes_per_gpu * (1 - HEADROOM)
+    _, stages = shared_prefix_split(model, plan.trajectory_tokens, min(shared, ctx), hw.tp,
+                                    hw.pp, result.kv_dtype)  # fmt: skip
+    shared_gpu, private_gpu = min(stages, key=lambda st: (usable_gpu - st[0]) / st[1])
+    return {"concurrency": plan.max_concurrent_shared, "shared_prefix_bytes": shared_gpu * gpus,
+            "kv_bytes_per_trajectory": private_gpu * gpus}  # fmt: skip
 
 
 def _pool_note(hw) -> str | None:
@@ -139,16 +158,34 @@ def _pool_note(hw) -> str | None:
     return pool_note(hw.reserve_bytes_per_gpu, "hardware.reserve_bytes_per_gpu")
 
 
+def caches_prefixes(kind: str) -> bool:
+    """Whether allocator ``kind`` keeps a prefix cache, so that trajectories share the
+    workload's prefix (``paged`` with ``prefix_caching``, ``radix``); ``paged``, ``static``,
+    ``contiguous`` and ``buddy`` store it once per trajectory."""
+    from sim.memory import allocator_class
+
+    return bool(allocator_class(kind).uses_content)
+
+
 def analytic_estimate(resolved, search: str, seed: int) -> dict[str, Any]:
     """``{"value", "peak_value", "inputs"}``: F37's concurrency (or, for ``arrival_rate``,
     that concurrency over the mean trajectory duration), time-averaged and peak."""
     avg = sample_averages(resolved, seed)
-    shared = shared_tokens(resolved.scenario.workload)
-    b_avg = _plan(resolved, avg["M_avg_tokens"], avg["K_avg_tokens"], shared)
-    b_peak = _plan(resolved, avg["M_peak_tokens"], avg["K_avg_tokens"], shared)
+    prefix = shared_tokens(resolved.scenario.workload)
+    cached = caches_prefixes(resolved.allocator_kind)
+    shared = prefix if cached else 0  # no prefix cache: each trajectory stores its own copy
+    at_avg = _plan(resolved, avg["M_avg_tokens"], avg["K_avg_tokens"], shared)
+    b_avg = at_avg["concurrency"]
+    b_peak = _plan(resolved, avg["M_peak_tokens"], avg["K_avg_tokens"], shared)["concurrency"]
     inputs = {
         **avg,
-        "S_shared_tokens": shared,
+        # stored once: 0 without a prefix cache, or when the plan shares none of it (a
+        # model's state layers under mamba_cache_mode none)
+        "S_shared_tokens": shared if at_avg["shared_prefix_bytes"] else 0,
+        "workload_prefix_tokens": prefix,
+        "prefix_cache": cached,
+        "kv_bytes_per_trajectory": at_avg["kv_bytes_per_trajectory"],
+        "shared_prefix_bytes": at_avg["shared_prefix_bytes"],
         "kv_bytes_per_token": float(resolved.kv_bytes_per_token),
         "kv_pool_bytes": float(resolved.pool_bytes),
         "kv_pool_note": _pool_note(resolved.scenario.hardware),

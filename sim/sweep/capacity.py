@@ -81,7 +81,8 @@ class CapacityResult:
     config: dict[str, Any]  # the --set / --vary overrides of this configuration
     seeds: list[int]
     #: value, ci95_low, ci95_high (clipped at 0: ci95_clipped), per_replication,
-    #: converged, met (False: no load met the SLOs, value None)
+    #: converged, met (False: no load met the SLOs, value None), unit, achieved (the
+    #: trajectories in flight at the answer: ``sim.sweep.answer.achieved``; None: nodes)
     capacity: dict[str, Any]
     analytic_estimate: dict[str, Any]  # value, peak_value, inputs
     gap: dict[str, Any]
@@ -604,6 +605,14 @@ def _result(scenario, loaded, search, key, slos, sets, searches, seed0, estimate
     rows = answer.at_capacity(searches, points) if met else []
     if not met:
         notes = [answer.no_pass_note(search, points)]
+    got = answer.achieved(searches, points, search == "concurrency") if met and search != "nodes" else None
+    capacity["achieved"] = got  # the trajectories in flight at the answer (None: nodes)
+    if search == "concurrency":
+        base = base_load(loaded, search)
+        warnings += answer.unbound_warning(
+            got, loaded.scenario.workload.arrival.stagger_s,
+            lambda x: load_overrides(search, x, base)[base[2]], base[2], (base[0], base[1]),
+        )  # fmt: skip
     return CapacityResult(
         scenario=str(scenario),
         search=search,

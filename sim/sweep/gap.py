@@ -3,9 +3,11 @@
 Responsibility: from the runs at each replication's capacity (its largest passing load;
 ``nodes``: its smallest passing count) and just past it (its smallest failing load;
 ``nodes``: its largest failing count), the figures F37 leaves out or assumes:
-KV per active trajectory as simulated against F37's ``(M_avg - S_shared + K_avg) x
-m_token``, the KV held by trajectories in tool pauses, allocator fragmentation
-(``1 - eta_alloc``), how full the pool ran, preemptions, and prefill queueing (queue p99),
+trajectories in flight at capacity (mean over the window, peak) against F37's count,
+KV per active trajectory as simulated against the per-trajectory bytes F37's estimate
+divided by (``analytic_estimate``'s ``inputs.kv_bytes_per_trajectory``: the plan's, a
+hybrid model's states included, the shared prefix left out only when it is shared), the
+KV held by trajectories in tool pauses, allocator fragmentation (``1 - eta_alloc``), how full the pool ran, preemptions, and prefill queueing (queue p99),
 each a mean over the replications; and why the load above failed.
 
 The sentences name the failing side as the search turns: ``at the next load tried`` /
@@ -41,6 +43,7 @@ def _figures(p: dict) -> dict[str, Any]:
     return {
         "kv_bytes_per_active_trajectory": alloc / active if alloc and active else None,
         "trajectories_active_mean": active,
+        "trajectories_active_peak": m.get("trajectories_active_peak"),
         "allocated_share_of_pool": alloc / pool if alloc is not None and pool else None,
         "paused_share_of_allocated": paused / alloc if paused is not None and alloc else None,
         "fragmentation_share": 1.0 - eta if eta is not None else None,
@@ -64,14 +67,12 @@ def explain_gap(value: float | None, estimate: dict, searches: list, points: lis
     at = [_probe(points, i, s.at) for i, s in enumerate(searches)]
     above = [_probe(points, i, s.beyond) for i, s in enumerate(searches)]
     inputs = estimate["inputs"]
-    f37_bytes = None
-    if inputs:  # none when the workload has no analytic estimate
-        f37_bytes = (
-            inputs["M_avg_tokens"] - inputs["S_shared_tokens"] + inputs["K_avg_tokens"]
-        ) * inputs["kv_bytes_per_token"]
+    # what F37 divided by (``sim.sweep.analytic._plan``): none without an estimate
+    f37_bytes = inputs.get("kv_bytes_per_trajectory") if inputs else None
     est = estimate["value"]
     at_cap = _mean_figures(at)
     at_cap["kv_bytes_per_trajectory_f37"] = f37_bytes
+    at_cap["shared_prefix_bytes_f37"] = inputs.get("shared_prefix_bytes") if inputs else None
     above_cap = _mean_figures(above)
     reasons = next((p["reasons"] for p in above if p is not None and p.get("reasons")), [])
     gap = {
@@ -84,7 +85,8 @@ def explain_gap(value: float | None, estimate: dict, searches: list, points: lis
         "above_capacity": {**above_cap, "first_failure": reasons},
     }
     fewest = bool(searches) and searches[0].fewest
-    gap["explanation"] = _sentences(gap, at_cap, above_cap, reasons, _SIDES[fewest])
+    concurrency = bool(searches) and searches[0].integer and not fewest
+    gap["explanation"] = _sentences(gap, at_cap, above_cap, reasons, _SIDES[fewest], concurrency)
     return gap
 
 
@@ -103,7 +105,8 @@ _SIDES = {
 }
 
 
-def _sentences(gap: dict, at: dict, above: dict, reasons: list[str], side: tuple) -> list[str]:
+def _sentences(gap: dict, at: dict, above: dict, reasons: list[str], side: tuple,
+               concurrency: bool = False) -> list[str]:  # fmt: skip
     run, short, head, none = side
     out = []
     if gap["ratio"] is not None:
@@ -112,11 +115,22 @@ def _sentences(gap: dict, at: dict, above: dict, reasons: list[str], side: tuple
             f"time-averaged estimate {gap['analytic']:.4g} (peak-context estimate "
             f"{gap['analytic_peak_context']})"
         )
+    active, peak = at.get("trajectories_active_mean"), at.get("trajectories_active_peak")
+    if concurrency and active is not None and gap["analytic"]:
+        out.append(
+            f"trajectories in flight at capacity: mean {active:,.4g} over the window, peak "
+            f"{'-' if peak is None else format(peak, ',.4g')}; {active / gap['analytic']:.2f}x "
+            f"F37's {gap['analytic']:.4g} "
+            "(F37 counts trajectories in flight; the load is the agents set)"
+        )
     sim_b, f37_b = at.get("kv_bytes_per_active_trajectory"), at.get("kv_bytes_per_trajectory_f37")
     if sim_b is not None and f37_b:
+        shared = at.get("shared_prefix_bytes_f37")
+        what = ("its own KV beyond the shared prefix, which F37 stores once: "
+                f"{_gb(shared)}" if shared else "the whole trajectory, nothing shared")  # fmt: skip
         out.append(
             f"KV per active trajectory: {_gb(sim_b)} simulated vs {_gb(f37_b)} in F37 "
-            f"((M_avg - S_shared + K_avg) x m_token), {sim_b / f37_b:.2f}x"
+            f"(what its estimate divides by: {what}), {sim_b / f37_b:.2f}x"
         )
     if at.get("paused_share_of_allocated") is not None:
         out.append(

@@ -166,6 +166,8 @@ def memory_figures(result, measured: dict) -> dict[str, Any]:
         "kv_reuse_rate": s.get("kv_reuse_rate"),
         "sim_time_s": s.get("sim_time_s"),
         "trajectories_active_mean": _active_mean(result.trajectories, lo, hi),
+        "trajectories_active_peak": active_peak(result.trajectories),
+        "trajectory_s_mean": _duration_mean(result.trajectories),
     }
 
 
@@ -189,10 +191,39 @@ def _time_mean(frame, column: str, lo: float, hi: float | None) -> float | None:
     return float((v * dt).sum() / total) if total > 0 else float(v[-1])
 
 
+def _spans(traj) -> tuple[np.ndarray, np.ndarray]:
+    """Each trajectory's (start, end); one still running at the run's end (no ``end_s``)
+    counts as in flight to the end."""
+    start = traj.start_s.to_numpy(dtype=np.float64)
+    end = traj.end_s.to_numpy(dtype=np.float64)
+    return start, np.where(np.isnan(end), np.inf, end)
+
+
+def active_peak(traj) -> int | None:
+    """The most trajectories in flight at once over the run: each holds ``[start, end)``,
+    so one ending at the instant another starts is not counted with it."""
+    if traj is None or not len(traj):
+        return None
+    start, end = _spans(traj)
+    times = np.concatenate([start, end])
+    steps = np.concatenate([np.ones(len(start)), -np.ones(len(end))])
+    order = np.lexsort((steps, times))  # at a tie, the ends (-1) first
+    return int(np.cumsum(steps[order]).max())
+
+
+def _duration_mean(traj) -> float | None:
+    """Mean length of the trajectories that finished (``end_s - start_s``)."""
+    if traj is None or not len(traj):
+        return None
+    start, end = _spans(traj)
+    done = np.isfinite(end)
+    return float((end[done] - start[done]).mean()) if done.any() else None
+
+
 def _active_mean(traj, lo: float, hi: float | None) -> float | None:
     """Time-averaged number of trajectories in flight over [lo, hi]."""
     if traj is None or not len(traj) or hi is None or hi <= lo:
         return None
-    start = np.clip(traj.start_s.to_numpy(dtype=np.float64), lo, hi)
-    end = np.clip(traj.end_s.to_numpy(dtype=np.float64), lo, hi)
+    start, end = _spans(traj)
+    start, end = np.clip(start, lo, hi), np.clip(end, lo, hi)
     return float(np.maximum(end - start, 0.0).sum() / (hi - lo))

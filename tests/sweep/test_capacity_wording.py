@@ -54,8 +54,12 @@ def test_window_warnings_name_each_shortfall_and_its_worst_run():
 def test_a_search_with_as_many_trajectories_as_agents_warns(tiny, run_cli, tmp_path):
     res = find_capacity(tiny, ["ttft_p99_s=0.5"], sets=AS_MANY, replications=1,
                         executor="inline", max_points=2)  # fmt: skip
-    (line,) = res.warnings
+    line, unbound = res.warnings
     assert "the SLO window covers under 10% of the simulated time in 2 of 2 runs" in line
+    # the window ends at the last agent's start: it measures the ramp-up, fewer than c agents
+    assert unbound.startswith("WARNING: the load setting did not bind: at capacity the runs kept ")
+    assert "lies in the agents' ramp-up (one starts every 0.05 s" in unbound
+    assert FIX in unbound
     assert FIX in line and "no window option" in line
     lo, hi = (f(p["load"] for p in res.points) for f in (min, max))  # as many as agents
     assert f"the ratio: its runs had {lo:g} - {hi:g} trajectories for concurrency {lo:g} - {hi:g}) (" in line
