@@ -652,3 +652,50 @@ def _chunk_chain_hash(parent: int, chunk: Segments) -> int:
         digest = blake2b(parent.to_bytes(HASH_BYTES, "big") + enc, digest_size=HASH_BYTES)
         return int.from_bytes(digest.digest(), "big")
     return chain_hash(parent, chunk)
+
+
+class EvictedReuse(PrefixDirectory):
+    """One node's prefix cache, watched for reuse its evictions cost: a directory of one
+    node whose updates count, instead of publishing, the full blocks computed and cached
+    again after the cache had evicted the same content (the same chained chunk hash, so
+    the same tokens from token 0). Each such block was reused after its eviction: a cache
+    that never evicted would have served it, so ``recomputed_tokens`` is prefill the pool's
+    size cost (``prefix_recomputed_tokens`` in the summary). Counted per published prefix
+    (one per ``lcm(16, B)`` tokens: ``period_tokens``); memory: one hash per distinct
+    prefix evicted and not cached again."""
+
+    def __init__(self) -> None:
+        super().__init__(None, 1)
+        self.held: dict[int, int] = {}  # chunk hash -> cached copies now
+        self.gone: set[int] = set()  # evicted and not cached again since
+        self.recomputed = 0  # prefixes cached again after their eviction
+        self.period_tokens = self.chunk_tokens
+
+    def watch(self, kv: KVManager) -> bool:
+        """Subscribe to ``kv``'s prefix cache (before it runs); False without one."""
+        if not self.attach(0, kv):
+            return False
+        self.period_tokens = lcm(self.chunk_tokens, kv.block_size)
+        return True
+
+    @property
+    def recomputed_tokens(self) -> int:
+        return self.recomputed * self.period_tokens
+
+    def _publish(self, node_id: int, hashes: list[int], sign: int) -> None:
+        held, gone = self.held, self.gone
+        if sign > 0:
+            for h in hashes:
+                n = held.get(h, 0)
+                if not n and h in gone:
+                    gone.discard(h)
+                    self.recomputed += 1
+                held[h] = n + 1
+            return
+        for h in hashes:
+            n = held[h] - 1
+            if n:
+                held[h] = n
+            else:
+                del held[h]
+                gone.add(h)

@@ -65,6 +65,8 @@ class Simulation:
     ctx: WorkloadContext
     driver: Any  # the workload's generator
     pauses: PauseLifecycle
+    #: the prefix cache's reuse lost to evictions (None without a prefix cache)
+    evicted_reuse: Any = None
 
     def run(self, progress=None) -> RunResult:
         """Run to the end; ``progress(sim_time_s, trajectories_completed, total)`` is
@@ -115,8 +117,16 @@ def build(source: Any, **overrides: Any):
         context_window=resolved.context_window_tokens,
     )
     driver = kind.driver(sc.workload, ctx)
+    reuse = None
+    if p.kv.prefix_metrics() is not None:  # count the reuse its evictions cost
+        from sim.cluster.directory import EvictedReuse
+
+        reuse = EvictedReuse()
+        if not reuse.watch(p.kv):
+            reuse = None
     return Simulation(
-        resolved, env, p.node, p.kv, p.scheduler, p.cost, p.recorder, ctx, driver, p.pauses
+        resolved, env, p.node, p.kv, p.scheduler, p.cost, p.recorder, ctx, driver, p.pauses,
+        reuse,
     )
 
 
@@ -143,11 +153,14 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "scenario_path": scenario_path(r.loaded),
         "config_sha256": config_sha256(config),
     }
+    reuse = sim.evicted_reuse
     summary = summarize(rec, tables, sim_time_s=sim_time, kv=sim.kv, meta=meta,
-                        closed_loop=closed_loop_workloads(r.scenario.workload))
+                        closed_loop=closed_loop_workloads(r.scenario.workload),
+                        recomputed_tokens=None if reuse is None else reuse.recomputed_tokens)
     summary["warnings"] = [*r.warnings, *summary["warnings"]]  # what vLLM would not run
     if r.scenario.speculative is not None:
-        summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))
+        summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus,
+                                           tables["requests"]))
     pauses = pause_table(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
     pause_warnings(summary)
