@@ -193,9 +193,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("prefix_evicted_blocks", "int", "count", "Blocks the prefix cache evicted.", **_PREFIX),
     _k("prefix_recomputed_tokens", "int", "tokens",
        "Tokens the prefix cache computed and cached again after it had cached and evicted "
-       "the same content (the same chained 16-token chunk hashes from token 0; counted per "
-       "lcm(16, block_size) tokens): reuse the pool's size cost, which a cache that never "
-       "evicted would have served. Single-node runs (a cluster's nodes: absent). A run "
+       "the same content (the same chained block hash from token 0, whole blocks): reuse "
+       "the pool's size cost, which a cache that never evicted would have served. "
+       "Single-node runs (a cluster's nodes: absent). A run "
        "warns when prefix_evicted_blocks exceeds the pool's blocks and this exceeds 1 % of "
        "the prompt tokens looked up.", optional=True,
        when="single-node runs with a prefix cache (radix, paged_hash)"),
@@ -277,7 +277,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "none with a prefix cache, linear-attention hits under-estimated), then those saying "
        "it went pathological (requests unfinished when the run stopped, with the TTFT "
        "percentiles' lower bound counting each wait without a first token so far; mass "
-        "rejection; thrashing; held (paused) KV dropped under memory pressure; failed or "
+        "rejection; thrashing; held (paused) KV dropped under memory pressure; a prefix "
+        "cache past its capacity: more blocks evicted than the pool has and over 1 % of the "
+        "prompt tokens looked up computed again after their eviction "
+        "(prefix_recomputed_tokens, `sim.metrics.summary.prefix_churn_warning`); failed or "
         "context-exhausted trajectories; overload: the median "
         "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "
         "first third's, `sim.metrics.summary.overload_warning`); empty if healthy "

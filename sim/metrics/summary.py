@@ -91,7 +91,7 @@ def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv
     (``Columns`` or DataFrames); ``meta`` adds scenario facts; ``closed_loop``: the
     ``workload`` names whose arrivals are a closed loop (``closed_loop_workloads``), which
     the overload rule leaves out; ``recomputed_tokens``: the tokens the prefix cache
-    computed again after evicting them (``sim.cluster.directory.EvictedReuse``; None: not
+    computed again after evicting them (``sim.metrics.evicted_reuse.EvictedReuse``; None: not
     counted, and no ``prefix_churn_warning``)."""
     req = frames["requests"]
     traj = frames["trajectories"]

@@ -28,6 +28,7 @@ from sim.engine import Node
 from sim.engine.pauses import PauseLifecycle
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
+from sim.metrics.evicted_reuse import EvictedReuse
 from sim.metrics.pauses import pause_summary, pause_table
 from sim.metrics.summary import (
     closed_loop_workloads,
@@ -119,8 +120,6 @@ def build(source: Any, **overrides: Any):
     driver = kind.driver(sc.workload, ctx)
     reuse = None
     if p.kv.prefix_metrics() is not None:  # count the reuse its evictions cost
-        from sim.cluster.directory import EvictedReuse
-
         reuse = EvictedReuse()
         if not reuse.watch(p.kv):
             reuse = None
