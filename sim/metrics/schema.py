@@ -195,10 +195,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "Tokens the prefix cache computed and cached again after it had cached and evicted "
        "the same content (the same chained block hash from token 0, whole blocks): reuse "
        "the pool's size cost, which a cache that never evicted would have served. "
-       "Single-node runs (a cluster's nodes: absent). A run "
-       "warns when prefix_evicted_blocks exceeds the pool's blocks and this exceeds 1 % of "
-       "the prompt tokens looked up.", optional=True,
-       when="single-node runs with a prefix cache (radix, paged_hash)"),
+       "A run warns when prefix_evicted_blocks exceeds the pool's blocks and this exceeds "
+       "1 % of prefill_tokens.", optional=True,
+       when="single-node runs with a prefix cache (radix, paged_hash) under pause policy "
+       "hold or recompute (one that reloads KV caches blocks it did not compute)"),
     # ---- speculative decoding (sim.sched.speculative): expected-value acceptance, exact
     _k("spec_accepted_tokens_per_step", "float", "tokens/step",
        "Draft tokens accepted per sequence verify step (mean; the bonus token not counted): "
@@ -279,7 +279,7 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "percentiles' lower bound counting each wait without a first token so far; mass "
         "rejection; thrashing; held (paused) KV dropped under memory pressure; a prefix "
         "cache past its capacity: more blocks evicted than the pool has and over 1 % of the "
-        "prompt tokens looked up computed again after their eviction "
+        "prefill tokens computed again after their eviction "
         "(prefix_recomputed_tokens, `sim.metrics.summary.prefix_churn_warning`); failed or "
         "context-exhausted trajectories; overload: the median "
         "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "

@@ -58,7 +58,7 @@ OVERLOAD_MIN_REQUESTS = 30
 #: because memory pressure dropped their held KV
 HELD_DROP_WARN_SHARE = 0.05
 #: warn (``prefix_churn_warning``) when the prefix cache, having evicted more blocks than
-#: the pool holds, computed again more than this share of the prompt tokens looked up
+#: the pool holds, computed again more than this share of the run's prefill tokens
 PREFIX_RECOMPUTE_WARN_SHARE = 0.01
 
 
@@ -196,29 +196,37 @@ def prefix_churn_warning(summary: dict, pool: int | None, block_size: int | None
     """The sentence of a run whose prefix hit rate its pool's size held down, or "". The
     rule: the cache evicted more cached blocks (``prefix_evicted_blocks``) than the pool
     has (``pool``: it turned over more than once) and computed again, after evicting
-    them, more than ``PREFIX_RECOMPUTE_WARN_SHARE`` of the prompt tokens looked up
+    them, more than ``PREFIX_RECOMPUTE_WARN_SHARE`` of the run's prefill tokens
     (``prefix_recomputed_tokens``: content it had cached, evicted, then needed again). A
     cache that churns through blocks nobody asks for again (a session's last output)
-    loses nothing and does not warn; without the count (a cluster's nodes) it never
-    warns. A cache that had kept them would have served up to those tokens too, so the
-    hit rate is bounded by ``prefix_hit_rate`` + recomputed / looked up."""
+    loses nothing and does not warn; without the count (a cluster's nodes, a pause policy
+    that reloads KV) it never warns. A cache that had kept them would have skipped that
+    prefill; with no preemption (whose re-admissions are not looked up) every such token
+    was a first admission's look-up, so the hit rate is at most ``prefix_hit_rate`` +
+    recomputed / ``lookup_tokens``, which the sentence gives."""
     evicted = summary.get("prefix_evicted_blocks") or 0
     recomputed = summary.get("prefix_recomputed_tokens")
-    if not pool or evicted <= pool or recomputed is None or not lookup_tokens:
+    prefill = summary.get("prefill_tokens") or 0
+    if not pool or evicted <= pool or recomputed is None or not prefill:
         return ""
-    share = recomputed / lookup_tokens
+    share = recomputed / prefill
     if share <= PREFIX_RECOMPUTE_WARN_SHARE:
         return ""
     bs = block_size or 1
     rate = summary.get("prefix_hit_rate") or 0.0
+    if not summary.get("preemptions") and lookup_tokens:
+        bound = (f"the prefix hit rate {rate:.1%} would be up to "
+                 f"{rate + recomputed / lookup_tokens:.1%} with a cache that kept them")  # fmt: skip
+    else:
+        bound = (f"a cache that kept them would have skipped that prefill (prefix hit rate "
+                 f"{rate:.1%}; preempted requests recompute too, so no bound on it is given)")  # fmt: skip
     return (f"prefix cache past its capacity: it evicted {evicted:,} cached blocks "
             f"({evicted * bs:,} tokens), {evicted / pool:.2f}x the pool's {pool:,} blocks "
-            f"({pool * bs:,} tokens), and computed again {recomputed:,} prompt tokens it "
-            f"had cached and evicted ({share:.1%} of the {lookup_tokens:,.0f} looked up): "
-            f"the prefix hit rate {rate:.1%} would be up to {rate + share:.1%} with a cache "
-            "that kept them, so it is set by this pool's size as much as by the workload's "
-            f"reuse (rule: evictions over the pool and recomputed over "
-            f"{PREFIX_RECOMPUTE_WARN_SHARE:.0%} of the tokens looked up)")  # fmt: skip
+            f"({pool * bs:,} tokens), and computed again {recomputed:,} tokens it had "
+            f"cached and evicted ({share:.1%} of the {prefill:,} prefill tokens): {bound}, "
+            "so it is set by this pool's size as much as by the workload's reuse (rule: "
+            f"evictions over the pool and recomputed over {PREFIX_RECOMPUTE_WARN_SHARE:.0%} "
+            "of the prefill)")  # fmt: skip
 
 
 def provider_view(traj: Any) -> dict:

@@ -51,6 +51,10 @@ from sim.scenario import LoadedScenario, Resolved, load_scenario
 from sim.sched import Scheduler
 from sim.workload import Streams, WorkloadContext, workload_kind
 
+#: the pause policies that never copy KV back into HBM: under them every block a prefix
+#: cache caches was computed, so ``EvictedReuse`` counts recomputes only
+NEVER_RELOADS = frozenset({"hold", "recompute"})
+
 
 @dataclass
 class Simulation:
@@ -119,7 +123,9 @@ def build(source: Any, **overrides: Any):
     )
     driver = kind.driver(sc.workload, ctx)
     reuse = None
-    if p.kv.prefix_metrics() is not None:  # count the reuse its evictions cost
+    # count the reuse a prefix cache's evictions cost, where every block it caches was
+    # computed (a policy that reloads paused KV caches blocks it copied back)
+    if p.kv.prefix_metrics() is not None and sc.pause_policy.kind in NEVER_RELOADS:
         reuse = EvictedReuse()
         if not reuse.watch(p.kv):
             reuse = None

@@ -10,8 +10,9 @@ on, one block, for paged_hash) each one evicts the least recently used request's
 R4 and R5 find all of R1's and R2's blocks evicted and compute their 1,024 tokens again
 (2,048 in all) where an unbounded cache would have served 1,008 of each (at least one
 token is computed: 63 blocks). Evicted blocks: radix 64 x 3 = 192 (R3, R4, R5);
-paged_hash 1 + 64 x 3 = 193. Both exceed the pool, and 2,048 of the 5,120 tokens looked
-up (40 %) were recomputed: the run warns, with the hit rate "up to 40.0%".
+paged_hash 1 + 64 x 3 = 193. Both exceed the pool, and 2,048 of the 5,120 prefill tokens
+(40 %) were recomputed: the run warns, with the hit rate "up to 40.0%" (no preemption:
+2,048 of the 5,120 tokens looked up).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def test_reuse_lost_to_evictions_is_counted_and_warned(tmp_path, kind, evicted):
     assert s["prefix_hit_rate"] == 0.0
     (w,) = [w for w in s["warnings"] if w.startswith("prefix cache past its capacity")]
     assert f"evicted {evicted} cached blocks" in w
-    assert "computed again 2,048 prompt tokens" in w and "(40.0% of the 5,120 looked up)" in w
+    assert "computed again 2,048 tokens" in w and "(40.0% of the 5,120 prefill tokens)" in w
     assert "up to 40.0%" in w
     # an unbounded cache: 1,008 of R4's and of R5's tokens served, nothing recomputed
     big = run_scenario(scenario(tmp_path, kind, 1e10)).summary
@@ -71,10 +72,24 @@ def test_churn_without_reuse_does_not_warn(tmp_path, kind):
 
 
 def test_the_rule_needs_both_evictions_past_the_pool_and_lost_reuse():
-    s = {"prefix_evicted_blocks": 101, "prefix_recomputed_tokens": 11, "prefix_hit_rate": 0.5}
-    assert prefix_churn_warning(s, 100, 16, 1000)  # 1.1 % recomputed, 101 > 100 blocks
+    s = {"prefix_evicted_blocks": 101, "prefix_recomputed_tokens": 11, "prefix_hit_rate": 0.5,
+         "prefill_tokens": 1000, "preemptions": 0}
+    assert "up to 51.1%" in prefix_churn_warning(s, 100, 16, 1000)  # 1.1 % of the prefill
+    # preempted requests recompute without a look-up: no hit-rate bound
+    assert "no bound" in prefix_churn_warning({**s, "preemptions": 1}, 100, 16, 1000)
     assert not prefix_churn_warning({**s, "prefix_evicted_blocks": 100}, 100, 16, 1000)
     assert PREFIX_RECOMPUTE_WARN_SHARE == 0.01
     assert not prefix_churn_warning({**s, "prefix_recomputed_tokens": 10}, 100, 16, 1000)
     assert not prefix_churn_warning({**s, "prefix_recomputed_tokens": None}, 100, 16, 1000)
     assert not prefix_churn_warning(s, None, 16, 1000)  # no block pool
+
+
+def test_a_policy_that_reloads_kv_is_not_counted(tmp_path):
+    """Offloaded KV copied back is cached again without a prefill: under such a policy
+    the count (and the warning) is left out."""
+    sc = scenario(tmp_path, "radix", SMALL_POOL)
+    sc["hardware"]["host_kv_pool_bytes"] = 1e10
+    s = run_scenario({**sc, "pause_policy": {"kind": "offload_host"}}).summary
+    assert s["prefix_evicted_blocks"] == 192
+    assert "prefix_recomputed_tokens" not in s
+    assert not s["warnings"]
