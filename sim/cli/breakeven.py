@@ -20,7 +20,13 @@ from sim.cli._common import load_with_sets, parse_sets, print_json, print_warnin
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
 from sim.sizing.bounds import MAX_GPUS, MAX_TFLOPS, MIN_TFLOPS, check_number
-from sim.sizing.breakeven import BreakEvenInputs, BreakEvenResult, break_even
+from sim.sizing.breakeven import (
+    DEFAULT_PREFILL_MFU,
+    BreakEvenInputs,
+    BreakEvenResult,
+    break_even,
+    prefill_rate_basis,
+)
 from sim.units import GB
 
 HELP = """Pause economics of one trajectory: reload time over the host link, offload round
@@ -125,10 +131,11 @@ def breakeven(
             stall_s=stall_s,
         )
     )
+    basis = prefill_rate_basis(prefill_mfu, prefill_tflops, gpu, num_gpus, rate)
     if json_out:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "prefill_rate_basis": basis})
     else:
-        _print(result)
+        _print(result, basis)
     print_warnings(result.warnings)
 
 
@@ -158,12 +165,14 @@ def _prefill_rate(mfu, tflops, acc, num_gpus) -> float:
     if tflops is not None:
         return check_number(tflops, "--prefill-tflops", MIN_TFLOPS, MAX_TFLOPS) * 1e12
     if acc is None:
-        raise KvsimError("give --prefill-tflops, or --gpu with --prefill-mfu (default 0.45)")
-    mfu = 0.45 if mfu is None else check_number(mfu, "--prefill-mfu", 0, 1, low_open=True)
+        raise KvsimError(
+            f"give --prefill-tflops, or --gpu with --prefill-mfu (default {DEFAULT_PREFILL_MFU})"
+        )
+    mfu = DEFAULT_PREFILL_MFU if mfu is None else check_number(mfu, "--prefill-mfu", 0, 1, low_open=True)
     return mfu * acc.peak_bf16_flops_per_s * num_gpus
 
 
-def _print(r: BreakEvenResult) -> None:
+def _print(r: BreakEvenResult, basis: str) -> None:
     t = Table(show_header=False, title=f"Pause economics at {r.context_tokens:,} tokens")
     t.add_row("KV state", f"{r.kv_bytes / GB:,.3f} GB ({r.kv_bytes_per_gpu / GB:,.3f} GB per GPU)")
     if r.kv_bytes_all_gpus != r.kv_bytes:  # TP replicates it (an MLA latent, KV heads)
@@ -171,6 +180,7 @@ def _print(r: BreakEvenResult) -> None:
     t.add_row("reload (one way)", f"{r.reload_s * 1e3:,.2f} ms")
     t.add_row("offload round trip", f"{r.round_trip_s * 1e3:,.2f} ms")
     t.add_row("recompute", f"{r.recompute_s:,.4f} s ({r.recompute_flops / 1e12:,.1f} TFLOP)")
+    t.add_row("prefill rate (recompute)", basis)
     t.add_row("recompute / reload", f"{r.recompute_over_reload:,.1f}x")
     t.add_row("break-even wait (F33)", f"{r.break_even_wait_s * 1e3:,.2f} ms")
     if r.wait_s is not None:

@@ -160,10 +160,17 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        **_NULL),
     # ---- latency
     _k("ttft_s", "dist", "s", "Time to first token of every request that produced one."),
-    _k("itl_s", "dist", "s", "Inter-token gaps, pooled over every gap of every request."),
+    _k("itl_s", "dist", "s",
+       "Inter-token latency as vLLM's serving benchmark counts ITL: the gaps between a "
+       "request's consecutive token-emitting steps (one streamed chunk each), pooled over "
+       "every gap of every request. A step that emits several tokens (speculative decoding: "
+       "one verify) is one gap, so with a speculative section this is the time per verify "
+       "step, not per token (per token: spec_tpot_s, and requests' itl_mean_s)."),
     _k("e2e_s", "dist", "s", "Arrival to finish of finished requests."),
     _k("queue_s", "dist", "s", "Arrival to (first) admission of admitted requests."),
-    _k("max_itl_s", "float", "s", "Largest inter-token gap of the run.", **_NULL),
+    _k("max_itl_s", "float", "s",
+       "Largest inter-token gap of the run (between token-emitting steps, as itl_s).",
+       **_NULL),
     # ---- throughput and reuse
     _k("output_tokens", "int", "tokens", "Tokens generated."),
     _k("prefill_tokens", "int", "tokens", "Prompt tokens computed (recomputes included)."),
@@ -184,6 +191,14 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "The prefix cache's own raw match: matched / prompt tokens before the cap and "
        "truncation (>= prefix_hit_rate).", nullable=True, **_PREFIX),
     _k("prefix_evicted_blocks", "int", "count", "Blocks the prefix cache evicted.", **_PREFIX),
+    _k("prefix_recomputed_tokens", "int", "tokens",
+       "Tokens the prefix cache computed and cached again after it had cached and evicted "
+       "the same content (the same chained block hash from token 0, whole blocks): reuse "
+       "the pool's size cost, which a cache that never evicted would have served. "
+       "A run warns when prefix_evicted_blocks exceeds the pool's blocks and this exceeds "
+       "1 % of prefill_tokens.", optional=True,
+       when="single-node runs with a prefix cache (radix, paged_hash) under pause policy "
+       "hold or recompute (one that reloads KV caches blocks it did not compute)"),
     # ---- speculative decoding (sim.sched.speculative): expected-value acceptance, exact
     _k("spec_accepted_tokens_per_step", "float", "tokens/step",
        "Draft tokens accepted per sequence verify step (mean; the bonus token not counted): "
@@ -204,6 +219,11 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "The drafter's KV per token (all GPUs), included in kv_bytes_per_token: one attention "
        "layer of the target (eagle, mtp), the draft profile's (draft_model), 0 (ngram).",
        **_SPEC),
+    _k("spec_tpot_s", "dist", "s",
+       "Time per output token (vLLM's TPOT) of each finished request with more than one "
+       "output token: (finish_s - first_token_s) / (output_tokens - 1), requests' "
+       "itl_mean_s; about itl_s / spec_tokens_per_step. 1 / its mean is the tokens per "
+       "second one stream sees.", **_SPEC),
     _k("spec_draft_kv_peak_bytes", "int", "bytes",
        "The drafter's share of peak_allocated_bytes: its bytes per token over "
        "kv_bytes_per_token, or for a model of several layer groups "
@@ -262,7 +282,10 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "none with a prefix cache, linear-attention hits under-estimated), then those saying "
        "it went pathological (requests unfinished when the run stopped, with the TTFT "
        "percentiles' lower bound counting each wait without a first token so far; mass "
-        "rejection; thrashing; held (paused) KV dropped under memory pressure; failed or "
+        "rejection; thrashing; held (paused) KV dropped under memory pressure; a prefix "
+        "cache past its capacity: more blocks evicted than the pool has and over 1 % of the "
+        "prefill tokens computed again after their eviction "
+        "(prefix_recomputed_tokens, `sim.metrics.summary.prefix_churn_warning`); failed or "
         "context-exhausted trajectories; overload: the median "
         "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "
         "first third's, `sim.metrics.summary.overload_warning`); empty if healthy "
@@ -476,8 +499,12 @@ REQUEST_TABLE = _cols(
     ("queue_s", _F, "s", "admitted_s - arrival_s."),
     ("ttft_s", _F, "s", "first_token_s - arrival_s."),
     ("e2e_s", _F, "s", "finish_s - arrival_s."),
-    ("itl_mean_s", _F, "s", "Mean inter-token gap."),
-    ("itl_max_s", _F, "s", "Largest inter-token gap."),
+    ("itl_mean_s", _F, "s", "Time per output token after the first (vLLM's TPOT): "
+     "(finish_s - first_token_s) / (output_tokens - 1). Without speculative decoding the mean "
+     "gap between its steps; with it, per token (a verify step's gap over the tokens it "
+     "emitted), while summary itl_s and itl_max_s count one gap per step."),
+    ("itl_max_s", _F, "s", "Largest gap between two of its token-emitting steps (per step, "
+     "as summary itl_s)."),
     ("branch_id", _I, "-", "Branch id, unique within the trajectory (0 = main line)."),
     ("parent_branch_id", _I, "-", "Branch it forked from (-1 on the main line)."),
     ("depth", _I, "count", "Fork nesting (0 on the main line)."),

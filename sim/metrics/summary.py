@@ -57,6 +57,9 @@ OVERLOAD_MIN_REQUESTS = 30
 #: warn (``held_drop_warning``) when more than this share of the pauses ended recomputed
 #: because memory pressure dropped their held KV
 HELD_DROP_WARN_SHARE = 0.05
+#: warn (``prefix_churn_warning``) when the prefix cache, having evicted more blocks than
+#: the pool holds, computed again more than this share of the run's prefill tokens
+PREFIX_RECOMPUTE_WARN_SHARE = 0.01
 
 
 def package_versions() -> dict[str, str]:
@@ -82,11 +85,14 @@ def _col(table: Any, name: str, dtype: Any = None) -> np.ndarray:
 
 
 def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv,
-              meta: dict, closed_loop: Collection[str] = ()) -> dict:  # fmt: skip
+              meta: dict, closed_loop: Collection[str] = (),
+              recomputed_tokens: int | None = None) -> dict:  # fmt: skip
     """The summary dict (see the module docstring); ``frames``: the record tables by name
     (``Columns`` or DataFrames); ``meta`` adds scenario facts; ``closed_loop``: the
     ``workload`` names whose arrivals are a closed loop (``closed_loop_workloads``), which
-    the overload rule leaves out."""
+    the overload rule leaves out; ``recomputed_tokens``: the tokens the prefix cache
+    computed again after evicting them (``sim.metrics.evicted_reuse.EvictedReuse``; None: not
+    counted, and no ``prefix_churn_warning``)."""
     req = frames["requests"]
     traj = frames["trajectories"]
     status = _col(req, "status", object)
@@ -157,7 +163,70 @@ def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv
     if pm is not None:  # the prefix cache's own view: raw match before cap/truncation
         out["prefix_match_rate"] = _num(pm.match_rate)
         out["prefix_evicted_blocks"] = int(pm.evicted_blocks)
+        if recomputed_tokens is not None:
+            out["prefix_recomputed_tokens"] = int(recomputed_tokens)
+        churn = prefix_churn_warning(out, pool_blocks(kv), kv_block_size(kv), lookup)
+        if churn:
+            out["warnings"] = [*out["warnings"], churn]
     return out
+
+
+def pool_blocks(kv: Any) -> int | None:
+    """The KV blocks of the pool (``usable_blocks``; a cluster's ``KVSum``: its nodes'
+    summed), or None for a kind without a block pool."""
+    total = 0
+    for one in getattr(kv, "kvs", (kv,)):
+        pool = getattr(getattr(one, "alloc", None), "pool", None)
+        blocks = getattr(pool, "usable_blocks", None)
+        if blocks is None:
+            return None
+        total += int(blocks)
+    return total
+
+
+def kv_block_size(kv: Any) -> int | None:
+    """The tokens per block (a cluster's: node 0's; None without one)."""
+    one = getattr(kv, "kvs", (kv,))[0]
+    size = getattr(one, "block_size", None)
+    return None if size is None else int(size)
+
+
+def prefix_churn_warning(summary: dict, pool: int | None, block_size: int | None,
+                         lookup_tokens: float) -> str:  # fmt: skip
+    """The sentence of a run whose prefix hit rate its pool's size held down, or "". The
+    rule: the cache evicted more cached blocks (``prefix_evicted_blocks``) than the pool
+    has (``pool``: it turned over more than once) and computed again, after evicting
+    them, more than ``PREFIX_RECOMPUTE_WARN_SHARE`` of the run's prefill tokens
+    (``prefix_recomputed_tokens``: content it had cached, evicted, then needed again). A
+    cache that churns through blocks nobody asks for again (a session's last output)
+    loses nothing and does not warn; without the count (a cluster's nodes, a pause policy
+    that reloads KV) it never warns. A cache that had kept them would have skipped that
+    prefill; with no preemption (whose re-admissions are not looked up) every such token
+    was a first admission's look-up, so the hit rate is at most ``prefix_hit_rate`` +
+    recomputed / ``lookup_tokens``, which the sentence gives."""
+    evicted = summary.get("prefix_evicted_blocks") or 0
+    recomputed = summary.get("prefix_recomputed_tokens")
+    prefill = summary.get("prefill_tokens") or 0
+    if not pool or evicted <= pool or recomputed is None or not prefill:
+        return ""
+    share = recomputed / prefill
+    if share <= PREFIX_RECOMPUTE_WARN_SHARE:
+        return ""
+    bs = block_size or 1
+    rate = summary.get("prefix_hit_rate") or 0.0
+    if not summary.get("preemptions") and lookup_tokens:
+        bound = (f"the prefix hit rate {rate:.1%} would be up to "
+                 f"{rate + recomputed / lookup_tokens:.1%} with a cache that kept them")  # fmt: skip
+    else:
+        bound = (f"a cache that kept them would have skipped that prefill (prefix hit rate "
+                 f"{rate:.1%}; preempted requests recompute too, so no bound on it is given)")  # fmt: skip
+    return (f"prefix cache past its capacity: it evicted {evicted:,} cached blocks "
+            f"({evicted * bs:,} tokens), {evicted / pool:.2f}x the pool's {pool:,} blocks "
+            f"({pool * bs:,} tokens), and computed again {recomputed:,} tokens it had "
+            f"cached and evicted ({share:.1%} of the {prefill:,} prefill tokens): {bound}, "
+            "so it is set by this pool's size as much as by the workload's reuse (rule: "
+            f"evictions over the pool and recomputed over {PREFIX_RECOMPUTE_WARN_SHARE:.0%} "
+            "of the prefill)")  # fmt: skip
 
 
 def provider_view(traj: Any) -> dict:
@@ -359,12 +428,16 @@ def fill_hold(traj_frame: Any, kv, sim_time_s: float) -> Any:
     return traj_frame
 
 
-def speculative_summary(rec: Recorder, summary: dict, draft_kv_bytes_per_token: float) -> dict:
+def speculative_summary(rec: Recorder, summary: dict, draft_kv_bytes_per_token: float,
+                        requests: Any = None) -> dict:  # fmt: skip
     """summary.json's ``spec_*`` keys of a speculative-decoding run (``summary`` has its
     ``kv_bytes_per_token`` and ``peak_allocated_bytes`` already, and a model of several
     layer groups its ``peak_allocated_bytes_by_group``, whose ``draft`` entry is exact:
     a hybrid model's side groups are not held per token, so a share of its bytes per
-    token would misstate the drafter's)."""
+    token would misstate the drafter's). With ``requests`` (the requests table) also
+    ``spec_tpot_s``: the per-token time, vLLM's TPOT, of each finished request with more
+    than one output token (its ``itl_mean_s``), where ``itl_s`` pools the gaps between
+    verify steps (several tokens each)."""
     n = rec.spec_verifies
     per_step = rec.spec_accepted / n if n else None
     total_bpt = summary["kv_bytes_per_token"]
@@ -379,4 +452,5 @@ def speculative_summary(rec: Recorder, summary: dict, draft_kv_bytes_per_token: 
         "spec_wasted_tokens": int(rec.spec_wasted),
         "spec_draft_kv_bytes_per_token": float(draft_kv_bytes_per_token),
         "spec_draft_kv_peak_bytes": round(peak),
+        **({} if requests is None else {"spec_tpot_s": describe(_col(requests, "itl_mean_s"))}),
     }

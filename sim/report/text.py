@@ -77,11 +77,14 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         d = s.get(key)
         if key == "queue_s" and disagg:  # admission is on the decode instance (docs/cluster.md)
             label = "queue (to decode admission: remote prefill and KV transfer in)"
+        if key == "itl_s" and "spec_tokens_per_step" in s:  # one gap per verify step
+            label = "ITL (per verify step, as vLLM's ITL)"
         if isinstance(d, dict) and d.get("mean") is not None:
             rows.append((f"{label} mean / p50 / p90 / p99",
                          " / ".join(_ms(d[q]) for q in DIST), "ms"))  # fmt: skip
     rows += [
         ("max ITL", _ms(s.get("max_itl_s")), "ms"),
+        *speculative_rows(s),
         ("output throughput", _num(s.get("output_tokens_per_s"), ",.0f"), "tokens/s"),
         ("prompt reuse rate (cache hits + held KV)",
          _num(s.get("prompt_reuse_rate", s.get("kv_reuse_rate")), ".1f", 100), "%"),
@@ -105,6 +108,30 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         ("cost", _num(s.get("usd_total"), ",.4f"), "USD"),
     ]
     return rows + cluster_rows(s)
+
+
+def speculative_rows(s: dict) -> list[tuple[str, str, str]]:
+    """A speculative-decoding run's rows (none otherwise): the per-token time (TPOT,
+    ``spec_tpot_s``; ITL above is per verify step) and the tokens per second one stream
+    sees (1 / its mean), the tokens per verify step (accepted drafts + the bonus token),
+    the wasted verified tokens and the drafter's KV peak."""
+    if "spec_tokens_per_step" not in s:
+        return []
+    rows = []
+    tpot = s.get("spec_tpot_s")
+    if isinstance(tpot, dict) and tpot.get("mean"):
+        rows += [("TPOT (per token) mean / p50 / p90 / p99",
+                  " / ".join(_ms(tpot[q]) for q in DIST), "ms"),
+                 ("tokens/s per stream (1 / TPOT mean)", _num(1.0 / tpot["mean"], ",.0f"),
+                  "tokens/s")]  # fmt: skip
+    accepted = _num(s.get("spec_accepted_tokens_per_step"), ".3f")
+    return rows + [
+        ("speculative: tokens per verify step (accepted + 1)",
+         f"{_num(s.get('spec_tokens_per_step'), '.3f')} ({accepted} accepted)", "tokens"),
+        ("speculative: verified tokens wasted", _num(s.get("spec_wasted_tokens"), ",d"), "tokens"),
+        ("speculative: drafter KV (peak)", _num(s.get("spec_draft_kv_peak_bytes"), ",.2f", 1e-9),
+         "GB"),
+    ]
 
 
 def unfinished_rows(s: dict) -> list[tuple[str, str, str]]:

@@ -28,6 +28,7 @@ from sim.engine import Node
 from sim.engine.pauses import PauseLifecycle
 from sim.memory.kv_manager import KVManager
 from sim.metrics import Recorder, summarize
+from sim.metrics.evicted_reuse import EvictedReuse
 from sim.metrics.pauses import pause_summary, pause_table
 from sim.metrics.summary import (
     closed_loop_workloads,
@@ -50,6 +51,10 @@ from sim.scenario import LoadedScenario, Resolved, load_scenario
 from sim.sched import Scheduler
 from sim.workload import Streams, WorkloadContext, workload_kind
 
+#: the pause policies that never copy KV back into HBM: under them every block a prefix
+#: cache caches was computed, so ``EvictedReuse`` counts recomputes only
+NEVER_RELOADS = frozenset({"hold", "recompute"})
+
 
 @dataclass
 class Simulation:
@@ -65,6 +70,8 @@ class Simulation:
     ctx: WorkloadContext
     driver: Any  # the workload's generator
     pauses: PauseLifecycle
+    #: the prefix cache's reuse lost to evictions (None without a prefix cache)
+    evicted_reuse: Any = None
 
     def run(self, progress=None) -> RunResult:
         """Run to the end; ``progress(sim_time_s, trajectories_completed, total)`` is
@@ -115,8 +122,16 @@ def build(source: Any, **overrides: Any):
         context_window=resolved.context_window_tokens,
     )
     driver = kind.driver(sc.workload, ctx)
+    reuse = None
+    # count the reuse a prefix cache's evictions cost, where every block it caches was
+    # computed (a policy that reloads paused KV caches blocks it copied back)
+    if p.kv.prefix_metrics() is not None and sc.pause_policy.kind in NEVER_RELOADS:
+        reuse = EvictedReuse()
+        if not reuse.watch(p.kv):
+            reuse = None
     return Simulation(
-        resolved, env, p.node, p.kv, p.scheduler, p.cost, p.recorder, ctx, driver, p.pauses
+        resolved, env, p.node, p.kv, p.scheduler, p.cost, p.recorder, ctx, driver, p.pauses,
+        reuse,
     )
 
 
@@ -143,11 +158,14 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
         "scenario_path": scenario_path(r.loaded),
         "config_sha256": config_sha256(config),
     }
+    reuse = sim.evicted_reuse
     summary = summarize(rec, tables, sim_time_s=sim_time, kv=sim.kv, meta=meta,
-                        closed_loop=closed_loop_workloads(r.scenario.workload))
+                        closed_loop=closed_loop_workloads(r.scenario.workload),
+                        recomputed_tokens=None if reuse is None else reuse.recomputed_tokens)
     summary["warnings"] = [*r.warnings, *summary["warnings"]]  # what vLLM would not run
     if r.scenario.speculative is not None:
-        summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus))
+        summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus,
+                                           tables["requests"]))
     pauses = pause_table(sim.pauses.records(sim_time))
     summary.update(pause_summary(pauses))
     pause_warnings(summary)

@@ -48,6 +48,29 @@ from sim.sizing.plan import window_warning
 from sim.units import GB
 
 #: ``--attention-mask`` values and the ``model_prefill_flops`` mask each counts
+#: ``kvsim breakeven``'s prefill MFU when neither --prefill-mfu nor --prefill-tflops is
+#: given: an assumed round figure (a dense prefill on H100-class GPUs), not a measurement
+DEFAULT_PREFILL_MFU = 0.45
+
+
+def prefill_rate_basis(mfu: float | None, tflops: float | None, gpu: str | None,
+                       num_gpus: int, rate_flops_per_s: float) -> str:  # fmt: skip
+    """Where ``kvsim breakeven``'s prefill rate comes from, and how far to trust the
+    recompute time and the decision that follow from it: a given --prefill-tflops is the
+    user's figure; an MFU (given, or ``DEFAULT_PREFILL_MFU``) times the GPU's dense BF16
+    peak is an assumption no calibration checks (the engine's calibrated step times are
+    a run's: ``kvsim run`` with ``cost.calibration``)."""
+    tf = f"{rate_flops_per_s / 1e12:,.1f} TFLOP/s"
+    if tflops is not None:
+        return (f"{tf} (--prefill-tflops as given): the recompute time and the decision are "
+                "as accurate as that figure")
+    source = "--prefill-mfu as given" if mfu is not None else "the default, assumed"
+    value = DEFAULT_PREFILL_MFU if mfu is None else mfu
+    return (f"{tf} = MFU {value:g} ({source}) x {gpu}'s dense BF16 peak x {num_gpus} GPU(s): "
+            "unvalidated (no calibration measures a prefill's MFU here); the recompute time "
+            "and the decision scale with it (pass --prefill-tflops from a measured prefill)")
+
+
 BREAKEVEN_MASKS = {"causal": "causal", "full": "square", "square": "square"}
 
 

@@ -11,8 +11,10 @@ every number in ``PlanInputs`` is finite and in range (``sim.sizing.bounds``), c
 the object is built. KV is broken down by layer group (``sim.sizing.kv.kv_breakdown``): the
 groups of a context sum to its totals. A hybrid model with Mamba or linear-attention layers
 gets the block size vLLM raises it to (``sim.sizing.hybrid_pages``), stated, not refused;
-capacity itself ignores paging granularity (block rounding and state-page padding), as it
-always has, and the padded state page is reported beside it. With a shared prefix
+under ``mamba_cache_mode: none`` its capacity charges what a run (and vLLM) does: whole
+blocks of that size and each state layer's page padded (``running_state_breakdown``);
+otherwise capacity ignores paging granularity (block rounding; a dense model's 16-token
+blocks), and the padded state page is reported beside it. With a shared prefix
 (F37), the prefix is stored once per replica in the groups that hold it at the
 trajectories' peak (``sim.sizing.kv.shared_prefix_split``: a window or chunk shares only
 its tokens inside the prefix, a running state none), and the pipeline stage that fits the
@@ -191,6 +193,11 @@ class ContextPlan:
     peak_kv_bytes_per_trajectory: float = 0.0
     # the chunk size that peak assumes (PlanInputs.prefill_chunk_tokens)
     prefill_chunk_tokens: int = 0
+    # what a run (and vLLM) charges one trajectory per GPU, which ``max_concurrent``
+    # divides the pool by: ``kv_bytes_per_trajectory_per_gpu`` but, for a model with
+    # state layers under mamba_cache_mode none, whole blocks of the raised block size and
+    # padded state pages (``running_state_breakdown``)
+    kv_bytes_per_trajectory_charged_per_gpu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -284,8 +291,9 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     usable_gpu = pool_gpu * (1 - inputs.headroom)
     pages = unify_pages(model, inputs.block_size, tp, kv_dtype, inputs.mamba_cache_mode)
     saved = pages if inputs.mamba_cache_mode == "all" and pages.state_page_bytes else None
+    running = pages if inputs.mamba_cache_mode == "none" and pages.state_page_bytes else None
     planned = [
-        _context_plan(model, s, inputs, (tp, pp, replicas), kv_dtype, usable_gpu, saved)
+        _context_plan(model, s, inputs, (tp, pp, replicas), kv_dtype, usable_gpu, saved, running)
         for s in inputs.contexts
     ]
     contexts = [c for c, _ in planned]
@@ -293,7 +301,10 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     if pool_gpu == 0:  # why nothing fits, once (the per-context reasons would repeat it)
         warnings.append(no_pool_warning(mem, util, w_gpu, reserve))
     if pages.raised:
-        warnings.append(raised_block_warning(model.name, pages))
+        warnings.append(raised_block_warning(model.name, pages, running is not None))
+    ds_mla = fp8_ds_mla_warning(model, kv_dtype, contexts, usable_gpu, (tp, pp, replicas))
+    if ds_mla:
+        warnings.append(ds_mla)
     padding = model_layer_padding(model)
     if padding.total_padding_layers:
         warnings.append(padding_warning(model.name, padding))
@@ -334,6 +345,48 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     )
 
 
+#: vLLM's ``fp8_ds_mla`` KV format (DeepSeek sparse attention, V3.2): per token per layer
+#: a 512-value latent in fp8, 4 fp32 scales (one per 128 values) and the 64-value rope
+#: part kept in bf16: 512 + 4 x 4 + 64 x 2 = 656 B, where fp8 over the 576-value latent
+#: counts 576 B
+FP8_DS_MLA_BYTES_PER_TOKEN_PER_LAYER = 512 + 4 * 4 + 64 * 2
+
+
+def fp8_ds_mla_warning(model, kv_dtype: str, contexts, usable_gpu: float, parallel) -> str:
+    """The caveat of a DeepSeek-sparse-attention model (an MLA group with an indexer
+    beside it: V3.2) planned with fp8 KV, or "": vLLM stores its latent as
+    ``fp8_ds_mla`` (``FP8_DS_MLA_BYTES_PER_TOKEN_PER_LAYER``), more than the fp8 latent
+    counted here, so the bytes per token and the concurrency at vLLM's size are given
+    beside the plan's (each MLA layer of the most loaded stage adds the difference per
+    token on every GPU, the latent being held whole on each rank)."""
+    groups = model.kv_groups()
+    mla = [g for g in groups if g.kind == "mla"]
+    if kv_dtype != "fp8" or not mla or not any(g.kind == "indexer" for g in groups):
+        return ""
+    if any(getattr(g, "kv_dtype", None) not in (None, "fp8") for g in mla):
+        return ""  # a group with its own dtype: not the fp8 latent this caveat is about
+    g = mla[0]
+    if (g.kv_lora_rank, g.qk_rope_head_dim) != (512, 64):
+        return ""  # not the layout vLLM's fp8_ds_mla is defined for
+    tp, pp, replicas = parallel
+    counted = g.kv_lora_rank + g.qk_rope_head_dim
+    extra = FP8_DS_MLA_BYTES_PER_TOKEN_PER_LAYER - counted
+    layers = model.num_layers
+    stage = max(layers_per_stage(layers, pp))
+    per_token = kv_bytes_per_token(model, kv_dtype) + layers * extra
+    fits = ", ".join(
+        f"{c.context_tokens:,}: {replicas * math.floor(usable_gpu / (c.kv_bytes_per_trajectory_charged_per_gpu + c.trajectory_tokens * stage * extra)):,} "
+        f"(not {c.max_concurrent:,})" for c in contexts
+    ) if usable_gpu > 0 else "none fit"  # fmt: skip
+    return (
+        f"{model.name} with fp8 KV: vLLM stores its MLA latent as fp8_ds_mla, "
+        f"{FP8_DS_MLA_BYTES_PER_TOKEN_PER_LAYER} B per token per layer (512 fp8 + 4 x 4 B "
+        f"scales + 64 x 2 B bf16 rope) where this plan counts {counted} B: "
+        f"{per_token:,.0f} B per token, not {kv_bytes_per_token(model, kv_dtype):,.0f}; "
+        f"concurrent trajectories at vLLM's size: {fits}"
+    )
+
+
 def padding_warning(model: str, padding: LayerPadding) -> str:
     """The note for vLLM's padding layers (its own log line reads "Add N padding layers")."""
     parts = ", ".join(
@@ -348,15 +401,19 @@ def padding_warning(model: str, padding: LayerPadding) -> str:
     )
 
 
-def raised_block_warning(model: str, pages: PageUnification) -> str:
-    """The note for a block size raised so an attention page holds a state page (vLLM)."""
+def raised_block_warning(model: str, pages: PageUnification, counted: bool = False) -> str:
+    """The note for a block size raised so an attention page holds a state page (vLLM);
+    ``counted``: the capacity charges the block rounding and the padded pages
+    (``running_state_breakdown``, ``mamba_cache_mode: none``)."""
     waste = expected_tail_waste_tokens(pages.block_size_tokens) * pages.attention_page_bytes_per_token
+    where = ("counted in the capacity above (whole blocks, padded state pages, as a run "
+             "charges them)" if counted else "not in the capacity above")  # fmt: skip
     return (
         f"block size {pages.requested_block_size_tokens} raised to {pages.block_size_tokens} "
         f"tokens for {model}, as vLLM does: an attention page must hold one state layer's "
         f"state ({pages.state_page_bytes:,.0f} B per GPU, padded to "
         f"{pages.state_page_padded_bytes:,.0f} B); block rounding then costs about "
-        f"{waste:,.0f} B per attention layer per sequence per GPU, not in the capacity above"
+        f"{waste:,.0f} B per attention layer per sequence per GPU, {where}"
     )
 
 
@@ -411,11 +468,42 @@ def saved_state_breakdown(
     return out, whole, gpu
 
 
+def running_state_breakdown(
+    model, tokens: int, tp: int, pp: int, kv_dtype, pages: PageUnification | None
+) -> tuple[list[GroupKV], float, float]:
+    """(``kv_breakdown``, and what it adds whole-model and per GPU) of ``tokens`` as a run
+    (and vLLM) charges a hybrid model with state layers under ``mamba_cache_mode: none``
+    (``pages`` given): the token-held groups in whole blocks of the raised block size
+    (``cdiv(tokens, B) x B`` tokens) and each state layer's running state in one page
+    padded to the attention page (vLLM's ``MambaSpec.page_size_bytes``); unchanged (and
+    0, 0) without ``pages``. Nemotron-H 8B, 1,024 tokens, one H100: 2 blocks of 528
+    tokens x 16,384 B + 24 x 2,162,688 B = 69,206,016 B (unpadded: 68,583,424 B)."""
+    groups = kv_breakdown(model, tokens, tp, pp, kv_dtype)
+    if pages is None:
+        return groups, 0.0, 0.0
+    bs = pages.block_size_tokens
+    paged = kv_breakdown(model, -(-tokens // bs) * bs, tp, pp, kv_dtype)
+    own = {g.name: g.state_bytes_per_layer_per_gpu for g in group_bytes(model, tp, kv_dtype)}
+    out = []
+    for g in paged:
+        if not g.state_bytes or not own.get(g.name):
+            out.append(g)
+            continue
+        f = pages.state_page_padded_bytes / own[g.name]
+        out.append(replace(g, state_bytes=g.state_bytes * f, bytes=g.bytes * f,
+                           bytes_per_gpu=g.bytes_per_gpu * f,
+                           padding_bytes=g.padding_bytes * f))  # fmt: skip
+    whole = sum(g.bytes for g in out) - sum(g.bytes for g in groups)
+    gpu = sum(g.bytes_per_gpu for g in out) - sum(g.bytes_per_gpu for g in groups)
+    return out, whole, gpu
+
+
 def _context_plan(
-    model, context, inputs, parallel, kv_dtype, usable_gpu, saved
+    model, context, inputs, parallel, kv_dtype, usable_gpu, saved, running=None
 ) -> tuple[ContextPlan, list[str]]:
     """One context's capacity, and the warnings it raises (window, nothing fitting);
-    ``parallel`` is (tp, pp, replicas), ``saved`` the pages of ``mamba_cache_mode: all``."""
+    ``parallel`` is (tp, pp, replicas), ``saved`` the pages of ``mamba_cache_mode: all``,
+    ``running`` those of ``none`` for a model with state layers (``running_state_breakdown``)."""
     tp, pp, replicas = parallel
     total = context + inputs.output_tokens
 
@@ -425,12 +513,14 @@ def _context_plan(
 
     groups, whole_extra, _ = saved_state_breakdown(model, total, tp, pp, kv_dtype, saved)
     traj_gpu = per_gpu(total)
+    charged = traj_gpu + running_state_breakdown(model, total, tp, pp, kv_dtype, running)[2]
     result = dict(
         context_tokens=context,
         trajectory_tokens=total,
         kv_bytes_per_trajectory=kv_bytes_for_context(model, total, kv_dtype=kv_dtype) + whole_extra,
         kv_bytes_per_trajectory_per_gpu=traj_gpu,
-        max_concurrent=replicas * math.floor(usable_gpu / traj_gpu),
+        max_concurrent=replicas * math.floor(usable_gpu / charged),
+        kv_bytes_per_trajectory_charged_per_gpu=charged,
         groups=groups,
         # the states split over TP ranks, so all GPUs add the whole model's extra
         kv_bytes_per_trajectory_all_gpus=kv_bytes_for_context_all_gpus(
@@ -458,7 +548,7 @@ def _context_plan(
     pool = _pool_phrase(usable_gpu, inputs.headroom)
     if result["max_concurrent"] == 0 and usable_gpu > 0:
         warnings.append(
-            f"context {context:,}: 0 trajectories fit: one needs {traj_gpu / GB:,.3f} GB "
+            f"context {context:,}: 0 trajectories fit: one needs {charged / GB:,.3f} GB "
             f"of KV per GPU and {pool}"
         )
     shared = inputs.shared_prefix_tokens

@@ -173,3 +173,19 @@ def test_an_infinite_mu_ratio_is_the_default_and_allowed(run_cli):
     code, out, _ = run_cli(f"{BREAKEVEN} --link-gb-per-s 64 --mu-ratio inf --json")
     assert code == 0
     assert json.loads(out)["break_even_wait_s"] == json.loads(out)["round_trip_s"]
+
+
+def test_the_prefill_rate_says_its_basis(run_cli):
+    """The recompute time rests on the prefill rate: the output says where it comes from.
+    nemotron-h-8b on one H100 at the default MFU 0.45: 0.45 x 989.4 TFLOP/s = 445.2."""
+    base = "kvsim breakeven --model nemotron-h-8b --gpu h100-sxm-80gb --context 4096 --json"
+    basis = json.loads(run_cli(base)[1])["prefill_rate_basis"]
+    assert basis.startswith("445.2 TFLOP/s = MFU 0.45 (the default, assumed)")
+    assert "unvalidated" in basis
+    given = json.loads(run_cli(base + " --prefill-mfu 0.3")[1])["prefill_rate_basis"]
+    assert "MFU 0.3 (--prefill-mfu as given)" in given and "unvalidated" in given
+    tf = json.loads(run_cli(base.replace("--gpu h100-sxm-80gb ", "--link-gb-per-s 50 ")
+                            + " --prefill-tflops 400")[1])["prefill_rate_basis"]  # fmt: skip
+    assert tf.startswith("400.0 TFLOP/s (--prefill-tflops as given)")
+    code, out, _ = run_cli(base.replace(" --json", ""))
+    assert code == 0 and "prefill rate (recompute)" in out

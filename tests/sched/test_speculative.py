@@ -362,3 +362,28 @@ def test_the_drafters_weights_come_out_of_the_kv_pool():
                      model="llama-3.1-70b", hardware={"accelerator": "h200-141gb", "tp": 2})
     tp2 = resolve(load_scenario(sc))
     assert tp2.weights_bytes_per_gpu == pytest.approx((70.55e9 * 2 + 16.06e9) / 2, abs=1)
+
+
+def test_itl_is_per_verify_step_and_tpot_per_token():
+    """101 output tokens at k = 3, a = 0.8 (E = 1.952): the prefill emits the first, then
+    34 verifies emit the other 100 (34 bonus + floor(34 x 1.952) = 66 accepted). itl_s
+    pools one gap per verify (34 gaps), TPOT divides the same span by 100 tokens: their
+    means differ by 100 / 34 = spec_tokens_per_step, and the CLI prints both."""
+    from sim.report.text import summary_rows
+
+    res = run_scenario(one_request({**K3_A08, "method": "eagle"}, output=101))
+    s = res.summary
+    req = res.requests.iloc[0]
+    span = req.finish_s - req.first_token_s
+    assert s["spec_verify_steps"] == 34
+    assert s["spec_tokens_per_step"] == pytest.approx(100 / 34, rel=1e-12)
+    assert s["itl_s"]["mean"] == pytest.approx(span / 34, rel=1e-9)
+    assert s["spec_tpot_s"]["mean"] == pytest.approx(span / 100, rel=1e-12)
+    assert req.itl_mean_s == s["spec_tpot_s"]["mean"]  # the requests table's is per token
+    rows = {label: value for label, value, _ in summary_rows(s)}
+    assert "ITL (per verify step, as vLLM's ITL) mean / p50 / p90 / p99" in rows
+    assert rows["tokens/s per stream (1 / TPOT mean)"] == f"{100 / span:,.0f}"
+    assert rows["speculative: tokens per verify step (accepted + 1)"] == "2.941 (1.941 accepted)"
+    plain = {label for label, _, _ in summary_rows(run_scenario(one_request()).summary)}
+    assert "ITL mean / p50 / p90 / p99" in plain
+    assert not any(label.startswith(("TPOT", "speculative")) for label in plain)

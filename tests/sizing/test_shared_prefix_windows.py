@@ -81,9 +81,12 @@ def test_state_layers_share_no_prefix_without_saved_states():
     ``--mamba-cache-mode none`` (plan's default) vLLM saves no state at block boundaries,
     so no prefix of the model ever hits (``kvsim run``: ``prefix_hit_limited_by: mamba``):
     the shared column is the unshared one, with a warning (a probe: it said 1,473 where
-    643 fit on an H200 at 8,000 + 192 tokens, a 6,400-token prefix)."""
+    643 fit on an H200 at 8,000 + 192 tokens, a 6,400-token prefix; 628 since plan charges
+    what a run does: 16 blocks of 528 tokens x 16,384 B + 24 state pages padded to
+    2,162,688 B = 190,316,544 B, in the 119.68e9 B pool)."""
     r, c, pool = _plan("nemotron-h-8b", "h200-141gb", 1, 8000, 6400, output_tokens=192)
-    assert c.max_concurrent == 643
+    assert c.kv_bytes_per_trajectory_charged_per_gpu == 190_316_544
+    assert c.max_concurrent == math.floor(pool / 190_316_544) == 628
     assert c.max_concurrent_shared == c.max_concurrent and c.shared_prefix_bytes == 0
     assert any("--shared-prefix-tokens shares nothing on nemotron-h-8b" in w for w in r.warnings)
 

@@ -89,9 +89,24 @@ CONCURRENCY = {
 }
 
 
+# what a run (and vLLM) charges a hybrid with state layers (mamba_cache_mode none): whole
+# blocks of the raised block size and each state layer's page padded to the attention
+# page. qwen3-next TP 1: B = 544, a page 544 x 2,048 = 1,114,112 B, 36 of them; 24,576 B a
+# token. nemotron-h-8b: B = 528, a page 528 x 4,096 = 2,162,688 B, 24 of them; 16,384 B.
+CHARGED = {
+    "linear_attention": [-(-s // 544) * 544 * 24_576 + 36 * 1_114_112 for s in CONTEXTS],
+    "mamba": [-(-s // 528) * 528 * 16_384 + 24 * 2_162_688 for s in CONTEXTS],
+}
+CHARGED_CONCURRENCY = {"linear_attention": [393, 116, 30], "mamba": [525, 167, 45]}
+
+
 def test_the_hand_numbers_agree_with_their_own_division():
     for kind, (_, _, _, per_seq) in EXAMPLES.items():
         assert [math.floor(POOL / b) for b in per_seq] == CONCURRENCY[kind], kind
+    for kind, charged in CHARGED.items():
+        assert [math.floor(POOL / b) for b in charged] == CHARGED_CONCURRENCY[kind], kind
+    # nemotron-h-8b at 8,192 tokens: 16 blocks (8,448 tokens) + 24 padded pages
+    assert CHARGED["mamba"][0] == 8448 * 16_384 + 51_904_512 == 190_316_544
 
 
 @pytest.mark.parametrize("kind", sorted(EXAMPLES))
@@ -120,7 +135,11 @@ def test_concurrency_on_one_h200(kind):
     )
     assert r.kv_pool_bytes_per_gpu == POOL
     assert [c.kv_bytes_per_trajectory for c in r.contexts] == per_seq
-    assert [c.max_concurrent for c in r.contexts] == CONCURRENCY[kind]
+    # the hybrids with state layers: capacity over what a run charges (CHARGED), the
+    # KV per trajectory the model's own bytes
+    charged = CHARGED.get(kind, per_seq)
+    assert [c.kv_bytes_per_trajectory_charged_per_gpu for c in r.contexts] == charged
+    assert [c.max_concurrent for c in r.contexts] == CHARGED_CONCURRENCY.get(kind, CONCURRENCY[kind])
 
 
 def test_padding_layers_are_their_own_figure():
@@ -234,3 +253,20 @@ def test_group_shares_sum_to_the_totals(name, tokens, tp, pp, dtype):
     )
     all_gpus = kv_bytes_for_context_all_gpus(model, tokens, tp, pp, dtype)
     assert all_gpus >= kv_bytes_for_context(model, tokens, kv_dtype=dtype) * (1 - 1e-12)
+
+
+def test_plan_charges_nemotron_as_a_run_and_vllm_do():
+    """The user trial's case: nemotron-h-8b, one H100, 1,024 tokens. A run charges 2
+    blocks of 528 tokens x 16,384 B (4 attention layers x 4,096) + 24 Mamba-2 pages padded
+    to 2,162,688 B = 69,206,016 B: 61,309,411,328 / 69,206,016 -> 885 (vLLM: 7,087
+    blocks / 8 per sequence = 885), where the unpadded 68,583,424 B gave 893."""
+    r = plan_capacity(PlanInputs(model=load_model("nemotron-h-8b"),
+                                 accelerator=load_accelerator("h100-sxm-80gb"), num_gpus=1,
+                                 contexts=[1024], gpu_memory_utilization=0.9))  # fmt: skip
+    (c,) = r.contexts
+    assert r.kv_pool_bytes_per_gpu == 61_309_411_328
+    assert c.kv_bytes_per_trajectory == 1024 * 16_384 + 24 * 2_158_592 == 68_583_424
+    assert c.kv_bytes_per_trajectory_charged_per_gpu == 2 * 528 * 16_384 + 24 * 2_162_688
+    assert c.kv_bytes_per_trajectory_charged_per_gpu == 69_206_016
+    assert c.max_concurrent == 61_309_411_328 // 69_206_016 == 885
+    assert any("counted in the capacity above" in w for w in r.warnings)
