@@ -289,7 +289,7 @@ class Node:
                     return
         # wake after the step in progress (or the one after it) instead of the run's end
         self._deadline = i
-        self._arm(wake, i)
+        self._arm(wake, i, self.env.now)
 
     def _wake_at_horizon(self, _event) -> None:
         wake = self._wake
@@ -329,8 +329,9 @@ class Node:
             self._stopped = all(isinstance(item[3], _Alarm) for item in self.env._queue)
         self._wake_at_horizon(event)
 
-    def _arm(self, wake, i: int) -> None:
-        timer = self.env.timeout(max(0.0, float(self._ends[i]) - self.env.now))
+    def _arm(self, wake, i: int, now: float) -> None:
+        """Ring ``wake`` at the end of step ``i`` of the run (``now``: ``env.now``)."""
+        timer = self.env.timeout(max(0.0, float(self._ends[i]) - now))
         timer.callbacks.append(lambda _ev: self._ring(wake, i))
 
     def _ring(self, wake, i: int) -> None:
@@ -341,8 +342,9 @@ class Node:
     def _loop(self):
         env, zero_time = self.env, 0
         while True:
+            now = env.now  # (settling below is zero-time: ``now`` holds to the decision)
             # checked before settling: at t = inf (a pause of .inf) settling never ends
-            if self.max_sim_time_s is not None and env.now > self.max_sim_time_s:
+            if self.max_sim_time_s is not None and now > self.max_sim_time_s:
                 if self.horizon_s is None or self.horizon_s > self.max_sim_time_s:
                     if self._stopped:
                         raise WorkloadStoppedError(
@@ -354,14 +356,13 @@ class Node:
                 self.end_s = self.horizon_s  # woken idle, past the horizon: it ends there
                 return
             group = self.lockstep
-            if group is not None and group.busy_until > env.now:
+            if group is not None and group.busy_until > now:
                 # the group is stepping: this rank runs its dummy batch until the step ends
                 yield group.step_end
                 continue
-            while _busy_now(env):  # let same-time processes post first
+            while _busy_now(env, now):  # let same-time processes post first
                 yield _settle(env)
-            self._take_posts()
-            now = env.now
+            self._take_posts(now)
             if self.horizon_s is not None and now >= self.horizon_s:
                 break
             self.kv.set_time(now)
@@ -370,9 +371,9 @@ class Node:
                 self._boundary_drops(now)
             plan = self.sched.schedule()
             self._scheduling_events(plan, now)
-            if plan.empty and self._held:
+            if self._held and not plan.scheduled:  # (``plan.empty``)
                 continue  # no step to plan ahead of: posts received now apply at once
-            if plan.empty:
+            if not plan.scheduled:  # (``plan.empty``)
                 if plan.preempted or plan.rejected or plan.held_drops:
                     zero_time += 1
                     if zero_time > MAX_ZERO_TIME_DECISIONS:
@@ -433,7 +434,7 @@ class Node:
         if self.horizon_s is not None:  # steps must start before the horizon
             k = min(k, bisect_left(ends, self.horizon_s) + 1)
         self._wake, self._ends, self._deadline = self.env.event(), ends[:k], k - 1
-        self._arm(self._wake, k - 1)
+        self._arm(self._wake, k - 1, now)  # (no time passed since the decision)
         yield self._wake
         k = self._deadline + 1
         self._wake, self._ends = None, None
@@ -687,9 +688,9 @@ class Node:
         )
 
     # ------------------------------------------------------------------ inbox
-    def _take_posts(self) -> None:
-        """Receive the workload's posts at this boundary and apply those the plan made now
-        may see.
+    def _take_posts(self, now: float) -> None:
+        """Receive the workload's posts at this boundary (``now``) and apply those the plan
+        made now may see.
 
         Every submission is stamped ``queued_s`` when received (vLLM's ``queued_ts``: its
         engine core takes requests from its input queue between steps). With async
@@ -701,7 +702,6 @@ class Node:
         those received now. With no step in flight (idle, or an empty plan) there is
         nothing to plan ahead of, and everything received applies at once.
         """
-        now = self.env.now
         recv, split = self._recv_s, self._recv_split
         if recv is not None:  # a run went on one step past posts received at ``recv``
             self._recv_s, self._recv_split = None, -1
@@ -714,9 +714,10 @@ class Node:
             ops, self._held, self.inbox = self._held + early, late, []
             self._plan_s = self._step_start
             self._stepped = False
-            self._apply_ops(ops)
+            self._apply_ops(ops, now)
             return
-        _stamp(self.inbox, now)
+        if self.inbox:
+            _stamp(self.inbox, now)
         if self.lag and self._stepped:  # this plan was made when the step just ended began
             ops, self._held, self.inbox = self._held, self.inbox, []
             self._plan_s = self._step_start
@@ -724,13 +725,15 @@ class Node:
             ops, self._held, self.inbox = self._held + self.inbox, [], []
             self._plan_s = now
         self._stepped = False
-        self._apply_ops(ops)
+        if ops:
+            self._apply_ops(ops, now)
 
-    def _apply_ops(self, ops: list[tuple]) -> None:
+    def _apply_ops(self, ops: list[tuple], now: float) -> None:
+        """Apply the posts ``ops`` at ``now`` (``env.now``: applying them takes no time)."""
         if not ops:
             return
         kv, sched = self.kv, self.sched
-        kv.set_time(self.env.now)
+        kv.set_time(now)
         refused = 0  # requests that can never run, refused on submission (one steps row)
         for op in ops:
             kind = op[0]
@@ -752,12 +755,12 @@ class Node:
             elif kind == "cancel":
                 req = op[1]
                 if req is not None and sched.cancel(req):
-                    req.finish_s = self.env.now
+                    req.finish_s = now
                     self._ended(req)
                     self._stalled = 0
                 self.pauses.released(op[2], cancelled=True)
                 kv.release(op[2])
-        self.rec.rejected_at_submit(self.env.now, refused, len(sched.running), len(sched.waiting))
+        self.rec.rejected_at_submit(now, refused, len(sched.running), len(sched.waiting))
 
     # ------------------------------------------------------------- guards
     def _check_invariants(self) -> None:
@@ -812,10 +815,10 @@ class Node:
 SETTLE_PRIORITY = 2
 
 
-def _busy_now(env: simpy.Environment) -> bool:
-    """Whether an event other than a node's settling is due now."""
+def _busy_now(env: simpy.Environment, now: float) -> bool:
+    """Whether an event other than a node's settling is due ``now`` (``env.now``)."""
     queue = env._queue  # simpy's heap of (time, priority, id, event)
-    return bool(queue) and queue[0][0] <= env.now and queue[0][1] < SETTLE_PRIORITY
+    return bool(queue) and queue[0][0] <= now and queue[0][1] < SETTLE_PRIORITY
 
 
 def _settle(env: simpy.Environment) -> simpy.Event:

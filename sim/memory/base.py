@@ -559,7 +559,7 @@ class Allocator(ABC):
     def take_activity(self) -> Activity:
         """Everything done since the previous call (copies, buffers, blocks)."""
         now = _snapshot(self._count)
-        activity = Activity._make(map(sub, now, self._mark))
+        activity = _new_tuple(Activity, map(sub, now, self._mark))  # (``_make``, no Python frame)
         self._mark = now
         return activity
 

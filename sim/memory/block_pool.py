@@ -34,7 +34,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable
 from itertools import compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Protocol
 
 from sim.errors import InvariantError
@@ -334,13 +334,9 @@ class CountPool:
     def refcount(self) -> list[int]:
         raise self._no_ids("refcount")  # no ids: nothing to count per block
 
-    @property
-    def usable_blocks(self) -> int:
-        return self.num_blocks
-
-    @property
-    def num_empty(self) -> int:
-        return self.num_free
+    # read at every decision (the memory row): C-level getters, no Python frame
+    usable_blocks = property(attrgetter("num_blocks"), doc="every block is usable")
+    num_empty = property(attrgetter("num_free"), doc="nothing is cached: the free blocks")
 
     @property
     def num_allocated(self) -> int:

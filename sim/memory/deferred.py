@@ -307,7 +307,11 @@ class DeferredAppends:
         if budget is None:
             return False
         clk1 = self.clk + steps
-        cross, blocks = self._crossing(steps, clk1)
+        if steps == 1:  # (a step: one tick's file, one block each; no ``_crossing`` call)
+            cross = self._at.get(clk1, ())
+            blocks = len(cross)
+        else:
+            cross, blocks = self._crossing(steps, clk1)
         plain: list[tuple[int, Any, int, int]] = []
         if others:
             more = self._others_needs(others, plain)
@@ -351,11 +355,7 @@ class DeferredAppends:
         each one's last block is its own (``clock``), so ceil(overflow / B), where one
         filed at tick ``t`` overflows by ``clk1 - t + 1`` tokens (one block each for a
         window of at most B ticks): counted per file, not per sequence."""
-        at = self._at
-        if steps == 1:
-            cross = at.get(clk1, ())
-            return cross, len(cross)
-        bs = self._bs
+        at, bs = self._at, self._bs
         cross = []
         blocks = 0
         for t in range(clk1 - steps + 1, clk1 + 1):

@@ -73,7 +73,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from sim.errors import InvariantError
 from sim.memory.base import Allocator, Books, FirstStep, checked_count, positive_int
@@ -119,7 +119,10 @@ class PagedAllocator(Allocator):
     #: one does, the kind ignores content: it caches nothing, as vLLM turns caching off
     hit_limited_by: str | None = None
     _content_off = False
-    _own_appends: bool | None = None  # ``_appends_overridden``, once read
+    #: a subclass's own ``append`` or ``_append`` (a plug-in's): it sees every append, so
+    #: none go in a batch that would pass it by; the class's answer, made with the class
+    #: (``__init_subclass__``): the batch paths ask it several times a decision
+    _own_appends: ClassVar[bool] = False
 
     def __init__(
         self, *, pool_bytes: float, kv_bytes_per_token: float, block_size: int = 16
@@ -144,6 +147,10 @@ class PagedAllocator(Allocator):
         #: seq -> (computed, end) of the prefill chunk it runs (``set_step``); absent: the
         #: decode rule of its tokens
         self._step: dict[Hashable, tuple[int, int]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._own_appends = cls._append is not PagedAllocator._append or cls.append is not Allocator.append
 
     def use_kv_groups(self, groups) -> None:
         """Count a hybrid model's side groups (``KVGroups``) in this empty allocator: each
@@ -464,20 +471,13 @@ class PagedAllocator(Allocator):
         whose last block is its own (or full) then only takes ``ceil`` of its overflow in
         free blocks; None with them (an append may evict, or take and return side
         blocks)."""
-        if self.index is None and self.kv_groups is None and not self._appends_overridden():
+        if self.index is None and self.kv_groups is None and not self._own_appends:
             return self.pool.num_free
         return None
 
     def _appends_overridden(self) -> bool:
-        """A subclass's own ``append`` or ``_append`` (a plug-in's): it sees every append,
-        so none go in a batch that would pass it by. (A class's answer: read once.)"""
-        own = self._own_appends
-        if own is None:
-            kind = type(self)
-            own = self._own_appends = (
-                kind._append is not PagedAllocator._append or kind.append is not Allocator.append
-            )
-        return own
+        """A subclass's own ``append`` or ``_append`` (``_own_appends``)."""
+        return self._own_appends
 
     def appends_unordered(self) -> bool:
         """In count mode (no block ids), where a batch goes in one pass
@@ -485,7 +485,7 @@ class PagedAllocator(Allocator):
         so their order changes nothing."""
         # (count mode has no prefix index and no side groups: ``compose`` and
         # ``use_kv_groups`` end it)
-        return self._count_pool is not None and not self._appends_overridden()
+        return self._count_pool is not None and not self._own_appends
 
     def append_each(self, items: Iterable[tuple[Hashable, int]]) -> None:
         """The appends one by one (``Allocator.append_each``) in two passes: count each
@@ -495,7 +495,7 @@ class PagedAllocator(Allocator):
         on write) or of an odd count are made one by one, through ``append``."""
         items = items if isinstance(items, list) else list(items)
         counted = self._count_pool
-        if counted is not None and items and not self._appends_overridden():
+        if counted is not None and items and not self._own_appends:
             self._append_each_counted(items, counted)  # (``bulk_free_blocks`` in count mode)
             return
         if not items or self.bulk_free_blocks() is None:  # an index, side groups, a plug-in

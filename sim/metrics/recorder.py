@@ -364,7 +364,7 @@ class Recorder:
         """
         self.preemptions += len(plan.preempted)
         self.held_drops += plan.held_drops
-        if plan.empty and (plan.preempted or plan.rejected or plan.held_drops):
+        if (plan.preempted or plan.rejected or plan.held_drops) and plan.empty:
             self._event_row(
                 now_s,
                 admitted=len(plan.admitted),
@@ -406,10 +406,13 @@ class Recorder:
         regular = 0
         for req in requests:
             last = req.last_emit_step
-            if last == before and last >= 0:
+            if last == before and last >= 0:  # (the common case, kept short: ``top`` after)
                 regular += 1
-                gap_max = regular_max
-            elif last < 0:  # first token
+                if regular_max > req.itl_max_s:
+                    req.itl_max_s = regular_max
+                req.last_emit_step = last_step
+                continue
+            if last < 0:  # first token
                 req.first_token_s = t0
                 req.last_emit_step = last_step
                 if k == 1:
@@ -424,6 +427,8 @@ class Recorder:
             if gap_max > top:
                 top = gap_max
             req.last_emit_step = last_step
+        if regular and regular_max > top:  # the regular requests' gap (a max: any order)
+            top = regular_max
         self.max_itl_s = top
         n = len(requests)
         self.output_tokens += k * n
@@ -587,7 +592,7 @@ class Recorder:
             if not unit_gpu:
                 unit_gpu = (m.pool_bytes - m.remainder_bytes) / usable if usable else 1.0
             unit_node = unit_gpu * lay.num_gpus
-        external = self._external(m, free, unit_node)
+        external = 0 if self.block_kind else self._external(m, free, unit_node)
         active = allocated - unfilled - paused
         c1 = active
         c2 = c1 + paused

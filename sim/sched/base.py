@@ -72,8 +72,8 @@ class Scheduler(ABC):
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("schedule")
-        if own is not None and not isinstance(own, _CompletingSchedule):
-            cls.schedule = _CompletingSchedule(own)  # type: ignore[method-assign, assignment]
+        if own is not None and own not in _COMPLETING:
+            cls.schedule = _completing(own)  # type: ignore[method-assign, assignment]
         commit = cls.__dict__.get("commit")
         if commit is not None and commit not in _PUBLISHING:
             cls.commit = _publishing(commit)  # type: ignore[method-assign]
@@ -129,14 +129,14 @@ class Scheduler(ABC):
         then put the allocator's copies and cudaMalloc/cudaFree calls since the last
         priced step on the plan, so the step prices them (a decision that runs no step,
         e.g. a preemption, leaves them to the next one rather than dropping them)."""
-        if plan.empty and not self.running and self.waiting and not plan.held_drops:
+        if not self.running and self.waiting and plan.empty and not plan.held_drops:
             if not plan.rejected and not plan.preempted:
                 self.relieve(plan, self.waiting[0], reject=False)
         kv = self.kv
         if not self.publishes_scheduled and kv.holds_back and kv.publish_rule == "scheduled":
             for req, n in plan.scheduled:  # (idempotent: what is seen stays seen)
                 kv.scheduled(req, req.num_computed + n)
-        if not plan.empty:  # a decision that runs no step prices nothing: its activity
+        if plan.scheduled:  # a decision that runs no step prices nothing: its activity
             copied, calls = self.kv.take_step_activity()  # waits for the next step
             plan.copy_bytes += copied
             plan.alloc_calls += calls
@@ -213,28 +213,29 @@ class Scheduler(ABC):
                 raise InvariantError(f"{r!r}: computed tokens out of range")
 
 
-class _CompletingSchedule:
+#: ``schedule`` methods that complete their plan (``_completing``)
+_COMPLETING: set[Callable[[Scheduler], BatchPlan]] = set()
+
+
+def _completing(schedule: Callable[[Scheduler], BatchPlan]) -> Callable[[Scheduler], BatchPlan]:
     """A subclass's ``schedule`` with the base class's duties run after it
-    (``Scheduler.complete_plan``), once per decision however deep ``super()`` calls go."""
+    (``Scheduler.complete_plan``), once per decision however deep ``super()`` calls go.
+    A plain function (as ``_publishing``): binding it to a scheduler is Python's own
+    method binding, with no descriptor code run at every decision."""
 
-    def __init__(self, schedule: Callable[[Scheduler], BatchPlan]) -> None:
-        self.schedule = schedule
-        functools.update_wrapper(self, schedule)
-
-    def __get__(self, obj: Scheduler | None, owner: type | None = None) -> Callable[[], BatchPlan]:
-        if obj is None:
-            return self  # type: ignore[return-value]
-        return functools.partial(self.__call__, obj)
-
-    def __call__(self, sched: Scheduler) -> BatchPlan:
+    @functools.wraps(schedule)
+    def completing(sched: Scheduler) -> BatchPlan:
         if sched._in_schedule:
-            return self.schedule(sched)
+            return schedule(sched)
         sched._in_schedule = True
         try:
-            plan = self.schedule(sched)
+            plan = schedule(sched)
         finally:
             sched._in_schedule = False
         return sched.complete_plan(plan)
+
+    _COMPLETING.add(completing)
+    return completing
 
 
 #: ``commit`` methods that publish what they computed (``_publishing``)

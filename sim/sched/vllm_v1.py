@@ -189,10 +189,11 @@ class VllmV1Scheduler(Scheduler):
         plan = BatchPlan()
         if self.kv.steps_matter:  # finished prompts: windows back to the decode rule
             self.kv.settle_steps()
-        self._on = self._joins()
+        on = self._can_join  # (``_joins``, asked once)
+        self._on = self._joins() if on is None else on
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         n_running = len(plan.decodes)
-        if not plan.preempted:
+        if not plan.preempted and self.waiting:  # (nothing to admit: no call)
             self._schedule_waiting(plan, budget)
         if self._on:
             self._close(plan, n_running)
@@ -291,7 +292,11 @@ class VllmV1Scheduler(Scheduler):
                 if (
                     cohort.size
                     and cohort.size + len(others) - n_others == len(batch)
-                    and kv.advance([(r._serial, r, r.num_computed + 1) for r in others[n_others:]], len(batch))
+                    and kv.advance(
+                        [(r._serial, r, r.num_computed + 1) for r in others[n_others:]]
+                        if len(others) > n_others else [],
+                        len(batch),
+                    )
                 ):  # the whole cohort: its clock
                     done = len(batch)
                 else:
@@ -331,7 +336,7 @@ class VllmV1Scheduler(Scheduler):
         (the running ones ``_schedule_running`` collected, then any admitted decode, a
         recompute's last token, whose history ``_add`` counted)."""
         cohort, others = self.cohort, self._others
-        hist = [r.num_computed for r in others]
+        hist = [r.num_computed for r in others] if others else []  # (no frame for none)
         plan.decode_history_tokens += cohort.hist_sum() + sum(hist)
         if len(plan.decodes) > n_running:
             others += plan.decodes[n_running:]
@@ -342,7 +347,7 @@ class VllmV1Scheduler(Scheduler):
             span = (hi, lo) if span is None else (max(span[0], hi), min(span[1], lo))
         plan.span = (None, None) if span is None else span
         if cohort.size == self.kv.clocked:
-            plan.apart = [(r._serial, r) for r in others]
+            plan.apart = [(r._serial, r) for r in others] if others else []
 
     def _schedule_each(self, plan: BatchPlan, budget: int) -> int:
         """``_schedule_running`` without a cohort: each decode's counters read."""
@@ -551,7 +556,7 @@ class VllmV1Scheduler(Scheduler):
             if (
                 others is not None
                 and cohort.size + len(others) == len(decodes)
-                and all([r.status == RUNNING for r in others])
+                and (not others or all([r.status == RUNNING for r in others]))
             ):  # (no member left since the plan: none was cancelled)
                 emitted += decodes
                 for req in others:

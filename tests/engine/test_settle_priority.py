@@ -20,7 +20,7 @@ def test_settling_runs_after_every_other_event_of_the_same_time():
     order = []
 
     def settler(name):
-        while _busy_now(env):
+        while _busy_now(env, env.now):
             yield _settle(env)
         order.append(name)
 
