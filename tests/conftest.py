@@ -24,9 +24,6 @@ from hypothesis_profiles import hypothesis_profile
 
 os.environ.setdefault("COLUMNS", "200")  # rich tables: do not wrap numbers in captured output
 
-#: hypothesis profiles (docs/testing.md, "Hypothesis profiles"): random locally, the same
-#: examples every run in CI (``hypothesis_profiles``)
-settings.load_profile(hypothesis_profile(dict(os.environ)))
 
 
 def _xdist_workers(config: pytest.Config) -> int:
@@ -37,6 +34,10 @@ def _xdist_workers(config: pytest.Config) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # hypothesis profiles (docs/testing.md, "Hypothesis profiles"): random locally, the
+    # same examples every run in CI (``hypothesis_profiles``); loaded here, where an
+    # unknown name's UsageError prints as one line (at import it was a traceback)
+    settings.load_profile(hypothesis_profile(dict(os.environ)))
     workers = _xdist_workers(config)
     if workers > 1:
         import sim.sweep.executor as executor

@@ -194,11 +194,13 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("prefix_recomputed_tokens", "int", "tokens",
        "Tokens the prefix cache computed and cached again after it had cached and evicted "
        "the same content (the same chained block hash from token 0, whole blocks): reuse "
-       "the pool's size cost, which a cache that never evicted would have served. "
+       "the pool's size cost, at most what a cache that never evicted would have served "
+       "(a returning prompt's last block, computed anyway, is counted too). "
        "A run warns when prefix_evicted_blocks exceeds the pool's blocks and this exceeds "
        "1 % of prefill_tokens.", optional=True,
-       when="single-node runs with a prefix cache (radix, paged_hash) under pause policy "
-       "hold or recompute (one that reloads KV caches blocks it did not compute)"),
+       when="single-node runs with metrics.count_prefix_churn true, a prefix cache (radix, "
+       "paged_hash) and pause policy hold or recompute without evict_from_prefix_cache "
+       "(one that reloads KV caches blocks it did not compute)"),
     # ---- speculative decoding (sim.sched.speculative): expected-value acceptance, exact
     _k("spec_accepted_tokens_per_step", "float", "tokens/step",
        "Draft tokens accepted per sequence verify step (mean; the bonus token not counted): "

@@ -452,5 +452,12 @@ def speculative_summary(rec: Recorder, summary: dict, draft_kv_bytes_per_token: 
         "spec_wasted_tokens": int(rec.spec_wasted),
         "spec_draft_kv_bytes_per_token": float(draft_kv_bytes_per_token),
         "spec_draft_kv_peak_bytes": round(peak),
-        **({} if requests is None else {"spec_tpot_s": describe(_col(requests, "itl_mean_s"))}),
+        **({} if requests is None else {"spec_tpot_s": _tpot(requests)}),
     }
+
+
+def _tpot(requests: Any) -> dict:
+    """``spec_tpot_s``: the finished requests' ``itl_mean_s`` (a cancelled request's
+    ``finish_s`` is its cancel, which would stretch its last gap)."""
+    finished = _col(requests, "status", object) == "finished"
+    return describe(_col(requests, "itl_mean_s")[finished])

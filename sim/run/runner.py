@@ -56,6 +56,21 @@ from sim.workload import Streams, WorkloadContext, workload_kind
 NEVER_RELOADS = frozenset({"hold", "recompute"})
 
 
+def churn_not_counted(sc: Any, kv: Any) -> str:
+    """Why ``metrics.count_prefix_churn`` cannot count this run, or "" when it can: the
+    count needs a prefix cache, and every block it caches computed (a pause policy that
+    reloads KV caches blocks it copied back) and evicted for room only (a ``recompute``
+    that evicts its dropped blocks on purpose is not churn)."""
+    if kv.prefix_metrics() is None:
+        return "the allocator keeps no prefix cache"
+    if sc.pause_policy.kind not in NEVER_RELOADS:
+        return f"pause policy {sc.pause_policy.kind!r} reloads KV (only hold and recompute are counted)"
+    # (only ``recompute``'s options have the field)
+    if getattr(sc.pause_policy, "evict_from_prefix_cache", False):
+        return "pause_policy.evict_from_prefix_cache evicts on purpose"
+    return ""
+
+
 @dataclass
 class Simulation:
     """A built, not yet run, simulation (exposed for tests and notebooks)."""
@@ -123,9 +138,7 @@ def build(source: Any, **overrides: Any):
     )
     driver = kind.driver(sc.workload, ctx)
     reuse = None
-    # count the reuse a prefix cache's evictions cost, where every block it caches was
-    # computed (a policy that reloads paused KV caches blocks it copied back)
-    if p.kv.prefix_metrics() is not None and sc.pause_policy.kind in NEVER_RELOADS:
+    if sc.metrics.count_prefix_churn and not churn_not_counted(sc, p.kv):
         reuse = EvictedReuse()
         if not reuse.watch(p.kv):
             reuse = None
@@ -163,6 +176,9 @@ def collect(sim: Simulation, wall_time_s: float) -> RunResult:
                         closed_loop=closed_loop_workloads(r.scenario.workload),
                         recomputed_tokens=None if reuse is None else reuse.recomputed_tokens)
     summary["warnings"] = [*r.warnings, *summary["warnings"]]  # what vLLM would not run
+    if r.scenario.metrics.count_prefix_churn and reuse is None:
+        why = churn_not_counted(r.scenario, sim.kv) or "the prefix cache takes no listener"
+        summary["warnings"].append(f"metrics.count_prefix_churn: not counted: {why}")
     if r.scenario.speculative is not None:
         summary.update(speculative_summary(rec, summary, r.draft_kv_bytes_per_token_per_gpu * r.num_gpus,
                                            tables["requests"]))

@@ -230,14 +230,14 @@ def resolve(loaded: LoadedScenario) -> Resolved:
             field="hardware",
         )
     kind, options = _allocator_options(loaded, model)
-    mode, mode_warning = checked_mamba_cache_mode(loaded, model, _caches_prefixes(kind))
+    mode, mode_warning = checked_mamba_cache_mode(loaded, model, caches_prefixes(kind))
     try:
         requested = _unify_block_size(options, model, hw.tp, mode)
     except KvsimError as exc:
         raise _located(loaded, ("model", "mamba_cache_mode"), exc) from None
     page = _state_page_padded(options, model, hw.tp, mode)
     groups, saved = _saved_states(groups, options, page)
-    draft_gpu, draft = draft_kv(loaded, model, _caches_prefixes(kind))
+    draft_gpu, draft = draft_kv(loaded, model, caches_prefixes(kind))
     groups = with_drafter(groups, draft_gpu * n_gpus)  # the drafter rides on the table
     tiers = _tiers(loaded, acc)
     window = sc.scheduler.model_dump().get("max_model_len")
@@ -294,7 +294,7 @@ def _saved_states(groups: KVGroups, options: dict, page: float | None) -> tuple[
             saved_state_bytes_per_token(groups, block, page))  # fmt: skip
 
 
-def _caches_prefixes(kind: str) -> bool:
+def caches_prefixes(kind: str) -> bool:
     """Whether allocator ``kind`` keeps a prefix cache (it is told token content)."""
     from sim.memory import allocator_class
 

@@ -130,6 +130,11 @@ class MetricsSection(_Cfg):
 
     # memory.parquet's ``phi_ext``: F9 for a request of this many tokens (its KV bytes)
     phi_ext_request_tokens: int = Field(DEFAULT_PHI_EXT_REQUEST_TOKENS, ge=1, le=10**9)
+    # summary.json's ``prefix_recomputed_tokens`` and the "prefix cache past its
+    # capacity" warning (``sim.metrics.evicted_reuse``): off by default, since counting
+    # turns the prefix index's lazy fills off and hashes every fill (about 1.5x the loop
+    # of a radix agents run, docs/prefix_cache.md)
+    count_prefix_churn: bool = False
 
 
 #: the default ``engine.max_sim_time_s``: 30 simulated days

@@ -47,7 +47,6 @@ from sim.sizing.kv import kv_bytes_for_context
 from sim.sizing.plan import window_warning
 from sim.units import GB
 
-#: ``--attention-mask`` values and the ``model_prefill_flops`` mask each counts
 #: ``kvsim breakeven``'s prefill MFU when neither --prefill-mfu nor --prefill-tflops is
 #: given: an assumed round figure (a dense prefill on H100-class GPUs), not a measurement
 DEFAULT_PREFILL_MFU = 0.45
@@ -71,6 +70,7 @@ def prefill_rate_basis(mfu: float | None, tflops: float | None, gpu: str | None,
             "and the decision scale with it (pass --prefill-tflops from a measured prefill)")
 
 
+#: ``--attention-mask`` values and the ``model_prefill_flops`` mask each counts
 BREAKEVEN_MASKS = {"causal": "causal", "full": "square", "square": "square"}
 
 

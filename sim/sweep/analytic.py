@@ -100,8 +100,9 @@ def sample_averages(resolved, seed: int, n: int = SAMPLE_TRAJECTORIES) -> dict[s
 def _plan(resolved, context: float, reply: float, shared: int) -> dict[str, float]:
     """F34-F37 through ``plan_capacity`` for one context length: ``concurrency`` (B), and
     what it divided by, over the engine instance's GPUs (the units of a run's
-    ``allocated_bytes``): ``kv_bytes_per_trajectory`` (each trajectory's own KV, a hybrid
-    model's running states included, the shared prefix left out when shared) and
+    ``allocated_bytes``): ``kv_bytes_per_trajectory`` (each trajectory's own KV as a run
+    charges it, ``max_concurrent``'s divisor: a hybrid model's whole blocks of its raised
+    block size and padded state pages included; the shared prefix left out when shared) and
     ``shared_prefix_bytes`` (the prefix stored once; 0 when nothing is shared)."""
     from sim.sizing.kv import shared_prefix_split
     from sim.sizing.plan import PlanInputs, plan_capacity
@@ -132,13 +133,14 @@ def _plan(resolved, context: float, reply: float, shared: int) -> dict[str, floa
         headroom=HEADROOM,
         shared_prefix_tokens=min(shared, ctx) if shared else None,
         gpu_memory_utilization=util,
+        mamba_cache_mode=resolved.mamba_cache_mode,  # states saved at block ends share too
     )
     result = plan_capacity(inputs)
     plan = result.contexts[0]
     gpus = hw.tp * hw.pp  # one replica's GPUs: per-GPU bytes x GPUs, as resolve counts them
     if not (shared and plan.shared_prefix_bytes):  # nothing shared: the whole trajectory
         return {"concurrency": plan.max_concurrent, "shared_prefix_bytes": 0.0,
-                "kv_bytes_per_trajectory": plan.kv_bytes_per_trajectory_per_gpu * gpus}  # fmt: skip
+                "kv_bytes_per_trajectory": plan.kv_bytes_per_trajectory_charged_per_gpu * gpus}  # fmt: skip
     # the stage that fits the fewest decides (sim.sizing.plan._shared_fit): its private part
     usable_gpu = result.kv_pool_bytes_per_gpu * (1 - HEADROOM)
     _, stages = shared_prefix_split(model, plan.trajectory_tokens, min(shared, ctx), hw.tp,
@@ -158,19 +160,12 @@ def _pool_note(hw) -> str | None:
     return pool_note(hw.reserve_bytes_per_gpu, "hardware.reserve_bytes_per_gpu")
 
 
-def caches_prefixes(kind: str) -> bool:
-    """Whether allocator ``kind`` keeps a prefix cache, so that trajectories share the
-    workload's prefix (``paged`` with ``prefix_caching``, ``radix``); ``paged``, ``static``,
-    ``contiguous`` and ``buddy`` store it once per trajectory."""
-    from sim.memory import allocator_class
-
-    return bool(allocator_class(kind).uses_content)
-
-
 def analytic_estimate(resolved, search: str, seed: int) -> dict[str, Any]:
     """``{"value", "peak_value", "inputs"}``: F37's concurrency (or, for ``arrival_rate``,
     that concurrency over the mean trajectory duration), time-averaged and peak."""
     avg = sample_averages(resolved, seed)
+    from sim.scenario.resolve import caches_prefixes
+
     prefix = shared_tokens(resolved.scenario.workload)
     cached = caches_prefixes(resolved.allocator_kind)
     shared = prefix if cached else 0  # no prefix cache: each trajectory stores its own copy

@@ -149,7 +149,10 @@ def achieved(searches, points: list[dict], of_load: bool = True) -> dict[str, An
         rows.append({
             "replication": i, "seed": probe["seed"], "load": probe["load"],
             "mean": m["trajectories_active_mean"], "peak": m.get("trajectories_active_peak"),
-            "trajectory_s_mean": m.get("trajectory_s_mean"), "window_s": probe.get("window_s"),
+            # the simulated mean of the trajectories that finished (the estimate's
+            # ``inputs.trajectory_s_mean`` is the workload's sampled one)
+            "trajectory_s_mean_finished": m.get("trajectory_s_mean_finished"),
+            "window_s": probe.get("window_s"),
         })  # fmt: skip
     if not rows:
         return None
@@ -175,7 +178,7 @@ def unbound_warning(got: dict[str, Any] | None, stagger_s: float, counts, count_
     worst = min(short, key=lambda r: r["mean"] / r["load"])
     load, n = worst["load"], counts(worst["load"])
     peak = _num(worst["peak"])
-    length = worst["trajectory_s_mean"]
+    length = worst["trajectory_s_mean_finished"]
     ramp = (load - 1) * stagger_s
     per = n / load
     outlasts = bool(stagger_s) and length is not None and ramp > length

@@ -167,7 +167,7 @@ def memory_figures(result, measured: dict) -> dict[str, Any]:
         "sim_time_s": s.get("sim_time_s"),
         "trajectories_active_mean": _active_mean(result.trajectories, lo, hi),
         "trajectories_active_peak": active_peak(result.trajectories),
-        "trajectory_s_mean": _duration_mean(result.trajectories),
+        "trajectory_s_mean_finished": _duration_mean(result.trajectories),
     }
 
 

@@ -39,6 +39,7 @@ def scenario(tmp_path, kind: str, pool: float, trace=TRACE) -> dict:
         "hardware": {"accelerator": "h100-sxm-80gb", "tp": 1, "kv_pool_bytes_per_gpu": pool},
         "allocator": {"kind": kind, "block_size": 16}, "scheduler": {"kind": "vllm_v1"},
         "workload": {"kind": "mooncake", "path": str(path)},
+        "metrics": {"count_prefix_churn": True},
     }  # fmt: skip
 
 
@@ -92,4 +93,30 @@ def test_a_policy_that_reloads_kv_is_not_counted(tmp_path):
     s = run_scenario({**sc, "pause_policy": {"kind": "offload_host"}}).summary
     assert s["prefix_evicted_blocks"] == 192
     assert "prefix_recomputed_tokens" not in s
+    assert s["warnings"] == [
+        "metrics.count_prefix_churn: not counted: pause policy 'offload_host' reloads KV "
+        "(only hold and recompute are counted)"
+    ]
+
+
+def test_the_count_is_off_unless_asked(tmp_path):
+    """Counting turns the index's lazy fills off (a slower loop), so a run counts only
+    when ``metrics.count_prefix_churn`` asks: the same churning run says nothing."""
+    sc = scenario(tmp_path, "radix", SMALL_POOL)
+    s = run_scenario({**sc, "metrics": {}}).summary
+    assert s["prefix_evicted_blocks"] == 192
+    assert "prefix_recomputed_tokens" not in s
     assert not s["warnings"]
+
+
+def test_a_recompute_that_evicts_on_purpose_is_not_counted(tmp_path):
+    """``evict_from_prefix_cache`` removes a paused context's blocks on purpose: that is
+    not churn from the pool's size, so it is not counted (a review found it warned)."""
+    sc = scenario(tmp_path, "radix", SMALL_POOL)
+    pol = {"kind": "recompute", "evict_from_prefix_cache": True}
+    s = run_scenario({**sc, "pause_policy": pol}).summary
+    assert "prefix_recomputed_tokens" not in s
+    assert s["warnings"] == [
+        "metrics.count_prefix_churn: not counted: pause_policy.evict_from_prefix_cache "
+        "evicts on purpose"
+    ]

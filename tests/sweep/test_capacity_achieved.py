@@ -45,7 +45,7 @@ def test_the_mean_in_flight_over_a_window_by_hand():
     figs = _figures(_staggered(10, 1.0, 2.5), 3.0, 8.0)
     assert figs["trajectories_active_mean"] == pytest.approx((0.5 + 1.5 + 7.5 + 2 + 1) / 5)
     assert figs["trajectories_active_peak"] == 3
-    assert figs["trajectory_s_mean"] == pytest.approx(2.5)
+    assert figs["trajectory_s_mean_finished"] == pytest.approx(2.5)
 
 
 def _probe(load: int, figs: dict) -> dict:
@@ -69,7 +69,7 @@ def test_a_load_that_never_binds_is_flagged_with_how_much_and_why():
     mean_by_hand = (5 * 0.2 + 0.5 * sum(range(6, 24))) / 9.2
     assert figs["trajectories_active_mean"] == pytest.approx(mean_by_hand)
     assert figs["trajectories_active_peak"] == 24  # agents 0..23, all busy at 11.5 s
-    assert figs["trajectory_s_mean"] == pytest.approx(5.2)
+    assert figs["trajectory_s_mean_finished"] == pytest.approx(5.2)
     probe = {**_probe(40, figs), "window_s": {"start": 2.3, "end": 11.5}}
     got = answer.achieved([SimpleNamespace(at=40)], [probe])
     assert got["mean"] == pytest.approx(mean_by_hand) and got["peak"] == 24
@@ -129,8 +129,13 @@ def test_f37_divides_by_the_hybrid_trajectory_with_its_state_and_the_gap_uses_it
     est = _estimate(**{"model.profile": "qwen3-next-80b-a3b"})
     inp = est["inputs"]
     tokens = round(inp["M_avg_tokens"]) + round(inp["K_avg_tokens"])
-    per = tokens * QWEN_BYTES_PER_TOKEN + QWEN_STATE_BYTES
     assert QWEN_STATE_BYTES == 39_518_208
+    # as a run (and vLLM) charges it: whole blocks of the raised block size, 544 tokens
+    # (the attention page, 544 x 2 x 2 x 256 x 2 B = 1,114,112 B a layer, is the smallest
+    # multiple of 16 tokens holding a layer's state, 1,097,728 B), and each DeltaNet
+    # layer's state padded to that page
+    assert QWEN_STATE_BYTES // 36 == 1_097_728 <= 544 * 2 * 2 * 256 * 2 == 1_114_112
+    per = math.ceil(tokens / 544) * 544 * QWEN_BYTES_PER_TOKEN + 36 * 1_114_112
     assert inp["kv_bytes_per_trajectory"] == per and inp["shared_prefix_bytes"] == 0
     assert est["value"] == math.floor(0.9 * inp["kv_pool_bytes"] / per)
     # the gap line compares the simulated KV per trajectory with that same figure
@@ -141,7 +146,7 @@ def test_f37_divides_by_the_hybrid_trajectory_with_its_state_and_the_gap_uses_it
     gap = explain_gap(402, est, [search], [probe])
     assert gap["at_capacity"]["kv_bytes_per_trajectory_f37"] == per
     line = next(x for x in gap["explanation"] if x.startswith("KV per active trajectory"))
-    assert f"{0.217e9 / per:.2f}x" in line and "0.92x" in line
+    assert f"{0.217e9 / per:.2f}x" in line and "0.90x" in line
     assert f"vs {per / 1e9:.2f} GB in F37" in line and "nothing shared" in line
     flight = next(x for x in gap["explanation"] if x.startswith("trajectories in flight"))
     assert f"mean 151.7 over the window, peak 253; {151.7 / est['value']:.2f}x F37's" in flight
@@ -173,3 +178,17 @@ def test_f37_shares_the_prefix_once_with_a_prefix_cache():
     assert inp["shared_prefix_bytes"] == 3584 * LLAMA_BYTES_PER_TOKEN
     free = 0.9 * inp["kv_pool_bytes"] - 3584 * LLAMA_BYTES_PER_TOKEN
     assert est["value"] == math.floor(free / private) == 39
+
+
+def test_f37_shares_the_prefix_of_a_state_model_only_when_its_states_are_saved():
+    """With a prefix cache, a state-space hybrid shares the workload's prefix only under
+    ``mamba_cache_mode: all`` (states saved at block ends: vLLM's rule, ``kvsim plan``'s);
+    under ``none`` nothing is shared (a review found the estimate ignored the mode)."""
+    base = {"model.profile": "nemotron-h-8b", "allocator.kind": "radix",
+            "scheduler.max_model_len": 8192}
+    none = _estimate(**base, **{"model.mamba_cache_mode": "none"})["inputs"]
+    saved = _estimate(**base, **{"model.mamba_cache_mode": "all"})["inputs"]
+    assert none["prefix_cache"] and saved["prefix_cache"]
+    assert none["S_shared_tokens"] == 0 and none["shared_prefix_bytes"] == 0
+    assert saved["S_shared_tokens"] == saved["workload_prefix_tokens"] > 0
+    assert saved["shared_prefix_bytes"] > 0
