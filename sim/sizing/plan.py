@@ -452,19 +452,27 @@ def saved_state_breakdown(
     groups = kv_breakdown(model, tokens, tp, pp, kv_dtype)
     if pages is None:
         return groups, 0.0, 0.0
-    own = {g.name: g.state_bytes_per_layer_per_gpu for g in group_bytes(model, tp, kv_dtype)}
     boundaries = -(-tokens // pages.block_size_tokens)
+    return _states_as(model, tp, kv_dtype, groups, groups, boundaries * pages.state_page_padded_bytes)
+
+
+def _states_as(model, tp: int, kv_dtype, groups: list[GroupKV], base: list[GroupKV],
+               state_bytes_per_layer: float) -> tuple[list[GroupKV], float, float]:  # fmt: skip
+    """``groups`` with each state group's bytes scaled so that a layer's state is
+    ``state_bytes_per_layer`` (per GPU), and what that adds over ``base``, whole-model and
+    per GPU."""
+    own = {g.name: g.state_bytes_per_layer_per_gpu for g in group_bytes(model, tp, kv_dtype)}
     out = []
     for g in groups:
         if not g.state_bytes or not own.get(g.name):
             out.append(g)
             continue
-        f = boundaries * pages.state_page_padded_bytes / own[g.name]  # per-layer state scales
+        f = state_bytes_per_layer / own[g.name]  # per-layer state scales
         out.append(replace(g, state_bytes=g.state_bytes * f, bytes=g.bytes * f,
                            bytes_per_gpu=g.bytes_per_gpu * f,
                            padding_bytes=g.padding_bytes * f))  # fmt: skip
-    whole = sum(g.bytes for g in out) - sum(g.bytes for g in groups)
-    gpu = sum(g.bytes_per_gpu for g in out) - sum(g.bytes_per_gpu for g in groups)
+    whole = sum(g.bytes for g in out) - sum(g.bytes for g in base)
+    gpu = sum(g.bytes_per_gpu for g in out) - sum(g.bytes_per_gpu for g in base)
     return out, whole, gpu
 
 
@@ -483,19 +491,7 @@ def running_state_breakdown(
         return groups, 0.0, 0.0
     bs = pages.block_size_tokens
     paged = kv_breakdown(model, -(-tokens // bs) * bs, tp, pp, kv_dtype)
-    own = {g.name: g.state_bytes_per_layer_per_gpu for g in group_bytes(model, tp, kv_dtype)}
-    out = []
-    for g in paged:
-        if not g.state_bytes or not own.get(g.name):
-            out.append(g)
-            continue
-        f = pages.state_page_padded_bytes / own[g.name]
-        out.append(replace(g, state_bytes=g.state_bytes * f, bytes=g.bytes * f,
-                           bytes_per_gpu=g.bytes_per_gpu * f,
-                           padding_bytes=g.padding_bytes * f))  # fmt: skip
-    whole = sum(g.bytes for g in out) - sum(g.bytes for g in groups)
-    gpu = sum(g.bytes_per_gpu for g in out) - sum(g.bytes_per_gpu for g in groups)
-    return out, whole, gpu
+    return _states_as(model, tp, kv_dtype, paged, groups, pages.state_page_padded_bytes)
 
 
 def _context_plan(
