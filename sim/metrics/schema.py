@@ -302,7 +302,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("resume_stall_s", "dist", "s", "Tool return to the KV being resident again."),
     _k("paused_hbm_gb_s", "float", "GB*s",
        "F29 over the pauses table: GB x seconds of each pause's own sequence held in HBM "
-       "while it lasted (fork children excluded; see hold_gb_s)."),
+       "from the tool call until its blocks left HBM or its next turn was admitted (so a "
+       "busy engine's queue after the tool returned is included; fork children excluded; "
+       "see hold_gb_s)."),
     _k("recompute_flops", "float", "FLOPs",
        "FLOPs of recomputed pause contexts, as the run's step pricer counts them (each "
        "suffix over the prefix still cached, under cost.attention_mask)."),
@@ -322,7 +324,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
        "HBM queues and prefix-cache hits)."),
     _k("pause_cost_gap_ratio", "float", "ratio",
        "pause_cost_policy_s / pause_cost_oracle_s (1 = as good as the oracle; null when "
-       "the oracle's cost is 0).", **_NULL),
+       "the oracle's cost is 0). The oracle is contention-free: it holds only until the "
+       "tool returns, while a hold really lasts until the next turn's admission, so a run "
+       "whose decisions all equal the oracle's reads above 1 by its queueing.", **_NULL),
     _k("pause_cost_priced", "int", "count",
        "Pauses priced (the tool returned or the session ended; open ones are left out)."),
     _k("hints_given", "int", "count", "Pauses that carried an agent KV hint."),
@@ -690,7 +694,8 @@ PAUSE_TABLE = _cols(
     ("first_token_s", _F, "s", "Next turn's first token (NaN: none)."),
     ("resume_stall_s", _F, "s", "resident_s - tool_return_s."),
     ("resume_latency_s", _F, "s", "first_token_s - tool_return_s."),
-    ("paused_hbm_gb_s", _F, "GB*s", "F29 of this pause in HBM."),
+    ("paused_hbm_gb_s", _F, "GB*s", "F29 of this pause in HBM: from start_s until its blocks left HBM or its next "
+     "turn was admitted (past ended_s when the engine was busy at the tool's return)."),
     ("bytes_offloaded_host", _F, "bytes", "Copied out to host."),
     ("bytes_offloaded_nvme", _F, "bytes", "Copied out to NVMe."),
     ("bytes_reloaded_host", _F, "bytes", "Copied back from host."),
