@@ -65,6 +65,11 @@ class PausePolicy(ABC):
     #: never reads that fact (False: the fact is 0.0), so a plug-in written before the
     #: flag still gets the real figure
     reads_running_batch: ClassVar[bool] = True
+    #: whether the policy may copy a paused context back into HBM (an offload's reload):
+    #: blocks a prefix cache then caches were not computed, so a run does not count its
+    #: prefix churn (``metrics.count_prefix_churn``); True (the safe answer) unless a
+    #: policy declares it never does
+    reloads_kv: ClassVar[bool] = True
 
     def __init__(self, options: PolicyOptions | None = None) -> None:
         self.options = options if options is not None else self.Options()

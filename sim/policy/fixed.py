@@ -23,6 +23,7 @@ class Hold(PausePolicy):
     reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
 
     name = "hold"
+    reloads_kv = False  # the context stays in HBM (or is dropped under pressure)
 
     class Options(PolicyOptions):
         kind: Literal["hold"] = "hold"
@@ -42,6 +43,7 @@ class Recompute(PausePolicy):
     reads_running_batch = False  # never reads PauseFacts.running_batch_bytes
 
     name = "recompute"
+    reloads_kv = False  # the context is prefilled again, never copied back
 
     class Options(PolicyOptions):
         kind: Literal["recompute"] = "recompute"

@@ -36,6 +36,7 @@ from sim.metrics.summary import (
     pause_warnings,
     speculative_summary,
 )
+from sim.policy.registry import policy_class
 from sim.run.accuracy import _least_trusted, add_accuracy, run_accuracy
 from sim.run.checks import (  # noqa: F401  (re-exported: sim.run.runner's names survive)
     TIER_KEYS,
@@ -51,10 +52,6 @@ from sim.scenario import LoadedScenario, Resolved, load_scenario
 from sim.sched import Scheduler
 from sim.workload import Streams, WorkloadContext, workload_kind
 
-#: the pause policies that never copy KV back into HBM: under them every block a prefix
-#: cache caches was computed, so ``EvictedReuse`` counts recomputes only
-NEVER_RELOADS = frozenset({"hold", "recompute"})
-
 
 def churn_not_counted(sc: Any, kv: Any) -> str:
     """Why ``metrics.count_prefix_churn`` cannot count this run, or "" when it can: the
@@ -63,7 +60,7 @@ def churn_not_counted(sc: Any, kv: Any) -> str:
     that evicts its dropped blocks on purpose is not churn)."""
     if kv.prefix_metrics() is None:
         return "the allocator keeps no prefix cache"
-    if sc.pause_policy.kind not in NEVER_RELOADS:
+    if policy_class(sc.pause_policy.kind).reloads_kv:  # (blocks copied back, not computed)
         return f"pause policy {sc.pause_policy.kind!r} reloads KV (only hold and recompute are counted)"
     # (only ``recompute``'s options have the field)
     if getattr(sc.pause_policy, "evict_from_prefix_cache", False):

@@ -207,8 +207,9 @@ def unbound_warning(got: dict[str, Any] | None, stagger_s: float, counts, count_
         if per >= 3:
             fix.append(f"a larger --warmup-fraction (a window that starts after {ramp:,.4g} s)")
     else:
-        why.append("the agents spend part of the window between trajectories "
-                   "(workload.arrival.think_s)")  # fmt: skip
+        why.append("the agents spend part of the window without a trajectory (between "
+                   "trajectories, e.g. workload.arrival.think_s, or after their last one): "
+                   "neither the ramp-up nor the trajectory count explains it")  # fmt: skip
     c0, n0 = scenario_load
     if per < 3:
         fix.append(f"--set {count_key}={max(3 * round(c0), 2 * n0)} (now {n0} for concurrency "
