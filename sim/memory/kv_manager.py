@@ -188,6 +188,11 @@ class KVManager:
         """Free bytes of the pool (not counting cached, evictable blocks)."""
         return self.alloc.free_bytes()
 
+    @property
+    def pool_blocks(self) -> int:
+        """The blocks of the pool a sequence may use (``usable_blocks``; a block kind's)."""
+        return int(self.alloc.pool.usable_blocks)
+
     def prefix_metrics(self) -> Any:
         """The prefix cache's own statistics, or None without one."""
         return self.alloc.prefix_metrics()

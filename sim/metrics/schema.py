@@ -773,40 +773,62 @@ def _value_problem(key: Key, v: Any) -> str | None:
     """Why ``v`` is not a valid value of ``key`` (None when it is)."""
     if v is None:
         return None if key.nullable else "is null"
-    kind = key.kind
+    if value_type_ok(key.kind, v):
+        return None
+    return f"is {json.dumps(v)[:60]}, not a valid {key.kind}"
+
+
+def _number(x: Any, finite: bool) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and (not finite or math.isfinite(x))
+
+
+def value_type_ok(kind: str, v: Any, *, loose: bool = False) -> bool:
+    """Whether ``v`` (not null) is a value of ``kind`` (``KINDS``). ``loose``: as a run
+    folder of an older kvsim may hold it (``sim.report.data.summary_type_problem``): only
+    the JSON types a reader computes with, not a distribution's or an accuracy's field
+    set, an accuracy's basis name, a versions object's values or numbers' finiteness."""
+    finite = not loose
     if kind == "int":
-        ok = isinstance(v, int) and not isinstance(v, bool)
-    elif kind == "float":
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    elif kind == "str":
-        ok = isinstance(v, str)
-    elif kind == "bool":
-        ok = isinstance(v, bool)
-    elif kind == "dist":
-        ok = isinstance(v, dict) and tuple(v) == DIST_KEYS and all(
-            x is None or (isinstance(x, int | float) and math.isfinite(x)) for x in v.values()
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == "float":
+        return _number(v, finite)
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "dist":
+        return isinstance(v, dict) and (loose or tuple(v) == DIST_KEYS) and all(
+            x is None or _number(x, finite) for x in v.values()
         )
-    elif kind == "counts":
-        ok = isinstance(v, dict) and all(
+    if kind == "counts":
+        return isinstance(v, dict) and all(
             isinstance(n, int) and not isinstance(n, bool) for n in v.values()
         )
-    elif kind in ("texts", "argv"):
-        ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
-    elif kind == "accuracy":
-        ok = _accuracy_ok(v)
-    elif kind == "floats":
-        ok = isinstance(v, dict) and all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            for x in v.values()
+    if kind in ("texts", "argv"):
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "accuracy":
+        return _accuracy_ok(v, loose)
+    if kind == "floats":
+        return isinstance(v, dict) and all(
+            (loose and x is None) or _number(x, finite) for x in v.values()
         )
-    elif kind == "nodes":
-        ok = isinstance(v, list) and all(isinstance(x, dict) and "node_id" in x for x in v)
-    else:  # versions
-        ok = isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
-    return None if ok else f"is {json.dumps(v)[:60]}, not a valid {kind}"
+    if kind == "nodes":
+        return isinstance(v, list) and all(isinstance(x, dict) and "node_id" in x for x in v)
+    # versions
+    return isinstance(v, dict) and (loose or all(isinstance(x, str) for x in v.values()))
 
 
-def _accuracy_ok(v: Any) -> bool:
+def _accuracy_ok(v: Any, loose: bool = False) -> bool:
+    if loose:  # (any basis name and field set; the fields a reader uses, typed)
+        if not isinstance(v, dict) or not isinstance(v.get("basis"), str):
+            return False
+        if any(k not in v for k in ("median_rel_error", "worst_rel_error", "source",
+                                    "outside_domain", "detail")):  # fmt: skip
+            return False
+        return (all(x is None or _number(x, False) for x in (v["median_rel_error"], v["worst_rel_error"]))
+                and (v["source"] is None or isinstance(v["source"], str))
+                and isinstance(v["outside_domain"], list) and isinstance(v["detail"], str)
+                and isinstance(v.get("not_measured", {}), dict))  # fmt: skip
     if not isinstance(v, dict) or v.get("basis") not in ACCURACY_BASES:
         return False
     if tuple(v) != ACCURACY_KEYS and tuple(v) != ACCURACY_KEYS_BEFORE_NOT_MEASURED:

@@ -163,32 +163,12 @@ def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv
     if pm is not None:  # the prefix cache's own view: raw match before cap/truncation
         out["prefix_match_rate"] = _num(pm.match_rate)
         out["prefix_evicted_blocks"] = int(pm.evicted_blocks)
-        if recomputed_tokens is not None:
+        if recomputed_tokens is not None:  # (one node's ``KVManager``: the run asked)
             out["prefix_recomputed_tokens"] = int(recomputed_tokens)
-        churn = prefix_churn_warning(out, pool_blocks(kv), kv_block_size(kv), lookup)
-        if churn:
-            out["warnings"] = [*out["warnings"], churn]
+            churn = prefix_churn_warning(out, kv.pool_blocks, kv.block_size, lookup)
+            if churn:
+                out["warnings"] = [*out["warnings"], churn]
     return out
-
-
-def pool_blocks(kv: Any) -> int | None:
-    """The KV blocks of the pool (``usable_blocks``; a cluster's ``KVSum``: its nodes'
-    summed), or None for a kind without a block pool."""
-    total = 0
-    for one in getattr(kv, "kvs", (kv,)):
-        pool = getattr(getattr(one, "alloc", None), "pool", None)
-        blocks = getattr(pool, "usable_blocks", None)
-        if blocks is None:
-            return None
-        total += int(blocks)
-    return total
-
-
-def kv_block_size(kv: Any) -> int | None:
-    """The tokens per block (a cluster's: node 0's; None without one)."""
-    one = getattr(kv, "kvs", (kv,))[0]
-    size = getattr(one, "block_size", None)
-    return None if size is None else int(size)
 
 
 def prefix_churn_warning(summary: dict, pool: int | None, block_size: int | None,

@@ -113,62 +113,19 @@ _EXPECTED = {
 }
 
 
-_ACCURACY_ERRORS = ("median_rel_error", "worst_rel_error")
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _kind_ok(kind: str, v: Any) -> bool:
-    """Whether ``v`` has the JSON type of ``kind`` (``sim.metrics.schema.KINDS``), loosely:
-    a run folder of an older kvsim must still read (fewer distribution fields, other
-    accuracy fields), so only the types the report computes with are checked."""
-    if kind == "int":
-        return isinstance(v, int) and not isinstance(v, bool)
-    if kind == "float":
-        return _number(v)
-    if kind == "str":
-        return isinstance(v, str)
-    if kind == "bool":
-        return isinstance(v, bool)
-    if kind in ("dist", "floats"):
-        return isinstance(v, dict) and all(x is None or _number(x) for x in v.values())
-    if kind == "counts":
-        return isinstance(v, dict) and all(
-            isinstance(x, int) and not isinstance(x, bool) for x in v.values()
-        )
-    if kind in ("texts", "argv"):
-        return isinstance(v, list) and all(isinstance(x, str) for x in v)
-    if kind == "nodes":
-        return isinstance(v, list) and all(isinstance(x, dict) and "node_id" in x for x in v)
-    if kind == "accuracy":  # (``not_measured`` is newer: optional)
-        return (
-            isinstance(v, dict)
-            and isinstance(v.get("basis"), str)
-            and isinstance(v.get("detail"), str)
-            and isinstance(v.get("outside_domain"), list)
-            and all(k in v and (v[k] is None or _number(v[k])) for k in _ACCURACY_ERRORS)
-            and "source" in v
-            and (v["source"] is None or isinstance(v["source"], str))
-            and isinstance(v.get("not_measured", {}), dict)
-        )
-    return isinstance(v, dict)  # versions
-
-
 def summary_type_problem(summary: dict, where: str = "") -> str | None:
     """The first declared ``summary.json`` key (``sim.metrics.schema``; a cluster's
     ``nodes`` entries too) whose value has the wrong type, as ``"KEY: expected ..., found
     ..."``; None when every value the report may read has its type. Undeclared and absent
     keys are not problems here (a newer or an older kvsim's), nor is null where the schema
     allows it (the report shows "-")."""
-    from sim.metrics.schema import SUMMARY_KEYS
+    from sim.metrics.schema import SUMMARY_KEYS, value_type_ok
 
     for key in SUMMARY_KEYS:
         v = summary.get(key.name)
         if v is None and (key.nullable or key.name not in summary):
             continue
-        if v is not None and _kind_ok(key.kind, v):
+        if v is not None and value_type_ok(key.kind, v, loose=True):  # (an older kvsim's too)
             continue
         found = json.dumps(v)
         found = found if len(found) <= 60 else found[:57] + "..."
