@@ -15,13 +15,18 @@ from hypothesis import settings
 #: HYPOTHESIS_PROFILE, else ``ci`` when the environment variable CI is set (``.ci/run``
 #: and CI services set it), else ``dev``. A test's own ``@settings`` overrides only what it
 #: names (its ``max_examples``, its deadline) and inherits the rest from the profile.
+#: Each profile is built on hypothesis' own ``default`` profile, never on the one loaded
+#: at import: hypothesis loads its built-in ``ci`` profile (derandomized) when CI is set,
+#: and a profile built on that would make ``dev`` derandomized too in a CI shell. ``ci``
+#: has no deadline (a loaded CI machine must not fail a test on time) and no example
+#: database (nothing written beside the checkout).
 HYPOTHESIS_PROFILES = {
-    "ci": {"derandomize": True, "print_blob": True},
+    "ci": {"derandomize": True, "print_blob": True, "deadline": None, "database": None},
     "dev": {},
     "explore": {"max_examples": 1000, "print_blob": True},
 }
 for _name, _options in HYPOTHESIS_PROFILES.items():
-    settings.register_profile(_name, **_options)
+    settings.register_profile(_name, parent=settings.get_profile("default"), **_options)
 
 
 def hypothesis_profile(environ: dict[str, str]) -> str:

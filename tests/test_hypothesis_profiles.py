@@ -5,6 +5,8 @@ docs/testing.md): ``ci`` fixes the examples (CI cannot turn red at random), ``de
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,29 @@ def test_ci_is_derandomized_and_dev_is_random():
     assert ci.derandomize is True and ci.print_blob is True
     assert dev.derandomize is False  # hypothesis' default: random examples each run
     assert explore.derandomize is False and explore.max_examples == 1000
+
+
+@pytest.mark.parametrize("ci_env", ["", "1"])
+def test_the_profiles_do_not_depend_on_the_shell(ci_env):
+    """Hypothesis loads its own derandomized ``ci`` profile at import when CI is set; the
+    suite's profiles are built on hypothesis' ``default`` whatever the shell says."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "HYPOTHESIS_PROFILE")}
+    env.update(CI=ci_env, PYTHONPATH=str(ROOT / "tests"))
+    code = (
+        "from hypothesis import settings\n"
+        "import hypothesis_profiles\n"
+        "for n in ('ci', 'dev', 'explore'):\n"
+        "    p = settings.get_profile(n)\n"
+        "    print(n, p.derandomize, p.deadline is None, p.database is None, p.max_examples)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == [
+        "ci True True True 100",
+        "dev False False False 100",
+        "explore False False False 1000",
+    ]
 
 
 def test_a_tests_own_settings_keep_the_profiles_derandomize():
