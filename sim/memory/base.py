@@ -149,8 +149,9 @@ class Allocator(ABC):
         )
 
     def subscribe_prefix(self, listener: Any) -> bool:
-        """Install a ``PrefixListener`` on the prefix cache (``PrefixIndex.subscribe``);
-        False for a kind without a prefix cache."""
+        """Add a ``PrefixListener`` to the prefix cache's (``PrefixIndex.subscribe``; every
+        subscriber is told every report, in subscription order); False for a kind without
+        a prefix cache."""
         return False
 
     def set_step(self, seq_id: Hashable, computed: int | None, end: int = 0) -> bool:

@@ -198,8 +198,9 @@ class KVManager:
         return self.alloc.prefix_metrics()
 
     def subscribe_prefix(self, listener: Any) -> bool:
-        """Tell ``listener`` (a ``PrefixListener``: a cluster's prefix directory) which
-        blocks the prefix cache caches and evicts from now on; False without a cache."""
+        """Tell ``listener`` (a ``PrefixListener``: a cluster's prefix directory, the
+        prefix-churn count) which blocks the prefix cache caches and evicts from now on,
+        besides any listener subscribed before; False without a cache."""
         return self.alloc.subscribe_prefix(listener)
 
     # ----------------------------------------------------------------- time

@@ -87,7 +87,7 @@ from sim.memory.metrics import (
     PrefixMetrics,
 )
 from sim.memory.paused_blocks import PausedBlocks
-from sim.memory.prefix_index import PrefixIndex, PrefixListener
+from sim.memory.prefix_index import PrefixIndex, PrefixListener, PrefixListeners
 
 #: a named tuple made from its fields in one C call (its ``__new__`` is Python code)
 _new_tuple = tuple.__new__
@@ -139,6 +139,7 @@ class PagedAllocator(Allocator):
         #: seq -> physical block ids, by logical (empty in count mode)
         self._tables: dict[Hashable, list[int]] = {}
         self.index: PrefixIndex | None = None  # the prefix cache, if composed with one
+        self._prefix_listeners: list[PrefixListener] = []  # ``subscribe_prefix``'s, in order
         self._match_counts_extra = False  # whether its ``match`` takes ``extra_blocks``
         self._unfilled = 0  # empty slots of distinct partly filled allocated blocks
         self._paused: PausedBlocks | None = None  # the paused slots, from the first hold on
@@ -882,8 +883,16 @@ class PagedAllocator(Allocator):
         return None if self.index is None else self.index.prefix_metrics(self.block_bytes)
 
     def subscribe_prefix(self, listener: PrefixListener) -> bool:
-        """Install a ``PrefixListener`` on the index; False without an index."""
-        return self.index is not None and self.index.subscribe(listener)
+        """Add a ``PrefixListener`` to the index's (each subscriber is told every report,
+        in subscription order: ``PrefixListeners``); False without an index."""
+        if self.index is None:
+            return False
+        listeners = [*self._prefix_listeners, listener]
+        one = listeners[0] if len(listeners) == 1 else PrefixListeners(listeners)
+        if not self.index.subscribe(one):
+            return False
+        self._prefix_listeners = listeners
+        return True
 
     def appends_in_bulk(self, seq_ids: Iterable[Hashable]) -> bool:
         """The index's answer (``PrefixIndex.appends_in_bulk``); False without an index, or

@@ -74,6 +74,26 @@ class PrefixListener(Protocol):
         """These keys are no longer cached (each reported once, when its last copy goes)."""
 
 
+class PrefixListeners:
+    """Several ``PrefixListener``s on one index, each told every report in the order they
+    subscribed (``PagedAllocator.subscribe_prefix``: an index holds one listener, so a
+    second subscriber, e.g. the prefix-churn count beside a cluster's directory, would
+    silently replace the first)."""
+
+    __slots__ = ("listeners",)
+
+    def __init__(self, listeners: Sequence[PrefixListener]) -> None:
+        self.listeners = tuple(listeners)
+
+    def cached(self, parent: Hashable | None, keys: Sequence[Hashable], content: Any) -> None:
+        for listener in self.listeners:
+            listener.cached(parent, keys, content)
+
+    def evicted(self, keys: Sequence[Hashable]) -> None:
+        for listener in self.listeners:
+            listener.evicted(keys)
+
+
 class PrefixIndex(Protocol):
     """A prefix cache over a paged pool, as ``PagedAllocator`` calls it (module docstring)."""
 
