@@ -124,18 +124,21 @@ class KVSum:
         """Token-seconds in node 0's bytes per token (nodes of other TP layouts scaled)."""
         total, by_owner, by_key, side = 0.0, {}, {}, 0.0
         side_owner: dict[int, float] = {}
+        unkeyed = side_unkeyed = 0.0
         for kv in self.kvs:
             h = kv.held_token_seconds(now)
             side += h.side_byte_s
+            side_unkeyed += h.side_unkeyed
             for o, v in h.side_by_owner.items():
                 side_owner[o] = side_owner.get(o, 0.0) + v
             scale = float(kv.kv_bytes_per_token) / self.kv_bytes_per_token
             total += h.total * scale
+            unkeyed += h.unkeyed * scale
             for o, v in h.by_owner.items():
                 by_owner[o] = by_owner.get(o, 0.0) + v * scale
             for k, v in h.by_key.items():
                 by_key[k] = by_key.get(k, 0.0) + v * scale
-        return HeldTokenSeconds(total, by_owner, by_key, side, side_owner)
+        return HeldTokenSeconds(total, by_owner, by_key, side, side_owner, unkeyed, side_unkeyed)
 
     def prefix_metrics(self) -> _PrefixSum | None:
         pms = [pm for pm in (kv.prefix_metrics() for kv in self.kvs) if pm is not None]

@@ -97,6 +97,10 @@ class HeldTokenSeconds:
     #: model), in total and by owner
     side_byte_s: float = 0.0
     side_by_owner: dict[int, float] = field(default_factory=dict)
+    #: the part held under no pause key (token-seconds, and side byte-seconds): fork
+    #: branches held with their paused parent (``KVManager.fork``), which no pause owns
+    unkeyed: float = 0.0
+    side_unkeyed: float = 0.0
 
 
 class KVManager:
@@ -130,6 +134,8 @@ class KVManager:
         self._token_s = 0.0  # closed holds: token-seconds in total, by owner, by key
         self._token_s_owner: dict[int, float] = {}
         self._token_s_key: dict[Hashable, float] = {}
+        self._token_s_unkeyed = 0.0  # closed holds under no key: token- and side byte-s
+        self._side_byte_s_unkeyed = 0.0
         self.held_drops = 0  # paused/idle sequences dropped to relieve memory pressure
         #: the last request whose new sequence missed, and (its tokens, its final length,
         #: ``Allocator.changes``) then: asked again with all three unchanged, ``admit``
@@ -624,28 +630,37 @@ class KVManager:
             side_s = side * (self.now - held.start_s)
             self._side_byte_s += side_s
             self._side_byte_s_owner[held.owner] = self._side_byte_s_owner.get(held.owner, 0.0) + side_s
+            if held.key is None:
+                self._side_byte_s_unkeyed += side_s
         token_s = held.tokens * (self.now - held.start_s)
         self._token_s += token_s
         self._token_s_owner[held.owner] = self._token_s_owner.get(held.owner, 0.0) + token_s
         if held.key is not None:
             self._token_s_key[held.key] = self._token_s_key.get(held.key, 0.0) + token_s
+        else:
+            self._token_s_unkeyed += token_s
 
     def held_token_seconds(self, now: float) -> HeldTokenSeconds:
         """Token-seconds held idle up to ``now`` (open holds counted until then), and a
         hybrid model's side groups' byte-seconds beside them."""
         total, owner, key = self._token_s, dict(self._token_s_owner), dict(self._token_s_key)
         side_byte_s, side_owner = self._side_byte_s, dict(self._side_byte_s_owner)
+        unkeyed, side_unkeyed = self._token_s_unkeyed, self._side_byte_s_unkeyed
         for held in self.paused.values():
             token_s = held.tokens * (now - held.start_s)
             total += token_s
             owner[held.owner] = owner.get(held.owner, 0.0) + token_s
             if held.key is not None:
                 key[held.key] = key.get(held.key, 0.0) + token_s
+            else:
+                unkeyed += token_s
             if self._groups is not None:
                 side_s = self._side_bytes(held.tokens) * (now - held.start_s)
                 side_byte_s += side_s
                 side_owner[held.owner] = side_owner.get(held.owner, 0.0) + side_s
-        return HeldTokenSeconds(total, owner, key, side_byte_s, side_owner)
+                if held.key is None:
+                    side_unkeyed += side_s
+        return HeldTokenSeconds(total, owner, key, side_byte_s, side_owner, unkeyed, side_unkeyed)
 
     @property
     def n_paused(self) -> int:

@@ -259,6 +259,12 @@ SUMMARY_KEYS: tuple[Key, ...] = (
     _k("hold_gb_s", "float", "GB*s",
        "F29 over every hold: GB (1e9 B) of KV held idle x seconds, pauses and the fork "
        "children held with them (>= paused_hbm_gb_s; equal without forks)."),
+    _k("fork_hold_gb_s", "float", "GB*s",
+       "The part of hold_gb_s held by fork branches with no pause of their own: a branch "
+       "forked from a paused parent holds the parent's KV (its shared tokens counted per "
+       "branch) until its first turn, whatever the pause policy (docs/pause_policies.md, "
+       "known limit); 0 without forks. Over 25 % of hold_gb_s under a policy other than "
+       "hold, the run's `warnings` say so (`sim.metrics.summary.fork_hold_warning`)."),
     # ---- events
     _k("preemptions", "int", "count", "Preemptions (recompute)."),
     _k("rejected", "int", "count", "Requests rejected."),

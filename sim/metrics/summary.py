@@ -57,6 +57,9 @@ OVERLOAD_MIN_REQUESTS = 30
 #: warn (``held_drop_warning``) when more than this share of the pauses ended recomputed
 #: because memory pressure dropped their held KV
 HELD_DROP_WARN_SHARE = 0.05
+#: warn (``fork_hold_warning``) when fork branches, which no pause policy governs, hold
+#: more than this share of a run's held KV under a policy other than hold
+FORK_HOLD_WARN_SHARE = 0.25
 #: warn (``prefix_churn_warning``) when the prefix cache, having evicted more blocks than
 #: the pool holds, computed again more than this share of the run's prefill tokens
 PREFIX_RECOMPUTE_WARN_SHARE = 0.01
@@ -152,6 +155,7 @@ def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv
         "paused_hbm_bytes_mean": _num(rec.paused_hbm_bytes.mean(sim_time_s)),
         "paused_hbm_bytes_peak": round(rec.paused_hbm_bytes_peak),
         "hold_gb_s": hold_byte_s / GB,
+        "fork_hold_gb_s": (held.unkeyed * kv.kv_bytes_per_token + held.side_unkeyed) / GB,
         "steps": int(rec.n_steps),
         "engine_decisions": int(rec.decisions),
         "kvsim_version": __version__,  # a string: regress never compares it
@@ -336,10 +340,28 @@ def overload_warning(summary: dict, requests: Any,
 
 
 def pause_warnings(summary: dict) -> None:
-    """Add the pauses' warning to ``summary["warnings"]`` once ``pause_summary`` is in it."""
-    drops = held_drop_warning(summary)
-    if drops:
-        summary["warnings"] = [*summary["warnings"], drops]
+    """Add the pauses' warnings to ``summary["warnings"]`` once ``pause_summary`` is in it."""
+    for warning in (held_drop_warning(summary), fork_hold_warning(summary)):
+        if warning:
+            summary["warnings"] = [*summary["warnings"], warning]
+
+
+def fork_hold_warning(summary: dict) -> str:
+    """The sentence of a run whose held KV is mostly fork branches that no pause policy
+    governs: a branch forked from a paused parent holds the parent's KV (counted per
+    branch) until its first turn, whatever the policy (docs/pause_policies.md, "Known
+    limit"), so a comparison of policies reads that share as theirs. Said when the policy
+    is not ``hold`` (under hold, holding is what the policy does) and ``fork_hold_gb_s``
+    is more than ``FORK_HOLD_WARN_SHARE`` of ``hold_gb_s``; "" otherwise."""
+    fork, held = summary.get("fork_hold_gb_s") or 0.0, summary.get("hold_gb_s") or 0.0
+    policy = summary.get("pause_policy")
+    if policy == "hold" or not held or fork / held <= FORK_HOLD_WARN_SHARE:
+        return ""
+    return (f"fork branches: {fork:,.1f} of the {held:,.1f} GB*s of held KV ({fork / held:.0%}, "
+            "fork_hold_gb_s) is fork branches holding their paused parent's KV until their "
+            f"first turn, which the pause policy ({policy}) does not govern; compare policies "
+            "by paused_hbm_gb_s (the pauses' own) as well (rule: over "
+            f"{FORK_HOLD_WARN_SHARE:.0%} of hold_gb_s)")  # fmt: skip
 
 
 def held_drop_warning(summary: dict) -> str:

@@ -320,6 +320,10 @@ def test_every_policy_runs_the_swarm_with_invariants(kind):
         assert s["paused_hbm_gb_s"] <= s["hold_gb_s"]
         nofork = run("agent_swarm.yaml", **SWARM, **{"workload.fork": None}).summary
         assert math.isclose(nofork["paused_hbm_gb_s"], nofork["hold_gb_s"], rel_tol=1e-9)
+        assert nofork["fork_hold_gb_s"] == 0.0
+    assert 0.0 <= s["fork_hold_gb_s"] <= s["hold_gb_s"]
+    if kind == "recompute":  # nothing is held, the branches' parents included
+        assert s["hold_gb_s"] == s["fork_hold_gb_s"] == 0.0
 
 
 def test_reload_waits_for_hbm_then_copies_in():
