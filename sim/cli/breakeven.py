@@ -18,8 +18,9 @@ from rich.table import Table
 
 from sim.cli._common import load_with_sets, parse_sets, print_json, print_warnings
 from sim.errors import KvsimError
-from sim.profiles import load_accelerator, load_model
-from sim.sizing.bounds import MAX_GPUS, MAX_TFLOPS, MIN_TFLOPS, check_number
+from sim.policy.analytic import EngineView, engine_view
+from sim.profiles import load_accelerator, load_model, load_node
+from sim.sizing.bounds import MAX_GPUS, MAX_TFLOPS, MAX_TIME_S, MIN_TFLOPS, check_number
 from sim.sizing.breakeven import (
     DEFAULT_PREFILL_MFU,
     BreakEvenInputs,
@@ -42,7 +43,16 @@ term 2 x P x S; --attention adds F23's attention term, its (query, key) pairs co
 --attention-mask: causal (default, as the engine prices a prefill: 4 L d_model S (S + 1) /
 2) or full (F23's square, 4 L d_model S^2, as the chapter states it; before the flag
 existed --attention counted the square). Arithmetic only: the weights are
-not checked to fit; a context beyond the model's window is a warning (exit 0). Every
+not checked to fit; a context beyond the model's window is a warning (exit 0).
+
+With --wait, the decision is the engine's break_even pause policy's, asked with these
+figures (hold, offload_host, offload_nvme, or recompute when the reload is not faster,
+F31): host DRAM and NVMe from --node's profile (without it: host DRAM with room, no NVMe),
+its horizon --horizon-s \\[default: the policy's]. "decision" in --json stays F33's hold or
+offload alone; "policy_decision" is the engine's. With an accelerator profile (--gpu or
+--node) the engine's own count of the recompute is shown beside F30's (its per_group step
+pricer: layer GEMMs, the LM head on each chunk's last token, the attention under
+--attention-mask, in the default scheduler's chunks). Every
 number must be finite and in range (a one-line error naming the flag, exit 2). Example
 (E24):
 
@@ -78,6 +88,14 @@ AttentionMask = Annotated[
 Wait = Annotated[float | None, typer.Option(help="Expected tool wait in seconds.")]
 MuRatio = Annotated[float, typer.Option(help="mu_HBM / mu_DRAM shadow-price ratio (> 1).")]
 StallS = Annotated[float, typer.Option(help="Resume stall the scheduler accepts, seconds.")]
+Node = Annotated[
+    str | None,
+    typer.Option(help="Node profile: host DRAM and NVMe for the decision (and the GPU)."),
+]
+HorizonS = Annotated[
+    float | None,
+    typer.Option(help="break_even's longest wait in host DRAM, s \\[default: the policy's]."),
+]
 Profiles = Annotated[list[str] | None, typer.Option(help="Extra profile folder(s).")]
 Sets = Annotated[
     list[str] | None,
@@ -103,6 +121,8 @@ def breakeven(
     wait: Wait = None,
     mu_ratio: MuRatio = math.inf,
     stall_s: StallS = 0.0,
+    node: Node = None,
+    horizon_s: HorizonS = None,
     profiles: Profiles = None,
     set_: Sets = None,
     json_out: JsonOut = False,
@@ -110,12 +130,14 @@ def breakeven(
     """Parse, compute, print."""
     sets = parse_sets(set_, ("model", "gpu"))
     prof = load_with_sets(load_model, model, profiles, sets["model"], "model")
+    node_prof = load_node(node, profiles) if node else None
+    gpu = gpu or (node_prof.accelerator if node_prof else None)  # --node's GPU by default
     acc = load_with_sets(load_accelerator, gpu, profiles, sets["gpu"], "gpu") if gpu else None
     tp = _tensor_parallel(num_gpus, tp, pp)
     link = _link(link_gb_per_s, acc)
     rate = _prefill_rate(prefill_mfu, prefill_tflops, acc, num_gpus)
     result = break_even(
-        BreakEvenInputs(  # checks every number's range (sim.sizing.bounds)
+        inputs := BreakEvenInputs(  # checks every number's range (sim.sizing.bounds)
             model=prof,
             context_tokens=context,
             link_bw_bytes_per_s=link,
@@ -132,10 +154,13 @@ def breakeven(
         )
     )
     basis = prefill_rate_basis(prefill_mfu, prefill_tflops, gpu, num_gpus, rate)
+    if horizon_s is not None:
+        check_number(horizon_s, "--horizon-s", 0, MAX_TIME_S, low_open=True)
+    view = engine_view(inputs, result, acc, node_prof, horizon_s)
     if json_out:
-        print_json({**result.to_dict(), "prefill_rate_basis": basis})
+        print_json({**result.to_dict(), "prefill_rate_basis": basis, **view.to_dict()})
     else:
-        _print(result, basis)
+        _print(result, basis, view, node)
     print_warnings(result.warnings)
 
 
@@ -172,7 +197,7 @@ def _prefill_rate(mfu, tflops, acc, num_gpus) -> float:
     return mfu * acc.peak_bf16_flops_per_s * num_gpus
 
 
-def _print(r: BreakEvenResult, basis: str) -> None:
+def _print(r: BreakEvenResult, basis: str, view: EngineView, node: str | None) -> None:
     t = Table(show_header=False, title=f"Pause economics at {r.context_tokens:,} tokens")
     t.add_row("KV state", f"{r.kv_bytes / GB:,.3f} GB ({r.kv_bytes_per_gpu / GB:,.3f} GB per GPU)")
     if r.kv_bytes_all_gpus != r.kv_bytes:  # TP replicates it (an MLA latent, KV heads)
@@ -180,10 +205,39 @@ def _print(r: BreakEvenResult, basis: str) -> None:
     t.add_row("reload (one way)", f"{r.reload_s * 1e3:,.2f} ms")
     t.add_row("offload round trip", f"{r.round_trip_s * 1e3:,.2f} ms")
     t.add_row("recompute", f"{r.recompute_s:,.4f} s ({r.recompute_flops / 1e12:,.1f} TFLOP)")
+    t.add_row("engine's recompute count", _engine_count(view))
     t.add_row("prefill rate (recompute)", basis)
     t.add_row("recompute / reload", f"{r.recompute_over_reload:,.1f}x")
     t.add_row("break-even wait (F33)", f"{r.break_even_wait_s * 1e3:,.2f} ms")
     if r.wait_s is not None:
-        t.add_row(f"hold cost for {r.wait_s:g} s", f"{r.hold_gb_s:,.1f} GB*s")
-        t.add_row("decision at this wait", r.decision)
+        t.add_row(f"hold cost for {r.wait_s:g} s", f"{_sig(r.hold_gb_s)} GB*s")
+        t.add_row("F33 at this wait", f"{r.decision} (wait vs the break-even wait alone)")
+        t.add_row("parking tiers", _tiers(view, node))
+        t.add_row("decision at this wait", f"{view.policy_decision}: {view.policy_reason} "
+                  f"(the engine's break_even policy, horizon {view.horizon_s:g} s)")  # fmt: skip
     Console().print(t)
+
+
+def _sig(x: float | None) -> str:
+    """4 significant digits (0.537, 2.147, 483.2), whole numbers from 10,000 up."""
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}"
+
+
+def _engine_count(view: EngineView) -> str:
+    if view.engine_recompute_flops is None or view.engine_over_f30 is None:
+        return f"n/a ({view.engine_recompute_note})"
+    chunks = view.engine_recompute_chunks or []
+    return (f"{view.engine_recompute_flops / 1e12:,.1f} TFLOP ({view.engine_over_f30 - 1:+.1%} "
+            f"vs the recompute above; {view.engine_recompute_pricing} pricing, "
+            f"{len(chunks)} chunk(s))")  # fmt: skip
+
+
+def _tiers(view: EngineView, node: str | None) -> str:
+    if node is None:
+        return "host DRAM assumed to have room; no NVMe (--node names a node profile)"
+    host = "none" if view.host_free_bytes is None else f"{view.host_free_bytes / GB:,.0f} GB"
+    nvme = "no NVMe" if not view.nvme_bw_bytes_per_s else (
+        f"NVMe {view.nvme_free_bytes / GB:,.0f} GB at {view.nvme_bw_bytes_per_s / GB:,.0f} GB/s")
+    return f"{node}: pinned host DRAM {host}, {nvme}"

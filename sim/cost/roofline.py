@@ -42,6 +42,7 @@ seconds besides, from the same terms.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +138,9 @@ class CostModel:
         self.pricing = _pricing(c.step_pricing, self.calibration, model, tp)
         self._host_overhead_s: float | None = None
         self._prompt_s: dict[_PromptKey, float] = {}  # price_s of steps with no decode
+        # (seconds, FLOPs over the replica) of one prefill chunk alone, by (new, cached):
+        # ``prefill_alone``'s (a context's chunks repeat from pause to pause)
+        self._chunk_alone: dict[tuple[int, int], tuple[float, float]] = {}
         self.groups = None
         if self.pricing == "per_group":
             self.groups = GroupPricer(model, accelerator, tp, c, self.calibration)
@@ -241,6 +245,28 @@ class CostModel:
         cached tokens, its longest and shortest decode ``max/min_history_tokens + i``)."""
         work = StepWork(n_decode, history_tokens, (), 0.0, 0, max_history_tokens, min_history_tokens)
         return self.price_run(work, n_steps)
+
+    def prefill_alone(self, chunks: Iterable[int], cached: int = 0) -> tuple[float, float]:
+        """(seconds, FLOPs over the replica: ``flops_per_gpu`` x TP) of a prefill run
+        alone, one step per chunk of ``chunks`` (new tokens each, as the scheduler cuts
+        them: ``Scheduler.prefill_chunks``) after ``cached`` tokens still in HBM: each
+        chunk attends over the cached prefix and the chunks before it (``price``, under
+        ``attention_mask``, calibration included); the sums in chunk order, (0.0, 0.0) for
+        no chunk. What the engine charges a recompute (``PauseDecider.recompute_price``)
+        and ``kvsim breakeven`` reports as the engine's count. Memoised by (chunk, cached)."""
+        seconds = flops = 0.0
+        memo = self._chunk_alone
+        for n in chunks:
+            price = memo.get((n, cached))
+            if price is None:
+                step = self.price(StepWork(0, 0, ((n, cached),)))
+                price = (step.total_s, step.flops_per_gpu * self.tp)
+                if len(memo) < MEMO_ENTRIES_MAX:
+                    memo[(n, cached)] = price
+            seconds += price[0]
+            flops += price[1]
+            cached += n
+        return seconds, flops
 
     def prefill_time_s(self, tokens: int, history_tokens: int = 0) -> float:
         """One monolithic prefill step of ``tokens`` new tokens (recompute estimates)."""

@@ -8,7 +8,8 @@ harness's KV hints (``KVHint``, honoured by the ``hints`` policy); the pause ora
 prediction (``WaitPredictor``); the closed-form resume timelines (``resume_timeline``).
 
 Invariant: pure: no SimPy, no clock, no imports from the engine; the pause economics come
-from ``sim.sizing`` so the policies and ``kvsim breakeven`` agree. The policies' own
+from ``sim.sizing``, and ``kvsim breakeven`` asks ``break_even`` itself
+(``sim.policy.analytic``), so the command and the engine agree. The policies' own
 modules are imported by name when a policy is asked for (``sim.policy.registry``), not by
 this package's import.
 """

@@ -9,11 +9,16 @@ Responsibility: pick the tier from the predicted wait W:
   4. otherwise host DRAM if it has room (no usable NVMe);
   5. nowhere to park it (sim decision): recompute when W exceeds the recompute time (the
      drop costs less stall than the wait it frees memory for), else hold.
+Where 2-4 pick a tier whose reload is not faster than the recompute (F31; rule 3.11.2:
+recompute is "appropriate ... when reload is not faster"), the state is dropped instead:
+HBM is freed at once, the resume is no slower, and no tier holds the state.
 An unknown wait (tool never seen, no prior) holds: a short-wait mistake then costs memory
 only, never a stall.
 
-Invariant: never offloads to a tier without room; the thresholds are ``sim.sizing``'s
-``break_even_wait_s``, so ``kvsim breakeven`` and the engine agree on T*.
+Invariant: never offloads to a tier without room, nor to one it reloads from no faster
+than it recomputes; the thresholds are ``sim.sizing``'s ``break_even_wait_s``, and
+``kvsim breakeven`` asks this very ``decide`` (``sim.policy.analytic``), so the command and
+the engine agree on T* and on the decision for the same facts.
 """
 
 from __future__ import annotations
@@ -77,12 +82,19 @@ class BreakEven(PausePolicy):
             return Decision("hold", "wait under the break-even (round trip)")
         host_ok = facts.host_fits(self.options.host_reserve_bytes)
         if wait <= self.options.horizon_s and host_ok:
-            return self.offload("offload_host", facts, "wait within the host horizon")
+            return self.park("offload_host", facts, "wait within the host horizon")
         if facts.nvme_fits() and wait > self.nvme_threshold_s(facts):
             why = "host DRAM short" if not host_ok else "wait beyond the host horizon"
-            return self.offload("offload_nvme", facts, f"{why}: NVMe")
+            return self.park("offload_nvme", facts, f"{why}: NVMe")
         if host_ok:
-            return self.offload("offload_host", facts, "beyond the horizon, no usable NVMe")
+            return self.park("offload_host", facts, "beyond the horizon, no usable NVMe")
         if wait > facts.recompute_s:
             return Decision("recompute", "no tier has room: drop (recompute < wait)")
         return Decision("hold", "no tier has room: hold (wait < recompute)")
+
+    def park(self, tier: str, facts: PauseFacts, reason: str) -> Decision:
+        """Offload to ``tier``, unless reloading from it is not faster than recomputing
+        (F31, rule 3.11.2): then drop (recompute)."""
+        if facts.reload_s_for(tier) >= facts.recompute_s:
+            return Decision("recompute", f"{tier} reload not faster than recompute (F31): drop")
+        return self.offload(tier, facts, reason)

@@ -290,6 +290,20 @@ class NodeProfile(_Spec):
     gpu_interconnect: str = ""
     notes: str = ""
 
+    @property
+    def pinned_host_bytes(self) -> float:
+        """Host DRAM usable as the pinned KV pool: ``host_dram_bytes x pinned_host_fraction``."""
+        return self.host_dram_bytes * self.pinned_host_fraction
+
+    @property
+    def nvme_tier(self) -> tuple[float, float]:
+        """(bytes, bandwidth over all drives in B/s) of the NVMe tier; (0.0, 0.0) without
+        drives or their capacity (bandwidth 0.0 when the drives state none)."""
+        if not (self.nvme_drives and self.nvme_capacity_bytes_per_drive):
+            return 0.0, 0.0
+        nvme = float(self.nvme_drives * self.nvme_capacity_bytes_per_drive)
+        return nvme, self.nvme_drives * (self.nvme_bw_bytes_per_s_per_drive or 0.0)
+
 
 PROFILE_CLASSES: dict[str, type[_Spec]] = {
     "accelerator": AcceleratorProfile,

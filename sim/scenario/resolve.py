@@ -337,10 +337,8 @@ def _tiers(loaded: LoadedScenario, acc: AcceleratorProfile) -> Tiers:
             node = load_node(hw.node)
         except KvsimError as exc:
             raise _located(loaded, ("hardware", "node"), exc) from None
-        host = node.host_dram_bytes * node.pinned_host_fraction
-        if node.nvme_drives and node.nvme_capacity_bytes_per_drive:
-            nvme = float(node.nvme_drives * node.nvme_capacity_bytes_per_drive)
-            nvme_bw = node.nvme_drives * (node.nvme_bw_bytes_per_s_per_drive or 0.0)
+        host = node.pinned_host_bytes
+        nvme, nvme_bw = node.nvme_tier
     if hw.host_kv_pool_bytes is not None:
         host = hw.host_kv_pool_bytes
     if hw.nvme_kv_pool_bytes is not None:

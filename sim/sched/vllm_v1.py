@@ -109,6 +109,20 @@ class VllmV1Config(ConfigModel):
         return self.async_scheduling is not False
 
 
+def lone_prefill_chunks(cfg: VllmV1Config, new_tokens: int) -> list[int]:
+    """The chunks in which a ``vllm_v1`` scheduler of ``cfg`` prefills ``new_tokens`` of a
+    request running alone: the budget, capped by ``long_prefill_token_threshold``; one
+    chunk in monolithic mode (none for no tokens). ``kvsim breakeven`` asks it with the
+    default config for the engine's count of a recompute."""
+    if not cfg.chunked_prefill:
+        return [new_tokens] if new_tokens > 0 else []
+    cap = cfg.max_num_batched_tokens
+    if 0 < cfg.long_prefill_token_threshold < cap:
+        cap = cfg.long_prefill_token_threshold
+    full, rest = divmod(new_tokens, cap)
+    return [cap] * full + ([rest] if rest else [])
+
+
 @register_scheduler
 class VllmV1Scheduler(Scheduler):
     """Token budget, running first then waiting FCFS, chunked prefill, recompute preemption."""
@@ -480,16 +494,8 @@ class VllmV1Scheduler(Scheduler):
 
     # ------------------------------------------------------------------ runs
     def prefill_chunks(self, cached_tokens: int, new_tokens: int) -> list[int]:
-        """A lone prefill's chunks: the budget, capped by ``long_prefill_token_threshold``;
-        one chunk in monolithic mode."""
-        cfg = self.config
-        if not cfg.chunked_prefill:
-            return [new_tokens] if new_tokens > 0 else []
-        cap = cfg.max_num_batched_tokens
-        if 0 < cfg.long_prefill_token_threshold < cap:
-            cap = cfg.long_prefill_token_threshold
-        full, rest = divmod(new_tokens, cap)
-        return [cap] * full + ([rest] if rest else [])
+        """A lone prefill's chunks (``lone_prefill_chunks`` of this scheduler's config)."""
+        return lone_prefill_chunks(self.config, new_tokens)
 
     def run_chunks(self, plan: BatchPlan, max_steps: int) -> list[int] | None:
         """Chunk sizes of the plan's single prefill in this step and the next ones, while

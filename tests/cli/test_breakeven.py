@@ -12,7 +12,7 @@ BLOCK = re.compile(r'<!-- doc-command expect="([^"]+)" -->\s*```console\s*\n\$ (
 
 def _doc_commands():
     found = BLOCK.findall(DOC.read_text())
-    assert len(found) == 2
+    assert len(found) == 3  # E22, E24, the trial's F31 case
     return found
 
 
@@ -67,7 +67,7 @@ def test_mla_hold_cost_is_every_rank(run_cli):
     assert data["hold_gb_s"] == pytest.approx(92.10691584, rel=1e-12)
     code, out, err = run_cli(cmd)
     assert code == 0, err
-    assert "held on all GPUs" in out and "9.211 GB" in out and "92.1 GB*s" in out
+    assert "held on all GPUs" in out and "9.211 GB" in out and "92.11 GB*s" in out  # 4 significant digits
 
 
 def test_attention_term_and_shadow_prices(run_cli):
@@ -189,3 +189,59 @@ def test_the_prefill_rate_says_its_basis(run_cli):
     assert tf.startswith("400.0 TFLOP/s (--prefill-tflops as given)")
     code, out, _ = run_cli(base.replace(" --json", ""))
     assert code == 0 and "prefill rate (recompute)" in out
+
+
+# ------------------------------------------------------- the engine's decision and count
+TRIAL = "kvsim breakeven --model llama-3.1-8b --gpu h100-sxm-80gb --context 8192"
+
+
+def test_the_decision_is_the_engine_policys(run_cli):
+    """The third trial's cases (llama-3.1-8b, 8,192 tokens on an H100): at 10,000 TFLOP/s
+    the recompute (13.16 ms) beats the 19.88 ms reload, so break_even drops (F31); an hour
+    on a DGX H100 goes to NVMe (an hour with no node profile: host DRAM, no NVMe tier).
+    ``decision`` keeps its meaning (F33's hold or offload alone)."""
+    data = json.loads(run_cli(f"{TRIAL} --prefill-tflops 10000 --wait 5 --json")[1])
+    assert data["decision"] == "offload" and data["policy_decision"] == "recompute"
+    assert "F31" in data["policy_reason"] and data["horizon_s"] == 60.0
+    data = json.loads(run_cli(f"{TRIAL} --node dgx-h100 --wait 3600 --json")[1])
+    assert data["policy_decision"] == "offload_nvme" and data["nvme_bw_bytes_per_s"] == 56e9
+    data = json.loads(run_cli(f"{TRIAL} --wait 3600 --json")[1])
+    assert data["policy_decision"] == "offload_host" and data["host_free_bytes"] is None
+    data = json.loads(run_cli(f"{TRIAL} --node dgx-h100 --wait 30 --horizon-s 10 --json")[1])
+    assert data["policy_decision"] == "offload_nvme" and data["horizon_s"] == 10.0
+    # --node alone names the GPU (its profile's accelerator): the same figures
+    alone = json.loads(run_cli(TRIAL.replace("--gpu h100-sxm-80gb", "--node dgx-h100") + " --json")[1])
+    assert alone["reload_s"] == data["reload_s"] and alone["policy_decision"] is None
+
+
+def test_engine_count_beside_f30(run_cli):
+    """--attention: F30 + F23's causal term = 149.16 TFLOP; the engine's count 131.94
+    (the layers' GEMMs, one LM-head row, the same attention): -11.5 %."""
+    data = json.loads(run_cli(f"{TRIAL} --attention --json")[1])
+    assert round(data["recompute_flops"] / 1e12, 2) == 149.16
+    assert data["engine_recompute_flops"] == 131_944_593_489_920
+    assert data["engine_recompute_chunks"] == [8192] and data["engine_recompute_pricing"] == "per_group"
+    code, out, _ = run_cli(f"{TRIAL} --attention")
+    assert code == 0 and "131.9 TFLOP (-11.5% vs the recompute above" in out
+    data = json.loads(run_cli(TRIAL.replace("--gpu h100-sxm-80gb", "--link-gb-per-s 50 --prefill-tflops 400") + " --json")[1])
+    assert data["engine_recompute_flops"] is None  # no accelerator profile to price with
+
+
+def test_hold_cost_and_decision_in_the_table(run_cli):
+    """A 0.5 s hold of 1,073,741,824 B is 0.5369 GB*s (four significant digits, not
+    "0.5"); the decision row names the policy's action and reason."""
+    code, out, _ = run_cli(f"{TRIAL} --wait 0.5")
+    assert code == 0 and "0.5369 GB*s" in out
+    assert "offload_host: wait within the host horizon" in out
+    out = run_cli(f"{TRIAL} --prefill-tflops 10000 --wait 5")[1]
+    assert "recompute: offload_host reload not faster than recompute (F31)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    "flag,needle",
+    [("--horizon-s 0", "--horizon-s must be"), ("--horizon-s nan", "--horizon-s must be"),
+     ("--node no-such-node", "no-such-node")],
+)  # fmt: skip
+def test_new_flags_bad_input_one_line(run_cli, flag, needle):
+    code, _, err = run_cli(f"{TRIAL} --wait 5 {flag}")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1

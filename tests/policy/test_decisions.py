@@ -239,6 +239,26 @@ def test_nowhere_to_park_recomputes_only_when_the_wait_exceeds_the_recompute():
     assert p.decide(e24(math.nextafter(rc, 2), host_free_bytes=0)).action == "recompute"
 
 
+def test_reload_not_faster_than_recompute_drops():
+    """Rule 3.11.2: recompute is appropriate "when reload is not faster (F31)". E22's
+    5 GiB over 50 GB/s reloads in 107.4 ms: a recompute priced at exactly that (not
+    faster to reload) drops the state; one a hair slower offloads as before. Beyond the
+    horizon the NVMe path (drives then link) is the reload that counts."""
+    p = make_policy("break_even")
+    rl = 5 * GiB / 50e9
+    assert e22(0.0).reload_s == rl
+    tie = p.decide(e22(5.0, recompute_priced_s=rl))
+    assert tie.action == "recompute" and "F31" in tie.reason
+    assert p.decide(e22(5.0, recompute_priced_s=math.nextafter(rl, 1))).action == "offload_host"
+    assert p.decide(e22(0.2, recompute_priced_s=rl)).action == "hold"  # under the round trip
+    nv = dict(nvme_free_bytes=1e13, nvme_bw_bytes_per_s=10 * GiB)  # 0.5 s + 107.4 ms a way
+    between = 0.5 + rl - 0.001  # slower than the host reload, faster than NVMe's
+    assert p.decide(e22(30.0, recompute_priced_s=between, **nv)).action == "offload_host"
+    far = p.decide(e22(3600.0, recompute_priced_s=between, **nv))
+    assert far.action == "recompute" and far.reason.startswith("offload_nvme")
+    assert p.decide(e22(3600.0, recompute_priced_s=0.5 + rl + 0.001, **nv)).action == "offload_nvme"
+
+
 def test_unknown_wait_holds():
     for kind in ("break_even", "min_waste"):
         assert make_policy(kind).decide(e24(None)).action == "hold"

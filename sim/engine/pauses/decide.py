@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cost import StepWork
-from sim.cost.pricer import MEMO_ENTRIES_MAX
 from sim.errors import KvsimError, shown
 from sim.memory.kv_manager import KVManager
 from sim.memory.tiers import FramePool
@@ -40,9 +38,6 @@ class PauseDecider:
         )
         self.oracle = p.mode == "oracle"
         self.cost = cost  # the engine's own step pricer: recomputes are priced with it
-        # (seconds, FLOPs over the replica) of one prefill chunk alone, by (new, cached):
-        # a context's chunks repeat from pause to pause, only its last one is new
-        self._chunk_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self.bpt_gpu = resolved.kv_bytes_per_token_per_gpu
         self.bpt = resolved.kv_bytes_per_token
         # a hybrid model's sequence holds its table tokens plus its side groups' blocks or
@@ -163,19 +158,10 @@ class PauseDecider:
         scheduler would cut (``Scheduler.prefill_chunks``): each chunk attends over the
         cached prefix and the chunks before it, under the cost section's
         ``attention_mask`` (causal by default), with the calibration the run priced its
-        steps with. (0.0, 0.0) for no tokens."""
-        seconds = flops = 0.0
-        for n in sched.prefill_chunks(cached, tokens) if tokens > 0 else ():
-            price = self._chunk_prices.get((n, cached))
-            if price is None:
-                step = self.cost.price(StepWork(0, 0, ((n, cached),)))
-                price = (step.total_s, step.flops_per_gpu * self.cost.tp)
-                if len(self._chunk_prices) < MEMO_ENTRIES_MAX:
-                    self._chunk_prices[(n, cached)] = price
-            seconds += price[0]
-            flops += price[1]
-            cached += n
-        return seconds, flops
+        steps with (``CostModel.prefill_alone``). (0.0, 0.0) for no tokens."""
+        chunks = sched.prefill_chunks(cached, tokens) if tokens > 0 else ()
+        price: tuple[float, float] = self.cost.prefill_alone(chunks, cached)
+        return price
 
 
 def not_a_decision(policy: PausePolicy, got: object) -> KvsimError:
