@@ -87,20 +87,22 @@ def alloc_replay(
         # another kind: the file's options belong to its own kind
         settings = {k: settings[k] for k in ("pool_bytes", "kv_bytes_per_token") if k in settings}
     settings.update(_options(option))
-    for key, value in (
-        ("kind", kind),
-        ("pool_bytes", pool),
-        ("kv_bytes_per_token", kv_bytes_per_token),
+    names = {}  # the flag each setting came from, for its errors
+    for key, value, flag in (
+        ("kind", kind, "--kind"),
+        ("pool_bytes", pool, "--pool"),
+        ("kv_bytes_per_token", kv_bytes_per_token, "--kv-bytes-per-token"),
     ):
         if value is not None:
             settings[key] = value
+            names[key] = flag
     if (
         "kind" not in settings
         or "pool_bytes" not in settings
         or "kv_bytes_per_token" not in settings
     ):
         raise KvsimError("the allocator needs --kind, --pool and --kv-bytes-per-token (or the file's allocator section)")  # fmt: skip
-    alloc = allocator_from_settings(settings, source)
+    alloc = allocator_from_settings(settings, source, names)
     request_bytes = parse_bytes(request, "--request") if request is not None else None
     rows = replay(alloc, ops, every=every, request_bytes=request_bytes, check=check)
     if json_out:

@@ -91,7 +91,11 @@ def parse_cache_tokens(raw: str) -> int | None:
 
 def trace_replay(
     file: Annotated[Path, typer.Argument(help="Trace file.", show_default=False)],
-    format: Annotated[str, typer.Option("--format", help="Trace format: mooncake or claude-code.")],
+    format: Annotated[
+        str | None,
+        typer.Option("--format", help="Trace format: mooncake or claude-code (required).",
+                     show_default=False),
+    ] = None,  # required, checked below: one kvsim line, not click's usage block
     block_size: Annotated[
         int | None,
         typer.Option(
@@ -162,6 +166,10 @@ def trace_replay(
     ] = False,
 ) -> None:
     """Parse the flags, replay, print."""
+    if format is None:
+        from sim.prefix.trace_replay import FORMATS
+
+        raise KvsimError(f"--format: missing (the trace's format); valid: {', '.join(sorted(FORMATS))}")
     capacity = parse_cache_tokens(cache_tokens)
     hit_rule = None
     if model is not None:

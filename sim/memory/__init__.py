@@ -25,7 +25,7 @@ from sim.memory.errors import (
     LiveSequenceError,
     UnknownSequenceError,
 )
-from sim.memory.fragmentation import eta_alloc, eta_effective, phi_ext
+from sim.memory.fragmentation import eta_alloc, eta_effective, phi_ext, request_fits
 from sim.memory.metrics import Activity, AllocResult, MemoryMetrics, PrefixMetrics
 from sim.memory.paged import PagedAllocator
 from sim.memory.prefix_index import PrefixHit, PrefixIndex
@@ -65,4 +65,5 @@ __all__ = [
     "make_allocator",
     "phi_ext",
     "register_allocator",
+    "request_fits",
 ]

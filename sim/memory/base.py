@@ -619,7 +619,7 @@ class Allocator(ABC):
             max(free_extents) if free_extents else 0,  # largest_free_bytes
             eta_alloc(useful, allocated),  # eta_alloc (F8)
             eta_effective(useful, pool),  # eta_effective (F10)
-            phi_ext(free_extents, request_bytes),  # phi_ext (F9)
+            phi_ext(free_extents, request_bytes, self.block_size is not None),  # phi_ext (F9)
             self._peak_allocated_bytes,  # peak_allocated_bytes
             self._count.bytes_copied,  # bytes_copied
             self._count.cow_copies,  # cow_copies

@@ -27,6 +27,10 @@ from sim.memory.static import StaticAllocator
 from sim.plugins import load_plugins
 
 _COMMON = ("pool_bytes", "kv_bytes_per_token")
+#: the largest KV pool kvsim accepts, in tokens per GPU (8 x B200 hold ~12 M tokens of a
+#: Llama-3.1-8B; the allocators keep per-block tables, so the bound keeps memory bounded):
+#: a run's (``sim.scenario.resolve``) and ``kvsim alloc-replay``'s (``sim.memory.replay``)
+MAX_POOL_TOKENS = 2e8
 
 #: kind name -> class
 _REGISTRY: dict[str, type[Allocator]] = {

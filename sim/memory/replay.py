@@ -1,7 +1,9 @@
 """Replay allocation traces (no timing): allocate/append/fork/free ops -> metrics over time.
 
 Responsibility: read a trace (a YAML/JSON file or a generator), drive one allocator through
-it and report ``MemoryMetrics`` after the ops. Used by ``kvsim alloc-replay``, the tests and
+it and report ``MemoryMetrics`` after the ops, and whether the reference request fits
+the largest free hole (``fits``; ``request_fits``: a paged pool short of memory does not
+fit it, though its ``phi_ext``, F9, is 0 by construction). Used by ``kvsim alloc-replay``, the tests and
 notebooks.
 
 Trace file: a list of ops, or a mapping ``{allocator: {...}, ops: [...]}`` whose optional
@@ -32,8 +34,9 @@ from typing import Any
 from sim.errors import ConfigError
 from sim.memory.base import Allocator
 from sim.memory.errors import AllocatorError
+from sim.memory.fragmentation import request_fits
 from sim.memory.metrics import MemoryMetrics
-from sim.memory.registry import make_allocator
+from sim.memory.registry import MAX_POOL_TOKENS, make_allocator
 from sim.units import GB, KB, MB, TB, GiB, KiB, MiB, TiB
 from sim.yamlio import load_json, load_yaml, loads_yaml
 
@@ -69,6 +72,7 @@ class ReplayRow:
     op: Op
     ok: bool | None  # True done, False miss, None skipped (dropped sequence)
     metrics: MemoryMetrics | None  # None on steps not sampled (see ``every``)
+    request_bytes: float | None = None  # the reference request (``fits``, ``phi_ext``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,15 +201,29 @@ def loads_trace(text: str, source: str = "<string>") -> Trace:
     return parse_trace(data, source, lines)
 
 
-def allocator_from_settings(settings: dict[str, Any], source: str = "allocator") -> Allocator:
-    """``make_allocator`` from a trace's ``allocator`` section (byte sizes may have units)."""
+def allocator_from_settings(settings: dict[str, Any], source: str = "allocator",
+                            names: dict[str, str] | None = None) -> Allocator:  # fmt: skip
+    """``make_allocator`` from a trace's ``allocator`` section (byte sizes may have units).
+    A pool of more than ``MAX_POOL_TOKENS`` tokens (pool / bytes per token), the bound a
+    run applies, is refused in one line naming the setting (``names``: the flag each key
+    came from, e.g. ``{"pool_bytes": "--pool"}``; else ``allocator.<key>``)."""
+    names = names or {}
     opts = dict(settings)
     for key in ("kind", "pool_bytes", "kv_bytes_per_token"):
         if key not in opts:
             raise ConfigError("missing", location=source, field=f"allocator.{key}")
     kind = opts.pop("kind")
-    pool = parse_bytes(opts.pop("pool_bytes"), "allocator.pool_bytes")
-    kv = parse_bytes(opts.pop("kv_bytes_per_token"), "allocator.kv_bytes_per_token")
+    pool_name = names.get("pool_bytes", "allocator.pool_bytes")
+    kv_name = names.get("kv_bytes_per_token", "allocator.kv_bytes_per_token")
+    pool = parse_bytes(opts.pop("pool_bytes"), pool_name)
+    kv = parse_bytes(opts.pop("kv_bytes_per_token"), kv_name)
+    if pool > 0 and kv > 0 and pool / kv > MAX_POOL_TOKENS:
+        raise ConfigError(
+            f"a pool of {pool:.4g} B at {kv:.4g} B per token holds {pool / kv:.4g} tokens, "
+            f"beyond kvsim's bound of {MAX_POOL_TOKENS:.0e} tokens (the one kvsim run "
+            f"applies: the block tables would not fit in memory); check {pool_name} and "
+            f"{kv_name} (their units)", field=pool_name,
+            location=None if "pool_bytes" in names else source)  # fmt: skip
     return make_allocator(kind, pool_bytes=pool, kv_bytes_per_token=kv, **opts)
 
 
@@ -253,7 +271,8 @@ def replay(
         if check:
             alloc.check_invariants()
         sample = (step + 1) % every == 0 or step == len(ops) - 1
-        rows.append(ReplayRow(step, op, ok, alloc.metrics(request_bytes) if sample else None))
+        rows.append(ReplayRow(step, op, ok, alloc.metrics(request_bytes) if sample else None,
+                              request_bytes))  # fmt: skip
     return rows
 
 
@@ -302,7 +321,7 @@ def random_ops(
 
 
 _COLUMNS = ("step", "op", "ok", "seqs", "useful", "allocated", "free", "cached",
-            "largest_free", "eta_alloc", "eta_eff", "phi_ext", "copied", "cow")  # fmt: skip
+            "largest_free", "eta_alloc", "eta_eff", "phi_ext", "fits", "copied", "cow")  # fmt: skip
 
 
 def row_record(row: ReplayRow) -> dict[str, Any]:
@@ -310,6 +329,7 @@ def row_record(row: ReplayRow) -> dict[str, Any]:
     out: dict[str, Any] = {"step": row.step, "op": str(row.op), "ok": row.ok}
     if row.metrics is not None:
         out.update(row.metrics.as_dict())
+        out["request_fits"] = request_fits(row.metrics.largest_free_bytes, row.request_bytes)
     return out
 
 
@@ -323,6 +343,9 @@ def format_table(rows: Sequence[ReplayRow], unit: str = "MiB") -> str:
     def frac(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
+    def fits(x: bool | None) -> str:
+        return "-" if x is None else "yes" if x else "no"
+
     table = [list(_COLUMNS)]
     for row in rows:
         m = row.metrics
@@ -333,7 +356,8 @@ def format_table(rows: Sequence[ReplayRow], unit: str = "MiB") -> str:
             str(row.step), str(row.op), ok, str(m.num_sequences), size(m.useful_bytes),
             size(m.allocated_bytes), size(m.free_bytes), size(m.cached_bytes),
             size(m.largest_free_bytes), frac(m.eta_alloc), frac(m.eta_effective),
-            frac(m.phi_ext), size(m.bytes_copied), str(m.cow_copies),
+            frac(m.phi_ext), fits(request_fits(m.largest_free_bytes, row.request_bytes)),
+            size(m.bytes_copied), str(m.cow_copies),
         ])  # fmt: skip
     widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in table]

@@ -621,9 +621,7 @@ class Recorder:
         or there is no request; 0 for block kinds with anything free."""
         if request_bytes is None or m.free_bytes <= 0:
             return None
-        if self.block_kind:
-            return 0.0
-        return phi_ext(m.free_extents, request_bytes)
+        return phi_ext(m.free_extents, request_bytes, self.block_kind)
 
     def memory_run(self, starts, useful, allocated) -> None:
         """Integrals over a run of decode steps whose first step ``memory()`` recorded

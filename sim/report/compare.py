@@ -16,8 +16,13 @@ braces or brackets do not split values. A variant's name is ``KEY=VALUE`` (a map
 values joined by ``-``), several keys joined by ``,``; its folder name is that name with
 anything but letters, digits and ``._=,-`` replaced by ``_``.
 
-Every table shows the prompt reuse rate (cache hits and held KV over prompt tokens), the
-prefill tokens and the KV reuse rate beside the prefix hit rate (a cache-lookup rate).
+Every table shows the prompt reuse rate (cache hits and held KV over prompt tokens; the
+summary's ``kv_reuse_rate`` is its older name, the same value, and compare.parquet keeps
+that column, but the table has one row) and the prefill tokens beside the prefix hit rate
+(a cache-lookup rate); a hosted-API view adds its prompt-cache hit rate, bill and
+compactions (``provider_hit_rate``, ``provider_bill_usd``, ``compactions``). The pool rows
+(``POOL_ROWS``) read every variant over one window (``table_window``), which the footnote
+under the table names, with ``external`` split into fragmentation and free memory.
 Cluster runs compare like single-node ones: their summary has the same keys for the
 cluster as a whole (a row also gets the routing figures, e.g. ``routing_decisions``; the
 per-node list ``nodes`` stays in each run's summary.json), the table adds their sequence
@@ -49,7 +54,13 @@ import pandas as pd
 from sim.errors import ConfigError, KvsimError
 from sim.report.data import RunData, load_run
 from sim.report.pool import SHARES
-from sim.report.variant_rows import _busy, _flat, compare_frame, variant_row  # noqa: F401
+from sim.report.variant_rows import (  # noqa: F401
+    _busy,
+    _flat,
+    compare_frame,
+    table_window,
+    variant_row,
+)
 from sim.yamlio import json_value, read_bytes_bounded
 
 #: (label, flattened summary key, display scale, unit) of the comparison table
@@ -64,7 +75,6 @@ METRICS = (
     ("trajectories completed", "trajectories_completed", 1.0, "count"),
     ("prompt reuse rate", "prompt_reuse_rate", 100.0, "%"),  # hits + held KV / prompt
     ("prefix hit rate", "prefix_hit_rate", 100.0, "%"),
-    ("KV reuse rate", "kv_reuse_rate", 100.0, "%"),
     ("prefill tokens", "prefill_tokens", 1.0, "tokens"),
     ("eta_alloc (mean)", "eta_alloc_mean", 100.0, "%"),
     ("eta_effective (mean)", "eta_effective_mean", 100.0, "%"),
@@ -79,7 +89,28 @@ METRICS = (
     ("lockstep comm", "lockstep_comm_s", 1.0, "s"),  # data-parallel MoE ranks only
     ("held KV", "hold_gb_s", 1.0, "GB*s"),
     ("USD per 1M output tokens", "usd_per_million_output_tokens", 1.0, "USD"),
-) + tuple((f"pool: {s.replace('_', ' ')}", f"pool_{s}", 100.0, "%") for s in SHARES)
+    ("hosted API: prompt-cache hit rate", "provider_hit_rate", 100.0, "%"),  # provider view
+    ("hosted API: bill", "provider_bill_usd", 1.0, "USD"),  # workload.provider_cache only
+    ("compactions", "compactions", 1.0, "count"),  # shown when a variant compacted
+)
+#: rows shown only when some variant's value is not 0 (a figure of one feature)
+WHEN_NONZERO = frozenset({"compactions"})
+#: the pool rows (label suffix, share), read over ``table_window``: ``external`` and its parts
+POOL_ROWS = (("token states", "token_states"), ("reserved", "reserved"),
+             ("internal", "internal"), ("external", "external"),
+             ("external, fragmentation", "external_fragmentation"),
+             ("external, free", "free"), ("cached", "cached"))  # fmt: skip
+#: the footnote of the pool rows, per window
+POOL_WINDOW_NOTE = {
+    "busy": "pool: time-averaged over the time requests waited for memory (n_waiting > 0), "
+            "the same window for every variant",
+    "run": "pool: time-averaged over the whole run, the same window for every variant "
+           "(requests never waited in {idle}, so no memory-bound window is common to all)",
+    None: "pool: each variant's own window (an older compare.parquet: the time requests "
+          "waited, or the whole run where none did)",
+}
+POOL_SPLIT_NOTE = ("pool: external = fragmentation (free bytes in holes too small for a "
+                   "request, a buddy block's rounding) + free (memory no request asked for)")
 COMPARE_PARQUET = "compare.parquet"
 COMPARE_HTML = "compare.html"
 _SAFE = re.compile(r"[^A-Za-z0-9._=,-]")
@@ -249,11 +280,12 @@ def compare_text(frame: pd.DataFrame) -> str:
     names = list(frame.variant)
     head = ["metric", "unit", *names]
     body = []
-    for label, key, scale, unit in METRICS:
+    window = table_window(frame)
+    for label, key, scale, unit in (*METRICS, *pool_metrics(window)):
         if key not in frame:
             continue
         vals = frame[key].to_numpy(float)
-        if np.isnan(vals).all():
+        if np.isnan(vals).all() or (key in WHEN_NONZERO and not np.nan_to_num(vals).any()):
             continue
         cells = []
         for i, v in enumerate(vals):
@@ -270,7 +302,34 @@ def compare_text(frame: pd.DataFrame) -> str:
                        for j, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in [head, *body]]  # fmt: skip
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + pool_notes(frame, window)) + "\n"
+
+
+def pool_metrics(window: str | None) -> tuple[tuple[str, str, float, str], ...]:
+    """The table's pool rows (``METRICS``' shape) over ``window`` (``table_window``): the
+    memory-bound time share, then ``POOL_ROWS``; an older frame's ``pool_<share>``."""
+    if window is None:
+        return tuple((f"pool: {s.replace('_', ' ')}", f"pool_{s}", 100.0, "%") for s in SHARES)
+    return (("memory-bound time (requests waiting)", "pool_busy_fraction", 100.0, "% of run"),
+            *((f"pool: {label}", f"pool_{window}_{share}", 100.0, "%")
+              for label, share in POOL_ROWS))  # fmt: skip
+
+
+def pool_notes(frame: pd.DataFrame, window: str | None) -> list[str]:
+    """The footnote under the table: the window every variant's pool shares cover (and,
+    over the whole run, the variants that never waited) and what ``external`` splits
+    into; none for a frame without pool shares."""
+    key = "pool_token_states" if window is None else f"pool_{window}_token_states"
+    if key not in frame or np.isnan(frame[key].to_numpy(float)).all():
+        return []
+    idle = []
+    if window == "run":
+        run = frame.pool_run_token_states.to_numpy(float)
+        busy = frame.pool_busy_token_states.to_numpy(float)
+        idle = [str(n) for n, r, b in zip(frame.variant, run, busy, strict=True)
+                if not math.isnan(r) and math.isnan(b)]  # fmt: skip
+    notes = [POOL_WINDOW_NOTE[window].format(idle=", ".join(idle))]
+    return notes + ([POOL_SPLIT_NOTE] if window is not None else [])
 
 
 def variant_warnings(frame: pd.DataFrame) -> list[tuple[str, list[str]]]:

@@ -26,7 +26,7 @@ import numpy as np
 from sim.report import series
 from sim.report.plots import COLORS, _empty, _legend_outside, _log_ticks, new_figure
 from sim.report.pool import SHARES, external_parts
-from sim.report.variant_rows import _busy, compare_frame, variant_row
+from sim.report.variant_rows import _busy, compare_frame, table_window, variant_row
 
 #: the bars of the key-metrics figure: (title, row key, scale)
 KEY_METRICS = (
@@ -44,6 +44,9 @@ POOL_LABELS = {"token_states": "token states", "reserved": "reserved (future tok
 #: the pool figure's layers, bottom first: ``external`` drawn as its two parts
 POOL_LAYERS = ("token_states", "reserved", "internal", "external_fragmentation", "free",
                "cached")  # fmt: skip
+#: the pool figure's window (``table_window``), as its title says
+POOL_WINDOW_LABEL = {"busy": "the time requests waited (every variant)",
+                     "run": "the whole run (every variant)"}  # fmt: skip
 #: a variant name wraps at this many characters on an axis
 NAME_WRAP = 30
 
@@ -131,10 +134,16 @@ def plot_ttft(named_runs: dict, frame=None) -> Any:
 
 
 def _pool_layers(named_runs: dict, frame) -> dict[str, np.ndarray]:
-    """Each layer of the pool figure (% of the pool), one value per variant: the frame's
-    shares, ``external`` split by ``pool.external_parts`` over the variant's runs (the
-    mean over replications, as the frame's rows); without runs, ``external`` whole."""
+    """Each layer of the pool figure (% of the pool), one value per variant, over the
+    table's window (``variant_rows.table_window``: the same for every variant), with
+    ``external`` as its two parts; an older frame (no windowed columns): its
+    ``pool_<share>`` with ``external`` split by ``pool.external_parts`` over the variant's
+    runs (the mean over replications), or whole without runs."""
     n = len(frame)
+    window = table_window(frame)
+    if window is not None:
+        return {k: np.nan_to_num(frame[f"pool_{window}_{k}"].to_numpy(float) * 100)
+                if f"pool_{window}_{k}" in frame else np.zeros(n) for k in POOL_LAYERS}  # fmt: skip
     layers = {s: (np.nan_to_num(frame[f"pool_{s}"].to_numpy(float) * 100) if f"pool_{s}" in frame
                   else np.zeros(n)) for s in SHARES}  # fmt: skip
     runs = [named_runs.get(v) or [] for v in frame.variant]
@@ -166,8 +175,10 @@ def plot_pool(named_runs: dict, frame=None) -> Any:
     for i, (share, h) in enumerate(layers.items()):
         ax.bar(x, h, bottom=bottom, label=POOL_LABELS[share], color=COLORS[i], width=0.6)
         bottom += h
-    if "pool_token_states" in frame:
-        for j, v in enumerate(frame.pool_token_states.to_numpy(float) * 100):
+    window = table_window(frame)
+    states = "pool_token_states" if window is None else f"pool_{window}_token_states"
+    if states in frame:
+        for j, v in enumerate(frame[states].to_numpy(float) * 100):
             if not np.isnan(v):  # inside a bar tall enough for it, else just above it
                 inside = v >= 8
                 ax.text(j, v / 2 if inside else v + 1, f"{v:.1f}%", ha="center",
@@ -176,7 +187,9 @@ def plot_pool(named_runs: dict, frame=None) -> Any:
     ax.set_xticks(x, names, fontsize=7)
     ax.set_ylim(0, 100)
     ax.set_ylabel("% of the KV pool (time-averaged)")
-    fig.suptitle("where the KV pool went", fontsize=10, y=0.985)
+    title = "where the KV pool went" + ("" if window is None else
+                                        f", averaged over {POOL_WINDOW_LABEL[window]}")
+    fig.suptitle(title, fontsize=10, y=0.985)
     fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.95),
                ncols=3, fontsize=7, frameon=False)  # fmt: skip
     return fig
@@ -199,11 +212,13 @@ COMPARE_PLOTS = (
                 "A curve further left reaches a given fraction of requests sooner; where "
                 "curves cross, one variant wins at the median and loses in the tail."),
     ComparePlot("compare_pool.png", "Where the KV pool went (allocator study)", plot_pool,
-                "Each bar is the KV pool averaged over the memory-bound time: the bottom "
-                "segment is token states (the useful share, as in the vLLM paper's Fig. 2), "
-                "above it memory reserved for future tokens, internal and external "
-                "fragmentation (holes too small to use, a buddy block's rounding), then free "
-                "memory and prefix-cache blocks, all while requests wait."),
+                "Each bar is the KV pool averaged over one window for every variant (its "
+                "title says which): the time requests wait for memory when every variant had "
+                "requests wait, else the whole run. The bottom segment is token states (the "
+                "useful share, as in the vLLM paper's Fig. 2), above it memory reserved for "
+                "future tokens, internal and external fragmentation (holes too small to use, "
+                "a buddy block's rounding), then free memory (idle: no request asked for it) "
+                "and prefix-cache blocks."),
 )  # fmt: skip
 
 

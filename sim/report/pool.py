@@ -19,7 +19,9 @@ rounding of each reservation (``reserve_rounding_tokens`` of the run's allocator
 its resolved config: 0 without a ``reservation``) is summed over each request's stay from
 admission to finish and, capped by what remains, counted as external; the rest of that
 difference is internal fragmentation. ``busy_only`` averages over the time requests wait
-(``n_waiting > 0``: the memory-bound regime the paper measures) instead of the whole run.
+(``n_waiting > 0``: the memory-bound regime the paper measures) instead of the whole run;
+``pool_windows`` gives both windows at once (``kvsim compare`` reads every variant over one
+of them: ``sim.report.variant_rows.table_window``).
 
 ``external_parts`` splits ``external`` in two for the figure: ``external_fragmentation``
 (the address space's rounding, plus the free bytes in holes too small for the reference
@@ -132,24 +134,53 @@ def external_parts(run, busy_only: bool = False) -> dict[str, float]:
     fragmentation (rounding + free bytes in holes too small for the reference request)
     and free memory; both NaN when ``external`` is."""
     shares, fragmented = _shares(run, busy_only)
-    external = shares["external"]
+    return _split(shares["external"], fragmented)
+
+
+def pool_windows(run) -> dict[str, float]:
+    """The pool shares and ``external``'s parts over both windows, from one pass over the
+    run's tables: ``run_<share>`` over the whole run, ``busy_<share>`` over the time
+    requests waited (``n_waiting > 0``; NaN when none ever waited), for every share of
+    ``SHARES`` and ``EXTERNAL_PARTS``, and ``busy_fraction``, the memory-bound time over
+    the run's time (0 when no request waited; NaN without a memory record)."""
+    parts = _node_parts(run)
+    out: dict[str, float] = {}
+    for prefix, which in (("run", 0), ("busy", 1)):
+        shares, fragmented = _window(parts, which)
+        out.update({f"{prefix}_{k}": v for k, v in shares.items()})
+        out.update({f"{prefix}_{k}": v for k, v in _split(shares["external"], fragmented).items()})
+    total = float(sum(d[0] for _, d in parts))
+    out["busy_fraction"] = float(sum(d[1] for _, d in parts)) / total if total > 0 else float("nan")
+    return out
+
+
+def _split(external: float, fragmented: float) -> dict[str, float]:
     if np.isnan(external):
         return dict.fromkeys(EXTERNAL_PARTS, float("nan"))
     frag = min(max(fragmented, 0.0), external)
     return {"external_fragmentation": frag, "free": external - frag}
 
 
-def _shares(run, busy_only: bool) -> tuple[dict[str, float], float]:
-    """``pool_shares`` and the fragmented share (``external_parts``)."""
+def _node_parts(run) -> list:
+    """Each node's ``_byte_seconds`` (one for a single node), those with a memory record."""
     from sim.report.data import load_run, node_ids, select_node
 
     run = load_run(run)
     ids = node_ids(run)
     parts = [_byte_seconds(select_node(run, i)) for i in ids] if len(ids) > 1 else [
         _byte_seconds(run)]  # fmt: skip
+    return [p for p in parts if p is not None]
+
+
+def _shares(run, busy_only: bool) -> tuple[dict[str, float], float]:
+    """``pool_shares`` and the fragmented share (``external_parts``)."""
+    return _window(_node_parts(run), 1 if busy_only else 0)
+
+
+def _window(parts: list, which: int) -> tuple[dict[str, float], float]:
+    """(shares, fragmented share) over the whole run (``which`` 0) or the time requests
+    waited (1), from the nodes' ``_byte_seconds``."""
     nan = {k: float("nan") for k in SHARES}
-    parts = [p for p in parts if p is not None]
-    which = 1 if busy_only else 0
     denom = float(sum(d[which] for _, d in parts))
     if not parts or denom <= 0:
         return nan, float("nan")

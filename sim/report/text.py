@@ -3,8 +3,10 @@
 Responsibility: what ``kvsim run`` shows while it runs (simulated time, finished
 trajectories, an ETA) and after (one table: every latency in ms, memory in GB, rates in
 percent), and the same rows for ``report.html``. Every run shows its prompt reuse rate
-(prompt tokens not computed: cache hits and held KV) first, then vLLM's cache-lookup
-prefix hit rate, the KV reuse rate (the reuse rate's older name) and the prefill tokens
+(prompt tokens not computed: cache hits and held KV; summary.json's ``kv_reuse_rate`` is
+its older name, the same value, so it has no row of its own) first, then vLLM's
+cache-lookup prefix hit rate and the prefill tokens; a run with a hosted-API view adds its
+prompt-cache hit rate, bill and compactions
 (under affinity routing the hit rate alone misleads, docs/cluster.md); a cluster run adds the router, the node count, each node's
 routing decisions, the sequence moves and the routed / global match rates, and
 report.html's per-node table. No printing and no clock here: the CLI passes the elapsed
@@ -89,7 +91,6 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         ("prompt reuse rate (cache hits + held KV)",
          _num(s.get("prompt_reuse_rate", s.get("kv_reuse_rate")), ".1f", 100), "%"),
         ("prefix hit rate", _num(s.get("prefix_hit_rate"), ".1f", 100), "%"),
-        ("KV reuse rate", _num(s.get("kv_reuse_rate"), ".1f", 100), "%"),
         ("prefill tokens", _num(s.get("prefill_tokens"), ",d"), "tokens"),
         ("eta_alloc (mean)", _num(s.get("eta_alloc_mean"), ".1f", 100), "%"),
         ("eta_effective (mean)", _num(s.get("eta_effective_mean"), ".1f", 100), "%"),
@@ -106,8 +107,23 @@ def summary_rows(s: dict) -> list[tuple[str, str, str]]:
         *unfinished_rows(s),
         ("pauses", _num(s.get("pause_count"), ",d"), "count"),
         ("cost", _num(s.get("usd_total"), ",.4f"), "USD"),
+        *hosted_api_rows(s),
     ]
     return rows + cluster_rows(s)
+
+
+def hosted_api_rows(s: dict) -> list[tuple[str, str, str]]:
+    """The hosted-API view (``workload.provider_cache``): the provider's prompt-cache hit
+    rate and bill, when the summary has them (not null); and the context-limit
+    compactions, when any happened or the provider view is there (none otherwise)."""
+    rows = []
+    if s.get("provider_hit_rate") is not None or s.get("provider_bill_usd") is not None:
+        rows += [("hosted API: prompt-cache hit rate",
+                  _num(s.get("provider_hit_rate"), ".1f", 100), "%"),
+                 ("hosted API: bill", _num(s.get("provider_bill_usd"), ",.4f"), "USD")]  # fmt: skip
+    if rows or s.get("compactions"):
+        rows.append(("compactions", _num(s.get("compactions"), ",d"), "count"))
+    return rows
 
 
 def speculative_rows(s: dict) -> list[tuple[str, str, str]]:

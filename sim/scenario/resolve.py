@@ -24,6 +24,7 @@ from typing import Any
 
 from sim.cost.host_link import host_link_fits
 from sim.errors import ConfigError, KvsimError
+from sim.memory.registry import MAX_POOL_TOKENS
 from sim.profiles import load_accelerator, load_model, load_node
 from sim.profiles.registry import ProfileOverrideError
 from sim.profiles.schema import AcceleratorProfile, ModelProfile
@@ -49,9 +50,8 @@ from sim.sizing.hybrid_pages import unify_pages
 from sim.sizing.kv import kv_bytes_per_token_per_gpu, layers_per_stage
 from sim.units import dtype_bytes
 
-#: the largest KV pool a run accepts, in tokens per GPU (8 x B200 hold ~12 M tokens of a
-#: Llama-3.1-8B; the allocators keep per-block tables, so the bound keeps memory bounded)
-MAX_POOL_TOKENS = 2e8
+#: the largest KV pool a run accepts, in tokens per GPU: ``sim.memory.registry``'s, which
+#: ``kvsim alloc-replay`` applies too (imported above; still a name of this module)
 
 
 @dataclass(frozen=True)

@@ -65,12 +65,20 @@ def test_pool_is_whole_blocks_and_reports_the_remainder():
     a.check_invariants()
 
 
-def test_paged_phi_ext_is_zero_or_one():
+def test_paged_phi_ext_is_zero_by_construction_and_fits_says_whether_it_fits():
+    """SPEC F9: every free block serves any block request, so a paged pool has no external
+    fragmentation; a request larger than the free blocks does not fit (a pool short of
+    memory), which ``request_fits`` says, not phi_ext (the engine's memory.parquet agrees)."""
+    from sim.memory import request_fits
+
     a = paged(10)
     a.allocate(0, 24)  # 6 blocks, 4 free = 16 bytes
-    assert a.metrics(request_bytes=16).phi_ext == 0.0
-    assert a.metrics(request_bytes=17).phi_ext == 1.0
+    for request in (16, 17, 1_000):
+        m = a.metrics(request_bytes=request)
+        assert m.phi_ext == 0.0, request
+        assert request_fits(m.largest_free_bytes, request) is (request <= 16)
     assert a.metrics(request_bytes=16).largest_free_bytes == 16
+    assert request_fits(16, None) is None
 
 
 def test_append_takes_blocks_only_at_block_boundaries():

@@ -247,6 +247,8 @@ def test_phi_ext_uses_f9_on_the_reported_holes(case):
         m = a.metrics(request_bytes=req)
         free = sum(m.free_extents)
         expected = 1 - sum(h for h in m.free_extents if h >= req) / free
+        if a.block_size is not None:  # SPEC F9: any free block serves, 0 by construction
+            expected = 0.0  # (a request beyond the free blocks does not fit: request_fits)
         assert m.phi_ext == pytest.approx(expected)
         assert m.largest_free_bytes == max(m.free_extents)
 

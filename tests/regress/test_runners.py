@@ -95,7 +95,9 @@ def test_allocator_runner_is_deterministic_and_reports_the_metrics(tmp_path):
                 "bytes_copied", "eta_alloc_mean", "misses", "phi_ext_at_64_tokens"):  # fmt: skip
         assert key in a, key
     assert a["ops"] == 200
-    assert a["phi_ext_at_100000_tokens"] == 1.0  # 100k tokens x 256 B > a 1 MiB pool
+    # 100k tokens x 256 B > a 1 MiB pool: it does not fit, but F9 of a block pool is 0
+    # by construction (SPEC F9; memory.parquet's phi_ext says the same)
+    assert a["phi_ext_at_100000_tokens"] == 0.0
     assert a["peak_allocated_bytes"] <= 2**20
     c = _run("allocator", _paged(generator={"n_ops": 200, "seed": 6}), tmp_path)
     assert c != a

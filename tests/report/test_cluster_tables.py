@@ -22,7 +22,7 @@ SINGLE_NODE_LABELS = [
     "TTFT mean / p50 / p90 / p99", "ITL mean / p50 / p90 / p99",
     "end-to-end mean / p50 / p90 / p99", "queue mean / p50 / p90 / p99",
     "resume latency mean / p50 / p90 / p99", "max ITL", "output throughput",
-    "prompt reuse rate (cache hits + held KV)", "prefix hit rate", "KV reuse rate",
+    "prompt reuse rate (cache hits + held KV)", "prefix hit rate",
     "prefill tokens", "eta_alloc (mean)",
     "eta_effective (mean)", "peak allocated", "paused KV, logical (mean)",
     "paused KV, physical HBM (mean)", "held KV", "preemptions", "rejected", "pauses", "cost",
@@ -56,7 +56,11 @@ def test_end_of_run_table_gives_the_clusters_reuse_and_routing_figures(runs):
                       for label in SINGLE_NODE_LABELS]  # fmt: skip
     assert [r[0] for r in summary_rows(s)] == cluster_labels + CLUSTER_LABELS
     assert rows["prefill tokens"] == (f"{s['prefill_tokens']:,}", "tokens")
-    assert rows["KV reuse rate"] == (f"{100 * s['kv_reuse_rate']:.1f}", "%")
+    # kv_reuse_rate is the prompt reuse rate's older name (the same value): one row
+    assert s["kv_reuse_rate"] == s["prompt_reuse_rate"]
+    assert rows["prompt reuse rate (cache hits + held KV)"] == (
+        f"{100 * s['prompt_reuse_rate']:.1f}", "%")
+    assert "KV reuse rate" not in rows
     assert rows["sequence moves"] == (f"{s['sequence_moves']:,}", "count")
     assert rows["routed / global match rate"] == ("- / -", "%")
     p = runs["prefix_affinity"].summary
@@ -74,7 +78,7 @@ def test_a_single_node_table_adds_only_prefill_tokens_and_kv_reuse(runs):
     assert ("prefill tokens", f"{node['prefill_tokens']:,}", "tokens") in rows
     # keys missing from an older summary print as "-"
     assert ("prefill tokens", "-", "tokens") in summary_rows({})
-    assert ("KV reuse rate", "-", "%") in summary_rows({})
+    assert ("prompt reuse rate (cache hits + held KV)", "-", "%") in summary_rows({})
 
 
 def test_report_summary_and_nodes_tables_show_them(runs):
@@ -119,7 +123,8 @@ def test_compare_of_two_routers_shows_sequence_moves_per_variant(cluster_yaml, t
     prefill = _line(stdout, "prefill tokens")
     assert prefill[1] == f"{ll['prefill_tokens']:,}"  # whole tokens, not 1.5e+05
     assert prefill[2].startswith(f"{pa['prefill_tokens']:,} (")
-    assert _line(stdout, "KV reuse rate")[1] == f"{100 * ll['kv_reuse_rate']:,.4g}"
+    assert _line(stdout, "prompt reuse rate")[1] == f"{100 * ll['prompt_reuse_rate']:,.4g}"
+    assert "KV reuse rate" not in stdout  # the same value's older name: not a row of its own
     routed = _line(stdout, "routed match rate")  # least_load reads no matches
     assert routed[1] == "-" and routed[2] == f"{100 * pa['routed_match_rate']:,.4g}"
     assert _line(stdout, "prefix hit rate")  # the existing row stays
