@@ -9,14 +9,16 @@ Responsibility: pick the tier from the predicted wait W:
   4. otherwise host DRAM if it has room (no usable NVMe);
   5. nowhere to park it (sim decision): recompute when W exceeds the recompute time (the
      drop costs less stall than the wait it frees memory for), else hold.
-Where 2-4 pick a tier whose reload is not faster than the recompute (F31; rule 3.11.2:
-recompute is "appropriate ... when reload is not faster"), the state is dropped instead:
-HBM is freed at once, the resume is no slower, and no tier holds the state.
+A tier counts as usable only if it has room and reloads faster than the recompute (F31;
+rule 3.11.2: recompute is "appropriate ... when reload is not faster"): a slower one is
+passed over for the other tier, and with neither usable the pause goes to 5 before the
+round-trip test of 1 (holding for a round trip no copy will make would only keep HBM
+from the drop that frees it at once, at a resume no slower).
 An unknown wait (tool never seen, no prior) holds: a short-wait mistake then costs memory
 only, never a stall.
 
 Invariant: never offloads to a tier without room, nor to one it reloads from no faster
-than it recomputes; the thresholds are ``sim.sizing``'s ``break_even_wait_s``, and
+than it recomputes, and never drops where a usable tier would park the state; the thresholds are ``sim.sizing``'s ``break_even_wait_s``, and
 ``kvsim breakeven`` asks this very ``decide`` (``sim.policy.analytic``), so the command and
 the engine agree on T* and on the decision for the same facts.
 """
@@ -78,23 +80,37 @@ class BreakEven(PausePolicy):
         wait = facts.predicted_wait_s
         if wait is None:
             return Decision("hold", "unknown wait: hold")
+        host_room = facts.host_fits(self.options.host_reserve_bytes)
+        nvme_room = facts.nvme_fits()
+        host = host_room and self.faster("offload_host", facts)
+        nvme = nvme_room and self.faster("offload_nvme", facts)
+        if not (host or nvme):
+            slow = host_room or nvme_room  # room, but no reload faster than the recompute
+            return self.nowhere(wait, facts, slow)
         if wait <= self.host_threshold_s(facts):
             return Decision("hold", "wait under the break-even (round trip)")
-        host_ok = facts.host_fits(self.options.host_reserve_bytes)
-        if wait <= self.options.horizon_s and host_ok:
-            return self.park("offload_host", facts, "wait within the host horizon")
-        if facts.nvme_fits() and wait > self.nvme_threshold_s(facts):
-            why = "host DRAM short" if not host_ok else "wait beyond the host horizon"
-            return self.park("offload_nvme", facts, f"{why}: NVMe")
-        if host_ok:
-            return self.park("offload_host", facts, "beyond the horizon, no usable NVMe")
-        if wait > facts.recompute_s:
-            return Decision("recompute", "no tier has room: drop (recompute < wait)")
-        return Decision("hold", "no tier has room: hold (wait < recompute)")
+        if wait <= self.options.horizon_s and host:
+            return self.offload("offload_host", facts, "wait within the host horizon")
+        if nvme and wait > self.nvme_threshold_s(facts):
+            # (NVMe's reload is the host link's and the drives': never faster than host
+            # DRAM's, so a usable NVMe beside unusable host DRAM means host DRAM is short)
+            why = "wait beyond the host horizon" if host else "host DRAM short"
+            return self.offload("offload_nvme", facts, f"{why}: NVMe")
+        if host:
+            return self.offload("offload_host", facts, "beyond the horizon, no usable NVMe")
+        return self.nowhere(wait, facts, slow=True)
 
-    def park(self, tier: str, facts: PauseFacts, reason: str) -> Decision:
-        """Offload to ``tier``, unless reloading from it is not faster than recomputing
-        (F31, rule 3.11.2): then drop (recompute)."""
-        if facts.reload_s_for(tier) >= facts.recompute_s:
-            return Decision("recompute", f"{tier} reload not faster than recompute (F31): drop")
-        return self.offload(tier, facts, reason)
+    @staticmethod
+    def faster(tier: str, facts: PauseFacts) -> bool:
+        """Whether reloading from ``tier`` beats recomputing the state (F31, rule 3.11.2)."""
+        return facts.reload_s_for(tier) < facts.recompute_s
+
+    @staticmethod
+    def nowhere(wait: float, facts: PauseFacts, slow: bool) -> Decision:
+        """Step 5: no usable tier (none with room, or, ``slow``, none with room that
+        reloads faster than the recompute, F31): drop when the wait exceeds the recompute
+        time, else hold."""
+        why = "no tier with room reloads faster than recompute (F31)" if slow else "no tier has room"
+        if wait > facts.recompute_s:
+            return Decision("recompute", f"{why}: drop (recompute < wait)")
+        return Decision("hold", f"{why}: hold (wait < recompute)")

@@ -45,7 +45,8 @@ def variant_row(name: str, runs: list[RunData], overrides: dict | None = None,
                 errors: list[str] | None = None) -> dict:  # fmt: skip
     """One row of compare.parquet: the mean over a variant's replications of every
     numeric summary figure, and its pool shares: ``pool_run_<share>`` over the whole run,
-    ``pool_busy_<share>`` over the time requests waited (NaN for a run where none did),
+    ``pool_busy_<share>`` over the time requests waited (NaN for a variant where any
+    replication's requests never waited: its busy window would be some seeds' alone),
     each for ``SHARES`` and ``EXTERNAL_PARTS``, ``pool_busy_fraction`` (that time over the
     run's), and ``pool_<share>`` (``SHARES``: the busy window when the run's requests ever
     waited, else the whole run, so two variants' may cover different windows; kept for
@@ -64,7 +65,13 @@ def variant_row(name: str, runs: list[RunData], overrides: dict | None = None,
                            "run_dirs": json.dumps([str(r.folder) for r in runs if r.folder]),
                            "error": "; ".join(errors or []) or None,
                            "warnings": json.dumps(run_warnings(runs))}  # fmt: skip
+    recorded = [f for f in flats if not math.isnan(f.get("pool_run_token_states", math.nan))]
     for k in keys:
+        if k.startswith("pool_busy_") and k != "pool_busy_fraction":  # the busy window only
+            # if every seed's run waited:
+            busy = [f.get(k, math.nan) for f in recorded]  # (one seed's would stand for all)
+            row[k] = float(np.mean(busy)) if busy and not any(map(math.isnan, busy)) else math.nan
+            continue
         vals = [f[k] for f in flats if k in f and not math.isnan(f[k])]
         row[k] = float(np.mean(vals)) if vals else float("nan")
     return row

@@ -234,7 +234,7 @@ def test_hold_cost_and_decision_in_the_table(run_cli):
     assert code == 0 and "0.5369 GB*s" in out
     assert "offload_host: wait within the host horizon" in out
     out = run_cli(f"{TRIAL} --prefill-tflops 10000 --wait 5")[1]
-    assert "recompute: offload_host reload not faster than recompute (F31)" in " ".join(out.split())
+    assert "recompute: no tier with room reloads faster than recompute (F31)" in " ".join(out.split())
 
 
 @pytest.mark.parametrize(

@@ -241,22 +241,32 @@ def test_nowhere_to_park_recomputes_only_when_the_wait_exceeds_the_recompute():
 
 def test_reload_not_faster_than_recompute_drops():
     """Rule 3.11.2: recompute is appropriate "when reload is not faster (F31)". E22's
-    5 GiB over 50 GB/s reloads in 107.4 ms: a recompute priced at exactly that (not
-    faster to reload) drops the state; one a hair slower offloads as before. Beyond the
-    horizon the NVMe path (drives then link) is the reload that counts."""
+    5 GiB over 50 GB/s reloads in 107.4 ms (round trip 214.7 ms): a recompute priced at
+    exactly that (not faster to reload) drops the state; one a hair slower offloads as
+    before. With no tier faster than the recompute, a wait past the recompute time drops
+    even under the round trip (no copy will be made: holding only keeps HBM), and a wait
+    under it holds. Beyond the horizon the NVMe path (drives then link) is the reload that
+    counts; a slow NVMe is passed over for host DRAM with room, never dropped to."""
     p = make_policy("break_even")
     rl = 5 * GiB / 50e9
     assert e22(0.0).reload_s == rl
     tie = p.decide(e22(5.0, recompute_priced_s=rl))
     assert tie.action == "recompute" and "F31" in tie.reason
     assert p.decide(e22(5.0, recompute_priced_s=math.nextafter(rl, 1))).action == "offload_host"
-    assert p.decide(e22(0.2, recompute_priced_s=rl)).action == "hold"  # under the round trip
+    short = p.decide(e22(0.2, recompute_priced_s=rl))  # under the round trip, over rl
+    assert short.action == "recompute" and "F31" in short.reason
+    assert p.decide(e22(0.1, recompute_priced_s=rl)).action == "hold"  # under the recompute
+    assert p.decide(e22(0.2, recompute_priced_s=math.nextafter(rl, 1))).action == "hold"
     nv = dict(nvme_free_bytes=1e13, nvme_bw_bytes_per_s=10 * GiB)  # 0.5 s + 107.4 ms a way
     between = 0.5 + rl - 0.001  # slower than the host reload, faster than NVMe's
     assert p.decide(e22(30.0, recompute_priced_s=between, **nv)).action == "offload_host"
     far = p.decide(e22(3600.0, recompute_priced_s=between, **nv))
-    assert far.action == "recompute" and far.reason.startswith("offload_nvme")
+    assert far.action == "offload_host" and far.reason == "beyond the horizon, no usable NVMe"
     assert p.decide(e22(3600.0, recompute_priced_s=0.5 + rl + 0.001, **nv)).action == "offload_nvme"
+    # NVMe's path includes the host link: a host reload no faster than the recompute
+    # makes NVMe's no faster either, so nothing parks the state
+    slow = p.decide(e22(3600.0, recompute_priced_s=rl, **nv))
+    assert slow.action == "recompute" and "F31" in slow.reason
 
 
 def test_unknown_wait_holds():

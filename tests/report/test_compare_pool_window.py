@@ -105,3 +105,19 @@ def test_every_variant_is_read_over_the_time_requests_waited_when_all_waited():
     old = pd.DataFrame({"variant": ["a", "b"], "pool_token_states": [0.2, 0.3]})
     assert table_window(old) is None
     assert "each variant's own window" in compare_text(old)
+
+
+def test_a_variant_whose_seeds_did_not_all_wait_has_no_busy_window(runs):
+    """Replications: a variant reads the busy window only when every seed's requests
+    waited; one seed that waited must not stand for the variant (h117's review)."""
+    static, paged = runs["static"], runs["paged"]
+    mixed = variant_row("mixed", [static, paged])  # one waited, one never did
+    assert np.isnan(mixed["pool_busy_token_states"]) and np.isnan(mixed["pool_busy_external"])
+    frac = [variant_row(n, [r])["pool_busy_fraction"] for n, r in (("s", static), ("p", paged))]
+    assert frac[1] == 0.0 and mixed["pool_busy_fraction"] == pytest.approx(sum(frac) / 2)
+    assert mixed["pool_run_token_states"] == pytest.approx(
+        (_share(static, "useful_bytes", False) + _share(paged, "useful_bytes", False)) / 2)
+    both = variant_row("both", [static, static])  # every seed waited: its busy window
+    assert both["pool_busy_token_states"] == pytest.approx(_share(static, "useful_bytes", True))
+    frame = compare_frame([mixed, both])
+    assert table_window(frame) == "run"
