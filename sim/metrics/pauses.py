@@ -53,8 +53,11 @@ PAUSE_DTYPES = (
     _I, _I, _S, _I, _I, _S, _I, _F, _S, _S, _S, _S, _F, _F, _F, _F, _F, _F, _F, _F, _F, _F,
     _F, _F, _F, _F, _F, _F, _F, _I, _F, _F, _S, _F, _S, _S, _S, _F, _F,
 )  # fmt: skip
-#: ``outcome`` values: how a pause ended ("open" = still open when the run ended)
-PAUSE_OUTCOMES = ("resumed", "reloaded", "recomputed", "released", "cancelled", "open")
+#: ``outcome`` values: how a pause ended ("open" = still open when the run ended;
+#: "refused": its next turn was refused, at submission or at admission)
+PAUSE_OUTCOMES = (
+    "resumed", "reloaded", "recomputed", "released", "cancelled", "open", "refused"
+)
 
 
 def pause_row(p: Any, held_byte_s: float, recompute_flops: float) -> tuple:

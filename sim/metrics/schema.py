@@ -715,7 +715,9 @@ PAUSE_TABLE = _cols(
      "adds the wait for admission and the steps it shared."),
     ("outcome", _S, "-", "resumed (KV resident at tool return and at the next turn's "
      "admission), reloaded, recomputed (also a hold dropped under memory pressure), "
-     "released, cancelled, open."),
+     "released, cancelled, open, refused (its next turn was refused, at submission or at "
+     "admission: beyond the context window, never fits the pool; ended_s is then; before "
+     "2026-12-05 such a pause read resumed, reloaded or recomputed, or open)."),
     ("ended_s", _F, "s", "When it ended."),
     ("hint", _S, "-", "The harness's KV hint for this pause (`pin=..s demote=host "
      "prefetch=..s`, `release`; empty: none; docs/pause_policies.md, Agent KV hints)."),

@@ -290,3 +290,121 @@ def test_a_refused_turn_leaves_no_pause_waiting_for_its_admission():
     assert sim.pauses._waiting == {} and sim.pauses._recomputing == {}
     (p,) = sim.pauses.pauses
     assert p.note == "its turn was never admitted" and close(p.tool_return_s, R + 45.0)
+    assert p.outcome == "refused" and close(p.ended_s, R + 45.0)  # (it read resumed)
+
+
+# h112: the pause lifecycle's loose ends, on E24 timelines of their own (2,500 blocks:
+# 40,000 tokens, one 32,768-token context and a little; a 0.5 s link overhead per copy,
+# which the speculative timer and the policy's reload time leave out)
+POOL_2500 = 2500 * 16 * BYTES_PER_TOKEN_GPU
+RELOAD_S = KV_BYTES / 8 / 64e9  # the policy's reload of 32,768 tokens: 20.97 ms
+SLOW_LINK = {"hardware.host_link_overhead_s": 0.5, "hardware.kv_pool_bytes_per_gpu": POOL_2500}
+
+
+def test_a_prefetch_dropped_after_its_tool_returned_is_booked_at_the_drop(monkeypatch):
+    """offload_host, speculative with no margin, 3 turns: A's second pause (from A's second
+    turn's end, t1; 33,281 tokens, reloaded in ``reload`` at 64 GB/s a GPU) prefetches at
+    t1 + 45 - reload (the tool's minimum wait less the policy's reload time), and the
+    copy-in takes reload + 0.5 s: A's tool returns (t1 + 45) during it, and its turn waits
+    for the copy-in. B's first turn arrives at 91.9 s, inside that copy-in, on an idle
+    node: its first 8,192-token chunk (512 blocks) does not fit beside A's prefetched
+    33,281 tokens (2,081 blocks: 419 free), so the scheduler drops
+    the prefetch, held while it copies in. The drop is booked then (blocks_freed_s 91.9 s,
+    the note), and A's pause ends recomputed: all 33,281 tokens prefilled again (no prefix
+    cache). Before h112 that drop was skipped (blocks_freed_s stayed at the copy-out)."""
+    log = _logged_drops(monkeypatch)
+    speculative = {"pause_policy.kind": "offload_host", "pause_policy.resume": "speculative",
+                   "pause_policy.prefetch_margin_s": 0.0, "workload.turns": 3}  # fmt: skip
+    r = two(91.9, **SLOW_LINK, **speculative)
+    p = r.pauses.iloc[1]
+    q = r.requests.set_index("req_id")
+    t1 = q.loc[1].finish_s  # A's second turn ends: the pause starts
+    assert p.traj_id == 0 and close(p.start_s, t1) and close(p.tool_return_s, t1 + 45.0)
+    reload = (KV_TOKENS + 1 + 512) * BYTES_PER_TOKEN_GPU / 64e9  # 21.30 ms
+    assert close(p.reload_start_s, t1 + 45.0 - reload)
+    assert close(p.copy_in_done_s, p.reload_start_s + reload + 0.5)
+    assert p.tool_return_s < 91.9 < p.copy_in_done_s  # dropped after the tool returned
+    assert ("paused", p.seq_id, 91.9, 1) in [(k, str(s), t, key) for k, s, t, key in log]
+    assert p.blocks_freed_s == 91.9 and "dropped under memory pressure" in p.note
+    assert p.moved_to == "recompute" and p.outcome == "recomputed"
+    assert p.recompute_tokens == KV_TOKENS + 1 + 512  # (the last token has no KV yet)
+    assert p.resident_s > p.copy_in_done_s
+    assert r.summary["pauses_recomputed_after_drop"] >= 1
+
+
+def test_a_pipelined_turn_that_loses_its_kv_in_the_queue_ends_recomputed(monkeypatch):
+    """offload_host, pipelined: A's tool returns at R + 45 s on an idle node, its reload
+    takes the blocks (2,049) and the turn is released RELOAD_S + 0.5 s less its
+    observation's prefill after that, while the copy-in still runs. B's first turn, here
+    since 46.5 s, heads the queue and does not fit (512 blocks, 451 free) with nothing
+    running: at A's release the scheduler drops the KV of the newest waiting turn, A's,
+    and admits B. A's pause ends recomputed, the drop booked at that time with the note
+    "... while its turn waited", its 32,768 tokens prefilled again after B's prefill
+    (before h112 it ended ``reloaded``, the drop on no pause)."""
+    log = _logged_drops(monkeypatch)
+    r = two(46.5, **SLOW_LINK, **{"pause_policy.kind": "offload_host",
+                                  "pause_policy.resume": "pipelined"})  # fmt: skip
+    a = r.pauses.iloc[0]
+    b_admitted = r.requests.set_index("req_id").loc[2].admitted_s  # B's first turn
+    assert a.traj_id == 0 and close(a.reload_start_s, R + 45.0)
+    assert close(a.copy_in_done_s, R + 45.0 + RELOAD_S + 0.5)
+    assert R + 45.0 < b_admitted < a.copy_in_done_s  # released (and dropped) mid-copy
+    assert [(k, str(s), t) for k, s, t, _ in log][0] == ("idle", a.seq_id, b_admitted)
+    assert a.blocks_freed_s == b_admitted
+    assert a.note == "dropped under memory pressure while its turn waited"
+    assert a.moved_to == "recompute" and a.outcome == "recomputed"
+    assert a.recompute_tokens == KV_TOKENS and close(a.recompute_s, R)
+    assert a.resident_s > r.requests.set_index("req_id").loc[2].finish_s
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused_at"),
+    [
+        ({"pause_policy.kind": "recompute"}, "tool_return_s"),  # (it read open)
+        ({"pause_policy.kind": "offload_host"}, "copy_in_done_s"),  # (it read reloaded)
+        # refused while it streams in (it read reloaded); the copy-in ends after
+        ({"pause_policy.kind": "offload_host", "pause_policy.resume": "pipelined"},
+         "resident_s"),
+    ],
+)  # fmt: skip
+def test_a_pause_whose_turn_is_refused_ends_refused(overrides, refused_at):
+    """As the test above, under the other policies: the next turn (2,081 blocks) is refused
+    when the node takes it in: at the tool's return (a recompute), once its context is
+    copied back (a naive reload), or at its pipelined release, before the copy-in ends.
+    Each pause ends ``refused`` at that time, and says its turn was never admitted."""
+    pool = 2080 * 16 * BYTES_PER_TOKEN_GPU
+    r = run(E24, **overrides, **{"hardware.kv_pool_bytes_per_gpu": pool})
+    (p,) = r.pauses.itertuples()
+    assert r.requests.finish_reason.tolist() == ["stop", "rejected_never_fits"]
+    assert p.outcome == "refused" and p.note == "its turn was never admitted"
+    assert close(p.tool_return_s, R + 45.0) and p.ended_s == getattr(p, refused_at)
+    if p.moved_to == "offload_host":
+        assert close(p.copy_in_done_s, R + 45.0 + RELOAD_S) and p.ended_s <= p.copy_in_done_s
+    endings = r.summary["pause_endings"]
+    assert endings["refused"] == 1 and sum(endings.values()) == 1
+
+
+def test_pauses_key_their_waiting_turns_by_the_request_itself(monkeypatch):
+    """The turns waiting for their admission (``_waiting``) or their recompute
+    (``_recomputing``) are keyed by the request object (hashed by identity), each its own
+    pause's next turn, which the pause keeps alive: no key can name another request.
+    Checked at every admission of agent_swarm_pressure under ``hold`` (20 trajectories:
+    turns resumed on held KV, and recomputes after drops). Before h112 the keys were
+    ``id()``s; the same check (``key == id(p.next_req)``) held there too: an ``id()`` is
+    reused only once its object is collected, and each key's request was alive (its
+    pause's ``next_req``), so that keying was exact, only less evidently so."""
+    from sim.engine.pauses import PauseLifecycle
+
+    seen = {"waiting": 0, "recomputing": 0}
+    admitted = PauseLifecycle.admitted
+
+    def check(self, req, now):
+        for name, entries in (("waiting", self._waiting), ("recomputing", self._recomputing)):
+            for key, p in entries.items():
+                assert key is p.next_req
+                seen[name] += 1
+        admitted(self, req, now)
+
+    monkeypatch.setattr(PauseLifecycle, "admitted", check)
+    run("agent_swarm_pressure.yaml", **{"workload.num_trajectories": 20})
+    assert seen["waiting"] > 100 and seen["recomputing"] > 0

@@ -20,9 +20,9 @@ session's last call ends in ``session_ended``: its sequence is freed (with its p
 blocks when the ``hints`` policy honours a ``release`` hint). Memory pressure may drop a
 pause's held KV (the scheduler's relief, or a reload's own at a step boundary): each drop
 is booked on its pause when it happens (``dropped``: ``blocks_freed_s``, the note); a
-turn resumed on resident KV (held, prefetched or reloaded) that loses it while queued
-ends its pause recomputed (``admitted``); a turn that ends unadmitted lets its pause go
-(``turn_gone``). ``hold`` is the trivial
+turn resumed on resident KV (held, prefetched, reloaded or streaming in) that loses it
+while queued ends its pause recomputed (``admitted``); a turn that ends unadmitted lets its
+pause go (``turn_gone``), and one refused ends it ``refused``. ``hold`` is the trivial
 form: one record, one ``kv.hold``, one ``kv.resume``. Every pause is one ``Pause`` record
 whose state moves only along ``state.TRANSITIONS``; ``records()`` feed pauses.parquet
 (schema in ``sim.metrics.pauses``, built by the run layer).
@@ -47,7 +47,7 @@ from sim.engine.pauses.state import Pause, PauseState
 from sim.engine.pauses.transfers import Transfers
 from sim.memory.kv_manager import KVManager
 from sim.sched import Request, Scheduler
-from sim.sched.request import FINISHED
+from sim.sched.request import FINISHED, REJECTED
 
 S = PauseState
 NAN = float("nan")
@@ -55,6 +55,8 @@ HOLD, RECOMPUTE = "hold", "recompute"
 #: a pause's note when memory pressure dropped its held KV (``sim.metrics.pauses.DROPPED_NOTE``)
 DROPPED = "dropped under memory pressure"
 WAITED = "dropped under memory pressure while its turn waited"
+#: the outcome of a pause whose next turn was refused (``sim.metrics.pauses.PAUSE_OUTCOMES``)
+REFUSED = "refused"
 #: states of a pause whose KV memory pressure may drop (held: ``KVManager.hold``)
 DROPPABLE = frozenset({S.HELD, S.COPYING_OUT, S.COPYING_IN, S.PREFETCHED})
 
@@ -78,11 +80,14 @@ class PauseLifecycle:
         self._restores: list[Pause] = []
         self.copies_in = 0  # copy-ins running: their turns come to the node when done
         self.streaming = 0  # pipelined copy-ins still running after their turn went on
-        self._recomputing: dict[int, Pause] = {}  # id(next request) -> pause
-        #: id(next request) -> its pause, resumed on resident KV (held, prefetched or
-        #: reloaded), until the turn is admitted (memory pressure may drop the KV of a turn
-        #: still waiting: ``admitted``) or ends unadmitted (``turn_gone``)
-        self._waiting: dict[int, Pause] = {}
+        #: the next request -> its pause, recomputing. Both maps are keyed by the request
+        #: itself (hashed by identity; the pause's ``next_req`` keeps it alive), never by an
+        #: ``id()`` that a collected request could pass on
+        self._recomputing: dict[Request, Pause] = {}
+        #: the next request -> its pause, resumed on resident KV (held, prefetched, reloaded
+        #: or streaming in), until the turn is admitted (memory pressure may drop the KV of
+        #: a turn still waiting: ``admitted``) or ends unadmitted (``turn_gone``)
+        self._waiting: dict[Request, Pause] = {}
         #: the ``hints`` policy honours ``release`` and ``retain_priority`` beyond its decisions
         self.honours_hints = options.kind == "hints"
         self.hint_releases = 0  # sessions whose last call's ``release`` hint freed the cache
@@ -230,12 +235,13 @@ class PauseLifecycle:
         if p.next_req is None:  # prefetched: resident before the tool returned
             p.to(S.PREFETCHED)
             return
-        if not self.kv.is_live(p.seq):  # a prefetch dropped under pressure
+        if not self.kv.is_live(p.seq):  # a prefetch dropped under pressure (booked at the
+            # drop, ``dropped``, whether its tool had returned yet or not)
             self._recompute(p, "prefetched KV dropped under memory pressure")
             return
         p.to(S.RESIDENT)
         p.resident_s = now
-        self._waiting[id(p.next_req)] = p  # until its turn is admitted (``admitted``)
+        self._waiting[p.next_req] = p  # until its turn is admitted (``admitted``)
         self.node.submit(p.next_req)
 
     def _pipelined_release(self, p: Pause):
@@ -250,6 +256,7 @@ class PauseLifecycle:
         p.resident_s = self.env.now
         self.streaming += 1
         self.transfers.overlap_resident(p.seq)
+        self._waiting[p.next_req] = p  # until its turn is admitted (``admitted``)
         self.node.submit(p.next_req)
 
     def _ttl(self, p: Pause, ttl_s: float):
@@ -300,21 +307,21 @@ class PauseLifecycle:
         if p.state == S.PREFETCHED and kv.is_live(p.seq):
             p.to(S.DONE)  # resident at tool return, or when the prefetch ended after it
             p.resident_s = max(ret, p.copy_in_done_s)
-            self._waiting[id(req)] = p
+            self._waiting[req] = p
             return True
         if p.state in (S.HELD, S.COPYING_OUT) and kv.is_live(p.seq):
             if p.state == S.COPYING_OUT:
                 p.note = "tool returned before the copy-out ended"
             p.to(S.DONE)
             p.resident_s = ret  # a held context is resident when its tool returns
-            self._waiting[id(req)] = p  # until its turn is admitted (``admitted``)
+            self._waiting[req] = p  # until its turn is admitted (``admitted``)
             return True
         if p.state != S.RECOMPUTE:  # held (or prefetched) KV dropped under pressure: the
             # next turn prefills the context again, a recompute the policy did not choose
             self._book_drop(p, now)  # (booked at the drop already: ``dropped``)
             p.moved_to = RECOMPUTE
         p.to(S.RECOMPUTE)
-        self._recomputing[id(req)] = p
+        self._recomputing[req] = p
         return True
 
     def at_boundary(self) -> None:
@@ -369,7 +376,7 @@ class PauseLifecycle:
         """The reload cannot happen: the next turn prefills its context again."""
         p.to(S.RECOMPUTE)
         p.moved_to, p.note = RECOMPUTE, note
-        self._recomputing[id(p.next_req)] = p
+        self._recomputing[p.next_req] = p
         self._by_seq.pop(p.seq, None)
         self.node.submit(p.next_req)
 
@@ -399,13 +406,15 @@ class PauseLifecycle:
         note. A pause held (or copying out, or prefetched) whose sequence is no longer live,
         and a resumed pause whose turn waits for admission and lost its KV, were dropped in
         this decision (the check runs after every decision that drops), unless booked
-        already. A dropped sequence with no pause of its own (a fork of a held parent, held
-        under no pause) has no row to book on."""
+        already: a speculative prefetch is held while it copies in, also once its tool
+        returned (its turn then waits for the copy-in, not in the queue). A dropped
+        sequence with no pause of its own (a fork of a held parent, held under no pause)
+        has no row to book on."""
         kv = self.kv
         for p in self._by_seq.values():
+            # (a reload started at tool return is neither held nor queued: never dropped)
             if p.state in DROPPABLE and not kv.is_live(p.seq):
-                if p.state != S.COPYING_IN or p.next_req is None:  # (a prefetch is held)
-                    self._book_drop(p, now)
+                self._book_drop(p, now)
         for p in self._waiting.values():
             if not kv.is_live(p.seq):
                 self._book_drop(p, now, WAITED)
@@ -421,14 +430,23 @@ class PauseLifecycle:
         """``req`` ended without finishing (rejected, refused at submission, cancelled): a
         pause still waiting for its admission (``_waiting``) or for its recompute
         (``_recomputing``) is let go (a finished turn's entries are gone already, or go at
-        the ``committed`` that follows); one whose turn was never admitted says so."""
+        the ``committed`` that follows); one whose turn was never admitted says so. A
+        pause whose turn was refused (``REJECTED``: at submission or at admission, e.g.
+        beyond the context window or never fitting the pool) ends ``refused`` at that
+        time (``ended_s``), whatever its KV did (resumed on it, reloaded, streaming in,
+        or waiting for a recompute: that one ends there, nothing will prefill it)."""
         if req.status == FINISHED or not (self._waiting or self._recomputing):
             return
-        key = id(req)
-        waiting, recomputing = self._waiting.pop(key, None), self._recomputing.pop(key, None)
+        waiting, recomputing = self._waiting.pop(req, None), self._recomputing.pop(req, None)
         p = waiting or recomputing
-        if p is not None and req.admitted_s is None:
+        if p is None:
+            return
+        if req.admitted_s is None:
             p.note = _joined(p.note, "its turn was never admitted")
+        if req.status == REJECTED:
+            p.outcome, p.ended_s = REFUSED, self.env.now  # (kept by the state it ends in)
+            if p.state == S.RECOMPUTE:
+                p.to(S.DONE)
 
     # -------------------------------------------------- residency after a recompute
     def admitted(self, req: Request, now: float) -> None:
@@ -436,7 +454,7 @@ class PauseLifecycle:
         context less the prefix-cache hit), and see whether it is resident already."""
         if self._waiting:
             self._dropped_while_waiting(req)
-        p = self._recomputing.get(id(req))
+        p = self._recomputing.get(req)
         if p is not None and p.recompute_tokens == 0:
             cached = min(req.num_computed, p.tokens)
             p.recompute_tokens = p.tokens - cached
@@ -451,7 +469,7 @@ class PauseLifecycle:
         if not self._recomputing:
             return
         for req, _n in plan.scheduled:
-            p = self._recomputing.get(id(req))
+            p = self._recomputing.get(req)
             if p is None or req.num_computed < p.tokens:
                 continue
             t = float(ends[-1])
@@ -467,20 +485,22 @@ class PauseLifecycle:
         than the pause held, prefix-cache hits counted), the turn prefills the rest again:
         the pause ends recomputed, priced as one (its context resident when that prefill
         covers it; a reloaded one keeps its copy-in's bytes and times, its stall and cost
-        are the recompute's)."""
-        p = self._waiting.pop(id(req), None)
+        are the recompute's; a pipelined one still streaming in ends recomputed when its
+        copy-in ends)."""
+        p = self._waiting.pop(req, None)
         if p is None or req.num_computed >= p.tokens:
             return
-        p.moved_to, p.outcome = RECOMPUTE, "recomputed"  # (its state stays DONE or RESIDENT)
+        # (its state stays DONE, RESIDENT or STREAMING: ``Pause.to`` keeps the outcome)
+        p.moved_to, p.outcome = RECOMPUTE, "recomputed"
         self._book_drop(p, self.env.now, WAITED)  # (dropped in this decision, if not booked)
         p.resident_s = NAN
-        self._recomputing[id(req)] = p
+        self._recomputing[req] = p
 
     def _resident(self, req: Request, t: float) -> None:
-        p = self._recomputing.pop(id(req))
+        p = self._recomputing.pop(req)
         p.resident_s = t
-        if p.open:  # (one dropped while its turn waited is DONE or RESIDENT already)
-            p.to(S.DONE)
+        if p.state == S.RECOMPUTE:  # (one dropped while its turn waited is DONE or
+            p.to(S.DONE)  # RESIDENT already, or STREAMING until its copy-in ends)
 
     # --------------------------------------------------------------- invariants
     def check_invariants(self) -> None:

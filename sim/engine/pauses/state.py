@@ -96,7 +96,8 @@ class Pause:
     reload_start_s: float = NAN
     copy_in_done_s: float = NAN
     resident_s: float = NAN
-    ended_s: float = NAN  # the workload released or cancelled the sequence (GONE)
+    ended_s: float = NAN  # the workload released or cancelled the sequence (GONE), or
+    # its next turn was refused (outcome refused)
     next_req: Any = None
     bytes_out: float = 0.0
     bytes_in: float = 0.0
@@ -110,7 +111,8 @@ class Pause:
     #: how the pause ended: resumed (its KV was resident at tool return and still at its
     #: turn's admission), reloaded (copied
     #: back), recomputed, released (the workload let the sequence go: a fork's parent, a
-    #: compaction, an ended trajectory), cancelled (a pruned branch); "" while open
+    #: compaction, an ended trajectory), cancelled (a pruned branch), refused (its next
+    #: turn was refused: at submission or at admission); "" while open
     outcome: str = ""
 
     def to(self, state: PauseState) -> None:
@@ -120,6 +122,8 @@ class Pause:
                 f"pause {self.pause_id}: {self.state.value} -> {state.value} is not a transition"
             )
         self.state = state
+        if self.outcome:  # set before its terminal state (a refused turn, a drop while
+            return  # a pipelined turn waited): kept
         if state in _OUTCOMES:
             self.outcome = _OUTCOMES[state]
         elif state == S.DONE:
