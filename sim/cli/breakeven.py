@@ -19,13 +19,12 @@ from rich.table import Table
 from sim.cli._common import load_with_sets, parse_sets, print_json, print_warnings
 from sim.errors import KvsimError
 from sim.profiles import load_accelerator, load_model
-from sim.sizing.bounds import MAX_GPUS, MAX_TFLOPS, MIN_TFLOPS, check_number
+from sim.sizing.bounds import MAX_GPUS, check_number
 from sim.sizing.breakeven import (
-    DEFAULT_PREFILL_MFU,
     BreakEvenInputs,
     BreakEvenResult,
     break_even,
-    prefill_rate_basis,
+    prefill_rate,
 )
 from sim.units import GB
 
@@ -113,13 +112,13 @@ def breakeven(
     acc = load_with_sets(load_accelerator, gpu, profiles, sets["gpu"], "gpu") if gpu else None
     tp = _tensor_parallel(num_gpus, tp, pp)
     link = _link(link_gb_per_s, acc)
-    rate = _prefill_rate(prefill_mfu, prefill_tflops, acc, num_gpus)
+    rate = prefill_rate(prefill_mfu, prefill_tflops, acc, num_gpus)
     result = break_even(
         BreakEvenInputs(  # checks every number's range (sim.sizing.bounds)
             model=prof,
             context_tokens=context,
             link_bw_bytes_per_s=link,
-            prefill_flops_per_s=rate,
+            prefill_flops_per_s=rate.flops_per_s,
             tp=tp,
             pp=pp,
             params=params,
@@ -131,11 +130,10 @@ def breakeven(
             stall_s=stall_s,
         )
     )
-    basis = prefill_rate_basis(prefill_mfu, prefill_tflops, gpu, num_gpus, rate)
     if json_out:
-        print_json({**result.to_dict(), "prefill_rate_basis": basis})
+        print_json({**result.to_dict(), "prefill_rate_basis": rate.basis})
     else:
-        _print(result, basis)
+        _print(result, rate.basis)
     print_warnings(result.warnings)
 
 
@@ -157,19 +155,6 @@ def _link(link_gb_per_s, acc) -> float:
     if acc is None:
         raise KvsimError("give --link-gb-per-s, or --gpu to use its profile's host link")
     return acc.host_link.usable_bw_bytes_per_s
-
-
-def _prefill_rate(mfu, tflops, acc, num_gpus) -> float:
-    if mfu is not None and tflops is not None:
-        raise KvsimError("give --prefill-mfu or --prefill-tflops, not both")
-    if tflops is not None:
-        return check_number(tflops, "--prefill-tflops", MIN_TFLOPS, MAX_TFLOPS) * 1e12
-    if acc is None:
-        raise KvsimError(
-            f"give --prefill-tflops, or --gpu with --prefill-mfu (default {DEFAULT_PREFILL_MFU})"
-        )
-    mfu = DEFAULT_PREFILL_MFU if mfu is None else check_number(mfu, "--prefill-mfu", 0, 1, low_open=True)
-    return mfu * acc.peak_bf16_flops_per_s * num_gpus
 
 
 def _print(r: BreakEvenResult, basis: str) -> None:
