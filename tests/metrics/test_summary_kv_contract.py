@@ -11,10 +11,17 @@ import inspect
 from typing import get_type_hints
 
 from sim.cluster.aggregate import KVSum
+from sim.memory import make_allocator
+from sim.memory.kv_manager import KVManager
 from sim.metrics import summary
 from sim.metrics.summary import SummaryKV, summarize
 from sim.run import cluster
-from tests.sched.sched_helpers import kv_manager
+
+
+def kv_manager(pool_tokens: int, block_size: int) -> KVManager:
+    """A paged pool of ``pool_tokens`` tokens at 1 B a token."""
+    return KVManager(make_allocator("paged", pool_bytes=pool_tokens, kv_bytes_per_token=1,
+                                    block_size=block_size))  # fmt: skip
 
 
 def test_summarize_reads_the_kv_through_the_contract():
