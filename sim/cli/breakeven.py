@@ -20,13 +20,12 @@ from sim.cli._common import load_with_sets, parse_sets, print_json, print_warnin
 from sim.errors import KvsimError
 from sim.policy.analytic import EngineView, engine_view
 from sim.profiles import load_accelerator, load_model, load_node
-from sim.sizing.bounds import MAX_GPUS, MAX_TFLOPS, MAX_TIME_S, MIN_TFLOPS, check_number
+from sim.sizing.bounds import MAX_GPUS, MAX_TIME_S, check_number
 from sim.sizing.breakeven import (
-    DEFAULT_PREFILL_MFU,
     BreakEvenInputs,
     BreakEvenResult,
     break_even,
-    prefill_rate_basis,
+    prefill_rate,
 )
 from sim.units import GB
 
@@ -135,13 +134,13 @@ def breakeven(
     acc = load_with_sets(load_accelerator, gpu, profiles, sets["gpu"], "gpu") if gpu else None
     tp = _tensor_parallel(num_gpus, tp, pp)
     link = _link(link_gb_per_s, acc)
-    rate = _prefill_rate(prefill_mfu, prefill_tflops, acc, num_gpus)
+    rate = prefill_rate(prefill_mfu, prefill_tflops, acc, num_gpus)
     result = break_even(
         inputs := BreakEvenInputs(  # checks every number's range (sim.sizing.bounds)
             model=prof,
             context_tokens=context,
             link_bw_bytes_per_s=link,
-            prefill_flops_per_s=rate,
+            prefill_flops_per_s=rate.flops_per_s,
             tp=tp,
             pp=pp,
             params=params,
@@ -153,14 +152,13 @@ def breakeven(
             stall_s=stall_s,
         )
     )
-    basis = prefill_rate_basis(prefill_mfu, prefill_tflops, gpu, num_gpus, rate)
     if horizon_s is not None:
         check_number(horizon_s, "--horizon-s", 0, MAX_TIME_S, low_open=True)
     view = engine_view(inputs, result, acc, node_prof, horizon_s)
     if json_out:
-        print_json({**result.to_dict(), "prefill_rate_basis": basis, **view.to_dict()})
+        print_json({**result.to_dict(), "prefill_rate_basis": rate.basis, **view.to_dict()})
     else:
-        _print(result, basis, view, node)
+        _print(result, rate.basis, view, node)
     print_warnings(result.warnings)
 
 
@@ -182,19 +180,6 @@ def _link(link_gb_per_s, acc) -> float:
     if acc is None:
         raise KvsimError("give --link-gb-per-s, or --gpu to use its profile's host link")
     return acc.host_link.usable_bw_bytes_per_s
-
-
-def _prefill_rate(mfu, tflops, acc, num_gpus) -> float:
-    if mfu is not None and tflops is not None:
-        raise KvsimError("give --prefill-mfu or --prefill-tflops, not both")
-    if tflops is not None:
-        return check_number(tflops, "--prefill-tflops", MIN_TFLOPS, MAX_TFLOPS) * 1e12
-    if acc is None:
-        raise KvsimError(
-            f"give --prefill-tflops, or --gpu with --prefill-mfu (default {DEFAULT_PREFILL_MFU})"
-        )
-    mfu = DEFAULT_PREFILL_MFU if mfu is None else check_number(mfu, "--prefill-mfu", 0, 1, low_open=True)
-    return mfu * acc.peak_bf16_flops_per_s * num_gpus
 
 
 def _print(r: BreakEvenResult, basis: str, view: EngineView, node: str | None) -> None:

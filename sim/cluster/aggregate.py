@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.memory.kv_manager import HeldTokenSeconds
+from sim.memory.kv_manager import HeldTokenSeconds, KVManager
 
 
 class _Mean:
@@ -108,7 +108,7 @@ class _PrefixSum:
 class KVSum:
     """Several ``KVManager``s as one, for the summary (read-only; after the run)."""
 
-    def __init__(self, kvs: list[Any]) -> None:
+    def __init__(self, kvs: list[KVManager]) -> None:
         self.kvs = kvs
         self.kv_bytes_per_token = float(kvs[0].kv_bytes_per_token)
 
@@ -139,6 +139,16 @@ class KVSum:
             for k, v in h.by_key.items():
                 by_key[k] = by_key.get(k, 0.0) + v * scale
         return HeldTokenSeconds(total, by_owner, by_key, side, side_owner, unkeyed, side_unkeyed)
+
+    @property
+    def pool_blocks(self) -> int:
+        """The nodes' pools' blocks, summed (``KVManager.pool_blocks``)."""
+        return sum(kv.pool_blocks for kv in self.kvs)
+
+    @property
+    def block_size(self) -> int | None:
+        """Node 0's tokens per block (None for a kind without blocks)."""
+        return self.kvs[0].block_size
 
     def prefix_metrics(self) -> _PrefixSum | None:
         pms = [pm for pm in (kv.prefix_metrics() for kv in self.kvs) if pm is not None]

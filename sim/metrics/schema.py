@@ -296,7 +296,9 @@ SUMMARY_KEYS: tuple[Key, ...] = (
         "(prefix_recomputed_tokens, `sim.metrics.summary.prefix_churn_warning`); failed or "
         "context-exhausted trajectories; overload: the median "
         "queue wait of the last third of the open-loop arrivals over 1 s and over 4x the "
-        "first third's, `sim.metrics.summary.overload_warning`); empty if healthy "
+        "first third's, and for a run stopped with requests never admitted, the same "
+        "over the arrivals up to the oldest of them, `sim.metrics.summary.overload_warning`); "
+        "empty if healthy "
        "and as vLLM runs."),
     # ---- pauses (sim.metrics.pauses)
     _k("pause_count", "int", "count", "Tool pauses (rows of pauses.parquet)."),

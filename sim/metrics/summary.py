@@ -30,10 +30,11 @@ import math
 import platform
 from collections.abc import Collection, Mapping
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from sim.memory.kv_manager import HeldTokenSeconds
 from sim.metrics.pauses import nansum
 from sim.metrics.recorder import Recorder
 from sim.metrics.stats import describe, describe_weighted
@@ -87,7 +88,41 @@ def _col(table: Any, name: str, dtype: Any = None) -> np.ndarray:
     return np.asarray(table[name], dtype=dtype)
 
 
-def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv,
+@runtime_checkable
+class SummaryKV(Protocol):
+    """Everything ``summarize`` reads of the KV memory: one node's ``KVManager``, or a
+    cluster's nodes summed (``sim.cluster.aggregate.KVSum``). Declared, so that a reader
+    short of a figure is a type error (mypy), not a silent default."""
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Bytes one token's KV takes on all the instance's GPUs (the pool's unit)."""
+        ...
+
+    @property
+    def pool_blocks(self) -> int:
+        """The blocks of the pool a sequence may use (``prefix_churn_warning``'s pool)."""
+        ...
+
+    @property
+    def block_size(self) -> int | None:
+        """Tokens per block (None for a kind without blocks)."""
+        ...
+
+    def metrics(self) -> Any:
+        """The memory snapshot (``peak_allocated_bytes``, ``bytes_copied``, ``cow_copies``)."""
+        ...
+
+    def held_token_seconds(self, now: float) -> HeldTokenSeconds:
+        """Token-seconds held by paused sequences up to ``now`` (F29)."""
+        ...
+
+    def prefix_metrics(self) -> Any:
+        """The prefix cache's own statistics (``match_rate``, ``evicted_blocks``), or None."""
+        ...
+
+
+def summarize(rec: Recorder, frames: Mapping[str, Any], *, sim_time_s: float, kv: SummaryKV,
               meta: dict, closed_loop: Collection[str] = (),
               recomputed_tokens: int | None = None) -> dict:  # fmt: skip
     """The summary dict (see the module docstring); ``frames``: the record tables by name
@@ -291,49 +326,79 @@ def overload_warning(summary: dict, requests: Any,
     """The sentence of a run whose arrivals outpace what the node serves (no steady state:
     the queue keeps growing, so every latency percentile grows with the run's length), or
     None. The rule: each request's queue wait (``queue_s``; a request still waiting at the
-    end, its wait so far ``sim_time_s - arrival_s``, a lower bound; rejected and cancelled
-    requests left out) in arrival order (ties by id); the run warns when there are at least
-    ``OVERLOAD_MIN_REQUESTS`` waits and the median of the last third (``n // 3`` requests)
-    is over ``OVERLOAD_WAIT_S`` and over ``OVERLOAD_GROWTH`` times the median of the first
-    third; arrivals all at one instant (a batch, a replay at an infinite rate) are a queue
-    by design and never warn. A queue in steady state waits alike early and late however
-    busy the node is, but near capacity it settles slowly, and a late busy period of a
-    short run looks like the start of a runaway queue (the medians cannot tell them
-    apart), so a short run may warn where a longer one does not: the sentence says both
-    readings and the middle third's median. A closed loop (``arrival.kind: closed_loop``)
-    cannot run away like this, since an agent submits its next turn only after its
-    previous one finished, so its queue holds at most ``concurrency`` turns and cannot
-    grow without bound; a long wait there (memory pressure, contexts that grow) is no sign
-    of a run too short to measure, so the requests of a closed-loop workload
-    (``closed_loop``: their ``workload`` names) are left out."""
+    end, never admitted, its wait so far ``sim_time_s - arrival_s``, a lower bound;
+    rejected and cancelled requests left out) in arrival order (ties by id); the run warns
+    when there are at least ``OVERLOAD_MIN_REQUESTS`` waits and the median of the last
+    third (``n // 3`` requests) is over ``OVERLOAD_WAIT_S`` and over ``OVERLOAD_GROWTH``
+    times the median of the first third; arrivals all at one instant (a batch, a replay at
+    an infinite rate) are a queue by design and never warn. A run stopped with requests
+    never admitted (``duration_s``) is read a second time when the first reading is
+    silent: over the arrivals up to the oldest of them (it included, with its wait so
+    far). A runaway queue stopped at time T leaves its latest arrivals waits so far of
+    T - arrival, small however long they would wait, so the last third of every arrival
+    looks like the first (a queue served at half its arrival rate: waits 0 to T / 2 up to
+    the oldest still waiting, then T / 2 down to 0); before the oldest still waiting every
+    wait is whole, and the oldest's so far is the longest of the run. A queue in steady
+    state waits alike early and late however busy the node is, but near capacity it
+    settles slowly, and a late busy period of a short run looks like the start of a
+    runaway queue (the medians cannot tell them apart), so a short run may warn where a
+    longer one does not: the sentence says both readings and the middle third's median. A
+    closed loop (``arrival.kind: closed_loop``) cannot run away like this, since an agent
+    submits its next turn only after its previous one finished, so its queue holds at most
+    ``concurrency`` turns and cannot grow without bound; a long wait there (memory
+    pressure, contexts that grow) is no sign of a run too short to measure, so the
+    requests of a closed-loop workload (``closed_loop``: their ``workload`` names) are
+    left out."""
     status = _col(requests, "status", object)
     if len(status) < OVERLOAD_MIN_REQUESTS:
         return None
     queue = _col(requests, "queue_s", np.float64)
     arrival = _col(requests, "arrival_s", np.float64)
     req_id = _col(requests, "req_id", np.int64)
-    waiting = np.isnan(queue) & ((status == "waiting") | (status == "running"))
-    wait = np.where(waiting, summary["sim_time_s"] - arrival, queue)
+    never = np.isnan(queue) & ((status == "waiting") | (status == "running"))
+    wait = np.where(never, summary["sim_time_s"] - arrival, queue)
     keep = ~np.isnan(wait)
     if closed_loop:
         keep &= ~np.isin(_col(requests, "workload", object), list(closed_loop))
-    n = int(keep.sum())
+    order = np.lexsort((req_id[keep], arrival[keep]))  # by arrival, ties by id
+    arrived, wait = arrival[keep][order], wait[keep][order]
+    grew = _queue_growth(arrived, wait)
+    if grew is not None:
+        return _overload_sentence(*grew, "")
+    cut = never[keep][order]
+    if not cut.any():
+        return None
+    upto = int(np.searchsorted(arrived, arrived[cut].min(), side="right"))
+    grew = _queue_growth(arrived[:upto], wait[:upto])
+    if grew is None:
+        return None
+    at = summary["sim_time_s"]
+    return _overload_sentence(*grew, (
+        f" of the {upto:,} arrivals up to the oldest request still waiting when the run "
+        f"stopped at {at:,.1f} s (the {len(wait) - upto:,} after it left out: the stop cut "
+        "their waits short)"))  # fmt: skip
+
+
+def _queue_growth(arrived: np.ndarray, wait: np.ndarray) -> tuple[int, float, float, float] | None:
+    """(third, first, middle and last third's median waits) of waits in arrival order
+    when they grew as ``overload_warning``'s rule says, else None."""
+    n = len(wait)
     if n < OVERLOAD_MIN_REQUESTS:
         return None
-    arrived = arrival[keep]
-    if arrived.max() <= arrived.min():  # one batch at one instant: a queue, not a rate
+    if arrived[-1] <= arrived[0]:  # one batch at one instant: a queue, not a rate
         return None
-    order = np.lexsort((req_id[keep], arrived))  # by arrival, ties by id
-    wait = wait[keep][order]
     third = n // 3
     first, last = float(np.median(wait[:third])), float(np.median(wait[-third:]))
-    middle = float(np.median(wait[third:n - third]))
     if last <= OVERLOAD_WAIT_S or last <= OVERLOAD_GROWTH * first:
         return None
+    return third, first, float(np.median(wait[third:n - third])), last
+
+
+def _overload_sentence(third: int, first: float, middle: float, last: float, among: str) -> str:
     return (f"no steady state: the median queue wait grew from {first:,.3f} s over the "
             f"first {third:,} arrivals through {middle:,.3f} s to {last:,.3f} s over the "
-            f"last {third:,}: arrivals outpace what the engine serves, or the run is too "
-            f"short for a queue this close to capacity to settle; either way the latency "
+            f"last {third:,}{among}: arrivals outpace what the engine serves, or the run is "
+            f"too short for a queue this close to capacity to settle; either way the latency "
             f"percentiles depend on the run's length (a longer run tells which; rule: the "
             f"last third's median over {OVERLOAD_WAIT_S:g} s and over "
             f"{OVERLOAD_GROWTH:g}x the first third's)")  # fmt: skip

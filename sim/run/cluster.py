@@ -28,7 +28,7 @@ from sim.cluster.front import ClusterFront
 from sim.cluster.routers import make_router
 from sim.metrics import Recorder, summarize
 from sim.metrics.pauses import pause_frame, pause_summary
-from sim.metrics.summary import closed_loop_workloads, fill_hold, pause_warnings
+from sim.metrics.summary import SummaryKV, closed_loop_workloads, fill_hold, pause_warnings
 from sim.prefix.kinds import engine_rules
 from sim.run.accuracy import add_accuracy
 from sim.run.checks import (  # noqa: F401  (node_scenarios re-exported: its old home)
@@ -180,7 +180,7 @@ def collect_cluster(sim: ClusterSimulation, wall_time_s: float):
     homes = [sim.front.trajectory_node(int(t)) for t in traj.traj_id]
     # a trajectory the router refused every call of was never on a node: -1
     traj = _with_node(traj, [-1 if h is None else h for h in homes] if len(traj) else 0)
-    kv_all = KVSum([p.kv for p in sim.parts])
+    kv_all: SummaryKV = KVSum([p.kv for p in sim.parts])  # checked here: the call ignores arg types
     fill_hold(traj, kv_all, sim_time)
     roles = node_roles(sim.loaded.scenario.cluster)
     frames = {

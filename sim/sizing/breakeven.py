@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from sim.errors import KvsimError
-from sim.profiles.schema import ModelProfile
+from sim.profiles.schema import AcceleratorProfile, ModelProfile
 from sim.sizing.bounds import (
     MAX_GPUS,
     MAX_LINK_GB_PER_S,
@@ -52,22 +52,42 @@ from sim.units import GB
 DEFAULT_PREFILL_MFU = 0.45
 
 
-def prefill_rate_basis(mfu: float | None, tflops: float | None, gpu: str | None,
-                       num_gpus: int, rate_flops_per_s: float) -> str:  # fmt: skip
-    """Where ``kvsim breakeven``'s prefill rate comes from, and how far to trust the
-    recompute time and the decision that follow from it: a given --prefill-tflops is the
-    user's figure; an MFU (given, or ``DEFAULT_PREFILL_MFU``) times the GPU's dense BF16
-    peak is an assumption no calibration checks (the engine's calibrated step times are
-    a run's: ``kvsim run`` with ``cost.calibration``)."""
-    tf = f"{rate_flops_per_s / 1e12:,.1f} TFLOP/s"
+@dataclass(frozen=True)
+class PrefillRate:
+    """``kvsim breakeven``'s prefill rate and where it comes from (one rule for both)."""
+
+    flops_per_s: float  # sustained, the whole replica
+    #: the rate in words with its source, and how far to trust the recompute time and the
+    #: decision that follow from it (the JSON's ``prefill_rate_basis``)
+    basis: str
+
+
+def prefill_rate(mfu: float | None, tflops: float | None,
+                 accelerator: AcceleratorProfile | None, num_gpus: int) -> PrefillRate:  # fmt: skip
+    """The prefill rate of ``kvsim breakeven`` and its basis, by one precedence: a given
+    --prefill-tflops (the user's figure, as accurate as it is); else an MFU (--prefill-mfu,
+    or ``DEFAULT_PREFILL_MFU``) times the accelerator's dense BF16 peak times the GPUs, an
+    assumption no calibration checks (the engine's calibrated step times are a run's:
+    ``kvsim run`` with ``cost.calibration``). Both flags, or an MFU without an
+    accelerator: a one-line error; each figure range-checked (``sim.sizing.bounds``)."""
+    if mfu is not None and tflops is not None:
+        raise KvsimError("give --prefill-mfu or --prefill-tflops, not both")
     if tflops is not None:
-        return (f"{tf} (--prefill-tflops as given): the recompute time and the decision are "
-                "as accurate as that figure")
+        rate = check_number(tflops, "--prefill-tflops", MIN_TFLOPS, MAX_TFLOPS) * 1e12
+        return PrefillRate(rate, f"{rate / 1e12:,.1f} TFLOP/s (--prefill-tflops as given): "
+                                 "the recompute time and the decision are as accurate as that figure")  # fmt: skip
+    if accelerator is None:
+        raise KvsimError(
+            f"give --prefill-tflops, or --gpu with --prefill-mfu (default {DEFAULT_PREFILL_MFU})"
+        )
     source = "--prefill-mfu as given" if mfu is not None else "the default, assumed"
-    value = DEFAULT_PREFILL_MFU if mfu is None else mfu
-    return (f"{tf} = MFU {value:g} ({source}) x {gpu}'s dense BF16 peak x {num_gpus} GPU(s): "
-            "unvalidated (no calibration measures a prefill's MFU here); the recompute time "
-            "and the decision scale with it (pass --prefill-tflops from a measured prefill)")
+    value = DEFAULT_PREFILL_MFU if mfu is None else check_number(mfu, "--prefill-mfu", 0, 1, low_open=True)
+    rate = value * accelerator.peak_bf16_flops_per_s * num_gpus
+    return PrefillRate(rate, (
+        f"{rate / 1e12:,.1f} TFLOP/s = MFU {value:g} ({source}) x {accelerator.name}'s dense "
+        f"BF16 peak x {num_gpus} GPU(s): unvalidated (no calibration measures a prefill's "
+        "MFU here); the recompute time and the decision scale with it (pass "
+        "--prefill-tflops from a measured prefill)"))
 
 
 #: ``--attention-mask`` values and the ``model_prefill_flops`` mask each counts

@@ -138,6 +138,11 @@ class PlanInputs:
     #: as vLLM's smallest stage pool and as ``kvsim run`` sizes it
     #: (``sim.scenario.resolve``); False: the average, N x b / (TP x PP)
     per_stage_weights: bool = True
+    #: the KV pool per GPU as given (a run's, ``Resolved.kv_pool_bytes_per_gpu``: what
+    #: ``sim.scenario.resolve`` left after its own weights, drafter and expert sharding);
+    #: None: F34's ``memory x utilization - weights - reserve``. ``kvsim capacity``'s
+    #: estimate passes the run's, so the two never size the pool apart
+    kv_pool_bytes_per_gpu: float | None = None
 
     def __post_init__(self) -> None:
         """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
@@ -161,6 +166,8 @@ class PlanInputs:
         check_number(self.gpu_memory_utilization, "--gpu-memory-utilization", 0, 1, low_open=True)
         check_number(self.block_size, "--block-size", 1, MAX_TOKENS)
         check_number(self.prefill_chunk_tokens, "--prefill-chunk-tokens", 1, MAX_TOKENS)
+        if self.kv_pool_bytes_per_gpu is not None:
+            check_number(self.kv_pool_bytes_per_gpu, "kv_pool_bytes_per_gpu", 0, MAX_MEMORY_GB * GB)
         if self.mamba_cache_mode not in PLAN_MAMBA_CACHE_MODES:
             raise KvsimError(f"--mamba-cache-mode: {self.mamba_cache_mode!r} is not one of "
                              f"{', '.join(PLAN_MAMBA_CACHE_MODES)}")  # fmt: skip
@@ -198,6 +205,11 @@ class ContextPlan:
     # state layers under mamba_cache_mode none, whole blocks of the raised block size and
     # padded state pages (``running_state_breakdown``)
     kv_bytes_per_trajectory_charged_per_gpu: float = 0.0
+    # with a shared prefix, per GPU of the pipeline stage that decides
+    # ``max_concurrent_shared`` (``deciding_stage``): the prefix stored once and one
+    # trajectory's KV beyond it (None without a shared prefix or when nothing is shared)
+    shared_prefix_bytes_per_gpu: float | None = None
+    private_kv_bytes_per_trajectory_per_gpu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -287,7 +299,9 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     ) if inputs.per_stage_weights else None  # fmt: skip
     stage_w = [b / tp for b in by_stage] if by_stage else []
     w_gpu = max(stage_w) if stage_w else w_avg
-    pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
+    pool_gpu = inputs.kv_pool_bytes_per_gpu
+    if pool_gpu is None:
+        pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
     pages = unify_pages(model, inputs.block_size, tp, kv_dtype, inputs.mamba_cache_mode)
     saved = pages if inputs.mamba_cache_mode == "all" and pages.state_page_bytes else None
@@ -566,9 +580,11 @@ def _context_plan(
             extra_total = saved_state_breakdown(model, total, tp, pp, kv_dtype, saved)[2]
             stages = [(s + extra_gpu, p + extra_total - extra_gpu) for s, p in stages]
             shared_whole += extra_whole
-        fit, why = _shared_fit(context, shared, stages, usable_gpu, pool)
+        fit, (shared_gpu, private_gpu), why = _shared_fit(context, shared, stages, usable_gpu, pool)
         result["max_concurrent_shared"] = replicas * fit
         result["shared_prefix_bytes"] = shared_whole
+        result["shared_prefix_bytes_per_gpu"] = shared_gpu
+        result["private_kv_bytes_per_trajectory_per_gpu"] = private_gpu
         warnings += why if usable_gpu > 0 else []
     return ContextPlan(**result), warnings
 
@@ -595,32 +611,39 @@ def _pool_phrase(usable_gpu: float, headroom: float) -> str:
     return phrase + (f" after {headroom:.0%} headroom" if headroom else "")
 
 
+def deciding_stage(stages: list[tuple[float, float]], usable_gpu: float) -> tuple[int, int]:
+    """F37 with sharing, per GPU of each pipeline stage (``stages``: its shared prefix and
+    one trajectory's private KV, both > 0 private): (the index of the stage that decides,
+    the trajectories it fits): the prefix once, then whole private parts; the stage that
+    fits the fewest decides, the first of them on a tie; -1 fits where the prefix alone
+    does not fit."""
+    fits = [math.floor((usable_gpu - s) / p) if usable_gpu >= s else -1 for s, p in stages]
+    fit = min(fits)
+    return fits.index(fit), fit
+
+
 def _shared_fit(
     context: int, shared: int, stages: list[tuple[float, float]], usable_gpu: float, pool: str
-) -> tuple[int, list[str]]:
-    """F37 with sharing, per GPU of each pipeline stage (``stages``: its shared prefix and
-    one trajectory's private KV): the prefix once, then whole private parts; the stage
-    that fits the fewest decides. And why 0."""
+) -> tuple[int, tuple[float, float], list[str]]:
+    """F37 with sharing (``deciding_stage``): the trajectories that fit, the deciding
+    stage's (shared prefix, private KV) per GPU, and why 0."""
     if any(private_gpu <= 0 for _, private_gpu in stages):
         raise KvsimError(
             f"--shared-prefix-tokens {shared}: each trajectory of context {context} holds no KV "
             "beyond the shared prefix, so capacity is unbounded; give --output-tokens or a "
             "shorter prefix"
         )
-    fits = [
-        math.floor((usable_gpu - s) / p) if usable_gpu >= s else -1 for s, p in stages
-    ]
-    fit = min(fits)
-    shared_gpu, private_gpu = stages[fits.index(fit)]
+    index, fit = deciding_stage(stages, usable_gpu)
+    stage = shared_gpu, private_gpu = stages[index]
     if fit < 0:
-        return 0, [
+        return 0, stage, [
             f"context {context:,}: 0 trajectories fit with the shared prefix: the prefix "
             f"alone needs {shared_gpu / GB:,.3f} GB of KV per GPU and {pool}"
         ]
     if fit == 0:
-        return 0, [
+        return 0, stage, [
             f"context {context:,}: 0 trajectories fit with the shared prefix: the prefix "
             f"({shared_gpu / GB:,.3f} GB per GPU) plus one trajectory's private "
             f"{private_gpu / GB:,.3f} GB, and {pool}"
         ]
-    return fit, []
+    return fit, stage, []

@@ -2,8 +2,11 @@
 
 Responsibility: sample the scenario's workload without the engine
 (``sim.workload.sample``: the same plans a run draws) and put its averages into the
-``plan`` composition (``sim.sizing.plan``, F34-F37 with 10 % headroom and the scenario's
-``gpu_memory_utilization``, reserve and weights):
+``plan`` composition (``sim.sizing.plan``, F35-F37 with 10 % headroom) on the run's own
+KV pool per GPU (``Resolved.kv_pool_bytes_per_gpu``: F34 as ``sim.scenario.resolve``
+sizes it, with the scenario's ``gpu_memory_utilization``, reserve and weights, a
+``cost.weights_bytes`` and the most loaded pipeline stage's share included), with the
+plan's own choice of the pipeline stage that decides:
 
 - ``M_avg``: the time-averaged context of an active trajectory: each call's prompt
   (history included), weighted by how long the trajectory holds it: the call's decode
@@ -98,54 +101,43 @@ def sample_averages(resolved, seed: int, n: int = SAMPLE_TRAJECTORIES) -> dict[s
 
 
 def _plan(resolved, context: float, reply: float, shared: int) -> dict[str, float]:
-    """F34-F37 through ``plan_capacity`` for one context length: ``concurrency`` (B), and
-    what it divided by, over the engine instance's GPUs (the units of a run's
-    ``allocated_bytes``): ``kv_bytes_per_trajectory`` (each trajectory's own KV as a run
-    charges it, ``max_concurrent``'s divisor: a hybrid model's whole blocks of its raised
-    block size and padded state pages included; the shared prefix left out when shared) and
-    ``shared_prefix_bytes`` (the prefix stored once; 0 when nothing is shared)."""
-    from sim.sizing.kv import shared_prefix_split
+    """F34-F37 through ``plan_capacity`` for one context length, on the run's own KV pool
+    per GPU (``Resolved.kv_pool_bytes_per_gpu``: what ``sim.scenario.resolve`` leaves
+    after the weights as the run holds them, a ``cost.weights_bytes``, the most loaded
+    pipeline stage's share, a drafter, sharded experts), so the estimate and a run at its
+    point size one pool: ``concurrency`` (B), and what it divided by, over the engine
+    instance's GPUs (the units of a run's ``allocated_bytes``):
+    ``kv_bytes_per_trajectory`` (each trajectory's own KV as a run charges it,
+    ``max_concurrent``'s divisor: a hybrid model's whole blocks of its raised block size
+    and padded state pages included; with a shared prefix, the private part on the
+    pipeline stage the plan says decides) and ``shared_prefix_bytes`` (the prefix stored
+    once on that stage; 0 when nothing is shared)."""
     from sim.sizing.plan import PlanInputs, plan_capacity
-    from sim.units import dtype_bytes
 
     sc = resolved.scenario
     hw = sc.hardware
-    model = resolved.model
     ctx = max(1, round(context))
-    params = None
-    if sc.cost.weights_bytes:  # the run's weights override, as a parameter count
-        params = sc.cost.weights_bytes / dtype_bytes(model.weight_dtype)
-    util, mem, reserve = hw.gpu_memory_utilization, None, hw.reserve_bytes_per_gpu
-    if hw.kv_pool_bytes_per_gpu is not None:  # an explicit pool: memory = pool + weights
-        util, reserve = 1.0, 0.0
-        mem = hw.kv_pool_bytes_per_gpu + resolved.weights_bytes_per_gpu
     inputs = PlanInputs(
-        model=model,
+        model=resolved.model,
         accelerator=resolved.accelerator,
         num_gpus=resolved.num_gpus,
         contexts=[ctx],
         tp=hw.tp,
         pp=hw.pp,
         output_tokens=max(0, round(reply)),
-        params=params,
-        gpu_mem_bytes=mem,
-        reserve_bytes_per_gpu=reserve,
         headroom=HEADROOM,
         shared_prefix_tokens=min(shared, ctx) if shared else None,
-        gpu_memory_utilization=util,
+        kv_pool_bytes_per_gpu=resolved.kv_pool_bytes_per_gpu,  # the run's, as resolved
         mamba_cache_mode=resolved.mamba_cache_mode,  # states saved at block ends share too
     )
-    result = plan_capacity(inputs)
-    plan = result.contexts[0]
+    plan = plan_capacity(inputs).contexts[0]
     gpus = hw.tp * hw.pp  # one replica's GPUs: per-GPU bytes x GPUs, as resolve counts them
     if not (shared and plan.shared_prefix_bytes):  # nothing shared: the whole trajectory
         return {"concurrency": plan.max_concurrent, "shared_prefix_bytes": 0.0,
                 "kv_bytes_per_trajectory": plan.kv_bytes_per_trajectory_charged_per_gpu * gpus}  # fmt: skip
-    # the stage that fits the fewest decides (sim.sizing.plan._shared_fit): its private part
-    usable_gpu = result.kv_pool_bytes_per_gpu * (1 - HEADROOM)
-    _, stages = shared_prefix_split(model, plan.trajectory_tokens, min(shared, ctx), hw.tp,
-                                    hw.pp, result.kv_dtype)  # fmt: skip
-    shared_gpu, private_gpu = min(stages, key=lambda st: (usable_gpu - st[0]) / st[1])
+    # the pipeline stage that fits the fewest decides: the plan's (sim.sizing.plan.deciding_stage)
+    shared_gpu = plan.shared_prefix_bytes_per_gpu or 0.0
+    private_gpu = plan.private_kv_bytes_per_trajectory_per_gpu or 0.0
     return {"concurrency": plan.max_concurrent_shared, "shared_prefix_bytes": shared_gpu * gpus,
             "kv_bytes_per_trajectory": private_gpu * gpus}  # fmt: skip
 

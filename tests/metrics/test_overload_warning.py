@@ -122,3 +122,63 @@ def test_a_closed_loop_under_pressure_is_not_called_overloaded():
     assert not [w for w in r.summary["warnings"] if w.startswith("no steady state")]
     assert set(r.requests.workload) == set(closed_loop_workloads(
         load_scenario(ROOT / "workloads/agent_swarm_pressure.yaml").scenario.workload))
+
+
+def test_a_runaway_queue_cut_by_the_stop_is_named_from_its_whole_waits():
+    """h113: 60 requests a second apart served at half that rate (request i admitted at
+    2i, waiting i s), the run stopped at 60 s: requests 30..59 never admitted, waits so far
+    60 - i = 30..1 s. All 60 in arrival order, thirds of 20: first (0..19) median 9.5 s,
+    last (40..59: 20..1 s) 10.5 s, not over 4 x 9.5: the whole reading is silent. The
+    second reading stops at the oldest request still waiting, 30 (wait so far 30 s): 31
+    waits 0..29, 30, thirds of 10: first 0..9, median 4.5 s; middle 10..20, 15 s; last
+    21..29, 30, 25.5 s, over 1 s and over 4 x 4.5 = 18 s -> warned, 29 arrivals left out."""
+    waits = [float(i) for i in range(30)] + [NAN] * 30
+    status = ["finished"] * 30 + ["waiting"] * 30
+    summary = _summary(60, sim_time_s=60.0)
+    got = overload_warning(summary, _queue(waits, status=status))
+    assert got == (
+        "no steady state: the median queue wait grew from 4.500 s over the first 10 arrivals "
+        "through 15.000 s to 25.500 s over the last 10 of the 31 arrivals up to the oldest "
+        "request still waiting when the run stopped at 60.0 s (the 29 after it left out: the "
+        "stop cut their waits short): arrivals outpace what the engine serves, or the run is "
+        "too short for a queue this close to capacity to settle; either way the latency "
+        "percentiles depend on the run's length (a longer run tells which; rule: the last "
+        "third's median over 1 s and over 4x the first third's)")  # fmt: skip
+    # the whole reading alone (every request's wait so far in its place) would be silent
+    whole = [float(i) for i in range(30)] + [60.0 - i for i in range(30, 60)]
+    assert overload_warning(summary, _queue(whole)) is None
+    # a closed loop's requests stay left out, cut or not
+    assert overload_warning(summary, _queue(waits, status=status), frozenset({"chat"})) is None
+
+
+def test_a_steady_queue_cut_by_the_stop_stays_silent():
+    """Every request waits 2 s; the run stops at 60 s with the last two (arrivals 58, 59)
+    not yet admitted, waits so far 2 s and 1 s: up to the oldest still waiting, 59 waits
+    of 2 s -> no growth, silent."""
+    waits = [2.0] * 58 + [NAN, NAN]
+    status = ["finished"] * 58 + ["waiting"] * 2
+    assert overload_warning(_summary(60, sim_time_s=60.0), _queue(waits, status=status)) is None
+
+
+def test_an_open_loop_run_stopped_while_its_queue_runs_away_says_so():
+    """allocator_study (paged, B = 16) at 100 arrivals a second stopped at 20 s: most
+    requests never admitted; the whole reading (the stop cuts the latest waits short) is
+    silent, the reading up to the oldest still waiting is the rule's, from the table."""
+    r = run_scenario(ROOT / "workloads/allocator_study.yaml", **{
+        "allocator.kind": "paged", "allocator.block_size": 16, "duration_s": 20,
+        "workload.num_requests": 20000, "workload.arrival.rate_per_s": 100.0})  # fmt: skip
+    q = r.requests.sort_values(["arrival_s", "req_id"])
+    q = q[q.status.isin(["finished", "waiting", "running"])].reset_index(drop=True)
+    never = q.queue_s.isna() & q.status.isin(["waiting", "running"])
+    assert never.sum() > len(q) / 2
+    wait = q.queue_s.where(~never, r.summary["sim_time_s"] - q.arrival_s)
+    third = len(wait) // 3
+    assert not wait.iloc[-third:].median() > 4 * wait.iloc[:third].median()  # silent
+    upto = int((q.arrival_s <= q.arrival_s[never].min()).sum())
+    head = wait.iloc[:upto]
+    t = upto // 3
+    first, last = float(head.iloc[:t].median()), float(head.iloc[-t:].median())
+    assert last > 1.0 and last > 4 * first
+    [said] = [w for w in r.summary["warnings"] if w.startswith("no steady state")]
+    assert f"grew from {first:,.3f} s over the first {t} arrivals through " in said
+    assert f"to {last:,.3f} s over the last {t} of the {upto} arrivals up to the oldest " in said
