@@ -135,6 +135,23 @@ Sets = Annotated[
     typer.Option("--set", help="Override a profile field: model.FIELD=V or gpu.FIELD=V."),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+SpecMethod = Annotated[
+    str | None,
+    typer.Option(
+        help="Speculative decoding's drafter, as a run's speculative.method: eagle or mtp "
+        "(one more attention layer of the target's, 1/num_layers of its weights), "
+        "draft_model (--draft-model's KV and weights) or ngram (none). Its KV joins the pool's "
+        "demand per token, its weights come out of the pool, and each trajectory holds K "
+        "lookahead slots (not for ngram), as kvsim run charges them. Needs --pp 1."
+    ),
+]
+SpecTokens = Annotated[
+    int | None, typer.Option(help="Drafts per step K (speculative.num_speculative_tokens, 1 to 32).")
+]
+DraftModel = Annotated[
+    str | None,
+    typer.Option(help="The draft model's profile, for --speculative-method draft_model only."),
+]
 
 
 def plan(
@@ -161,6 +178,9 @@ def plan(
     profiles: Profiles = None,
     set_: Sets = None,
     json_out: JsonOut = False,
+    speculative_method: SpecMethod = None,
+    num_speculative_tokens: SpecTokens = None,
+    draft_model: DraftModel = None,
 ) -> None:
     """Parse the flags, plan, print."""
     sets = parse_sets(set_, ("model", "gpu"))
@@ -194,11 +214,24 @@ def plan(
         block_size=block_size,
         mamba_cache_mode=mamba_cache_mode,
         prefill_chunk_tokens=prefill_chunk_tokens,
+        speculative_method=speculative_method,
+        num_speculative_tokens=num_speculative_tokens,
+        draft_model=_draft_profile(draft_model, profiles),
     )
     result = plan_capacity(inputs)
     if reserve_alone:
         result.warnings.append(RESERVE_ALONE_WARNING)
     _show(result, json_out)
+
+
+def _draft_profile(name: str | None, profiles: Profiles):
+    """``--draft-model``'s profile (None without the flag); an unknown one in one line."""
+    if name is None:
+        return None
+    try:
+        return load_model(name, profiles)
+    except KvsimError as exc:
+        raise KvsimError(f"--draft-model: {exc}") from None
 
 
 def _check_dtypes(kv_dtype: str | None, weight_dtype: str | None) -> None:
@@ -232,6 +265,8 @@ def _print_table(r: PlanResult) -> None:
     )
     head.add_row("KV bytes per token (all layers)", f"{r.kv_bytes_per_token:,.0f} B ({r.kv_dtype})")
     head.add_row("KV bytes per token per GPU", f"{r.kv_bytes_per_token_per_gpu:,.0f} B")
+    if r.speculative_method is not None:
+        head.add_row("speculative drafter", _drafter_line(r))
     head.add_row(
         "weights per GPU / node", f"{_both(r.weights_bytes_per_gpu)} / {_both(r.weights_bytes)}"
     )
@@ -286,6 +321,18 @@ def _print_table(r: PlanResult) -> None:
             row.append(f"{c.max_concurrent_shared:,}")
         table.add_row(*row)
     console.print(table)
+
+
+def _drafter_line(r: PlanResult) -> str:
+    """The drafter's line: what it adds per token, takes of each GPU, holds per sequence."""
+    name = f"{r.speculative_method} ({r.draft_model})" if r.draft_model else r.speculative_method
+    line = (f"{name}, k {r.num_speculative_tokens}: {r.spec_draft_kv_bytes_per_token:,.0f} B of "
+            f"KV per token ({r.spec_draft_kv_bytes_per_token_per_gpu:,.0f} B per GPU, in the "
+            f"figures above), weights {_both(r.draft_weights_bytes_per_gpu)} per GPU (in the "
+            f"weights below), {r.spec_lookahead_tokens} lookahead slot(s) per trajectory")  # fmt: skip
+    if r.spec_grouped_draft_layers:
+        line += f", {r.spec_grouped_draft_layers} layer grouped with the target's full/MLA layers"
+    return line
 
 
 def _groups_table(r: PlanResult) -> Table:

@@ -1,8 +1,10 @@
 """The ``speculative`` section resolved: the drafter's model and its KV bytes per token.
 
-Responsibility: check that speculative decoding can run as the scenario asks and size the
-drafter's KV, which joins the target's in the one pool (vLLM gives the drafter's layers
-their own KV group in the same pool, with the same block table positions):
+Responsibility: check that speculative decoding can run as the scenario asks, load the
+draft model's profile and size the drafter's KV, which joins the target's in the one pool
+(vLLM gives the drafter's layers their own KV group in the same pool, with the same block
+table positions). The sizing rule itself is ``sim.sizing.speculative``'s, which
+``kvsim plan`` uses too:
 
 * ``eagle`` / ``mtp``: one extra attention layer of the target's geometry (F1 for one
   layer: ``2 x H_kv x d_head x b``, or the MLA latent, per TP rank, at the KV dtype);
@@ -36,11 +38,15 @@ from sim.profiles import load_model
 from sim.profiles.layer_groups import STATE_KINDS
 from sim.profiles.schema import ModelProfile
 from sim.scenario.load import LoadedScenario
-from sim.sizing.kv import kv_bytes_per_token_per_gpu, kv_elems_per_token_per_layer_per_gpu
-from sim.units import dtype_bytes
+from sim.sizing.speculative import (
+    PP_NOT_MODELLED,
+    VLLM_ISSUE,  # re-exported: the refusal's issue, named here first
+    drafter_kv_bytes_per_token_per_gpu,
+    drafter_weights_bytes,
+    grouped_layers,
+)
 
-#: the open vLLM issue behind the refusal of state-space prefix caching with spec decode
-VLLM_ISSUE = "vllm-project/vllm#26201"
+__all__ = ["VLLM_ISSUE", "draft_kv", "draft_weights_bytes", "grouped_draft_layers"]
 
 
 def _refuse(loaded: LoadedScenario, msg: str, *loc: str) -> ConfigError:
@@ -69,7 +75,7 @@ def grouped_draft_layers(spec) -> int:
     layers when it sizes its KV cache groups (``sim.sizing.group_demand.kv_groups``): an
     EAGLE head or MTP layer (one decoder layer of the target's spec) 1; none for ngram; 0
     for a draft model, whose layers kvsim keeps as a spec of their own (module docstring)."""
-    return 1 if spec is not None and spec.method in ("eagle", "mtp") else 0
+    return grouped_layers(None if spec is None else spec.method)
 
 
 def draft_weights_bytes(loaded: LoadedScenario, model: ModelProfile) -> float:
@@ -83,12 +89,13 @@ def draft_weights_bytes(loaded: LoadedScenario, model: ModelProfile) -> float:
     spec = loaded.scenario.speculative
     if spec is None or spec.method == "ngram":
         return 0.0
-    if spec.method in ("eagle", "mtp"):
-        return model.weights_bytes / model.num_layers
-    try:
-        return load_model(str(spec.draft_model)).weights_bytes
-    except KvsimError as exc:
-        raise _refuse(loaded, f"draft model: {exc}", "draft_model") from None
+    draft = None
+    if spec.method == "draft_model":
+        try:
+            draft = load_model(str(spec.draft_model))
+        except KvsimError as exc:
+            raise _refuse(loaded, f"draft model: {exc}", "draft_model") from None
+    return drafter_weights_bytes(spec.method, model, draft)
 
 
 def draft_kv(
@@ -100,7 +107,7 @@ def draft_kv(
     if spec is None:
         return 0.0, None
     if sc.hardware.pp > 1:
-        raise _refuse(loaded, "speculative decoding with pp > 1 is not modelled (set pp: 1)")
+        raise _refuse(loaded, f"{PP_NOT_MODELLED} (set pp: 1)")
     if sc.cluster is not None and sc.cluster.data_parallel is not None:
         raise _refuse(loaded, "speculative decoding in a data-parallel lockstep cluster is not modelled")
     if uses_prefix_cache and any(g.kind in STATE_KINDS for g in model.kv_groups()):
@@ -109,10 +116,10 @@ def draft_kv(
     if spec.method == "ngram":
         return 0.0, None
     if spec.method in ("eagle", "mtp"):
-        return kv_elems_per_token_per_layer_per_gpu(model, tp) * dtype_bytes(model.kv_dtype), None
+        return drafter_kv_bytes_per_token_per_gpu(spec.method, model, None, tp), None
     overrides = {} if sc.model.kv_dtype is None else {"kv_dtype": sc.model.kv_dtype}
     try:
         draft = load_model(str(spec.draft_model), overrides=overrides)
-        return kv_bytes_per_token_per_gpu(draft, tp, 1), draft
+        return drafter_kv_bytes_per_token_per_gpu(spec.method, model, draft, tp), draft
     except KvsimError as exc:
         raise _refuse(loaded, f"draft model: {exc}", "draft_model") from None

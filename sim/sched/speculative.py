@@ -31,11 +31,13 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from sim.config_model import ConfigModel
+from sim.sizing.speculative import (
+    DRAFTER_METHODS,
+    MAX_SPECULATIVE_TOKENS,
+    METHODS,
+    lookahead_tokens,
+)
 
-#: the drafting methods (vLLM ``--speculative-config`` ``method``)
-METHODS = ("ngram", "eagle", "mtp", "draft_model")
-#: methods whose drafter keeps KV and runs ``k`` sequential forward passes per step
-DRAFTER_METHODS = ("eagle", "mtp", "draft_model")
 #: whole-part tolerance of the credit (a float sum such as 0.8 + 0.64 + 0.512 may land a
 #: hair under an integer it equals in exact arithmetic)
 _EPS = 1e-9
@@ -47,7 +49,7 @@ class SpeculativeConfig(ConfigModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     method: Literal["ngram", "eagle", "mtp", "draft_model"]
-    num_speculative_tokens: int = Field(ge=1, le=32)  # k: drafts proposed per step
+    num_speculative_tokens: int = Field(ge=1, le=MAX_SPECULATIVE_TOKENS)  # k: drafts per step
     # per-position acceptance a: draft i is accepted with probability a**i
     acceptance_rate: float = Field(ge=0.0, le=1.0)
     draft_model: str | None = None  # a model profile name, for method draft_model only
@@ -69,7 +71,7 @@ class SpeculativeConfig(ConfigModel):
         ``num_lookahead_tokens = num_spec_tokens`` when ``speculative_config.use_eagle()``
         (EAGLE, EAGLE-3, MTP) or ``uses_draft_model()``; 0 for ngram. So a draft model
         reserves the same ``k`` as EAGLE / MTP."""
-        return self.num_speculative_tokens if self.method in DRAFTER_METHODS else 0
+        return lookahead_tokens(self.method, self.num_speculative_tokens)
 
     @property
     def drafter_steps(self) -> int:

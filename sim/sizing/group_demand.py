@@ -36,8 +36,8 @@ Each saved state is charged as the page vLLM gives it, padded to the attention p
 Layer counts are vLLM's padded ones (``sim.sizing.layer_padding``: gemma-3-27b's 52 sliding
 layers hold blocks as 60), the same counts ``kvsim plan`` uses, so a run's peak equals plan.
 An EAGLE head or MTP layer joins the target's table specs before vLLM picks the group size
-(``draft_layers``; gpt-oss-20b + EAGLE pads its sliding layers 12 -> 13), which plan does
-not model (it has no drafter).
+(``draft_layers``; gpt-oss-20b + EAGLE pads its sliding layers 12 -> 13), as ``kvsim plan
+--speculative-method`` counts it too (``sim.sizing.speculative.drafter_layer_padding``).
 
 Invariant: figures are for the engine instance (per-GPU bytes of the most loaded pipeline
 stage times the GPUs, as ``Resolved.kv_bytes_per_token``); a model whose groups all keep
@@ -54,12 +54,11 @@ from dataclasses import dataclass, replace
 
 from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
-from sim.sizing.groups import group_bytes
+from sim.sizing.groups import TABLE_KINDS, group_bytes
 from sim.sizing.kv import _stage_counts
-from sim.sizing.layer_padding import vllm_layer_padding
+from sim.sizing.speculative import drafter_layer_padding
 
-#: group kinds whose every token stays in the block table
-TABLE_KINDS = ("full", "mla", "indexer")
+__all__ = ["TABLE_KINDS", "GroupDemand", "KVGroups", "kv_groups", "with_drafter", "with_saved_states"]
 
 
 def _sliding_skipped(computed: int, window: int) -> int:
@@ -259,19 +258,6 @@ class KVGroups:
         return {g.name: g.held_bytes(tokens, block_size) for g in self.side}
 
 
-def _padded_with_drafter(model: ModelProfile, kinds: dict[str, str], draft_layers: int) -> dict[str, int]:
-    """The target's padded layer counts (one stage) when vLLM groups ``draft_layers``
-    drafter layers with each table-kind spec (an EAGLE head or MTP layer: one decoder
-    layer of the target's geometry, so the same spec as its full-attention / MLA layers):
-    the group size is taken over the joined counts, then the drafter's own layers leave
-    the table groups (the engine charges them as the ``draft`` group). gpt-oss-20b + EAGLE:
-    12 sliding + 13 full, groups of 13: sliding padded 12 -> 13 (vLLM's own example)."""
-    real = _stage_counts(model, 1)[0]
-    joined = {n: c + (draft_layers if kinds.get(n) in TABLE_KINDS else 0) for n, c in real.items()}
-    padded = vllm_layer_padding(joined).padded_layers
-    return {n: c - (draft_layers if kinds.get(n) in TABLE_KINDS else 0) for n, c in padded.items()}
-
-
 def kv_groups(
     model: ModelProfile, tp: int = 1, pp: int = 1, kv_dtype: str | None = None, num_gpus: int = 1,
     draft_layers: int = 0,
@@ -279,12 +265,13 @@ def kv_groups(
     """The engine's view of ``model``'s groups at ``tp x pp`` (``num_gpus`` GPUs): the most
     loaded stage's per-GPU bytes times ``num_gpus``; KvsimError if no layer keeps every
     token (the block table needs one). ``draft_layers``: a speculative drafter's layers
-    that vLLM groups with the target's table specs (``_padded_with_drafter``; pp 1 only,
+    that vLLM groups with the target's table specs (``sim.sizing.speculative.
+    drafter_layer_padding``: the target's padded counts once they joined; pp 1 only,
     as speculative decoding is)."""
     groups = group_bytes(model, tp, kv_dtype)
     stages = _stage_counts(model, pp, padded=True)
     if draft_layers and pp == 1:
-        stages = [_padded_with_drafter(model, {g.name: g.kind for g in groups}, draft_layers)]
+        stages = [drafter_layer_padding(model, draft_layers).padded_layers]
     heaviest = max(stages, key=lambda c: sum(
         c.get(g.name, 0) * g.bytes_per_token_per_layer_per_gpu for g in groups))  # fmt: skip
     table = sum(

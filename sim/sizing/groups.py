@@ -23,6 +23,9 @@ from sim.units import dtype_bytes
 
 #: token kinds that are attention proper (the page vLLM raises for a Mamba state)
 ATTENTION_KINDS = ("full", "sliding_window", "chunked_local", "mla")
+#: group kinds whose every token stays in the block table (``sim.sizing.group_demand``),
+#: the specs an EAGLE head or MTP layer is grouped with (``sim.sizing.speculative``)
+TABLE_KINDS = ("full", "mla", "indexer")
 
 
 @dataclass(frozen=True)

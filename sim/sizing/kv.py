@@ -214,15 +214,18 @@ def prefill_steps(prompt: int, chunk: int) -> list[tuple[int, int]]:
 
 
 def kv_peak_for_trajectory(
-    model: ModelProfile, prompt: int, tokens: int, chunk: int, kv_dtype: str | None = None
+    model: ModelProfile, prompt: int, tokens: int, chunk: int, kv_dtype: str | None = None,
+    counts: dict[str, int] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The most one trajectory of ``tokens`` holds at any step when its ``prompt`` is
     prefilled alone in chunks of ``chunk`` (whole model, one copy, padding layers in), and
     each group's bytes at that step: the largest of its prefill steps by vLLM V1's rule
     (``GroupBytes.step_held_tokens``: a sliding window holds ``w - 1`` tokens plus the
     chunk) and the full trajectory (``kv_bytes_for_context``). Token-exact, as ``plan``
-    (no block rounding)."""
-    counts = padded_model_counts(model)
+    (no block rounding). ``counts``: each group's layers as allocated, when not the
+    model's own padded ones (a speculative drafter's grouped layers pad them otherwise,
+    ``sim.sizing.speculative.drafter_padding_layers``)."""
+    counts = padded_model_counts(model) if counts is None else counts
     groups = group_bytes(model, 1, kv_dtype)
 
     def at(computed: int, end: int) -> dict[str, float]:

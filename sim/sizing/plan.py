@@ -18,7 +18,11 @@ blocks), and the padded state page is reported beside it. With a shared prefix
 (F37), the prefix is stored once per replica in the groups that hold it at the
 trajectories' peak (``sim.sizing.kv.shared_prefix_split``: a window or chunk shares only
 its tokens inside the prefix, a running state none), and the pipeline stage that fits the
-fewest trajectories decides.
+fewest trajectories decides. A speculative drafter (``PlanInputs.speculative_method``) is
+sized by the rule a run resolves (``sim.sizing.speculative``): its KV per token in every
+per-token and per-trajectory figure, its weights out of the pool, K lookahead slots held
+by each trajectory, and its grouped layer in vLLM's padding; without it every figure is
+as if the drafter's code did not exist.
 """
 
 from __future__ import annotations
@@ -48,6 +52,16 @@ from sim.sizing.kv import (
 )
 from sim.sizing.layer_padding import LayerPadding
 from sim.sizing.paging import expected_tail_waste_tokens
+from sim.sizing.speculative import (
+    MAX_SPECULATIVE_TOKENS,
+    METHODS,
+    PP_NOT_MODELLED,
+    VLLM_ISSUE,
+    DrafterSizing,
+    drafter_layer_padding,
+    drafter_padding_layers,
+    drafter_sizing,
+)
 from sim.units import GB, dtype_bytes
 
 #: ``kvsim plan``'s utilization when no memory or reserve figure is given (as ``kvsim run``)
@@ -143,6 +157,12 @@ class PlanInputs:
     #: None: F34's ``memory x utilization - weights - reserve``. ``kvsim capacity``'s
     #: estimate passes the run's, so the two never size the pool apart
     kv_pool_bytes_per_gpu: float | None = None
+    #: speculative decoding's drafter (``sim.sizing.speculative``, as a run's
+    #: ``speculative`` section): vLLM's method, k, and the draft model's profile (method
+    #: draft_model only); None: no drafter, and every figure as without one
+    speculative_method: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_model: ModelProfile | None = None
 
     def __post_init__(self) -> None:
         """Refuse a number out of range (named by its ``kvsim plan`` flag) in one line."""
@@ -171,6 +191,32 @@ class PlanInputs:
         if self.mamba_cache_mode not in PLAN_MAMBA_CACHE_MODES:
             raise KvsimError(f"--mamba-cache-mode: {self.mamba_cache_mode!r} is not one of "
                              f"{', '.join(PLAN_MAMBA_CACHE_MODES)}")  # fmt: skip
+        check_speculative(self)
+
+
+def check_speculative(inputs: PlanInputs) -> None:
+    """The drafter's flags, refused in one line each as a scenario's ``speculative``
+    section is: an unknown method, k missing or out of 1..32, a draft model missing for
+    draft_model or given for another method, pipeline parallelism."""
+    method, k = inputs.speculative_method, inputs.num_speculative_tokens
+    if method is None:
+        if k is not None:
+            raise KvsimError("--num-speculative-tokens needs --speculative-method")
+        if inputs.draft_model is not None:
+            raise KvsimError("--draft-model is only for --speculative-method draft_model")
+        return
+    if method not in METHODS:
+        raise KvsimError(f"--speculative-method: {method!r} is not one of {', '.join(METHODS)}")
+    if k is None:
+        raise KvsimError(f"--speculative-method {method} needs --num-speculative-tokens K "
+                         f"(1 to {MAX_SPECULATIVE_TOKENS})")  # fmt: skip
+    check_number(k, "--num-speculative-tokens", 1, MAX_SPECULATIVE_TOKENS)
+    if method == "draft_model" and inputs.draft_model is None:
+        raise KvsimError("--speculative-method draft_model needs --draft-model NAME")
+    if method != "draft_model" and inputs.draft_model is not None:
+        raise KvsimError(f"--draft-model is only for --speculative-method draft_model, not {method}")
+    if inputs.pp > 1:
+        raise KvsimError(f"--speculative-method: {PP_NOT_MODELLED} (use --pp 1)")
 
 
 @dataclass(frozen=True)
@@ -210,6 +256,9 @@ class ContextPlan:
     # trajectory's KV beyond it (None without a shared prefix or when nothing is shared)
     shared_prefix_bytes_per_gpu: float | None = None
     private_kv_bytes_per_trajectory_per_gpu: float | None = None
+    # the speculative drafter's share of kv_bytes_per_trajectory (whole drafter, one copy,
+    # over the trajectory's tokens and lookahead slots; the ``draft`` group; 0 without)
+    spec_draft_kv_bytes_per_trajectory: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -257,6 +306,20 @@ class PlanResult:
     # with PP and a stated vocabulary: one GPU's weights on each stage (``stage_weight_bytes``);
     # ``weights_bytes_per_gpu`` is the largest (empty: every GPU holds the average)
     weights_bytes_per_gpu_by_stage: list[float] = field(default_factory=list)
+    # speculative decoding (--speculative-method; None / 0 without): the drafter's KV per
+    # token (included in kv_bytes_per_token and its per-GPU figure, as a run's
+    # kv_bytes_per_token includes it), its weights per GPU (included in
+    # weights_bytes_per_gpu, out of the pool), the lookahead slots each trajectory holds
+    # beyond its tokens (included in its KV) and the drafter layers vLLM groups with the
+    # target's full / MLA layers (they can change the padding of the other groups)
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 0
+    draft_model: str | None = None
+    spec_draft_kv_bytes_per_token: float = 0.0
+    spec_draft_kv_bytes_per_token_per_gpu: float = 0.0
+    draft_weights_bytes_per_gpu: float = 0.0
+    spec_lookahead_tokens: int = 0
+    spec_grouped_draft_layers: int = 0
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` contract)."""
@@ -299,7 +362,13 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     ) if inputs.per_stage_weights else None  # fmt: skip
     stage_w = [b / tp for b in by_stage] if by_stage else []
     w_gpu = max(stage_w) if stage_w else w_avg
-    pool_gpu = inputs.kv_pool_bytes_per_gpu
+    drafter = _drafter(inputs, tp, kv_dtype, params * b_weight)
+    # int 0 without a drafter: every figure keeps its value and its JSON type
+    draft_bpt, draft_bpt_gpu, draft_w_gpu = (
+        (drafter.kv_bytes_per_token, drafter.kv_bytes_per_token_per_gpu,
+         drafter.weights_bytes_per_gpu) if drafter else (0, 0, 0))  # fmt: skip
+    w_gpu += draft_w_gpu  # loaded beside the target, before vLLM sizes the pool
+    pool_gpu = inputs.kv_pool_bytes_per_gpu  # a run's own pool: its drafter's weights out
     if pool_gpu is None:
         pool_gpu = kv_pool_bytes(mem * util, w_gpu, reserve, allow_empty=True)
     usable_gpu = pool_gpu * (1 - inputs.headroom)
@@ -307,7 +376,8 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     saved = pages if inputs.mamba_cache_mode == "all" and pages.state_page_bytes else None
     running = pages if inputs.mamba_cache_mode == "none" and pages.state_page_bytes else None
     planned = [
-        _context_plan(model, s, inputs, (tp, pp, replicas), kv_dtype, usable_gpu, saved, running)
+        _context_plan(model, s, inputs, (tp, pp, replicas), kv_dtype, usable_gpu, saved, running,
+                      drafter)
         for s in inputs.contexts
     ]
     contexts = [c for c, _ in planned]
@@ -319,9 +389,10 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     ds_mla = fp8_ds_mla_warning(model, kv_dtype, contexts, usable_gpu, (tp, pp, replicas))
     if ds_mla:
         warnings.append(ds_mla)
-    padding = model_layer_padding(model)
+    padding = drafter_layer_padding(model, drafter.grouped_layers) if drafter else model_layer_padding(model)
     if padding.total_padding_layers:
         warnings.append(padding_warning(model.name, padding))
+    warnings += drafter_warnings(model, drafter)
     return PlanResult(
         model=model.name,
         gpu=gpu.name,
@@ -334,10 +405,10 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         params=params,
         gpu_mem_bytes=mem,
         gpu_memory_utilization=util,
-        kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
-        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype),
+        kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype) + draft_bpt,
+        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype) + draft_bpt_gpu,
         weights_bytes_per_gpu=w_gpu,
-        weights_bytes=w_avg * inputs.num_gpus,  # the node's total (every stage's)
+        weights_bytes=(w_avg + draft_w_gpu) * inputs.num_gpus,  # the node's total (every stage's)
         weights_bytes_per_gpu_by_stage=stage_w,
         reserve_bytes_per_gpu=inputs.reserve_bytes_per_gpu,
         kv_pool_bytes_per_gpu=pool_gpu,
@@ -356,6 +427,7 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
         padding_layers=padding.total_padding_layers,
         mamba_cache_mode=inputs.mamba_cache_mode,
         kv_pool_leaves_out=pool_leaves_out(inputs.reserve_bytes_per_gpu),
+        **_drafter_fields(drafter),
     )
 
 
@@ -509,13 +581,15 @@ def running_state_breakdown(
 
 
 def _context_plan(
-    model, context, inputs, parallel, kv_dtype, usable_gpu, saved, running=None
+    model, context, inputs, parallel, kv_dtype, usable_gpu, saved, running=None, drafter=None
 ) -> tuple[ContextPlan, list[str]]:
     """One context's capacity, and the warnings it raises (window, nothing fitting);
     ``parallel`` is (tp, pp, replicas), ``saved`` the pages of ``mamba_cache_mode: all``,
-    ``running`` those of ``none`` for a model with state layers (``running_state_breakdown``)."""
+    ``running`` those of ``none`` for a model with state layers (``running_state_breakdown``);
+    ``drafter`` a speculative drafter's sizing (``_with_drafter``): its lookahead slots join
+    the tokens whose KV a trajectory holds."""
     tp, pp, replicas = parallel
-    total = context + inputs.output_tokens
+    total = context + inputs.output_tokens + (drafter.lookahead_tokens if drafter else 0)
 
     def per_gpu(tokens: int) -> float:
         extra = saved_state_breakdown(model, tokens, tp, pp, kv_dtype, saved)[2]
@@ -526,7 +600,7 @@ def _context_plan(
     charged = traj_gpu + running_state_breakdown(model, total, tp, pp, kv_dtype, running)[2]
     result = dict(
         context_tokens=context,
-        trajectory_tokens=total,
+        trajectory_tokens=context + inputs.output_tokens,
         kv_bytes_per_trajectory=kv_bytes_for_context(model, total, kv_dtype=kv_dtype) + whole_extra,
         kv_bytes_per_trajectory_per_gpu=traj_gpu,
         max_concurrent=replicas * math.floor(usable_gpu / charged),
@@ -538,11 +612,12 @@ def _context_plan(
         ) + whole_extra,
     )
     result["state_bytes_per_trajectory"] = sum(g.state_bytes for g in result["groups"])
+    counts = _drafter_padding(model, drafter, result, (total, tp, kv_dtype, running))
     chunk = inputs.prefill_chunk_tokens
     steady = {g.name: n * g.bytes_per_layer(total)
               for g in group_bytes(model, 1, kv_dtype)
-              for n in [padded_model_counts(model).get(g.name, 0)]}  # fmt: skip
-    top, at_peak = kv_peak_for_trajectory(model, context, total, chunk, kv_dtype)
+              for n in [counts.get(g.name, 0)]}  # fmt: skip
+    top, at_peak = kv_peak_for_trajectory(model, context, total, chunk, kv_dtype, counts)
     excess = top - sum(steady.values())
     result["peak_kv_bytes_per_trajectory"] = result["kv_bytes_per_trajectory"] + max(0.0, excess)
     result["prefill_chunk_tokens"] = chunk
@@ -551,9 +626,12 @@ def _context_plan(
         for g in result["groups"]
     ]
     result["padding_bytes_per_trajectory"] = sum(g.padding_bytes for g in result["groups"])
+    if drafter is not None:
+        _with_drafter(result, drafter, total, tp, usable_gpu, replicas)
+        charged = result["kv_bytes_per_trajectory_charged_per_gpu"]
     window = model.max_context_tokens
     warnings = []
-    if window is not None and total > window:
+    if window is not None and result["trajectory_tokens"] > window:
         warnings.append(window_warning(model.name, window, context, inputs.output_tokens))
     pool = _pool_phrase(usable_gpu, inputs.headroom)
     if result["max_concurrent"] == 0 and usable_gpu > 0:
@@ -575,6 +653,9 @@ def _context_plan(
         shared_whole, stages = shared_prefix_split(
             model, total, shared, tp, pp, kv_dtype, states_shared=saved is not None
         )
+        if drafter is not None:  # its prefix rides on the shared blocks, the rest private
+            shared_whole, stages = _drafter_shared(model, drafter, (total, shared, tp, kv_dtype),
+                                                   shared_whole, stages)  # fmt: skip
         if saved is not None:  # each state layer's pages at the prefix's block boundaries
             _, extra_whole, extra_gpu = saved_state_breakdown(model, shared, tp, pp, kv_dtype, saved)
             extra_total = saved_state_breakdown(model, total, tp, pp, kv_dtype, saved)[2]
@@ -647,3 +728,127 @@ def _shared_fit(
             f"{private_gpu / GB:,.3f} GB, and {pool}"
         ]
     return fit, stage, []
+
+
+# ------------------------------------------------------------------ speculative drafter
+
+
+def _drafter(inputs: PlanInputs, tp: int, kv_dtype: str, target_weights_bytes: float) -> DrafterSizing | None:
+    """The drafter's sizing (``sim.sizing.speculative``, the rule a run resolves), or None
+    without ``--speculative-method``: an EAGLE head's weights are a layer's share of the
+    plan's own target weights (``--params``, ``--weight-dtype``); a draft model's KV at
+    ``--kv-dtype`` when given, else at its profile's."""
+    if inputs.speculative_method is None:
+        return None
+    assert inputs.num_speculative_tokens is not None  # check_speculative
+    return drafter_sizing(
+        inputs.speculative_method, inputs.num_speculative_tokens, inputs.model,
+        inputs.draft_model, tp, inputs.kv_dtype if inputs.draft_model is not None else kv_dtype,
+        target_weights_bytes,
+    )  # fmt: skip
+
+
+def _drafter_fields(drafter: DrafterSizing | None) -> dict:
+    """``PlanResult``'s drafter fields (their defaults without one)."""
+    if drafter is None:
+        return {}
+    return dict(
+        speculative_method=drafter.method,
+        num_speculative_tokens=drafter.num_speculative_tokens,
+        draft_model=drafter.draft_model,
+        spec_draft_kv_bytes_per_token=drafter.kv_bytes_per_token,
+        spec_draft_kv_bytes_per_token_per_gpu=drafter.kv_bytes_per_token_per_gpu,
+        draft_weights_bytes_per_gpu=drafter.weights_bytes_per_gpu,
+        spec_lookahead_tokens=drafter.lookahead_tokens,
+        spec_grouped_draft_layers=drafter.grouped_layers,
+    )
+
+
+def drafter_warnings(model, drafter: DrafterSizing | None) -> list[str]:
+    """What a run refuses that plan (without an allocator) cannot: speculative decoding on
+    a model with state-space layers under a prefix-caching allocator."""
+    if drafter is None or not _has_states(model):
+        return []
+    return [
+        f"speculative decoding on {model.name} (state-space layers): kvsim run refuses it "
+        "with a prefix-caching allocator (radix, paged_hash), as vLLM does not run it "
+        f"({VLLM_ISSUE}); this plan holds for a run without a prefix cache (paged)"
+    ]
+
+
+def _drafter_padding(model, drafter: DrafterSizing | None, result: dict, at: tuple) -> dict[str, int]:
+    """Each group's layers as allocated (the peak's ``counts``): the model's padded counts,
+    changed by a drafter's grouped layers (``drafter_padding_layers``), which change
+    ``result``'s groups and totals too (whole model, per GPU, charged, all GPUs: a group's
+    bytes are its layers times one layer's, PP being 1 with a drafter). ``at``: the
+    trajectory's held tokens, tp, the KV dtype and the running-state pages (the charged
+    bytes of a state layer under mamba_cache_mode none)."""
+    counts = padded_model_counts(model)
+    extra = drafter_padding_layers(model, drafter.grouped_layers) if drafter else {}
+    if not any(extra.values()):
+        return counts
+    tokens, tp, kv_dtype, running = at
+    charged_by = {g.name: g.bytes_per_gpu for g in running_state_breakdown(
+        model, tokens, tp, 1, kv_dtype, running)[0]} if running is not None else {}  # fmt: skip
+    groups, whole, gpu, charged = [], 0.0, 0.0, 0.0
+    for g in result["groups"]:
+        e, n = extra.get(g.name, 0), g.num_layers + g.padding_layers
+        f = e / n if n else 0.0
+        whole += f * g.bytes
+        gpu += f * g.bytes_per_gpu
+        charged += f * charged_by.get(g.name, g.bytes_per_gpu)
+        groups.append(replace(g, padding_layers=g.padding_layers + e, bytes=g.bytes * (1 + f),
+                              bytes_per_gpu=g.bytes_per_gpu * (1 + f),
+                              padding_bytes=g.padding_bytes + f * g.bytes))  # fmt: skip
+    result["groups"] = groups
+    result["kv_bytes_per_trajectory"] += whole
+    result["kv_bytes_per_trajectory_per_gpu"] += gpu
+    result["kv_bytes_per_trajectory_charged_per_gpu"] += charged
+    result["kv_bytes_per_trajectory_all_gpus"] += gpu * tp
+    return {name: n + extra.get(name, 0) for name, n in counts.items()}
+
+
+def _with_drafter(result: dict, drafter: DrafterSizing, tokens: int, tp: int, usable_gpu: float,
+                  replicas: int) -> None:  # fmt: skip
+    """``result`` with the drafter's own KV (the ``draft`` group: its bytes per token over
+    the ``tokens`` the trajectory holds, lookahead slots included, as a run charges them)
+    in every total, and the capacity over the charged bytes that include it."""
+    whole = drafter.kv_bytes_per_token * tokens
+    gpu = drafter.kv_bytes_per_token_per_gpu * tokens
+    if drafter.kv_bytes_per_token:
+        result["groups"] = [*result["groups"], GroupKV(
+            name="draft", kind=drafter.method, num_layers=drafter.num_layers,
+            dtype=drafter.kv_dtype, window_tokens=None, held_tokens=tokens,
+            bytes_per_token=drafter.kv_bytes_per_token, state_bytes=0.0, bytes=whole,
+            bytes_per_gpu=gpu, peak_bytes=whole,
+        )]  # fmt: skip
+    for key, add in (("kv_bytes_per_trajectory", whole), ("peak_kv_bytes_per_trajectory", whole),
+                     ("kv_bytes_per_trajectory_per_gpu", gpu),
+                     ("kv_bytes_per_trajectory_charged_per_gpu", gpu),
+                     ("kv_bytes_per_trajectory_all_gpus", gpu * tp)):  # fmt: skip
+        result[key] += add
+    result["spec_draft_kv_bytes_per_trajectory"] = whole
+    result["max_concurrent"] = replicas * math.floor(
+        usable_gpu / result["kv_bytes_per_trajectory_charged_per_gpu"])
+
+
+def _drafter_shared(model, drafter: DrafterSizing, at: tuple, shared_whole: float,
+                    stages: list[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:  # fmt: skip
+    """``shared_prefix_split``'s figures with the drafter: its KV rides on the block table,
+    so its prefix tokens are shared with the target's and the rest (lookahead slots in) is
+    each trajectory's own; the padding its grouped layers change is shared as its group's
+    tokens are (``GroupBytes.shared_tokens``; a state layer's all private). ``at``: the
+    held tokens, the shared prefix, tp and the KV dtype (PP is 1 with a drafter)."""
+    tokens, prefix, tp, kv_dtype = at
+    extra = drafter_padding_layers(model, drafter.grouped_layers)
+    whole = {g.name: g for g in group_bytes(model, 1, kv_dtype)}
+    s_whole = drafter.kv_bytes_per_token * prefix
+    s_gpu = drafter.kv_bytes_per_token_per_gpu * prefix
+    p_gpu = drafter.kv_bytes_per_token_per_gpu * (tokens - prefix)
+    for g in group_bytes(model, tp, kv_dtype):
+        e = extra.get(g.name, 0)
+        common = g.shared_tokens(tokens, prefix)
+        s_whole += e * common * whole[g.name].bytes_per_token_per_layer
+        s_gpu += e * common * g.bytes_per_token_per_layer_per_gpu
+        p_gpu += e * (g.bytes_per_layer(tokens, per_gpu=True) - common * g.bytes_per_token_per_layer_per_gpu)
+    return shared_whole + s_whole, [(s + s_gpu, p + p_gpu) for s, p in stages]

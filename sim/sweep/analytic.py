@@ -129,6 +129,7 @@ def _plan(resolved, context: float, reply: float, shared: int) -> dict[str, floa
         shared_prefix_tokens=min(shared, ctx) if shared else None,
         kv_pool_bytes_per_gpu=resolved.kv_pool_bytes_per_gpu,  # the run's, as resolved
         mamba_cache_mode=resolved.mamba_cache_mode,  # states saved at block ends share too
+        **_drafter_inputs(resolved),
     )
     plan = plan_capacity(inputs).contexts[0]
     gpus = hw.tp * hw.pp  # one replica's GPUs: per-GPU bytes x GPUs, as resolve counts them
@@ -140,6 +141,19 @@ def _plan(resolved, context: float, reply: float, shared: int) -> dict[str, floa
     private_gpu = plan.private_kv_bytes_per_trajectory_per_gpu or 0.0
     return {"concurrency": plan.max_concurrent_shared, "shared_prefix_bytes": shared_gpu * gpus,
             "kv_bytes_per_trajectory": private_gpu * gpus}  # fmt: skip
+
+
+def _drafter_inputs(resolved) -> dict[str, Any]:
+    """The scenario's speculative drafter as ``PlanInputs`` fields (none without the
+    section), so the plan sizes it by the rule the run resolves (``sim.sizing.speculative``):
+    its KV per token, its weights (also in ``resolved.weights_bytes_per_gpu``, so an explicit
+    pool stays the run's) and its lookahead slots. The draft model's profile is the one the
+    run loaded, at the scenario's ``model.kv_dtype``."""
+    spec = resolved.scenario.speculative
+    if spec is None:
+        return {}
+    return {"speculative_method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
+            "draft_model": resolved.draft_model}  # fmt: skip
 
 
 def _pool_note(hw) -> str | None:
