@@ -26,8 +26,6 @@ scenario without the section runs exactly as before (nothing here is consulted).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import ConfigDict, Field, model_validator
 
 from sim.config_model import ConfigModel
@@ -35,6 +33,7 @@ from sim.sizing.speculative import (
     DRAFTER_METHODS,
     MAX_SPECULATIVE_TOKENS,
     METHODS,
+    SpeculativeMethod,
     lookahead_tokens,
 )
 
@@ -48,7 +47,7 @@ class SpeculativeConfig(ConfigModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    method: Literal["ngram", "eagle", "mtp", "draft_model"]
+    method: SpeculativeMethod  # one of ``METHODS`` (``sim.sizing.speculative``)
     num_speculative_tokens: int = Field(ge=1, le=MAX_SPECULATIVE_TOKENS)  # k: drafts per step
     # per-position acceptance a: draft i is accepted with probability a**i
     acceptance_rate: float = Field(ge=0.0, le=1.0)

@@ -28,6 +28,7 @@ others' none; nothing here loads a profile or knows a scenario.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from sim.errors import KvsimError
 from sim.profiles.schema import ModelProfile
@@ -40,8 +41,11 @@ from sim.sizing.kv import (
 from sim.sizing.layer_padding import LayerPadding, vllm_layer_padding
 from sim.units import dtype_bytes
 
-#: the drafting methods (vLLM ``--speculative-config`` ``method``)
-METHODS = ("ngram", "eagle", "mtp", "draft_model")
+#: a drafting method (vLLM ``--speculative-config`` ``method``): the type of a scenario's
+#: ``speculative.method`` (``sim.sched.speculative.SpeculativeConfig``)
+SpeculativeMethod = Literal["ngram", "eagle", "mtp", "draft_model"]
+#: the drafting methods, those of ``SpeculativeMethod`` (``kvsim plan --speculative-method``)
+METHODS: tuple[str, ...] = get_args(SpeculativeMethod)
 #: methods whose drafter keeps KV and runs ``k`` sequential forward passes per step
 DRAFTER_METHODS = ("eagle", "mtp", "draft_model")
 #: methods whose drafter is one decoder layer of the target's geometry

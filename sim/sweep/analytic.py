@@ -146,9 +146,10 @@ def _plan(resolved, context: float, reply: float, shared: int) -> dict[str, floa
 def _drafter_inputs(resolved) -> dict[str, Any]:
     """The scenario's speculative drafter as ``PlanInputs`` fields (none without the
     section), so the plan sizes it by the rule the run resolves (``sim.sizing.speculative``):
-    its KV per token, its weights (also in ``resolved.weights_bytes_per_gpu``, so an explicit
-    pool stays the run's) and its lookahead slots. The draft model's profile is the one the
-    run loaded, at the scenario's ``model.kv_dtype``."""
+    its KV per token, its lookahead slots and its grouped layer (its weights are already
+    out of the run's pool, ``Resolved.kv_pool_bytes_per_gpu``, which the plan is given).
+    The draft model's profile is the one the run loaded, at the scenario's
+    ``model.kv_dtype``."""
     spec = resolved.scenario.speculative
     if spec is None:
         return {}

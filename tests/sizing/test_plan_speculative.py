@@ -239,3 +239,18 @@ def test_one_request_peak_matches_plan(model, method, draft, prompt, output, tmp
     draft_peak = s["spec_draft_kv_peak_bytes"]
     assert c.spec_draft_kv_bytes_per_trajectory <= draft_peak
     assert draft_peak <= c.spec_draft_kv_bytes_per_trajectory + 16 * r.spec_draft_kv_bytes_per_token_per_gpu
+
+
+def test_the_scenario_and_plan_accept_one_list_of_methods():
+    """h120: the scenario's ``speculative.method`` type is ``sim.sizing.speculative``'s
+    ``SpeculativeMethod``, whose values are the ``METHODS`` that ``kvsim plan`` checks (the
+    scenario kept its own copy of the four names), so a method added to one is in both:
+    the scenario's JSON schema lists exactly them, and each is a method plan accepts."""
+    from typing import get_args
+
+    from sim.sched.speculative import SpeculativeConfig
+    from sim.sizing.speculative import METHODS, SpeculativeMethod
+
+    assert SpeculativeConfig.model_fields["method"].annotation is SpeculativeMethod
+    assert METHODS == get_args(SpeculativeMethod) == ("ngram", "eagle", "mtp", "draft_model")
+    assert SpeculativeConfig.model_json_schema()["properties"]["method"]["enum"] == list(METHODS)
