@@ -107,9 +107,25 @@ def pause_costs(p: Any, held_byte_s: float, recompute_flops: float) -> tuple[str
     if p.facts is None:
         return "", NAN, NAN
     action, best = oracle_cost(p.facts, max(0.0, wait), resumed)
-    stall = p.resident_s - _reload_from(p) if p.outcome == "reloaded" else 0.0
+    stall = p.resident_s - _reload_from(p) if _waited_for_reload(p) else 0.0
     spent = realised_cost(p.facts, held_byte_s, recompute_flops, stall, p.recompute_s)
     return action, best.total_s, spent.total_s
+
+
+#: the states a pause ends in once its context was copied back for its turn (a reload at
+#: or after its tool's return): ``sim.engine.pauses.state.PauseState`` RESIDENT, STREAMING
+_RELOAD_ENDS = ("resident", "streaming")
+
+
+def _waited_for_reload(p: Any) -> bool:
+    """Its next turn waited for a reload, the stall ``pause_costs`` prices: outcome
+    ``reloaded``, or ``refused`` once its context was copied back (or while it streamed in)
+    for that turn, a pause that would otherwise have ended reloaded (its refusal changes
+    the outcome, not the wait: before 2026-12-05 such a pause read ``reloaded``)."""
+    if p.outcome == "reloaded":
+        return True
+    state = getattr(getattr(p, "state", None), "value", None)
+    return p.outcome == "refused" and p.moved_to != "recompute" and state in _RELOAD_ENDS
 
 
 def _reload_from(p: Any) -> float:

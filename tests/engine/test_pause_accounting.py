@@ -408,3 +408,32 @@ def test_pauses_key_their_waiting_turns_by_the_request_itself(monkeypatch):
     monkeypatch.setattr(PauseLifecycle, "admitted", check)
     run("agent_swarm_pressure.yaml", **{"workload.num_trajectories": 20})
     assert seen["waiting"] > 100 and seen["recomputing"] > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "stall_s"),
+    [
+        ({"pause_policy.kind": "offload_host"}, RELOAD_S),  # the whole copy-in
+        # released while the copy-in streams: the rest of the copy less the observation's
+        # predicted prefill (``pipelined_release_delay_s``), as the row's own stall says
+        ({"pause_policy.kind": "offload_host", "pause_policy.resume": "pipelined"}, None),
+    ],
+)  # fmt: skip
+def test_a_refused_reloaded_pause_still_prices_the_wait_for_its_reload(overrides, stall_s):
+    """h120: the turn of the tests above, refused once its context was copied back (or
+    while it streamed in), waited for that reload as a turn that ran would: its realised
+    cost (``policy_cost_s``, ``sim.policy.oracle.realised_cost``) is the HBM it held over
+    the pool (pool-seconds) plus that stall (``resume_stall_s``), no recompute. h112's
+    outcome ``refused`` dropped the stall (it was priced for outcome ``reloaded`` only):
+    the naive reload cost 0.0206 s against the oracle's 0.0413 s for the same action
+    (offload_host), less than its own HBM and copy-in; 0.0416 s before h112 and now."""
+    pool = 2080 * 16 * BYTES_PER_TOKEN_GPU
+    r = run(E24, **overrides, **{"hardware.kv_pool_bytes_per_gpu": pool})
+    (p,) = r.pauses.itertuples()
+    assert p.outcome == "refused" and p.moved_to == "offload_host"
+    stall = p.resume_stall_s if stall_s is None else stall_s
+    assert close(p.resume_stall_s, stall) and 0 < stall <= RELOAD_S
+    hbm_s = p.paused_hbm_gb_s * 1e9 / (8 * pool)  # the replica's pool: 8 GPUs
+    assert p.recompute_s == 0.0 and close(p.policy_cost_s, hbm_s + stall)
+    if stall_s is not None:  # the oracle's own action, its reload fully exposed here
+        assert p.oracle_action == "offload_host" and p.policy_cost_s >= p.oracle_cost_s
