@@ -3,9 +3,9 @@
 Responsibility: ``command(...)`` runs a scenario with the flags of ``kvsim run`` (all but
 ``--replications``) and prints what the command prints; ``sim.cli.run.run`` (the typer
 command) and ``sim.cli.main``'s quick path for a plain ``kvsim run FILE --out DIR`` with
-only ``--set``, ``--quiet``, ``--force``, ``--no-report`` and ``--trace`` (``plain_argv``)
-both call it, so the two print the same lines, write the same folder and return the same
-status. Nothing here imports typer (the quick path's gain: ~45 ms CPU of a run's start,
+only ``--set``, ``--quiet``, ``--force``, ``--no-report``, ``--trace`` and
+``--no-memory-guard`` (``plain_argv``) both call it, so the two print the same lines,
+write the same folder and return the same status. Nothing here imports typer (the quick path's gain: ~45 ms CPU of a run's start,
 the parser's import and build; docs/performance.md, "Session 25: start-up").
 
 Invariant: as ``sim.cli.run``'s: output only into a temporary sibling of ``--out`` and
@@ -29,15 +29,18 @@ from sim.errors import EXIT_INTERRUPTED
 
 
 def command(file: Path, out: str, sets: list[str], quiet: bool, force: bool, argv: list[str],
-            no_report: bool = False, trace: bool = False) -> int:  # fmt: skip
+            no_report: bool = False, trace: bool = False,
+            no_memory_guard: bool = False) -> int:  # fmt: skip
     """``kvsim run`` with these flags (``argv``: the command line as given, ``kvsim``
     first, recorded in summary.json): the exit status, 0 or 130 after Ctrl-C (said on
-    stderr with what is on disk)."""
+    stderr with what is on disk). A run projected past the machine's available memory
+    stops with ``sim.cli.memory_guard.RunTooLarge`` unless ``no_memory_guard``."""
     written: list[Path] = []  # the run folder, once it is complete
     said: list[str] = []  # the configuration's warnings, printed before the run
     try:
         extras = ReportOptions(report=not no_report, trace=trace)
-        result = _run(file, out, sets, quiet, force, argv, written.append, extras, said)
+        result = _run(file, out, sets, quiet, force, argv, written.append, extras, said,
+                      guard=not no_memory_guard)  # fmt: skip
         if not quiet:
             _print_summary(result.summary, written[0])
         _after_run(result, said)
@@ -49,13 +52,14 @@ def command(file: Path, out: str, sets: list[str], quiet: bool, force: bool, arg
 
 
 #: the on/off flags of a plain ``kvsim run`` (``plain_argv``) -> ``command``'s argument
-_FLAGS = {"--quiet": "quiet", "--force": "force", "--no-report": "no_report", "--trace": "trace"}
+_FLAGS = {"--quiet": "quiet", "--force": "force", "--no-report": "no_report", "--trace": "trace",
+          "--no-memory-guard": "no_memory_guard"}  # fmt: skip
 
 
 def plain_argv(argv: list[str]) -> dict[str, Any] | None:
     """``command``'s arguments (but ``argv``) when ``argv`` is ``run FILE --out DIR`` with
     no other flag than ``--set VALUE`` (repeated), ``--quiet``, ``--force``,
-    ``--no-report`` and ``--trace`` (each at most once), a flag's value given as
+    ``--no-report``, ``--trace`` and ``--no-memory-guard`` (each at most once), a flag's value given as
     ``--flag VALUE`` or ``--flag=VALUE``; None for anything else (help, ``--replications``,
     ``--``, a flag repeated or misspelt, a value that looks like a flag: typer's parser
     answers those)."""
@@ -96,8 +100,10 @@ def report_hook(result, options: ReportOptions, worker=None) -> Callable[[Path],
 
 def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, command: list[str],
          installed: Callable[[Path], object],
-         extras: ReportOptions = ReportOptions(), said: list[str] | None = None) -> Any:  # fmt: skip
-    """Check --out, build, run (with a progress bar unless quiet), write the folder
+         extras: ReportOptions = ReportOptions(), said: list[str] | None = None,
+         guard: bool = True) -> Any:  # fmt: skip
+    """Check --out, build, run (with a progress bar unless quiet; under a
+    ``sim.cli.memory_guard.MemoryGuard`` when ``guard``), write the folder
     (``installed(folder)`` once it is complete); the ``RunResult``. The configuration's
     warnings are printed before the run and added to ``said``."""
     from sim.cli._startup_gc import started
@@ -115,7 +121,8 @@ def _run(file: Path, out: str, sets: list[str], quiet: bool, force: bool, comman
     if said is not None:
         said.extend(warned)
     with _report_worker(extras.report) as worker:  # warms up on the other core meanwhile
-        result = sim.run() if quiet else _run_with_progress(sim)
+        watch = _memory_guard(sim) if guard else None
+        result = sim.run(watch) if quiet else _run_with_progress(sim, watch)
         result.summary["command"] = command  # the argv as given (the issue: argv)
         hook = report_hook(result, extras, worker) if extras.report or extras.trace else None
         write_run(result, out_dir, force=force, installed=installed, before_install=hook)
@@ -172,13 +179,21 @@ def warning_block(warnings: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_with_progress(sim):
+def _memory_guard(sim):
+    """The run's ``MemoryGuard`` (its memory projected against the machine's)."""
+    from sim.cli.memory_guard import MemoryGuard, count_field
+
+    return MemoryGuard(sim.resolved.scenario.duration_s, count_field(sim))
+
+
+def _run_with_progress(sim, watch=None):
     """Run with a progress bar on standard error where someone can see one (a terminal);
     elsewhere (a pipe, a file, CI) without one and without importing rich (~70 ms of a
-    run's start), saying the same end line."""
+    run's start), saying the same end line. ``watch`` (a ``MemoryGuard``) sees every
+    progress call first."""
     horizon = sim.resolved.scenario.duration_s
     if not _is_terminal(sys.stderr):
-        result = sim.run()
+        result = sim.run(watch)
         if horizon is not None:
             echo(end_line(result.summary["sim_time_s"], horizon), sys.stderr)
         return result
@@ -203,7 +218,9 @@ def _run_with_progress(sim):
                 bar.update(task, completed=progress_fraction(now, completed, total, horizon),
                            text=progress_text(now, completed, total, t - t0, horizon))  # fmt: skip
 
-        result = sim.run(progress)
+        if watch is not None:
+            watch.then = progress
+        result = sim.run(watch if watch is not None else progress)
         s = result.summary
         done = progress_text(s["sim_time_s"], s["trajectories_completed"], sim.ctx.total,
                              time.monotonic() - t0, horizon)  # fmt: skip

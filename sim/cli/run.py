@@ -86,6 +86,14 @@ def run(
         bool,
         typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto trace events)."),
     ] = False,
+    no_memory_guard: Annotated[
+        bool,
+        typer.Option(
+            "--no-memory-guard",
+            help="Run on even when the run's memory, projected from its growth so far, "
+            "exceeds the machine's available memory (by default it stops with one line).",
+        ),
+    ] = False,
 ) -> None:
     """Run and write; Ctrl-C exits 130 and says whether the run folder is in place
     (``sim.cli._run.command``, which ``sim.cli.main``'s quick path calls as well)."""
@@ -99,7 +107,8 @@ def run(
         except KeyboardInterrupt:
             typer.echo("interrupted: nothing written", err=True)
             raise typer.Exit(code=EXIT_INTERRUPTED) from None
-    code = command(file, out, set_ or [], quiet, force, command_argv(ctx), no_report, trace)
+    code = command(file, out, set_ or [], quiet, force, command_argv(ctx), no_report, trace,
+                   no_memory_guard)  # fmt: skip
     if code:
         raise typer.Exit(code=code)
 

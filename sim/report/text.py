@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+from sim.run.progress import progress_fraction  # (re-exported: the bar's fraction)
+
 #: latency rows of the end-of-run table (summary key, label)
 LATENCY_ROWS = (
     ("ttft_s", "TTFT"),
@@ -36,14 +38,6 @@ def _clock(seconds: float) -> str:
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
-
-def progress_fraction(sim_s: float, completed: int, total: int, horizon_s: float | None) -> float:
-    """How far the run is, in [0, 1]: the larger of simulated time over the horizon and
-    finished over all trajectories (a run ends at whichever comes first)."""
-    parts = [completed / total if total else 0.0]
-    if horizon_s:
-        parts.append(sim_s / horizon_s)
-    return min(max(parts), 1.0)
 
 
 def progress_text(

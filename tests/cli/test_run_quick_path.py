@@ -1,5 +1,5 @@
 """``kvsim run FILE --out DIR`` with only ``--set``, ``--quiet``, ``--force``,
-``--no-report`` and ``--trace`` is answered without the typer parser (``sim.cli._run``):
+``--no-report``, ``--trace`` and ``--no-memory-guard`` is answered without the typer parser (``sim.cli._run``):
 the same lines, status and run folder as the typer command given the same arguments
 (which ``sim.cli.main`` uses for every other form)."""
 
@@ -20,11 +20,12 @@ SHORT = ["--set", "duration_s=100"]  # 19.7 s of simulated time: every request d
 def test_plain_argv_takes_a_file_out_and_the_plain_flags():
     assert quick.plain_argv(["run", ONE, "--out", "r"]) == {
         "file": Path(ONE), "out": "r", "sets": [], "quiet": False, "force": False,
-        "no_report": False, "trace": False}  # fmt: skip
+        "no_report": False, "trace": False, "no_memory_guard": False}  # fmt: skip
     got = quick.plain_argv(["run", "--set", "a=1", "--quiet", ONE, "--out=r", "--set=b=2",
-                            "--force", "--no-report", "--trace"])  # fmt: skip
+                            "--force", "--no-report", "--trace", "--no-memory-guard"])  # fmt: skip
     assert got == {"file": Path(ONE), "out": "r", "sets": ["a=1", "b=2"], "quiet": True,
-                   "force": True, "no_report": True, "trace": True}  # fmt: skip
+                   "force": True, "no_report": True, "trace": True,
+                   "no_memory_guard": True}  # fmt: skip
     for argv in (
         ["run", ONE],  # no --out: typer's usage error
         ["run", "--out", "r"],  # no file
@@ -72,6 +73,7 @@ def _both(run_cli, monkeypatch, tmp_path, argv: list[str]):
     [
         ["run", ONE, "--out", "{out}", "--no-report", *SHORT],
         ["run", ONE, "--out={out}", "--quiet", "--no-report", "--trace", *SHORT],
+        ["run", ONE, "--out", "{out}", "--no-report", "--no-memory-guard", *SHORT],
         ["run", "--set", "seed=3", ONE, "--no-report", "--out", "{out}", "--force", *SHORT],
         ["run", ONE, "--out", "{out}", "--set", "seed=-1"],  # a user error: status 2
         ["run", "absent.yaml", "--out", "{out}"],
