@@ -102,11 +102,23 @@ def compare(
 
 
 def _accuracy_lines(named: dict) -> str:
-    """How far to trust each variant's latencies (``accuracy_line`` of its first run):
-    one line when every variant rests on the same basis, else one per variant."""
-    from sim.report.text import accuracy_line
+    """How far to trust each variant's latencies (``accuracy_line`` of its first run) and
+    where its dollars' price comes from (``price_line``): one line each when every variant
+    rests on the same basis, else one per variant."""
+    from sim.report.text import accuracy_line, price_line
 
     lines = {n: accuracy_line(runs[0].summary) for n, runs in named.items() if runs}
+    return _one_or_each(lines) + _one_or_each(
+        {n: price_line(runs[0].summary) for n, runs in named.items() if runs}
+    )
+
+
+def _one_or_each(lines: dict) -> str:
+    """One line when every variant's is the same, else one per variant (``name: line``);
+    variants without one (None) are left out."""
+    lines = {n: line for n, line in lines.items() if line is not None}
+    if not lines:
+        return ""
     if len(set(lines.values())) == 1:
         return f"{next(iter(lines.values()))}\n"
     return "".join(f"{n}: {line}\n" for n, line in lines.items())
