@@ -63,6 +63,7 @@ def compare(
     from sim.report.compare import (
         compare_frame,
         compare_text,
+        config_differences,
         variant_row,
         warnings_text,
         write_compare,
@@ -73,6 +74,7 @@ def compare(
     out_dir = check_out_dir(out, force=force)
     if not 1 <= replications <= 1000:
         raise KvsimError(f"--replications must be in [1, 1000], got {replications}")
+    differs = ""
     if vary:
         named, errors, overrides = _run_variants(inputs, out_dir, vary, set_ or [],
                                                  replications, workers, not no_report, quiet)  # fmt: skip
@@ -90,12 +92,14 @@ def compare(
                 name += "'"
             named[name] = [load_run(d)]
         errors, overrides = {n: [] for n in named}, {n: {} for n in named}
+        # run folders: no --vary names what differs between them, so their configs say it
+        differs = config_differences({n: runs[0].config for n, runs in named.items()})
     rows = [variant_row(n, runs, overrides[n], errors[n]) for n, runs in named.items()]
     frame = compare_frame(rows)
     write_compare(out_dir, named, frame)
     warned = warnings_text(frame)  # each pathological variant's warnings, after the table
     if not quiet:
-        typer.echo(compare_text(frame) + warned + _accuracy_lines(named)
+        typer.echo(compare_text(frame) + differs + warned + _accuracy_lines(named)
                    + f"wrote {out_dir}/compare.html")  # fmt: skip
     elif warned:
         typer.echo(warned, err=True, nl=False)  # as kvsim run says them under --quiet
