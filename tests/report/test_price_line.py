@@ -54,3 +54,12 @@ def test_run_and_compare_print_the_profile_example_and_a_scenario_price(tmp_path
     code, text, _ = run_cli(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")])
     assert code == 0 and f"b: {own}" in text.splitlines()
     assert [ln for ln in text.splitlines() if ln.startswith(f"a: {want.strip()}")]
+
+
+def test_report_html_says_it_under_its_table(tmp_path, run_cli):
+    out = tmp_path / "run"
+    assert run_cli(["run", SCENARIO, "--out", str(out), "--no-report", "--quiet"])[0] == 0
+    assert run_cli(["report", str(out)])[0] == 0
+    page = (out / "report.html").read_text()
+    assert f"{PRICE_LABEL}: $3/GPU-hour x GPUs x simulated time ({EXAMPLE}" in page
+    assert page.index(PRICE_LABEL) < page.index("<h2>Accuracy</h2>")
