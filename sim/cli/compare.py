@@ -13,6 +13,7 @@ the same command with ``--force`` then runs only the rest (``sim.report.compare.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -182,7 +183,8 @@ def _interrupted(tasks: list[dict], out_dir: Path) -> None:
     from sim.report.compare import finished
 
     kept = sum(finished(t) for t in tasks)
-    end_progress = "\n" if kept else ""  # the progress line has no newline until the end
+    # on a terminal the progress line has no newline until the end
+    end_progress = "\n" if kept and _is_terminal(sys.stderr) else ""
     typer.echo(f"{end_progress}interrupted: {kept} of {len(tasks)} runs are complete in {out_dir}/ and kept; "
                "no comparison written: rerun the same command with --force to run the rest "
                "(complete runs are skipped)", err=True)  # fmt: skip
@@ -190,4 +192,17 @@ def _interrupted(tasks: list[dict], out_dir: Path) -> None:
 
 
 def _progress(done: int, total: int) -> None:
-    typer.echo(f"\r{done}/{total} runs", err=True, nl=done == total)
+    """``3/4 runs`` on stderr: one line rewritten in place on a terminal, a line each
+    otherwise (a log file read ``1/4 runs2/4 runs3/4 runs4/4 runs``)."""
+    if _is_terminal(sys.stderr):
+        typer.echo(f"\r{done}/{total} runs", err=True, nl=done == total)
+    else:
+        typer.echo(f"{done}/{total} runs", err=True)
+
+
+def _is_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if isatty is not None else False
+    except ValueError:  # a closed stream
+        return False

@@ -44,3 +44,11 @@ def test_compare_of_run_folders_prints_the_line(tmp_path, run_cli):
     assert line and line[0].startswith(
         "configs differ (config.resolved.yaml, hold / be) in: pause_policy.kind (hold / break_even), "
         "pause_policy.horizon_s (- / 60.0)")
+
+
+def test_compare_progress_is_a_line_each_off_a_terminal(tmp_path, run_cli):
+    # stderr is captured (not a terminal): no carriage returns gluing the counts together
+    code, _, err = run_cli(["compare", E24, "--out", str(tmp_path / "cmp"), "--no-report",
+                            "--vary", "pause_policy.kind=hold,recompute"])  # fmt: skip
+    assert code == 0
+    assert "\r" not in err and err.splitlines()[:2] == ["1/2 runs", "2/2 runs"]
