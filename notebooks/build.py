@@ -682,11 +682,14 @@ def gap_parts(r):
     \"\"\"Policy cost - oracle cost of a run's pauses, split by where the hints policy loses
     (seconds): HBM held from the copy-out's end to the step boundary that frees the blocks,
     HBM held again from the reload's end to the tool's return (the prefetch margin), and
-    the reload stall exposed after the return.\"\"\"
+    the reload stall exposed after the return: the part of each pause's policy_cost_s that
+    is neither HBM held nor recompute (resume_stall_s also holds the wait for admission,
+    which every policy pays and the cost leaves out).\"\"\"
     p, pool = r.pauses, r.resolved.pool_bytes
     step = (p.state_bytes * (p.blocks_freed_s - p.copy_out_done_s).clip(lower=0)).sum() / pool
     early = (p.state_bytes * (p.tool_return_s - p.copy_in_done_s).clip(lower=0)).sum() / pool
-    stall = p.resume_stall_s.sum()
+    held = p.paused_hbm_gb_s * 1e9 / np.maximum(pool, p.state_bytes)  # pool-seconds
+    stall = (p.policy_cost_s - held - p.recompute_s).clip(lower=0).sum()
     gap = p.policy_cost_s.sum() - p.oracle_cost_s.sum()
     return {"step_boundary_s": step, "reload_early_s": early, "reload_stall_s": stall,
             "rest_s": gap - step - early - stall}

@@ -695,7 +695,28 @@ def validation_message(err: Any) -> str:
     loc = err.get("loc") or ()
     if kind == "literal_error" and loc and loc[-1] == "kind" and isinstance(err.get("input"), str):
         return _unknown_kind(err["input"], str(ctx.get("expected", "")))
+    if kind == "int_parsing" and isinstance(err.get("input"), str):
+        hint = _exponent_text_hint(err["input"])
+        if hint:
+            return f"{err['msg']}: {hint}"
     return str(err["msg"])
+
+
+#: a number with an exponent that YAML 1.1 reads as text (``1e9``, ``4.0e3``, ``2e+3``:
+#: its float form needs a dot and a signed exponent, ``4.0e+3``)
+_EXPONENT_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _exponent_text_hint(text: str) -> str | None:
+    """Why a whole-number field refused what reads as a number (``4e3``), and what to
+    write instead; None for any other text."""
+    if not _EXPONENT_TEXT.fullmatch(text.strip()):
+        return None
+    value = float(text)
+    write = f"write {int(value)}" if value.is_integer() and abs(value) < 1e18 else (
+        "write a whole number")  # fmt: skip
+    return (f"YAML reads {text.strip()!r} as text, not a number (YAML 1.1 needs a dot and a "
+            f"signed exponent: {value:.1e}); {write}")  # fmt: skip
 
 
 def _unknown_kind(tag: Any, expected: str) -> str:

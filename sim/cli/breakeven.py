@@ -155,11 +155,16 @@ def breakeven(
     if horizon_s is not None:
         check_number(horizon_s, "--horizon-s", 0, MAX_TIME_S, low_open=True)
     view = engine_view(inputs, result, acc, node_prof, horizon_s)
+    # --gpu or --num-gpus against --node (whose tiers the decision reads): said, not refused
+    said = list(result.warnings)
+    if node_prof is not None and gpu:
+        said += [f"--node: {w}" for w in node_prof.mismatch(gpu, num_gpus)]
     if json_out:
-        print_json({**result.to_dict(), "prefill_rate_basis": rate.basis, **view.to_dict()})
+        print_json({**result.to_dict(), "prefill_rate_basis": rate.basis, **view.to_dict(),
+                    "warnings": said})  # fmt: skip
     else:
         _print(result, rate.basis, view, node)
-    print_warnings(result.warnings)
+    print_warnings(said)
 
 
 def _tensor_parallel(num_gpus: int, tp: int | None, pp: int) -> int:

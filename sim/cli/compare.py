@@ -13,6 +13,7 @@ the same command with ``--force`` then runs only the rest (``sim.report.compare.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -63,6 +64,7 @@ def compare(
     from sim.report.compare import (
         compare_frame,
         compare_text,
+        config_differences,
         variant_row,
         warnings_text,
         write_compare,
@@ -73,6 +75,7 @@ def compare(
     out_dir = check_out_dir(out, force=force)
     if not 1 <= replications <= 1000:
         raise KvsimError(f"--replications must be in [1, 1000], got {replications}")
+    differs = ""
     if vary:
         named, errors, overrides = _run_variants(inputs, out_dir, vary, set_ or [],
                                                  replications, workers, not no_report, quiet)  # fmt: skip
@@ -90,23 +93,37 @@ def compare(
                 name += "'"
             named[name] = [load_run(d)]
         errors, overrides = {n: [] for n in named}, {n: {} for n in named}
+        # run folders: no --vary names what differs between them, so their configs say it
+        differs = config_differences({n: runs[0].config for n, runs in named.items()})
     rows = [variant_row(n, runs, overrides[n], errors[n]) for n, runs in named.items()]
     frame = compare_frame(rows)
     write_compare(out_dir, named, frame)
     warned = warnings_text(frame)  # each pathological variant's warnings, after the table
     if not quiet:
-        typer.echo(compare_text(frame) + warned + _accuracy_lines(named)
+        typer.echo(compare_text(frame) + differs + warned + _accuracy_lines(named)
                    + f"wrote {out_dir}/compare.html")  # fmt: skip
     elif warned:
         typer.echo(warned, err=True, nl=False)  # as kvsim run says them under --quiet
 
 
 def _accuracy_lines(named: dict) -> str:
-    """How far to trust each variant's latencies (``accuracy_line`` of its first run):
-    one line when every variant rests on the same basis, else one per variant."""
-    from sim.report.text import accuracy_line
+    """How far to trust each variant's latencies (``accuracy_line`` of its first run) and
+    where its dollars' price comes from (``price_line``): one line each when every variant
+    rests on the same basis, else one per variant."""
+    from sim.report.text import accuracy_line, price_line
 
     lines = {n: accuracy_line(runs[0].summary) for n, runs in named.items() if runs}
+    return _one_or_each(lines) + _one_or_each(
+        {n: price_line(runs[0].summary) for n, runs in named.items() if runs}
+    )
+
+
+def _one_or_each(lines: dict) -> str:
+    """One line when every variant's is the same, else one per variant (``name: line``);
+    variants without one (None) are left out."""
+    lines = {n: line for n, line in lines.items() if line is not None}
+    if not lines:
+        return ""
     if len(set(lines.values())) == 1:
         return f"{next(iter(lines.values()))}\n"
     return "".join(f"{n}: {line}\n" for n, line in lines.items())
@@ -166,7 +183,8 @@ def _interrupted(tasks: list[dict], out_dir: Path) -> None:
     from sim.report.compare import finished
 
     kept = sum(finished(t) for t in tasks)
-    end_progress = "\n" if kept else ""  # the progress line has no newline until the end
+    # on a terminal the progress line has no newline until the end
+    end_progress = "\n" if kept and _is_terminal(sys.stderr) else ""
     typer.echo(f"{end_progress}interrupted: {kept} of {len(tasks)} runs are complete in {out_dir}/ and kept; "
                "no comparison written: rerun the same command with --force to run the rest "
                "(complete runs are skipped)", err=True)  # fmt: skip
@@ -174,4 +192,17 @@ def _interrupted(tasks: list[dict], out_dir: Path) -> None:
 
 
 def _progress(done: int, total: int) -> None:
-    typer.echo(f"\r{done}/{total} runs", err=True, nl=done == total)
+    """``3/4 runs`` on stderr: one line rewritten in place on a terminal, a line each
+    otherwise (a log file read ``1/4 runs2/4 runs3/4 runs4/4 runs``)."""
+    if _is_terminal(sys.stderr):
+        typer.echo(f"\r{done}/{total} runs", err=True, nl=done == total)
+    else:
+        typer.echo(f"{done}/{total} runs", err=True)
+
+
+def _is_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if isatty is not None else False
+    except ValueError:  # a closed stream
+        return False

@@ -304,6 +304,21 @@ class NodeProfile(_Spec):
         nvme = float(self.nvme_drives * self.nvme_capacity_bytes_per_drive)
         return nvme, self.nvme_drives * (self.nvme_bw_bytes_per_s_per_drive or 0.0)
 
+    def mismatch(self, accelerator: str, num_gpus: int) -> list[str]:
+        """What a configuration naming this node as its host says against it, one sentence
+        each (none when it fits): another accelerator than the node's, or more GPUs than
+        it holds. Only the node's tiers (host DRAM, NVMe) are read from it, so the run
+        goes on with the configuration's GPUs: the sentences are warnings."""
+        out = []
+        if accelerator != self.accelerator:
+            out.append(f"node {self.name} holds {self.accelerator} GPUs, not {accelerator}: "
+                       f"its host DRAM and NVMe tiers serve {num_gpus} x {accelerator} here; "
+                       "name the node of your GPUs (kvsim profiles list --kind node)")  # fmt: skip
+        if num_gpus > self.num_gpus:
+            out.append(f"node {self.name} holds {self.num_gpus} GPUs, fewer than the "
+                       f"{num_gpus} (tp x pp) that share its host DRAM and NVMe tiers here")  # fmt: skip
+        return out
+
 
 PROFILE_CLASSES: dict[str, type[_Spec]] = {
     "accelerator": AcceleratorProfile,

@@ -8,7 +8,9 @@ with replications), read runs back, and write the comparison: one row per varian
 ``compare.html`` with its PNGs (key metrics, TTFT CDFs, the allocator-study pool view).
 A variant whose runs went pathological (their summary ``warnings``: thrashing, overload,
 rejections, ...) says so under the table, in the text (``warnings_text``) and in
-compare.html, so a comparison never hides what a single run would print.
+compare.html, so a comparison never hides what a single run would print. Existing run
+folders (no ``--vary`` to name what differs) are compared with the scenario keys their
+``config.resolved.yaml`` files differ in said under the table (``config_differences``).
 
 Variant values are YAML; a value may be a mapping that replaces a whole section
 (``--vary 'allocator={kind: buddy, reservation: pow2},{kind: paged}'``): commas inside
@@ -330,6 +332,45 @@ def pool_notes(frame: pd.DataFrame, window: str | None) -> list[str]:
                 if not math.isnan(r) and math.isnan(b)]  # fmt: skip
     notes = [POOL_WINDOW_NOTE[window].format(idle=", ".join(idle))]
     return notes + ([POOL_SPLIT_NOTE] if window is not None else [])
+
+
+#: differing keys ``config_differences`` names one by one before it counts the rest
+MAX_NAMED_DIFFERENCES = 6
+
+
+def _dotted(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A resolved config as ``{dotted key: leaf value}`` (a list is one leaf)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, sub in value.items():
+        out.update(_dotted(sub, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def config_differences(configs: dict[str, dict | None]) -> str:
+    """One line naming the scenario keys in which the runs' resolved configs differ (each
+    with every run's value, ``a / b``, ``-`` where a run has no such key; keys every run
+    has first; ``MAX_NAMED_DIFFERENCES`` of them, then how many more; ``description`` is
+    left out), or saying they are the same; ``''`` for fewer than two runs, or when a run has
+    no config.resolved.yaml (an older or hand-made folder)."""
+    if len(configs) < 2 or any(c is None for c in configs.values()):
+        return ""
+    flats = [_dotted(c) for c in configs.values()]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    missing = object()
+    differ = [k for k in keys if k != "description"
+              and len({repr(f.get(k, missing)) for f in flats}) > 1]  # fmt: skip
+    # keys every run has first (``pause_policy.kind``), then a kind's own options
+    differ.sort(key=lambda k: any(k not in f for f in flats))
+    if not differ:
+        return "configs: the same resolved scenario in every run (config.resolved.yaml)\n"
+    named = [f"{k} ({' / '.join(str(f.get(k, '-')) for f in flats)})"
+             for k in differ[:MAX_NAMED_DIFFERENCES]]  # fmt: skip
+    more = len(differ) - len(named)
+    tail = f" and {more} more key{'s' if more > 1 else ''}" if more else ""
+    return (f"configs differ (config.resolved.yaml, {' / '.join(configs)}) in: "
+            f"{', '.join(named)}{tail}\n")  # fmt: skip
 
 
 def variant_warnings(frame: pd.DataFrame) -> list[tuple[str, list[str]]]:

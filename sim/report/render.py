@@ -22,7 +22,13 @@ from sim.errors import KvsimError
 from sim.report import html as H
 from sim.report.data import RunData, load_run
 from sim.report.plots import KV_GROUPS_PLOT, PLOTS, figure_png
-from sim.report.text import NODE_COLUMNS, node_table_rows, summary_rows, summary_title
+from sim.report.text import (
+    NODE_COLUMNS,
+    node_table_rows,
+    price_line,
+    summary_rows,
+    summary_title,
+)
 
 REPORT_HTML = "report.html"
 #: scenario facts shown at the top of a report
@@ -49,6 +55,7 @@ def report_html(run: RunData, pngs: dict[str, bytes]) -> str:
         H.warnings_block(s.get("warnings") or []),
         "<h2>Summary</h2>",
         H.table(["metric", "value", "unit"], [list(r) for r in summary_rows(s)]),
+        *([f'<p class="read">{H.esc(price)}</p>'] if (price := price_line(s)) else []),
         H.accuracy_block(s.get("accuracy")),
     ]
     if s.get("nodes"):  # a cluster run

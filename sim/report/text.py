@@ -248,9 +248,26 @@ def accuracy_line(s: dict) -> str:
 ACCURACY_LABEL = "accuracy of the latencies (step times)"
 
 
+#: what ``price_line`` starts with (the cost row is price x GPUs x simulated time)
+PRICE_LABEL = "price of the cost"
+
+
+def price_line(s: dict) -> str | None:
+    """Where the ``cost`` row's dollars come from, in one line: the price per GPU-hour and
+    its source (summary.json ``usd_per_gpu_hour``, ``price_source``: a profile's figure is
+    a documented example, not a quote), so the row is never read as a real bill. None for
+    a run without a cost; a cluster whose nodes are priced apart gives the source alone."""
+    if s.get("usd_total") is None:
+        return None
+    usd_h, source = s.get("usd_per_gpu_hour"), s.get("price_source") or "source not recorded"
+    rate = f"${usd_h:,.4g}/GPU-hour" if isinstance(usd_h, (int, float)) else "per node's price"
+    return f"{PRICE_LABEL}: {rate} x GPUs x simulated time ({source})"
+
+
 def summary_table(s: dict) -> str:
     """The end-of-run table as plain text: a title, then metric | value | unit, then how
-    far to trust its latencies (``accuracy_line``)."""
+    far to trust its latencies (``accuracy_line``) and, with a cost, where its price comes
+    from (``price_line``)."""
     rows = [("metric", "value", "unit"), *summary_rows(s)]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
@@ -260,4 +277,7 @@ def summary_table(s: dict) -> str:
         if i == 0:
             lines.append(f"  {'-' * w0}  {'-' * w1}  {'-' * 8}")
     lines.append(f"  {accuracy_line(s)}")
+    price = price_line(s)
+    if price is not None:
+        lines.append(f"  {price}")
     return "\n".join(lines) + "\n"

@@ -109,6 +109,8 @@ def load_scenario(
         name, base = str(path), path.resolve().parent
     if not isinstance(data, dict):
         raise ConfigError("a scenario must be a mapping of sections", location=f"{name}:1")
+    if "sweep" in data:  # no scenario has one: say what the file is, not its missing model
+        raise _sweep_file(data, lines, name)
     overrides, labels = dict(overrides or {}), dict(labels or {})
     for key, value in overrides.items():
         _apply_override(data, key, value, labels.get(key) or "--set")
@@ -118,6 +120,20 @@ def load_scenario(
     except ValidationError as exc:
         raise _one_line(exc, data, loaded) from None
     return loaded
+
+
+def _sweep_file(data: dict, lines: LineMap, name: str) -> ConfigError:
+    """The one-line error for a sweep file given where a scenario goes (``kvsim run``,
+    ``compare``, ``capacity``, ``workload sample``): which command runs it, and its base
+    scenario, the file those commands take."""
+    spec = data["sweep"]
+    base = spec.get("base") if isinstance(spec, dict) else None
+    if isinstance(base, str) and name != "<scenario>":
+        base = str(Path(name).parent / base)  # relative to the sweep file, as sweep reads it
+    of = f"; its base scenario, which this command takes, is {base}" if isinstance(base, str) else ""
+    line = line_for(lines, ("sweep",)) or 1
+    return ConfigError(f"a sweep file, not a scenario: kvsim sweep {name} --out DIR runs it"
+                       f"{of}", location=f"{name}:{line}", field="sweep")  # fmt: skip
 
 
 def _validated(data: dict) -> BaseModel:

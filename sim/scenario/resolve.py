@@ -240,13 +240,15 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     draft_gpu, draft = draft_kv(loaded, model, caches_prefixes(kind))
     groups = with_drafter(groups, draft_gpu * n_gpus)  # the drafter rides on the table
     tiers = _tiers(loaded, acc)
+    node_warnings = _node_mismatch(loaded, acc.name, n_gpus)
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
     resolved = Resolved(
         loaded, model, acc, n_gpus, w_gpu, pool_gpu, kv_gpu + draft_gpu, kind, options, tiers,
         window, draft_gpu, draft, groups if groups.hybrid else None, requested,
         mamba_cache_mode=mode, saved_state_bytes_per_token=saved,
-        saved_state_page_bytes=page, warnings=(mode_warning,) if mode_warning else (),
+        saved_state_page_bytes=page,
+        warnings=((mode_warning,) if mode_warning else ()) + node_warnings,
     )  # fmt: skip
     _check_pool_holds_a_block(resolved)
     return resolved
@@ -325,6 +327,17 @@ def _context_window(loaded: LoadedScenario, model: ModelProfile) -> LoadedScenar
             field="scheduler.max_model_len",
         )
     return loaded
+
+
+def _node_mismatch(loaded: LoadedScenario, accelerator: str, n_gpus: int) -> tuple[str, ...]:
+    """``hardware.node`` against the scenario's accelerator and GPUs
+    (``NodeProfile.mismatch``, each sentence prefixed with where the node is named and the
+    field); none without a node (``_tiers`` has loaded it already, so it loads)."""
+    name = loaded.scenario.hardware.node
+    if name is None:
+        return ()
+    where = loaded.where("hardware", "node")
+    return tuple(f"{where}: hardware.node: {w}" for w in load_node(name).mismatch(accelerator, n_gpus))
 
 
 def _tiers(loaded: LoadedScenario, acc: AcceleratorProfile) -> Tiers:
