@@ -26,6 +26,7 @@ from sim.report.text import (
     NODE_COLUMNS,
     node_table_rows,
     price_line,
+    seed_line,
     summary_rows,
     summary_title,
 )
@@ -55,6 +56,7 @@ def report_html(run: RunData, pngs: dict[str, bytes]) -> str:
         H.warnings_block(s.get("warnings") or []),
         "<h2>Summary</h2>",
         H.table(["metric", "value", "unit"], [list(r) for r in summary_rows(s)]),
+        *([f'<p class="read">{H.esc(seed)}</p>'] if (seed := seed_line(s)) else []),
         *([f'<p class="read">{H.esc(price)}</p>'] if (price := price_line(s)) else []),
         H.accuracy_block(s.get("accuracy")),
     ]

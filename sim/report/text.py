@@ -264,10 +264,26 @@ def price_line(s: dict) -> str | None:
     return f"{PRICE_LABEL}: {rate} x GPUs x simulated time ({source})"
 
 
+#: what ``seed_line`` starts with (a single run is one sample of a random workload)
+SEED_LABEL = "one seed"
+
+
+def seed_line(s: dict) -> str | None:
+    """How far one run's percentiles and rates stand for the workload: one seed's sample,
+    with the command that gives their spread (``kvsim run --replications K``: a mean and
+    a 95 % interval per figure). None for a summary without a seed."""
+    seed = s.get("seed")
+    if not isinstance(seed, int):
+        return None
+    return (f"{SEED_LABEL} ({seed}): where the workload draws at random, its percentiles and "
+            "rates move from seed to seed; --replications K gives each a mean and a 95 % "
+            "interval")  # fmt: skip
+
+
 def summary_table(s: dict) -> str:
     """The end-of-run table as plain text: a title, then metric | value | unit, then how
-    far to trust its latencies (``accuracy_line``) and, with a cost, where its price comes
-    from (``price_line``)."""
+    far to trust its latencies (``accuracy_line``), that it is one seed's sample
+    (``seed_line``) and, with a cost, where its price comes from (``price_line``)."""
     rows = [("metric", "value", "unit"), *summary_rows(s)]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
@@ -277,6 +293,9 @@ def summary_table(s: dict) -> str:
         if i == 0:
             lines.append(f"  {'-' * w0}  {'-' * w1}  {'-' * 8}")
     lines.append(f"  {accuracy_line(s)}")
+    seed = seed_line(s)
+    if seed is not None:
+        lines.append(f"  {seed}")
     price = price_line(s)
     if price is not None:
         lines.append(f"  {price}")

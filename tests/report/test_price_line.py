@@ -63,3 +63,4 @@ def test_report_html_says_it_under_its_table(tmp_path, run_cli):
     page = (out / "report.html").read_text()
     assert f"{PRICE_LABEL}: $3/GPU-hour x GPUs x simulated time ({EXAMPLE}" in page
     assert page.index(PRICE_LABEL) < page.index("<h2>Accuracy</h2>")
+
