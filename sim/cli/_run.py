@@ -183,7 +183,9 @@ def _memory_guard(sim):
     """The run's ``MemoryGuard`` (its memory projected against the machine's)."""
     from sim.cli.memory_guard import MemoryGuard, count_field
 
-    return MemoryGuard(sim.resolved.scenario.duration_s, count_field(sim))
+    ctx = sim.ctx
+    return MemoryGuard(sim.resolved.scenario.duration_s, count_field(sim),
+                       started=lambda: ctx.started)  # fmt: skip
 
 
 def _run_with_progress(sim, watch=None):

@@ -5,12 +5,17 @@ A run's tables grow with its work (measured on this project's 2-core machine, pe
 with the tables collected: ~2.7 KB a request on chat_azure_5000, ~430 KB a trajectory on
 agents_500, whose trajectories make ~80 requests each), and a scenario may ask for up to
 ten million trajectories, so a plausible file can need tens of GB. ``MemoryGuard`` is
-``kvsim run``'s progress callback (``Simulation.run(progress)``): once a run is ``MIN_FRACTION`` done, or has grown
-``MIN_GROWTH_BYTES``, it extrapolates the resident memory the run gained so far to the
-whole run, linearly in ``sim.run.progress.progress_fraction`` (trajectories finished, or
-simulated time against ``duration_s``), and raises ``RunTooLarge`` when what is still to
-come exceeds the machine's available memory. The projection leaves out the end's
-collection of the tables into data frames, so it is a floor.
+``kvsim run``'s progress callback (``Simulation.run(progress)``): once a run is
+``MIN_FRACTION`` done, or has grown ``MIN_GROWTH_BYTES``, it extrapolates the resident
+memory the run gained so far to the whole run, linearly in
+``sim.run.progress.progress_fraction`` of the trajectories *started* (or of simulated time
+against ``duration_s``), and raises ``RunTooLarge`` when what is still to come exceeds the
+machine's available memory. Counting started trajectories, not finished ones, makes the
+projection a floor: the growth so far was made by every started trajectory, those still
+running will grow further, and each one not started yet is taken to cost what a started
+one has cost so far (finished ones would count the running ones' rows against too few
+trajectories: a batch of agents all in flight would project many times its need). The
+end's collection of the tables into data frames is left out too.
 
 Invariant: the guard reads the process's resident memory and the machine's available
 memory (Linux ``/proc``; elsewhere it never stops a run) and the run's progress counters,
@@ -77,6 +82,8 @@ class MemoryGuard:
     horizon_s: float | None
     count_field: str
     then: Callable[[float, int, int], None] | None = None
+    #: trajectories started so far (``WorkloadContext.started``); None: the finished count
+    started: Callable[[], int] | None = None
     resident: Callable[[], int | None] = resident_bytes
     available: Callable[[], int | None] = available_bytes
     start_bytes: int | None = field(default=None)
@@ -97,7 +104,8 @@ class MemoryGuard:
         if start is None or now_bytes is None:
             return
         grown = now_bytes - start
-        frac = progress_fraction(now_s, completed, total, self.horizon_s)
+        started = max(completed, self.started()) if self.started is not None else completed
+        frac = progress_fraction(now_s, started, total, self.horizon_s)
         if frac <= 0.0 or frac >= 1.0 or grown <= 0:
             return
         if frac < MIN_FRACTION and grown < MIN_GROWTH_BYTES:
@@ -107,8 +115,9 @@ class MemoryGuard:
         if free is None or still <= free:
             return
         raise RunTooLarge(
-            f"{self.count_field}: stopped at {frac:.1%} of the run ({completed:,} of "
-            f"{total:,} trajectories, {now_s:,.1f} s simulated): it has grown "
+            f"{self.count_field}: stopped at {frac:.1%} of the run ({started:,} of "
+            f"{total:,} trajectories started, {completed:,} finished, {now_s:,.1f} s "
+            "simulated): it has grown "
             f"{_gb(grown)} and at that rate needs at least {_gb(still)} more, but the machine "
             f"has {_gb(free)} available; run fewer, or set duration_s, or "
             "--no-memory-guard to run anyway"

@@ -22,11 +22,14 @@ MB = 2**20
 GB = 10**9
 
 
-def _guard(resident: list[int], available: int | None, horizon_s: float | None = None):
-    """A guard whose resident memory reads ``resident`` in turn (the first at its start)."""
+def _guard(resident: list[int], available: int | None, horizon_s: float | None = None,
+           started: int | None = None):  # fmt: skip
+    """A guard whose resident memory reads ``resident`` in turn (the first at its start)
+    and whose run has ``started`` trajectories started (None: the finished count)."""
     reads = iter(resident)
     return MemoryGuard(horizon_s, "workload.num_trajectories",
-                       resident=lambda: next(reads), available=lambda: available)  # fmt: skip
+                       resident=lambda: next(reads), available=lambda: available,
+                       started=None if started is None else lambda: started)  # fmt: skip
 
 
 def test_the_rest_of_the_run_is_its_growth_so_far_scaled_by_what_is_left():
@@ -35,10 +38,26 @@ def test_the_rest_of_the_run_is_its_growth_so_far_scaled_by_what_is_left():
         _guard([100 * MB, 300 * MB], available=1_700 * MB).check(0.0, 100, 1_000)
     msg = str(err.value)
     assert "\n" not in msg
-    assert msg.startswith("workload.num_trajectories: stopped at 10.0% of the run (100 of 1,000")
+    assert msg.startswith("workload.num_trajectories: stopped at 10.0% of the run (100 of 1,000 "
+                          "trajectories started, 100 finished")  # fmt: skip
     assert "grown 0.2 GB" in msg and "at least 1.9 GB more" in msg and "1.8 GB available" in msg
     assert "--no-memory-guard" in msg
     _guard([100 * MB, 300 * MB], available=1_800 * MB + 1).check(0.0, 100, 1_000)  # fits
+
+
+def test_the_projection_counts_trajectories_started_so_it_is_a_floor():
+    # 50 finished of 1,000 but 250 started: the 1 GB grown was made by 250 trajectories,
+    # so the 750 not started need at least 3 GB (by the finished count it read 19 GB)
+    with pytest.raises(RunTooLarge) as err:
+        _guard([0, GB], available=3 * GB - 1, started=250).check(0.0, 50, 1_000)
+    assert "(250 of 1,000 trajectories started, 50 finished" in str(err.value)
+    assert "at least 3.0 GB more" in str(err.value)
+    _guard([0, GB], available=3 * GB, started=250).check(0.0, 50, 1_000)
+    # a batch all in flight at once (every trajectory started): nothing left to project
+    _guard([0, 10 * GB], available=0, started=1_000).check(0.0, 50, 1_000)
+    # a started count behind the finished one (none recorded) falls back to the finished
+    with pytest.raises(RunTooLarge, match="100 of 1,000 trajectories started"):
+        _guard([0, GB], available=0, started=0).check(0.0, 100, 1_000)
 
 
 def test_simulated_time_against_duration_s_counts_as_progress():
@@ -154,3 +173,14 @@ def test_no_memory_guard_runs_on_and_the_guard_changes_no_result(run_cli, monkey
         return {k: v for k, v in s.items() if k not in ("wall_time_s", "command")}
 
     assert summary("a") == summary("b")
+
+
+def test_kvsim_runs_guard_reads_the_runs_own_started_count():
+    from sim.run import build
+
+    sim = build("benchmarks/chat_azure_5000.yaml", **{"workload.num_requests": 40})
+    guard = quick._memory_guard(sim)
+    assert guard.started is not None and guard.started() == 0
+    assert guard.horizon_s == sim.resolved.scenario.duration_s
+    sim.run()
+    assert guard.started() == sim.ctx.started == 40
