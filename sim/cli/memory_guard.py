@@ -2,7 +2,7 @@
 would run out stops early with one line instead of being killed hours in.
 
 A run's tables grow with its work (measured on this project's 2-core machine, peak RSS
-with the tables collected: ~2.7 KB a request on chat_azure_5000, ~430 KB a trajectory on
+with the tables collected: ~2.7 KB a request on chat_azure_5000, ~440 KB a trajectory on
 agents_500, whose trajectories make ~80 requests each), and a scenario may ask for up to
 ten million trajectories, so a plausible file can need tens of GB. ``MemoryGuard`` is
 ``kvsim run``'s progress callback (``Simulation.run(progress)``): once a run is
