@@ -215,6 +215,8 @@ class DisaggFront(ClusterFront):
         self._dropped.discard(req.req_id)
         req.end(status, reason)
         req.finish_s = self.env.now
+        if status != CANCELLED:  # refused on the prefill side: the decode home hears of it
+            self._tell_home_refused(req)
         if self.on_rejected is not None:
             self.on_rejected(req)
         if req.on_done is not None:

@@ -215,6 +215,15 @@ class ClusterFront:
         return rate
 
     # ---------------------------------------------------------------- helpers
+    def _tell_home_refused(self, req: Request) -> None:
+        """A turn refused before it reached a node: the node holding its sequence (its
+        home) ends the sequence's pause ``refused`` and frees its KV (``Node.refused``),
+        as a node refusing the turn itself would; sent before the workload hears of the
+        refusal, so it arrives before the workload's own release or cancel."""
+        j = self.home.get(req.seq_id)
+        if j is not None:
+            self._send(j, "refused", req)
+
     def _send(self, node: int, op: str, *args: Any) -> None:
         call = getattr(self.nodes[node], op)
         if self.delay_s <= 0:
@@ -227,6 +236,7 @@ class ClusterFront:
         req.status = REJECTED
         req.finish_reason = BY_ROUTER
         req.finish_s = self.env.now
+        self._tell_home_refused(req)
         if self.on_rejected is not None:
             self.on_rejected(req)
         if req.on_done is not None:

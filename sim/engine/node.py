@@ -246,6 +246,12 @@ class Node:
         """Abort ``req`` (if queued or running) and free ``seq`` (a pruned branch)."""
         self._post(("cancel", req, seq))
 
+    def refused(self, req: Request) -> None:
+        """A cluster's router refused ``req``, a turn of a sequence this node holds (it
+        never comes here): the sequence's pause ends ``refused`` and its KV is freed, as
+        when this node refuses a turn itself."""
+        self._post(("refused", req))
+
     def call_at_boundary(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` at the next step boundary (a copy completed, a TTL expired)."""
         self._post(("call", fn))
@@ -383,6 +389,8 @@ class Node:
                     self._stuck("empty batch with runnable work")
                 self._record_memory(now)
                 if self._workload_done and not self.inbox and not self.pauses.streaming:
+                    if self.check:  # the workload's end: every pause has ended
+                        self.pauses.check_closed()
                     break  # (a pipelined copy-in still running ends in a post)
                 if self.inbox:  # posted at this boundary (a reload fell back to recompute)
                     continue
@@ -752,6 +760,9 @@ class Node:
             elif kind == "release":
                 self.pauses.released(op[1])
                 kv.release(op[1])
+            elif kind == "refused":  # (by a cluster's router)
+                self.pauses.refused_by_router(op[1])
+                kv.release(op[1].seq_id)
             elif kind == "cancel":
                 req = op[1]
                 if req is not None and sched.cancel(req):

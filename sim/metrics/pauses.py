@@ -53,8 +53,10 @@ PAUSE_DTYPES = (
     _I, _I, _S, _I, _I, _S, _I, _F, _S, _S, _S, _S, _F, _F, _F, _F, _F, _F, _F, _F, _F, _F,
     _F, _F, _F, _F, _F, _F, _F, _I, _F, _F, _S, _F, _S, _S, _S, _F, _F,
 )  # fmt: skip
-#: ``outcome`` values: how a pause ended ("open" = still open when the run ended;
-#: "refused": its next turn was refused, at submission or at admission)
+#: ``outcome`` values: how a pause ended ("open" = still open when the run ended, cut at
+#: its ``duration_s``; "refused": its next turn was refused, at submission, at admission
+#: or by a cluster's router; "cancelled": its sequence, or its next turn before that
+#: turn's context was resident again, was cancelled)
 PAUSE_OUTCOMES = (
     "resumed", "reloaded", "recomputed", "released", "cancelled", "open", "refused"
 )
@@ -95,10 +97,23 @@ def _hint_text(p: Any) -> str:
     return "" if hint is None else hint.describe() or "empty"
 
 
+#: the outcomes of a pause whose next turn never ran (refused, cancelled) or never came
+#: (released, cancelled before its tool returned): the oracle prices them never resumed
+NOT_RESUMED = ("released", "cancelled", "refused")
+
+
 def pause_costs(p: Any, held_byte_s: float, recompute_flops: float) -> tuple[str, float, float]:
     """(the oracle's action, its cost, the policy's realised cost), seconds; ("", NaN, NaN)
-    for a pause still open (its true wait is unknown)."""
-    if math.isfinite(p.tool_return_s):
+    for a pause still open (its true wait is unknown). A pause whose next turn ran is
+    priced resumed, with the tool's wait; one that ended without its next turn running
+    (``NOT_RESUMED``: the workload let the sequence go or cancelled it, or the turn was
+    refused, also after its tool returned) is priced never resumed, over the time it
+    lasted (``ended_s``): its context was never needed again, so the oracle drops it at
+    once, for free (before 2026-12-05 a refused or cancelled pause whose tool had
+    returned was priced resumed: the oracle paid for a resume that never ran)."""
+    if p.outcome in NOT_RESUMED and math.isfinite(p.ended_s):
+        wait, resumed = p.ended_s - p.start_s, False
+    elif math.isfinite(p.tool_return_s):
         wait, resumed = p.tool_return_s - p.start_s, True
     elif math.isfinite(p.ended_s):
         wait, resumed = p.ended_s - p.start_s, False
@@ -119,13 +134,15 @@ _RELOAD_ENDS = ("resident", "streaming")
 
 def _waited_for_reload(p: Any) -> bool:
     """Its next turn waited for a reload, the stall ``pause_costs`` prices: outcome
-    ``reloaded``, or ``refused`` once its context was copied back (or while it streamed in)
-    for that turn, a pause that would otherwise have ended reloaded (its refusal changes
-    the outcome, not the wait: before 2026-12-05 such a pause read ``reloaded``)."""
+    ``reloaded``, or ``refused`` / ``cancelled`` once its context was copied back (or while
+    it streamed in) for that turn, a pause that would otherwise have ended reloaded (its
+    refusal or cancellation changes the outcome, not the wait: before 2026-12-05 such a
+    pause read ``reloaded``)."""
     if p.outcome == "reloaded":
         return True
     state = getattr(getattr(p, "state", None), "value", None)
-    return p.outcome == "refused" and p.moved_to != "recompute" and state in _RELOAD_ENDS
+    ended = p.outcome in ("refused", "cancelled")
+    return ended and p.moved_to != "recompute" and state in _RELOAD_ENDS
 
 
 def _reload_from(p: Any) -> float:

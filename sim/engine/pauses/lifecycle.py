@@ -21,19 +21,24 @@ blocks when the ``hints`` policy honours a ``release`` hint). Memory pressure ma
 pause's held KV (the scheduler's relief, or a reload's own at a step boundary): each drop
 is booked on its pause when it happens (``dropped``: ``blocks_freed_s``, the note); a
 turn resumed on resident KV (held, prefetched, reloaded or streaming in) that loses it
-while queued ends its pause recomputed (``admitted``); a turn that ends unadmitted lets its
-pause go (``turn_gone``), and one refused ends it ``refused``. ``hold`` is the trivial
-form: one record, one ``kv.hold``, one ``kv.resume``. Every pause is one ``Pause`` record
-whose state moves only along ``state.TRANSITIONS``; ``records()`` feed pauses.parquet
-(schema in ``sim.metrics.pauses``, built by the run layer).
+while queued ends its pause recomputed (``admitted``); a turn that ends before its
+context is resident again (unadmitted, or during its recompute) ends its pause
+(``turn_gone``): ``refused`` when refused, ``cancelled`` when cancelled; a turn a
+cluster's router refuses never comes here: the node ends its sequence's pause ``refused``
+when told (``refused_by_router``). ``hold`` is the trivial form: one record, one
+``kv.hold``, one ``kv.resume``. Every pause is one ``Pause`` record whose state moves
+only along ``state.TRANSITIONS``; ``records()`` feed pauses.parquet (schema in
+``sim.metrics.pauses``, built by the run layer).
 
 Invariants (``check_invariants``): no running request reads a sequence whose blocks are
 not all in HBM; host and NVMe frame pools never exceed their capacity; every pause is in
-exactly one state; memory never calls into this object (it asks the KV manager).
+exactly one state; memory never calls into this object (it asks the KV manager). When the
+workload has ended, every pause has ended in exactly one outcome (``check_closed``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from typing import Any
 
@@ -45,9 +50,10 @@ from sim.engine.pauses.decide import PauseDecider
 from sim.engine.pauses.resume import pipelined_release_delay_s, prefetch_delay_s
 from sim.engine.pauses.state import Pause, PauseState
 from sim.engine.pauses.transfers import Transfers
+from sim.errors import InvariantError
 from sim.memory.kv_manager import KVManager
 from sim.sched import Request, Scheduler
-from sim.sched.request import FINISHED, REJECTED
+from sim.sched.request import CANCELLED, FINISHED, REJECTED
 
 S = PauseState
 NAN = float("nan")
@@ -57,6 +63,10 @@ DROPPED = "dropped under memory pressure"
 WAITED = "dropped under memory pressure while its turn waited"
 #: the outcome of a pause whose next turn was refused (``sim.metrics.pauses.PAUSE_OUTCOMES``)
 REFUSED = "refused"
+#: the outcome of a pause whose sequence or next turn the workload cancelled
+CANCELLED_OUTCOME = "cancelled"
+#: a pause's note when its next turn ended (refused, cancelled) before any admission
+NEVER_ADMITTED = "its turn was never admitted"
 #: states of a pause whose KV memory pressure may drop (held: ``KVManager.hold``)
 DROPPABLE = frozenset({S.HELD, S.COPYING_OUT, S.COPYING_IN, S.PREFETCHED})
 
@@ -389,13 +399,9 @@ class PauseLifecycle:
         p = self._by_seq.pop(seq, None)
         if p is None:
             return
-        if p.state in (S.OFFLOADED, S.WAITING_HBM):
-            if p in self._restores:
-                self._restores.remove(p)
-            self.transfers.free_frames(p)
-            self.transfers.untrack(seq)
+        self._let_go(p)
         p.to(S.GONE)
-        p.outcome = "cancelled" if cancelled else "released"
+        p.outcome = CANCELLED_OUTCOME if cancelled else "released"
         p.ended_s = self.env.now
 
     # ------------------------------------------------------------ memory pressure
@@ -429,12 +435,18 @@ class PauseLifecycle:
     def turn_gone(self, req: Request) -> None:
         """``req`` ended without finishing (rejected, refused at submission, cancelled): a
         pause still waiting for its admission (``_waiting``) or for its recompute
-        (``_recomputing``) is let go (a finished turn's entries are gone already, or go at
-        the ``committed`` that follows); one whose turn was never admitted says so. A
-        pause whose turn was refused (``REJECTED``: at submission or at admission, e.g.
-        beyond the context window or never fitting the pool) ends ``refused`` at that
-        time (``ended_s``), whatever its KV did (resumed on it, reloaded, streaming in,
-        or waiting for a recompute: that one ends there, nothing will prefill it)."""
+        (``_recomputing``) ends there, at that time (``ended_s``), whatever its KV did
+        (resumed on it, reloaded, streaming in, or waiting for a recompute, nothing will
+        prefill it); a finished turn's entries are gone already, or go at the
+        ``committed`` that follows. One whose turn was never admitted says so. A turn
+        refused (``REJECTED``: at submission or at admission, e.g. beyond the context
+        window or never fitting the pool) ends its pause ``refused``; one cancelled
+        (``CANCELLED``: a fork's losing or pruned branch, queued or running) ends it
+        ``cancelled``, as a cancellation that finds the pause before its turn came back
+        does (``released``). The outcome is set before the terminal state, which keeps
+        it: a recompute still to come ends in DONE (refused) or GONE (cancelled); a
+        resumed one stays DONE, a reloaded one RESIDENT, a streaming one STREAMING until
+        its copy-in ends."""
         if req.status == FINISHED or not (self._waiting or self._recomputing):
             return
         waiting, recomputing = self._waiting.pop(req, None), self._recomputing.pop(req, None)
@@ -442,11 +454,61 @@ class PauseLifecycle:
         if p is None:
             return
         if req.admitted_s is None:
-            p.note = _joined(p.note, "its turn was never admitted")
+            p.note = _joined(p.note, NEVER_ADMITTED)
+        if recomputing is not None and p.recompute_tokens > 0:
+            self._cut_recompute(p, req)
         if req.status == REJECTED:
-            p.outcome, p.ended_s = REFUSED, self.env.now  # (kept by the state it ends in)
-            if p.state == S.RECOMPUTE:
-                p.to(S.DONE)
+            self._end(p, REFUSED, S.DONE)
+        elif req.status == CANCELLED:
+            self._end(p, CANCELLED_OUTCOME, S.GONE)
+
+    def _cut_recompute(self, p: Pause, req: Request) -> None:
+        """A turn that ends while its recompute runs (cancelled after its admission, its
+        chunks done so far short of the context): the pause's recompute is what those
+        chunks rebuilt (past the prefix-cache hit at the admission), priced again as
+        ``admitted`` priced the whole of it."""
+        cached = p.tokens - p.recompute_tokens
+        done = max(0, min(req.num_computed, p.tokens) - cached)
+        if done < p.recompute_tokens:
+            p.recompute_tokens = done
+            p.recompute_s, p.recompute_flops = self.decider.recompute_price(
+                self.sched, cached, done
+            )
+
+    def _end(self, p: Pause, outcome: str, state: PauseState) -> None:
+        """End ``p`` now with ``outcome`` (its next turn will not run); a pause still
+        waiting for its recompute moves to ``state``, any other keeps the terminal (or
+        streaming) state it is in, and the outcome set first."""
+        p.outcome, p.ended_s = outcome, self.env.now
+        if p.state == S.RECOMPUTE:
+            p.to(state)
+
+    def refused_by_router(self, req: Request) -> None:
+        """A cluster's router refused ``req`` (``rejected_by_router``): it never reached
+        this node, its sequence's home. The pause that sequence is in (its tool returned
+        at the refusal: the turn's arrival) ends ``refused`` at that time, as a node's own
+        refusal ends it (``turn_gone``); its frames and a queued reload are let go (the
+        node then frees the sequence's KV: ``Node.refused``)."""
+        p = self._by_seq.pop(req.seq_id, None)
+        if p is None:
+            return
+        if not math.isfinite(p.tool_return_s):
+            p.tool_return_s = req.arrival_s
+            self.decider.observe(p.req.tool_name, p.tool_return_s - p.start_s)
+        p.next_req = req
+        p.note = _joined(p.note, NEVER_ADMITTED)
+        self._let_go(p)
+        p.outcome, p.ended_s = REFUSED, req.finish_s if req.finish_s is not None else self.env.now
+        p.to(S.GONE)
+
+    def _let_go(self, p: Pause) -> None:
+        """Free what an ending pause keeps off HBM: a queued reload, its host / NVMe frames
+        (a copy running frees its own when it ends)."""
+        if p.state in (S.OFFLOADED, S.WAITING_HBM):
+            if p in self._restores:
+                self._restores.remove(p)
+            self.transfers.free_frames(p)
+            self.transfers.untrack(p.seq)
 
     # -------------------------------------------------- residency after a recompute
     def admitted(self, req: Request, now: float) -> None:
@@ -506,6 +568,20 @@ class PauseLifecycle:
     def check_invariants(self) -> None:
         """Steps read only HBM blocks; tiers within capacity."""
         self.transfers.check(self.pauses, self.sched)
+
+    def check_closed(self) -> None:
+        """At the end of a workload (every trajectory ended, nothing queued): every pause
+        ended in one outcome; one still open is an ``InvariantError`` naming it (a run cut
+        at its ``duration_s`` may leave pauses open: it is not checked there)."""
+        left = self.open_pauses()
+        if left:
+            named = ", ".join(
+                f"pause {p.pause_id} (trajectory {p.req.traj_id}, {p.state.value})"
+                for p in left[:5]
+            )
+            raise InvariantError(
+                f"{len(left)} pause(s) still open when the workload ended: {named}"
+            )
 
     def open_pauses(self) -> list[Pause]:
         """Pauses not yet in a terminal state."""

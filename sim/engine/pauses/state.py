@@ -97,7 +97,7 @@ class Pause:
     copy_in_done_s: float = NAN
     resident_s: float = NAN
     ended_s: float = NAN  # the workload released or cancelled the sequence (GONE), or
-    # its next turn was refused (outcome refused)
+    # its next turn was refused or cancelled before its context was resident again
     next_req: Any = None
     bytes_out: float = 0.0
     bytes_in: float = 0.0
@@ -111,8 +111,10 @@ class Pause:
     #: how the pause ended: resumed (its KV was resident at tool return and still at its
     #: turn's admission), reloaded (copied
     #: back), recomputed, released (the workload let the sequence go: a fork's parent, a
-    #: compaction, an ended trajectory), cancelled (a pruned branch), refused (its next
-    #: turn was refused: at submission or at admission); "" while open
+    #: compaction, an ended trajectory), cancelled (a pruned branch: its sequence, or its
+    #: next turn before that turn's context was resident again), refused (its next
+    #: turn was refused: at submission, at admission or by a cluster's router); "" while
+    #: open
     outcome: str = ""
 
     def to(self, state: PauseState) -> None:
