@@ -95,3 +95,39 @@ def test_scenario_resolve_warns_of_nvfp4_on_h100_only(tmp_path):
     assert _fp4(b200.warnings) == []
     bf16 = resolve(load_scenario(_scenario(tmp_path, "h100-sxm-80gb", "bf16")))
     assert _fp4(bf16.warnings) == []
+
+
+# ------------------------------------------------------------------ trace rows vs window
+def test_too_long_warning_counts_prompts_at_or_over_the_window():
+    from sim.workload.trace_files import too_long_warning
+
+    # the scheduler rejects prompt >= max_model_len (no room for one output token)
+    w = too_long_warning([100, 8191, 8192, 40_160], 8192)
+    assert w.startswith("workload: 2 of 4 replayed requests (50.0%) have prompts of at least "
+                        "scheduler.max_model_len 8,192 tokens (the longest 40,160)")
+    assert too_long_warning([100, 8191], 8192) == ""
+    assert too_long_warning([10**6], None) == ""
+
+
+def _mooncake_scenario(tmp_path: Path, model: str) -> Path:
+    p = tmp_path / f"{model}.yaml"
+    p.write_text(
+        "schema_version: 1\nname: long\nseed: 1\n"
+        f"model: {model}\nhardware: {{accelerator: h100-sxm-80gb, tp: 1}}\n"
+        "allocator: {kind: paged, block_size: 16}\n"
+        "scheduler: {kind: vllm_v1, max_num_batched_tokens: 2048}\n"
+        f"workload: {{kind: mooncake, path: {TRACE}, num_requests: 3}}\n"
+    )
+    return p
+
+
+def test_validate_warns_when_replayed_prompts_exceed_the_window(run_cli, tmp_path):
+    """The shipped trace's first 3 rows have 40,160 / 36,640 / 23,769-token prompts
+    (beyond nemotron-h-8b's 8,192-token window, within llama-3.1-8b's 131,072): validate
+    used to say only ``ok`` and the run rejected all three."""
+    code, out, err = run_cli(["validate", str(_mooncake_scenario(tmp_path, "nemotron-h-8b"))])
+    assert code == 0 and ": ok: " in out
+    assert ("workload: 3 of 3 replayed requests (100.0%) have prompts of at least "
+            "scheduler.max_model_len 8,192 tokens (the longest 40,160)") in err
+    code, out, err = run_cli(["validate", str(_mooncake_scenario(tmp_path, "llama-3.1-8b"))])
+    assert code == 0 and "replayed requests" not in err
