@@ -131,3 +131,14 @@ def test_validate_warns_when_replayed_prompts_exceed_the_window(run_cli, tmp_pat
             "scheduler.max_model_len 8,192 tokens (the longest 40,160)") in err
     code, out, err = run_cli(["validate", str(_mooncake_scenario(tmp_path, "llama-3.1-8b"))])
     assert code == 0 and "replayed requests" not in err
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "--model", "llama-3.1-70b", "--num-gpus", "2", "--context", "8192"],
+    ["breakeven", "--model", "llama-3.1-70b", "--num-gpus", "2", "--context", "8192", "--wait", "5"],
+])  # fmt: skip
+def test_plan_and_breakeven_say_it_on_stderr(run_cli, command):
+    code, _, err = run_cli([*command, "--gpu", "h100-sxm-80gb", "--kv-dtype", "nvfp4"])
+    assert code == 0 and "kvsim: warning: kv_dtype nvfp4 on h100-sxm-80gb: this accelerator has no FP4" in err
+    code, _, err = run_cli([*command, "--gpu", "b200-192gb", "--kv-dtype", "nvfp4"])
+    assert code == 0 and "nvfp4" not in err
