@@ -205,8 +205,12 @@ def cluster_line(resolved) -> str:
             f"{pool / GB:,.2f} GB in all, allocator {allocators}, scheduler {schedulers}, "
             f"workload {sc.workload.kind}"
         )
+    router = sc.cluster.router.kind
+    if sc.cluster.disaggregated:  # it places requests itself (no router), as the run says
+        roles = {r: sum(g.count for g in sc.cluster.nodes if g.role == r) for r in ("prefill", "decode")}
+        router = f"disaggregated ({roles['prefill']} prefill + {roles['decode']} decode)"
     return (
-        f"cluster of {n} node{'s' if n > 1 else ''} ({nodes}), router {sc.cluster.router.kind}, "
+        f"cluster of {n} node{'s' if n > 1 else ''} ({nodes}), router {router}, "
         f"{resolved.model.name}, KV pool {pool / GB:,.2f} GB in all, allocator "
         f"{allocators}, scheduler {schedulers}, workload {sc.workload.kind}"
     )

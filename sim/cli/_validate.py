@@ -44,7 +44,7 @@ def report(file: Path, sets: list[str] | None) -> int:
         started()  # each point's check makes garbage of its own: the collector on for them
 
         return validate_sweep(file, sets, MAX_PROBLEMS)
-    problems, resolved = check(file, sets)
+    problems, resolved, too_long = _checked(file, sets)
     if problems:
         for err in problems[:MAX_PROBLEMS]:
             print_error(err)
@@ -54,7 +54,7 @@ def report(file: Path, sets: list[str] | None) -> int:
     if resolved is None:  # every failure is one of the problems above
         raise InvariantError("validate: no problem and no resolved scenario")
     echo(f"{file}: ok: {ok_line(resolved)}", sys.stdout)
-    print_warnings(list(resolved.warnings))  # what vLLM would not run (exit 0)
+    print_warnings([*resolved.warnings, *too_long])  # what vLLM would not run (exit 0)
     return 0
 
 
@@ -81,7 +81,16 @@ def ok_line(resolved: Resolved) -> str:
 
 
 def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], Resolved | None]:
-    """(every problem found, the resolved scenario when there is none): loading, then the
+    """``_checked`` without its warnings (the callers that only need the verdict)."""
+    problems, resolved, _ = _checked(file, sets)
+    return problems, resolved
+
+
+def _checked(
+    file: Path, sets: list[str] | None
+) -> tuple[list[KvsimError], Resolved | None, list[str]]:
+    """(every problem found, the resolved scenario when there is none, warnings about the
+    trace's rows: ``too_long_warning``): loading, then the
     checks a run makes before it starts (``sim.run.checks.preflight``), then, when those
     pass, the rows of every trace file and the fitted-parameters file (``params: {path:
     ...}``) the workload names, read by the run's own readers with its bounds
@@ -90,16 +99,17 @@ def check(file: Path, sets: list[str] | None) -> tuple[list[KvsimError], Resolve
     from sim.errors import ConfigError
     from sim.run.checks import preflight
     from sim.scenario import load_scenario, parse_set
-    from sim.workload.trace_files import read_traces
+    from sim.workload.trace_files import read_traces, too_long_warning
 
     try:
         resolved = preflight(load_scenario(str(file), parse_set(sets)))
-        read_traces(resolved.scenario.workload, resolved.loaded.base_dir)
+        prompts = read_traces(resolved.scenario.workload, resolved.loaded.base_dir)
     except ConfigError as exc:
-        return exc.problems or [exc], None
+        return exc.problems or [exc], None, []
     except KvsimError as exc:
-        return [exc], None
-    return [], resolved
+        return [exc], None, []
+    warning = too_long_warning(prompts, resolved.context_window_tokens)
+    return [], resolved, [warning] if warning else []
 
 
 def plain_argv(argv: list[str]) -> tuple[Path, list[str] | None] | None:

@@ -157,6 +157,9 @@ def breakeven(
     view = engine_view(inputs, result, acc, node_prof, horizon_s)
     # --gpu or --num-gpus against --node (whose tiers the decision reads): said, not refused
     said = list(result.warnings)
+    if acc is not None:  # an nvfp4 KV on a chip without FP4: said, as plan and run say it
+        dtypes = [kv_dtype or prof.kv_dtype, *(getattr(g, "kv_dtype", None) for g in prof.kv_groups())]
+        said += [w for w in [acc.fp4_kv_warning(dtypes)] if w]
     if node_prof is not None and gpu:
         said += [f"--node: {w}" for w in node_prof.mismatch(gpu, num_gpus)]
     if json_out:

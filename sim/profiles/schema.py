@@ -7,6 +7,7 @@ requires); nothing else in kvsim re-validates profile fields.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
@@ -75,6 +76,9 @@ class AcceleratorProfile(_Spec):
     hbm_bw_bytes_per_s: float = Field(gt=0, le=MAX_BW_BYTES_PER_S)
     peak_bf16_flops_per_s: float = Field(gt=0, le=MAX_FLOPS_PER_S)  # dense (no sparsity)
     peak_fp8_flops_per_s: float | None = Field(None, gt=0, le=MAX_FLOPS_PER_S)  # dense; None when unsupported
+    # dense FP4 (NVFP4) tensor throughput; None when the chip has no FP4 (before Blackwell):
+    # an nvfp4 KV cache on such a chip is warned about (``fp4_kv_warning``)
+    peak_fp4_flops_per_s: float | None = Field(None, gt=0, le=MAX_FLOPS_PER_S)
     host_link: HostLink
     # measured TP all-reduce in this accelerator's 8-GPU box (None: not measured)
     allreduce: AllReduceProfile | None = None
@@ -90,6 +94,18 @@ class AcceleratorProfile(_Spec):
         if dtype == "fp8" and self.peak_fp8_flops_per_s:
             return self.peak_fp8_flops_per_s
         return self.peak_bf16_flops_per_s
+
+    def fp4_kv_warning(self, kv_dtypes: Iterable[str | None]) -> str:
+        """The one-line caveat of an nvfp4 KV cache on a chip without FP4, or "": NVFP4 KV
+        is a Blackwell format (vLLM and TensorRT-LLM serve it only there); kvsim still
+        sizes it at 4.5 bits, so the figures are of a deployment that would not start."""
+        if "nvfp4" not in set(kv_dtypes) or self.peak_fp4_flops_per_s is not None:
+            return ""
+        return (
+            f"kv_dtype nvfp4 on {self.name}: this accelerator has no FP4 (its profile gives no "
+            "peak_fp4_flops_per_s; NVFP4 KV needs Blackwell, e.g. b200-192gb); the KV is "
+            "still sized at 4.5 bits per element, a deployment that vLLM would not start"
+        )
 
 
 class MLASpec(_Spec):
@@ -172,7 +188,29 @@ class ModelProfile(_Spec):
         if self.first_dense_layers >= self.num_layers:
             raise ValueError("first_dense_layers must leave at least one MoE layer")
         self._check_layer_groups()
+        self._check_windows()
         return self
+
+    def _check_windows(self) -> None:
+        """A sliding window or local chunk longer than the model's context window is no
+        window at all (every token stays in it): refused, naming the field, rather than
+        sized as a window that never slides."""
+        if self.max_context_tokens is None:
+            return
+        windows: list[tuple[str, int]] = []
+        if self.sliding_window is not None:
+            windows.append(("sliding_window.window_tokens", self.sliding_window.window_tokens))
+        for i, g in enumerate(self.layer_groups or []):
+            w = getattr(g, "window_tokens", None)
+            if w is not None:
+                windows.append((f"layer_groups[{i}].window_tokens", w))
+        for field, w in windows:
+            if w > self.max_context_tokens:
+                raise ValueError(
+                    f"{field} {w:,} exceeds max_context_tokens {self.max_context_tokens:,}: "
+                    "a window longer than the context never slides (give those layers as "
+                    "full attention, or raise max_context_tokens)"
+                )
 
     def _check_layer_groups(self) -> None:
         if self.layer_groups is None:

@@ -199,11 +199,16 @@ NODE_COLUMNS = ("node", "accelerator", "requests", "TTFT p99 (ms)", "prefix hit 
 
 
 def node_table_rows(s: dict) -> list[list[str]]:
-    """One row per node of a cluster run (``NODE_COLUMNS``); none for a single node."""
+    """One row per node of a cluster run (``NODE_COLUMNS``); none for a single node. A
+    disaggregated cluster's node says its role (``0 (prefill)``, ``1 (decode)``): a prefill
+    instance is placed no request and its TTFT is its prefill halves', so unlabelled it
+    read as a node the router starved."""
     rows = []
     for n in s.get("nodes") or []:
         ttft = n.get("ttft_s") if isinstance(n.get("ttft_s"), dict) else {}
-        rows.append([str(n.get("node_id")), str(n.get("accelerator") or "-"),
+        role = n.get("role")
+        node = str(n.get("node_id")) + (f" ({role})" if role in ("prefill", "decode") else "")
+        rows.append([node, str(n.get("accelerator") or "-"),
                      _num(n.get("requests_completed"), ",d"), _ms(ttft.get("p99")),
                      _num(n.get("prefix_hit_rate"), ".1f", 100),
                      _num(n.get("kv_reuse_rate"), ".1f", 100),

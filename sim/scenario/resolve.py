@@ -241,6 +241,8 @@ def resolve(loaded: LoadedScenario) -> Resolved:
     groups = with_drafter(groups, draft_gpu * n_gpus)  # the drafter rides on the table
     tiers = _tiers(loaded, acc)
     node_warnings = _node_mismatch(loaded, acc.name, n_gpus)
+    fp4 = acc.fp4_kv_warning([model.kv_dtype, *(getattr(g, "kv_dtype", None) for g in model.kv_groups())])
+    node_warnings = ((fp4,) if fp4 else ()) + node_warnings
     window = sc.scheduler.model_dump().get("max_model_len")
     loaded = absolute_calibration(loaded)  # the cost model reads the same file
     resolved = Resolved(

@@ -393,6 +393,9 @@ def plan_capacity(inputs: PlanInputs) -> PlanResult:
     if padding.total_padding_layers:
         warnings.append(padding_warning(model.name, padding))
     warnings += drafter_warnings(model, drafter)
+    fp4 = gpu.fp4_kv_warning([kv_dtype, *(getattr(g, "kv_dtype", None) for g in model.kv_groups())])
+    if fp4:
+        warnings.append(fp4)
     return PlanResult(
         model=model.name,
         gpu=gpu.name,

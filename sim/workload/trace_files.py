@@ -58,16 +58,19 @@ _FITTED_KINDS = ("coding_agent", "function_calling", "human_in_loop", "multi_age
                  "interactive_coding_agent")  # fmt: skip
 
 
-def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> None:
+def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> list[int]:
     """Read every trace file and fitted-parameters file workload config ``cfg`` names
     (paths relative to ``base_dir``) as its run does; a bad file or row raises the run's
-    ``KvsimError``."""
+    ``KvsimError``. Returns the prompt tokens of every request a one-turn replay
+    (``mooncake``, ``vllm_requests``; a mix's components too) submits as recorded, for
+    ``too_long_warning``; empty for the other kinds (their prompts grow turn by turn)."""
     if not (names_traces(cfg) or names_params(cfg)):
-        return
+        return []
     if cfg.kind == "mix":
+        prompts: list[int] = []
         for i, comp in enumerate(cfg.components):
-            read_traces(comp, base_dir, f"{field_prefix}.components.{i}")
-        return
+            prompts += read_traces(comp, base_dir, f"{field_prefix}.components.{i}")
+        return prompts
     from sim.workload.context import WorkloadContext
 
     unused: Any = None  # the readers use the context's paths and field names only
@@ -78,8 +81,9 @@ def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> Non
 
         load_params(cfg.kind, ctx.resolve(cfg.params.path))
     if not names_traces(cfg):
-        return
+        return []
     arrival: Any = getattr(cfg, "arrival", None)
+    prompts = []
     if cfg.kind == "chat":
         if cfg.lengths.kind == "trace":
             from sim.workload.chat_trace import trace_length_values
@@ -92,6 +96,7 @@ def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> Non
         from sim.workload.mooncake_trace import replayed, timestamp_values, trace_path
 
         rows = replayed(cfg, ctx)
+        prompts = [r.input_length for r in rows]
         if arrival.kind == "trace" and arrival.path is None:  # the trace's own times
             timestamp_values(rows, str(trace_path(cfg, ctx)), cfg.start_row)
     elif cfg.kind == "agent_trace":
@@ -105,8 +110,27 @@ def read_traces(cfg: Any, base_dir: Path, field_prefix: str = "workload") -> Non
     elif cfg.kind == "vllm_requests":
         from sim.workload.vllm_requests import replayed_rows
 
-        replayed_rows(cfg, ctx)
+        prompts = [r.input_toks for r in replayed_rows(cfg, ctx)]
     if getattr(arrival, "kind", None) == "trace" and getattr(arrival, "path", None) is not None:
         from sim.workload.arrivals import trace_seconds
 
         trace_seconds(arrival, ctx)
+    return prompts
+
+
+def too_long_warning(prompts: list[int], max_model_len: int | None) -> str:
+    """The one-line warning of replayed requests whose prompt leaves no room for one output
+    token in the window (``prompt >= max_model_len``: the scheduler rejects them,
+    ``rejected_too_long``), or "" when every one fits or there is no window."""
+    if max_model_len is None:
+        return ""
+    long = [p for p in prompts if p >= max_model_len]
+    if not long:
+        return ""
+    return (
+        f"workload: {len(long):,} of {len(prompts):,} replayed requests "
+        f"({100 * len(long) / len(prompts):.1f}%) have prompts of at least "
+        f"scheduler.max_model_len {max_model_len:,} tokens (the longest {max(long):,}): "
+        "the run rejects them (rejected_too_long); replay rows that fit (start_row, "
+        "num_requests) or use a model with a longer window"
+    )

@@ -575,3 +575,14 @@ def test_the_front_forgets_sequences_the_nodes_released():
     sim.run()
     assert sim.front.home == {}
     assert all(sim.front.outstanding(j) == 0 for j in range(4))
+
+
+def test_kvsim_validate_names_a_disaggregated_cluster_as_the_run_does(run_cli):
+    """A prefill/decode cluster places requests itself (a router is refused there), and its
+    run's summary says ``router: disaggregated``; validate used to print the unused default
+    ``router round_robin``. It now names the roles' node counts."""
+    path = ROOT / "workloads" / "pd_coding_agents.yaml"  # 1 prefill + 3 decode nodes
+    code, out, err = run_cli(["validate", str(path)])
+    assert code == 0, err
+    assert "cluster of 4 nodes (4 x h100-sxm-80gb (tp 4)), router disaggregated (1 prefill + 3 decode)," in out
+    assert "round_robin" not in out

@@ -153,3 +153,17 @@ def test_a_disaggregated_run_s_queue_row_says_where_it_ends():
     assert "queue mean / p50 / p90 / p99" in plain
     assert ("queue (to decode admission: remote prefill and KV transfer in) mean / p50 / p90 / "
             "p99") in disagg  # fmt: skip
+
+
+def test_a_disaggregated_clusters_nodes_say_their_role():
+    """A prefill instance is placed no request (routing decisions 0, a couple of requests,
+    the prefill halves' TTFT): the Nodes table names each node's role so it does not read
+    as a node the router starved; a node of an aggregated cluster (role ``both``, or an
+    older summary without roles) keeps its bare id."""
+    s = {"nodes": [{"node_id": 0, "role": "prefill", "requests_completed": 2, "routing_decisions": 0},
+                   {"node_id": 1, "role": "decode", "requests_completed": 428, "routing_decisions": 428},
+                   {"node_id": 2, "role": "both"}, {"node_id": 3}]}  # fmt: skip
+    rows = node_table_rows(s)
+    assert [r[0] for r in rows] == ["0 (prefill)", "1 (decode)", "2", "3"]
+    assert rows[0][NODE_COLUMNS.index("routing decisions")] == "0"
+    assert rows[1][NODE_COLUMNS.index("requests")] == "428"
