@@ -77,7 +77,7 @@ def test_ctrl_c_gives_status_130_alone_on_both_paths(run_cli, monkeypatch):
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(quick, "check", interrupted)
+    monkeypatch.setattr(quick, "_checked", interrupted)  # (what report calls)
     quick_answer, typer_answer = _both(run_cli, monkeypatch, ["validate", ONE])
     assert quick_answer == typer_answer == (130, "", "")
 
