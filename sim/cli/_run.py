@@ -5,8 +5,9 @@ Responsibility: ``command(...)`` runs a scenario with the flags of ``kvsim run``
 command) and ``sim.cli.main``'s quick path for a plain ``kvsim run FILE --out DIR`` with
 only ``--set``, ``--quiet``, ``--force``, ``--no-report``, ``--trace`` and
 ``--no-memory-guard`` (``plain_argv``) both call it, so the two print the same lines,
-write the same folder and return the same status. Nothing here imports typer (the quick path's gain: ~45 ms CPU of a run's start,
-the parser's import and build; docs/performance.md, "Session 25: start-up").
+write the same folder and return the same status. Nothing here imports typer (the quick
+path's gain: ~45 ms CPU of a run's start, the parser's import and build;
+docs/performance.md, "Session 25: start-up").
 
 Invariant: as ``sim.cli.run``'s: output only into a temporary sibling of ``--out`` and
 ``--out`` itself, all of the run folder or nothing; Ctrl-C prints ``interrupted: ...``
@@ -59,8 +60,8 @@ _FLAGS = {"--quiet": "quiet", "--force": "force", "--no-report": "no_report", "-
 def plain_argv(argv: list[str]) -> dict[str, Any] | None:
     """``command``'s arguments (but ``argv``) when ``argv`` is ``run FILE --out DIR`` with
     no other flag than ``--set VALUE`` (repeated), ``--quiet``, ``--force``,
-    ``--no-report``, ``--trace`` and ``--no-memory-guard`` (each at most once), a flag's value given as
-    ``--flag VALUE`` or ``--flag=VALUE``; None for anything else (help, ``--replications``,
+    ``--no-report``, ``--trace`` and ``--no-memory-guard`` (each at most once), a flag's
+    value given as ``--flag VALUE`` or ``--flag=VALUE``; None for anything else (help, ``--replications``,
     ``--``, a flag repeated or misspelt, a value that looks like a flag: typer's parser
     answers those)."""
     words = plain_words(argv, "run", ("--set", "--out"), tuple(_FLAGS))

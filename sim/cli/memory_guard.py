@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import KvsimError
@@ -86,7 +86,7 @@ class MemoryGuard:
     started: Callable[[], int] | None = None
     resident: Callable[[], int | None] = resident_bytes
     available: Callable[[], int | None] = available_bytes
-    start_bytes: int | None = field(default=None)
+    start_bytes: int | None = None  # the resident memory at the start (read if None)
 
     def __post_init__(self) -> None:
         if self.start_bytes is None:
